@@ -1,0 +1,651 @@
+"""The llama.cpp cell, on llama-cpp-python's low-level context API.
+
+One ``llama_context`` with a unified KV cache shared by ``slots`` sequences (the high-level
+``Llama`` class has only one). The cell keeps, per sequence, the exact token ids whose KV is
+resident, so reuse counts are exact: EnsurePrefix reuses the longest common token prefix,
+evaluates only the rest and removes a divergent tail with ``llama_memory_seq_rm``.
+
+Capacity is explicit: llama.cpp never evicts, so a request that would not fit in the KV cache is
+refused with :class:`ContextOverflow` from token counts before anything is dispatched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import models
+from ..contract import (
+    Capabilities,
+    ContextExplanation,
+    ContextOverflow,
+    DecodeResult,
+    Description,
+    KvGeometry,
+    Manifest,
+    ManifestMismatch,
+    PrefixStatus,
+    Prompt,
+    Retention,
+    Snapshot,
+    TokenCallback,
+    UnsupportedFeature,
+    WorkbenchError,
+)
+from . import Availability
+
+ENGINE = "llamacpp"
+_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+_GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
+
+
+def _lib():
+    import llama_cpp
+    from llama_cpp._logger import set_verbose
+
+    set_verbose(bool(os.environ.get("WORKBENCH_LLAMA_VERBOSE")))
+    return llama_cpp
+
+
+@dataclass
+class _Seq:
+    tokens: list[int] = field(default_factory=list)  # KV-resident tokens at positions 0..n-1
+    key: str | None = None  # manifest ⊕ salt the KV was built under
+    pending: list[int] = field(default_factory=list)  # deferred suffix, rides the next decode
+    retention: Retention | None = None
+
+
+class LlamaCppCell:
+    """A real llama.cpp cell. Open with :func:`workbench.cells.open_cell` ("llamacpp", spec, …)."""
+
+    engine = ENGINE
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def availability(cls) -> Availability:
+        try:
+            ll = _lib()
+        except ImportError as e:
+            return Availability(ENGINE, False, None, f"llama_cpp is not importable ({e}); install the 'llamacpp' extra")
+        return Availability(ENGINE, True, ll.__version__, None,
+                            {"gpu_offload": bool(ll.llama_supports_gpu_offload()),
+                             "system_info": ll.llama_print_system_info().decode(errors="replace").strip()})
+
+    @classmethod
+    def open(
+        cls,
+        model: str,
+        *,
+        context_tokens: int | None = None,
+        kv_budget_tokens: int | None = None,
+        kv_budget_bytes: int | None = None,
+        slots: int = 1,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        kv_type: str = "f16",
+        adapters: Sequence[str] = (),
+        gpu_layers: int = 0,
+    ) -> "LlamaCppCell":
+        return cls(models.resolve(model), context_tokens=context_tokens, kv_budget_tokens=kv_budget_tokens,
+                   kv_budget_bytes=kv_budget_bytes, slots=slots, n_threads=n_threads, n_batch=n_batch,
+                   kv_type=kv_type, adapters=adapters, gpu_layers=gpu_layers)
+
+    def __init__(self, model: models.ResolvedModel, *, context_tokens: int | None, kv_budget_tokens: int | None,
+                 kv_budget_bytes: int | None, slots: int, n_threads: int | None, n_batch: int, kv_type: str,
+                 adapters: Sequence[str], gpu_layers: int) -> None:
+        if not model.is_gguf:
+            raise WorkbenchError(f"llama.cpp needs a GGUF model; {model.spec!r} is a {model.kind} model")
+        if kv_type not in _GGML_TYPE:
+            raise ValueError(f"kv_type must be one of {', '.join(_GGML_TYPE)}, got {kv_type!r}")
+        if slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
+        ll = self._ll = _lib()
+        ll.llama_backend_init()
+        self.model = model
+        self._closed = True
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = gpu_layers
+        self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
+        if not self._model:
+            raise WorkbenchError(f"llama.cpp could not load {model.path}; is it a valid GGUF file?")
+        self._vocab = ll.llama_model_get_vocab(self._model)
+        self._adapters = []
+        try:
+            self.geometry = self._geometry(kv_type)
+            train_ctx = ll.llama_model_n_ctx_train(self._model)
+            if kv_budget_bytes is not None:
+                kv_budget_tokens = kv_budget_bytes // self.geometry.bytes_per_token
+            n_ctx = kv_budget_tokens or context_tokens or train_ctx
+            if n_ctx <= 0:
+                raise ValueError(f"KV budget gives {n_ctx} tokens; raise kv_budget_bytes/kv_budget_tokens")
+            threads = n_threads or os.cpu_count() or 1
+            cparams = ll.llama_context_default_params()
+            cparams.n_ctx = n_ctx
+            cparams.n_batch = min(n_batch, n_ctx)
+            cparams.n_ubatch = min(n_batch, n_ctx)
+            cparams.n_seq_max = slots
+            cparams.n_threads = threads
+            cparams.n_threads_batch = threads
+            cparams.kv_unified = True
+            cparams.type_k = cparams.type_v = _GGML_TYPE[kv_type]
+            cparams.no_perf = False
+            self._ctx = ll.llama_init_from_model(self._model, cparams)
+            if not self._ctx:
+                raise WorkbenchError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.name}")
+            self._mem = ll.llama_get_memory(self._ctx)
+            adapter_digests = tuple(self._load_adapter(p) for p in adapters)
+        except BaseException:
+            self._free()
+            raise
+        self._closed = False
+        self._threads = threads
+        self._n_batch = cparams.n_batch
+        self._n_ctx = ll.llama_n_ctx(self._ctx)
+        self._n_ctx_seq = ll.llama_n_ctx_seq(self._ctx)
+        self._slots = slots
+        self._batch = ll.llama_batch_init(self._n_batch, 0, 1)
+        self._seqs = [_Seq() for _ in range(slots)]
+        self._logits_at: tuple[int, int] | None = None  # (slot, n tokens) the current logits belong to
+        self._embed_ctx = None
+        self.manifest = Manifest(model.sha256, adapter_digests)
+        self._template = self._meta("tokenizer.chat_template")
+
+    def _load_adapter(self, path: str) -> str:
+        ll = self._ll
+        adapter = ll.llama_adapter_lora_init(self._model, os.fspath(path).encode())
+        if not adapter:
+            raise WorkbenchError(f"llama.cpp could not load LoRA adapter {path}")
+        self._adapters.append(adapter)
+        scales = (ctypes.c_float * len(self._adapters))(*([1.0] * len(self._adapters)))
+        arr = (ll.llama_adapter_lora_p_ctypes * len(self._adapters))(*self._adapters)
+        ll.llama_set_adapters_lora(self._ctx, arr, len(self._adapters), scales)
+        return models.file_sha256(models.Path(path))
+
+    def __enter__(self) -> "LlamaCppCell":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._ll.llama_batch_free(self._batch)
+        self._free()
+
+    def _free(self) -> None:
+        ll = self._ll
+        for attr, free in (("_embed_ctx", ll.llama_free), ("_ctx", ll.llama_free)):
+            if getattr(self, attr, None):
+                free(getattr(self, attr))
+                setattr(self, attr, None)
+        for a in getattr(self, "_adapters", []):
+            ll.llama_adapter_lora_free(a)
+        self._adapters = []
+        if getattr(self, "_model", None):
+            ll.llama_model_free(self._model)
+            self._model = None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WorkbenchError("this cell is closed")
+
+    # ------------------------------------------------------------------ model facts
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(1 << 16)
+        n = self._ll.llama_model_meta_val_str(self._model, key.encode(), buf, len(buf))
+        return buf.value.decode(errors="replace") if n >= 0 else None
+
+    def _geometry(self, kv_type: str) -> KvGeometry:
+        ll = self._ll
+        heads = ll.llama_model_n_head(self._model)
+        arch = self._meta("general.architecture") or "llama"
+        key_len = self._meta(f"{arch}.attention.key_length")
+        head_dim = int(key_len) if key_len else ll.llama_model_n_embd(self._model) // heads
+        return KvGeometry(layers=ll.llama_model_n_layer(self._model), kv_heads=ll.llama_model_n_head_kv(self._model),
+                          head_dim=head_dim, dtype_bytes=_TYPE_BYTES[kv_type])
+
+    # ------------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str, *, special: bool = True, add_bos: bool | None = None) -> list[int]:
+        ll = self._ll
+        raw = text.encode()
+        add = ll.llama_vocab_get_add_bos(self._vocab) if add_bos is None else add_bos
+        cap = len(raw) + 8
+        buf = (ll.llama_token * cap)()
+        n = ll.llama_tokenize(self._vocab, raw, len(raw), buf, cap, add, special)
+        if n < 0:
+            cap = -n
+            buf = (ll.llama_token * cap)()
+            n = ll.llama_tokenize(self._vocab, raw, len(raw), buf, cap, add, special)
+        return list(buf[:n])
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self._piece(t) for t in tokens).decode(errors="replace")
+
+    def _piece(self, token: int) -> bytes:
+        buf = ctypes.create_string_buffer(64)
+        n = self._ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        if n < 0:
+            buf = ctypes.create_string_buffer(-n)
+            n = self._ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
+        return buf.raw[:n]
+
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
+        """Render chat messages through the model's own template, in a sandboxed Jinja environment."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        if not self._template:
+            raise UnsupportedFeature("chat messages", ENGINE, f"{self.model.name} has no chat template")
+
+        def raise_exception(msg: str) -> None:
+            raise WorkbenchError(f"chat template error: {msg}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        tmpl = env.from_string(self._template)
+        bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
+        eos = self.detokenize([self._ll.llama_vocab_eos(self._vocab)])
+        return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                           bos_token=bos, eos_token=eos, raise_exception=raise_exception)
+
+    def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenize(prompt, add_bos=False if continuation else None)
+        items = list(prompt)
+        if all(isinstance(t, int) for t in items):
+            n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
+            bad = [t for t in items if not 0 <= t < n_vocab]
+            if bad:
+                raise ValueError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
+            return items
+        if all(isinstance(m, Mapping) for m in items):
+            text = self.render(items, add_generation_prompt=not continuation)
+            bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
+            return self.tokenize(text, add_bos=False if continuation or (bos and text.startswith(bos)) else None)
+        raise TypeError("a prompt is token ids, chat messages (dicts with role/content) or a string")
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _slot(self, slot: int) -> _Seq:
+        self._check_open()
+        if not 0 <= slot < self._slots:
+            raise ValueError(f"slot {slot} does not exist; this cell has slots 0..{self._slots - 1}")
+        return self._seqs[slot]
+
+    def used_tokens(self) -> int:
+        """KV cells held by all sequences (the unified cache is shared)."""
+        return sum(len(s.tokens) for s in self._seqs)
+
+    def _check_fit(self, slot: int, new_len: int) -> None:
+        """Refuse before dispatch: per-sequence context and the shared KV pool."""
+        if new_len > self._n_ctx_seq:
+            raise ContextOverflow(new_len, self._n_ctx_seq, "context")
+        others = self.used_tokens() - len(self._seqs[slot].tokens)
+        if others + new_len > self._n_ctx:
+            raise ContextOverflow(others + new_len, self._n_ctx, "KV cache")
+
+    def _eval(self, slot: int, tokens: Sequence[int]) -> None:
+        """Append ``tokens`` to sequence ``slot`` at the next positions; logits for the last one."""
+        ll, seq, b = self._ll, self._seqs[slot], self._batch
+        pos0 = len(seq.tokens)
+        for start in range(0, len(tokens), self._n_batch):
+            chunk = tokens[start:start + self._n_batch]
+            n = len(chunk)
+            for i, t in enumerate(chunk):
+                b.token[i] = t
+                b.pos[i] = pos0 + start + i
+                b.n_seq_id[i] = 1
+                b.seq_id[i][0] = slot
+                b.logits[i] = 0
+            last = start + n == len(tokens)
+            b.logits[n - 1] = 1 if last else 0
+            b.n_tokens = n
+            rc = ll.llama_decode(self._ctx, b)
+            if rc != 0:
+                # Roll back what this call added so the bookkeeping stays exact.
+                ll.llama_memory_seq_rm(self._mem, slot, pos0, -1)
+                self._logits_at = None
+                if rc == 1:
+                    raise ContextOverflow(self.used_tokens() + len(tokens), self._n_ctx, "KV cache (engine)")
+                raise WorkbenchError(f"llama_decode failed with code {rc}")
+        ll.llama_synchronize(self._ctx)  # finish the work (and update perf counters) before timing stops
+        seq.tokens.extend(tokens)
+        self._logits_at = (slot, len(seq.tokens))
+
+    def _perf(self) -> tuple[int, int]:
+        p = self._ll.llama_perf_context(self._ctx)
+        return p.n_p_eval, p.n_eval
+
+    def _counters(self, before: tuple[int, int]) -> dict:
+        p, e = self._perf()
+        return {"n_p_eval": p - before[0], "n_eval": e - before[1]}
+
+    def _truncate(self, slot: int, keep: int) -> int:
+        seq = self._seqs[slot]
+        dropped = len(seq.tokens) - keep
+        if dropped > 0:
+            self._ll.llama_memory_seq_rm(self._mem, slot, keep, -1)
+            del seq.tokens[keep:]
+            if self._logits_at and self._logits_at[0] == slot:
+                self._logits_at = None
+        return max(dropped, 0)
+
+    # ------------------------------------------------------------------ the contract
+
+    def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
+                      retention: Retention | None = None) -> PrefixStatus:
+        seq = self._slot(slot)
+        tokens = self._tokens_of(prompt)
+        if not tokens:
+            raise ValueError("an empty prefix cannot be ensured")
+        t0 = time.perf_counter()
+        key = self.manifest.cache_key(salt)
+        dropped = 0
+        if seq.key != key:
+            dropped = self._truncate(slot, 0)
+            seq.key = key
+        lcp = _common_prefix(seq.tokens, tokens)
+        self._check_fit(slot, len(tokens))
+        before = self._perf()
+        dropped += self._truncate(slot, lcp)
+        dropped += len(seq.pending)
+        seq.pending = []
+        if lcp < len(tokens):
+            self._eval(slot, tokens[lcp:])
+        seq.retention = retention
+        return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=lcp, computed_tokens=len(tokens) - lcp,
+                            dropped_tokens=dropped, elapsed_s=time.perf_counter() - t0,
+                            engine_counters=self._counters(before))
+
+    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
+        seq = self._slot(slot)
+        if seq.key is None:
+            raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
+        tokens = self._tokens_of(suffix, continuation=True)
+        total = len(seq.tokens) + len(seq.pending) + len(tokens)
+        self._check_fit(slot, total)
+        t0 = time.perf_counter()
+        if defer:
+            seq.pending.extend(tokens)
+            return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=len(seq.tokens), computed_tokens=0,
+                                deferred_tokens=len(seq.pending), elapsed_s=time.perf_counter() - t0)
+        before = self._perf()
+        reused = len(seq.tokens)
+        todo, seq.pending = seq.pending + tokens, []
+        self._eval(slot, todo)
+        return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=reused, computed_tokens=len(todo),
+                            elapsed_s=time.perf_counter() - t0, engine_counters=self._counters(before))
+
+    def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
+               on_token: TokenCallback | None = None) -> DecodeResult:
+        seq = self._slot(slot)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not seq.tokens and not seq.pending:
+            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
+        prompt_len = len(seq.tokens) + len(seq.pending)
+        self._check_fit(slot, prompt_len + max_tokens - 1)
+        ll = self._ll
+        smpl = self._sampler(temperature, top_p, top_k, seed, json_schema)
+        t0 = time.perf_counter()
+        before = self._perf()
+        try:
+            deferred, recomputed = len(seq.pending), 0
+            if seq.pending:
+                todo, seq.pending = seq.pending, []
+                self._eval(slot, todo)
+            elif self._logits_at != (slot, len(seq.tokens)):
+                last = seq.tokens[-1]  # logits are stale: recompute the last prompt token
+                self._truncate(slot, len(seq.tokens) - 1)
+                self._eval(slot, [last])
+                recomputed = 1
+            out: list[int] = []
+            times: list[float] = []
+            text = b""
+            finish = "length"
+            while True:
+                tok = ll.llama_sampler_sample(smpl, self._ctx, -1)
+                now = time.perf_counter() - t0
+                if ll.llama_vocab_is_eog(self._vocab, tok):
+                    finish = "stop"
+                    break
+                out.append(tok)
+                times.append(now)
+                piece = self._piece(tok)
+                text += piece
+                if on_token is not None:
+                    on_token(tok, piece.decode(errors="replace"), now)
+                if stop and any(s.encode() in text for s in stop):
+                    finish = "stop"
+                    break
+                if len(out) >= max_tokens:
+                    break
+                self._eval(slot, [tok])
+        finally:
+            ll.llama_sampler_free(smpl)
+        decoded = text.decode(errors="replace")
+        if finish == "stop" and stop:
+            cut = min((decoded.find(s) for s in stop if s in decoded), default=-1)
+            decoded = decoded[:cut] if cut >= 0 else decoded
+        return DecodeResult(slot=slot, tokens=out, text=decoded, finish_reason=finish,
+                            ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
+                            prompt_tokens=prompt_len, deferred_prefill_tokens=deferred,
+                            engine_counters=self._counters(before) | {"recomputed_last_token": recomputed})
+
+    def _sampler(self, temperature: float, top_p: float, top_k: int, seed: int,
+                 json_schema: Mapping[str, Any] | None):
+        ll = self._ll
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        if json_schema is not None:
+            from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+            gbnf = json_schema_to_gbnf(json.dumps(json_schema))
+            g = ll.llama_sampler_init_grammar(self._vocab, gbnf.encode(), b"root")
+            if not g:
+                ll.llama_sampler_free(chain)
+                raise ValueError("llama.cpp rejected the grammar built from json_schema")
+            ll.llama_sampler_chain_add(chain, g)
+        if temperature <= 0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
+            return chain
+        if top_k > 0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(top_k))
+        if top_p < 1.0:
+            ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(top_p, 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(temperature))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+        return chain
+
+    def explain_context(self, *, slot: int = 0) -> ContextExplanation:
+        seq = self._slot(slot)
+        return ContextExplanation(slot=slot, tokens=len(seq.tokens), cache_key=seq.key or "",
+                                  capabilities=self.capabilities(), pending_tokens=len(seq.pending),
+                                  notes=("llama.cpp never evicts: KV stays until removed or overwritten",))
+
+    def capabilities(self) -> Capabilities:
+        shift = bool(self._ll.llama_memory_can_shift(self._mem))
+        return Capabilities(remove_tail=True, remove_middle=shift, position_shift=shift, recompute_range=True)
+
+    # context editing (ExplainContext's capabilities, really implemented)
+
+    def remove_tail(self, n: int, *, slot: int = 0) -> int:
+        seq = self._slot(slot)
+        return self._truncate(slot, max(len(seq.tokens) - n, 0))
+
+    def remove_middle(self, start: int, end: int, *, slot: int = 0) -> int:
+        """Drop positions [start, end) and shift the rest left, keeping their KV (no recompute)."""
+        seq = self._slot(slot)
+        if not 0 <= start < end <= len(seq.tokens):
+            raise ValueError(f"range [{start}, {end}) is not inside the {len(seq.tokens)} resident tokens")
+        if not self.capabilities().position_shift:
+            raise UnsupportedFeature("remove_middle", ENGINE, "this model's memory cannot shift positions")
+        ll = self._ll
+        ll.llama_memory_seq_rm(self._mem, slot, start, end)
+        ll.llama_memory_seq_add(self._mem, slot, end, -1, -(end - start))
+        del seq.tokens[start:end]
+        if self._logits_at and self._logits_at[0] == slot:
+            self._logits_at = None
+        return end - start
+
+    def recompute_range(self, start: int, end: int, *, slot: int = 0) -> int:
+        """Recompute KV for positions [start, end) and everything after it (causal attention)."""
+        seq = self._slot(slot)
+        if not 0 <= start < end <= len(seq.tokens):
+            raise ValueError(f"range [{start}, {end}) is not inside the {len(seq.tokens)} resident tokens")
+        tail = seq.tokens[start:]
+        self._truncate(slot, start)
+        self._eval(slot, tail)
+        return len(tail)
+
+    def position_range(self, *, slot: int = 0) -> tuple[int, int]:
+        """The engine's own (min, max) position for the sequence; (-1, -1) when empty."""
+        self._slot(slot)
+        return (self._ll.llama_memory_seq_pos_min(self._mem, slot), self._ll.llama_memory_seq_pos_max(self._mem, slot))
+
+    # snapshot / restore / state export
+
+    def export_state(self, *, slot: int = 0) -> bytes:
+        self._slot(slot)
+        ll = self._ll
+        size = ll.llama_state_seq_get_size(self._ctx, slot)
+        buf = (ctypes.c_uint8 * size)()
+        n = ll.llama_state_seq_get_data(self._ctx, buf, size, slot)
+        return bytes(buf[:n])
+
+    def import_state(self, blob: bytes, tokens: Sequence[int], *, slot: int = 0, position_shift: int = 0) -> None:
+        """Load a sequence's KV bytes into ``slot``; with ``position_shift`` move it to later positions."""
+        seq = self._slot(slot)
+        self._check_fit(slot, len(tokens) + max(position_shift, 0))
+        self._truncate(slot, 0)
+        ll = self._ll
+        buf = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        if ll.llama_state_seq_set_data(self._ctx, buf, len(blob), slot) == 0:
+            raise WorkbenchError("llama.cpp refused the sequence state (wrong model or context too small)")
+        if position_shift:
+            ll.llama_memory_seq_add(self._mem, slot, 0, -1, position_shift)
+        seq.tokens = list(tokens)
+        self._logits_at = None
+
+    def snapshot(self, *, slot: int = 0) -> Snapshot:
+        seq = self._slot(slot)
+        if seq.pending:
+            raise WorkbenchError(f"slot {slot} has {len(seq.pending)} deferred tokens; decode or prefill them first")
+        return Snapshot(manifest_digest=self.manifest.digest, cache_key=seq.key or "", tokens=tuple(seq.tokens),
+                        kind="kv", payload=self.export_state(slot=slot), engine=ENGINE)
+
+    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus:
+        seq = self._slot(slot)
+        if snap.manifest_digest != self.manifest.digest:
+            raise ManifestMismatch(self.manifest.digest, snap.manifest_digest)
+        if snap.kind != "kv" or snap.engine != ENGINE:
+            raise WorkbenchError(f"cannot restore a {snap.engine or '?'} {snap.kind} snapshot into a llama.cpp cell")
+        t0 = time.perf_counter()
+        self.import_state(snap.payload, snap.tokens, slot=slot)
+        seq.key = snap.cache_key
+        return PrefixStatus(slot=slot, prompt_tokens=len(snap.tokens), reused_tokens=len(snap.tokens),
+                            computed_tokens=0, source="restore", elapsed_s=time.perf_counter() - t0)
+
+    # capacity (observer): measured by filling a scratch sequence until the engine refuses
+
+    def measure_capacity(self, *, step: int | None = None) -> int:
+        """Tokens the engine really holds: fill every free cell through ``llama_decode`` until it refuses.
+
+        Needs all slots empty. Bypasses the cell's own pre-dispatch check on purpose, so this
+        measures llama.cpp, not the cell's arithmetic.
+        """
+        if self.used_tokens():
+            raise WorkbenchError("measure_capacity needs every slot empty")
+        ll, b = self._ll, self._batch
+        step = step or self._n_batch
+        held = 0
+        scratch = [ll.llama_vocab_bos(self._vocab)] * step
+        try:
+            while True:
+                n = min(step, self._n_batch)
+                for i in range(n):
+                    b.token[i] = scratch[i]
+                    b.pos[i] = held + i
+                    b.n_seq_id[i] = 1
+                    b.seq_id[i][0] = 0
+                    b.logits[i] = 0
+                b.logits[n - 1] = 1
+                b.n_tokens = n
+                if ll.llama_decode(self._ctx, b) != 0:
+                    if step == 1:
+                        return held
+                    step = max(step // 2, 1)
+                    continue
+                held += n
+        finally:
+            ll.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            self._logits_at = None
+
+    # ------------------------------------------------------------------ describe / embed
+
+    def describe(self) -> Description:
+        self._check_open()
+        g = self.geometry
+        return Description(
+            engine=ENGINE, engine_version=self._ll.__version__, model=self.model.name,
+            manifest_digest=self.manifest.digest, geometry=g, context_tokens=self._n_ctx_seq,
+            kv_capacity_tokens=self._n_ctx, kv_capacity_bytes=self._n_ctx * g.bytes_per_token,
+            block_tokens=1, slots=self._slots,
+            observers=("request_counters", "state_export", "capacity"),
+            extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads, "n_batch": self._n_batch, "kv_unified": True,
+                   "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
+                   "retention": "not applicable: llama.cpp never evicts; overflow is refused"},
+        )
+
+    def embed(self, texts: Iterable[str]) -> list[list[float]]:
+        self._check_open()
+        ll = self._ll
+        if self._embed_ctx is None:
+            p = ll.llama_context_default_params()
+            p.n_ctx = min(self._n_ctx_seq, 4096)
+            p.n_batch = p.n_ubatch = p.n_ctx
+            p.n_threads = p.n_threads_batch = self._threads
+            p.embeddings = True
+            p.pooling_type = ll.LLAMA_POOLING_TYPE_MEAN
+            self._embed_ctx = ll.llama_init_from_model(self._model, p)
+            if not self._embed_ctx:
+                raise WorkbenchError("llama.cpp could not create an embedding context")
+        n_embd = ll.llama_model_n_embd(self._model)
+        mem = ll.llama_get_memory(self._embed_ctx)
+        out = []
+        for text in texts:
+            toks = self.tokenize(text)
+            if len(toks) > ll.llama_n_ctx(self._embed_ctx):
+                raise ContextOverflow(len(toks), ll.llama_n_ctx(self._embed_ctx), "embedding context")
+            batch = ll.llama_batch_init(len(toks), 0, 1)
+            try:
+                for i, t in enumerate(toks):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
+                    batch.seq_id[i][0] = 0
+                batch.n_tokens = len(toks)
+                ll.llama_memory_clear(mem, True)
+                if ll.llama_decode(self._embed_ctx, batch) != 0:
+                    raise WorkbenchError("llama_decode failed while embedding")
+                vec = ll.llama_get_embeddings_seq(self._embed_ctx, 0)
+                out.append([float(vec[i]) for i in range(n_embd)])
+            finally:
+                ll.llama_batch_free(batch)
+        return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+__all__ = ["LlamaCppCell"]

@@ -1,0 +1,89 @@
+"""The blueprint's testable claims, declared once.
+
+Each claim has a stable id, the blueprint section it lives in, and the exact text that identifies
+its row or item in the Markdown blueprint (``match``: the start of the Risks/Contract table's first
+cell, or of the Open Unknowns list item). Probes cite claim ids; the write-back finds the row by
+``match``; nothing else duplicates the blueprint's words.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    section: str  # "unknowns" | "risks" | "contract" | "entry"
+    match: str
+    text: str
+
+
+SECTIONS = {
+    "unknowns": "Open Unknowns",
+    "risks": "Risks",
+    "contract": "Contract Mapping Reference",
+    "entry": "Admissible Future Shape",
+}
+
+_CLAIMS = [
+    # Open Unknowns
+    Claim("unknown.cpp_entrypoint", "unknowns",
+          "Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint",
+          "Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint for the "
+          "PyTorch-native model-definition path without embedding Python."),
+    Claim("unknown.reuse_metrics", "unknowns", "Exact LLM-API surface and granularity of per-request KV reuse metrics",
+          "Exact LLM-API surface and granularity of per-request KV reuse metrics."),
+    Claim("unknown.retention_pressure", "unknowns", "Whether priority-100 retention survives sustained pressure",
+          "Whether priority-100 retention survives sustained pressure."),
+    Claim("unknown.connector_granularity", "unknowns", "Whether the Connector API can export blocks with positions",
+          "Whether the Connector API can export blocks with positions usable for shifted import, or only "
+          "whole-prefix onboard."),
+    # Risks
+    Claim("risk.warmup", "risks", "Warm-up `max_tokens=1` may not materialize",
+          "Warm-up `max_tokens=1` may not materialize/retain all prefix blocks under pressure."),
+    Claim("risk.retention_bias", "risks", "Priority retention may only bias LRU rather than pin",
+          "Priority retention may only bias LRU rather than pin."),
+    Claim("risk.reuse_metrics", "risks", "Per-request perf metrics may not expose reused-block counts",
+          "Per-request perf metrics may not expose reused-block counts."),
+    Claim("risk.version_churn", "risks", "Version churn across TensorRT-LLM releases",
+          "Version churn across TensorRT-LLM releases."),
+    Claim("risk.memory_fraction", "risks", "`free_gpu_memory_fraction` conflicts with byte-based capacity policy",
+          "`free_gpu_memory_fraction` conflicts with byte-based capacity policy."),
+    # Contract Mapping Reference rows
+    Claim("contract.manifest", "contract", "Manifest-keyed reuse validity",
+          "Manifest-keyed reuse validity: `cache_salt` = manifest digest ⊕ adapter digests; KV never crosses manifests."),
+    Claim("contract.ensure_prefix", "contract", "`EnsurePrefix`",
+          "EnsurePrefix: warm-up `generate_async(max_tokens=1)` with `KvCacheRetentionConfig` pinning the prefix range."),
+    Claim("contract.prefill_suffix", "contract", "`PrefillSuffix`",
+          "PrefillSuffix: deferred, riding the next decode's prefill."),
+    Claim("contract.decode", "contract", "`Decode`",
+          "Decode: `generate_async(streaming=True)` with `SamplingParams` and `GuidedDecodingParams`."),
+    Claim("contract.explain_context", "contract", "`ExplainContext`",
+          "ExplainContext: RemoveTail=false, RemoveMiddle=false, PositionShift=false, RecomputeRange=true."),
+    Claim("contract.snapshot", "contract", "`Snapshot`/`Restore`",
+          "Snapshot/Restore: text-level snapshot; engine KV blobs are not exportable."),
+    Claim("contract.describe", "contract", "`Describe`",
+          "Describe: KV geometry from config.json, enforced via `max_seq_len` + `KvCacheConfig.max_tokens`."),
+    Claim("contract.embed", "contract", "`Embed`", "Embed: ErrUnsupportedFeature."),
+    Claim("contract.lora", "contract", "LoRA", "LoRA: `LoraConfig` + per-request adapters; digests fold into `cache_salt`."),
+    Claim("contract.slot_switch", "contract", "Slot switch", "Slot switch: tear down / recreate the `LLM` instance."),
+    Claim("contract.overflow", "contract", "`ErrContextOverflow`",
+          "ErrContextOverflow: enforced adapter-side from token counts before dispatch."),
+    # Entry conditions
+    Claim("entry.contract_table", "entry", "the contract-mapping table validated against the then-current TensorRT-LLM release",
+          "The contract-mapping table validated against the then-current TensorRT-LLM release."),
+]
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
+
+
+def get(claim_id: str) -> Claim:
+    try:
+        return CLAIMS[claim_id]
+    except KeyError:
+        raise KeyError(f"unknown claim {claim_id!r}; known: {', '.join(CLAIMS)}") from None
+
+
+def in_section(section: str) -> list[Claim]:
+    return [c for c in _CLAIMS if c.section == section]

@@ -1,0 +1,287 @@
+"""The modeld transport contract, as the probes see it.
+
+Every engine is wrapped in a *cell* that implements :class:`Cell`. Probes talk only to this
+protocol (plus the optional observers a cell announces), so one probe runs unchanged on
+llama.cpp and TensorRT-LLM. Names follow the blueprint's operations: EnsurePrefix,
+PrefillSuffix, Decode, ExplainContext, Snapshot/Restore, Describe, Embed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union, runtime_checkable
+
+Message = Mapping[str, Any]
+"""One chat message (``{"role": ..., "content": ...}``), rendered through the model's template."""
+
+Prompt = Union[Sequence[int], Sequence[Message], str]
+"""Token ids (token space), chat messages (rendered by the cell), or raw text (tokenized as is)."""
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class WorkbenchError(Exception):
+    """Base of every error the workbench raises on purpose."""
+
+
+class ContextOverflow(WorkbenchError):
+    """The request does not fit; raised from token counts *before* anything is dispatched."""
+
+    def __init__(self, requested: int, limit: int, what: str = "context") -> None:
+        self.requested, self.limit, self.what = requested, limit, what
+        super().__init__(f"{what} overflow: {requested} tokens requested, limit is {limit}")
+
+
+class UnsupportedFeature(WorkbenchError):
+    """The engine cannot do this operation (e.g. ``embed`` on TensorRT-LLM)."""
+
+    def __init__(self, feature: str, engine: str, why: str = "") -> None:
+        self.feature, self.engine = feature, engine
+        super().__init__(f"{engine} does not support {feature}" + (f": {why}" if why else ""))
+
+
+class EngineUnavailable(WorkbenchError):
+    """The engine cannot run on this machine; ``reason`` says what a user can do about it."""
+
+    def __init__(self, engine: str, reason: str) -> None:
+        self.engine, self.reason = engine, reason
+        super().__init__(f"engine {engine!r} is unavailable: {reason}")
+
+
+class ManifestMismatch(WorkbenchError):
+    """KV state built under one manifest may never be used under another."""
+
+    def __init__(self, expected: str, got: str) -> None:
+        self.expected, self.got = expected, got
+        super().__init__(f"manifest mismatch: state belongs to {got[:16]}…, cell is {expected[:16]}…")
+
+
+# --------------------------------------------------------------------------- identity
+
+
+def digest(*parts: str) -> str:
+    """SHA-256 over parts joined unambiguously (length-prefixed)."""
+    h = hashlib.sha256()
+    for p in parts:
+        b = p.encode()
+        h.update(len(b).to_bytes(8, "little"))
+        h.update(b)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What KV validity is keyed on: the model's content digest and every adapter's digest."""
+
+    model_digest: str
+    adapter_digests: tuple[str, ...] = ()
+
+    @property
+    def digest(self) -> str:
+        return digest("manifest/v1", self.model_digest, *sorted(self.adapter_digests))
+
+    def cache_key(self, salt: str | None = None) -> str:
+        """The reuse key for one request: manifest digest ⊕ an optional per-request salt."""
+        return self.digest if salt is None else digest("salted/v1", self.digest, salt)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A retention request for a prefix range (TensorRT-LLM ``TokenRangeRetentionConfig``)."""
+
+    priority: int = 100
+    duration_ms: int | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.priority <= 100:
+            raise ValueError(f"retention priority must be in [0, 100], got {self.priority}")
+        if self.duration_ms is not None and self.duration_ms <= 0:
+            raise ValueError(f"retention duration_ms must be positive, got {self.duration_ms}")
+
+
+@dataclass(frozen=True)
+class PrefixStatus:
+    """What EnsurePrefix did. Counts are exact unless ``exact`` is False (block-granular estimates)."""
+
+    slot: int
+    prompt_tokens: int
+    reused_tokens: int
+    computed_tokens: int
+    dropped_tokens: int = 0
+    deferred_tokens: int = 0
+    exact: bool = True
+    granularity_tokens: int = 1
+    source: str = "cell"
+    elapsed_s: float = 0.0
+    engine_counters: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DecodeResult:
+    """Collected result of one Decode; ``token_times_s`` are seconds since dispatch, one per token."""
+
+    slot: int
+    tokens: list[int]
+    text: str
+    finish_reason: str
+    ttft_s: float
+    token_times_s: list[float]
+    prompt_tokens: int = 0
+    deferred_prefill_tokens: int = 0
+    engine_counters: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def inter_token_s(self) -> list[float]:
+        t = self.token_times_s
+        return [b - a for a, b in zip(t, t[1:])]
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The context operations an engine really implements (ExplainContext's flags)."""
+
+    remove_tail: bool
+    remove_middle: bool
+    position_shift: bool
+    recompute_range: bool
+
+
+@dataclass(frozen=True)
+class ContextExplanation:
+    slot: int
+    tokens: int
+    cache_key: str
+    capabilities: Capabilities
+    pending_tokens: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A restorable slot state. ``kind`` is ``"kv"`` (engine state bytes) or ``"text"`` (re-render)."""
+
+    manifest_digest: str
+    cache_key: str
+    tokens: tuple[int, ...]
+    kind: str
+    payload: bytes = b""
+    engine: str = ""
+
+
+@dataclass(frozen=True)
+class KvGeometry:
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype_bytes: float
+
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V for every layer: 2 · layers · kv_heads · head_dim · dtype size."""
+        return int(round(2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes))
+
+
+@dataclass(frozen=True)
+class Description:
+    engine: str
+    engine_version: str
+    model: str
+    manifest_digest: str
+    geometry: KvGeometry
+    context_tokens: int
+    kv_capacity_tokens: int
+    kv_capacity_bytes: int
+    block_tokens: int
+    slots: int
+    observers: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class KvEvent:
+    """One engine KV-cache event, normalised (TensorRT-LLM's created/stored/removed/updated)."""
+
+    kind: str  # "created" | "stored" | "removed" | "updated"
+    event_id: int = 0
+    block_hashes: tuple[int, ...] = ()
+    parent_hash: int | None = None
+    block_tokens: tuple[tuple[int, ...], ...] = ()  # stored: token ids per block
+    priority: int | None = None  # stored: per event if uniform; updated: new value
+    cache_level: int | None = None
+    num_blocks: tuple[int, ...] = ()  # created: blocks per cache level
+    window_size: int | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+TokenCallback = Callable[[int, str, float], None]
+"""Streaming callback: (token id, text piece, seconds since dispatch)."""
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+OBSERVERS = {
+    "request_counters": "PrefixStatus/DecodeResult.engine_counters carry the engine's own per-request reuse counters",
+    "kv_events": "cell.drain_kv_events() -> list[KvEvent]; drains the engine's event buffer (one consumer)",
+    "iteration_stats": "cell.drain_iteration_stats() -> list[dict]; drains the engine's iteration stats",
+    "connector": "cell.connector_log() -> list[dict]; every call a recording KV connector saw, with arguments",
+    "state_export": "cell.export_state(slot) / import_state(blob, slot, position_shift=0); per-sequence KV bytes",
+}
+"""Optional evidence channels. A cell lists the ones it really has in ``Description.observers``;
+probes ask for channels, never for an engine name."""
+
+
+@runtime_checkable
+class Cell(Protocol):
+    """The transport contract. A cell is a context manager; ``close`` frees the engine."""
+
+    engine: str
+    manifest: Manifest
+
+    def ensure_prefix(
+        self,
+        prompt: Prompt,
+        *,
+        slot: int = 0,
+        salt: str | None = None,
+        retention: Retention | None = None,
+    ) -> PrefixStatus: ...
+
+    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus: ...
+
+    def decode(
+        self,
+        *,
+        slot: int = 0,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
+        json_schema: Mapping[str, Any] | None = None,
+        on_token: TokenCallback | None = None,
+    ) -> DecodeResult: ...
+
+    def explain_context(self, *, slot: int = 0) -> ContextExplanation: ...
+
+    def snapshot(self, *, slot: int = 0) -> Snapshot: ...
+
+    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus: ...
+
+    def describe(self) -> Description: ...
+
+    def embed(self, texts: Iterable[str]) -> list[list[float]]: ...
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Cell": ...
+
+    def __exit__(self, *exc: object) -> None: ...

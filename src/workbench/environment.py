@@ -1,0 +1,131 @@
+"""Where a measurement was taken: hardware, driver/CUDA, workbench version, git commit.
+
+Every finding carries this fingerprint; ``workbench doctor`` prints it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .findings import now_iso
+
+
+def _run(cmd: list[str], timeout: float = 10) -> str | None:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def cpu() -> dict:
+    model = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {"model": model, "cores": os.cpu_count(), "memory_bytes": mem, "machine": platform.machine()}
+
+
+@functools.lru_cache(maxsize=1)
+def gpus() -> dict:
+    """NVIDIA GPUs via NVML when importable, else nvidia-smi; ``available`` False with the reason otherwise."""
+    try:
+        import pynvml  # type: ignore
+
+        pynvml.nvmlInit()
+        try:
+            n = pynvml.nvmlDeviceGetCount()
+            devs = []
+            for i in range(n):
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+                name = pynvml.nvmlDeviceGetName(h)
+                devs.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                             "memory_total_bytes": int(mem.total), "memory_free_bytes": int(mem.free)})
+            drv = pynvml.nvmlSystemGetDriverVersion()
+            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+            return {"available": n > 0, "source": "nvml", "devices": devs,
+                    "driver": drv.decode() if isinstance(drv, bytes) else drv,
+                    "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}", "reason": None if n else "NVML reports no GPU"}
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as e:  # noqa: BLE001 - NVML raises its own error types; fall back to nvidia-smi
+        nvml_reason = f"NVML unavailable ({type(e).__name__}: {e})"
+    if shutil.which("nvidia-smi"):
+        out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.free,driver_version",
+                    "--format=csv,noheader,nounits"])
+        if out:
+            devs, drv = [], None
+            for line in out.splitlines():
+                idx, name, total, free, drv = [x.strip() for x in line.split(",")]
+                devs.append({"index": int(idx), "name": name, "memory_total_bytes": int(float(total)) << 20,
+                             "memory_free_bytes": int(float(free)) << 20})
+            return {"available": bool(devs), "source": "nvidia-smi", "devices": devs, "driver": drv, "cuda": None,
+                    "reason": None}
+        return {"available": False, "source": "nvidia-smi", "devices": [], "driver": None, "cuda": None,
+                "reason": "nvidia-smi found but it lists no GPU"}
+    return {"available": False, "source": None, "devices": [], "driver": None, "cuda": None,
+            "reason": f"no NVIDIA GPU: {nvml_reason}; nvidia-smi not on PATH"}
+
+
+def hardware() -> dict:
+    c, g = cpu(), gpus()
+    gpu_names = ", ".join(d["name"] for d in g["devices"]) or "no GPU"
+    summary = f"{c['model'] or c['machine']} ({c['cores']} cores); {gpu_names}"
+    return {"summary": summary, "cpu": c, "gpu": g}
+
+
+def workbench_version() -> str:
+    try:
+        return metadata.version("workbench")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    out = _run(["git", "-C", str(here), "rev-parse", "HEAD"], timeout=5)
+    if out is None:
+        return None
+    dirty = _run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], timeout=5)
+    return out + ("-dirty" if dirty else "")
+
+
+def fingerprint(engine: str, engine_version: str | None, model: Any = None, geometry: Any = None,
+                extra: dict | None = None) -> dict:
+    """The ``environment`` block of a finding."""
+    model_doc: dict = {}
+    if model is not None:
+        model_doc = {"spec": model.spec, "name": model.name, "kind": model.kind, "sha256": model.sha256}
+    if geometry is not None:
+        model_doc["geometry"] = asdict(geometry) | {"bytes_per_token": geometry.bytes_per_token}
+    return {
+        "engine": engine,
+        "engine_version": engine_version,
+        "model": model_doc,
+        "hardware": hardware(),
+        "python": platform.python_version(),
+        "workbench_version": workbench_version(),
+        "git_commit": git_commit(),
+        "time": now_iso(),
+        **(extra or {}),
+    }

@@ -1,0 +1,191 @@
+"""Findings: the schema, the environment fingerprint, and the on-disk store.
+
+One JSON file per finding, validated against ``finding.schema.json``. Files are written atomically
+and never overwritten (ids are unique); loading skips corrupt files and reports them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+import uuid
+import warnings
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jsonschema
+
+from . import claims as _claims
+from . import metrics as _metrics
+from .contract import WorkbenchError
+
+SCHEMA_ID = "workbench.finding/v1"
+VERDICTS = ("confirmed", "refuted", "partial", "inconclusive", "not-run")
+
+
+class FindingError(WorkbenchError):
+    """A finding that does not satisfy the schema."""
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    return json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Finding:
+    probe: str
+    claim: str
+    claims: list[str]
+    verdict: str
+    summary: str
+    engine: str
+    environment: dict
+    params: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # tag -> {"value", "unit"}
+    evidence: dict = field(default_factory=dict)  # {"columns", "rows", "files", "notes"}
+    reason: str | None = None
+    claim_verdicts: dict = field(default_factory=dict)
+    id: str = ""
+    created: str = ""
+    schema: str = SCHEMA_ID
+
+    def __post_init__(self) -> None:
+        self.created = self.created or now_iso()
+        if not self.id:
+            stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
+            self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"
+
+    @property
+    def engine_version(self) -> str | None:
+        return self.environment.get("engine_version")
+
+    def metric(self, tag: str) -> Any:
+        m = self.metrics.get(tag)
+        return None if m is None else m["value"]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if not d["claim_verdicts"]:
+            d.pop("claim_verdicts")
+        return d
+
+    def validate(self) -> "Finding":
+        validate(self.to_dict())
+        return self
+
+
+def metric_values(values: Mapping[str, Any]) -> dict:
+    """``{tag: value}`` → ``{tag: {"value", "unit"}}`` using the declared units (unknown tags fail)."""
+    out = {}
+    for tag, v in values.items():
+        if hasattr(v, "item"):  # numpy scalars
+            v = v.item()
+        out[tag] = {"value": v, "unit": _metrics.get(tag).unit}
+    return out
+
+
+def validate(doc: Mapping[str, Any]) -> None:
+    try:
+        jsonschema.validate(doc, schema())
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "<root>"
+        raise FindingError(f"finding is invalid at {where}: {e.message}") from None
+    for cid in list(doc["claims"]) + list(doc.get("claim_verdicts", {})):
+        if cid not in _claims.CLAIMS:
+            raise FindingError(f"finding cites unknown claim {cid!r}")
+
+
+def from_dict(doc: Mapping[str, Any]) -> Finding:
+    validate(doc)
+    return Finding(**{k: v for k, v in doc.items()})
+
+
+# --------------------------------------------------------------------------- store
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (Path, _dt.datetime)):
+        return str(o)
+    raise TypeError(f"cannot serialise {type(o).__name__} in a finding")
+
+
+def write(finding: Finding, directory: str | os.PathLike) -> Path:
+    """Validate and write atomically as ``<id>.json``; refuses to overwrite an existing finding."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(json.dumps(finding.to_dict(), default=_json_default))
+    validate(doc)
+    target = d / f"{finding.id}.json"
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".finding-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.link(tmp, target)  # fails if target exists: never overwrite
+    except FileExistsError:
+        raise FindingError(f"{target} already exists; findings are never overwritten") from None
+    finally:
+        os.unlink(tmp)
+    return target
+
+
+@dataclass
+class Scan:
+    findings: list[tuple[Path, Finding]]
+    errors: list[tuple[Path, str]]
+
+
+def scan(paths: Iterable[str | os.PathLike]) -> Scan:
+    """Read every ``*.json`` finding under the given files/directories; corrupt ones go to ``errors``."""
+    found, errors = [], []
+    for p in map(Path, paths):
+        files = sorted(p.rglob("*.json")) if p.is_dir() else [p]
+        for f in files:
+            if f.name.startswith(".") or f.name in {"manifest.json", "run.json"}:
+                continue
+            try:
+                doc = json.loads(f.read_text())
+                if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
+                    continue  # not a finding (e.g. a run manifest)
+                found.append((f, from_dict(doc)))
+            except (OSError, ValueError, FindingError, TypeError) as e:
+                errors.append((f, str(e)))
+    return Scan(found, errors)
+
+
+def load(*paths: str | os.PathLike):
+    """Findings under ``paths`` as a pandas DataFrame, one row per finding; corrupt files warn and are skipped."""
+    import pandas as pd
+
+    s = scan(paths)
+    for f, err in s.errors:
+        warnings.warn(f"skipping corrupt finding {f}: {err}", stacklevel=2)
+    rows = []
+    for path, fd in s.findings:
+        env = fd.environment
+        rows.append({
+            "id": fd.id, "probe": fd.probe, "engine": fd.engine,
+            "engine_version": env.get("engine_version"), "verdict": fd.verdict, "summary": fd.summary,
+            "reason": fd.reason, "model": (env.get("model") or {}).get("name"),
+            "hardware": (env.get("hardware") or {}).get("summary"),
+            "created": fd.created, "claims": list(fd.claims), "path": str(path),
+            **{f"metric.{k}": v["value"] for k, v in fd.metrics.items()},
+        })
+    cols = ["id", "probe", "engine", "engine_version", "verdict", "summary", "reason", "model", "hardware",
+            "created", "claims", "path"]
+    df = pd.DataFrame(rows, columns=cols + sorted({k for r in rows for k in r} - set(cols)))
+    return df.sort_values(["probe", "engine", "created"], kind="stable").reset_index(drop=True)

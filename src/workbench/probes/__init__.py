@@ -1,0 +1,211 @@
+"""Probes: small experiments that each test one blueprint claim and return a finding.
+
+Probes are registered by name and imported lazily. ``run(name, engine=…, model=…, params=…)``
+validates the typed parameters, runs the experiment on fresh cells, and returns a
+:class:`~workbench.findings.Finding` — ``not-run`` with the reason when the engine or machine
+cannot run it, never a guessed answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .. import cells, claims, environment, findings, models
+from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
+
+_REGISTRY: dict[str, str] = {
+    "retention.pinning_under_pressure": "workbench.probes.retention:PinningUnderPressure",
+    "reuse.per_request_metrics": "workbench.probes.reuse:PerRequestMetrics",
+    "connector.export_granularity": "workbench.probes.connector:ExportGranularity",
+    "prefix.warmup_materialization": "workbench.probes.warmup:WarmupMaterialization",
+    "isolation.cache_salt": "workbench.probes.isolation:CacheSalt",
+    "capacity.budget_policy": "workbench.probes.capacity:BudgetPolicy",
+    "surface.cpp_entrypoint": "workbench.probes.surface:CppEntrypoint",
+    "surface.contract_mapping": "workbench.probes.surface:ContractMapping",
+}
+
+
+class ParamError(WorkbenchError, ValueError):
+    """A probe parameter that is unknown or of the wrong type; the message lists the valid ones."""
+
+
+class NotRunnable(WorkbenchError):
+    """Raised inside a probe when this engine/machine cannot answer; becomes a ``not-run`` finding."""
+
+
+@dataclass
+class Outcome:
+    """What a probe concluded. The framework turns it into a Finding."""
+
+    verdict: str
+    summary: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    rows: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    claim_verdicts: dict[str, str] = field(default_factory=dict)
+
+
+class Probe:
+    """Base class. Subclasses set ``name``, ``claim`` (blueprint words), ``claims`` (ids), ``Params``."""
+
+    name: str = ""
+    claim: str = ""
+    claims: tuple[str, ...] = ()
+
+    @dataclass(frozen=True)
+    class Params:
+        pass
+
+    def run(self, ctx: "ProbeContext", p: Any) -> Outcome:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ProbeContext:
+    """What a probe gets: a way to open fresh cells (one per arm) and the run's identity."""
+
+    def __init__(self, engine: str, model: str, cell_options: Mapping[str, Any] | None = None,
+                 opener: Callable[..., Cell] | None = None) -> None:
+        self.engine, self.model = engine, model
+        self.cell_options = dict(cell_options or {})
+        self._opener = opener or cells.open_cell
+        self.description: Description | None = None
+        self.resolved: models.ResolvedModel | None = None
+
+    def open(self, model: str | None = None, **options: Any) -> Cell:
+        """A fresh cell (``options`` override the run's cell options). Records the first description."""
+        cell = self._opener(self.engine, model or self.model, **(self.cell_options | options))
+        if self.description is None and (model is None or model == self.model):
+            self.description = cell.describe()
+            self.resolved = getattr(cell, "model", None)
+        return cell
+
+
+def names() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+def get(name: str) -> Probe:
+    try:
+        target = _REGISTRY[name]
+    except KeyError:
+        raise ParamError(f"unknown probe {name!r}; valid probes: {', '.join(names())}") from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+def describe_params(name: str) -> list[dict]:
+    """Each parameter of probe ``name``: name, type, default, help."""
+    probe = get(name)
+    hints = typing.get_type_hints(probe.Params)
+    return [{"name": f.name, "type": _type_name(hints[f.name]),
+             "default": f.default_factory() if f.default is dataclasses.MISSING else f.default,
+             "help": f.metadata.get("help", "")} for f in dataclasses.fields(probe.Params)]
+
+
+def _type_name(t: Any) -> str:
+    return getattr(t, "__name__", None) or str(t).replace("typing.", "")
+
+
+def parse_params(probe: Probe, raw: Mapping[str, Any]) -> Any:
+    """Build ``probe.Params`` from strings or values, converting to each field's declared type."""
+    fields = {f.name: f for f in dataclasses.fields(probe.Params)}
+    unknown = sorted(set(raw) - set(fields))
+    if unknown:
+        raise ParamError(f"probe {probe.name}: unknown parameter(s) {', '.join(unknown)}; "
+                         f"valid: {', '.join(fields) or '(none)'}")
+    hints = typing.get_type_hints(probe.Params)
+    values = {k: _convert(probe.name, k, hints[k], v) for k, v in raw.items()}
+    try:
+        return probe.Params(**values)
+    except (TypeError, ValueError) as e:
+        raise ParamError(f"probe {probe.name}: {e}") from None
+
+
+def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
+    origin, args = typing.get_origin(t), typing.get_args(t)
+    if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
+        if v is None or (isinstance(v, str) and v.lower() in {"none", "null", ""}):
+            if type(None) in args:
+                return None
+        t = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(t), typing.get_args(t)
+    try:
+        if origin is tuple:
+            items = v.split(",") if isinstance(v, str) else list(v)
+            return tuple(_convert(probe, key, args[0], x.strip() if isinstance(x, str) else x)
+                         for x in items if not (isinstance(x, str) and not x.strip()))
+        if t is bool:
+            if isinstance(v, str):
+                if v.lower() in {"1", "true", "yes", "on"}:
+                    return True
+                if v.lower() in {"0", "false", "no", "off"}:
+                    return False
+                raise ValueError(v)
+            return bool(v)
+        if t in (int, float, str):
+            if t is int and isinstance(v, float) and not v.is_integer():
+                raise ValueError(v)
+            return t(v)
+    except (ValueError, TypeError):
+        raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}, got {v!r}") from None
+    return v
+
+
+def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
+        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None,
+        opener: Callable[..., Cell] | None = None) -> findings.Finding:
+    """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given."""
+    probe = get(name)
+    if engine not in cells.engines():
+        raise ParamError(f"unknown engine {engine!r}; valid engines: {', '.join(cells.engines())}")
+    p = parse_params(probe, params or {})
+    ctx = ProbeContext(engine, model, cell_options, opener)
+    reason = None
+    if opener is None:
+        avail = cells.availability(engine)
+        reason = None if avail.available else avail.reason
+    if reason is None:
+        try:
+            outcome = probe.run(ctx, p)
+        except (EngineUnavailable, NotRunnable, UnsupportedFeature) as e:
+            reason = getattr(e, "reason", None) or str(e)
+    if reason is not None:
+        outcome = Outcome("not-run", f"Not run on {engine}: {reason}", notes=[reason])
+    finding = _finding(probe, ctx, p, outcome, reason)
+    if out is not None:
+        findings.write(finding, out)
+    return finding
+
+
+def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
+    d = ctx.description
+    version = d.engine_version if d else cells.availability(ctx.engine).version if ctx.engine in cells.engines() else None
+    env = environment.fingerprint(ctx.engine, version, ctx.resolved, d.geometry if d else None,
+                                  {"cell": _cell_doc(d)} if d else None)
+    columns = list(dict.fromkeys(k for r in o.rows for k in r))
+    for cid in (*probe.claims, *o.claim_verdicts):
+        claims.get(cid)
+    return findings.Finding(
+        probe=probe.name, claim=probe.claim, claims=list(probe.claims), verdict=o.verdict, summary=o.summary,
+        engine=ctx.engine, environment=env, params=dataclasses.asdict(p) | {"model": ctx.model, **ctx.cell_options},
+        metrics=findings.metric_values(o.metrics), evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
+        reason=reason, claim_verdicts=dict(o.claim_verdicts),
+    )
+
+
+def _cell_doc(d: Description) -> dict:
+    return {"context_tokens": d.context_tokens, "kv_capacity_tokens": d.kv_capacity_tokens,
+            "kv_capacity_bytes": d.kv_capacity_bytes, "block_tokens": d.block_tokens, "slots": d.slots,
+            "observers": list(d.observers), "extra": dict(d.extra)}
+
+
+def param(default: Any, help: str) -> Any:
+    """A probe parameter with its help text (shown by the CLI and notebooks)."""
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: tuple(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})

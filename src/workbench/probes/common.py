@@ -1,0 +1,94 @@
+"""Shared probe mechanics: prompts the probe chooses itself, pressure ramps, timing summaries.
+
+Ground truth always comes from token ids chosen here; engine counters, events and timings are
+the channels under test.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..contract import Cell, ContextOverflow, Description
+
+TOKEN_LO = 260  # above control and byte-fallback tokens of every vocabulary we use
+
+
+def block_size(d: Description, nominal: int) -> int:
+    """The engine's KV block (1 for llama.cpp) or, where reuse is per token, a nominal block for boundaries."""
+    return d.block_tokens if d.block_tokens > 1 else nominal
+
+
+def token_ids(rng: np.random.Generator, n: int, d: Description) -> list[int]:
+    """``n`` random token ids valid for the model (no control or byte tokens)."""
+    hi = int(min(d.extra.get("vocab_size", 32000), 30000))
+    return rng.integers(TOKEN_LO, hi, size=n).tolist()
+
+
+def fresh_salt(tag: str) -> str:
+    """A salt no earlier request used: keeps warm-ups from polluting cold measurements."""
+    return f"{tag}-{uuid.uuid4().hex}"
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class Pressure:
+    submitted: int = 0  # filler requests sent
+    admitted: int = 0
+    refused: int = 0  # explicit overflow errors for the newcomer
+    tokens: int = 0  # filler tokens admitted
+
+
+def apply_pressure(cell: Cell, total_tokens: int, filler_tokens: int, slots: Sequence[int],
+                   rng: np.random.Generator, d: Description, start: int = 0) -> Pressure:
+    """Send default-priority fillers totalling ``total_tokens``, round-robin over ``slots``.
+
+    Each filler is fresh random tokens under its own salt, so it never shares KV with the prefix.
+    ``start`` continues the round-robin across calls (a sustained ramp).
+    """
+    out = Pressure()
+    remaining = total_tokens
+    i = start
+    while remaining > 0:
+        n = min(filler_tokens, remaining)
+        slot = slots[i % len(slots)]
+        i += 1
+        out.submitted += 1
+        try:
+            cell.ensure_prefix(token_ids(rng, n, d), slot=slot, salt=fresh_salt("filler"))
+            out.admitted += 1
+            out.tokens += n
+        except ContextOverflow:
+            out.refused += 1
+        remaining -= n
+    return out
+
+
+def timed(fn, *args, **kwargs) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    r = fn(*args, **kwargs)
+    return time.perf_counter() - t0, r
+
+
+def spread(xs: Sequence[float]) -> dict:
+    """Median and interquartile range: timing claims report spread, not one number."""
+    if not xs:
+        return {"median": float("nan"), "q1": float("nan"), "q3": float("nan"), "n": 0}
+    q = np.percentile(xs, [25, 50, 75])
+    return {"median": float(q[1]), "q1": float(q[0]), "q3": float(q[2]), "n": len(xs)}
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
