@@ -11,9 +11,12 @@ refused with :class:`ContextOverflow` from token counts before anything is dispa
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import json
 import os
+import re
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
@@ -43,17 +46,48 @@ _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
 
 
-def _lib():
-    import llama_cpp
-    from llama_cpp._logger import set_verbose
+_LOG: collections.deque[str] = collections.deque(maxlen=4096)  # recent llama.cpp log lines
+_CAPTURE: list[list[str]] = []  # open capture buffers (see _captured)
+_log_callback = None  # kept referenced: llama.cpp holds the pointer
 
-    set_verbose(bool(os.environ.get("WORKBENCH_LLAMA_VERBOSE")))
+
+def _lib():
+    """Import llama_cpp and route its log into ``_LOG`` (printed only with WORKBENCH_LLAMA_VERBOSE)."""
+    global _log_callback
+    import llama_cpp
+    import llama_cpp._logger  # noqa: F401 - installs its own callback on import; ours must come after
+
+    if _log_callback is None:
+        verbose = bool(os.environ.get("WORKBENCH_LLAMA_VERBOSE"))
+
+        @llama_cpp.llama_log_callback
+        def _cb(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            line = text.decode(errors="replace")
+            _LOG.append(line)
+            for buf in _CAPTURE:
+                buf.append(line)
+            if verbose:
+                sys.stderr.write(line)
+
+        _log_callback = _cb
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))  # again: other importers may have replaced it
     return llama_cpp
+
+
+def _kv_buffer_bytes(lines: Iterable[str]) -> int | None:
+    """llama.cpp's own statement of the KV buffer it allocated ("KV buffer size = X MiB")."""
+    total = None
+    for line in lines:
+        m = re.search(r"KV buffer size\s*=\s*([0-9.]+)\s*MiB", line)
+        if m:
+            total = (total or 0) + int(float(m.group(1)) * 2**20)
+    return total
 
 
 @dataclass
 class _Seq:
-    tokens: list[int] = field(default_factory=list)  # KV-resident tokens at positions 0..n-1
+    tokens: list[int] = field(default_factory=list)  # KV-resident tokens at positions pos0..pos0+n-1
+    pos0: int = 0  # first position (non-zero only after a shifted import)
     key: str | None = None  # manifest ⊕ salt the KV was built under
     pending: list[int] = field(default_factory=list)  # deferred suffix, rides the next decode
     retention: Retention | None = None
@@ -134,7 +168,13 @@ class LlamaCppCell:
             cparams.kv_unified = True
             cparams.type_k = cparams.type_v = _GGML_TYPE[kv_type]
             cparams.no_perf = False
-            self._ctx = ll.llama_init_from_model(self._model, cparams)
+            lines: list[str] = []
+            _CAPTURE.append(lines)
+            try:
+                self._ctx = ll.llama_init_from_model(self._model, cparams)
+            finally:
+                _CAPTURE.remove(lines)
+            self._kv_buffer_bytes = _kv_buffer_bytes(lines)
             if not self._ctx:
                 raise WorkbenchError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.name}")
             self._mem = ll.llama_get_memory(self._ctx)
@@ -294,7 +334,7 @@ class LlamaCppCell:
     def _eval(self, slot: int, tokens: Sequence[int]) -> None:
         """Append ``tokens`` to sequence ``slot`` at the next positions; logits for the last one."""
         ll, seq, b = self._ll, self._seqs[slot], self._batch
-        pos0 = len(seq.tokens)
+        pos0 = seq.pos0 + len(seq.tokens)
         for start in range(0, len(tokens), self._n_batch):
             chunk = tokens[start:start + self._n_batch]
             n = len(chunk)
@@ -331,8 +371,10 @@ class LlamaCppCell:
         seq = self._seqs[slot]
         dropped = len(seq.tokens) - keep
         if dropped > 0:
-            self._ll.llama_memory_seq_rm(self._mem, slot, keep, -1)
+            self._ll.llama_memory_seq_rm(self._mem, slot, seq.pos0 + keep, -1)
             del seq.tokens[keep:]
+        if keep == 0:
+            seq.pos0 = 0
             if self._logits_at and self._logits_at[0] == slot:
                 self._logits_at = None
         return max(dropped, 0)
@@ -488,8 +530,8 @@ class LlamaCppCell:
         if not self.capabilities().position_shift:
             raise UnsupportedFeature("remove_middle", ENGINE, "this model's memory cannot shift positions")
         ll = self._ll
-        ll.llama_memory_seq_rm(self._mem, slot, start, end)
-        ll.llama_memory_seq_add(self._mem, slot, end, -1, -(end - start))
+        ll.llama_memory_seq_rm(self._mem, slot, seq.pos0 + start, seq.pos0 + end)
+        ll.llama_memory_seq_add(self._mem, slot, seq.pos0 + end, -1, -(end - start))
         del seq.tokens[start:end]
         if self._logits_at and self._logits_at[0] == slot:
             self._logits_at = None
@@ -530,8 +572,11 @@ class LlamaCppCell:
         if ll.llama_state_seq_set_data(self._ctx, buf, len(blob), slot) == 0:
             raise WorkbenchError("llama.cpp refused the sequence state (wrong model or context too small)")
         if position_shift:
+            if not self.capabilities().position_shift:
+                raise UnsupportedFeature("position_shift", ENGINE, "this model's memory cannot shift positions")
             ll.llama_memory_seq_add(self._mem, slot, 0, -1, position_shift)
         seq.tokens = list(tokens)
+        seq.pos0 = position_shift
         self._logits_at = None
 
     def snapshot(self, *, slot: int = 0) -> Snapshot:
@@ -599,7 +644,8 @@ class LlamaCppCell:
             kv_capacity_tokens=self._n_ctx, kv_capacity_bytes=self._n_ctx * g.bytes_per_token,
             block_tokens=1, slots=self._slots,
             observers=("request_counters", "state_export", "capacity"),
-            extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads, "n_batch": self._n_batch, "kv_unified": True,
+            extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads,
+                   "kv_buffer_bytes": self._kv_buffer_bytes, "n_batch": self._n_batch, "kv_unified": True,
                    "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
                    "retention": "not applicable: llama.cpp never evicts; overflow is refused"},
         )

@@ -147,7 +147,8 @@ def build_recording_connector(trtllm: ModuleType, log_path: Path) -> RecordingCo
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.touch()
     os.environ[LOG_ENV] = str(log_path)
-    config = trtllm.llmapi.llm_args.KvCacheConnectorConfig(
+    llm_args = importlib.import_module(f"{trtllm.__name__}.llmapi.llm_args")
+    config = llm_args.KvCacheConnectorConfig(
         connector_module=__name__, connector_scheduler_class=SCHEDULER_CLASS, connector_worker_class=WORKER_CLASS)
     return RecordingConnector(config, scheduler, worker, log_path)
 

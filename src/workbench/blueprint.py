@@ -1,0 +1,622 @@
+"""Write findings back into the Markdown blueprint, next to the claims they settle.
+
+Managed blocks. Everything the workbench writes sits between two marker lines,
+``<!-- workbench:begin ID -->`` and ``<!-- workbench:end ID -->``. A marker counts only when the
+Markdown parser sees that line as an HTML block of its own: one quoted in a code block is
+documentation and ignored, one swallowed by a person's HTML block or paragraph is an error rather
+than a block silently lost. Outside blocks nothing is rewritten: write-back replaces block contents
+and inserts missing blocks *between* existing lines, so human text survives byte for byte by
+construction, and a block, once written, stays wherever it is (people may move it).
+
+Where each finding goes (sections by heading text, rows and items by :mod:`workbench.claims`
+``match``, all located through markdown-it token line maps):
+
+- Open Unknowns and the entry conditions of Admissible Future Shape: block ``<claim id>`` nested
+  in the list item, holding a small table with one row per (engine, engine version). A table
+  rather than prose so :func:`unknowns_table` reads the state back through the parser.
+- Risks and Contract Mapping Reference: a column cannot live in a block of its own, so the whole
+  table is wrapped in one block (``risks-table``, ``contract-table``) whose *last* column
+  (``Status``, ``Verified``) is ours. Each row's human part, the raw line up to the pipe before our
+  cell, is re-read on every run and kept byte for byte, so people can keep editing those cells;
+  taking a table under management only adds a missing trailing pipe to its rows.
+- ``verification-log``: a "Verification log" section appended at the end once, then kept in place.
+
+Per claim and (engine, engine version) the newest finding that ran is shown; a ``not-run`` one is
+shown only when nothing ran, as *unresolved* with its reason, so it never masks or poses as an answer.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import difflib
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Sequence
+from urllib.parse import quote, unquote
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+from . import claims as _claims
+from .contract import WorkbenchError
+from .findings import Finding, scan
+
+
+class BlueprintError(WorkbenchError):
+    """The blueprint cannot be written back as it stands; nothing was written."""
+
+
+class MissingError(BlueprintError):
+    """A section, table, row or list item that the claims need is not in the blueprint."""
+
+
+class ManagedBlockError(BlueprintError):
+    """Managed-block markers are unbalanced, nested, duplicated or swallowed by surrounding Markdown."""
+
+
+Mode = Literal["write", "dry-run", "check"]
+LOG_ID = "verification-log"
+TABLES = {"risks": ("risks-table", "Status"), "contract": ("contract-table", "Verified")}
+ITEM_SECTIONS = ("unknowns",)  # list items that get a block; see the report on "entry"
+ANSWERS = ("confirmed", "refuted", "partial")  # what counts as resolving a claim
+_LABELS = {
+    "confirmed": "**confirmed**",
+    "refuted": "**refuted**",
+    "partial": "**partial**",
+    "inconclusive": "_inconclusive_",
+    "not-run": "_unresolved (not run)_",
+}
+_ITEM_COLUMNS = ("Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
+_LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
+_NOT_RUN = "Not run: "
+_MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
+_NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it itself splits on
+_BULLET = re.compile(r"([ ]*)([-+*]|\d{1,9}[.)])([ ]*)")
+_MD = MarkdownIt("commonmark").enable("table")
+
+
+# --------------------------------------------------------------------------- what gets written
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One finding's verdict on one claim, as the blueprint shows it."""
+
+    claim: str
+    verdict: str
+    engine: str
+    engine_version: str | None
+    hardware: str
+    date: str
+    summary: str
+    reason: str | None
+    link: str
+    created: str
+    finding_id: str
+
+
+def _when(created: str) -> _dt.datetime:
+    """Comparable creation time; naive stamps are UTC and unparseable ones sort oldest."""
+    try:
+        t = _dt.datetime.fromisoformat(created)
+    except ValueError:
+        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def _natural(version: str | None) -> list:
+    """'0.3.16' after '0.3.9': digit runs compare as numbers."""
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))]
+
+
+def _link(path: Path, base: Path) -> str:
+    return quote(Path(os.path.relpath(path, base)).as_posix())
+
+
+def _verdicts(findings: Sequence[tuple[Path, Finding]], base: Path) -> dict[str, list[Verdict]]:
+    """Per claim, one verdict per (engine, engine version), ordered by engine then version."""
+    groups: dict[tuple[str, str, str | None], list[Verdict]] = {}
+    for path, f in findings:
+        for cid in dict.fromkeys([f.claim, *f.claims]):
+            v = Verdict(
+                claim=cid, verdict=f.claim_verdicts.get(cid, f.verdict), engine=f.engine,
+                engine_version=f.engine_version,
+                hardware=(f.environment.get("hardware") or {}).get("summary") or "unknown hardware",
+                date=f.created[:10], summary=f.summary, reason=f.reason, link=_link(path, base),
+                created=f.created, finding_id=f.id,
+            )
+            groups.setdefault((cid, f.engine, f.engine_version), []).append(v)
+    out: dict[str, list[Verdict]] = {}
+    for (cid, engine, version), vs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _natural(kv[0][2]))):
+        out.setdefault(cid, []).append(
+            max(vs, key=lambda v: (v.verdict != "not-run", _when(v.created), v.finding_id)))
+    return out
+
+
+def _text(s: str | None) -> str:
+    """One table cell: whitespace (line breaks included) collapsed, pipes escaped."""
+    s = " ".join((s or "").split())
+    return s.replace("|", "\\|") if s else "—"
+
+
+def _status_cell(vs: list[Verdict]) -> str:
+    """The Status/Verified cell: every (engine, version) side by side."""
+    parts = []
+    for v in vs:
+        why = f" · {_text(v.reason or v.summary)}" if v.verdict == "not-run" else ""
+        parts.append(f"{_LABELS[v.verdict]} · {_text(v.engine)} {_text(v.engine_version)} · {v.date}{why}"
+                     f" · [finding]({v.link})")
+    return "<br>".join(parts) or "—"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _item_lines(vs: list[Verdict]) -> list[str]:
+    if not vs:
+        return ["_Unresolved: no finding cites this claim yet._"]
+    rows = [_row(_ITEM_COLUMNS), _row(["---"] * len(_ITEM_COLUMNS))]
+    for v in vs:
+        said = _NOT_RUN + _text(v.reason or v.summary) if v.verdict == "not-run" else _text(v.summary)
+        rows.append(_row([_LABELS[v.verdict], _text(v.engine), _text(v.engine_version), _text(v.hardware),
+                          v.date, said, f"[finding]({v.link})"]))
+    return rows
+
+
+def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str]:
+    head = ["## Verification log", ""]
+    if not findings:
+        return head + ["_No findings yet._"]
+    rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
+    for path, f in sorted(findings, key=lambda pf: (_when(pf[1].created), pf[1].id)):
+        verdict = _LABELS[f.verdict] + (f": {_text(f.reason or f.summary)}" if f.verdict == "not-run" else "")
+        cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
+                          for c in dict.fromkeys([f.claim, *f.claims]))
+        rows.append(_row([f.created[:10], _text(f.engine), _text(f.engine_version),
+                          _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe), verdict,
+                          _text(cited), f"[finding]({_link(path, base)})"]))
+    return head + rows
+
+
+# --------------------------------------------------------------------------- reading the document
+
+
+@dataclass(frozen=True)
+class _Block:
+    id: str
+    begin: int  # line of the begin marker
+    end: int  # line of the end marker
+    indent: str
+
+
+@dataclass(frozen=True)
+class _Section:
+    name: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """Replace lines[start:end] (an insertion when start == end)."""
+
+    start: int
+    end: int
+    new: list[str]
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines with their terminators, split exactly where markdown-it splits, so token maps index them."""
+    out, start = [], 0
+    for m in _NEWLINE.finditer(text):
+        out.append(text[start:m.end()])
+        start = m.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def _body(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def _blank(line: str) -> bool:
+    return not _body(line).strip(" \t")
+
+
+def _norm(s: str) -> str:
+    return " ".join(s.split())
+
+
+def _pipes(s: str) -> list[int]:
+    """Positions of the pipes that separate table cells (a backslash escapes the next character)."""
+    out, escaped = [], False
+    for i, c in enumerate(s):
+        if escaped:
+            escaped = False
+        elif c == "\\":
+            escaped = True
+        elif c == "|":
+            out.append(i)
+    return out
+
+
+def _cells(s: str) -> list[str]:
+    """A table row's raw cells, GFM style: optional leading and trailing pipes."""
+    p = _pipes(s)
+    edges = [-1, *p, len(s)]
+    cells = [s[a + 1:b] for a, b in zip(edges, edges[1:])]
+    if p and not s[:p[0]].strip(" \t"):
+        cells = cells[1:]
+    if p and not s[p[-1] + 1:].strip(" \t"):
+        cells = cells[:-1]
+    return cells
+
+
+class _Doc:
+    """The blueprint as lines, markdown-it tokens, managed blocks and sections."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = _split_lines(text)
+        m = _NEWLINE.search(text)
+        self.nl = m.group() if m else "\n"
+        self.tokens: list[Token] = _MD.parse(text)
+        self.blocks = self._blocks()
+        self.sections = self._sections()
+        self.tables = [(t.map[0], t.map[1]) for t in self.tokens if t.type == "table_open" and t.map]
+
+    def _blocks(self) -> dict[str, _Block]:
+        code = [t.map for t in self.tokens if t.type in ("fence", "code_block") and t.map]
+        alone = {t.map[0] for t in self.tokens if t.type == "html_block" and t.map and t.map[1] == t.map[0] + 1}
+        blocks: dict[str, _Block] = {}
+        opened: tuple[str, int, str] | None = None
+        for i, line in enumerate(self.lines):
+            m = _MARKER.fullmatch(_body(line))
+            if not m or any(a <= i < b for a, b in code):
+                continue
+            indent, kind, bid = m.groups()
+            if i not in alone:
+                raise ManagedBlockError(
+                    f"line {i + 1}: the {kind} marker of managed block {bid!r} is not an HTML comment block of its "
+                    "own to the Markdown parser (the text around it swallows it); put it on its own line after "
+                    "a blank line or a closed block")
+            if kind == "begin":
+                if opened:
+                    raise ManagedBlockError(f"line {i + 1}: managed block {bid!r} begins inside block {opened[0]!r} "
+                                            f"(begun on line {opened[1] + 1}), which never ends")
+                if bid in blocks:
+                    raise ManagedBlockError(f"line {i + 1}: managed block {bid!r} appears twice "
+                                            f"(first on line {blocks[bid].begin + 1})")
+                opened = (bid, i, indent)
+            elif not opened or opened[0] != bid:
+                raise ManagedBlockError(f"line {i + 1}: managed block {bid!r} ends but was never begun")
+            else:
+                blocks[bid] = _Block(bid, opened[1], i, opened[2])
+                opened = None
+        if opened:
+            raise ManagedBlockError(f"line {opened[1] + 1}: managed block {opened[0]!r} begins but never ends "
+                                    f"(no '<!-- workbench:end {opened[0]} -->')")
+        return blocks
+
+    def _sections(self) -> list[_Section]:
+        heads = [(int(t.tag[1:]), t.map[0], _norm(self.tokens[k + 1].content))
+                 for k, t in enumerate(self.tokens) if t.type == "heading_open" and t.map]
+        out = []
+        for n, (level, start, name) in enumerate(heads):
+            end = next((s for lv, s, _ in heads[n + 1:] if lv <= level), len(self.lines))
+            out.append(_Section(name, start, end))
+        return out
+
+    def inside(self, line: int, allow: str | None = None) -> bool:
+        """Whether ``line`` is inside a managed block other than ``allow``."""
+        return any(b.begin < line < b.end for b in self.blocks.values() if b.id != allow)
+
+    def section(self, key: str, problems: list[str]) -> _Section | None:
+        name = _claims.SECTIONS[key]
+        found = [s for s in self.sections if s.name == name]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            problems.append(f"section '{name}' appears {len(found)} times (lines "
+                            f"{', '.join(str(s.start + 1) for s in found)}); it must be one heading")
+        else:
+            ids = ", ".join(c.id for c in _claims.in_section(key))
+            problems.append(f"section '{name}' is missing (no heading reading exactly '{name}'; needed by {ids})")
+        return None
+
+    def items(self, sec: _Section) -> list[tuple[int, int, str]]:
+        """List items in a section outside managed blocks: (first line, end line, first paragraph's source)."""
+        out = []
+        for k, t in enumerate(self.tokens):
+            if t.type != "list_item_open" or not t.map or not sec.start <= t.map[0] < sec.end or self.inside(t.map[0]):
+                continue
+            para = self.tokens[k + 1].type == "paragraph_open"
+            out.append((t.map[0], t.map[1], self.tokens[k + 2].content if para else ""))
+        return out
+
+
+# --------------------------------------------------------------------------- planning the write-back
+
+
+def _item_edits(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problems: list[str]) -> list[_Edit]:
+    sec = doc.section(key, problems)
+    if sec is None:
+        return []
+    items = doc.items(sec)
+    edits = []
+    for claim in _claims.in_section(key):
+        hits = [it for it in items if _norm(it[2]).startswith(_norm(claim.match))]
+        if len(hits) != 1:
+            problems.append(f"section '{sec.name}' has {len(hits) or 'no'} list item{'s' if len(hits) > 1 else ''} "
+                            f"starting with {claim.match!r} (claim {claim.id}); it needs exactly one")
+            continue
+        content = _item_lines(verdicts.get(claim.id, []))
+        blk = doc.blocks.get(claim.id)
+        if blk:
+            edits.append(_Edit(blk.begin + 1, blk.end, [blk.indent + line + doc.nl for line in content]))
+            continue
+        start, end, _ = hits[0]
+        bullet = _BULLET.match(_body(doc.lines[start]))
+        if not bullet:
+            problems.append(f"line {start + 1}: the item for claim {claim.id} must be a plain list item "
+                            "(not inside a block quote) so its managed block can nest under it")
+            continue
+        gap = len(bullet.group(3))
+        indent = " " * (len(bullet.group(1)) + len(bullet.group(2)) + (gap if 1 <= gap <= 4 else 1))
+        while end > start + 1 and _blank(doc.lines[end - 1]):
+            end -= 1
+        edits.append(_Edit(end, end, _wrap(claim.id, indent, content, doc.nl)))
+    return edits
+
+
+def _wrap(bid: str, indent: str, content: list[str], nl: str) -> list[str]:
+    return [f"{indent}<!-- workbench:begin {bid} -->{nl}", *(indent + c + nl for c in content),
+            f"{indent}<!-- workbench:end {bid} -->{nl}"]
+
+
+def _human_part(text: str) -> str:
+    """A managed row without our last cell: the raw text up to and including the pipe before it."""
+    p = _pipes(text)
+    trailing = not text[p[-1] + 1:].strip(" \t")
+    return text[:p[-2 if trailing else -1] + 1]
+
+
+def _closed(text: str) -> str:
+    """A row about to gain our cell: trailing blanks dropped, a trailing pipe added if it has none."""
+    text = text.rstrip(" \t")
+    p = _pipes(text)
+    return text if p and p[-1] == len(text) - 1 else text + " |"
+
+
+def _table_edit(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problems: list[str]) -> _Edit | None:
+    bid, column = TABLES[key]
+    claims = _claims.in_section(key)
+    blk = doc.blocks.get(bid)
+
+    def first_cell(line: str) -> str:
+        cells = _cells(_body(line))
+        return _norm(cells[0]) if cells else ""
+
+    sec = doc.section(key, problems)
+    if blk:
+        tables = [t for t in doc.tables if blk.begin < t[0] < blk.end]
+        if len(tables) != 1:
+            raise ManagedBlockError(f"managed block {bid!r} (lines {blk.begin + 1}-{blk.end + 1}) must hold exactly "
+                                    f"one table, it holds {len(tables)}")
+    elif sec is None:
+        return None
+    else:
+        tables = [t for t in doc.tables if sec.start <= t[0] < sec.end and not doc.inside(t[0])
+                  and any(first_cell(doc.lines[i]).startswith(_norm(c.match)) for c in claims for i in range(*t))]
+        if len(tables) != 1:
+            problems.append(f"section '{sec.name}' has {len(tables) or 'no'} table{'s' if len(tables) > 1 else ''} "
+                            f"whose rows start with its claims' text; it needs exactly one")
+            return None
+    a, b = tables[0]
+    texts = [_body(doc.lines[i]) for i in range(a, b)]
+    width = len(_cells(texts[0]))
+    if blk:
+        last = _cells(texts[0])[-1].strip() if width else ""
+        if width < 2 or last != column:
+            raise ManagedBlockError(f"managed block {bid!r}: the table's last column is {last!r}, not {column!r}; "
+                                    "restore the column or delete the block's markers to start over")
+        human = [_human_part(t) if len(_cells(t)) == width else None for t in texts]
+    else:
+        human = [_closed(t) if len(_cells(t)) == width else None for t in texts]
+    cells: dict[int, str] = {0: column, 1: "---"}
+    for claim in claims:
+        hits = [i for i in range(2, len(texts)) if first_cell((human[i] or texts[i])).startswith(_norm(claim.match))]
+        if len(hits) != 1 or human[hits[0]] is None:
+            what = (f"{len(hits)} rows" if len(hits) > 1 else "no row") if len(hits) != 1 else \
+                f"a row with {len(_cells(texts[hits[0]]))} cells where the header has {width}"
+            problems.append(f"the '{_claims.SECTIONS[key]}' table has {what} starting with {claim.match!r} "
+                            f"(claim {claim.id}); it needs exactly one full row")
+            continue
+        cells[hits[0]] = _status_cell(verdicts.get(claim.id, []))
+    rows = []
+    for i, text in enumerate(texts):
+        end = doc.lines[a + i][len(text):] or doc.nl
+        rows.append(text + end if human[i] is None else f"{human[i]} {cells.get(i, '—')} |{end}")
+    if blk:
+        return _Edit(blk.begin + 1, blk.end, rows)
+    indent = texts[0][:len(texts[0]) - len(texts[0].lstrip(" \t"))]
+    return _Edit(a, b, [f"{indent}<!-- workbench:begin {bid} -->{doc.nl}", *rows,
+                        f"{indent}<!-- workbench:end {bid} -->{doc.nl}"])
+
+
+def _log_edit(doc: _Doc, findings: Sequence[tuple[Path, Finding]], base: Path) -> _Edit:
+    content = [line + doc.nl if line else doc.nl for line in _log_lines(findings, base)]
+    blk = doc.blocks.get(LOG_ID)
+    if blk:
+        return _Edit(blk.begin + 1, blk.end, content)
+    n = len(doc.lines)
+    gap = [doc.nl] if n and not _blank(doc.lines[-1]) else []
+    return _Edit(n, n, [*gap, f"<!-- workbench:begin {LOG_ID} -->{doc.nl}", *content,
+                        f"<!-- workbench:end {LOG_ID} -->{doc.nl}"])
+
+
+def _apply(doc: _Doc, edits: list[_Edit]) -> str:
+    out: list[str] = []
+    at = 0
+    for e in sorted(edits, key=lambda e: (e.start, e.end)):  # stable: insertions keep their planned order
+        out.extend(doc.lines[at:e.start])
+        if e.new and out and not out[-1].endswith(("\n", "\r")):
+            out[-1] += doc.nl  # the last line had no terminator; something now follows it
+        out.extend(e.new)
+        at = max(at, e.end)
+    out.extend(doc.lines[at:])
+    return "".join(out)
+
+
+def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path) -> str:
+    """The blueprint ``text`` with every managed block rewritten from ``findings`` (pure; idempotent).
+
+    ``findings`` are ``(path, finding)`` pairs as :func:`workbench.findings.scan` returns them; links
+    to the finding files are made relative to ``base``, the folder the result will be written to.
+    """
+    doc = _Doc(text)
+    verdicts = _verdicts(findings, base)
+    problems: list[str] = []
+    edits = [e for key in ITEM_SECTIONS for e in _item_edits(doc, key, verdicts, problems)]
+    edits += [e for key in TABLES if (e := _table_edit(doc, key, verdicts, problems))]
+    if problems:
+        raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
+                           + "\n  - ".join(problems))
+    edits.append(_log_edit(doc, findings, base))
+    return _apply(doc, edits)
+
+
+# --------------------------------------------------------------------------- reading it back
+
+
+def _state(text: str) -> dict[str, str]:
+    """What the managed blocks say, per claim id (and the log): for telling which claims changed."""
+    if not text:
+        return {}
+    doc = _Doc(text)
+    out: dict[str, str] = {}
+    for bid, blk in doc.blocks.items():
+        out[bid] = "".join(doc.lines[blk.begin + 1:blk.end])
+    for key, (bid, _) in TABLES.items():
+        blk = doc.blocks.get(bid)
+        if not blk:
+            continue
+        out.pop(bid)
+        for line in doc.lines[blk.begin + 1:blk.end]:
+            cells = _cells(_body(line))
+            for claim in _claims.in_section(key):
+                if len(cells) > 1 and _norm(cells[0]).startswith(_norm(claim.match)):
+                    out[claim.id] = cells[-1].strip()
+    return out
+
+
+def _table_rows(doc: _Doc, blk: _Block) -> list[list[Token]]:
+    """The inline token of each body cell of the table inside ``blk``."""
+    rows: list[list[Token]] = []
+    in_body = False
+    for t in doc.tokens:
+        if t.type == "tbody_open":
+            in_body = bool(t.map) and blk.begin < t.map[0] < blk.end
+        elif t.type == "tbody_close":
+            in_body = False
+        elif in_body and t.type == "tr_open":
+            rows.append([])
+        elif in_body and t.type == "inline":
+            rows[-1].append(t)
+    return rows
+
+
+def unknowns_table(text: str) -> list[dict]:
+    """The resolved-unknowns state of a written-back blueprint, one row per (unknown, engine, version).
+
+    An unknown no finding cites yet gives one row with ``verdict`` None. ``resolved`` is True for
+    confirmed, refuted or partial; inconclusive and not-run leave the unknown open.
+    """
+    doc = _Doc(text)
+    labels = {label: verdict for verdict, label in _LABELS.items()}
+    out = []
+    for claim in _claims.in_section("unknowns"):
+        blank = {"claim": claim.id, "unknown": claim.text, "verdict": None, "resolved": False, "engine": None,
+                 "engine_version": None, "hardware": None, "date": None, "summary": None, "reason": None,
+                 "evidence": None}
+        blk = doc.blocks.get(claim.id)
+        rows = _table_rows(doc, blk) if blk else []
+        if not rows:
+            out.append(blank)
+        for cells in rows:
+            if len(cells) != len(_ITEM_COLUMNS) or cells[0].content not in labels:
+                raise ManagedBlockError(f"managed block {claim.id!r}: a row does not read as "
+                                        f"{' | '.join(_ITEM_COLUMNS)} with a known verdict")
+            verdict, engine, version, hardware, date, said, evidence = (c.content for c in cells)
+            href = next((ch.attrs.get("href") for ch in cells[6].children or [] if ch.type == "link_open"), None)
+            out.append(blank | {
+                "verdict": labels[verdict], "resolved": labels[verdict] in ANSWERS, "engine": engine,
+                "engine_version": None if version == "—" else version, "hardware": hardware, "date": date,
+                "summary": said,
+                "reason": said[len(_NOT_RUN):] if labels[verdict] == "not-run" else None,
+                "evidence": unquote(str(href)) if href else None,
+            })
+    return out
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise BlueprintError(f"no blueprint at {path}") from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Temp file beside the target, then rename: readers never see half a blueprint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8"))
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None) -> int:
+    """``workbench writeback``: write (to ``out`` or in place), print a diff (dry-run) or check; the exit code.
+
+    ``check`` returns 1 when the target differs from the write-back, naming the claims whose managed
+    text changes. Corrupt finding files are reported on stderr and skipped; a blueprint that lacks
+    what the claims need raises :class:`BlueprintError` before anything is written.
+    """
+    source = _read(blueprint)
+    target = out or blueprint
+    found = scan(finding_dirs)
+    for path, err in found.errors:
+        print(f"skipping corrupt finding {path}: {err}", file=sys.stderr)
+    new = writeback(source, found.findings, base=target.parent)
+    in_place = os.path.abspath(target) == os.path.abspath(blueprint)
+    current = source if in_place else (_read(target) if target.exists() else "")
+    if mode == "dry-run":
+        sys.stdout.writelines(difflib.unified_diff(_split_lines(current), _split_lines(new),
+                                                   f"{target} (current)", f"{target} (written back)"))
+        return 0
+    if current == new:
+        print(f"{target} is up to date with {len(found.findings)} findings")
+        return 0
+    old_state, new_state = _state(current), _state(new)
+    changed = sorted(k for k in old_state.keys() | new_state.keys() if old_state.get(k) != new_state.get(k))
+    what = ", ".join(changed) or "text outside managed blocks"
+    if mode == "check":
+        print(f"{target} is out of date with the findings; changed: {what}")
+        return 1
+    _write_atomic(target, new)
+    print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
+    return 0

@@ -1,0 +1,842 @@
+"""The TensorRT-LLM cell: the blueprint's Contract Mapping Reference on the tensorrt_llm 1.2 LLM API.
+
+PyTorch backend, driven through ``tensorrt_llm.LLM``. The mapping, row by row:
+
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
+  (model digest ⊕ adapter digests ⊕ the caller's salt): the engine salts the first block's hash, so
+  KV never crosses manifests.
+* **EnsurePrefix** — render (``tokenizer.apply_chat_template``), tokenize, then a warm-up
+  ``generate_async(max_tokens=1)`` whose ``KvCacheRetentionConfig`` holds one
+  ``TokenRangeRetentionConfig`` over the prefix. Reuse counters come from the request's
+  ``request_perf_metrics.kv_cache_metrics`` (``LLM(return_perf_metrics=True)``), in blocks,
+  converted with ``tokens_per_block``: block-granular estimates (``exact=False``). A divergent tail
+  is bookkeeping only; stale blocks age out of the engine's radix tree.
+* **PrefillSuffix** — deferred: bookkeeping that rides the next decode's prefill.
+* **Decode** — ``generate_async(streaming=True)`` with ``SamplingParams``; ``GuidedDecodingParams``
+  for JSON schemas. TTFT/inter-token times measured client-side, engine timings in the counters.
+* **ExplainContext** — remove_tail/remove_middle/position_shift false, recompute_range true.
+* **Snapshot/Restore** — text-level: the slot's tokens; restore warms them again.
+* **Describe** — KV geometry from ``config.json``, memory from NVML; the KV budget is
+  ``KvCacheConfig(max_tokens=…)`` from a byte or token budget, with ``max_seq_len`` — never the
+  default memory fraction alone. The pool's real size is read back from the ``created`` KV event
+  or the iteration stats when the engine reports them.
+* **Embed** — :class:`UnsupportedFeature`. **LoRA** — ``LoraConfig`` plus a per-request
+  ``LoRARequest``. **Slot switch** — :meth:`TrtLlmCell.switch` tears down and recreates the
+  ``LLM``. **ContextOverflow** — from token counts, before dispatch.
+
+Nothing imports tensorrt_llm at module import: :func:`_import_trtllm` is the one seam, and
+:data:`GUARD` is the one table of tensorrt_llm symbols the cell depends on, checked at open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable, Mapping, Sequence
+
+from .. import environment, models
+from ..contract import (
+    Capabilities,
+    ContextExplanation,
+    ContextOverflow,
+    DecodeResult,
+    Description,
+    EngineUnavailable,
+    KvEvent,
+    KvGeometry,
+    Manifest,
+    ManifestMismatch,
+    PrefixStatus,
+    Prompt,
+    Retention,
+    Snapshot,
+    TokenCallback,
+    UnsupportedFeature,
+    WorkbenchError,
+    digest,
+)
+from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
+from . import Availability
+
+ENGINE = "trtllm"
+SUPPORTED_SERIES = (1, 2)
+DEFAULT_CONTEXT_TOKENS = 4096
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+INSTALL_HINT = (
+    "install the 'trtllm' extra (tensorrt_llm 1.2.x) on Linux x86_64/aarch64 with an NVIDIA GPU as NVIDIA's "
+    "TensorRT-LLM installation guide says: CUDA 13 toolkit, torch 2.9.1 from PyTorch's cu130 wheel index, "
+    "libopenmpi-dev, then 'pip install tensorrt_llm==1.2.*' (the PyPI entry is a stub that redirects to NVIDIA's "
+    "wheels), or run inside NVIDIA's NGC TensorRT-LLM 1.2 release container"
+)
+_DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0}
+
+
+def _import_trtllm() -> ModuleType:
+    """The only place the cell imports tensorrt_llm (tests replace it to hand the cell a double)."""
+    return importlib.import_module("tensorrt_llm")
+
+
+# --------------------------------------------------------------------------- version guard
+
+
+@dataclass(frozen=True)
+class GuardSpec:
+    """One dependency: a symbol under ``tensorrt_llm`` and the parameters/fields/attributes used on it."""
+
+    symbol: str
+    requires: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()  # used only where present
+    feature: str = "core"  # "core", or the option that needs it: "guided", "lora", "connector"
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class GuardRow:
+    """The installed release against one :class:`GuardSpec`."""
+
+    symbol: str
+    feature: str
+    ok: bool
+    status: str  # "ok" | "missing" | "changed"
+    missing: tuple[str, ...] = ()
+    detail: str = ""
+    why: str = ""
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+GUARD: tuple[GuardSpec, ...] = (
+    GuardSpec("__version__", why="version pin (1.2.x) and every finding's fingerprint"),
+    GuardSpec("LLM", ("generate_async", "get_kv_cache_events", "get_stats", "shutdown", "tokenizer"),
+              why="the LLM API entry point"),
+    GuardSpec("LLM.generate_async",
+              ("inputs", "sampling_params", "lora_request", "streaming", "kv_cache_retention_config", "cache_salt"),
+              why="warm-up, streaming decode, retention, manifest salt, LoRA"),
+    GuardSpec("LLM.get_kv_cache_events", ("timeout",), why="kv_events observer"),
+    GuardSpec("LLM.get_stats", ("timeout",), why="iteration_stats observer"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs",
+              ("model", "skip_tokenizer_init", "kv_cache_config", "max_seq_len", "max_num_tokens",
+               "return_perf_metrics", "enable_iter_perf_stats", "load_format"),
+              why="LLM(**kwargs) keywords (unknown keywords are rejected)"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("guided_decoding_backend",), feature="guided",
+              why="structured output backend"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("lora_config",), feature="lora", why="LoRA adapters"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("kv_connector_config",), feature="connector",
+              why="recording KV connector"),
+    GuardSpec("llmapi.KvCacheConfig",
+              ("max_tokens", "tokens_per_block", "enable_block_reuse", "enable_partial_reuse",
+               "event_buffer_max_size", "host_cache_size"),
+              optional=("use_kv_cache_manager_v2",),
+              why="KV budget in tokens, block size, reuse, events, host offload; V2 manager ignores retention"),
+    GuardSpec("llmapi.KvCacheRetentionConfig",
+              ("token_range_retention_configs", "decode_retention_priority", "decode_duration_ms",
+               "TokenRangeRetentionConfig"),
+              why="EnsurePrefix retention"),
+    GuardSpec("llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig",
+              ("token_start", "token_end", "priority", "duration_ms"), why="EnsurePrefix retention range"),
+    GuardSpec("llmapi.SamplingParams",
+              ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "end_id", "detokenize",
+               "guided_decoding", "return_perf_metrics"),
+              why="decode and warm-up sampling"),
+    GuardSpec("llmapi.GuidedDecodingParams", ("json",), feature="guided", why="json_schema decode"),
+    GuardSpec("llmapi.LoRARequest", ("lora_name", "lora_int_id", "lora_path"), feature="lora",
+              why="per-request adapter"),
+    GuardSpec("lora_helper.LoraConfig", ("lora_dir", "max_lora_rank", "max_loras", "max_cpu_loras"),
+              feature="lora", why="adapters loaded on the LLM"),
+    GuardSpec("llmapi.llm_args.KvCacheConnectorConfig",
+              ("connector_module", "connector_scheduler_class", "connector_worker_class"), feature="connector",
+              why="recording KV connector config"),
+    GuardSpec("_torch.pyexecutor.kv_cache_connector.KvCacheConnectorScheduler",
+              ("build_connector_meta", "get_num_new_matched_tokens", "request_finished", "update_state_after_alloc"),
+              feature="connector", why="recording connector scheduler base"),
+    GuardSpec("_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker",
+              ("register_kv_caches", "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+               "get_finished"),
+              feature="connector", why="recording connector worker base"),
+)
+"""Every tensorrt_llm symbol and signature the cell depends on (1.2 line). ``workbench doctor`` prints it."""
+
+
+def _resolve(module: ModuleType, dotted: str) -> Any | None:
+    """``module.<dotted>``, importing submodules that are not attributes yet; None when absent."""
+    obj: Any = module
+    prefix = module.__name__
+    for part in dotted.split("."):
+        prefix = f"{prefix}.{part}"
+        try:
+            obj = getattr(obj, part)
+            continue
+        except AttributeError:
+            if not isinstance(obj, ModuleType):
+                return None
+        try:
+            obj = importlib.import_module(prefix)
+        except Exception:  # noqa: BLE001 - a broken submodule is as absent as a missing one
+            return None
+    return obj
+
+
+def _members(obj: Any) -> set[str]:
+    """Names usable on ``obj``: pydantic/dataclass fields, call parameters, attributes."""
+    names = set(getattr(obj, "model_fields", None) or ())
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+        names |= {f.name for f in dataclasses.fields(obj)}
+    if callable(obj):
+        try:
+            names |= set(inspect.signature(obj).parameters)
+        except (TypeError, ValueError):  # C++ bindings often have no introspectable signature
+            pass
+    return names | {n for n in dir(obj) if not n.startswith("__")}
+
+
+def check_guard(module: ModuleType) -> list[GuardRow]:
+    """Check every :data:`GUARD` row against an imported tensorrt_llm (or anything shaped like it)."""
+    rows = []
+    for spec in GUARD:
+        obj = _resolve(module, spec.symbol)
+        name = f"{module.__name__}.{spec.symbol}"
+        if obj is None:
+            rows.append(GuardRow(name, spec.feature, False, "missing", spec.requires, "not found", spec.why))
+            continue
+        members = _members(obj)
+        missing = tuple(r for r in spec.requires if r not in members)
+        absent = [o for o in spec.optional if o not in members]
+        if missing:
+            detail = f"changed: lacks {', '.join(missing)}"
+        else:
+            detail = f"optional {', '.join(absent)} absent (not used)" if absent else ""
+        status = "changed" if missing else "ok"
+        rows.append(GuardRow(name, spec.feature, not missing, status, missing, detail, spec.why))
+    return rows
+
+
+def guard_failure(version: str, rows: Iterable[GuardRow]) -> str:
+    """One reason naming each missing or changed symbol."""
+    parts = "; ".join(f"{r.symbol} {r.detail}" for r in rows)
+    return (f"tensorrt_llm {version} does not match the cell's version guard ({parts}); "
+            f"the cell is written against tensorrt_llm {SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x")
+
+
+def version_supported(version: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m[1]), int(m[2])) == SUPPORTED_SERIES
+
+
+def _version_reason(version: str) -> str:
+    return (f"tensorrt_llm {version} is installed, but the cell is pinned to "
+            f"{SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x (a version bump re-runs certification); {INSTALL_HINT}")
+
+
+def _import_failure(e: BaseException) -> str:
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "tensorrt_llm":
+        return f"tensorrt_llm is not installed: {INSTALL_HINT}"
+    return (f"tensorrt_llm is installed but failed to import ({type(e).__name__}: {e}); "
+            f"a CUDA, MPI or torch mismatch is the usual cause: {INSTALL_HINT}")
+
+
+# --------------------------------------------------------------------------- options and model facts
+
+
+@dataclass(frozen=True)
+class TrtLlmOptions:
+    """``open_cell("trtllm", model, **options)`` keywords."""
+
+    tokens_per_block: int = 32
+    kv_budget_bytes: int | None = None
+    kv_budget_tokens: int | None = None  # default: context_tokens × slots
+    context_tokens: int | None = None  # max_seq_len; default min(model ceiling, 4096)
+    enable_block_reuse: bool = True
+    enable_partial_reuse: bool = True
+    event_buffer_max_size: int = 1024
+    host_cache_size: int | None = None
+    dummy_weights: bool = False
+    adapters: tuple[str, ...] = ()
+    retention_priority: int = 100
+    retention_duration_ms: int | None = None
+    guided_decoding_backend: str | None = "xgrammar"
+    connector: bool = False
+    slots: int = 1
+    tokenizer: bool | None = None  # None: load it where the model directory ships tokenizer files
+
+    def __post_init__(self) -> None:
+        tpb = self.tokens_per_block
+        if tpb < 1 or tpb & (tpb - 1):
+            raise ValueError(f"tokens_per_block must be a power of two, got {tpb}")
+        if self.kv_budget_bytes is not None and self.kv_budget_tokens is not None:
+            raise ValueError("give kv_budget_bytes or kv_budget_tokens, not both")
+        for name in ("kv_budget_bytes", "kv_budget_tokens", "context_tokens", "host_cache_size"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if self.event_buffer_max_size < 0:
+            raise ValueError(f"event_buffer_max_size must be >= 0, got {self.event_buffer_max_size}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if self.connector and not self.enable_block_reuse:
+            raise ValueError("the KV connector needs enable_block_reuse=True (TensorRT-LLM ignores it otherwise)")
+        if self.guided_decoding_backend not in (None, "xgrammar", "llguidance"):
+            raise ValueError(f"guided_decoding_backend must be 'xgrammar', 'llguidance' or None, "
+                             f"got {self.guided_decoding_backend!r}")
+        Retention(self.retention_priority, self.retention_duration_ms)  # validates both
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "TrtLlmOptions":
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise TypeError(f"unknown trtllm option(s): {', '.join(unknown)}; valid: {', '.join(names)}")
+        opts = dict(options)
+        if "adapters" in opts:
+            adapters = opts["adapters"]
+            if isinstance(adapters, (str, os.PathLike)):
+                adapters = [adapters]
+            opts["adapters"] = tuple(os.fspath(a) for a in adapters)
+        return cls(**opts)
+
+    @property
+    def features(self) -> frozenset[str]:
+        """The guard features these options use."""
+        on = {"core"}
+        if self.guided_decoding_backend:
+            on.add("guided")
+        if self.adapters:
+            on.add("lora")
+        if self.connector:
+            on.add("connector")
+        return frozenset(on)
+
+    @property
+    def retention(self) -> Retention:
+        return Retention(self.retention_priority, self.retention_duration_ms)
+
+
+def hf_geometry(config: Mapping[str, Any]) -> tuple[KvGeometry, int | None]:
+    """KV geometry and context ceiling from a Hugging Face ``config.json`` (KV dtype = model dtype)."""
+    cfg = config.get("text_config") or config
+    try:
+        heads = int(cfg["num_attention_heads"])
+        geometry = KvGeometry(
+            layers=int(cfg["num_hidden_layers"]),
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+            dtype_bytes=_DTYPE_BYTES.get(_dtype_name(cfg) or _dtype_name(config) or "float16", 2.0),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise models.ModelSpecError(f"config.json lacks the attention geometry TensorRT-LLM needs ({e})") from e
+    ceiling = cfg.get("max_position_embeddings")
+    return geometry, None if ceiling is None else int(ceiling)
+
+
+def _dtype_name(cfg: Mapping[str, Any]) -> str | None:
+    name = cfg.get("torch_dtype") or cfg.get("dtype")
+    return None if name is None else str(name).removeprefix("torch.")
+
+
+def adapter_digest(path: str) -> str:
+    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
+
+
+def _adapter_rank(path: str) -> int:
+    try:
+        return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 64  # LoraConfig's own default
+
+
+def _first_int(value: Any) -> int | None:
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else int(value)
+
+
+@dataclass
+class _Slot:
+    tokens: list[int] = field(default_factory=list)  # the sequence this slot continues from
+    pending: list[int] = field(default_factory=list)  # deferred suffix: rides the next decode's prefill
+    key: str | None = None  # cache_salt its requests carry
+    salt: str | None = None
+    retention: Retention | None = None
+    counters: dict = field(default_factory=dict)  # the last request's engine counters
+
+
+# --------------------------------------------------------------------------- the cell
+
+
+class TrtLlmCell:
+    """A TensorRT-LLM cell. Open with :func:`workbench.cells.open_cell` ("trtllm", hf_dir, …)."""
+
+    engine = ENGINE
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether tensorrt_llm 1.2.x imports, matches the guard and has a GPU; never raises."""
+        gpu = environment.gpus()
+        details: dict[str, Any] = {"gpu": {k: gpu.get(k) for k in ("available", "devices", "driver", "reason")}}
+        try:
+            trt = _import_trtllm()
+        except Exception as e:  # noqa: BLE001 - a broken CUDA/MPI/torch install raises anything at import
+            return Availability(ENGINE, False, None, _import_failure(e), details)
+        version = str(getattr(trt, "__version__", "unknown"))
+        rows = check_guard(trt)
+        details["guard"] = [r.as_dict() for r in rows]
+        problems = []
+        if not version_supported(version):
+            problems.append(_version_reason(version))
+        if not gpu["available"]:
+            problems.append(gpu["reason"] or "no NVIDIA GPU")
+        failing = [r for r in rows if not r.ok and r.feature == "core"]
+        if failing:
+            problems.append(guard_failure(version, failing))
+        return Availability(ENGINE, not problems, version, "; ".join(problems) or None, details)
+
+    @classmethod
+    def open(cls, model: str, **options: Any) -> "TrtLlmCell":
+        """Open on a Hugging Face model directory; options are :class:`TrtLlmOptions` fields."""
+        opts = TrtLlmOptions.from_options(options)
+        try:
+            trt = _import_trtllm()
+        except Exception as e:  # noqa: BLE001 - see availability
+            raise EngineUnavailable(ENGINE, _import_failure(e)) from e
+        version = str(getattr(trt, "__version__", "unknown"))
+        if not version_supported(version):
+            raise EngineUnavailable(ENGINE, _version_reason(version))
+        guard = check_guard(trt)
+        failing = [r for r in guard if not r.ok and r.feature in opts.features]
+        if failing:
+            raise EngineUnavailable(ENGINE, guard_failure(version, failing))
+        resolved = models.resolve(model)
+        if resolved.kind != "hf":
+            raise models.ModelSpecError(
+                f"TensorRT-LLM runs Hugging Face model directories (config.json + weights, or dummy_weights=True); "
+                f"{resolved.spec!r} is a {resolved.kind} model")
+        return cls(trt, resolved, models.hf_config(resolved.path), opts, guard)
+
+    def __init__(self, trt: ModuleType, model: models.ResolvedModel, config: Mapping[str, Any],
+                 opts: TrtLlmOptions, guard: Sequence[GuardRow]) -> None:
+        if len(opts.adapters) > 1:
+            raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
+        self._trt = trt
+        self._guard = list(guard)
+        self.model = model
+        self.opts = opts
+        self.version = str(trt.__version__)
+        self.geometry, self.context_ceiling = hf_geometry(config)
+        self._vocab_size = config.get("vocab_size")
+        self._eos = _first_int(config.get("eos_token_id"))
+        ceiling = self.context_ceiling or DEFAULT_CONTEXT_TOKENS
+        self.context_tokens = opts.context_tokens or min(ceiling, DEFAULT_CONTEXT_TOKENS)
+        if self.context_tokens > ceiling:
+            raise ContextOverflow(self.context_tokens, ceiling, "model context")
+        tpb = opts.tokens_per_block
+        if opts.kv_budget_bytes is not None:
+            budget = opts.kv_budget_bytes // self.geometry.bytes_per_token
+        else:
+            budget = opts.kv_budget_tokens or self.context_tokens * opts.slots
+        self.kv_budget_tokens = budget // tpb * tpb
+        if self.kv_budget_tokens < tpb:
+            raise ValueError(f"the KV budget gives {budget} tokens, less than one block of {tpb}; raise it")
+        self._use_tokenizer = (opts.tokenizer if opts.tokenizer is not None
+                               else any((model.path / f).is_file() for f in TOKENIZER_FILES))
+        self._events_on = opts.enable_block_reuse and opts.event_buffer_max_size > 0
+        self._events: list[KvEvent] = []
+        self._pool: tuple[int, str] | None = None  # (tokens, source) the engine reported for its pool
+        self._tmp: str | None = None
+        self._connector: trtllm_connector.RecordingConnector | None = None
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._lora_request: Any = None
+        self._adapters = opts.adapters
+        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in self._adapters))
+        self._slots = [_Slot() for _ in range(opts.slots)]
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ engine lifecycle
+
+    def _start(self) -> None:
+        """Create the LLM for the current adapters: every keyword the mapping needs, nothing defaulted."""
+        trt, o = self._trt, self.opts
+        kv_cls = trt.llmapi.KvCacheConfig
+        kv: dict[str, Any] = dict(max_tokens=self.kv_budget_tokens, tokens_per_block=o.tokens_per_block,
+                                  enable_block_reuse=o.enable_block_reuse, enable_partial_reuse=o.enable_partial_reuse,
+                                  event_buffer_max_size=o.event_buffer_max_size, host_cache_size=o.host_cache_size)
+        if "use_kv_cache_manager_v2" in _members(kv_cls):
+            kv["use_kv_cache_manager_v2"] = False  # the V2 manager ignores KvCacheRetentionConfig
+        args: dict[str, Any] = dict(
+            model=str(self.model.path), kv_cache_config=kv_cls(**kv), max_seq_len=self.context_tokens,
+            # chunked prefill is off, so a whole prompt must fit one forward pass
+            max_num_tokens=self.context_tokens, return_perf_metrics=True, enable_iter_perf_stats=True,
+            skip_tokenizer_init=not self._use_tokenizer)
+        if self._use_tokenizer and o.guided_decoding_backend:
+            args["guided_decoding_backend"] = o.guided_decoding_backend
+        if o.dummy_weights:
+            args["load_format"] = "dummy"
+        self._lora_request = None
+        if self._adapters:
+            path = self._adapters[0]
+            args["lora_config"] = _resolve(trt, "lora_helper.LoraConfig")(
+                lora_dir=[path], max_lora_rank=_adapter_rank(path), max_loras=1, max_cpu_loras=1)
+            self._lora_request = trt.llmapi.LoRARequest(lora_name=Path(path).name, lora_int_id=1, lora_path=path)
+        if o.connector:
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-trtllm-")
+            self._connector = trtllm_connector.build_recording_connector(trt, Path(self._tmp) / "connector.jsonl")
+            args["kv_connector_config"] = self._connector.config
+        self._llm = trt.LLM(**args)
+        self._tokenizer = self._llm.tokenizer if self._use_tokenizer else None
+        self._pull_events(0)  # the ``created`` event carries the pool's real size
+
+    def _stop(self) -> None:
+        if self._llm is not None:
+            llm, self._llm = self._llm, None
+            llm.shutdown()
+
+    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
+        """Slot switch: tear down the LLM and recreate it with ``adapters``. Every slot starts empty."""
+        self._check_open()
+        adapters = tuple(os.fspath(a) for a in adapters)
+        if len(adapters) > 1:
+            raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
+        failing = [r for r in self._guard if not r.ok and r.feature == "lora"]
+        if adapters and failing:
+            raise EngineUnavailable(ENGINE, guard_failure(self.version, failing))
+        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in adapters))
+        self._pull_events(0)
+        self._stop()
+        self._adapters, self.manifest = adapters, manifest
+        self._slots = [_Slot() for _ in self._slots]
+        self._start()
+        return manifest
+
+    def close(self) -> None:
+        self._stop()
+        if self._connector is not None and os.environ.get(trtllm_connector.LOG_ENV) == str(self._connector.log_path):
+            del os.environ[trtllm_connector.LOG_ENV]
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> "TrtLlmCell":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._llm is None:
+            raise WorkbenchError("this cell is closed")
+
+    # ------------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        return list(self._need_tokenizer("text prompts").encode(text, add_special_tokens=special))
+
+    def _need_tokenizer(self, what: str) -> Any:
+        self._check_open()
+        if self._tokenizer is None:
+            raise UnsupportedFeature(what, ENGINE, f"{self.model.name} is open without a tokenizer; pass token ids")
+        return self._tokenizer
+
+    def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
+        if isinstance(prompt, str):
+            return self.tokenize(prompt, special=not continuation)
+        items = list(prompt)
+        if all(isinstance(t, int) for t in items):
+            bad = [t for t in items if t < 0 or (self._vocab_size is not None and t >= self._vocab_size)]
+            if bad:
+                raise ValueError(f"token ids out of range [0, {self._vocab_size}): {bad[:5]}")
+            return items
+        if all(isinstance(m, Mapping) for m in items):
+            tok = self._need_tokenizer("chat messages")
+            ids = list(tok.apply_chat_template(items, tokenize=True, add_generation_prompt=not continuation))
+            bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
+            return ids[1:] if continuation and ids and ids[0] == bos else ids
+        raise TypeError("a prompt is token ids, chat messages (dicts with role/content) or a string")
+
+    # ------------------------------------------------------------------ request plumbing
+
+    def _slot(self, slot: int) -> _Slot:
+        self._check_open()
+        if not 0 <= slot < len(self._slots):
+            raise ValueError(f"slot {slot} does not exist; this cell has slots 0..{len(self._slots) - 1}")
+        return self._slots[slot]
+
+    def _capacity_tokens(self) -> int:
+        return self._pool[0] if self._pool else self.kv_budget_tokens
+
+    def _check_fit(self, tokens: int) -> None:
+        """Refuse before dispatch: the sequence must fit max_seq_len and the KV pool."""
+        if tokens > self.context_tokens:
+            raise ContextOverflow(tokens, self.context_tokens, "context")
+        if tokens > self._capacity_tokens():
+            raise ContextOverflow(tokens, self._capacity_tokens(), "KV cache")
+
+    def _retention(self, n_tokens: int, retention: Retention) -> Any:
+        """One token range over the first ``n_tokens`` (end exclusive) at the retention's priority."""
+        cfg = self._trt.llmapi.KvCacheRetentionConfig
+        duration = None if retention.duration_ms is None else timedelta(milliseconds=retention.duration_ms)
+        rng = cfg.TokenRangeRetentionConfig(token_start=0, token_end=n_tokens, priority=retention.priority,
+                                            duration_ms=duration)
+        return cfg(token_range_retention_configs=[rng])
+
+    def _sampling(self, max_tokens: int, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                  seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None) -> Any:
+        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed}
+        if temperature <= 0:
+            kw["temperature"] = 0.0  # greedy
+        else:
+            kw["temperature"] = temperature
+            if top_p < 1.0:
+                kw["top_p"] = top_p
+            if top_k > 0:
+                kw["top_k"] = top_k
+        if stop:
+            self._need_tokenizer("stop strings")
+            kw["stop"] = list(stop)
+        if json_schema is not None:
+            self._need_tokenizer("structured output")
+            if not self.opts.guided_decoding_backend:
+                raise UnsupportedFeature("structured output", ENGINE, "open the cell with guided_decoding_backend set")
+            kw["guided_decoding"] = self._trt.llmapi.GuidedDecodingParams(json=dict(json_schema))
+        if self._tokenizer is None:  # without a tokenizer the LLM cannot find the end id itself
+            kw["end_id"] = self._eos if self._eos is not None else -1
+            kw["detokenize"] = False
+        return self._trt.llmapi.SamplingParams(**kw)
+
+    def _submit(self, tokens: list[int], sampling: Any, *, streaming: bool, key: str | None,
+                retain: tuple[int, Retention] | None) -> Any:
+        return self._llm.generate_async(
+            tokens, sampling_params=sampling, lora_request=self._lora_request, streaming=streaming,
+            kv_cache_retention_config=None if retain is None or retain[0] == 0 else self._retention(*retain),
+            cache_salt=key)
+
+    # ------------------------------------------------------------------ the contract
+
+    def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
+                      retention: Retention | None = None) -> PrefixStatus:
+        st = self._slot(slot)
+        tokens = self._tokens_of(prompt)
+        if not tokens:
+            raise ValueError("an empty prefix cannot be ensured")
+        self._check_fit(len(tokens) + 1)  # the warm-up generates one token
+        retention = retention or self.opts.retention
+        key = self.manifest.cache_key(salt)
+        kept = _common_prefix(st.tokens, tokens) if st.key == key else 0
+        dropped = len(st.tokens) - kept + len(st.pending)
+        t0 = time.perf_counter()
+        out = self._submit(tokens, self._sampling(1), streaming=False, key=key,
+                           retain=(len(tokens), retention)).result()
+        elapsed = time.perf_counter() - t0
+        counters = trtllm_metrics.request_counters(out.outputs[0].request_perf_metrics, self.opts.tokens_per_block)
+        reused = trtllm_metrics.reused_tokens(counters, len(tokens))
+        st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = tokens, [], key, salt, retention, counters
+        return PrefixStatus(
+            slot=slot, prompt_tokens=len(tokens), reused_tokens=reused or 0,
+            computed_tokens=len(tokens) - (reused or 0), dropped_tokens=dropped, exact=False,
+            granularity_tokens=self.opts.tokens_per_block, source="perf_metrics" if reused is not None else "none",
+            elapsed_s=elapsed, engine_counters=counters)
+
+    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
+        """Always deferred: TensorRT-LLM has no prefill-only request, so the suffix rides the next decode."""
+        st = self._slot(slot)
+        if st.key is None:
+            raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
+        tokens = self._tokens_of(suffix, continuation=True)
+        total = len(st.tokens) + len(st.pending) + len(tokens)
+        self._check_fit(total + 1)
+        st.pending.extend(tokens)
+        return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=len(st.tokens), computed_tokens=0,
+                            deferred_tokens=len(st.pending), exact=False,
+                            granularity_tokens=self.opts.tokens_per_block, source="bookkeeping")
+
+    def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
+               on_token: TokenCallback | None = None) -> DecodeResult:
+        st = self._slot(slot)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not st.tokens and not st.pending:
+            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
+        prompt = st.tokens + st.pending
+        self._check_fit(len(prompt) + max_tokens)
+        sampling = self._sampling(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                  stop=stop, json_schema=json_schema)
+        retain = (len(st.tokens), st.retention or self.opts.retention)
+        t0 = time.perf_counter()
+        result = self._submit(prompt, sampling, streaming=True, key=st.key, retain=retain)
+        tokens: list[int] = []
+        times: list[float] = []
+        final = None
+        for step in result:
+            now = time.perf_counter() - t0
+            final = step.outputs[0]
+            new = list(final.token_ids[len(tokens):])
+            piece = final.text_diff if self._tokenizer is not None else ""
+            for i, tok in enumerate(new):
+                tokens.append(tok)
+                times.append(now)
+                if on_token is not None:
+                    on_token(tok, piece if i == len(new) - 1 else "", now)
+        if final is None:
+            raise WorkbenchError("TensorRT-LLM returned no output for the decode request")
+        counters = trtllm_metrics.request_counters(final.request_perf_metrics, self.opts.tokens_per_block)
+        deferred = len(st.pending)
+        st.tokens, st.pending, st.counters = prompt + tokens, [], counters
+        return DecodeResult(
+            slot=slot, tokens=tokens, text=final.text if self._tokenizer is not None else "",
+            finish_reason=final.finish_reason or ("length" if len(tokens) >= max_tokens else "stop"),
+            ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
+            prompt_tokens=len(prompt), deferred_prefill_tokens=deferred, engine_counters=counters)
+
+    def explain_context(self, *, slot: int = 0) -> ContextExplanation:
+        st = self._slot(slot)
+        notes = [
+            "reuse is engine-global radix-tree matching keyed by cache_salt; a slot is the cell's bookkeeping",
+            "a dropped or divergent tail is bookkeeping only: stale blocks age out of the radix tree",
+            f"reuse counts are perf-metrics blocks x {self.opts.tokens_per_block} tokens (estimates)",
+        ]
+        if st.counters.get("num_reused_blocks") is not None:
+            notes.append(f"last request: reused {st.counters['num_reused_blocks']} blocks, "
+                         f"missed {st.counters.get('num_missed_blocks')}")
+        return ContextExplanation(slot=slot, tokens=len(st.tokens), cache_key=st.key or "",
+                                  capabilities=self.capabilities(), pending_tokens=len(st.pending), notes=tuple(notes))
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(remove_tail=False, remove_middle=False, position_shift=False, recompute_range=True)
+
+    def snapshot(self, *, slot: int = 0) -> Snapshot:
+        st = self._slot(slot)
+        if not st.tokens:
+            raise WorkbenchError(f"slot {slot} is empty; there is nothing to snapshot")
+        retention = st.retention or self.opts.retention
+        payload = {"salt": st.salt, "committed": len(st.tokens),
+                   "retention": [retention.priority, retention.duration_ms]}
+        return Snapshot(manifest_digest=self.manifest.digest, cache_key=st.key or "",
+                        tokens=tuple(st.tokens + st.pending), kind="text", payload=json.dumps(payload).encode(),
+                        engine=ENGINE)
+
+    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus:
+        """Re-prefill a text snapshot's tokens (the engine's KV is not exportable); pending tokens stay deferred."""
+        self._slot(slot)
+        if snap.manifest_digest != self.manifest.digest:
+            raise ManifestMismatch(self.manifest.digest, snap.manifest_digest)
+        if snap.kind != "text" or snap.engine != ENGINE:
+            raise WorkbenchError(f"cannot restore a {snap.engine or '?'} {snap.kind} snapshot into a TensorRT-LLM cell")
+        meta = json.loads(snap.payload)
+        committed = int(meta["committed"])
+        status = self.ensure_prefix(list(snap.tokens[:committed]), slot=slot, salt=meta["salt"],
+                                    retention=Retention(*meta["retention"]))
+        pending = list(snap.tokens[committed:])
+        self._slots[slot].pending = pending
+        return dataclasses.replace(status, prompt_tokens=len(snap.tokens), deferred_tokens=len(pending))
+
+    def describe(self) -> Description:
+        self._check_open()
+        g, o = self.geometry, self.opts
+        capacity = self._capacity_tokens()
+        gpu = environment.gpus()
+        observers = ["request_counters", "iteration_stats"]
+        if self._events_on:
+            observers.insert(1, "kv_events")
+        if self._connector is not None:
+            observers.append("connector")
+        return Description(
+            engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
+            geometry=g, context_tokens=self.context_tokens, kv_capacity_tokens=capacity,
+            kv_capacity_bytes=capacity * g.bytes_per_token, block_tokens=o.tokens_per_block, slots=len(self._slots),
+            observers=tuple(observers),
+            extra={
+                "kv_budget_tokens": self.kv_budget_tokens,
+                "kv_dtype": "the model's dtype (KvCacheConfig.dtype='auto'); geometry from config.json",
+                "kv_capacity_source": self._pool[1] if self._pool else "configured KvCacheConfig.max_tokens",
+                "context_ceiling": self.context_ceiling,
+                "gpu_devices": gpu.get("devices", []),
+                "tokenizer": self._tokenizer is not None,
+                "dummy_weights": o.dummy_weights,
+                "adapters": list(self._adapters),
+                "enable_block_reuse": o.enable_block_reuse,
+                "enable_partial_reuse": o.enable_partial_reuse,
+                "event_buffer_max_size": o.event_buffer_max_size,
+                "host_cache_size": o.host_cache_size,
+                "retention": {"priority": o.retention_priority, "duration_ms": o.retention_duration_ms},
+                "prefill": "deferred: prefill_suffix is bookkeeping that rides the next decode's prefill",
+                "reuse_counters": "request_perf_metrics.kv_cache_metrics blocks x tokens_per_block (estimates)",
+            },
+        )
+
+    def embed(self, texts: Iterable[str]) -> list[list[float]]:
+        raise UnsupportedFeature("embed", ENGINE, "the LLM API generates text; it exposes no embeddings")
+
+    # ------------------------------------------------------------------ observers
+
+    def _pull_events(self, timeout_s: float) -> None:
+        """Move the engine's KV events into the cell's buffer (the engine's read drains; the cell is its one reader)."""
+        if not self._events_on or self._llm is None:
+            return
+        events = trtllm_events.parse_events(self._llm.get_kv_cache_events(timeout=timeout_s))
+        for blocks in trtllm_events.capacity_blocks(events).values():
+            self._pool = (blocks * self.opts.tokens_per_block, "created KV event")
+        self._events.extend(events)
+
+    def drain_kv_events(self, timeout_s: float = 0.5) -> list[KvEvent]:
+        """Every KV event since the last drain, oldest first (``kv_events`` observer)."""
+        self._check_open()
+        self._pull_events(timeout_s)
+        events, self._events = self._events, []
+        return events
+
+    def drain_iteration_stats(self, timeout_s: float = 0.5) -> list[dict]:
+        """Iteration stats since the last drain (``iteration_stats`` observer; ``LLM.get_stats`` drains)."""
+        self._check_open()
+        stats = trtllm_metrics.parse_iteration_stats(self._llm.get_stats(timeout=timeout_s))
+        for s in stats:
+            cap = trtllm_metrics.kv_stats_capacity(s)
+            if cap and not self._pool:
+                self._pool = (cap[0] * cap[1], "iteration stats kvCacheStats")
+        return stats
+
+    def connector_log(self) -> list[dict]:
+        """Every call the recording KV connector saw (``connector`` observer; open with connector=True)."""
+        if self._connector is None:
+            raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
+        return self._connector.read()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+__all__ = [
+    "GUARD",
+    "GuardRow",
+    "GuardSpec",
+    "TrtLlmCell",
+    "TrtLlmOptions",
+    "check_guard",
+    "guard_failure",
+    "hf_geometry",
+    "version_supported",
+]

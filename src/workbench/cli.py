@@ -1,0 +1,164 @@
+"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench.
+
+Every command is a thin face over the package; errors a user can fix exit 2 with a message that
+names what to fix, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from . import models
+from .contract import WorkbenchError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(code)
+
+
+def _kv(pairs: List[str]) -> dict:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            _fail(f"parameter {p!r} must be key=value")
+        k, _, v = p.partition("=")
+        out[k.strip()] = v
+    return out
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable report")) -> None:
+    """What this machine can run: Python, CPU, GPU, engines (with the reason when not), the default model."""
+    from . import doctor as _doctor
+
+    rep = _doctor.report()
+    typer.echo(json.dumps(rep, indent=2, default=str) if as_json else _doctor.render(rep))
+
+
+@app.command("probes")
+def list_probes() -> None:
+    """List the registered probes, their claims and parameters."""
+    from . import probes
+
+    for name in probes.names():
+        probe = probes.get(name)
+        typer.echo(f"{name}\n  claim: {probe.claim}")
+        for prm in probes.describe_params(name):
+            typer.echo(f"  -p {prm['name']}={prm['default']!r:<12} {prm['type']:<18} {prm['help']}")
+
+
+@app.command()
+def probe(
+    name: str = typer.Argument(..., help="probe name (see `workbench probes`)"),
+    engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm"),
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
+    param: List[str] = typer.Option([], "--param", "-p", help="probe parameter key=value (repeatable)"),
+    out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
+) -> None:
+    """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
+    from . import metrics, probes
+
+    try:
+        f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out)
+    except (WorkbenchError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"{f.verdict}: {f.summary}")
+    for tag, m in f.metrics.items():
+        typer.echo(f"  {metrics.get(tag).header:<22} {metrics.render(tag, m['value'])}")
+    typer.echo(f"finding: {out / (f.id + '.json')}")
+
+
+@app.command()
+def run(
+    out: Path = typer.Option(..., "--out", "-o", help="run folder (resumed if it exists)"),
+    engine: str = typer.Option("llamacpp", "--engine", "-e"),
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
+    param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value (repeatable)"),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="run only these notebooks (names or stems)"),
+) -> None:
+    """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
+    from . import runner
+
+    try:
+        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None)
+    except WorkbenchError as e:
+        _fail(str(e))
+    raise typer.Exit(code)
+
+
+@app.command("findings")
+def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders (default: ./findings)")) -> None:
+    """List findings side by side (engines and engine versions), reporting corrupt files."""
+    from . import findings
+
+    scan = findings.scan(dirs or [Path("findings")])
+    for path, err in scan.errors:
+        typer.echo(f"corrupt: {path}: {err}", err=True)
+    if not scan.findings:
+        typer.echo("no findings")
+        return
+    rows = sorted(scan.findings, key=lambda pf: (pf[1].probe, pf[1].engine, pf[1].created))
+    w = max(len(f.probe) for _, f in rows)
+    for _, f in rows:
+        typer.echo(f"{f.probe:<{w}}  {f.engine:<8} {f.engine_version or '-':<10} {f.verdict:<12} {f.created}  {f.summary}")
+
+
+@app.command()
+def writeback(
+    blueprint: Path = typer.Argument(..., help="the Markdown blueprint"),
+    findings_dirs: List[Path] = typer.Option(..., "--findings", "-f", help="findings folder (repeatable)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="print the diff, change nothing"),
+    check: bool = typer.Option(False, "--check", help="exit 1 when the blueprint is out of date"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write here instead of in place"),
+) -> None:
+    """Put each finding next to the claim it settles, inside managed blocks."""
+    from . import blueprint as bp
+
+    if dry_run and check:
+        _fail("--dry-run and --check are exclusive")
+    try:
+        code = bp.run_writeback(blueprint, list(findings_dirs), "dry-run" if dry_run else "check" if check else "write", out)
+    except WorkbenchError as e:
+        _fail(str(e))
+    raise typer.Exit(code)
+
+
+@app.command()
+def bench(
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
+    prompt_tokens: int = typer.Option(256, help="prefill tokens per round"),
+    decode_tokens: int = typer.Option(64, help="decoded tokens per round"),
+    rounds: int = typer.Option(9, help="alternating rounds (cell, raw, cell, raw, …)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON"),
+) -> None:
+    """Cell vs direct llama-cpp-python on identical prefill+decode work; prints the median ratio."""
+    from . import bench as _bench
+
+    try:
+        res = _bench.run(model, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, rounds=rounds)
+    except WorkbenchError as e:
+        _fail(str(e))
+    typer.echo(_bench.render(res))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res.to_dict(), indent=2))
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Shared fixtures: real llama.cpp cells on small synthetic models, isolated caches."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+TINY = "synthetic:tiny"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _model_cache(tmp_path_factory):
+    """Synthetic models are cached per test session unless WORKBENCH_CACHE is set by the caller."""
+    if not os.environ.get("WORKBENCH_CACHE"):
+        os.environ["WORKBENCH_CACHE"] = str(tmp_path_factory.mktemp("wbcache"))
+    yield
+
+
+@pytest.fixture
+def cell():
+    """A real llama.cpp cell on the tiny synthetic model with two slots and a 1024-token KV cache."""
+    from workbench import open_cell
+
+    with open_cell("llamacpp", TINY, slots=2, kv_budget_tokens=1024) as c:
+        yield c
+
+
+def ids(n: int, start: int = 300) -> list[int]:
+    """Deterministic token ids inside the synthetic vocabulary."""
+    return [start + (i * 37) % (500 - start) for i in range(n)]

@@ -1,0 +1,234 @@
+"""``tensorrt_llm.LLM`` (1.2 line) as a recording toy engine.
+
+Signatures are the documented ones (``tensorrt_llm/llmapi/llm.py``); every call is appended to
+``self.calls`` as ``(name, arguments)``. The engine is a toy with the documented observable shapes:
+
+* reuse: full blocks of ``prompt[:-1]`` whose hash chain (salt, LoRA id, parent, tokens) is stored
+  are reused; ``kv_cache_metrics`` counts blocks;
+* KV events: one ``created`` at start, ``stored`` for blocks new to the tree, ``removed`` on eviction
+  (lowest priority first, then oldest), all in ``KVCacheEventSerializer`` dicts; reading drains;
+* iteration stats: one JSON string per request with ``kvCacheStats``; reading drains;
+* tokens: deterministic from the prompt; text is one letter per token.
+"""
+
+import dataclasses
+import importlib
+import json
+import math
+from datetime import timedelta
+from typing import Any, List, Optional
+
+from ..bindings import KvCacheMetrics, RequestPerfMetrics, TimingMetrics
+from ..executor import CompletionOutput, RequestOutput
+from ..sampling_params import SamplingParams
+from .llm_args import TorchLlmArgs
+
+LAYERS = 2
+BOS, EOS = 1, 2
+
+
+class FakeTokenizer:
+    """The LLM's ``tokenizer`` (a ``TransformersTokenizer``): encode/decode/apply_chat_template."""
+
+    bos_token_id = BOS
+    eos_token_id = EOS
+
+    def __init__(self):
+        self.calls: List[tuple] = []
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> List[int]:
+        self.calls.append(("encode", {"text": text, "add_special_tokens": add_special_tokens}))
+        return ([BOS] if add_special_tokens else []) + [10 + ord(c) % 90 for c in text]
+
+    def decode(self, token_ids: List[int]) -> str:
+        return "".join(chr(ord("a") + t % 26) for t in token_ids)
+
+    def apply_chat_template(self, conversation, tokenize: bool = True, add_generation_prompt: bool = False):
+        self.calls.append(("apply_chat_template", {"conversation": list(conversation), "tokenize": tokenize,
+                                                   "add_generation_prompt": add_generation_prompt}))
+        text = "".join(f"<|{m['role']}|>{m['content']}\n" for m in conversation)
+        text += "<|assistant|>" if add_generation_prompt else ""
+        return [BOS] + self.encode(text, add_special_tokens=False) if tokenize else text
+
+
+class _Request:
+    """What the connector sees of an ``LlmRequest``."""
+
+    def __init__(self, request_id: int, tokens: List[int]):
+        self.request_id = request_id
+        self._tokens = tokens
+
+    def get_tokens(self, beam: int) -> List[int]:
+        return list(self._tokens)
+
+
+class _Tensor:
+    def __init__(self, shape, dtype):
+        self.shape, self.dtype = shape, dtype
+
+
+class LLM:
+    instances: List["LLM"] = []
+
+    def __init__(self, model, tokenizer=None, tokenizer_mode="auto", skip_tokenizer_init=False,
+                 trust_remote_code=False, tensor_parallel_size=1, dtype="auto", revision=None,
+                 tokenizer_revision=None, **kwargs: Any) -> None:
+        self.calls: List[tuple] = [("__init__", {"model": model, "skip_tokenizer_init": skip_tokenizer_init,
+                                                 **kwargs})]
+        self.args = TorchLlmArgs(model=model, tokenizer=tokenizer, skip_tokenizer_init=skip_tokenizer_init,
+                                 **kwargs)  # unknown keywords raise, as pydantic's extra="forbid" does
+        self.tokenizer = None if skip_tokenizer_init else FakeTokenizer()
+        kv = self.args.kv_cache_config
+        self.tpb = kv.tokens_per_block
+        self.capacity_blocks = (kv.max_tokens or 4096) // self.tpb
+        self.stored: dict = {}  # block hash -> [priority, age]
+        self.events: List[dict] = []
+        self.stats: List[str] = []
+        self.next_event = 0
+        self.next_request = 0
+        self.iteration = 0
+        self.shut_down = False
+        self._events_on = kv.enable_block_reuse and kv.event_buffer_max_size > 0
+        self._emit({"type": "created", "num_blocks_per_cache_level": [self.capacity_blocks, 0]})
+        self.scheduler = self.worker = None
+        cfg = self.args.kv_connector_config
+        if cfg is not None:  # built by name in the worker, as py_executor_creator does
+            mod = importlib.import_module(cfg.connector_module)
+            self.scheduler = getattr(mod, cfg.connector_scheduler_class)(self.args)
+            self.worker = getattr(mod, cfg.connector_worker_class)(self.args)
+            self.worker.register_kv_caches(_Tensor((self.capacity_blocks, LAYERS, 2, 64 * self.tpb), "bfloat16"))
+        LLM.instances.append(self)
+
+    # ----------------------------------------------------------------- the documented API
+
+    def generate_async(self, inputs, sampling_params: Optional[SamplingParams] = None, lora_request=None,
+                       prompt_adapter_request=None, streaming: bool = False, kv_cache_retention_config=None,
+                       disaggregated_params=None, _postproc_params=None, scheduling_params=None,
+                       cache_salt: Optional[str] = None) -> RequestOutput:
+        self.calls.append(("generate_async", {
+            "inputs": inputs, "sampling_params": sampling_params, "lora_request": lora_request,
+            "streaming": streaming, "kv_cache_retention_config": kv_cache_retention_config,
+            "cache_salt": cache_salt}))
+        if self.shut_down:
+            raise RuntimeError("LLM is shutting down")
+        sp = sampling_params or SamplingParams()
+        if sp.end_id is None and self.tokenizer is None:
+            raise ValueError("tokenizer is required to reset end_id if it is None, or you can explicitly "
+                             "specify the end_id for sampling_params")
+        prompt = self.tokenizer.encode(inputs) if isinstance(inputs, str) else list(inputs)
+        if len(prompt) > self.args.max_num_tokens:
+            raise ValueError("The sum of prompt length and query length should not exceed max_num_tokens")
+        request_id = self.next_request
+        self.next_request += 1
+        self.iteration += 1
+        lora_id = lora_request.lora_int_id if lora_request is not None else None
+        reused, block_ids = self._admit(prompt, cache_salt, lora_id, kv_cache_retention_config, request_id)
+        out = [10 + (sum(prompt) + 7 * k) % 90 for k in range(sp.max_tokens)]
+        n_blocks = math.ceil(len(prompt) / self.tpb)
+        perf = RequestPerfMetrics(
+            timing_metrics=TimingMetrics(arrival_time=timedelta(seconds=10),
+                                         first_scheduled_time=timedelta(seconds=10.001),
+                                         first_token_time=timedelta(seconds=10.01),
+                                         last_token_time=timedelta(seconds=10.01 + 0.002 * (len(out) - 1))),
+            kv_cache_metrics=KvCacheMetrics(num_total_allocated_blocks=n_blocks - reused,
+                                            num_new_allocated_blocks=n_blocks - reused, num_reused_blocks=reused,
+                                            num_missed_blocks=n_blocks - reused,
+                                            kv_cache_hit_rate=reused / n_blocks if reused else 0.0),
+            first_iter=self.iteration, last_iter=self.iteration + len(out) - 1, iter=self.iteration + len(out) - 1)
+        self.iteration += len(out) - 1
+        self.stats.append(json.dumps({"iter": self.iteration, "numActiveRequests": 0, "kvCacheStats": {
+            "maxNumBlocks": self.capacity_blocks, "freeNumBlocks": self.capacity_blocks - len(self.stored),
+            "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}}))
+        if self.scheduler is not None:
+            self.scheduler.request_finished(_Request(request_id, prompt), block_ids)
+        return RequestOutput(request_id, prompt, self._steps(out, sp, perf, streaming))
+
+    def get_kv_cache_events(self, timeout: Optional[float] = 2) -> List[dict]:
+        self.calls.append(("get_kv_cache_events", {"timeout": timeout}))
+        events, self.events = self.events, []
+        return events
+
+    def get_stats(self, timeout: Optional[float] = 2) -> List[str]:
+        self.calls.append(("get_stats", {"timeout": timeout}))
+        stats, self.stats = self.stats, []
+        return stats
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown", {}))
+        self.shut_down = True
+
+    # ----------------------------------------------------------------- the toy engine
+
+    def _emit(self, data: dict) -> None:
+        if self._events_on:
+            self.events.append({"event_id": self.next_event, "data": data, "window_size": self.args.max_seq_len})
+            self.next_event += 1
+
+    def _admit(self, prompt, salt, lora_id, retention, request_id):
+        """Match, allocate and store the prompt's full blocks; returns (reused blocks, block ids)."""
+        full = [prompt[i:i + self.tpb] for i in range(0, len(prompt) - self.tpb + 1, self.tpb)]
+        hashes, parent = [], None
+        for block in full:
+            parent = hash((salt, lora_id, parent, tuple(block))) & (2 ** 64 - 1)
+            hashes.append(parent)
+        reusable = (len(prompt) - 1) // self.tpb  # the last prompt token is never reused
+        reused = 0
+        while reused < reusable and hashes[reused] in self.stored:
+            reused += 1
+        block_ids = list(range(request_id * 1000, request_id * 1000 + math.ceil(len(prompt) / self.tpb)))
+        if self.scheduler is not None:
+            req = _Request(request_id, prompt)
+            self.scheduler.get_num_new_matched_tokens(req, reused * self.tpb)
+            self.scheduler.update_state_after_alloc(req, block_ids)
+            rd = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}._torch.pyexecutor.kv_cache_connector")
+            meta = self.scheduler.build_connector_meta(rd.SchedulerOutput(new_requests=[rd.RequestData(
+                request_id, list(prompt), block_ids, reused * self.tpb, len(prompt) - reused * self.tpb)]))
+            self.worker.bind_connector_meta(meta)
+            self.worker.start_load_kv(None)
+            for layer in range(LAYERS):
+                self.worker.wait_for_layer_load(layer, None)
+                self.worker.save_kv_layer(layer, None)
+            self.worker.wait_for_save(None)
+            self.worker.get_finished([], [])
+        ranges = retention.token_range_retention_configs if retention is not None else []
+        new_blocks, new_parent = [], None
+        for i, (h, block) in enumerate(zip(hashes, full)):
+            start = i * self.tpb
+            prio = next((r.priority for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), 35)
+            if h in self.stored:
+                self.stored[h][1] = self.iteration
+                if prio != 35 and self.stored[h][0] != prio:
+                    self._emit({"type": "updated", "block_hash": h, "cache_level": None,
+                                "priority": {"type": "event_diff", "old_value": self.stored[h][0], "new_value": prio}})
+                    self.stored[h][0] = prio
+                continue
+            self._evict_for_one()
+            self.stored[h] = [prio, self.iteration]
+            if not new_blocks:
+                new_parent = hashes[i - 1] if i else None
+            new_blocks.append({"type": "stored_block", "block_hash": h, "cache_level": 0, "priority": prio,
+                               "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in block]})
+        if new_blocks:
+            self._emit({"type": "stored", "parent_hash": new_parent, "blocks": new_blocks})
+        return reused, block_ids
+
+    def _evict_for_one(self) -> None:
+        if len(self.stored) < self.capacity_blocks:
+            return
+        victim = min(self.stored, key=lambda h: tuple(self.stored[h]))
+        del self.stored[victim]
+        self._emit({"type": "removed", "block_hashes": [victim]})
+
+    def _steps(self, out, sp, perf, streaming) -> List[CompletionOutput]:
+        text = self.tokenizer.decode(out) if (self.tokenizer is not None and sp.detokenize) else ""
+        finish = "length"
+        if sp.stop and any(s in text for s in ([sp.stop] if isinstance(sp.stop, str) else sp.stop)):
+            finish = "stop"
+        if not streaming:
+            return [CompletionOutput(0, text, out, finish, perf)]
+        steps = []
+        for k in range(1, len(out) + 1):
+            done = k == len(out)
+            steps.append(CompletionOutput(0, text[:k] if text else "", out[:k], finish if done else None,
+                                          perf if done else dataclasses.replace(perf), k - 1 if text else 0, k - 1))
+        return steps

@@ -1,0 +1,226 @@
+"""The llama.cpp cell on the real engine: exact reuse accounting, context editing, snapshots, limits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import TINY, ids
+from workbench import ContextOverflow, ManifestMismatch, open_cell
+from workbench.contract import Cell, Retention
+
+
+def test_cell_satisfies_the_contract_protocol(cell):
+    assert isinstance(cell, Cell)
+
+
+def test_cold_prefix_computes_every_token(cell):
+    st = cell.ensure_prefix(ids(100))
+    assert (st.prompt_tokens, st.reused_tokens, st.computed_tokens, st.dropped_tokens) == (100, 0, 100, 0)
+    assert st.exact and st.granularity_tokens == 1
+    assert cell.explain_context().tokens == 100
+    assert cell.position_range() == (0, 99)
+
+
+def test_repeated_prefix_reuses_everything(cell):
+    cell.ensure_prefix(ids(100))
+    st = cell.ensure_prefix(ids(100))
+    assert (st.reused_tokens, st.computed_tokens) == (100, 0)
+    assert st.engine_counters["n_p_eval"] == 0
+
+
+def test_extended_prefix_computes_only_the_extension(cell):
+    cell.ensure_prefix(ids(100))
+    st = cell.ensure_prefix(ids(130))
+    assert (st.reused_tokens, st.computed_tokens, st.dropped_tokens) == (100, 30, 0)
+    assert st.engine_counters["n_p_eval"] == 30
+
+
+def test_divergent_prefix_drops_the_tail_in_the_engine(cell):
+    cell.ensure_prefix(ids(100))
+    other = ids(60) + ids(20, start=420)
+    st = cell.ensure_prefix(other)
+    assert (st.reused_tokens, st.computed_tokens, st.dropped_tokens) == (60, 20, 40)
+    assert cell.position_range() == (0, 79)
+
+
+def test_salt_changes_the_reuse_key(cell):
+    cell.ensure_prefix(ids(50), salt="a")
+    assert cell.ensure_prefix(ids(50), salt="b").reused_tokens == 0
+    assert cell.ensure_prefix(ids(50), salt="b").reused_tokens == 50
+
+
+def test_slots_are_independent_sequences(cell):
+    cell.ensure_prefix(ids(40), slot=0)
+    cell.ensure_prefix(ids(70, start=320), slot=1)
+    assert cell.ensure_prefix(ids(40), slot=0).reused_tokens == 40
+    assert cell.used_tokens() == 110
+    with pytest.raises(ValueError, match="slot 2 does not exist"):
+        cell.ensure_prefix(ids(5), slot=2)
+
+
+def test_deferred_suffix_rides_the_next_decode(cell):
+    cell.ensure_prefix(ids(40))
+    st = cell.prefill_suffix(ids(10, start=400), defer=True)
+    assert (st.computed_tokens, st.deferred_tokens) == (0, 10)
+    assert cell.explain_context().pending_tokens == 10
+    r = cell.decode(max_tokens=3)
+    assert r.deferred_prefill_tokens == 10 and r.prompt_tokens == 50
+    assert cell.explain_context().tokens == 50 + len(r.tokens) - 1
+
+
+def test_eager_suffix_is_computed_now(cell):
+    cell.ensure_prefix(ids(40))
+    st = cell.prefill_suffix(ids(10, start=400))
+    assert (st.reused_tokens, st.computed_tokens) == (40, 10)
+
+
+def test_decode_is_deterministic_and_streams(cell):
+    seen = []
+    cell.ensure_prefix(ids(30))
+    a = cell.decode(max_tokens=6, on_token=lambda t, piece, s: seen.append(t))
+    cell.ensure_prefix(ids(30))
+    b = cell.decode(max_tokens=6)
+    assert a.tokens == b.tokens == seen and len(a.tokens) == 6
+    assert a.finish_reason == "length" and a.ttft_s >= 0 and len(a.token_times_s) == 6
+    assert all(x >= 0 for x in a.inter_token_s)
+
+
+def test_fully_cached_prompt_recomputes_only_the_last_token_for_logits(cell):
+    cell.ensure_prefix(ids(30))
+    cell.decode(max_tokens=2)
+    cell.ensure_prefix(ids(30))
+    assert cell.decode(max_tokens=2).engine_counters["recomputed_last_token"] == 1
+
+
+def test_json_schema_constrains_the_output(cell):
+    cell.ensure_prefix(ids(20))
+    r = cell.decode(max_tokens=12, json_schema={"type": "boolean"})
+    assert json.loads(r.text) in (True, False)
+
+
+def test_snapshot_round_trip_continues_identically(cell):
+    cell.ensure_prefix(ids(64))
+    snap = cell.snapshot()
+    assert snap.manifest_digest == cell.manifest.digest and snap.kind == "kv"
+    expected = cell.decode(max_tokens=8).tokens
+    with open_cell("llamacpp", TINY, kv_budget_tokens=1024) as other:
+        st = other.restore(snap)
+        assert (st.reused_tokens, st.computed_tokens) == (64, 0)
+        assert other.decode(max_tokens=8).tokens == expected
+
+
+def test_snapshot_restore_onto_another_manifest_is_refused(cell):
+    cell.ensure_prefix(ids(32))
+    snap = cell.snapshot()
+    with open_cell("llamacpp", "synthetic:tiny,seed=1", kv_budget_tokens=1024) as other:
+        with pytest.raises(ManifestMismatch):
+            other.restore(snap)
+        assert other.explain_context().tokens == 0
+
+
+def test_overflow_is_raised_before_dispatch(cell):
+    cell.ensure_prefix(ids(100))
+    before = cell.explain_context().tokens
+    with pytest.raises(ContextOverflow) as e:
+        cell.ensure_prefix(ids(1100))
+    assert e.value.requested == 1100 and e.value.limit == 1024
+    assert cell.explain_context().tokens == before  # nothing dispatched, nothing lost
+    with pytest.raises(ContextOverflow):
+        cell.decode(max_tokens=2000)
+
+
+def test_shared_kv_pool_refuses_the_newcomer_not_the_resident(cell):
+    cell.ensure_prefix(ids(600), slot=0)
+    with pytest.raises(ContextOverflow, match="KV cache"):
+        cell.ensure_prefix(ids(500, start=310), slot=1)
+    assert cell.ensure_prefix(ids(600), slot=0).reused_tokens == 600
+
+
+def test_middle_removal_shifts_positions(cell):
+    cell.ensure_prefix(ids(100))
+    assert cell.explain_context().capabilities.position_shift
+    assert cell.remove_middle(20, 50) == 30
+    assert cell.explain_context().tokens == 70
+    assert cell.position_range() == (0, 69)
+    expected_tokens = ids(20) + ids(100)[50:]
+    assert cell.ensure_prefix(expected_tokens).reused_tokens == 70
+    assert len(cell.decode(max_tokens=3).tokens) == 3
+
+
+def test_tail_removal_and_range_recompute(cell):
+    cell.ensure_prefix(ids(100))
+    assert cell.remove_tail(10) == 10
+    assert cell.position_range() == (0, 89)
+    assert cell.recompute_range(40, 60) == 50
+    assert cell.ensure_prefix(ids(90)).reused_tokens == 90
+
+
+def test_shifted_import_keeps_greedy_continuation():
+    with open_cell("llamacpp", TINY, kv_budget_tokens=1024) as a:
+        a.ensure_prefix(ids(64))
+        blob = a.export_state()
+        ref = a.decode(max_tokens=6).tokens
+    with open_cell("llamacpp", TINY, kv_budget_tokens=1024) as b:
+        b.import_state(blob, ids(64), position_shift=25)
+        assert b.position_range() == (25, 88)
+        assert b.decode(max_tokens=6).tokens == ref
+
+
+def test_chat_messages_render_through_the_model_template(cell):
+    msgs = [{"role": "user", "content": "hi"}]
+    assert cell.render(msgs) == "<|user|>hi\n<|assistant|>"
+    a = cell.ensure_prefix(msgs)
+    b = cell.ensure_prefix(msgs + [{"role": "assistant", "content": "yo"}, {"role": "user", "content": "ok"}])
+    assert a.computed_tokens > 0 and b.reused_tokens > 0
+
+
+def test_chat_template_runs_sandboxed(cell):
+    cell._template = "{{ ''.__class__.__mro__[1].__subclasses__() }}"
+    with pytest.raises(Exception, match="unsafe|access"):
+        cell.render([{"role": "user", "content": "x"}])
+
+
+def test_describe_reports_geometry_and_capacity(cell):
+    d = cell.describe()
+    g = d.geometry
+    assert (g.layers, g.kv_heads, g.head_dim) == (2, 2, 16)
+    assert g.bytes_per_token == 2 * 2 * 2 * 16 * 2
+    assert d.kv_capacity_tokens == 1024 and d.kv_capacity_bytes == 1024 * g.bytes_per_token
+    assert d.extra["kv_buffer_bytes"] == d.kv_capacity_bytes
+    assert d.slots == 2 and "state_export" in d.observers
+
+
+def test_capacity_is_measured_by_the_engine_refusing():
+    with open_cell("llamacpp", TINY, kv_budget_tokens=512) as c:
+        assert c.measure_capacity() == 512
+
+
+def test_byte_budget_sets_the_kv_size():
+    with open_cell("llamacpp", TINY, kv_budget_bytes=512 * 256) as c:
+        assert c.describe().kv_capacity_tokens == 512
+
+
+def test_embed_returns_one_vector_per_text(cell):
+    v = cell.embed(["hello", "world"])
+    assert len(v) == 2 and len(v[0]) == 64 and v[0] != v[1]
+
+
+def test_retention_is_accepted_and_validated(cell):
+    assert cell.ensure_prefix(ids(10), retention=Retention(100, 500)).computed_tokens == 10
+    with pytest.raises(ValueError, match="priority"):
+        Retention(101)
+
+
+def test_closed_cell_refuses_work():
+    c = open_cell("llamacpp", TINY, kv_budget_tokens=256)
+    c.close()
+    c.close()
+    with pytest.raises(Exception, match="closed"):
+        c.ensure_prefix(ids(4))
+
+
+def test_out_of_vocabulary_ids_are_rejected(cell):
+    with pytest.raises(ValueError, match="out of range"):
+        cell.ensure_prefix([1, 2, 99999])

@@ -1,0 +1,765 @@
+"""The TensorRT-LLM cell against a double of the tensorrt_llm 1.2 LLM API, plus its observers.
+
+The double (``tests/doubles/fake_tensorrt_llm``) is loaded as ``tensorrt_llm`` only by the
+``fake_trt`` fixture and handed to the cell through its private ``_import_trtllm`` seam. Every call
+the cell makes is asserted with its arguments. Tests without the fixture run against this machine:
+no tensorrt_llm, no GPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from workbench import cells, environment
+from workbench.cells import trtllm as trtllm_cell
+from workbench.contract import (
+    OBSERVERS,
+    Cell,
+    ContextOverflow,
+    EngineUnavailable,
+    KvEvent,
+    ManifestMismatch,
+    Retention,
+    UnsupportedFeature,
+    WorkbenchError,
+)
+from workbench.models import ModelSpecError
+from workbench.observe import survey, trtllm_connector, trtllm_events, trtllm_metrics
+
+FAKE = Path(__file__).parent / "doubles" / "fake_tensorrt_llm"
+SRC = Path(trtllm_cell.__file__).resolve().parents[1]
+GPU = {"available": True, "source": "nvml",
+       "devices": [{"index": 0, "name": "Fake H100", "memory_total_bytes": 80 << 30, "memory_free_bytes": 79 << 30}],
+       "driver": "580.00", "cuda": "13.0", "reason": None}
+CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "hidden_size": 64, "max_position_embeddings": 512, "vocab_size": 128,
+          "torch_dtype": "bfloat16", "eos_token_id": 2}
+BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 2  # K+V · layers · kv_heads · head_dim · bf16
+
+
+def _tensorrt_llm_importable() -> bool:
+    try:
+        return importlib.util.find_spec("tensorrt_llm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def fake_trt(monkeypatch):
+    """Load the double as ``tensorrt_llm`` and hand it to the cell; a GPU is reported present."""
+    for name in [n for n in sys.modules if n == "tensorrt_llm" or n.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    spec = importlib.util.spec_from_file_location("tensorrt_llm", FAKE / "__init__.py",
+                                                  submodule_search_locations=[str(FAKE)])
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", module)
+    spec.loader.exec_module(module)
+    module.llmapi.llm.LLM.instances = []
+    monkeypatch.setattr(trtllm_cell, "_import_trtllm", lambda: module)
+    monkeypatch.setattr(environment, "gpus", lambda: GPU)
+    monkeypatch.delenv(trtllm_connector.LOG_ENV, raising=False)
+    yield module
+    for name in [n for n in sys.modules if n.startswith("tensorrt_llm.")]:
+        del sys.modules[name]
+
+
+def _model_dir(root: Path, name: str = "tiny-llama", tokenizer: bool = True, **overrides) -> Path:
+    d = root / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(CONFIG | overrides))
+    if tokenizer:
+        (d / "tokenizer_config.json").write_text("{}")
+    return d
+
+
+@pytest.fixture
+def hf_dir(tmp_path):
+    return _model_dir(tmp_path)
+
+
+@pytest.fixture
+def cell(fake_trt, hf_dir):
+    c = trtllm_cell.TrtLlmCell.open(str(hf_dir), context_tokens=256)
+    yield c
+    c.close()
+
+
+def _llm(fake_trt):
+    return fake_trt.llmapi.llm.LLM.instances[-1]
+
+
+def _calls(llm, name):
+    return [kw for n, kw in llm.calls if n == name]
+
+
+# --------------------------------------------------------------------------- this machine
+
+
+def test_importing_the_cell_does_not_import_tensorrt_llm():
+    code = ("import sys, workbench, workbench.cells.trtllm, workbench.observe.trtllm_connector; "
+            "assert 'tensorrt_llm' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, env=os.environ | {"PYTHONPATH": str(SRC)})
+
+
+@pytest.mark.skipif(_tensorrt_llm_importable(), reason="tensorrt_llm is installed here")
+def test_unavailable_here_with_a_precise_reason():
+    a = cells.availability("trtllm")
+    assert not a.available and a.version is None
+    assert "tensorrt_llm is not installed" in a.reason
+    assert "'trtllm' extra" in a.reason and "NVIDIA" in a.reason
+
+
+@pytest.mark.skipif(_tensorrt_llm_importable(), reason="tensorrt_llm is installed here")
+def test_open_cell_raises_engine_unavailable_here(hf_dir):
+    with pytest.raises(EngineUnavailable) as e:
+        cells.open_cell("trtllm", str(hf_dir))
+    assert e.value.engine == "trtllm" and "tensorrt_llm" in e.value.reason
+
+
+def test_broken_install_is_not_reported_as_missing(monkeypatch):
+    def broken():
+        raise OSError("libcudart.so.13: cannot open shared object file")
+
+    monkeypatch.setattr(trtllm_cell, "_import_trtllm", broken)
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert not a.available and "failed to import" in a.reason and "libcudart" in a.reason
+
+
+# --------------------------------------------------------------------------- availability and the guard
+
+
+def test_availability_with_release_and_gpu(fake_trt):
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert a.available and a.version == "1.2.1" and a.reason is None
+    rows = a.details["guard"]
+    assert len(rows) == len(trtllm_cell.GUARD) and all(r["ok"] for r in rows)
+    assert {r["symbol"] for r in rows} >= {"tensorrt_llm.LLM.generate_async", "tensorrt_llm.llmapi.KvCacheConfig"}
+
+
+def test_availability_without_gpu_gives_nvml_reason(fake_trt, monkeypatch):
+    no_gpu = {"available": False, "source": None, "devices": [], "driver": None, "cuda": None,
+              "reason": "no NVIDIA GPU: NVML unavailable (NVMLError: Driver Not Loaded); nvidia-smi not on PATH"}
+    monkeypatch.setattr(environment, "gpus", lambda: no_gpu)
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert not a.available and a.reason == no_gpu["reason"]
+    assert a.details["guard"]  # tensorrt_llm imported, so the table is there
+
+
+def test_availability_and_open_refuse_other_versions(fake_trt, hf_dir, monkeypatch):
+    monkeypatch.setattr(fake_trt, "__version__", "1.3.0rc27")
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert not a.available and "1.3.0rc27" in a.reason and "1.2.x" in a.reason
+    with pytest.raises(EngineUnavailable, match="1.3.0rc27"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir))
+
+
+def test_guard_all_present(fake_trt):
+    rows = trtllm_cell.check_guard(fake_trt)
+    assert all(r.ok and r.status == "ok" and not r.missing for r in rows)
+
+
+def test_guard_names_missing_and_changed_symbols(fake_trt, hf_dir, monkeypatch):
+    base = fake_trt.LLM
+
+    class OldLLM(base):
+        def generate_async(self, inputs, sampling_params=None, lora_request=None, streaming=False):
+            raise AssertionError("never called")
+
+    monkeypatch.setattr(fake_trt, "LLM", OldLLM)
+    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
+    rows = {r.symbol: r for r in trtllm_cell.check_guard(fake_trt)}
+    changed = rows["tensorrt_llm.LLM.generate_async"]
+    assert changed.status == "changed" and set(changed.missing) == {"kv_cache_retention_config", "cache_salt"}
+    missing = rows["tensorrt_llm.llmapi.LoRARequest"]
+    assert missing.status == "missing" and missing.feature == "lora"
+    with pytest.raises(EngineUnavailable) as e:
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), adapters=[_adapter(hf_dir.parent)])
+    assert "tensorrt_llm.LLM.generate_async changed: lacks kv_cache_retention_config, cache_salt" in e.value.reason
+    assert "tensorrt_llm.llmapi.LoRARequest not found" in e.value.reason
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert not a.available and "cache_salt" in a.reason and "LoRARequest" not in a.reason  # LoRA is optional
+
+
+def test_a_missing_optional_feature_does_not_block_open(fake_trt, hf_dir, monkeypatch):
+    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
+        assert c.describe().engine == "trtllm"
+
+
+# --------------------------------------------------------------------------- open: the LLM the cell builds
+
+
+def test_open_builds_the_llm_from_a_byte_budget(fake_trt, hf_dir, monkeypatch):
+    given = []
+    original = fake_trt.llmapi.KvCacheConfig
+
+    class Spy(original):
+        def __init__(self, **kw):
+            given.append(kw)
+            super().__init__(**kw)
+
+    monkeypatch.setattr(fake_trt.llmapi, "KvCacheConfig", Spy)
+    budget = 1000 * BYTES_PER_TOKEN + 5
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), kv_budget_bytes=budget, context_tokens=256, tokens_per_block=16,
+                                     host_cache_size=1 << 20, event_buffer_max_size=64,
+                                     enable_partial_reuse=False) as c:
+        init = _calls(_llm(fake_trt), "__init__")[0]
+        assert given == [{"max_tokens": 992, "tokens_per_block": 16, "enable_block_reuse": True,
+                          "enable_partial_reuse": False, "event_buffer_max_size": 64, "host_cache_size": 1 << 20,
+                          "use_kv_cache_manager_v2": False}]  # never the memory fraction alone
+        assert init["model"] == str(hf_dir.resolve()) and init["kv_cache_config"].max_tokens == 992
+        assert init["max_seq_len"] == 256 and init["max_num_tokens"] == 256
+        assert init["return_perf_metrics"] is True and init["enable_iter_perf_stats"] is True
+        assert init["guided_decoding_backend"] == "xgrammar" and init["skip_tokenizer_init"] is False
+        assert "load_format" not in init and "lora_config" not in init and "kv_connector_config" not in init
+        d = c.describe()
+        assert d.geometry.bytes_per_token == BYTES_PER_TOKEN and d.block_tokens == 16
+        assert d.context_tokens == 256 and d.kv_capacity_tokens == 992
+        assert d.kv_capacity_bytes == 992 * BYTES_PER_TOKEN and d.extra["kv_capacity_source"] == "created KV event"
+        assert d.extra["gpu_devices"][0]["name"] == "Fake H100"
+
+
+def test_use_kv_cache_manager_v2_is_set_only_where_the_field_exists(fake_trt, hf_dir, monkeypatch):
+    @dataclasses.dataclass(kw_only=True)
+    class KvCacheConfig12rc:  # a release without the field
+        enable_block_reuse: bool = True
+        max_tokens: int | None = None
+        free_gpu_memory_fraction: float | None = 0.9
+        host_cache_size: int | None = None
+        event_buffer_max_size: int = 0
+        enable_partial_reuse: bool = True
+        tokens_per_block: int = 32
+
+    monkeypatch.setattr(fake_trt.llmapi, "KvCacheConfig", KvCacheConfig12rc)
+    monkeypatch.setattr(fake_trt.llmapi.llm_args, "KvCacheConfig", KvCacheConfig12rc)
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
+        kv = _calls(_llm(fake_trt), "__init__")[0]["kv_cache_config"]
+        assert isinstance(kv, KvCacheConfig12rc) and kv.max_tokens == c.kv_budget_tokens
+    rows = {r.symbol: r for r in trtllm_cell.check_guard(fake_trt)}
+    assert rows["tensorrt_llm.llmapi.KvCacheConfig"].ok
+    assert "use_kv_cache_manager_v2 absent" in rows["tensorrt_llm.llmapi.KvCacheConfig"].detail
+
+
+def test_default_budget_is_context_times_slots_and_dummy_weights(fake_trt, hf_dir):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), slots=3, dummy_weights=True) as c:
+        init = _calls(_llm(fake_trt), "__init__")[0]
+        assert init["max_seq_len"] == 512  # min(model ceiling, 4096)
+        assert init["kv_cache_config"].max_tokens == 3 * 512 and init["load_format"] == "dummy"
+        assert c.describe().slots == 3
+
+
+def test_options_are_validated(fake_trt, hf_dir, tmp_path):
+    with pytest.raises(TypeError, match="unknown trtllm option"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), free_gpu_memory_fraction=0.5)
+    with pytest.raises(ValueError, match="power of two"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), tokens_per_block=48)
+    with pytest.raises(ValueError, match="not both"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), kv_budget_bytes=1 << 20, kv_budget_tokens=1024)
+    with pytest.raises(ValueError, match="less than one block"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), kv_budget_tokens=8)
+    with pytest.raises(ValueError, match="enable_block_reuse"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True, enable_block_reuse=False)
+    with pytest.raises(ContextOverflow):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), context_tokens=1024)  # model ceiling is 512
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 16)
+    with pytest.raises(ModelSpecError, match="Hugging Face"):
+        trtllm_cell.TrtLlmCell.open(str(gguf))
+    assert fake_trt.llmapi.llm.LLM.instances == []
+
+
+def test_a_failed_llm_construction_leaves_nothing_behind(fake_trt, hf_dir, monkeypatch):
+    def refuse(self, *a, **kw):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "__init__", refuse)
+    before = set(Path(os.environ.get("TMPDIR", "/tmp")).glob("workbench-trtllm-*"))
+    with pytest.raises(RuntimeError, match="out of memory"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True)
+    assert trtllm_connector.LOG_ENV not in os.environ
+    assert set(Path(os.environ.get("TMPDIR", "/tmp")).glob("workbench-trtllm-*")) == before
+
+
+def test_cell_satisfies_the_protocol(cell):
+    assert isinstance(cell, Cell) and cell.engine == "trtllm"
+
+
+# --------------------------------------------------------------------------- EnsurePrefix
+
+
+def test_ensure_prefix_warms_up_with_retention_and_salt(fake_trt, cell):
+    prefix = list(range(3, 103))  # 100 tokens: 3 full blocks of 32 before the last token
+    status = cell.ensure_prefix(prefix)
+    call = _calls(_llm(fake_trt), "generate_async")[-1]
+    assert call["inputs"] == prefix and call["streaming"] is False and call["lora_request"] is None
+    assert call["cache_salt"] == cell.manifest.cache_key(None) == cell.manifest.digest
+    sp = call["sampling_params"]
+    assert sp.max_tokens == 1 and sp.temperature == 0.0 and sp.guided_decoding is None
+    ret = call["kv_cache_retention_config"]
+    (rng,) = ret.token_range_retention_configs
+    assert (rng.token_start, rng.token_end, rng.priority, rng.duration_ms) == (0, 100, 100, None)
+    assert status.prompt_tokens == 100 and status.reused_tokens == 0 and status.computed_tokens == 100
+    assert status.exact is False and status.granularity_tokens == 32 and status.source == "perf_metrics"
+    assert status.engine_counters["num_missed_blocks"] == 4
+
+    again = cell.ensure_prefix(prefix)
+    assert again.reused_tokens == 96 and again.computed_tokens == 4  # 3 blocks x 32, converted
+    assert again.engine_counters["num_reused_blocks"] == 3 and again.engine_counters["reused_tokens_est"] == 96
+
+    salted = cell.ensure_prefix(prefix, salt="tenant-b", retention=Retention(priority=70, duration_ms=500))
+    call = _calls(_llm(fake_trt), "generate_async")[-1]
+    assert call["cache_salt"] == cell.manifest.cache_key("tenant-b") != cell.manifest.digest
+    (rng,) = call["kv_cache_retention_config"].token_range_retention_configs
+    assert rng.priority == 70 and rng.duration_ms == timedelta(milliseconds=500)
+    assert salted.reused_tokens == 0 and salted.dropped_tokens == 100  # another key: the old tail is moot
+
+
+def test_ensure_prefix_reports_a_divergent_tail_as_dropped(cell):
+    cell.ensure_prefix(list(range(3, 103)))
+    status = cell.ensure_prefix(list(range(3, 73)) + [120] * 10)
+    assert status.dropped_tokens == 30 and status.reused_tokens == 64
+
+
+def test_retention_default_comes_from_options(fake_trt, hf_dir):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), retention_priority=90, retention_duration_ms=2000) as c:
+        c.ensure_prefix([5] * 40)
+        (rng,) = _calls(_llm(fake_trt), "generate_async")[-1]["kv_cache_retention_config"].token_range_retention_configs
+        assert rng.priority == 90 and rng.duration_ms == timedelta(seconds=2)
+
+
+def test_chat_messages_render_through_the_template(fake_trt, cell):
+    msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    cell.ensure_prefix(msgs)
+    tok = _llm(fake_trt).tokenizer
+    assert ("apply_chat_template", {"conversation": msgs, "tokenize": True, "add_generation_prompt": True}) in tok.calls
+    prompt = _calls(_llm(fake_trt), "generate_async")[-1]["inputs"]
+    assert prompt == tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True)
+    more = [{"role": "user", "content": "and?"}]
+    status = cell.prefill_suffix(more)
+    suffix = tok.apply_chat_template(more, tokenize=True, add_generation_prompt=False)[1:]  # no second BOS
+    assert status.deferred_tokens == len(suffix) and status.prompt_tokens == len(prompt) + len(suffix)
+    cell.prefill_suffix(" tail")
+    assert ("encode", {"text": " tail", "add_special_tokens": False}) in tok.calls
+
+
+# --------------------------------------------------------------------------- PrefillSuffix and Decode
+
+
+def test_prefill_is_deferred_and_rides_the_streaming_decode(fake_trt, cell):
+    prefix, suffix = [7] * 64, [9] * 10
+    cell.ensure_prefix(prefix)
+    n_calls = len(_calls(_llm(fake_trt), "generate_async"))
+    status = cell.prefill_suffix(suffix, defer=False)
+    assert len(_calls(_llm(fake_trt), "generate_async")) == n_calls  # bookkeeping only
+    assert (status.deferred_tokens, status.computed_tokens, status.reused_tokens) == (10, 0, 64)
+    assert cell.explain_context().pending_tokens == 10
+
+    seen = []
+    result = cell.decode(max_tokens=5, on_token=lambda t, piece, s: seen.append((t, piece, s)))
+    call = _calls(_llm(fake_trt), "generate_async")[-1]
+    assert call["inputs"] == prefix + suffix and call["streaming"] is True
+    assert call["cache_salt"] == cell.manifest.digest
+    (rng,) = call["kv_cache_retention_config"].token_range_retention_configs
+    assert (rng.token_start, rng.token_end, rng.priority) == (0, 64, 100)  # the prefix stays retained
+    sp = call["sampling_params"]
+    assert (sp.max_tokens, sp.temperature, sp.top_p, sp.top_k, sp.seed) == (5, 0.0, None, None, 0)
+    assert sp.end_id is None and sp.detokenize is True  # the LLM's tokenizer supplies the end id
+    assert len(result.tokens) == 5 and [t for t, _, _ in seen] == result.tokens
+    assert "".join(p for _, p, _ in seen) == result.text and len(result.text) == 5
+    assert result.token_times_s == sorted(result.token_times_s) and result.ttft_s == result.token_times_s[0]
+    assert result.prompt_tokens == 74 and result.deferred_prefill_tokens == 10 and result.finish_reason == "length"
+    assert result.engine_counters["engine_ttft_s"] == pytest.approx(0.01)
+    assert result.engine_counters["num_reused_blocks"] == 2  # both prefix blocks, stored by the warm-up
+    x = cell.explain_context()
+    assert x.pending_tokens == 0 and x.tokens == 79
+
+
+def test_decode_sampling_stop_and_guided_json(fake_trt, cell):
+    cell.ensure_prefix([4] * 20)
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    cell.decode(max_tokens=3, temperature=0.7, top_p=0.9, top_k=40, seed=11, stop=["\n"], json_schema=schema)
+    sp = _calls(_llm(fake_trt), "generate_async")[-1]["sampling_params"]
+    assert (sp.temperature, sp.top_p, sp.top_k, sp.seed, sp.stop) == (0.7, 0.9, 40, 11, ["\n"])
+    assert isinstance(sp.guided_decoding, fake_trt.llmapi.GuidedDecodingParams) and sp.guided_decoding.json == schema
+
+
+def test_without_a_tokenizer_prompts_are_token_ids(fake_trt, tmp_path):
+    d = _model_dir(tmp_path, "no-tokenizer", tokenizer=False)
+    with trtllm_cell.TrtLlmCell.open(str(d), dummy_weights=True) as c:
+        init = _calls(_llm(fake_trt), "__init__")[0]
+        assert init["skip_tokenizer_init"] is True and "guided_decoding_backend" not in init
+        c.ensure_prefix([5] * 33)
+        r = c.decode(max_tokens=2)
+        sp = _calls(_llm(fake_trt), "generate_async")[-1]["sampling_params"]
+        assert sp.end_id == 2 and sp.detokenize is False and r.text == "" and len(r.tokens) == 2
+        with pytest.raises(UnsupportedFeature):
+            c.tokenize("hello")
+        with pytest.raises(UnsupportedFeature):
+            c.ensure_prefix([{"role": "user", "content": "hi"}])
+        with pytest.raises(UnsupportedFeature):
+            c.decode(json_schema={"type": "object"})
+        with pytest.raises(ValueError, match="out of range"):
+            c.ensure_prefix([1, 500])
+
+
+def test_context_overflow_is_raised_before_dispatch(fake_trt, hf_dir):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), context_tokens=128, kv_budget_tokens=70) as c:
+        assert c.kv_budget_tokens == 64  # whole blocks
+        n = len(_calls(_llm(fake_trt), "generate_async"))
+        with pytest.raises(ContextOverflow) as e:
+            c.ensure_prefix([3] * 128)  # + the warm-up token
+        assert (e.value.requested, e.value.limit, e.value.what) == (129, 128, "context")
+        with pytest.raises(ContextOverflow) as e:
+            c.ensure_prefix([3] * 70)
+        assert (e.value.limit, e.value.what) == (64, "KV cache")
+        c.ensure_prefix([3] * 40)
+        with pytest.raises(ContextOverflow):
+            c.decode(max_tokens=30)
+        with pytest.raises(ContextOverflow):
+            c.prefill_suffix([3] * 30)
+        assert len(_calls(_llm(fake_trt), "generate_async")) == n + 1
+
+
+def test_slots_are_bookkeeping(cell, fake_trt):
+    with pytest.raises(ValueError, match="slot 1 does not exist"):
+        cell.ensure_prefix([3] * 8, slot=1)
+    with pytest.raises(WorkbenchError, match="call ensure_prefix first"):
+        cell.decode()
+    with pytest.raises(WorkbenchError, match="no prefix"):
+        cell.prefill_suffix([3])
+
+
+# --------------------------------------------------------------------------- the rest of the contract
+
+
+def test_explain_context_capabilities(cell):
+    cell.ensure_prefix([3] * 40)
+    x = cell.explain_context()
+    c = x.capabilities
+    assert (c.remove_tail, c.remove_middle, c.position_shift, c.recompute_range) == (False, False, False, True)
+    assert x.tokens == 40 and x.cache_key == cell.manifest.digest and any("reused" in n for n in x.notes)
+
+
+def test_snapshot_is_text_and_restore_warms_it(fake_trt, hf_dir, tmp_path):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), slots=2) as c:
+        c.ensure_prefix([6] * 70, salt="s1", retention=Retention(80))
+        c.prefill_suffix([8] * 5)
+        snap = c.snapshot()
+        assert snap.kind == "text" and snap.engine == "trtllm" and snap.manifest_digest == c.manifest.digest
+        assert snap.tokens == tuple([6] * 70 + [8] * 5) and snap.cache_key == c.manifest.cache_key("s1")
+        status = c.restore(snap, slot=1)
+        call = _calls(_llm(fake_trt), "generate_async")[-1]
+        assert call["inputs"] == [6] * 70 and call["cache_salt"] == c.manifest.cache_key("s1")
+        assert call["kv_cache_retention_config"].token_range_retention_configs[0].priority == 80
+        assert status.reused_tokens == 64 and status.deferred_tokens == 5 and status.prompt_tokens == 75
+        assert c.explain_context(slot=1).pending_tokens == 5
+    other = _model_dir(tmp_path, "other-model", hidden_size=128)
+    with trtllm_cell.TrtLlmCell.open(str(other)) as c2:
+        with pytest.raises(ManifestMismatch):
+            c2.restore(snap)
+
+
+def test_embed_is_unsupported(cell):
+    with pytest.raises(UnsupportedFeature, match="embed"):
+        cell.embed(["x"])
+
+
+def _adapter(root: Path, name: str = "adapter-a", rank: int = 8) -> str:
+    d = root / name
+    d.mkdir()
+    (d / "adapter_config.json").write_text(json.dumps({"r": rank, "target_modules": ["q_proj"]}))
+    (d / "adapter_model.safetensors").write_bytes(name.encode() * 8)
+    return str(d)
+
+
+def test_lora_config_request_and_salt(fake_trt, hf_dir, tmp_path):
+    a = _adapter(tmp_path)
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as plain:
+        plain_key = plain.manifest.digest
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), adapters=a) as c:  # one path is one adapter
+        init = _calls(_llm(fake_trt), "__init__")[0]
+        lc = init["lora_config"]
+        assert isinstance(lc, fake_trt.lora_helper.LoraConfig)
+        assert (lc.lora_dir, lc.max_lora_rank, lc.max_loras, lc.max_cpu_loras) == ([a], 8, 1, 1)
+        assert len(c.manifest.adapter_digests) == 1 and c.manifest.digest != plain_key
+        c.ensure_prefix([3] * 10)
+        c.decode(max_tokens=1)
+        for call in _calls(_llm(fake_trt), "generate_async"):
+            lr = call["lora_request"]
+            assert (lr.lora_name, lr.lora_int_id, lr.lora_path) == ("adapter-a", 1, a)
+            assert call["cache_salt"] == c.manifest.digest
+    with pytest.raises(UnsupportedFeature, match="stacked"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), adapters=[a, _adapter(tmp_path, "adapter-b")])
+
+
+def test_switch_recreates_the_llm(fake_trt, cell, tmp_path):
+    first = _llm(fake_trt)
+    cell.ensure_prefix([3] * 40)
+    old = cell.manifest
+    manifest = cell.switch(adapters=[_adapter(tmp_path)])
+    second = _llm(fake_trt)
+    assert second is not first and _calls(first, "shutdown") == [{}]
+    assert manifest == cell.manifest != old and cell.explain_context().tokens == 0
+    assert _calls(second, "__init__")[0]["lora_config"] is not None
+    status = cell.ensure_prefix([3] * 40)
+    assert _calls(second, "generate_async")[-1]["cache_salt"] == manifest.digest and status.reused_tokens == 0
+
+
+def test_close_is_idempotent_and_final(fake_trt, hf_dir):
+    c = trtllm_cell.TrtLlmCell.open(str(hf_dir))
+    llm = _llm(fake_trt)
+    with c:
+        pass
+    c.close()
+    assert _calls(llm, "shutdown") == [{}]
+    with pytest.raises(WorkbenchError, match="closed"):
+        c.ensure_prefix([1, 2, 3])
+
+
+# --------------------------------------------------------------------------- observers
+
+
+def test_observers_are_announced_and_drain(fake_trt, cell):
+    d = cell.describe()
+    assert d.observers == ("request_counters", "kv_events", "iteration_stats")
+    assert set(d.observers) <= set(OBSERVERS)
+    cell.ensure_prefix([3] * 70)
+    events = cell.drain_kv_events(timeout_s=0.1)
+    assert [e.kind for e in events] == ["created", "stored"] and all(isinstance(e, KvEvent) for e in events)
+    assert events[0].num_blocks == (cell.kv_budget_tokens // 32, 0)
+    assert len(events[1].block_hashes) == 2 and events[1].block_tokens[0] == (3,) * 32 and events[1].priority == 100
+    assert cell.drain_kv_events() == []
+    assert _calls(_llm(fake_trt), "get_kv_cache_events")[-1] == {"timeout": 0.5}
+    stats = cell.drain_iteration_stats(timeout_s=0.1)
+    assert stats and stats[-1]["kvCacheStats"]["tokensPerBlock"] == 32
+    assert cell.drain_iteration_stats() == []
+    with pytest.raises(UnsupportedFeature, match="connector=True"):
+        cell.connector_log()
+
+
+def test_events_off_means_no_kv_events_observer(fake_trt, hf_dir):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
+        assert "kv_events" not in c.describe().observers
+        assert c.drain_kv_events() == []
+        assert _calls(_llm(fake_trt), "get_kv_cache_events") == []
+
+
+def test_recording_connector_logs_every_call(fake_trt, hf_dir):
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True) as c:
+        cfg = _calls(_llm(fake_trt), "__init__")[0]["kv_connector_config"]
+        assert (cfg.connector_module, cfg.connector_scheduler_class, cfg.connector_worker_class) == (
+            "workbench.observe.trtllm_connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
+        assert "connector" in c.describe().observers
+        log_path = os.environ[trtllm_connector.LOG_ENV]
+        c.ensure_prefix([3] * 70)
+        c.ensure_prefix([3] * 70)
+        log = c.connector_log()
+        calls = [e["call"] for e in log]
+        assert calls[0] == "register_kv_caches" and log[0]["shape"][1:] == [2, 2, 64 * 32]
+        matched = [e for e in log if e["call"] == "get_num_new_matched_tokens"]
+        assert [e["num_computed_tokens"] for e in matched] == [0, 64] and matched[0]["tokens"] == 70
+        alloc = [e for e in log if e["call"] == "update_state_after_alloc"]
+        assert alloc[1]["block_ids"] == [1000, 1001, 1002]
+        meta = [e for e in log if e["call"] == "build_connector_meta"][1]["new_requests"][0]
+        assert (meta["computed_position"], meta["new_tokens"], meta["new_block_ids"]) == (64, 70, [1000, 1001, 1002])
+        assert calls.count("wait_for_layer_load") == 4 and calls.count("save_kv_layer") == 4
+        assert {"start_load_kv", "wait_for_save", "get_finished", "request_finished"} <= set(calls)
+    assert trtllm_connector.LOG_ENV not in os.environ and not Path(log_path).exists()
+
+
+def test_connector_classes_resolve_by_name(fake_trt):
+    mod = importlib.import_module("workbench.observe.trtllm_connector")
+    base = importlib.import_module("tensorrt_llm._torch.pyexecutor.kv_cache_connector")
+    assert issubclass(mod.RecordingConnectorScheduler, base.KvCacheConnectorScheduler)
+    assert issubclass(mod.RecordingConnectorWorker, base.KvCacheConnectorWorker)
+    with pytest.raises(AttributeError):
+        mod.NoSuchClass  # noqa: B018
+
+
+# --------------------------------------------------------------------------- event and metric parsers
+
+
+def test_event_parser_on_documented_shapes():
+    raw = [
+        {"event_id": 0, "window_size": 4096, "data": {"type": "created", "num_blocks_per_cache_level": [512, 128]}},
+        {"event_id": 1, "window_size": 4096, "attention_dp_rank": 0, "data": {
+            "type": "stored", "parent_hash": None, "blocks": [
+                {"type": "stored_block", "block_hash": 2 ** 63 + 5, "cache_level": 0, "priority": 100,
+                 "tokens": [{"type": "unique_token", "token_id": 11, "token_extra_id": 0},
+                            {"type": "unique_token", "token_id": 12, "token_extra_id": 0}]},
+                {"type": "stored_block", "block_hash": 7, "cache_level": 0, "priority": 35,
+                 "tokens": [{"type": "unique_token", "token_id": 13, "token_extra_id": 0}]}]}},
+        json.dumps({"event_id": 2, "window_size": 4096, "data": {"type": "removed", "block_hashes": [7, 8]}}),
+        {"event_id": 3, "window_size": 4096, "data": {
+            "type": "updated", "block_hash": 2 ** 63 + 5,
+            "cache_level": {"type": "event_diff", "old_value": 0, "new_value": 1},
+            "priority": {"type": "event_diff", "old_value": 100, "new_value": 35}}},
+        {"event_id": 4, "window_size": 4096, "data": {"type": "updated", "block_hash": 9, "cache_level": None,
+                                                      "priority": {"type": "event_diff", "old_value": 35,
+                                                                   "new_value": 80}}},
+    ]
+    created, stored, removed, offloaded, reprioritized = trtllm_events.parse_events(raw)
+    assert created.kind == "created" and created.num_blocks == (512, 128) and created.window_size == 4096
+    assert stored.block_hashes == (2 ** 63 + 5, 7) and stored.parent_hash is None
+    assert stored.block_tokens == ((11, 12), (13,)) and stored.priority is None and stored.cache_level == 0
+    assert removed.kind == "removed" and removed.block_hashes == (7, 8) and removed.event_id == 2
+    assert (offloaded.cache_level, offloaded.priority) == (1, 35)
+    assert (reprioritized.cache_level, reprioritized.priority) == (None, 80)
+    assert stored.raw["attention_dp_rank"] == 0
+    assert trtllm_events.capacity_blocks([created, stored]) == {4096: 512}
+    with pytest.raises(ValueError, match="unknown"):
+        trtllm_events.parse_event({"event_id": 5, "data": {"type": "evicted"}})
+    with pytest.raises(ValueError, match="not a TensorRT-LLM KV event"):
+        trtllm_events.parse_event({"event_id": 5})
+
+
+def test_metrics_parser_on_bindings_and_serve_shapes():
+    perf = SimpleNamespace(
+        timing_metrics=SimpleNamespace(arrival_time=timedelta(seconds=100),
+                                       first_scheduled_time=timedelta(seconds=100.5),
+                                       first_token_time=timedelta(seconds=101), last_token_time=timedelta(seconds=103),
+                                       kv_cache_transfer_start=timedelta(0), kv_cache_transfer_end=timedelta(0)),
+        kv_cache_metrics=SimpleNamespace(num_total_allocated_blocks=4, num_new_allocated_blocks=1, num_reused_blocks=3,
+                                         num_missed_blocks=1, kv_cache_hit_rate=0.75),
+        first_iter=5, last_iter=9, iter=9)
+    c = trtllm_metrics.request_counters(perf, 32)
+    assert c["num_reused_blocks"] == 3 and c["reused_tokens_est"] == 96 and c["kv_cache_hit_rate"] == 0.75
+    assert c["engine_ttft_s"] == 1.0 and c["engine_queue_s"] == 0.5 and c["engine_decode_s"] == 2.0
+    assert c["engine_e2e_s"] == 3.0 and "engine_kv_transfer_s" not in c and c["first_iter"] == 5
+    assert trtllm_metrics.reused_tokens(c, 200) == 96
+    assert trtllm_metrics.reused_tokens(c, 90) == 89  # capped: the last prompt token is never reused
+    assert trtllm_metrics.reused_tokens({}, 90) is None
+    assert trtllm_metrics.request_counters(None, 32) == {}
+    serve = {"first_iter": 1, "last_iter": 3, "timing_metrics": {"arrival_time": 1.0, "first_token_time": 1.25},
+             "kv_cache_metrics": {"num_total_allocated_blocks": 2, "num_new_allocated_blocks": 2,
+                                  "num_reused_blocks": 0, "num_missed_blocks": 2}}
+    s = trtllm_metrics.request_counters(serve, 16)
+    assert s["engine_ttft_s"] == 0.25 and s["missed_tokens_est"] == 32 and "kv_cache_hit_rate" not in s
+    stats = trtllm_metrics.parse_iteration_stats(['{"iter": 1, "kvCacheStats": {"maxNumBlocks": 10, '
+                                                  '"tokensPerBlock": 32}}', {"iter": 2}])
+    assert [s["iter"] for s in stats] == [1, 2]
+    assert trtllm_metrics.kv_stats_capacity(stats[0]) == (10, 32) and trtllm_metrics.kv_stats_capacity(stats[1]) is None
+
+
+# --------------------------------------------------------------------------- the C/C++ entry-point survey
+
+HEADER = """
+namespace tensorrt_llm::executor {
+class Executor
+{
+public:
+    Executor(std::filesystem::path const& modelPath, ModelType modelType, ExecutorConfig const& executorConfig);
+    Executor(BufferView const& engineBuffer, std::string const& jsonConfigStr, ModelType modelType,
+        ExecutorConfig const& executorConfig,
+        std::optional<std::map<std::string, Tensor>> const& managedWeights = std::nullopt);
+    Executor(std::shared_ptr<Model> model, ExecutorConfig const& executorConfig);
+    Executor(Executor const& executor) = delete;
+    Executor(Executor&&) noexcept;
+};
+}
+"""
+
+LIBRARY = """
+#include <filesystem>
+#include <string>
+namespace tensorrt_llm::executor {
+struct BufferView { const char* data; unsigned long size; };
+class Executor {
+public:
+    Executor(std::filesystem::path const& modelPath, int modelType);
+    Executor(BufferView const& engineBuffer, std::string const& jsonConfigStr, int modelType);
+    int enqueueRequest(int request);
+};
+Executor::Executor(std::filesystem::path const& p, int) {}
+Executor::Executor(BufferView const&, std::string const&, int) {}
+int Executor::enqueueRequest(int r) { return r; }
+}
+extern "C" int unrelated_function(void) { return 0; }
+"""
+
+
+def _elf64(symbols: list[tuple[str, bool]]) -> bytes:
+    """A minimal little-endian ELF64 file: a .dynsym (name, defined?) with its .dynstr, and section headers."""
+    dynstr = b"\0"
+    offsets = []
+    for name, _ in symbols:
+        offsets.append(len(dynstr))
+        dynstr += name.encode() + b"\0"
+    dynsym = b"\0" * 24 + b"".join(struct.pack("<IBBHQQ", off, (1 << 4) | 2, 0, 7 if defined else 0, 0x1000, 8)
+                                   for off, (_, defined) in zip(offsets, symbols))
+    str_off = 64
+    sym_off = str_off + len(dynstr)
+    sh_off = sym_off + len(dynsym)
+    header = (b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
+              + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sh_off, 0, 64, 0, 0, 64, 3, 0))
+    null = b"\0" * 64
+    strtab = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, str_off, len(dynstr), 0, 0, 1, 0)
+    symtab = struct.pack("<IIQQQQIIQQ", 0, 11, 2, 0, sym_off, len(dynsym), 1, 1, 8, 24)
+    return header + dynstr + dynsym + null + strtab + symtab
+
+
+def test_survey_reads_headers_and_a_handmade_elf(tmp_path):
+    root = tmp_path / "site-packages" / "tensorrt_llm"
+    (root / "include" / "tensorrt_llm" / "executor").mkdir(parents=True)
+    (root / "include" / "tensorrt_llm" / "executor" / "executor.h").write_text(HEADER)
+    (root / "libs").mkdir()
+    mangled = "_ZN12tensorrt_llm8executor8ExecutorC1ERKNSt10filesystem7__cxx114pathENS0_9ModelTypeE"
+    (root / "libs" / "libtensorrt_llm.so").write_bytes(_elf64([
+        (mangled, True), ("_ZN12tensorrt_llm8executor8Executor14enqueueRequestEv", True),
+        ("_ZN12tensorrt_llm8executor8Executor8shutdownEv", False), ("unrelated", True)]))
+    (root / "libs" / "libbroken.so.1").write_bytes(b"not an elf")
+    (root / "bindings.cpython-312-x86_64-linux-gnu.pyi").write_text("")
+    s = survey.survey(root.parent, nm=None)
+    assert s.headers == ("tensorrt_llm/include/tensorrt_llm/executor/executor.h",)
+    assert [c.takes for c in s.constructors if c.source == "header"] == ["engine_dir", "engine_buffer",
+                                                                         "runtime_model"]
+    lib, broken = sorted(s.libraries, key=lambda lib: lib.path, reverse=True)
+    assert lib.symbol_source == "elf" and len(lib.executor_symbols) == 2  # the undefined one is left out
+    assert broken.symbol_source == "unavailable" and "ELF" in broken.error
+    assert [c.takes for c in s.constructors if c.source == "symbol"] == ["engine_dir"]
+    assert s.takes_engine_dir and not s.takes_model_code and s.symbol_channel == "elf"
+    assert s.entry_kinds == ("engine_buffer", "engine_dir", "runtime_model")
+
+
+@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("nm")), reason="needs g++ and nm")
+def test_survey_nm_and_elf_agree_on_a_compiled_library(tmp_path):
+    src = tmp_path / "executor.cpp"
+    src.write_text(LIBRARY)
+    root = tmp_path / "pkg"
+    root.mkdir()
+    subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", "-o", str(root / "libexec.so"), str(src)], check=True)
+    by_nm = survey.survey(root)
+    by_elf = survey.survey(root, nm=None)
+    assert by_nm.symbol_channel == "nm" and by_elf.symbol_channel == "elf"
+    kinds = sorted(c.takes for c in by_nm.constructors)
+    assert kinds == sorted(c.takes for c in by_elf.constructors)
+    assert set(kinds) == {"engine_dir", "engine_buffer"}
+    assert all("unrelated" not in sym for sym in by_nm.libraries[0].executor_symbols)
+
+
+def test_survey_classifies_model_code_and_refuses_files():
+    assert survey.classify("Executor(pybind11::object model, ExecutorConfig const&)") == "model_code"
+    assert survey.classify("Executor(int)") == "other"
+    with pytest.raises(NotADirectoryError):
+        survey.survey(Path(__file__))
+
+
+def test_no_double_outside_tests():
+    for path in SRC.rglob("*.py"):
+        text = path.read_text()
+        assert "fake_tensorrt_llm" not in text and "doubles" not in text, path
