@@ -306,11 +306,18 @@ def _survived(expected: list[tuple[str, str]], text: str) -> list[tuple[str, str
     return out
 
 
-def _edit(items: list[tuple[str, str]], edits: list[tuple[bool, int]], chunks: list[str]) -> list[tuple[str, str]]:
+def _structural(line: str) -> bool:
+    """A heading or the line that carries a claim: replacing it removes what the claims need."""
+    return line.startswith("#") or any(c.match in line for c in claims.CLAIMS.values())
+
+
+def _edit(items: list[tuple[str, str]], edits: list[tuple[bool, int]], chunks: list[str],
+          keep_structure: bool) -> list[tuple[str, str]]:
     """Insert or replace lines outside managed blocks."""
     items = list(items)
     for (replace, at), chunk in zip(edits, chunks):
-        humans = [i for i, (kind, _) in enumerate(items) if kind == "human"]
+        humans = [i for i, (kind, s) in enumerate(items)
+                  if kind == "human" and not (keep_structure and _structural(s))]
         if replace and humans:
             items[humans[at % len(humans)]] = ("human", chunk + "\n")
         else:
@@ -324,7 +331,7 @@ def _rounds(data, line: st.SearchStrategy[str], must_succeed: bool) -> None:
     for _ in range(data.draw(st.integers(1, 3))):
         edits = data.draw(Edits)
         chunks = [data.draw(st.lists(line, min_size=1, max_size=3).map("\n".join)) for _ in edits]
-        items = _edit(items, edits, chunks)
+        items = _edit(items, edits, chunks, keep_structure=must_succeed)
         fs = located(*data.draw(st.lists(st.sampled_from(FINDING_POOL), max_size=4)))
         try:
             text = bp.writeback("".join(s for _, s in items), fs, base=BASE)

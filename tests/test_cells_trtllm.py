@@ -569,15 +569,17 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
         c.ensure_prefix([3] * 70)
         c.ensure_prefix([3] * 70)
         log = c.connector_log()
-        calls = [e["call"] for e in log]
-        assert calls[0] == "register_kv_caches" and log[0]["shape"][1:] == [2, 2, 64 * 32]
-        matched = [e for e in log if e["call"] == "get_num_new_matched_tokens"]
-        assert [e["num_computed_tokens"] for e in matched] == [0, 64] and matched[0]["tokens"] == 70
-        alloc = [e for e in log if e["call"] == "update_state_after_alloc"]
-        assert alloc[1]["block_ids"] == [1000, 1001, 1002]
-        meta = [e for e in log if e["call"] == "build_connector_meta"][1]["new_requests"][0]
-        assert (meta["computed_position"], meta["new_tokens"], meta["new_block_ids"]) == (64, 70, [1000, 1001, 1002])
-        assert calls.count("wait_for_layer_load") == 4 and calls.count("save_kv_layer") == 4
+        calls = [e["method"] for e in log]
+        assert calls[0] == "register_kv_caches" and log[0]["args"]["shape"][1:] == [2, 2, 64 * 32]
+        matched = [e["args"] for e in log if e["method"] == "get_num_new_matched_tokens"]
+        assert [a["num_computed_tokens"] for a in matched] == [0, 64] and matched[0]["tokens"] == 70
+        alloc = [e["args"] for e in log if e["method"] == "update_state_after_alloc"]
+        assert alloc[1]["block_ids"] == [1000, 1001, 1002] and alloc[1]["request_id"] == 1
+        meta = [e["args"] for e in log if e["method"] == "build_connector_meta"][1]
+        assert (meta["computed_position"], meta["new_tokens"], meta["new_block_ids"], meta["new"]) == (
+            64, 70, [1000, 1001, 1002], True)
+        assert [e["args"]["layer_idx"] for e in log if e["method"] == "save_kv_layer"] == [0, 1, 0, 1]
+        assert calls.count("wait_for_layer_load") == 4 and {e["side"] for e in log} == {"scheduler", "worker"}
         assert {"start_load_kv", "wait_for_save", "get_finished", "request_finished"} <= set(calls)
     assert trtllm_connector.LOG_ENV not in os.environ and not Path(log_path).exists()
 

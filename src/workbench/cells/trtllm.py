@@ -266,7 +266,7 @@ class TrtLlmOptions:
     retention_priority: int = 100
     retention_duration_ms: int | None = None
     guided_decoding_backend: str | None = "xgrammar"
-    connector: bool = False
+    connector: bool | str = False  # True or "record": the recording KV connector (the only kind there is)
     slots: int = 1
     tokenizer: bool | None = None  # None: load it where the model directory ships tokenizer files
 
@@ -284,6 +284,8 @@ class TrtLlmOptions:
             raise ValueError(f"event_buffer_max_size must be >= 0, got {self.event_buffer_max_size}")
         if self.slots < 1:
             raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if len(self.adapters) > 1:
+            raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
         if self.connector and not self.enable_block_reuse:
             raise ValueError("the KV connector needs enable_block_reuse=True (TensorRT-LLM ignores it otherwise)")
         if self.guided_decoding_backend not in (None, "xgrammar", "llguidance"):
@@ -430,8 +432,6 @@ class TrtLlmCell:
 
     def __init__(self, trt: ModuleType, model: models.ResolvedModel, config: Mapping[str, Any],
                  opts: TrtLlmOptions, guard: Sequence[GuardRow]) -> None:
-        if len(opts.adapters) > 1:
-            raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
         self._trt = trt
         self._guard = list(guard)
         self.model = model
@@ -462,8 +462,7 @@ class TrtLlmCell:
         self._llm: Any = None
         self._tokenizer: Any = None
         self._lora_request: Any = None
-        self._adapters = opts.adapters
-        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in self._adapters))
+        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
         self._slots = [_Slot() for _ in range(opts.slots)]
         try:
             self._start()
@@ -474,7 +473,7 @@ class TrtLlmCell:
     # ------------------------------------------------------------------ engine lifecycle
 
     def _start(self) -> None:
-        """Create the LLM for the current adapters: every keyword the mapping needs, nothing defaulted."""
+        """Create the LLM: the KV budget in tokens, max_seq_len, perf metrics and stats on, retention-capable manager."""
         trt, o = self._trt, self.opts
         kv_cls = trt.llmapi.KvCacheConfig
         kv: dict[str, Any] = dict(max_tokens=self.kv_budget_tokens, tokens_per_block=o.tokens_per_block,
@@ -492,8 +491,8 @@ class TrtLlmCell:
         if o.dummy_weights:
             args["load_format"] = "dummy"
         self._lora_request = None
-        if self._adapters:
-            path = self._adapters[0]
+        if o.adapters:
+            path = o.adapters[0]
             args["lora_config"] = _resolve(trt, "lora_helper.LoraConfig")(
                 lora_dir=[path], max_lora_rank=_adapter_rank(path), max_loras=1, max_cpu_loras=1)
             self._lora_request = trt.llmapi.LoRARequest(lora_name=Path(path).name, lora_int_id=1, lora_path=path)
@@ -513,16 +512,14 @@ class TrtLlmCell:
     def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
         """Slot switch: tear down the LLM and recreate it with ``adapters``. Every slot starts empty."""
         self._check_open()
-        adapters = tuple(os.fspath(a) for a in adapters)
-        if len(adapters) > 1:
-            raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
-        failing = [r for r in self._guard if not r.ok and r.feature == "lora"]
-        if adapters and failing:
+        opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))  # validates
+        failing = [r for r in self._guard if not r.ok and r.feature in opts.features]
+        if failing:
             raise EngineUnavailable(ENGINE, guard_failure(self.version, failing))
-        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in adapters))
+        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
         self._pull_events(0)
         self._stop()
-        self._adapters, self.manifest = adapters, manifest
+        self.opts, self.manifest = opts, manifest
         self._slots = [_Slot() for _ in self._slots]
         self._start()
         return manifest
@@ -772,7 +769,7 @@ class TrtLlmCell:
                 "gpu_devices": gpu.get("devices", []),
                 "tokenizer": self._tokenizer is not None,
                 "dummy_weights": o.dummy_weights,
-                "adapters": list(self._adapters),
+                "adapters": list(o.adapters),
                 "enable_block_reuse": o.enable_block_reuse,
                 "enable_partial_reuse": o.enable_partial_reuse,
                 "event_buffer_max_size": o.event_buffer_max_size,

@@ -12,6 +12,12 @@ The recording connector never loads or saves anything: ``get_num_new_matched_tok
 ``(0, False)`` and ``request_finished`` answers ``False``, so the engine behaves as without a
 connector while the log shows block ids, token counts and computed positions as the engine saw them.
 
+A log line is ``{"seq", "pid", "t", "side", "method", "args": {...}}`` with the call's arguments
+flattened: ``request_id``, ``tokens`` (prompt length), ``block_ids`` / ``cache_block_ids``,
+``num_computed_tokens``, ``layer_idx``…. ``build_connector_meta`` writes one line per scheduled
+request (``new_block_ids``, ``new_tokens`` count, ``computed_position``, ``num_scheduled_tokens``,
+``new``), or one line with ``request_id`` None when nothing was scheduled.
+
 Base classes (1.2 line): ``tensorrt_llm._torch.pyexecutor.kv_cache_connector``
 ``KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker``; the config class is
 ``tensorrt_llm.llmapi.llm_args.KvCacheConnectorConfig``.
@@ -38,12 +44,12 @@ _built: dict[int, tuple[type, type]] = {}
 _seq = itertools.count()
 
 
-def record(side: str, call: str, **fields: Any) -> None:
+def record(side: str, method: str, **args: Any) -> None:
     """Append one call to the log named by :data:`LOG_ENV`; without it there is nowhere to record."""
     path = os.environ.get(LOG_ENV)
     if not path:
         return
-    entry = {"seq": next(_seq), "pid": os.getpid(), "t": time.time(), "side": side, "call": call, **fields}
+    entry = {"seq": next(_seq), "pid": os.getpid(), "t": time.time(), "side": side, "method": method, "args": args}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(entry, default=repr) + "\n")
 
@@ -62,10 +68,11 @@ def _request(request: Any) -> dict:
     return {"request_id": getattr(request, "request_id", None), "tokens": None if tokens is None else len(tokens)}
 
 
-def _request_data(rd: Any) -> dict:
+def _request_data(rd: Any, new: bool) -> dict:
     """One ``RequestData`` of a ``SchedulerOutput``: block ids, token count, computed position."""
-    return {"request_id": rd.request_id, "new_tokens": len(rd.new_tokens), "new_block_ids": list(rd.new_block_ids),
-            "computed_position": rd.computed_position, "num_scheduled_tokens": rd.num_scheduled_tokens}
+    return {"request_id": rd.request_id, "new": new, "new_tokens": len(rd.new_tokens),
+            "new_block_ids": list(rd.new_block_ids), "computed_position": rd.computed_position,
+            "num_scheduled_tokens": rd.num_scheduled_tokens}
 
 
 def recording_classes(base: ModuleType) -> tuple[type, type]:
@@ -76,10 +83,11 @@ def recording_classes(base: ModuleType) -> tuple[type, type]:
 
     class RecordingConnectorScheduler(base.KvCacheConnectorScheduler):
         def build_connector_meta(self, scheduler_output: Any) -> dict:
-            new = [_request_data(r) for r in scheduler_output.new_requests]
-            cached = [_request_data(r) for r in scheduler_output.cached_requests]
-            record("scheduler", "build_connector_meta", new_requests=new, cached_requests=cached)
-            return {"new_requests": [r["request_id"] for r in new]}
+            rows = ([_request_data(r, True) for r in scheduler_output.new_requests]
+                    + [_request_data(r, False) for r in scheduler_output.cached_requests])
+            for row in rows or [{"request_id": None}]:
+                record("scheduler", "build_connector_meta", **row)
+            return {"new_requests": [r["request_id"] for r in rows if r["new"]]}
 
         def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
             record("scheduler", "get_num_new_matched_tokens", num_computed_tokens=num_computed_tokens,

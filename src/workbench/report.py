@@ -1,0 +1,197 @@
+"""The run report (one self-contained offline HTML page per run folder) and the tables behind it.
+
+The same tables feed the notebooks, so a verdict reads the same in JupyterLab, in ``report.html``
+and in the blueprint: metrics always go through :func:`workbench.metrics.render`, and a claim's
+status per (engine, engine version) follows the blueprint's rule (the newest finding that ran; a
+``not-run`` one only when nothing ran, and then as unresolved).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import jinja2
+import pandas as pd
+
+from . import claims as _claims
+from . import findings as _findings
+from . import metrics as _metrics
+from . import plots
+from .findings import Finding
+
+if TYPE_CHECKING:
+    from .runner import Manifest
+
+ANSWERS = ("confirmed", "refuted", "partial")  # verdicts that settle a claim; the rest leave it open
+Found = Sequence[tuple[Path, Finding]]
+
+
+def metric_text(tag: str, value: object) -> str:
+    """``metrics.render``, tolerating a tag this version does not declare (a finding from a newer one)."""
+    try:
+        return _metrics.render(tag, value)
+    except KeyError:
+        return str(value)
+
+
+def metric_header(tag: str) -> str:
+    m = _metrics.METRICS.get(tag)
+    return m.header if m else tag
+
+
+def metrics_frame(f: Finding) -> pd.DataFrame:
+    """One row per metric of ``f``: header, rendered value, what it means."""
+    return pd.DataFrame(
+        [{"metric": metric_header(t), "value": metric_text(t, m["value"]),
+          "meaning": _metrics.METRICS[t].description if t in _metrics.METRICS else ""} for t, m in f.metrics.items()],
+        columns=["metric", "value", "meaning"])
+
+
+def model_name(f: Finding) -> str:
+    return (f.environment.get("model") or {}).get("name") or str(f.params.get("model", ""))
+
+
+def latest(found: Found) -> list[tuple[Path, Finding]]:
+    """The newest finding per (probe, engine, engine version, model): what a run currently says."""
+    best: dict[tuple, tuple[Path, Finding]] = {}
+    for path, f in found:
+        key = (f.probe, f.engine, f.engine_version, model_name(f))
+        if key not in best or (f.created, f.id) > (best[key][1].created, best[key][1].id):
+            best[key] = (path, f)
+    return [best[k] for k in sorted(best, key=lambda k: tuple(str(x) for x in k))]
+
+
+def verdict_frame(found: Found) -> pd.DataFrame:
+    """The verdicts table: newest finding per probe/engine/version/model, metrics rendered."""
+    rows = [{
+        "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
+        "verdict": f.verdict, "summary": f.summary,
+        "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
+        "created": f.created, "id": f.id, "path": str(path),
+    } for path, f in latest(found)]
+    return pd.DataFrame(rows, columns=["probe", "engine", "engine_version", "model", "verdict", "summary", "metrics",
+                                       "created", "id", "path"])
+
+
+def claim_status(found: Found, section: str = "unknowns") -> pd.DataFrame:
+    """Per claim of ``section`` and (engine, engine version): the verdict that stands, and whether it resolves.
+
+    A claim no finding cites gets one row with no verdict, so open unknowns stay visible.
+    """
+    groups: dict[tuple[str, str, str | None], list[tuple[Path, Finding]]] = {}
+    for path, f in found:
+        for cid in f.claims:
+            groups.setdefault((cid, f.engine, f.engine_version), []).append((path, f))
+    rows = []
+    for claim in _claims.in_section(section):
+        keys = sorted((k for k in groups if k[0] == claim.id), key=lambda k: (k[1], str(k[2])))
+        if not keys:
+            rows.append({"claim": claim.id, "text": claim.text, "engine": None, "engine_version": None,
+                         "verdict": None, "resolved": False, "summary": "no finding cites this claim yet",
+                         "created": None, "path": None})
+        for k in keys:
+            path, f = max(groups[k], key=lambda pf: (pf[1].verdict != "not-run", pf[1].created, pf[1].id))
+            verdict = f.claim_verdicts.get(claim.id, f.verdict)
+            rows.append({"claim": claim.id, "text": claim.text, "engine": f.engine,
+                         "engine_version": f.engine_version, "verdict": verdict, "resolved": verdict in ANSWERS,
+                         "summary": f"not run: {f.reason}" if verdict == "not-run" else f.summary,
+                         "created": f.created, "path": str(path)})
+    return pd.DataFrame(rows, columns=["claim", "text", "engine", "engine_version", "verdict", "resolved", "summary",
+                                       "created", "path"])
+
+
+def churn_frame(found: Found) -> pd.DataFrame:
+    """Probes × (engine, engine version) → newest verdict: the version-churn view."""
+    rows = [{"probe": f.probe, "engine": f"{f.engine} {f.engine_version or '—'}", "verdict": f.verdict,
+             "created": f.created} for _, f in found]
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows).sort_values("created")
+    return df.pivot_table(index="probe", columns="engine", values="verdict", aggfunc="last").fillna("")
+
+
+def finding_card(f: Finding) -> str:
+    """HTML for one finding: verdict, summary, reason, rendered metrics, notes."""
+    metrics = "".join(f"<tr><th>{html.escape(r.metric)}</th><td>{html.escape(r.value)}</td>"
+                      f"<td class='muted'>{html.escape(r.meaning)}</td></tr>" for r in metrics_frame(f).itertuples())
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in f.evidence.get("notes", []))
+    reason = f"<p><b>Why not run:</b> {html.escape(f.reason)}</p>" if f.reason else ""
+    return (f"<div class='wb-card'><p><span class='wb-verdict' style='background:{plots.VERDICT_COLOURS[f.verdict]}'>"
+            f"{html.escape(f.verdict)}</span> <b>{html.escape(f.probe)}</b> · {html.escape(f.engine)} "
+            f"{html.escape(f.engine_version or '')} · {html.escape(model_name(f))}</p>"
+            f"<p>{html.escape(f.summary)}</p>{reason}"
+            + (f"<table class='wb-metrics'>{metrics}</table>" if metrics else "")
+            + (f"<ul class='wb-notes'>{notes}</ul>" if notes else "") + "</div>")
+
+
+# --------------------------------------------------------------------------- the page
+
+
+@dataclass(frozen=True)
+class Figure:
+    title: str
+    div: str
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
+
+
+def _figures(found: Found) -> list[Figure]:
+    out = []
+    for i, (_, f) in enumerate(latest(found)):
+        for name, fig in plots.for_finding(f):
+            out.append(Figure(f"{f.probe} — {f.engine} {f.engine_version or ''} · {model_name(f)}",
+                              plots.to_div(fig, f"wb-fig-{i}-{_slug(f.probe)}-{name}")))
+    return out
+
+
+def _plotlyjs() -> str:
+    import plotly.offline
+
+    return plotly.offline.get_plotlyjs()
+
+
+def render(out: Path, manifest: "Manifest | None" = None, findings_dir: Path | None = None) -> str:
+    """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network)."""
+    scan = _findings.scan([findings_dir or out / "findings"])
+    found = scan.findings
+    figures = _figures(found)
+    rel = lambda p: Path(os.path.relpath(p, out)).as_posix()  # noqa: E731 - links relative to the page
+    verdicts = verdict_frame(found).assign(href=lambda d: d["path"].map(rel))
+    unknowns = claim_status(found).assign(href=lambda d: d["path"].map(lambda p: rel(p) if p else None))
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
+    return template.render(
+        title=f"workbench run — {out.name}",
+        generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        notebooks=list(manifest.notebooks.values()) if manifest else [],
+        verdicts=verdicts.to_dict("records"),
+        unknowns=unknowns.to_dict("records"),
+        colours=plots.VERDICT_COLOURS,
+        figures=figures,
+        plotlyjs=_plotlyjs() if figures else "",
+        errors=[(rel(p), e) for p, e in scan.errors],
+        blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
+        history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),
+    )
+
+
+def write(out: Path, manifest: "Manifest | None" = None, findings_dir: Path | None = None) -> Path:
+    """Write ``out/report.html`` atomically and return its path."""
+    out = Path(out)
+    page = render(out, manifest, findings_dir)
+    target = out / "report.html"
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".report-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(page)
+    os.replace(tmp, target)
+    return target
