@@ -197,8 +197,11 @@ def test_guard_names_missing_and_changed_symbols(fake_trt, hf_dir, monkeypatch):
 
 def test_a_missing_optional_feature_does_not_block_open(fake_trt, hf_dir, monkeypatch):
     monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
+    monkeypatch.delattr(fake_trt.llmapi.llm_args, "KvCacheConnectorConfig")
     with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
-        assert c.describe().engine == "trtllm"
+        assert "connector" not in c.describe().observers  # announced only where it can be had
+    with pytest.raises(EngineUnavailable, match="KvCacheConnectorConfig not found"):
+        trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True)
 
 
 # --------------------------------------------------------------------------- open: the LLM the cell builds
@@ -536,8 +539,8 @@ def test_close_is_idempotent_and_final(fake_trt, hf_dir):
 
 def test_observers_are_announced_and_drain(fake_trt, cell):
     d = cell.describe()
-    assert d.observers == ("request_counters", "kv_events", "iteration_stats")
-    assert set(d.observers) <= set(OBSERVERS)
+    assert d.observers == ("request_counters", "kv_events", "iteration_stats", "connector")
+    assert set(d.observers) <= set(OBSERVERS) and d.extra["connector"].startswith("off")
     cell.ensure_prefix([3] * 70)
     events = cell.drain_kv_events(timeout_s=0.1)
     assert [e.kind for e in events] == ["created", "stored"] and all(isinstance(e, KvEvent) for e in events)
@@ -560,11 +563,11 @@ def test_events_off_means_no_kv_events_observer(fake_trt, hf_dir):
 
 
 def test_recording_connector_logs_every_call(fake_trt, hf_dir):
-    with trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True) as c:
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), connector="record") as c:  # how the connector probe asks
         cfg = _calls(_llm(fake_trt), "__init__")[0]["kv_connector_config"]
         assert (cfg.connector_module, cfg.connector_scheduler_class, cfg.connector_worker_class) == (
             "workbench.observe.trtllm_connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
-        assert "connector" in c.describe().observers
+        assert "connector" in c.describe().observers and c.describe().extra["connector"] == "recording"
         log_path = os.environ[trtllm_connector.LOG_ENV]
         c.ensure_prefix([3] * 70)
         c.ensure_prefix([3] * 70)

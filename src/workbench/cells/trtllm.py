@@ -473,7 +473,7 @@ class TrtLlmCell:
     # ------------------------------------------------------------------ engine lifecycle
 
     def _start(self) -> None:
-        """Create the LLM: the KV budget in tokens, max_seq_len, perf metrics and stats on, retention-capable manager."""
+        """Create the LLM: KV budget in tokens, max_seq_len, perf metrics and stats, a retention-honouring manager."""
         trt, o = self._trt, self.opts
         kv_cls = trt.llmapi.KvCacheConfig
         kv: dict[str, Any] = dict(max_tokens=self.kv_budget_tokens, tokens_per_block=o.tokens_per_block,
@@ -754,7 +754,8 @@ class TrtLlmCell:
         observers = ["request_counters", "iteration_stats"]
         if self._events_on:
             observers.insert(1, "kv_events")
-        if self._connector is not None:
+        connector_ok = all(r.ok for r in self._guard if r.feature == "connector")
+        if connector_ok and o.enable_block_reuse:  # recorded once the cell is opened with connector=True
             observers.append("connector")
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
@@ -762,6 +763,7 @@ class TrtLlmCell:
             kv_capacity_bytes=capacity * g.bytes_per_token, block_tokens=o.tokens_per_block, slots=len(self._slots),
             observers=tuple(observers),
             extra={
+                "vocab_size": self._vocab_size,
                 "kv_budget_tokens": self.kv_budget_tokens,
                 "kv_dtype": "the model's dtype (KvCacheConfig.dtype='auto'); geometry from config.json",
                 "kv_capacity_source": self._pool[1] if self._pool else "configured KvCacheConfig.max_tokens",
@@ -777,6 +779,7 @@ class TrtLlmCell:
                 "retention": {"priority": o.retention_priority, "duration_ms": o.retention_duration_ms},
                 "prefill": "deferred: prefill_suffix is bookkeeping that rides the next decode's prefill",
                 "reuse_counters": "request_perf_metrics.kv_cache_metrics blocks x tokens_per_block (estimates)",
+                "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
             },
         )
 
@@ -812,7 +815,7 @@ class TrtLlmCell:
         return stats
 
     def connector_log(self) -> list[dict]:
-        """Every call the recording KV connector saw (``connector`` observer; open with connector=True)."""
+        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
         if self._connector is None:
             raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
         return self._connector.read()

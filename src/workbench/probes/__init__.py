@@ -56,6 +56,7 @@ class Probe:
     name: str = ""
     claim: str = ""
     claims: tuple[str, ...] = ()
+    needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
 
     @dataclass(frozen=True)
     class Params:
@@ -166,7 +167,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     p = parse_params(probe, params or {})
     ctx = ProbeContext(engine, model, cell_options, opener)
     reason = None
-    if opener is None:
+    if opener is None and probe.needs_engine:
         avail = cells.availability(engine)
         reason = None if avail.available else avail.reason
     if reason is None:

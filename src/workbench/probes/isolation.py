@@ -1,8 +1,8 @@
 """isolation.cache_salt — KV never crosses manifests.
 
 The same prompt under reuse keys A, A, B: reuse must happen only within A. Measured by the
-reuse counters and by a two-sample Kolmogorov–Smirnov test on prefill latency (the method of
-"Auditing Prompt Caching in LM APIs"): repeat-under-A must differ from cold, B-after-A must not.
+reuse counters and by a one-sided two-sample Kolmogorov–Smirnov test on prefill latency (the method of
+"Auditing Prompt Caching in LM APIs"): repeat-under-A must be faster than cold, B-after-A must not.
 A snapshot taken under one manifest must be refused by a cell of another manifest (another
 model, or the same model with an adapter).
 """
@@ -73,8 +73,9 @@ class CacheSalt(Probe):
 def _verdict(rows: list[dict], refusals: list[dict], p: Params) -> Outcome:
     by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
     t = {k: [r["prefill_s"] for r in v] for k, v in by.items()}
-    ks_same = stats.ks_2samp(t["repeat A"], t["cold A"]).pvalue
-    ks_other = stats.ks_2samp(t["other B"], t["cold A"]).pvalue
+    # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
+    ks_same = stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue
+    ks_other = stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue
     cross = sum(r["reused_tokens"] for r in by["other B"])
     within = min(r["reused_tokens"] for r in by["repeat A"])
     metrics = {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
@@ -92,7 +93,7 @@ def _verdict(rows: list[dict], refusals: list[dict], p: Params) -> Outcome:
     if cross:
         leaks.append(f"{cross} tokens reused across keys")
     if ks_other < p.alpha:
-        leaks.append(f"other-key latency differs from cold (KS p={ks_other:.3g})")
+        leaks.append(f"other-key requests are faster than cold (one-sided KS p={ks_other:.3g})")
     if any(r["refused"] is False for r in refusals):
         leaks.append("a snapshot was restored onto another manifest")
     if leaks:

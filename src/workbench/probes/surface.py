@@ -1,0 +1,180 @@
+"""Static surface probes: they read the installed engine package, never run a model.
+
+* ``surface.cpp_entrypoint`` — is there a C/C++ entry point for the engine's native model path?
+  TensorRT-LLM: survey headers, shared libraries and their exported Executor symbols, and what
+  each Executor constructor takes (engine directory vs model code). llama.cpp: whether libllama
+  exports the C API the cell uses (the incumbent's answer, for comparison).
+* ``surface.contract_mapping`` — row by row, does each mechanism of the Contract Mapping table
+  exist in the installed release with the expected signature (TensorRT-LLM: the cell's version
+  guard; llama.cpp: the functions its cell calls). Behavioural probes say whether it *works*.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..observe.survey import elf_defined_dynamic_symbols, survey
+from . import NotRunnable, Outcome, Probe, ProbeContext
+
+_PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp"}
+
+# The llama.cpp C functions each contract row is served by (what the llama.cpp cell calls).
+LLAMACPP_ROWS: dict[str, tuple[str, ...]] = {
+    "contract.manifest": ("llama_model_load_from_file", "llama_adapter_lora_init"),
+    "contract.ensure_prefix": ("llama_tokenize", "llama_decode", "llama_memory_seq_rm", "llama_model_meta_val_str"),
+    "contract.prefill_suffix": ("llama_decode", "llama_batch_init"),
+    "contract.decode": ("llama_sampler_chain_init", "llama_sampler_sample", "llama_sampler_init_grammar"),
+    "contract.explain_context": ("llama_memory_seq_pos_min", "llama_memory_seq_pos_max", "llama_memory_seq_add",
+                                 "llama_memory_can_shift"),
+    "contract.snapshot": ("llama_state_seq_get_size", "llama_state_seq_get_data", "llama_state_seq_set_data"),
+    "contract.describe": ("llama_model_n_layer", "llama_model_n_head_kv", "llama_n_ctx", "llama_n_ctx_seq"),
+    "contract.embed": ("llama_get_embeddings_seq",),
+    "contract.lora": ("llama_adapter_lora_init", "llama_set_adapters_lora"),
+    "contract.slot_switch": ("llama_init_from_model", "llama_free", "llama_memory_clear"),
+    "contract.overflow": ("llama_n_ctx", "llama_n_ctx_seq"),
+}
+
+# The version-guard symbols (``workbench.cells.trtllm.GUARD``) each contract row relies on.
+TRTLLM_ROWS: dict[str, tuple[str, ...]] = {
+    "contract.manifest": ("LLM.generate_async",),
+    "contract.ensure_prefix": ("LLM.generate_async", "llmapi.KvCacheRetentionConfig",
+                               "llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig"),
+    "contract.prefill_suffix": ("LLM.generate_async",),
+    "contract.decode": ("LLM.generate_async", "llmapi.SamplingParams", "llmapi.GuidedDecodingParams"),
+    "contract.explain_context": ("LLM.get_kv_cache_events",),
+    "contract.snapshot": ("llmapi.llm_args.KvCacheConnectorConfig",
+                          "_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker"),
+    "contract.describe": ("llmapi.KvCacheConfig", "llmapi.llm_args.TorchLlmArgs"),
+    "contract.embed": (),  # mapped to ErrUnsupportedFeature: nothing to find
+    "contract.lora": ("llmapi.LoRARequest", "lora_helper.LoraConfig"),
+    "contract.slot_switch": ("LLM",),
+    "contract.overflow": ("llmapi.llm_args.TorchLlmArgs",),
+}
+
+
+def package_dir(engine: str) -> Path:
+    """The engine package's installed directory, found without importing it."""
+    name = _PACKAGE[engine]
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise NotRunnable(f"{name} is not installed; this static survey needs the package (not a GPU)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@dataclass(frozen=True)
+class NoParams:
+    pass
+
+
+class CppEntrypoint(Probe):
+    name = "surface.cpp_entrypoint"
+    claim = ("Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint for the "
+             "PyTorch-native model-definition path without embedding Python.")
+    claims = ("unknown.cpp_entrypoint",)
+    Params = NoParams
+    needs_engine = False
+
+    def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
+        root = package_dir(ctx.engine)
+        if ctx.engine == "llamacpp":
+            return _llamacpp_entry(root)
+        s = survey(root)
+        rows = [{"kind": "constructor", "where": c.where, "source": c.source, "takes": c.takes,
+                 "signature": c.signature} for c in s.constructors]
+        rows += [{"kind": "library", "where": lib.path, "executor_symbols": len(lib.executor_symbols),
+                  "symbol_source": lib.symbol_source, "error": lib.error} for lib in s.libraries]
+        metrics = {"headers": len(s.headers), "executor_symbols": sum(len(lib.executor_symbols) for lib in s.libraries)}
+        notes = [f"surveyed {root}: {len(s.headers)} headers, {len(s.libraries)} shared libraries "
+                 f"(symbols via {s.symbol_channel}); Executor constructors take: {', '.join(s.entry_kinds) or 'none found'}",
+                 "documentation and stability cannot be read from files; a positive answer still needs NVIDIA's word"]
+        if s.takes_model_code:
+            return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
+                           "the PyTorch-native path may exist; its documentation and stability are unverified.",
+                           metrics, rows, notes)
+        if s.constructors:
+            return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
+                           f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
+                           "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes)
+        return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
+                       "exported symbols surveyed).", metrics, rows, notes)
+
+
+def _llamacpp_entry(root: Path) -> Outcome:
+    wanted = sorted({f for fs in LLAMACPP_ROWS.values() for f in fs})
+    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
+    exported: set[str] = set()
+    rows = []
+    for lib in libs:
+        names = set(elf_defined_dynamic_symbols(lib))
+        exported |= names
+        rows.append({"kind": "library", "where": str(lib.relative_to(root)),
+                     "c_api_symbols": len(names & set(wanted))})
+    headers = sorted(str(h.relative_to(root)) for h in root.rglob("*.h"))
+    missing = [f for f in wanted if f not in exported]
+    metrics = {"headers": len(headers), "symbols_present": len(wanted) - len(missing), "symbols_missing": len(missing)}
+    notes = [f"libraries: {', '.join(r['where'] for r in rows) or 'none'}; headers shipped: {len(headers)}"]
+    if missing:
+        notes.append(f"missing C symbols: {', '.join(missing)}")
+        return Outcome("partial", f"libllama exports {len(wanted) - len(missing)}/{len(wanted)} of the C functions "
+                       "the llama.cpp cell uses.", metrics, rows, notes)
+    return Outcome("confirmed", f"llama.cpp (the incumbent) ships a C entry point: libllama exports all {len(wanted)} "
+                   "C functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
+                   metrics, rows, notes)
+
+
+class ContractMapping(Probe):
+    name = "surface.contract_mapping"
+    claim = "The contract-mapping table validated against the then-current TensorRT-LLM release."
+    claims = ("entry.contract_table", "risk.version_churn")
+    Params = NoParams
+    needs_engine = False
+
+    def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
+        package_dir(ctx.engine)  # not installed → not-run, before any import
+        if ctx.engine == "llamacpp":
+            rows = _llamacpp_rows()
+        else:
+            rows = _trtllm_rows()
+        verified = [r for r in rows if r["ok"]]
+        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in rows}
+        metrics = {"rows_verified": len(verified), "rows_total": len(rows)}
+        broken = [r for r in rows if not r["ok"]]
+        notes = [f"{r['claim']}: missing {', '.join(r['missing'])}" for r in broken]
+        if not broken:
+            return Outcome("confirmed", f"All {len(rows)} contract rows map onto mechanisms present in the installed "
+                           f"{ctx.engine} release with the expected signatures (existence only; behavioural probes "
+                           "say whether they work).", metrics, rows, notes, per_claim)
+        verdict = "partial" if verified else "refuted"
+        return Outcome(verdict, f"{len(verified)}/{len(rows)} contract rows map onto the installed {ctx.engine} "
+                       f"release; {len(broken)} rows name mechanisms that are missing or changed.",
+                       metrics, rows, notes, per_claim)
+
+
+def _llamacpp_rows() -> list[dict]:
+    ll = importlib.import_module("llama_cpp")
+    rows = []
+    for claim, fns in LLAMACPP_ROWS.items():
+        missing = [f for f in fns if not callable(getattr(ll, f, None))]
+        rows.append({"claim": claim, "mechanism": ", ".join(fns), "ok": not missing, "missing": missing,
+                     "version": ll.__version__})
+    return rows
+
+
+def _trtllm_rows() -> list[dict]:
+    from ..cells import trtllm
+
+    try:
+        module = trtllm._import_trtllm()
+    except Exception as e:  # noqa: BLE001 - any import failure is the reason the survey cannot run
+        raise NotRunnable(f"tensorrt_llm is installed but does not import ({type(e).__name__}: {e})") from e
+    guard = {r.symbol.split(".", 1)[1]: r for r in trtllm.check_guard(module)}
+    rows = []
+    for claim, symbols in TRTLLM_ROWS.items():
+        missing = [f"{s} ({guard[s].detail})" for s in symbols if s in guard and not guard[s].ok]
+        missing += [s for s in symbols if s not in guard]
+        rows.append({"claim": claim, "mechanism": ", ".join(symbols) or "ErrUnsupportedFeature", "ok": not missing,
+                     "missing": missing, "version": getattr(module, "__version__", None)})
+    return rows

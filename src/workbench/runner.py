@@ -1,0 +1,243 @@
+"""``workbench run``: execute the notebooks as a papermill batch, then report and write back.
+
+A run folder holds ``notebooks/`` (the executed notebooks), ``findings/`` (every finding, passed to
+each notebook as its ``out`` parameter), ``run.json`` (the manifest) and ``report.html``, plus
+``blueprint.md`` when the blueprint can be written back. Each notebook gets its own kernel (a
+subprocess, via papermill), so one that crashes or leaks cannot disturb the next. The manifest is
+updated after every notebook under a file lock, so an interrupted run resumes where it stopped and
+two runs sharing a folder merge their entries; findings themselves are never overwritten.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from . import models
+from .contract import WorkbenchError
+from .findings import now_iso
+
+MANIFEST = "run.json"
+SCHEMA = "workbench.run/v1"
+REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
+KERNEL = "python3"  # jupyter_client runs this spec's "python" as sys.executable: the runner's own venv
+
+
+class RunError(WorkbenchError):
+    """A batch that cannot start: no notebooks, an unknown notebook name or parameter."""
+
+
+@dataclass
+class NotebookRun:
+    """One notebook's entry in the manifest. ``status`` is running, ok or error."""
+
+    name: str
+    status: str
+    parameters: dict
+    output: str  # executed notebook, relative to the run folder
+    started: str
+    duration_s: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class Manifest:
+    notebooks: dict[str, NotebookRun] = field(default_factory=dict)
+    updated: str = ""
+    schema: str = SCHEMA
+
+
+@dataclass(frozen=True)
+class Planned:
+    """A notebook to run and the exact parameters it gets (what resume compares)."""
+
+    name: str
+    source: Path
+    parameters: dict
+
+
+def load_manifest(out: Path) -> Manifest:
+    """The run folder's manifest; an absent or unreadable one is empty (everything reruns)."""
+    try:
+        doc = json.loads((Path(out) / MANIFEST).read_text())
+        return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""))
+    except (OSError, ValueError, KeyError, TypeError):
+        return Manifest()
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    with open(out / ".run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def record(out: Path, entry: NotebookRun) -> Manifest:
+    """Merge one entry into ``run.json`` (read, update, atomic replace) under the folder's lock."""
+    with _locked(out):
+        m = load_manifest(out)
+        m.notebooks[entry.name] = entry
+        m.updated = now_iso()
+        fd, tmp = tempfile.mkstemp(dir=out, prefix=".run-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump({"schema": m.schema, "updated": m.updated,
+                       "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())}}, f, indent=2)
+            f.write("\n")
+        os.replace(tmp, out / MANIFEST)
+        return m
+
+
+def notebooks(directory: Path) -> list[Path]:
+    found = sorted(p for p in Path(directory).glob("*.ipynb") if not p.name.startswith("."))
+    if not found:
+        raise RunError(f"no notebooks in {directory}")
+    return found
+
+
+def select(books: list[Path], only: list[str] | None) -> list[Path]:
+    """Notebooks named in ``only`` by file name, stem, or stem without its number (``retention``)."""
+    if not only:
+        return books
+    names = {b: {b.name, b.stem, b.stem.split("_", 1)[-1]} for b in books}
+    unknown = [o for o in only if not any(o in n for n in names.values())]
+    if unknown:
+        raise RunError(f"unknown notebook(s) {', '.join(unknown)}; valid: {', '.join(b.stem for b in books)}")
+    return [b for b in books if names[b] & set(only)]
+
+
+def _coerce(name: str, value: Any, default_src: str) -> Any:
+    """A ``-p`` string converted to the type of the notebook's default (``"false"`` must not be truthy)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        default = ast.literal_eval(default_src)
+    except (ValueError, SyntaxError):
+        return value
+    if isinstance(default, bool):
+        if value.lower() in {"1", "true", "yes", "on"}:
+            return True
+        if value.lower() in {"0", "false", "no", "off"}:
+            return False
+        raise RunError(f"parameter {name} must be true or false, got {value!r}")
+    if isinstance(default, (int, float)):
+        try:
+            return type(default)(value)
+        except ValueError:
+            raise RunError(f"parameter {name} must be {type(default).__name__}, got {value!r}") from None
+    return value  # strings, and tuples written as "a,b" (probes parse those)
+
+
+def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = None, only: list[str] | None = None,
+         notebooks_dir: Path | None = None) -> list[Planned]:
+    """Which notebooks run with which parameters. Each gets engine, model, out and the ``params`` it declares;
+    a parameter no selected notebook declares is an error (a typo must not silently run defaults)."""
+    import papermill
+
+    findings_dir = str(Path(out).resolve() / "findings")
+    params = dict(params or {})
+    planned, used = [], set()
+    for nb in select(notebooks(notebooks_dir or REPO_ROOT / "notebooks"), only):
+        declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
+        mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
+        used |= mine.keys()
+        planned.append(Planned(nb.stem, nb, {"engine": engine, "model": model, "out": findings_dir} | mine))
+    unused = sorted(set(params) - used - {"engine", "model", "out"})
+    if unused:
+        raise RunError(f"no selected notebook takes parameter(s) {', '.join(unused)}")
+    return planned
+
+
+def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
+    """Run one notebook in its own kernel; (status, error)."""
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    try:
+        papermill.execute_notebook(str(p.source), str(out / "notebooks" / p.source.name), parameters=p.parameters,
+                                   kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent))
+        return "ok", None
+    except PapermillExecutionError as e:
+        return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
+    except Exception as e:  # a kernel that dies or never starts fails this notebook, not the batch
+        return "error", f"{type(e).__name__}: {e}"
+
+
+def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
+    """Write a written-back copy of the blueprint into the run folder; (path, error)."""
+    source = data_dir / "blueprint" / "blueprint.md"
+    try:
+        from . import blueprint
+    except ImportError:
+        return None, None
+    if not source.exists():
+        return None, None
+    try:
+        code = blueprint.run_writeback(source, [out / "findings"], "write", out / "blueprint.md")
+    except WorkbenchError as e:
+        return None, str(e)
+    return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")
+
+
+def run_batch(out: Path, engine: str = "llamacpp", model: str = models.DEFAULT_MODEL,
+              params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
+              notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
+    """Run the notebooks into run folder ``out``; 0 when every selected notebook ran, 1 otherwise.
+
+    Notebooks already ``ok`` in ``run.json`` with the same parameters are skipped (resume). A failing
+    notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
+    ``blueprint/blueprint.md`` for the write-back.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import report
+
+    out = Path(out).resolve()
+    for sub in ("notebooks", "findings"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    todo = plan(out, engine, model, params, only, notebooks_dir)
+    console = Console(stderr=True, quiet=not progress)
+    failed = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("notebooks", total=len(todo))
+        for p in todo:
+            done = load_manifest(out).notebooks.get(p.name)
+            if done and done.status == "ok" and done.parameters == p.parameters:
+                console.print(f"[dim]skip[/] {p.name} (done in an earlier run)")
+                bar.advance(task)
+                continue
+            bar.update(task, description=f"running {p.name}")
+            entry = NotebookRun(p.name, "running", p.parameters, f"notebooks/{p.source.name}", now_iso())
+            record(out, entry)
+            t0 = time.perf_counter()
+            entry.status, entry.error = _execute(p, out)
+            entry.duration_s = round(time.perf_counter() - t0, 2)
+            record(out, entry)
+            if entry.status == "ok":
+                console.print(f"[green]ok[/]   {p.name} ({entry.duration_s:.1f} s)")
+            else:
+                failed.append(p.name)
+                console.print(f"[red]fail[/] {p.name} ({entry.duration_s:.1f} s): {entry.error}")
+            bar.advance(task)
+    written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
+    page = report.write(out, load_manifest(out))
+    print(f"report:    {page}")
+    if written:
+        print(f"blueprint: {written}")
+    if bp_error:
+        print(f"blueprint: not written: {bp_error}")
+    if failed:
+        print(f"failed:    {', '.join(failed)} (see {out / MANIFEST})")
+    return 1 if failed or bp_error else 0

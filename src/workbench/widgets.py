@@ -1,0 +1,88 @@
+"""Notebook views: ipywidgets explorers in JupyterLab, static tables and figures everywhere else.
+
+Whether widgets are used is the notebook's explicit ``interactive`` parameter (False by default),
+never a guess from the environment: papermill and nbval have no widget frontend, and an executed
+notebook must read the same wherever it ran. Static mode shows everything the explorer can show.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+from IPython.display import HTML, Markdown, display
+
+from . import plots, report
+from .findings import Finding
+
+
+def show_finding(f: Finding) -> None:
+    """The verdict, summary, reason, rendered metrics and notes of one finding."""
+    display(HTML(report.finding_card(f)))
+
+
+def evidence_frame(f: Finding, rows: Sequence[dict] | None = None) -> pd.DataFrame:
+    rows = f.evidence.get("rows", []) if rows is None else rows
+    return pd.DataFrame(list(rows), columns=f.evidence.get("columns") or None)
+
+
+def _show_evidence(f: Finding, rows: Sequence[dict]) -> None:
+    for _, fig in plots.for_finding(f, rows):
+        display(plots.show(fig))
+    display(evidence_frame(f, rows))
+
+
+def evidence(f: Finding, *, by: str | None = None, interactive: bool = False) -> None:
+    """Figures and evidence rows of ``f``; interactively, a picker over the values of column ``by``."""
+    rows = f.evidence.get("rows", [])
+    values = list(dict.fromkeys(r[by] for r in rows if by in r)) if by else []
+    if not (interactive and values):
+        _show_evidence(f, rows)
+        return
+    import ipywidgets as w
+
+    picker = w.SelectMultiple(options=values, value=tuple(values), description=by, rows=min(8, len(values)))
+    area = w.Output()
+
+    def redraw(_: object = None) -> None:
+        with area:
+            area.clear_output(wait=True)
+            _show_evidence(f, [r for r in rows if r.get(by) in picker.value])
+
+    picker.observe(redraw, names="value")
+    redraw()
+    display(w.VBox([picker, area]))
+
+
+def findings_browser(found: report.Found, *, interactive: bool = False) -> None:
+    """The verdicts table (newest per probe/engine/version/model); interactively, filtered by dropdowns."""
+    table = report.verdict_frame(found).drop(columns=["id", "path"])
+    if not (interactive and len(table)):
+        display(table)
+        return
+    import ipywidgets as w
+
+    pickers = {c: w.Dropdown(options=["(all)", *sorted(table[c].dropna().astype(str).unique())], description=c)
+               for c in ("probe", "engine", "verdict")}
+    area = w.Output()
+
+    def redraw(_: object = None) -> None:
+        keep = pd.Series(True, index=table.index)
+        for c, p in pickers.items():
+            if p.value != "(all)":
+                keep &= table[c].astype(str) == p.value
+        with area:
+            area.clear_output(wait=True)
+            display(table[keep])
+
+    for p in pickers.values():
+        p.observe(redraw, names="value")
+    redraw()
+    display(w.VBox([w.HBox(list(pickers.values())), area]))
+
+
+def claim_tables(status: pd.DataFrame) -> None:
+    """One table per claim (``report.claim_status``): its text as a heading, a row per engine and version."""
+    for claim, rows in status.groupby("claim", sort=False):
+        display(Markdown(f"**{claim}** — {rows['text'].iloc[0]}"))
+        display(rows.drop(columns=["claim", "text"]).reset_index(drop=True))
