@@ -620,11 +620,11 @@ class TrtLlmCell:
         return self._trt.llmapi.SamplingParams(**kw)
 
     def _submit(self, tokens: list[int], sampling: Any, *, streaming: bool, key: str | None,
-                retain: tuple[int, Retention] | None) -> Any:
+                retain: tuple[int, Retention]) -> Any:
+        """One request: the slot's LoRA, the manifest-keyed salt, retention over the first ``retain[0]`` tokens."""
         return self._llm.generate_async(
             tokens, sampling_params=sampling, lora_request=self._lora_request, streaming=streaming,
-            kv_cache_retention_config=None if retain is None or retain[0] == 0 else self._retention(*retain),
-            cache_salt=key)
+            kv_cache_retention_config=self._retention(*retain) if retain[0] else None, cache_salt=key)
 
     # ------------------------------------------------------------------ the contract
 
