@@ -25,12 +25,18 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _kv(pairs: List[str]) -> dict:
+def _kv(pairs: List[str], typed: bool = False) -> dict:
+    """``key=value`` pairs; ``typed`` reads values as JSON where they parse (true, 3, [1,2]), else as text."""
     out = {}
     for p in pairs:
         if "=" not in p:
             _fail(f"parameter {p!r} must be key=value")
         k, _, v = p.partition("=")
+        if typed:
+            try:
+                v = json.loads(v)
+            except ValueError:
+                pass
         out[k.strip()] = v
     return out
 
@@ -63,12 +69,14 @@ def probe(
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
     param: List[str] = typer.Option([], "--param", "-p", help="probe parameter key=value (repeatable)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
+    cell: List[str] = typer.Option([], "--cell", "-c",
+                                   help="cell option key=value, e.g. dummy_weights=true, tokens_per_block=64"),
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
     from . import metrics, probes
 
     try:
-        f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out)
+        f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")

@@ -79,7 +79,10 @@ class ProbeContext:
 
     def open(self, model: str | None = None, **options: Any) -> Cell:
         """A fresh cell (``options`` override the run's cell options). Records the first description."""
-        cell = self._opener(self.engine, model or self.model, **(self.cell_options | options))
+        try:
+            cell = self._opener(self.engine, model or self.model, **(self.cell_options | options))
+        except TypeError as e:  # an option the engine's open() does not take
+            raise ParamError(f"engine {self.engine} rejected a cell option: {e}") from None
         if self.description is None and (model is None or model == self.model):
             self.description = cell.describe()
             self.resolved = getattr(cell, "model", None)

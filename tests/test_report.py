@@ -1,0 +1,86 @@
+"""The HTML report and the tables behind it: offline, deterministic, metrics rendered one way."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from workbench import claims, findings, metrics, probes, report, runner
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """A run folder with real findings on the synthetic model, one not-run finding and one corrupt file."""
+    out = tmp_path_factory.mktemp("run")
+    for name in ("retention.pinning_under_pressure", "reuse.per_request_metrics"):
+        probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
+                   params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
+    finding = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny")
+    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm",
+                      summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
+    findings.write(not_run, out / "findings")
+    (out / "findings" / "broken.json").write_text("{not json")
+    runner.record(out, runner.NotebookRun("10_retention", "ok", {}, "notebooks/10_retention.ipynb", "t", 3.25))
+    runner.record(out, runner.NotebookRun("20_reuse_metrics", "error", {}, "notebooks/20_reuse_metrics.ipynb", "t",
+                                          1.0, "ValueError: boom (cell 4)"))
+    return out
+
+
+def test_report_is_offline_and_self_contained(run_dir):
+    page = report.write(run_dir, runner.load_manifest(run_dir)).read_text()
+    assert page.count("Plotly.newPlot") >= 3  # survival, matrix and timelines
+    assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
+    assert not re.search(r"<script[^>]+src=", page)  # nothing fetched: no CDN, no file next to it
+    assert "cdn.plot.ly" not in page
+
+
+def test_report_div_ids_are_deterministic(run_dir):
+    ids = lambda page: re.findall(r'<div id="([^"]+)" class="plotly-graph-div"', page)  # noqa: E731
+    first, second = report.render(run_dir), report.render(run_dir)
+    assert ids(first) == ids(second)
+    assert all(i.startswith("wb-fig-") for i in ids(first))
+
+
+def test_report_content(run_dir):
+    page = report.render(run_dir, runner.load_manifest(run_dir))
+    assert 'href="notebooks/10_retention.ipynb"' in page
+    assert "ValueError: boom (cell 4)" in page
+    assert "no GPU here" in page  # not-run findings show their reason
+    assert "broken.json" in page  # corrupt files are reported, not fatal
+    retention = next(f for _, f in findings.scan([run_dir / "findings"]).findings if f.probe.startswith("retention"))
+    rendered = metrics.render("pinned_survival_max_pressure", retention.metric("pinned_survival_max_pressure"))
+    assert rendered.endswith("×") and rendered in page
+
+
+def test_claim_status_follows_the_blueprint_rule(run_dir):
+    found = findings.scan([run_dir / "findings"]).findings
+    status = report.claim_status(found, "unknowns")
+    assert list(dict.fromkeys(status.claim)) == [c.id for c in claims.in_section("unknowns")]
+    reuse = status[status.claim == "unknown.reuse_metrics"].set_index("engine")
+    assert reuse.loc["llamacpp", "verdict"] == "confirmed" and reuse.loc["llamacpp", "resolved"]
+    assert reuse.loc["trtllm", "verdict"] == "not-run" and not reuse.loc["trtllm", "resolved"]
+    assert "no GPU here" in reuse.loc["trtllm", "summary"]
+    connector = status[status.claim == "unknown.connector_granularity"]
+    assert len(connector) == 1 and connector.verdict.isna().all()  # still open, still listed
+
+    risks = report.claim_status(found, "risks").set_index("claim")
+    assert risks.loc["risk.reuse_metrics", "verdict"] == "refuted"  # the finding's per-claim verdict wins
+
+
+def test_a_newer_not_run_does_not_mask_an_answer(run_dir):
+    path, ran = next((p, f) for p, f in findings.scan([run_dir / "findings"]).findings
+                     if f.probe.startswith("reuse") and f.engine == "llamacpp")
+    later = replace(ran, id="later", created="2999-01-01T00:00:00+00:00", verdict="not-run", reason="later")
+    status = report.claim_status([(path, ran), (path, later)], "unknowns").set_index("claim")
+    assert status.loc["unknown.reuse_metrics", "verdict"] == "confirmed"
+    assert report.verdict_frame([(path, ran), (path, later)]).verdict.tolist() == ["not-run"]  # newest is shown
+
+
+def test_metrics_frame_renders_every_metric_through_metrics_render(run_dir):
+    _, f = next((p, f) for p, f in findings.scan([run_dir / "findings"]).findings if f.probe.startswith("retention"))
+    table = report.metrics_frame(f)
+    assert table.value.tolist() == [metrics.render(t, m["value"]) for t, m in f.metrics.items()]
+    assert report.metric_text("not_declared_yet", 3) == "3"

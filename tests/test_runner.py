@@ -1,0 +1,117 @@
+"""Batch runs: resume after an interruption, a failing notebook, two runs sharing one findings folder.
+
+The notebooks are fixtures named after their behaviour (tests/fixtures/notebooks); each runs in its
+own kernel on the synthetic model, as a real batch does.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench import findings, runner
+
+FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
+pytestmark = pytest.mark.slow
+
+
+def batch(out: Path, only: list[str], params: dict | None = None, data_dir: Path | None = None) -> int:
+    """A fixture batch; no blueprint write-back unless ``data_dir`` holds one."""
+    return runner.run_batch(out, engine="llamacpp", model="synthetic:tiny", params=params or {}, only=only,
+                            progress=False, notebooks_dir=FIXTURES, data_dir=data_dir or out / "no-data")
+
+
+def finding_files(out: Path) -> set[str]:
+    return {p.name for p in (out / "findings").glob("*.json")}
+
+
+def test_plan_passes_engine_model_out_and_declared_parameters(tmp_path):
+    planned = runner.plan(tmp_path, "trtllm", "/models/x", {"seed": "3", "interactive": "false"},
+                          ["writes_finding", "prints_parameters"], FIXTURES)
+    by = {p.name: p.parameters for p in planned}
+    assert by["writes_finding"] == {"engine": "trtllm", "model": "/models/x",
+                                    "out": str(tmp_path.resolve() / "findings"), "seed": 3}
+    assert by["prints_parameters"]["interactive"] is False  # "false" must not arrive as a truthy string
+
+
+def test_plan_rejects_unknown_names(tmp_path):
+    with pytest.raises(runner.RunError, match="valid: prints_parameters, raises_error, writes_finding"):
+        runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["nope"], FIXTURES)
+    with pytest.raises(runner.RunError, match="seeed"):
+        runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"seeed": "1"}, None, FIXTURES)
+
+
+def test_failing_notebook_keeps_the_others_results(tmp_path):
+    earlier = _one_finding(tmp_path / "findings")
+    before = earlier.read_bytes()
+
+    code = batch(tmp_path, ["raises_error", "writes_finding"])
+
+    assert code == 1
+    m = runner.load_manifest(tmp_path)
+    assert m.notebooks["raises_error"].status == "error"
+    assert "RuntimeError: this notebook fails on purpose" in m.notebooks["raises_error"].error
+    assert m.notebooks["writes_finding"].status == "ok"  # ran after the failure
+    assert earlier.read_bytes() == before
+    assert len(finding_files(tmp_path)) == 2
+    assert (tmp_path / "notebooks" / "raises_error.ipynb").exists()  # the executed notebook shows the error
+    assert "raises_error" in (tmp_path / "report.html").read_text()
+
+
+def test_interrupted_batch_resumes(tmp_path):
+    done, interrupted = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding", "prints_parameters"],
+                                    FIXTURES)[::-1]
+    assert done.name == "writes_finding"
+    runner.record(tmp_path, runner.NotebookRun(done.name, "ok", done.parameters, "notebooks/writes_finding.ipynb",
+                                               "2026-01-01T00:00:00+00:00", 1.0))
+    runner.record(tmp_path, runner.NotebookRun(interrupted.name, "running", interrupted.parameters,
+                                               "notebooks/prints_parameters.ipynb", "2026-01-01T00:00:01+00:00"))
+
+    assert batch(tmp_path, ["writes_finding", "prints_parameters"]) == 0
+
+    m = runner.load_manifest(tmp_path)
+    assert m.notebooks["writes_finding"].duration_s == 1.0  # skipped: still the earlier run's entry
+    assert not (tmp_path / "notebooks" / "writes_finding.ipynb").exists()
+    assert finding_files(tmp_path) == set()
+    assert m.notebooks["prints_parameters"].status == "ok"
+
+    assert batch(tmp_path, ["writes_finding"], {"seed": "1"}) == 0  # other parameters: not the same work
+    assert len(finding_files(tmp_path)) == 1
+
+
+def test_two_runs_into_one_findings_folder_lose_nothing(tmp_path):
+    code = ("import sys; from pathlib import Path; from workbench import runner; "
+            "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {'seed': sys.argv[2]}, "
+            "['writes_finding'], progress=False, notebooks_dir=Path(sys.argv[3])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(seed), str(FIXTURES)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for seed in (1, 2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stdout.read().decode()
+    assert batch(tmp_path, ["writes_finding"], {"seed": "3"}) == 0
+
+    scan = findings.scan([tmp_path / "findings"])
+    assert scan.errors == []
+    assert sorted(f.params["seed"] for _, f in scan.findings) == [1, 2, 3]
+    json.loads((tmp_path / "run.json").read_text())  # merged, never torn
+
+
+def test_blueprint_is_written_back_into_the_run_folder(tmp_path):
+    pytest.importorskip("workbench.blueprint")
+    data = runner.REPO_ROOT / "data"
+    if not (data / "blueprint" / "blueprint.md").exists():
+        pytest.skip("no blueprint in data/")
+    assert batch(tmp_path, ["writes_finding"], data_dir=data) == 0
+    written = (tmp_path / "blueprint.md").read_text()
+    assert "workbench:begin unknown.reuse_metrics" in written
+    assert 'href="blueprint.md"' in (tmp_path / "report.html").read_text()
+
+
+def _one_finding(out: Path) -> Path:
+    from workbench import probes
+
+    f = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1}, out=out)
+    return out / f"{f.id}.json"
