@@ -87,6 +87,15 @@ class Manifest:
         return self.digest if salt is None else digest("salted/v1", self.digest, salt)
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common token prefix: what a cache may reuse between two prompts."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
 # --------------------------------------------------------------------------- results
 
 

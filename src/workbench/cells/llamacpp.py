@@ -23,6 +23,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import models
 from ..contract import (
+    common_prefix,
     Capabilities,
     ContextExplanation,
     ContextOverflow,
@@ -393,7 +394,7 @@ class LlamaCppCell:
         if seq.key != key:
             dropped = self._truncate(slot, 0)
             seq.key = key
-        lcp = _common_prefix(seq.tokens, tokens)
+        lcp = common_prefix(seq.tokens, tokens)
         self._check_fit(slot, len(tokens))
         before = self._perf()
         dropped += self._truncate(slot, lcp)
@@ -684,14 +685,6 @@ class LlamaCppCell:
             finally:
                 ll.llama_batch_free(batch)
         return out
-
-
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 __all__ = ["LlamaCppCell"]

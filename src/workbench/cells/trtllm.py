@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .. import environment, models
 from ..contract import (
+    common_prefix,
     Capabilities,
     ContextExplanation,
     ContextOverflow,
@@ -637,7 +638,7 @@ class TrtLlmCell:
         self._check_fit(len(tokens) + 1)  # the warm-up generates one token
         retention = retention or self.opts.retention
         key = self.manifest.cache_key(salt)
-        kept = _common_prefix(st.tokens, tokens) if st.key == key else 0
+        kept = common_prefix(st.tokens, tokens) if st.key == key else 0
         dropped = len(st.tokens) - kept + len(st.pending)
         t0 = time.perf_counter()
         out = self._submit(tokens, self._sampling(1), streaming=False, key=key,
@@ -821,12 +822,6 @@ class TrtLlmCell:
         return self._connector.read()
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 __all__ = [

@@ -35,14 +35,6 @@ def fresh_salt(tag: str) -> str:
     return f"{tag}-{uuid.uuid4().hex}"
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
 @dataclass
 class Pressure:
     submitted: int = 0  # filler requests sent

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Outcome, Probe, ProbeContext, param
-from .common import block_size, common_prefix, fresh_salt, median, timed, token_ids
+from ..contract import common_prefix
+from .common import block_size, fresh_salt, median, timed, token_ids
 
 
 @dataclass(frozen=True)
