@@ -27,8 +27,8 @@ BASE = Path("/bp")  # links in pure write-backs are relative to this folder
 MARKER = re.compile(r"[ \t]*<!-- workbench:(begin|end) (\S+) -->[ \t]*\r?\n?")
 
 
-def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp", version: str | None = "0.3.16",
-            created: str = "2026-07-03T10:00:00+00:00", reason: str | None = None, summary: str | None = None,
+def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp",
+            version: str | None = "0.3.16", created: str = "2026-07-03T10:00:00+00:00", reason: str | None = None, summary: str | None = None,
             claim_verdicts: dict | None = None, probe: str = "probe") -> Finding:
     """A schema-valid finding with only what a test cares about spelled out."""
     return Finding(
@@ -91,8 +91,12 @@ def test_markdown_structure_headings_lists_and_tables():
     assert heads == ["Blueprint: TensorRT-LLM and the modeld Boundary", *[
         "Invariants", "TensorRT-LLM Facts", "Consequence", "Admissible Future Shape",
         "Contract Mapping Reference", "Risks", "Open Unknowns", "Sources"]]
-    bodies = [sum(1 for u in tokens[i:] if u.type == "tr_open") for i, t in enumerate(tokens) if t.type == "table_open"]
-    assert [bodies[0] - bodies[1], bodies[1]] == [1 + 11, 1 + 5]  # header + body rows of each table
+    rows, per_table = 0, []
+    for t in tokens:
+        rows += t.type == "tr_open"
+        if t.type == "table_close":
+            per_table, rows = [*per_table, rows], 0
+    assert per_table == [1 + 11, 1 + 5]  # header + body rows: Contract Mapping Reference, Risks
     assert sum(t.type == "list_item_open" for t in tokens) == 3 + 7 + 2 + 4 + 6
 
 
@@ -251,8 +255,8 @@ MARKDOWNISH = st.sampled_from([
     "- Whether priority-100 retention survives sustained pressure.", "| `Embed` | x |",
 ])
 ANY_LINE = st.one_of(st.text(max_size=30), MARKDOWNISH, st.tuples(MARKDOWNISH, st.text(max_size=10)).map("".join))
-PLAIN_LINE = st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd", "Zs"), whitelist_characters=".,;:!?()'\"/é⊕—"),
-                     max_size=30)
+PLAIN_LINE = st.text(st.characters(whitelist_categories=("Lu", "Ll", "Nd", "Zs"),
+                                   whitelist_characters=".,;:!?()'\"/é⊕—"), max_size=30)  # no block syntax
 TABLE_ROWS = dict(zip(("contract-table", "risks-table"), (
     [ln for ln in group.splitlines() if ln.startswith("|")]
     for group in pristine().split("## Risks"))))
@@ -274,35 +278,43 @@ def _items(text: str) -> list[tuple[str, str]]:
     return items
 
 
-def _skip_block(text: str, pos: int) -> int | None:
-    """End of the whole managed block starting at ``pos``, if one does."""
-    m = MARKER.match(text, pos)
+def _next_block(text: str, pos: int) -> tuple[int, int] | None:
+    """(start, end) of a whole managed block at ``pos``, perhaps after one blank line setting it apart."""
+    start = pos + text.startswith("\n", pos)
+    m = MARKER.match(text, start)
     if not m or m[1] != "begin":
         return None
-    end = re.compile(rf"[ \t]*<!-- workbench:end {re.escape(m[2])} -->[ \t]*(\r\n|\r|\n|$)")
-    e = end.search(text, m.end())
-    return e.end() if e else None
+    e = re.compile(rf"[ \t]*<!-- workbench:end {re.escape(m[2])} -->[ \t]*(\r\n|\r|\n|$)").search(text, m.end())
+    return (start, e.end()) if e else None
 
 
 def _survived(expected: list[tuple[str, str]], text: str) -> list[tuple[str, str]]:
     """Check ``text`` is ``expected``'s human items, byte for byte and in order, with only whole managed blocks
     rewritten or inserted between them; return the new items."""
-    out, pos = [], 0
+    out: list[tuple[str, str]] = []
+    pos = 0
+
+    def inserted() -> None:
+        nonlocal pos
+        found = _next_block(text, pos)
+        assert found, f"human text changed at offset {pos}: found {text[pos:pos + 80]!r}"
+        if found[0] > pos:
+            out.append(("human", text[pos:found[0]]))
+        out.append(("block", text[found[0]:found[1]]))
+        pos = found[1]
+
     for kind, s in expected:
-        while not (text.startswith(s, pos) if kind == "human" else MARKER.match(text, pos)):
-            end = _skip_block(text, pos)
-            assert end is not None, f"human text changed at offset {pos}: expected {s!r}, found {text[pos:pos + 80]!r}"
-            out.append(("block", text[pos:end]))
-            pos = end
-        end = pos + len(s) if kind == "human" else _skip_block(text, pos)
-        assert end is not None
-        out.append((kind, text[pos:end]))
-        pos = end
+        if kind == "human":
+            while not text.startswith(s, pos):
+                inserted()
+            out.append((kind, s))
+            pos += len(s)
+        else:
+            while not MARKER.match(text, pos):
+                inserted()
+            inserted()
     while pos < len(text):
-        end = _skip_block(text, pos)
-        assert end is not None, f"unexpected trailing text {text[pos:pos + 80]!r}"
-        out.append(("block", text[pos:end]))
-        pos = end
+        inserted()
     return out
 
 
@@ -364,7 +376,7 @@ def test_plain_human_text_always_survives_write_backs(data):
 
 
 @pytest.fixture
-def findings_dir(tmp_path) -> Path:
+def findings_updating_retention(tmp_path) -> Path:
     d = tmp_path / "runs" / "r1" / "findings"
     fstore.write(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", probe="retention"), d)
     fstore.write(finding(["unknown.connector_granularity"], "not-run", engine="trtllm", version="1.2.0",
@@ -386,48 +398,48 @@ def blueprint_without_risks_section(tmp_path) -> Path:
     return p
 
 
-def test_missing_section_writes_nothing(blueprint_without_risks_section, findings_dir, tmp_path):
+def test_missing_section_writes_nothing(blueprint_without_risks_section, findings_updating_retention, tmp_path):
     before = blueprint_without_risks_section.read_bytes()
     for out in (None, tmp_path / "out" / "blueprint.md"):
         with pytest.raises(bp.MissingError, match="Risks"):
-            bp.run_writeback(blueprint_without_risks_section, [findings_dir], "write", out=out)
+            bp.run_writeback(blueprint_without_risks_section, [findings_updating_retention], "write", out=out)
     assert blueprint_without_risks_section.read_bytes() == before
     assert not (tmp_path / "out").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["blueprint.md", "runs"]
 
 
-def test_dry_run_prints_a_diff_and_changes_nothing(stale_blueprint, findings_dir, capsys):
+def test_dry_run_prints_a_diff_and_changes_nothing(stale_blueprint, findings_updating_retention, capsys):
     before = stale_blueprint.read_bytes()
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "dry-run") == 0
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "dry-run") == 0
     diff = capsys.readouterr().out
     assert diff.startswith("---") and "\n+<!-- workbench:begin risks-table -->\n" in diff
-    assert "\n-| Risk | Position |\n+| Risk | Position | Status |\n" in diff
+    assert "\n-| Risk | Position |\n" in diff and "\n+| Risk | Position | Status |\n" in diff
     assert stale_blueprint.read_bytes() == before
 
 
-def test_check_fails_when_out_of_date_and_passes_after_write(stale_blueprint, findings_dir, capsys):
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "check") == 1
+def test_check_fails_when_out_of_date_and_passes_after_write(stale_blueprint, findings_updating_retention, capsys):
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check") == 1
     said = capsys.readouterr().out
     assert "out of date" in said and "unknown.retention_pressure" in said and "risk.retention_bias" in said
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "write") == 0
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "check") == 0
-    fstore.write(finding(["risk.warmup"], "refuted", probe="warmup"), findings_dir)
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write") == 0
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check") == 0
+    fstore.write(finding(["risk.warmup"], "refuted", probe="warmup"), findings_updating_retention)
     capsys.readouterr()
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "check") == 1
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check") == 1
     assert "changed: risk.warmup, verification-log" in capsys.readouterr().out
 
 
-def test_write_to_out_links_findings_relative_to_it(stale_blueprint, findings_dir, tmp_path):
+def test_write_to_out_links_findings_relative_to_it(stale_blueprint, findings_updating_retention, tmp_path):
     out = tmp_path / "runs" / "r1" / "blueprint.md"
     before = stale_blueprint.read_bytes()
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "write", out=out) == 0
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write", out=out) == 0
     assert stale_blueprint.read_bytes() == before
     links = re.findall(r"\[finding\]\(([^)]+)\)", out.read_text(encoding="utf-8"))
     assert links and all(lk.startswith("findings/") and (out.parent / lk).is_file() for lk in links)
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "check", out=out) == 0
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check", out=out) == 0
 
 
-def test_write_is_atomic(stale_blueprint, findings_dir, monkeypatch):
+def test_write_is_atomic(stale_blueprint, findings_updating_retention, monkeypatch):
     before = stale_blueprint.read_bytes()
 
     def crash(*_):
@@ -435,13 +447,13 @@ def test_write_is_atomic(stale_blueprint, findings_dir, monkeypatch):
 
     monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(OSError, match="disk went away"):
-        bp.run_writeback(stale_blueprint, [findings_dir], "write")
+        bp.run_writeback(stale_blueprint, [findings_updating_retention], "write")
     assert stale_blueprint.read_bytes() == before
     assert [p.name for p in stale_blueprint.parent.iterdir() if p.name.startswith(".")] == []
 
 
-def test_corrupt_finding_is_reported_and_skipped(stale_blueprint, findings_dir, capsys):
-    (findings_dir / "broken.json").write_text("{not json", encoding="utf-8")
-    assert bp.run_writeback(stale_blueprint, [findings_dir], "write") == 0
+def test_corrupt_finding_is_reported_and_skipped(stale_blueprint, findings_updating_retention, capsys):
+    (findings_updating_retention / "broken.json").write_text("{not json", encoding="utf-8")
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write") == 0
     assert "skipping corrupt finding" in capsys.readouterr().err
     assert "**confirmed**" in block(stale_blueprint.read_text(encoding="utf-8"), "unknown.retention_pressure")

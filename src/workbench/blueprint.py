@@ -11,15 +11,16 @@ construction, and a block, once written, stays wherever it is (people may move i
 Where each finding goes (sections by heading text, rows and items by :mod:`workbench.claims`
 ``match``, all located through markdown-it token line maps):
 
-- Open Unknowns and the entry conditions of Admissible Future Shape: block ``<claim id>`` nested
-  in the list item, holding a small table with one row per (engine, engine version). A table
-  rather than prose so :func:`unknowns_table` reads the state back through the parser.
+- Open Unknowns: block ``<claim id>`` nested in the list item, holding a small table with one row
+  per (engine, engine version). A table rather than prose so :func:`unknowns_table` reads the
+  state back through the parser.
 - Risks and Contract Mapping Reference: a column cannot live in a block of its own, so the whole
   table is wrapped in one block (``risks-table``, ``contract-table``) whose *last* column
   (``Status``, ``Verified``) is ours. Each row's human part, the raw line up to the pipe before our
   cell, is re-read on every run and kept byte for byte, so people can keep editing those cells;
   taking a table under management only adds a missing trailing pipe to its rows.
-- ``verification-log``: a "Verification log" section appended at the end once, then kept in place.
+- ``verification-log``: a "Verification log" section appended at the end once, then kept in place;
+  it lists every finding, whatever claim it cites.
 
 Per claim and (engine, engine version) the newest finding that ran is shown; a ``not-run`` one is
 shown only when nothing ran, as *unresolved* with its reason, so it never masks or poses as an answer.
@@ -61,7 +62,7 @@ class ManagedBlockError(BlueprintError):
 Mode = Literal["write", "dry-run", "check"]
 LOG_ID = "verification-log"
 TABLES = {"risks": ("risks-table", "Status"), "contract": ("contract-table", "Verified")}
-ITEM_SECTIONS = ("unknowns",)  # list items that get a block; see the report on "entry"
+ITEM_SECTIONS = ("unknowns", "entry")  # sections whose list items get a block of their own
 ANSWERS = ("confirmed", "refuted", "partial")  # what counts as resolving a claim
 _LABELS = {
     "confirmed": "**confirmed**",
@@ -86,11 +87,10 @@ _MD = MarkdownIt("commonmark").enable("table")
 class Verdict:
     """One finding's verdict on one claim, as the blueprint shows it."""
 
-    claim: str
     verdict: str
     engine: str
     engine_version: str | None
-    hardware: str
+    hardware: str | None
     date: str
     summary: str
     reason: str | None
@@ -123,9 +123,8 @@ def _verdicts(findings: Sequence[tuple[Path, Finding]], base: Path) -> dict[str,
     for path, f in findings:
         for cid in dict.fromkeys([f.claim, *f.claims]):
             v = Verdict(
-                claim=cid, verdict=f.claim_verdicts.get(cid, f.verdict), engine=f.engine,
-                engine_version=f.engine_version,
-                hardware=(f.environment.get("hardware") or {}).get("summary") or "unknown hardware",
+                verdict=f.claim_verdicts.get(cid, f.verdict), engine=f.engine, engine_version=f.engine_version,
+                hardware=(f.environment.get("hardware") or {}).get("summary"),
                 date=f.created[:10], summary=f.summary, reason=f.reason, link=_link(path, base),
                 created=f.created, finding_id=f.id,
             )
@@ -148,7 +147,7 @@ def _status_cell(vs: list[Verdict]) -> str:
     parts = []
     for v in vs:
         why = f" · {_text(v.reason or v.summary)}" if v.verdict == "not-run" else ""
-        parts.append(f"{_LABELS[v.verdict]} · {_text(v.engine)} {_text(v.engine_version)} · {v.date}{why}"
+        parts.append(f"{_LABELS[v.verdict]} · {_text(v.engine)} {_text(v.engine_version)} · {_text(v.date)}{why}"
                      f" · [finding]({v.link})")
     return "<br>".join(parts) or "—"
 
@@ -164,7 +163,7 @@ def _item_lines(vs: list[Verdict]) -> list[str]:
     for v in vs:
         said = _NOT_RUN + _text(v.reason or v.summary) if v.verdict == "not-run" else _text(v.summary)
         rows.append(_row([_LABELS[v.verdict], _text(v.engine), _text(v.engine_version), _text(v.hardware),
-                          v.date, said, f"[finding]({v.link})"]))
+                          _text(v.date), said, f"[finding]({v.link})"]))
     return rows
 
 
@@ -177,7 +176,7 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
         verdict = _LABELS[f.verdict] + (f": {_text(f.reason or f.summary)}" if f.verdict == "not-run" else "")
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys([f.claim, *f.claims]))
-        rows.append(_row([f.created[:10], _text(f.engine), _text(f.engine_version),
+        rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
                           _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe), verdict,
                           _text(cited), f"[finding]({_link(path, base)})"]))
     return head + rows
@@ -312,9 +311,9 @@ class _Doc:
             out.append(_Section(name, start, end))
         return out
 
-    def inside(self, line: int, allow: str | None = None) -> bool:
-        """Whether ``line`` is inside a managed block other than ``allow``."""
-        return any(b.begin < line < b.end for b in self.blocks.values() if b.id != allow)
+    def inside(self, line: int) -> bool:
+        """Whether ``line`` is inside a managed block: our own tables and rows never count as the human's."""
+        return any(b.begin < line < b.end for b in self.blocks.values())
 
     def section(self, key: str, problems: list[str]) -> _Section | None:
         name = _claims.SECTIONS[key]
@@ -358,13 +357,13 @@ def _item_edits(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problem
         content = _item_lines(verdicts.get(claim.id, []))
         blk = doc.blocks.get(claim.id)
         if blk:
-            edits.append(_Edit(blk.begin + 1, blk.end, [blk.indent + line + doc.nl for line in content]))
+            edits.append(_Edit(blk.begin + 1, blk.end, [blk.indent + c + doc.nl for c in content]))
             continue
         start, end, _ = hits[0]
         bullet = _BULLET.match(_body(doc.lines[start]))
         if not bullet:
-            problems.append(f"line {start + 1}: the item for claim {claim.id} must be a plain list item "
-                            "(not inside a block quote) so its managed block can nest under it")
+            problems.append(f"line {start + 1}: the item for claim {claim.id} must start with a bullet indented by "
+                            "spaces (no tabs, no block quote) so its managed block can nest under it")
             continue
         gap = len(bullet.group(3))
         indent = " " * (len(bullet.group(1)) + len(bullet.group(2)) + (gap if 1 <= gap <= 4 else 1))
@@ -428,16 +427,19 @@ def _table_edit(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problem
         human = [_human_part(t) if len(_cells(t)) == width else None for t in texts]
     else:
         human = [_closed(t) if len(_cells(t)) == width else None for t in texts]
+        problems += [f"line {a + i + 1}: a row of the '{_claims.SECTIONS[key]}' table has more cells than its header "
+                     "(Markdown drops the extra ones); merge them before write-back adds a column"
+                     for i, t in enumerate(texts) if len(_cells(t)) > width]
     cells: dict[int, str] = {0: column, 1: "---"}
     for claim in claims:
-        hits = [i for i in range(2, len(texts)) if first_cell((human[i] or texts[i])).startswith(_norm(claim.match))]
-        if len(hits) != 1 or human[hits[0]] is None:
-            what = (f"{len(hits)} rows" if len(hits) > 1 else "no row") if len(hits) != 1 else \
-                f"a row with {len(_cells(texts[hits[0]]))} cells where the header has {width}"
-            problems.append(f"the '{_claims.SECTIONS[key]}' table has {what} starting with {claim.match!r} "
-                            f"(claim {claim.id}); it needs exactly one full row")
+        hits = [i for i in range(2, len(texts)) if first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
+        if len(hits) == 1 and human[hits[0]] is not None:
+            cells[hits[0]] = _status_cell(verdicts.get(claim.id, []))
             continue
-        cells[hits[0]] = _status_cell(verdicts.get(claim.id, []))
+        table, row = f"the '{_claims.SECTIONS[key]}' table", f"starting with {claim.match!r} (claim {claim.id})"
+        problems.append(f"{table} has no row {row}" if not hits else
+                        f"{table} has {len(hits)} rows {row}; it needs exactly one" if len(hits) > 1 else
+                        f"{table}'s row {row} has {len(_cells(texts[hits[0]]))} cells but its header has {width}")
     rows = []
     for i, text in enumerate(texts):
         end = doc.lines[a + i][len(text):] or doc.nl
@@ -488,7 +490,14 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))
     edits.append(_log_edit(doc, findings, base))
-    return _apply(doc, edits)
+    text = _apply(doc, edits)
+    seen = _Doc(text).blocks
+    lost = [bid for bid in (*(c.id for k in ITEM_SECTIONS for c in _claims.in_section(k)),
+                            *(bid for bid, _ in TABLES.values()), LOG_ID) if bid not in seen]
+    if lost:  # e.g. an unclosed code fence above where a new block goes: it would be added again on every run
+        raise ManagedBlockError(f"managed block(s) {', '.join(lost)} would not read as managed blocks once written "
+                                "(is a code fence or HTML block above them left open?); nothing was written")
+    return text
 
 
 # --------------------------------------------------------------------------- reading it back
@@ -552,7 +561,7 @@ def unknowns_table(text: str) -> list[dict]:
             if len(cells) != len(_ITEM_COLUMNS) or cells[0].content not in labels:
                 raise ManagedBlockError(f"managed block {claim.id!r}: a row does not read as "
                                         f"{' | '.join(_ITEM_COLUMNS)} with a known verdict")
-            verdict, engine, version, hardware, date, said, evidence = (c.content for c in cells)
+            verdict, engine, version, hardware, date, said, _ = (c.content for c in cells)
             href = next((ch.attrs.get("href") for ch in cells[6].children or [] if ch.type == "link_open"), None)
             out.append(blank | {
                 "verdict": labels[verdict], "resolved": labels[verdict] in ANSWERS, "engine": engine,

@@ -71,8 +71,9 @@ _CLAIMS = [
     Claim("contract.overflow", "contract", "`ErrContextOverflow`",
           "ErrContextOverflow: enforced adapter-side from token counts before dispatch."),
     # Entry conditions
-    Claim("entry.contract_table", "entry", "the contract-mapping table validated against the then-current TensorRT-LLM release",
-          "The contract-mapping table validated against the then-current TensorRT-LLM release."),
+    Claim("entry.contract_table", "entry",
+          "the contract-mapping table below validated against the then-current TensorRT-LLM release",
+          "The contract-mapping table below validated against the then-current TensorRT-LLM release."),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
