@@ -30,12 +30,12 @@ def finding_files(out: Path) -> set[str]:
 
 
 def test_plan_passes_engine_model_out_and_declared_parameters(tmp_path):
-    planned = runner.plan(tmp_path, "trtllm", "/models/x", {"seed": "3", "interactive": "false"},
+    planned = runner.plan(tmp_path, "trtllm", "/models/x", {"seed": "3", "verbose": "false"},
                           ["writes_finding", "prints_parameters"], FIXTURES)
     by = {p.name: p.parameters for p in planned}
     assert by["writes_finding"] == {"engine": "trtllm", "model": "/models/x",
                                     "out": str(tmp_path.resolve() / "findings"), "seed": 3}
-    assert by["prints_parameters"]["interactive"] is False  # "false" must not arrive as a truthy string
+    assert by["prints_parameters"]["verbose"] is False  # "false" must not arrive as a truthy string
 
 
 def test_plan_rejects_unknown_names(tmp_path):
@@ -43,6 +43,10 @@ def test_plan_rejects_unknown_names(tmp_path):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["nope"], FIXTURES)
     with pytest.raises(runner.RunError, match="seeed"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"seeed": "1"}, None, FIXTURES)
+    with pytest.raises(runner.RunError, match="--engine"):
+        runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"engine": "trtllm"}, None, FIXTURES)
+    with pytest.raises(runner.RunError, match="interactive is for JupyterLab"):
+        runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"interactive": "true"}, None, FIXTURES)
 
 
 def test_failing_notebook_keeps_the_others_results(tmp_path):
@@ -90,7 +94,8 @@ def test_two_runs_into_one_findings_folder_lose_nothing(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(seed), str(FIXTURES)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for seed in (1, 2)]
     for p in procs:
-        assert p.wait(timeout=300) == 0, p.stdout.read().decode()
+        log, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, log.decode()
     assert batch(tmp_path, ["writes_finding"], {"seed": "3"}) == 0
 
     scan = findings.scan([tmp_path / "findings"])
@@ -113,5 +118,6 @@ def test_blueprint_is_written_back_into_the_run_folder(tmp_path):
 def _one_finding(out: Path) -> Path:
     from workbench import probes
 
-    f = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1}, out=out)
+    f = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1},
+                   out=out)
     return out / f"{f.id}.json"

@@ -76,11 +76,11 @@ def survival(rows: Rows) -> go.Figure:
     """Retention: the share of the retained prefix still reused as filler load rises, per priority arm."""
     fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
                  title="Survival of the retained prefix under pressure",
-                 x_title="cumulative filler load (× free capacity)", y_title="survival (reused / baseline)",
-                 hover=("reused_tokens", "baseline_reused", "fillers_refused"))
+                 x_title="cumulative filler load (× free capacity; dotted: free capacity exhausted)",
+                 y_title="survival (reused / baseline)", hover=("reused_tokens", "baseline_reused", "fillers_refused"))
     if rows:
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
-        fig.add_vline(x=1.0, line_dash="dot", line_color="#999", annotation_text="free capacity")
+        fig.add_vline(x=1.0, line_dash="dot", line_color="#999")
     return fig
 
 

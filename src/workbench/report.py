@@ -9,7 +9,6 @@ status per (engine, engine version) follows the blueprint's rule (the newest fin
 from __future__ import annotations
 
 import datetime as _dt
-import html
 import os
 import re
 import tempfile
@@ -118,20 +117,6 @@ def churn_frame(found: Found) -> pd.DataFrame:
     return df.pivot_table(index="probe", columns="engine", values="verdict", aggfunc="last").fillna("")
 
 
-def finding_card(f: Finding) -> str:
-    """HTML for one finding: verdict, summary, reason, rendered metrics, notes."""
-    metrics = "".join(f"<tr><th>{html.escape(r.metric)}</th><td>{html.escape(r.value)}</td>"
-                      f"<td class='muted'>{html.escape(r.meaning)}</td></tr>" for r in metrics_frame(f).itertuples())
-    notes = "".join(f"<li>{html.escape(n)}</li>" for n in f.evidence.get("notes", []))
-    reason = f"<p><b>Why not run:</b> {html.escape(f.reason)}</p>" if f.reason else ""
-    return (f"<div class='wb-card'><p><span class='wb-verdict' style='background:{plots.VERDICT_COLOURS[f.verdict]}'>"
-            f"{html.escape(f.verdict)}</span> <b>{html.escape(f.probe)}</b> · {html.escape(f.engine)} "
-            f"{html.escape(f.engine_version or '')} · {html.escape(model_name(f))}</p>"
-            f"<p>{html.escape(f.summary)}</p>{reason}"
-            + (f"<table class='wb-metrics'>{metrics}</table>" if metrics else "")
-            + (f"<ul class='wb-notes'>{notes}</ul>" if notes else "") + "</div>")
-
-
 # --------------------------------------------------------------------------- the page
 
 
@@ -148,6 +133,8 @@ def _slug(s: str) -> str:
 def _figures(found: Found) -> list[Figure]:
     out = []
     for i, (_, f) in enumerate(latest(found)):
+        if not f.evidence.get("rows"):
+            continue  # a not-run finding's reason is in the verdicts table already
         for name, fig in plots.for_finding(f):
             out.append(Figure(f"{f.probe} — {f.engine} {f.engine_version or ''} · {model_name(f)}",
                               plots.to_div(fig, f"wb-fig-{i}-{_slug(f.probe)}-{name}")))
@@ -160,22 +147,31 @@ def _plotlyjs() -> str:
     return plotly.offline.get_plotlyjs()
 
 
-def render(out: Path, manifest: "Manifest | None" = None, findings_dir: Path | None = None) -> str:
+def _records(df: pd.DataFrame) -> list[dict]:
+    """Rows for the template, missing values as None (pandas 3 string columns hold NaN)."""
+    return df.astype(object).where(df.notna(), None).to_dict("records")
+
+
+def render(out: Path, manifest: Manifest | None = None) -> str:
     """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network)."""
-    scan = _findings.scan([findings_dir or out / "findings"])
+    scan = _findings.scan([out / "findings"])
     found = scan.findings
     figures = _figures(found)
-    rel = lambda p: Path(os.path.relpath(p, out)).as_posix()  # noqa: E731 - links relative to the page
+
+    def rel(p: object) -> str | None:
+        """Links relative to the page, so a run folder can be moved or served as it is."""
+        return Path(os.path.relpath(p, out)).as_posix() if isinstance(p, (str, os.PathLike)) else None
+
     verdicts = verdict_frame(found).assign(href=lambda d: d["path"].map(rel))
-    unknowns = claim_status(found).assign(href=lambda d: d["path"].map(lambda p: rel(p) if p else None))
+    unknowns = claim_status(found).assign(href=lambda d: d["path"].map(rel))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     return template.render(
         title=f"workbench run — {out.name}",
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
-        verdicts=verdicts.to_dict("records"),
-        unknowns=unknowns.to_dict("records"),
+        verdicts=_records(verdicts),
+        unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
         plotlyjs=_plotlyjs() if figures else "",
@@ -185,13 +181,14 @@ def render(out: Path, manifest: "Manifest | None" = None, findings_dir: Path | N
     )
 
 
-def write(out: Path, manifest: "Manifest | None" = None, findings_dir: Path | None = None) -> Path:
+def write(out: Path, manifest: Manifest | None = None) -> Path:
     """Write ``out/report.html`` atomically and return its path."""
     out = Path(out)
-    page = render(out, manifest, findings_dir)
+    page = render(out, manifest)
     target = out / "report.html"
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".report-", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(page)
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
     os.replace(tmp, target)
     return target

@@ -6,6 +6,9 @@ each notebook as its ``out`` parameter), ``run.json`` (the manifest) and ``repor
 subprocess, via papermill), so one that crashes or leaks cannot disturb the next. The manifest is
 updated after every notebook under a file lock, so an interrupted run resumes where it stopped and
 two runs sharing a folder merge their entries; findings themselves are never overwritten.
+
+Committed notebooks carry no outputs except the small deterministic ones nbval checks; after
+editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb …`` (:func:`freeze`).
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import fcntl
+import functools
 import json
 import os
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -94,6 +99,7 @@ def record(out: Path, entry: NotebookRun) -> Manifest:
             json.dump({"schema": m.schema, "updated": m.updated,
                        "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())}}, f, indent=2)
             f.write("\n")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, out / MANIFEST)
         return m
 
@@ -146,16 +152,37 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
 
     findings_dir = str(Path(out).resolve() / "findings")
     params = dict(params or {})
+    if "interactive" in params:  # widget explorers need a frontend; under papermill they stall the kernel
+        raise RunError("interactive is for JupyterLab; batch runs always render static tables and figures")
+    reserved = sorted(params.keys() & {"engine", "model", "out"})
+    if reserved:
+        raise RunError(f"pass {', '.join(reserved)} as options (--engine, --model, --out), not as -p parameters")
     planned, used = [], set()
     for nb in select(notebooks(notebooks_dir or REPO_ROOT / "notebooks"), only):
         declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
         mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
         used |= mine.keys()
         planned.append(Planned(nb.stem, nb, {"engine": engine, "model": model, "out": findings_dir} | mine))
-    unused = sorted(set(params) - used - {"engine", "model", "out"})
+    unused = sorted(set(params) - used)
     if unused:
         raise RunError(f"no selected notebook takes parameter(s) {', '.join(unused)}")
     return planned
+
+
+@functools.cache
+def _kernel_manager() -> type:
+    """Kernels whose TCP sockets are CurveZMQ-encrypted when the kernel supports it (ipykernel warns otherwise)."""
+    from jupyter_client.manager import AsyncKernelManager
+    from traitlets import default
+
+    class EncryptedKernelManager(AsyncKernelManager):
+        @default("transport_encryption")
+        def _auto(self) -> str:
+            import zmq
+
+            return "auto" if zmq.has("curve") else "disabled"
+
+    return EncryptedKernelManager
 
 
 def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
@@ -165,7 +192,8 @@ def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
 
     try:
         papermill.execute_notebook(str(p.source), str(out / "notebooks" / p.source.name), parameters=p.parameters,
-                                   kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent))
+                                   kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
+                                   kernel_manager_class=_kernel_manager())
         return "ok", None
     except PapermillExecutionError as e:
         return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
@@ -176,16 +204,16 @@ def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
 def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
     """Write a written-back copy of the blueprint into the run folder; (path, error)."""
     source = data_dir / "blueprint" / "blueprint.md"
+    if not source.exists():
+        return None, None
     try:
         from . import blueprint
     except ImportError:
         return None, None
-    if not source.exists():
-        return None, None
     try:
         code = blueprint.run_writeback(source, [out / "findings"], "write", out / "blueprint.md")
-    except WorkbenchError as e:
-        return None, str(e)
+    except Exception as e:  # the write-back failing must not cost the run its report
+        return None, f"{type(e).__name__}: {e}"
     return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")
 
 
@@ -241,3 +269,35 @@ def run_batch(out: Path, engine: str = "llamacpp", model: str = models.DEFAULT_M
     if failed:
         print(f"failed:    {', '.join(failed)} (see {out / MANIFEST})")
     return 1 if failed or bp_error else 0
+
+
+CHECKED = "# NBVAL_CHECK_OUTPUT"
+
+
+def freeze(sources: list[Path]) -> None:
+    """Execute notebooks with their default parameters and keep only the outputs of checked cells.
+
+    Those outputs are what nbval compares against; every other output is dropped so the committed
+    notebook stays small and diff-friendly.
+    """
+    import nbformat
+    import papermill
+
+    for src in map(Path, sources):
+        with tempfile.TemporaryDirectory() as tmp:
+            executed = papermill.execute_notebook(str(src), str(Path(tmp) / src.name), kernel_name=KERNEL,
+                                                  progress_bar=False, cwd=str(src.parent),
+                                                  kernel_manager_class=_kernel_manager())
+        ran = {c.get("id"): c for c in executed.cells}
+        nb = nbformat.read(src, as_version=4)
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                keep = cell.source.startswith(CHECKED)  # nbval wants a count on a cell with outputs
+                cell.outputs = ran[cell.id].outputs if keep else []
+                cell.execution_count = ran[cell.id].execution_count if keep else None
+        nbformat.write(nb, src)
+        print(f"froze {src}")
+
+
+if __name__ == "__main__":
+    freeze([Path(a) for a in sys.argv[1:]])

@@ -7,6 +7,7 @@ notebook must read the same wherever it ran. Static mode shows everything the ex
 
 from __future__ import annotations
 
+import html
 from typing import Sequence
 
 import pandas as pd
@@ -16,9 +17,24 @@ from . import plots, report
 from .findings import Finding
 
 
+def finding_card(f: Finding) -> str:
+    """HTML for one finding: verdict, summary, reason, rendered metrics, notes (inline styles: no notebook CSS)."""
+    metrics = "".join(f"<tr><th style='text-align:left'>{html.escape(r.metric)}</th><td>{html.escape(r.value)}</td>"
+                      f"<td style='color:#777'>{html.escape(r.meaning)}</td></tr>"
+                      for r in report.metrics_frame(f).itertuples())
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in f.evidence.get("notes", []))
+    reason = f"<p><b>Why not run:</b> {html.escape(f.reason)}</p>" if f.reason else ""
+    badge = (f"<span style='background:{plots.VERDICT_COLOURS[f.verdict]};color:#fff;border-radius:3px;"
+             f"padding:0 0.4em'>{html.escape(f.verdict)}</span>")
+    return (f"<div><p>{badge} <b>{html.escape(f.probe)}</b> · {html.escape(f.engine)} "
+            f"{html.escape(f.engine_version or '')} · {html.escape(report.model_name(f))}</p>"
+            f"<p>{html.escape(f.summary)}</p>{reason}"
+            + (f"<table>{metrics}</table>" if metrics else "") + (f"<ul>{notes}</ul>" if notes else "") + "</div>")
+
+
 def show_finding(f: Finding) -> None:
     """The verdict, summary, reason, rendered metrics and notes of one finding."""
-    display(HTML(report.finding_card(f)))
+    display(HTML(finding_card(f)))
 
 
 def evidence_frame(f: Finding, rows: Sequence[dict] | None = None) -> pd.DataFrame:
@@ -29,7 +45,8 @@ def evidence_frame(f: Finding, rows: Sequence[dict] | None = None) -> pd.DataFra
 def _show_evidence(f: Finding, rows: Sequence[dict]) -> None:
     for _, fig in plots.for_finding(f, rows):
         display(plots.show(fig))
-    display(evidence_frame(f, rows))
+    if rows:
+        display(evidence_frame(f, rows))
 
 
 def evidence(f: Finding, *, by: str | None = None, interactive: bool = False) -> None:
@@ -54,9 +71,10 @@ def evidence(f: Finding, *, by: str | None = None, interactive: bool = False) ->
     display(w.VBox([picker, area]))
 
 
-def findings_browser(found: report.Found, *, interactive: bool = False) -> None:
-    """The verdicts table (newest per probe/engine/version/model); interactively, filtered by dropdowns."""
-    table = report.verdict_frame(found).drop(columns=["id", "path"])
+def findings_browser(table: pd.DataFrame, *, interactive: bool = False) -> None:
+    """Every finding (a ``findings.load`` table), newest first; interactively, filtered by dropdowns."""
+    cols = ["created", "probe", "engine", "engine_version", "model", "verdict", "summary"]
+    table = table[cols].sort_values("created", ascending=False, kind="stable").reset_index(drop=True)
     if not (interactive and len(table)):
         display(table)
         return
