@@ -121,3 +121,12 @@ def _one_finding(out: Path) -> Path:
     f = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1},
                    out=out)
     return out / f"{f.id}.json"
+
+
+def test_cell_options_arrive_as_a_json_object(tmp_path):
+    nb = Path(__file__).resolve().parents[1] / "notebooks"
+    planned = runner.plan(tmp_path, "trtllm", "/models/x", {"cell_options": '{"dummy_weights": true}'},
+                          ["10_retention"], nb)
+    assert planned[0].parameters["cell_options"] == {"dummy_weights": True}
+    with pytest.raises(runner.RunError, match="JSON object"):
+        runner.plan(tmp_path, "trtllm", "/models/x", {"cell_options": "dummy_weights"}, ["10_retention"], nb)

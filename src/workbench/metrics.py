@@ -28,7 +28,7 @@ _UNIT_FMT = {
     "count": lambda v: f"{v:,.0f}",
     "bool": lambda v: "yes" if v else "no",
     "p": lambda v: f"p={v:.3g}",
-    "x": lambda v: f"{v:.3f}×",
+    "x": lambda v: f"{v:.3g}×",
 }
 
 

@@ -136,6 +136,14 @@ def _coerce(name: str, value: Any, default_src: str) -> Any:
         if value.lower() in {"0", "false", "no", "off"}:
             return False
         raise RunError(f"parameter {name} must be true or false, got {value!r}")
+    if isinstance(default, dict):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            raise RunError(f"parameter {name} must be a JSON object, e.g. '{{\"dummy_weights\": true}}', got {value!r}")
+        return parsed
     if isinstance(default, (int, float)):
         try:
             return type(default)(value)
