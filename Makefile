@@ -18,11 +18,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $@
 
-# The main job: every notebook on the embedded default (llama.cpp, SmolLM2-135M, CPU), the report,
-# and a written-back copy of the blueprint, all under $(RUN).
+# The main job: every notebook on the embedded default (llama.cpp, SmolLM2-135M, CPU), and on
+# TensorRT-LLM side by side (here: not-run findings with the reason), then the report and a
+# written-back copy of the blueprint, all under $(RUN).
 run: setup
 	$(BIN)/workbench doctor
-	$(BIN)/workbench run --out $(RUN) --model $(MODEL)
+	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
 
 # Every test: unit and engine tests on the real llama.cpp with synthetic models, then the
 # committed notebooks under nbval.

@@ -140,6 +140,7 @@ def test_contract_mapping_llamacpp_verifies_every_row(tmp_path):
     f = run("surface.contract_mapping", tmp_path)
     assert f.verdict == "confirmed" and f.metric("rows_verified") == f.metric("rows_total") == 11
     assert set(f.claim_verdicts) >= {"contract.ensure_prefix", "contract.snapshot"}
+    assert f.claim_verdicts["risk.version_churn"] == "refuted"
 
 
 def test_contract_mapping_names_a_missing_mechanism(tmp_path, monkeypatch):
@@ -148,4 +149,5 @@ def test_contract_mapping_names_a_missing_mechanism(tmp_path, monkeypatch):
     monkeypatch.delattr(llama_cpp, "llama_state_seq_get_data")
     f = run("surface.contract_mapping", tmp_path)
     assert f.verdict == "partial" and f.claim_verdicts["contract.snapshot"] == "refuted"
+    assert f.claim_verdicts["risk.version_churn"] == "confirmed"
     assert any("llama_state_seq_get_data" in n for n in f.evidence["notes"])

@@ -57,12 +57,12 @@ def test_failing_notebook_keeps_the_others_results(tmp_path):
 
     assert code == 1
     m = runner.load_manifest(tmp_path)
-    assert m.notebooks["raises_error"].status == "error"
-    assert "RuntimeError: this notebook fails on purpose" in m.notebooks["raises_error"].error
-    assert m.notebooks["writes_finding"].status == "ok"  # ran after the failure
+    assert m.notebooks["llamacpp/raises_error"].status == "error"
+    assert "RuntimeError: this notebook fails on purpose" in m.notebooks["llamacpp/raises_error"].error
+    assert m.notebooks["llamacpp/writes_finding"].status == "ok"  # ran after the failure
     assert earlier.read_bytes() == before
     assert len(finding_files(tmp_path)) == 2
-    assert (tmp_path / "notebooks" / "raises_error.ipynb").exists()  # the executed notebook shows the error
+    assert (tmp_path / "notebooks" / "llamacpp" / "raises_error.ipynb").exists()  # the executed notebook shows the error
     assert "raises_error" in (tmp_path / "report.html").read_text()
 
 
@@ -70,18 +70,18 @@ def test_interrupted_batch_resumes(tmp_path):
     done, interrupted = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding", "prints_parameters"],
                                     FIXTURES)[::-1]
     assert done.name == "writes_finding"
-    runner.record(tmp_path, runner.NotebookRun(done.name, "ok", done.parameters, "notebooks/writes_finding.ipynb",
+    runner.record(tmp_path, runner.NotebookRun(done.key, "ok", done.parameters, done.output,
                                                "2026-01-01T00:00:00+00:00", 1.0))
-    runner.record(tmp_path, runner.NotebookRun(interrupted.name, "running", interrupted.parameters,
-                                               "notebooks/prints_parameters.ipynb", "2026-01-01T00:00:01+00:00"))
+    runner.record(tmp_path, runner.NotebookRun(interrupted.key, "running", interrupted.parameters,
+                                               interrupted.output, "2026-01-01T00:00:01+00:00"))
 
     assert batch(tmp_path, ["writes_finding", "prints_parameters"]) == 0
 
     m = runner.load_manifest(tmp_path)
-    assert m.notebooks["writes_finding"].duration_s == 1.0  # skipped: still the earlier run's entry
-    assert not (tmp_path / "notebooks" / "writes_finding.ipynb").exists()
+    assert m.notebooks["llamacpp/writes_finding"].duration_s == 1.0  # skipped: still the earlier run's entry
+    assert not (tmp_path / done.output).exists()
     assert finding_files(tmp_path) == set()
-    assert m.notebooks["prints_parameters"].status == "ok"
+    assert m.notebooks["llamacpp/prints_parameters"].status == "ok"
 
     assert batch(tmp_path, ["writes_finding"], {"seed": "1"}) == 0  # other parameters: not the same work
     assert len(finding_files(tmp_path)) == 1
@@ -130,3 +130,13 @@ def test_cell_options_arrive_as_a_json_object(tmp_path):
     assert planned[0].parameters["cell_options"] == {"dummy_weights": True}
     with pytest.raises(runner.RunError, match="JSON object"):
         runner.plan(tmp_path, "trtllm", "/models/x", {"cell_options": "dummy_weights"}, ["10_retention"], nb)
+
+
+def test_engines_share_one_run_folder_side_by_side(tmp_path):
+    assert runner.run_batch(tmp_path, engine=["llamacpp", "trtllm"], model="synthetic:tiny", only=["writes_finding"],
+                            progress=False, notebooks_dir=FIXTURES, data_dir=tmp_path / "no-data") == 0
+    m = runner.load_manifest(tmp_path)
+    assert set(m.notebooks) == {"llamacpp/writes_finding", "trtllm/writes_finding"}
+    assert all((tmp_path / e.output).is_file() for e in m.notebooks.values())
+    engines = {f.engine for _, f in findings.scan([tmp_path / "findings"]).findings}
+    assert engines == {"llamacpp", "trtllm"}

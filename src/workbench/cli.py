@@ -88,7 +88,8 @@ def probe(
 @app.command()
 def run(
     out: Path = typer.Option(..., "--out", "-o", help="run folder (resumed if it exists)"),
-    engine: str = typer.Option("llamacpp", "--engine", "-e"),
+    engine: List[str] = typer.Option(["llamacpp"], "--engine", "-e",
+                                     help="engine (repeatable: engines run side by side into one folder)"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
     param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value (repeatable)"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="run only these notebooks (names or stems)"),

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import models
 from .contract import WorkbenchError
@@ -67,6 +67,16 @@ class Planned:
     name: str
     source: Path
     parameters: dict
+
+    @property
+    def key(self) -> str:
+        """Manifest key: one entry per (engine, notebook), so engines share a run folder side by side."""
+        return f"{self.parameters['engine']}/{self.name}"
+
+    @property
+    def output(self) -> str:
+        """The executed notebook, relative to the run folder."""
+        return f"notebooks/{self.parameters['engine']}/{self.source.name}"
 
 
 def load_manifest(out: Path) -> Manifest:
@@ -199,7 +209,8 @@ def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
     from papermill.exceptions import PapermillExecutionError
 
     try:
-        papermill.execute_notebook(str(p.source), str(out / "notebooks" / p.source.name), parameters=p.parameters,
+        (out / p.output).parent.mkdir(parents=True, exist_ok=True)
+        papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                    kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
                                    kernel_manager_class=_kernel_manager())
         return "ok", None
@@ -225,10 +236,13 @@ def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
     return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")
 
 
-def run_batch(out: Path, engine: str = "llamacpp", model: str = models.DEFAULT_MODEL,
+def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
               notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
-    """Run the notebooks into run folder ``out``; 0 when every selected notebook ran, 1 otherwise.
+    """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
+
+    Several engines share one run folder: their findings sit side by side in ``findings/``, the
+    executed notebooks under ``notebooks/<engine>/``, and one report and blueprint cover them all.
 
     Notebooks already ``ok`` in ``run.json`` with the same parameters are skipped (resume). A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
@@ -242,30 +256,31 @@ def run_batch(out: Path, engine: str = "llamacpp", model: str = models.DEFAULT_M
     out = Path(out).resolve()
     for sub in ("notebooks", "findings"):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    todo = plan(out, engine, model, params, only, notebooks_dir)
+    engines = [engine] if isinstance(engine, str) else list(engine)
+    todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
     console = Console(stderr=True, quiet=not progress)
     failed = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("notebooks", total=len(todo))
         for p in todo:
-            done = load_manifest(out).notebooks.get(p.name)
+            done = load_manifest(out).notebooks.get(p.key)
             if done and done.status == "ok" and done.parameters == p.parameters:
-                console.print(f"[dim]skip[/] {p.name} (done in an earlier run)")
+                console.print(f"[dim]skip[/] {p.key} (done in an earlier run)")
                 bar.advance(task)
                 continue
-            bar.update(task, description=f"running {p.name}")
-            entry = NotebookRun(p.name, "running", p.parameters, f"notebooks/{p.source.name}", now_iso())
+            bar.update(task, description=f"running {p.key}")
+            entry = NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
             record(out, entry)
             t0 = time.perf_counter()
             entry.status, entry.error = _execute(p, out)
             entry.duration_s = round(time.perf_counter() - t0, 2)
             record(out, entry)
             if entry.status == "ok":
-                console.print(f"[green]ok[/]   {p.name} ({entry.duration_s:.1f} s)")
+                console.print(f"[green]ok[/]   {p.key} ({entry.duration_s:.1f} s)")
             else:
-                failed.append(p.name)
-                console.print(f"[red]fail[/] {p.name} ({entry.duration_s:.1f} s): {entry.error}")
+                failed.append(p.key)
+                console.print(f"[red]fail[/] {p.key} ({entry.duration_s:.1f} s): {entry.error}")
             bar.advance(task)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, load_manifest(out))

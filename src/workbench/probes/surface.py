@@ -139,9 +139,11 @@ class ContractMapping(Probe):
         else:
             rows = _trtllm_rows()
         verified = [r for r in rows if r["ok"]]
-        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in rows}
-        metrics = {"rows_verified": len(verified), "rows_total": len(rows)}
         broken = [r for r in rows if not r["ok"]]
+        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in rows}
+        # the risk is that releases move the API: a broken row confirms it, a clean table refutes it here
+        per_claim["risk.version_churn"] = "confirmed" if broken else "refuted"
+        metrics = {"rows_verified": len(verified), "rows_total": len(rows)}
         notes = [f"{r['claim']}: missing {', '.join(r['missing'])}" for r in broken]
         if not broken:
             return Outcome("confirmed", f"All {len(rows)} contract rows map onto mechanisms present in the installed "
