@@ -130,7 +130,7 @@ def _verdicts(findings: Sequence[tuple[Path, Finding]], base: Path) -> dict[str,
             )
             groups.setdefault((cid, f.engine, f.engine_version), []).append(v)
     out: dict[str, list[Verdict]] = {}
-    for (cid, engine, version), vs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _natural(kv[0][2]))):
+    for (cid, _engine, _version), vs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _natural(kv[0][2]))):
         out.setdefault(cid, []).append(
             max(vs, key=lambda v: (v.verdict != "not-run", _when(v.created), v.finding_id)))
     return out

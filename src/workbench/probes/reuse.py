@@ -75,7 +75,7 @@ class PerRequestMetrics(Probe):
             has_events = "kv_events" in d.observers
             for rep in range(p.repeats):
                 rng = np.random.default_rng(p.seed + rep)
-                for case, setup, probe, same in matrix(rng, p.blocks, B, p.tail_tokens, lambda n: token_ids(rng, n, d)):
+                for case, setup, probe, same in matrix(rng, p.blocks, B, p.tail_tokens, lambda n, rng=rng: token_ids(rng, n, d)):
                     salt = fresh_salt("reuse")
                     t_setup, _ = timed(cell.ensure_prefix, setup, salt=salt)
                     if has_events:
