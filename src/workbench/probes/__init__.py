@@ -13,7 +13,7 @@ import importlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from .. import cells, claims, environment, findings, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
@@ -69,18 +69,16 @@ class Probe:
 class ProbeContext:
     """What a probe gets: a way to open fresh cells (one per arm) and the run's identity."""
 
-    def __init__(self, engine: str, model: str, cell_options: Mapping[str, Any] | None = None,
-                 opener: Callable[..., Cell] | None = None) -> None:
+    def __init__(self, engine: str, model: str, cell_options: Mapping[str, Any] | None = None) -> None:
         self.engine, self.model = engine, model
         self.cell_options = dict(cell_options or {})
-        self._opener = opener or cells.open_cell
         self.description: Description | None = None
         self.resolved: models.ResolvedModel | None = None
 
     def open(self, model: str | None = None, **options: Any) -> Cell:
         """A fresh cell (``options`` override the run's cell options). Records the first description."""
         try:
-            cell = self._opener(self.engine, model or self.model, **(self.cell_options | options))
+            cell = cells.open_cell(self.engine, model or self.model, **(self.cell_options | options))
         except TypeError as e:  # an option the engine's open() does not take
             raise ParamError(f"engine {self.engine} rejected a cell option: {e}") from None
         if self.description is None and (model is None or model == self.model):
@@ -161,16 +159,15 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
 
 
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
-        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None,
-        opener: Callable[..., Cell] | None = None) -> findings.Finding:
+        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None) -> findings.Finding:
     """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given."""
     probe = get(name)
     if engine not in cells.engines():
         raise ParamError(f"unknown engine {engine!r}; valid engines: {', '.join(cells.engines())}")
     p = parse_params(probe, params or {})
-    ctx = ProbeContext(engine, model, cell_options, opener)
+    ctx = ProbeContext(engine, model, cell_options)
     reason = None
-    if opener is None and probe.needs_engine:
+    if probe.needs_engine:
         avail = cells.availability(engine)
         reason = None if avail.available else avail.reason
     if reason is None:
