@@ -151,3 +151,11 @@ def test_contract_mapping_names_a_missing_mechanism(tmp_path, monkeypatch):
     assert f.verdict == "partial" and f.claim_verdicts["contract.snapshot"] == "refuted"
     assert f.claim_verdicts["risk.version_churn"] == "confirmed"
     assert any("llama_state_seq_get_data" in n for n in f.evidence["notes"])
+
+
+def test_cell_options_reach_the_cell_and_unknown_ones_are_named(tmp_path):
+    f = probes.run("reuse.per_request_metrics", engine="llamacpp", model=TINY, params={"repeats": 1},
+                   cell_options={"n_batch": 64}, out=tmp_path)
+    assert f.environment["cell"]["extra"]["n_batch"] == 64 and f.params["n_batch"] == 64
+    with pytest.raises(probes.ParamError, match="rejected a cell option.*tokens_per_blok"):
+        probes.run("reuse.per_request_metrics", engine="llamacpp", model=TINY, cell_options={"tokens_per_blok": 8})

@@ -19,6 +19,22 @@ Prompt = Union[Sequence[int], Sequence[Message], str]
 """Token ids (token space), chat messages (rendered by the cell), or raw text (tokenized as is)."""
 
 
+def split_prompt(prompt: Prompt, vocab_size: int | None) -> tuple[str, Any]:
+    """Which kind of prompt this is: ("text", str), ("tokens", ids checked against the vocabulary)
+    or ("messages", list of dicts). Every cell dispatches on this one reading."""
+    if isinstance(prompt, str):
+        return "text", prompt
+    items = list(prompt)
+    if all(isinstance(t, int) for t in items):
+        bad = [t for t in items if t < 0 or (vocab_size is not None and t >= vocab_size)]
+        if bad:
+            raise ValueError(f"token ids out of range [0, {vocab_size}): {bad[:5]}")
+        return "tokens", items
+    if all(isinstance(m, Mapping) for m in items):
+        return "messages", items
+    raise TypeError("a prompt is token ids, chat messages (dicts with role/content) or a string")
+
+
 # --------------------------------------------------------------------------- errors
 
 

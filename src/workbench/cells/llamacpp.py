@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .. import models
 from ..contract import (
     common_prefix,
+    split_prompt,
     Capabilities,
     ContextExplanation,
     ContextOverflow,
@@ -297,20 +298,14 @@ class LlamaCppCell:
                            bos_token=bos, eos_token=eos, raise_exception=raise_exception)
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
-        if isinstance(prompt, str):
-            return self.tokenize(prompt, add_bos=False if continuation else None)
-        items = list(prompt)
-        if all(isinstance(t, int) for t in items):
-            n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
-            bad = [t for t in items if not 0 <= t < n_vocab]
-            if bad:
-                raise ValueError(f"token ids out of range [0, {n_vocab}): {bad[:5]}")
-            return items
-        if all(isinstance(m, Mapping) for m in items):
-            text = self.render(items, add_generation_prompt=not continuation)
-            bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
-            return self.tokenize(text, add_bos=False if continuation or (bos and text.startswith(bos)) else None)
-        raise TypeError("a prompt is token ids, chat messages (dicts with role/content) or a string")
+        kind, value = split_prompt(prompt, self._ll.llama_vocab_n_tokens(self._vocab))
+        if kind == "tokens":
+            return value
+        if kind == "text":
+            return self.tokenize(value, add_bos=False if continuation else None)
+        text = self.render(value, add_generation_prompt=not continuation)
+        bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
+        return self.tokenize(text, add_bos=False if continuation or (bos and text.startswith(bos)) else None)
 
     # ------------------------------------------------------------------ evaluation
 

@@ -48,6 +48,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from .. import environment, models
 from ..contract import (
     common_prefix,
+    split_prompt,
     Capabilities,
     ContextExplanation,
     ContextOverflow,
@@ -555,20 +556,15 @@ class TrtLlmCell:
         return self._tokenizer
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
-        if isinstance(prompt, str):
-            return self.tokenize(prompt, special=not continuation)
-        items = list(prompt)
-        if all(isinstance(t, int) for t in items):
-            bad = [t for t in items if t < 0 or (self._vocab_size is not None and t >= self._vocab_size)]
-            if bad:
-                raise ValueError(f"token ids out of range [0, {self._vocab_size}): {bad[:5]}")
-            return items
-        if all(isinstance(m, Mapping) for m in items):
-            tok = self._need_tokenizer("chat messages")
-            ids = list(tok.apply_chat_template(items, tokenize=True, add_generation_prompt=not continuation))
-            bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
-            return ids[1:] if continuation and ids and ids[0] == bos else ids
-        raise TypeError("a prompt is token ids, chat messages (dicts with role/content) or a string")
+        kind, value = split_prompt(prompt, self._vocab_size)
+        if kind == "tokens":
+            return value
+        if kind == "text":
+            return self.tokenize(value, special=not continuation)
+        tok = self._need_tokenizer("chat messages")
+        ids = list(tok.apply_chat_template(value, tokenize=True, add_generation_prompt=not continuation))
+        bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
+        return ids[1:] if continuation and ids and ids[0] == bos else ids
 
     # ------------------------------------------------------------------ request plumbing
 
