@@ -211,6 +211,17 @@ class KvGeometry:
         return int(round(2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes))
 
 
+MECHANISMS = {
+    "eviction": "the engine frees KV of idle sequences under pressure instead of refusing new work",
+    "retention_priority": "per-request retention priorities steer which KV the engine evicts",
+    "engine_salt": "the engine itself keys prefix reuse on a per-request salt (cache_salt)",
+    "partial_warmup": "a warm-up request (max_tokens=1) can finish before every prefix block is stored",
+}
+"""Engine mechanisms that claims are about. A cell lists the ones its engine lacks in
+``Description.absent`` (mechanism -> the evidence, with the engine source it rests on), so a verdict
+rule can answer ``not-applicable`` without asking for an engine by name."""
+
+
 @dataclass(frozen=True)
 class Description:
     engine: str
@@ -225,6 +236,12 @@ class Description:
     slots: int
     observers: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    absent: Mapping[str, str] = field(default_factory=dict)  # MECHANISMS key -> evidence of absence
+
+    def __post_init__(self) -> None:
+        unknown = set(self.absent) - set(MECHANISMS)
+        if unknown:
+            raise ValueError(f"unknown mechanism(s) {sorted(unknown)}; declared: {', '.join(MECHANISMS)}")
 
 
 @dataclass(frozen=True)
@@ -256,6 +273,8 @@ OBSERVERS = {
     "iteration_stats": "cell.drain_iteration_stats() -> list[dict]; drains the engine's iteration stats",
     "connector": "cell.connector_log() -> list[dict]; every call a recording KV connector saw, with arguments",
     "state_export": "cell.export_state(slot) / import_state(blob, slot, position_shift=0); per-sequence KV bytes",
+    "kv_readback": "cell.resident_tokens(slot) -> int, read from the engine's own KV (not the cell's token list); "
+                   "cell.last_logits(slot) -> list[float], the engine's logits for the slot's last token",
 }
 """Optional evidence channels. A cell lists the ones it really has in ``Description.observers``;
 probes ask for channels, never for an engine name."""
