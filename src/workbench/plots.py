@@ -24,6 +24,7 @@ VERDICT_COLOURS = {
     "refuted": "#c62828",
     "partial": "#ef6c00",
     "inconclusive": "#757575",
+    "not-applicable": "#1565c0",
     "not-run": "#9e9e9e",
 }
 TEMPLATE = "plotly_white"
@@ -77,7 +78,8 @@ def survival(rows: Rows) -> go.Figure:
     fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
                  title="Survival of the retained prefix under pressure",
                  x_title="cumulative filler load (× free capacity; dotted: free capacity exhausted)",
-                 y_title="survival (reused / baseline)", hover=("reused_tokens", "baseline_reused", "fillers_refused"))
+                 y_title="survival (prefix held / prefix)",
+                 hover=("engine_resident", "reused_tokens", "baseline_reused", "fillers_refused"))
     if rows:
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
         fig.add_vline(x=1.0, line_dash="dot", line_color="#999")
@@ -97,26 +99,26 @@ def warmup(rows: Rows) -> go.Figure:
 
 
 def reuse_matrix(rows: Rows) -> go.Figure:
-    """Reuse per matrix case: token-id ground truth next to what the cell and the engine reported.
+    """Reuse per matrix case: the token-id expectation next to what the cell and the engine reported.
 
     Cases repeat; bars show the mean over repeats and the hover counts how each repeat classified.
     """
-    title = "Reuse per case: ground truth vs reported"
-    rows = _having(rows, "case", "truth_reused", "reported_reused")
+    title = "Reuse per case: expected vs reported"
+    rows = _having(rows, "case", "expected_reused", "reported_reused")
     if not rows:
         return empty(title, "no evidence rows")
     cases = list(dict.fromkeys(r["case"] for r in rows))
     fig = _figure(title, "case", "reused tokens")
-    channels = [("truth_reused", "ground truth", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
-                ("engine_reused", "engine counters", "#8e24aa")]
+    channels = [("expected_reused", "expected (token ids)", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
+                ("engine_reused", "engine accounting", "#8e24aa")]
     for key, name, colour in channels:
         means, hovers = [], []
         for c in cases:
             vals = [r[key] for r in rows if r["case"] == c and r.get(key) is not None]
             means.append(sum(vals) / len(vals) if vals else None)
-            kinds = [r.get("reported_vs_truth" if key == "reported_reused" else "engine_vs_truth")
+            kinds = [r.get("reported_vs_expected" if key == "reported_reused" else "engine_vs_expected")
                      for r in rows if r["case"] == c]
-            hovers.append("" if key == "truth_reused" else
+            hovers.append("" if key == "expected_reused" else
                           ", ".join(f"{k} ×{kinds.count(k)}" for k in dict.fromkeys(kinds)))
         if all(m is None for m in means):
             continue
@@ -211,7 +213,7 @@ FIGURES: dict[str, list[tuple[str, Builder]]] = {
     ],
     "reuse.per_request_metrics": [
         ("matrix", reuse_matrix),
-        ("timeline", partial(timeline, spans=[("t_setup_s", "setup"), ("t_probe_s", "probe")], lane="case",
+        ("timeline", partial(timeline, spans=[("t_setup_s", "setup"), ("ttft_s", "probe to first token")], lane="case",
                              title="Per-request timeline")),
     ],
     "prefix.warmup_materialization": [
