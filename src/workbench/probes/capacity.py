@@ -48,7 +48,7 @@ class BudgetPolicy(Probe):
                 rows.append({
                     "budget_bytes": budget, "budget_tokens": budget // bpt, "reported_capacity_tokens": d.kv_capacity_tokens,
                     "measured_capacity_tokens": measured, "measured_by": how, "kv_bytes_per_token": bpt,
-                    "engine_kv_buffer_bytes": kv_bytes,
+                    "log_kv_buffer_bytes_rounded": kv_bytes,  # from a log line in MiB to 0.01: context only
                     "measured_bytes": measured * bpt,
                     "over_budget_bytes": measured * bpt - budget,
                     "capacity_error": (measured - budget // bpt) / (budget // bpt),
@@ -76,10 +76,8 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
                "measured_capacity_tokens": worst["measured_capacity_tokens"], "kv_bytes_per_token": worst["kv_bytes_per_token"],
                "capacity_error": worst["capacity_error"],
                "max_overshoot": max(r["capacity_error"] for r in rows)}
-    if worst["engine_kv_buffer_bytes"] is not None:
-        metrics["kv_buffer_bytes"] = worst["engine_kv_buffer_bytes"]
     notes = [f"budget {r['budget_tokens']} tok → measured {r['measured_capacity_tokens']} tok "
-             f"({r['capacity_error']:+.1%}; {r['measured_by']}; engine KV buffer {r['engine_kv_buffer_bytes']} B)"
+             f"({r['capacity_error']:+.1%}; {r['measured_by']}; engine log: KV buffer ≈{r['log_kv_buffer_bytes_rounded']} B, rounded)"
              for r in rows]
     if short:
         return Outcome("confirmed", f"The byte budget does not drive capacity: {len(short)}/{len(rows)} budgets got "

@@ -32,8 +32,9 @@ class Params:
     nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token")
     tail_tokens: int = param(16, "length of a divergent tail")
     repeats: int = param(3, "repetitions of the matrix (timing spread)")
-    logits_tolerance: float = param(1e-3, "largest |logit| difference a reused request may show against a cold "
-                                          "recompute (float rounding of another batch split)")
+    logits_tolerance: float = param(0.05, "largest |logit| difference a reused request may show against a cold "
+                                          "recompute, as a fraction of the cold logits' standard deviation "
+                                          "(float rounding of another batch split stays near 0.006)")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     seed: int = param(0, "seed for the probe's own token ids")
 
@@ -107,18 +108,19 @@ class PerRequestMetrics(Probe):
                     engine_reused = _engine_reused(c, len(probe), B) if has_counters else None
                     if readback and c.get("engine_resident_after") != len(probe):
                         engine_reused = None  # the engine does not hold what the cell says it computed
-                    diff = None
+                    diff = scale = None
                     if readback:
                         warm = np.asarray(cell.last_logits())
                         cell.ensure_prefix(probe, slot=1, salt=fresh_salt("cold"))
-                        diff = float(np.max(np.abs(warm - np.asarray(cell.last_logits(slot=1)))))
+                        cold_logits = np.asarray(cell.last_logits(slot=1))
+                        diff, scale = float(np.max(np.abs(warm - cold_logits))), float(np.std(cold_logits))
                     rows.append({
                         "repeat": rep, "case": case, "prompt_tokens": len(probe), "expected_reused": truth,
                         "reported_reused": st.reused_tokens, "reported_exact": st.exact,
                         "granularity": st.granularity_tokens, "engine_reused": engine_reused,
                         "engine_resident_before": c.get("engine_resident_before"),
                         "engine_resident_after": c.get("engine_resident_after"),
-                        "logits_max_abs_diff": diff,
+                        "logits_max_abs_diff": diff, "logits_cold_std": scale,
                         "engine_counters": dict(c),
                         "stored_blocks": sum(len(e.block_hashes) for e in events if e.kind == "stored") if has_events else None,
                         "t_setup_s": t_setup, "t_probe_s": t_probe, "ttft_s": t_probe + first.ttft_s,
@@ -150,7 +152,8 @@ def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool
     mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
     disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
     diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
-    wrong = [r for r in rows if r["logits_max_abs_diff"] is not None and r["logits_max_abs_diff"] > tolerance]
+    wrong = [r for r in rows if r["logits_max_abs_diff"] is not None
+             and r["logits_max_abs_diff"] > tolerance * r["logits_cold_std"]]
     granularity = max(r["granularity"] for r in rows)
     cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
     warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
@@ -186,7 +189,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool
                        "from events or timing.", metrics, rows, notes, {"risk.reuse_metrics": "confirmed"})
     if wrong:
         return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
-                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g}): the reuse the counters "
+                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread): the reuse the counters "
                        "report is not reuse of the prompt's KV.", metrics, rows, notes,
                        {"risk.reuse_metrics": "confirmed"})
     if mism or disagree or lost:

@@ -150,8 +150,9 @@ def _llamacpp_entry(root: Path) -> Outcome:
         notes.append(f"missing C symbols: {', '.join(missing)}")
         return Outcome("partial", f"libllama exports {len(wanted) - len(missing)}/{len(wanted)} of the C functions "
                        "the llama.cpp cell uses.", metrics, rows, notes)
-    return Outcome("confirmed", f"llama.cpp (the incumbent) ships a C entry point: libllama exports all {len(wanted)} "
-                   "C functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
+    return Outcome("not-applicable", f"The unknown is about TensorRT-LLM's PyTorch path, which llama.cpp does not "
+                   f"have; as a reference, llama.cpp ships a C entry point: libllama exports all {len(wanted)} C "
+                   "functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
                    metrics, rows, notes)
 
 
