@@ -170,6 +170,8 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
             if t is float and not math.isfinite(out):
                 raise ValueError(v)
             return out
+    except ParamError:
+        raise  # an element of a tuple, already named
     except (ValueError, TypeError):
         finite = " (finite)" if t is float else ""
         raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}{finite}, got {v!r}") from None
