@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import cells, claims, environment, findings, models
+from .. import cells, claims, environment, findings, isolate, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
 
 _REGISTRY: dict[str, str] = {
@@ -159,8 +159,20 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
 
 
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
-        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None) -> findings.Finding:
-    """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given."""
+        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None,
+        isolated: bool = True) -> findings.Finding:
+    """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given.
+
+    ``isolated`` runs the experiment in a child process (:mod:`workbench.isolate`): an engine crash
+    raises :class:`~workbench.isolate.EngineCrashed` with its signal and log tail, writes no finding,
+    and leaves the caller (a CLI, a notebook's kernel) alive.
+    """
+    if isolated:
+        finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
+                               isolated=False)
+        if out is not None:
+            findings.write(finding, out)
+        return finding
     probe = get(name)
     if engine not in cells.engines():
         raise ParamError(f"unknown engine {engine!r}; valid engines: {', '.join(cells.engines())}")
