@@ -253,3 +253,28 @@ def test_the_default_model_decodes_on_this_cpu():
     rep = doctor.decode_check()
     assert rep["ok"], f"{rep['error']}\n" + "\n".join(rep.get("log_tail", []))
     assert len(rep["decoded"]["tokens"]) == doctor.DECODE_TOKENS
+
+
+def test_every_announced_observer_satisfies_its_protocol(cell):
+    from workbench.contract import OBSERVERS, observer_mismatches
+
+    announced = cell.describe().observers
+    assert announced and observer_mismatches(cell, announced) == []
+    assert all(isinstance(cell, OBSERVERS[name]) for name in announced)
+
+
+def test_an_observer_with_other_parameters_is_named():
+    from workbench.contract import observer_mismatches
+
+    class Drifted:
+        def import_state(self, blob, *, slot=0):  # the drift issue 9 found: tokens missing
+            pass
+
+        def export_state(self, *, slot=0):
+            return b""
+
+    assert observer_mismatches(Drifted(), ["state_export", "nonsense"]) == [
+        "state_export: import_state(blob, *, slot=0) differs from the spec "
+        "import_state(blob, tokens, *, slot=0, position_shift=0)",
+        "nonsense: not a declared observer (request_counters, kv_events, iteration_stats, connector, state_export, "
+        "capacity)"]
