@@ -28,7 +28,7 @@ from . import standing as _standing
 from .findings import Finding
 
 if TYPE_CHECKING:
-    from .runner import Manifest
+    from .manifest import Manifest
 
 Found = Sequence[tuple[Path, Finding]]
 
