@@ -101,6 +101,8 @@ def run(
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
 
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
         code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None)
     except WorkbenchError as e:
