@@ -131,6 +131,11 @@ _DECLARED = [
     _m("ttft_cold_s", "TTFT cold", "s", "engine", "median time to the first decoded token, cold"),
     _m("ttft_warm_s", "TTFT warm", "s", "engine", "median time to the first decoded token, prefix reused"),
     _m("ttft_iqr_s", "TTFT IQR", "s", "engine", "interquartile range of the cold TTFT samples"),
+    _m("ttft_warm_iqr_s", "TTFT warm IQR", "s", "engine", "interquartile range of the warm TTFT samples"),
+    _m("prefill_cold_s", "prefill cold", "s", "engine", "median prefill time, cold (no token decoded)"),
+    _m("prefill_warm_s", "prefill warm", "s", "engine", "median prefill time, prefix reused (no token decoded)"),
+    _m("prefill_cold_iqr_s", "prefill cold IQR", "s", "engine", "interquartile range of the cold prefill samples"),
+    _m("prefill_warm_iqr_s", "prefill warm IQR", "s", "engine", "interquartile range of the warm prefill samples"),
     _m("ttft_ratio", "TTFT warm/cold", "x", "derived", "median warm TTFT over median cold TTFT"),
     _m("ks_p_same_manifest", "KS p (same)", "p", "derived", "two-sample KS p-value, repeat vs cold, same manifest"),
     _m("ks_p_other_manifest", "KS p (other)", "p", "derived", "two-sample KS p-value, other manifest vs cold"),
@@ -168,6 +173,8 @@ _DECLARED = [
     _m("rows_total", "rows", "count", "derived", "contract rows checked"),
     # benchmark
     _m("cell_over_raw", "cell/raw", "x", "derived", "median ratio of cell time to raw llama-cpp-python time"),
+    _m("round_s", "round", "s", "engine", "wall time of one benchmark round (prefill + decode)"),
+    _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from . import metrics
 from .findings import Finding
 
 VERDICT_COLOURS = {
@@ -149,7 +150,7 @@ def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: 
             b["y"].append(str(r[lane]))
             b["x"].append(d)
             b["base"].append(t)
-            b["text"].append(f"request {i} · {label} · {d * 1e3:.3g} ms")
+            b["text"].append(f"request {i} · {label} · {metrics.Unit.SECONDS.format(d)}")
             t += d
     for label, b in bars.items():
         if b["x"]:

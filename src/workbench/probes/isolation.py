@@ -23,7 +23,7 @@ from scipy import stats
 
 from ..contract import ManifestMismatch, WorkbenchError
 from . import Outcome, Probe, ProbeContext, param
-from .common import fresh_salt, median, spread, timed, token_ids
+from .common import fresh_salt, spread, timed, token_ids
 
 
 def ks_floor(n: int) -> float:
@@ -124,8 +124,8 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     sc, sr = spread(t["cold A"]), spread(t["repeat A"])
     metrics = {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
-               "ttft_cold_s": median(t["cold A"]), "ttft_warm_s": median(t["repeat A"]),
-               "ttft_iqr_s": sc["q3"] - sc["q1"]}
+               "prefill_cold_s": sc["median"], "prefill_warm_s": sr["median"],
+               "prefill_cold_iqr_s": sc["q3"] - sc["q1"], "prefill_warm_iqr_s": sr["q3"] - sr["q1"]}
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
     notes.append(f"prefill cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "

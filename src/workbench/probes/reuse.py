@@ -164,6 +164,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool
         "disagreements": len(mism) + len(disagree) + len(wrong),
         "granularity_tokens": granularity,
         "ttft_cold_s": median(cold), "ttft_warm_s": median(warm), "ttft_iqr_s": sc["q3"] - sc["q1"],
+        "ttft_warm_iqr_s": spread(warm)["q3"] - spread(warm)["q1"],
         "ttft_ratio": median(warm) / median(cold) if cold and median(cold) > 0 else None,
     }
     if with_engine:
