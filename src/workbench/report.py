@@ -47,11 +47,11 @@ def metric_header(tag: str) -> str:
 
 
 def metrics_frame(f: Finding) -> pd.DataFrame:
-    """One row per metric of ``f``: header, rendered value, what it means."""
+    """One row per metric of ``f``: header, rendered value, where it came from (engine, cell, derived), meaning."""
     return pd.DataFrame(
-        [{"metric": metric_header(t), "value": metric_text(t, m["value"]),
+        [{"metric": metric_header(t), "value": metric_text(t, m["value"]), "source": m.get("source", "cell"),
           "meaning": _metrics.METRICS[t].description if t in _metrics.METRICS else ""} for t, m in f.metrics.items()],
-        columns=["metric", "value", "meaning"])
+        columns=["metric", "value", "source", "meaning"])
 
 
 def model_name(f: Finding) -> str:
