@@ -48,3 +48,13 @@ def test_rule_returns_each_of_its_verdicts():
     assert export_verdict(_rows(shifted=False, sub_bytes=12000), p, "e", 256).verdict == "partial"
     refuted = export_verdict(_rows(restored=False), p, "e", 256)
     assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.snapshot"] == "confirmed"
+
+
+def test_connector_rule_tells_whole_prefix_onboard_from_shifted_matches():
+    from workbench.probes.connector import connector_verdict
+
+    rows = [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n} for n in (0, 64)]
+    whole = connector_verdict(rows, 32, {}, [])
+    assert whole.verdict == "refuted" and whole.claim_verdicts["contract.snapshot"] == "refuted"
+    shifted = connector_verdict(rows + [{"method": "get_num_new_matched_tokens", "num_computed_tokens": 37}], 32, {}, [])
+    assert shifted.verdict == "partial"

@@ -107,13 +107,7 @@ class ExportGranularity(Probe):
         if not allocs or not saves:
             return Outcome("inconclusive", "The recording connector saw no allocation or save calls; the export unit "
                            "could not be observed.", metrics, rows, notes)
-        shifted_offered = any((r.get("num_computed_tokens") or 0) % B and r.get("num_computed_tokens") for r in matched)
-        metrics["shifted_import_exact"] = False
-        return Outcome("refuted" if not shifted_offered else "partial",
-                       f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
-                       "sequence order; import is offered only as a continuation of the device-matched prefix "
-                       "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
-                       "whole-prefix onboard only.", metrics, rows, notes, {"contract.snapshot": "partial"})
+        return connector_verdict(rows, B, metrics, notes)
 
 
 def _logits(cell, prefix: list[int]):
@@ -167,6 +161,25 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     return Outcome("partial", f"{engine} exports whole sequences only; a state imported at a +{p.shift} shift is "
                    f"accepted but not exact (greedy continuation agreed for {agree} of {len(original['tokens'])} "
                    "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot)
+
+
+def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str]) -> Outcome:
+    """Whole blocks handed over only as a continuation of the device-matched prefix: whole-prefix onboard
+    (refuted). A match offered at a position that is not a block boundary: positions usable for shifted
+    import, in part (partial). Blocks saved through the connector contradict the Snapshot row's "engine KV
+    blobs are not exportable" (refuted there)."""
+    matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
+    shifted_offered = any((r.get("num_computed_tokens") or 0) % B for r in matched)
+    metrics = metrics | {"shifted_import_exact": False}
+    snapshot = {"contract.snapshot": "refuted"}  # KV blocks left the engine through the connector
+    if shifted_offered:
+        return Outcome("partial", f"The connector exports whole blocks of {B} tokens and was offered a match at a "
+                       "position inside a block: positions beyond whole-prefix onboard reach it, but no exact shifted "
+                       "import was shown.", metrics, rows, notes, snapshot)
+    return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
+                   "sequence order; import is offered only as a continuation of the device-matched prefix "
+                   "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
+                   "whole-prefix onboard only.", metrics, rows, notes, snapshot)
 
 
 def _call_row(call: dict) -> dict:
