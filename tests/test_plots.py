@@ -106,3 +106,13 @@ def test_evidence_explorer_filters_interactively(shown):
     picker = box.children[0]
     assert picker.options == ("p35", "p100")
     picker.value = ("p100",)  # redraws into the output area without error
+
+
+def test_figures_come_from_each_probes_own_declaration():
+    from workbench import probes
+
+    for name in probes.names():
+        for fig in probes.get(name).figures:
+            assert fig.kind in plots.BUILDERS, (name, fig.kind)
+    assert [n for n, _ in plots.figures_of("retention.pinning_under_pressure")] == ["survival", "timeline"]
+    assert plots.figures_of("not.a.probe") == []

@@ -205,37 +205,29 @@ def verdicts(table: Any) -> go.Figure:
     return fig
 
 
-# What to draw for each probe: (name, builder over evidence rows). Probes not listed get no figure.
-FIGURES: dict[str, list[tuple[str, Builder]]] = {
-    "retention.pinning_under_pressure": [
-        ("survival", survival),
-        ("timeline", partial(timeline, spans=[("rerequest_s", "re-request")], lane="arm",
-                             title="Re-requests of the retained prefix")),
-    ],
-    "reuse.per_request_metrics": [
-        ("matrix", reuse_matrix),
-        ("timeline", partial(timeline, spans=[("t_setup_s", "setup"), ("ttft_s", "probe to first token")], lane="case",
-                             title="Per-request timeline")),
-    ],
-    "prefix.warmup_materialization": [
-        ("warmup", warmup),
-        ("timeline", partial(timeline, spans=[("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")],
-                             lane="boundary", title="Warm-up and follow-up requests")),
-    ],
-    "isolation.cache_salt": [
-        ("latency", latency),
-        ("timeline", partial(timeline, spans=[("prefill_s", "prefill")], lane="procedure",
-                             title="Per-request timeline")),
-    ],
-    "capacity.budget_policy": [("capacity", capacity)],
+BUILDERS: dict[str, Callable[..., go.Figure]] = {
+    "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
+    "latency": latency, "capacity": capacity,
 }
+"""The figure kinds a probe may declare (``Probe.figures``); the probe says which, with what options."""
+
+
+def figures_of(probe: str) -> list[tuple[str, Builder]]:
+    """The figures probe ``probe`` declares, as (name, builder over evidence rows); none for an unknown probe."""
+    from . import probes
+
+    try:
+        declared = probes.get(probe).figures
+    except probes.ParamError:
+        return []
+    return [(fig.name, partial(BUILDERS[fig.kind], **fig.options)) for fig in declared]
 
 
 def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figure]]:
     """The figures of ``f`` (over ``rows`` when given, e.g. a filtered subset of its evidence)."""
     rows = f.evidence.get("rows", []) if rows is None else rows
     figs = []
-    for name, build in FIGURES.get(f.probe, []):
+    for name, build in figures_of(f.probe):
         fig = build(rows) if rows else empty(name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
         figs.append((name, fig))

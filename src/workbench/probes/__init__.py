@@ -40,6 +40,15 @@ class Outcome:
     claim_verdicts: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the probe's evidence: ``kind`` names a builder in :mod:`workbench.plots`."""
+
+    name: str
+    kind: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Probe:
     """Base class. Subclasses set ``name``, ``version``, ``claims`` (ids in :mod:`workbench.claims`, the only
     home of claim text; the first is the one the probe is about) and ``Params``."""
@@ -48,6 +57,7 @@ class Probe:
     version: str = "1"  # bump when the experiment or its verdict rule changes
     claims: tuple[str, ...] = ()
     needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
+    figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
 
     @property
     def claim(self) -> claims.Claim:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import NotRunnable, Outcome, Probe, ProbeContext, param
+from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, param
 
 
 BUDGETS = (256, 300, 1000, 1536, 2500)  # tokens × KV bytes/token; 300, 1000 and 2500 align to nothing
@@ -33,6 +33,7 @@ class BudgetPolicy(Probe):
     name = "capacity.budget_policy"
     version = "2"
     claims = ("risk.memory_fraction", "contract.describe")
+    figures = (Figure("capacity", "capacity"),)
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

@@ -22,7 +22,7 @@ import numpy as np
 from scipy import stats
 
 from ..contract import ManifestMismatch, WorkbenchError
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from .common import fresh_salt, spread, timed, token_ids
 
 
@@ -56,6 +56,9 @@ class CacheSalt(Probe):
     name = "isolation.cache_salt"
     version = "2"
     claims = ("contract.manifest", "contract.lora")
+    figures = (Figure("latency", "latency"),
+               Figure("timeline", "timeline", {"spans": (("prefill_s", "prefill"),), "lane": "procedure",
+                                               "title": "Per-request timeline"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -63,6 +63,9 @@ class PinningUnderPressure(Probe):
     name = "retention.pinning_under_pressure"
     version = "2"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
+    figures = (Figure("survival", "survival"),
+               Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",
+                                               "title": "Re-requests of the retained prefix"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from ..contract import common_prefix
 from .common import block_size, fresh_salt, median, spread, timed, token_ids
 
@@ -81,6 +81,9 @@ class PerRequestMetrics(Probe):
     name = "reuse.per_request_metrics"
     version = "2"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
+    figures = (Figure("matrix", "reuse_matrix"),
+               Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
+                                               "lane": "case", "title": "Per-request timeline"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

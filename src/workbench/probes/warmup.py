@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
@@ -41,6 +41,9 @@ class WarmupMaterialization(Probe):
     name = "prefix.warmup_materialization"
     version = "2"
     claims = ("risk.warmup", "contract.ensure_prefix")
+    figures = (Figure("warmup", "warmup"),
+               Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
+                                               "lane": "boundary", "title": "Warm-up and follow-up requests"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
