@@ -37,7 +37,7 @@ class Params:
     trials: int = param(16, "timing samples per procedure (the KS p-value floor must lie far below alpha)")
     alpha: float = param(0.01, "significance level of the KS and TOST tests")
     margin: float = param(0.25, "TOST equivalence margin: other-key prefill within ±margin (ratio) of cold")
-    other_model: str = param("synthetic:tiny,seed=1", "a model with another manifest, for snapshot refusal")
+    other_model: str = param("synthetic:seed=1", "a model with another manifest (same shape, other weights), for snapshot refusal")
     adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     seed: int = param(0, "seed for the probe's own token ids")
