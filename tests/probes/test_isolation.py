@@ -63,3 +63,9 @@ def test_tost_tells_equal_from_different():
     same = [1.0 + 0.01 * i for i in range(10)]
     assert tost_log(same, same, 0.25) < 0.01
     assert tost_log([2 * x for x in same], same, 0.25) > 0.5
+
+
+def test_without_an_engine_salt_a_shape_refusal_is_no_salt_either():
+    engine = {"arm": "engine, cell check bypassed", "refused": True, "decoded": None, "error": "wrong size"}
+    o = verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine)
+    assert o.verdict == "not-applicable" and any("size check, not a salt" in n for n in o.notes)

@@ -59,6 +59,8 @@ class ExportGranularity(Probe):
             prefix = token_ids(rng, p.prefix_tokens, d)
             src.ensure_prefix(prefix)
             blob = src.export_state()
+            # the last token's logits recomputed alone, as an import's first decode does: same arithmetic path
+            src.recompute_range(p.prefix_tokens - 1, p.prefix_tokens)
             reference = src.decode(max_tokens=p.continuation).tokens
             ref_logits = _logits(src, prefix)
             # sub-range: copy the sequence into another slot, trim it there, export what is left

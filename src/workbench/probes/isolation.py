@@ -149,6 +149,13 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                            f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
                            f"(cell-reported cross-key reuse {cross}), which cannot speak for an engine-level salt.",
                            metrics, rows + refusals + extra, notes, lora)
+        if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
+            notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
+                         "so this shows a size check, not a salt; give other_model of the same shape to show more")
+            return Outcome("not-applicable", f"The engine has no cache salt of its own ({no_salt}); isolation here is "
+                           f"the cell's bookkeeping (cell-reported cross-key reuse {cross}). The other model's state "
+                           "was refused by the engine for its shape, not for a key.",
+                           metrics, rows + refusals + extra, notes, lora)
     leaks = []
     if cross:
         leaks.append(f"{cross} tokens reused across keys")
