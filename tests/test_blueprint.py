@@ -211,7 +211,8 @@ def test_not_run_shows_as_unresolved_with_its_reason(findings_that_could_not_run
     assert "`workbench probe connector.export_granularity --engine trtllm`" in unknown
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", unknown)
     assert row(out, "Warm-up").split(" | ")[-1].startswith("**TensorRT-LLM: unresolved")
-    assert "- trtllm did not run: TensorRT-LLM needs an NVIDIA GPU; this machine has none" in block(out, "verification-log")
+    assert ("- trtllm did not run (probe): TensorRT-LLM needs an NVIDIA GPU; this machine has none"
+            in block(out, "verification-log"))
     (r,) = [r for r in bp.unknowns_table(out) if r["claim"] == "unknown.connector_granularity"]
     assert (r["verdict"], r["resolved"]) == (None, False)
 

@@ -43,4 +43,7 @@ def test_inconclusive_keeps_the_claim_open_and_says_so():
 def test_not_run_reason_is_given_once_per_engine():
     found = [f("not-run", reason="old reason", created="2026-07-01T00:00:00+00:00"),
              f("not-run", reason="no GPU", claims=("risk.version_churn",))]
-    assert standing.not_run_reasons(found) == {"trtllm": "no GPU"}
+    assert standing.not_run_reasons(found) == {"trtllm": {"no GPU": ["prefix.warmup_materialization"]}}
+    static = f("not-run", reason="not installed", probe="surface.contract_mapping", claims=("risk.version_churn",))
+    assert standing.not_run_reasons([*found, static]) == {
+        "trtllm": {"no GPU": ["prefix.warmup_materialization"], "not installed": ["surface.contract_mapping"]}}

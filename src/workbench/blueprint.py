@@ -142,8 +142,8 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
     head = ["## Verification log", ""]
     if not findings:
         return head + ["_No findings yet._"]
-    why = [f"- {_text(engine)} did not run: {_text(reason)}"
-           for engine, reason in _standing.not_run_reasons(findings).items()]
+    why = [f"- {_text(engine)} did not run ({_text(', '.join(probes))}): {_text(reason)}"
+           for engine, reasons in _standing.not_run_reasons(findings).items() for reason, probes in reasons.items()]
     rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
     for path, f in sorted(findings, key=lambda pf: (_standing.when(pf[1].created), pf[1].id)):
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")

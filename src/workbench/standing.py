@@ -124,13 +124,18 @@ def claim_states(found: Found, section: str | None = None) -> list[ClaimState]:
     return out
 
 
-def not_run_reasons(found: Found) -> dict[str, str]:
-    """Per engine, the reason its newest not-run finding gives: printed once per engine, not per claim."""
-    newest: dict[str, Finding] = {}
+def not_run_reasons(found: Found) -> dict[str, dict[str, list[str]]]:
+    """Per engine, each distinct reason its newest not-run findings give, with the probes that gave it:
+    printed once per engine, not once per claim."""
+    newest: dict[tuple[str, str], Finding] = {}
     for _, f in found:
-        if f.verdict == "not-run" and (f.engine not in newest or when(f.created) > when(newest[f.engine].created)):
-            newest[f.engine] = f
-    return {e: f.reason or f.summary for e, f in sorted(newest.items())}
+        key = (f.engine, f.probe)
+        if f.verdict == "not-run" and (key not in newest or when(f.created) > when(newest[key].created)):
+            newest[key] = f
+    out: dict[str, dict[str, list[str]]] = {}
+    for (engine, probe), f in sorted(newest.items()):
+        out.setdefault(engine, {}).setdefault(f.reason or f.summary, []).append(probe)
+    return out
 
 
 @lru_cache(maxsize=None)
