@@ -73,10 +73,12 @@ def probe(
                                    help="cell option key=value, e.g. dummy_weights=true, tokens_per_block=64"),
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
-    from . import metrics, probes
+    from . import isolate, metrics, probes
 
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
+    except isolate.EngineCrashed as e:
+        _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")
