@@ -667,7 +667,7 @@ class TrtLlmCell:
                 self._pool = (cap[0] * cap[1], "iteration stats kvCacheStats")
         return stats
 
-    def drain_kv_events(self, timeout_s: float = MIN_DRAIN_TIMEOUT_S) -> list[KvEvent]:
+    def drain_kv_events(self, timeout_s: float = 0.0) -> list[KvEvent]:
         """Every KV event since the last drain, oldest first (``kv_events`` observer).
 
         The engine's read waits at least :data:`MIN_DRAIN_TIMEOUT_S`; an event that reaches the
@@ -677,7 +677,7 @@ class TrtLlmCell:
         events, self._events = self._events + self._engine_events(timeout_s), []
         return events
 
-    def drain_iteration_stats(self, timeout_s: float = MIN_DRAIN_TIMEOUT_S) -> list[dict]:
+    def drain_iteration_stats(self, timeout_s: float = 0.0) -> list[dict]:
         """Iteration stats since the last drain (``iteration_stats`` observer; ``LLM.get_stats`` drains)."""
         self._check_open()
         return self._engine_stats(timeout_s)

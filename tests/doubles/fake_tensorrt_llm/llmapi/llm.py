@@ -132,7 +132,7 @@ class LLM:
     def generate_async(self, inputs, sampling_params: Optional[SamplingParams] = None, lora_request=None,
                        prompt_adapter_request=None, streaming: bool = False, kv_cache_retention_config=None,
                        disaggregated_params=None, _postproc_params=None, scheduling_params=None,
-                       cache_salt: Optional[str] = None) -> RequestOutput:
+                       cache_salt: Optional[str] = None) -> GenerationResult:
         self.calls.append(("generate_async", {
             "inputs": inputs, "sampling_params": sampling_params, "lora_request": lora_request,
             "streaming": streaming, "kv_cache_retention_config": kv_cache_retention_config,
