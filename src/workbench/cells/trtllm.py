@@ -21,8 +21,8 @@ PyTorch backend, driven through ``tensorrt_llm.LLM``. The mapping, row by row:
   default memory fraction alone. The pool's real size is read back from the ``created`` KV event
   or the iteration stats. The engine reports neither before its first request (1.2 starts its
   event and stats dispatch on the first submit), so :meth:`TrtLlmCell.open` sends one 1-token
-  *open request* under a salt of its own and reads them; that request's events and stats stay
-  out of the drains and are listed in ``describe().extra["open_request"]``.
+  *open request* under a salt of its own and reads them; ``created`` goes on to the first drain,
+  the request's own events and stats stay out of the drains (``describe().extra["open_request"]``).
 * **Embed** — :class:`UnsupportedFeature`. **LoRA** — ``LoraConfig`` plus a per-request
   ``LoRARequest``. **Slot switch** — :meth:`TrtLlmCell.switch` tears down and recreates the
   ``LLM``. **ContextOverflow** — from token counts, before dispatch.
@@ -350,17 +350,21 @@ class TrtLlmCell:
         """One 1-token request under a salt of its own, then read what the engine reports.
 
         tensorrt_llm 1.2 has no event or stats to read before its first request (module docstring),
-        and the ``created`` event or ``kvCacheStats`` carry the pool's real size. The request's
-        events and stats are the cell's, not a probe's: they stay out of the drains and are
-        listed in ``describe().extra["open_request"]``.
+        and the ``created`` event or ``kvCacheStats`` carry the pool's real size. ``created``
+        describes the pool, so it goes on to the first drain; the request's own events and stats
+        (a partly filled block under the open salt) are the cell's, not a probe's: they stay out
+        of the drains and are counted in ``describe().extra["open_request"]``.
         """
         token = self._eos if self._eos is not None else 0
         salt = f"{OPEN_SALT}/{uuid.uuid4().hex}"
         self._submit([token], self._sampling(1), streaming=False, key=salt, retain=(0, self.opts.retention)).result()
         events = self._engine_events(MIN_DRAIN_TIMEOUT_S)
+        self._events.extend(e for e in events if e.kind == "created")
         stats = self._engine_stats(MIN_DRAIN_TIMEOUT_S)
-        self._open = {"salt": salt, "prompt_tokens": [token], "kv_events": [e.kind for e in events],
-                      "iteration_stats": len(stats),
+        self._open = {"salt": salt, "prompt_tokens": [token],
+                      "created_events": sum(e.kind == "created" for e in events),
+                      "kv_events_kept_out": [e.kind for e in events if e.kind != "created"],
+                      "iteration_stats_kept_out": len(stats),
                       "connector_log_entries": len(self._connector.read()) if self._connector else None}
 
     def _stop(self) -> None:
