@@ -74,22 +74,11 @@ def test_crash_step_names_the_innermost_workbench_calls():
     assert isolate.crash_step("no traceback") is None
 
 
-def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_path):
-    """Fault injection through llama.cpp's own API: llama_decode on a NULL context segfaults in the engine."""
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(textwrap.dedent('''\
-        import llama_cpp
-        _decode = llama_cpp.llama_decode
-        def crashing(ctx, batch):
-            return _decode(None, batch)
-        llama_cpp.llama_decode = crashing
-        '''))
+def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_path, crashing_llama):
     out = tmp_path / "findings"
-    env = os.environ | {"PYTHONPATH": str(inject)}
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics",
-                        "--model", TINY, "--out", str(out)], capture_output=True, text=True, env=env)
+                        "--model", TINY, "--out", str(out)], capture_output=True, text=True, env=crashing_llama)
     assert r.returncode == isolate.CRASH_EXIT_CODE, r.stderr
     assert "engine crashed with SIGSEGV (signal 11) during _eval (workbench/cells/llamacpp.py" in r.stderr
     assert "last lines of the engine's log" in r.stderr and "no finding was written" in r.stderr
-    assert not list(out.glob("*.json")) if out.exists() else True
+    assert not out.exists() or not list(out.glob("*.json"))

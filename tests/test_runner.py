@@ -140,3 +140,18 @@ def test_engines_share_one_run_folder_side_by_side(tmp_path):
     assert all((tmp_path / e.output).is_file() for e in m.notebooks.values())
     engines = {f.engine for _, f in findings.scan([tmp_path / "findings"]).findings}
     assert engines == {"llamacpp", "trtllm"}
+
+
+def test_an_engine_crash_in_a_notebook_is_reported_with_its_cause(tmp_path, crashing_llama):
+    """The kernel survives (the probe runs in a child), so the run table says why, not papermill's "Kernel died"."""
+    code = ("import sys; from pathlib import Path; from workbench import runner; "
+            "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {}, ['writes_finding'], "
+            "progress=False, notebooks_dir=Path(sys.argv[2]), data_dir=Path(sys.argv[1]) / 'no-data'))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(FIXTURES)], capture_output=True, text=True,
+                       env=crashing_llama, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    entry = manifest.load(tmp_path).notebooks["llamacpp/writes_finding"]
+    assert entry.status == "error"
+    assert entry.error.startswith("EngineCrashed: engine crashed with SIGSEGV (signal 11) during _eval")
+    assert "Kernel died" not in entry.error
+    assert not (tmp_path / "findings").exists() or not list((tmp_path / "findings").glob("*.json"))

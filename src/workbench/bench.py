@@ -19,9 +19,9 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import cpu, environment, models
+from .models import TOKEN_LO
 from .cells import open_cell
 from .cells.llamacpp import decide_extra_buffers, model_params
-from .probes.common import TOKEN_LO
 
 
 @dataclass

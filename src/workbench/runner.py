@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from . import manifest, models
+from .params import parse_bool
 from .contract import WorkbenchError
 from .findings import now_iso
 
@@ -81,11 +82,10 @@ def _coerce(name: str, value: Any, default_src: str) -> Any:
     except (ValueError, SyntaxError):
         return value
     if isinstance(default, bool):
-        if value.lower() in {"1", "true", "yes", "on"}:
-            return True
-        if value.lower() in {"0", "false", "no", "off"}:
-            return False
-        raise RunError(f"parameter {name} must be true or false, got {value!r}")
+        try:
+            return parse_bool(value)
+        except ValueError:
+            raise RunError(f"parameter {name} must be true or false, got {value!r}") from None
     if isinstance(default, dict):
         try:
             parsed = json.loads(value)

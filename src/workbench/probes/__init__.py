@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from .. import cells, claims, environment, findings, isolate, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..params import parse_bool
 from ..registry import Registry, UnknownName
 
 class ParamError(WorkbenchError, ValueError):
@@ -142,13 +143,7 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
             return tuple(_convert(probe, key, args[0], x.strip() if isinstance(x, str) else x)
                          for x in items if not (isinstance(x, str) and not x.strip()))
         if t is bool:
-            if isinstance(v, str):
-                if v.lower() in {"1", "true", "yes", "on"}:
-                    return True
-                if v.lower() in {"0", "false", "no", "off"}:
-                    return False
-                raise ValueError(v)
-            return bool(v)
+            return parse_bool(v) if isinstance(v, str) else bool(v)
         if t in (int, float, str):
             if t is int and isinstance(v, float) and not v.is_integer():
                 raise ValueError(v)
