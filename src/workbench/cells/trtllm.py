@@ -298,6 +298,7 @@ class TrtLlmCell:
         self._pool: tuple[int, str] | None = None  # (tokens, source) the engine reported for its pool
         self._submitted = False  # whether the current LLM has had a request (1.2 reports nothing before)
         self._open: dict[str, Any] = {}  # what the open request saw (kept out of the drains)
+        self._open_log_spans: list[tuple[int, int]] = []  # connector-log entries of open requests
         self._tmp: str | None = None
         self._connector: trtllm_connector.RecordingConnector | None = None
         self._llm: Any = None
@@ -357,6 +358,7 @@ class TrtLlmCell:
         """
         token = self._eos if self._eos is not None else 0
         salt = f"{OPEN_SALT}/{uuid.uuid4().hex}"
+        log_start = len(self._connector.read()) if self._connector else 0
         self._submit([token], self._sampling(1), streaming=False, key=salt, retain=(0, self.opts.retention)).result()
         events = self._engine_events(MIN_DRAIN_TIMEOUT_S)
         self._events.extend(e for e in events if e.kind == "created")
@@ -364,8 +366,11 @@ class TrtLlmCell:
         self._open = {"salt": salt, "prompt_tokens": [token],
                       "created_events": sum(e.kind == "created" for e in events),
                       "kv_events_kept_out": [e.kind for e in events if e.kind != "created"],
-                      "iteration_stats_kept_out": len(stats),
-                      "connector_log_entries": len(self._connector.read()) if self._connector else None}
+                      "iteration_stats_kept_out": len(stats)}
+        if self._connector:
+            span = (log_start, len(self._connector.read()))
+            self._open_log_spans.append(span)
+            self._open["connector_calls_kept_out"] = span[1] - span[0]
 
     def _stop(self) -> None:
         if self._llm is not None:
@@ -687,10 +692,14 @@ class TrtLlmCell:
         return self._engine_stats(timeout_s)
 
     def connector_log(self) -> list[dict]:
-        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
+        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open).
+
+        The calls of the cell's open requests are left out, as their KV events are.
+        """
         if self._connector is None:
             raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
-        return self._connector.read()
+        return [e for i, e in enumerate(self._connector.read())
+                if not any(a <= i < b for a, b in self._open_log_spans)]
 
 
 
