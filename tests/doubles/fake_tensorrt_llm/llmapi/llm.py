@@ -101,8 +101,8 @@ class LLM:
         self._tokenizer = None if skip_tokenizer_init else FakeTokenizer()
         kv = self.args.kv_cache_config
         self.tpb = kv.tokens_per_block
-        limit = min(t for t in (kv.max_tokens, self.memory_tokens, 4096 if kv.max_tokens is None else None) if t)
-        self.capacity_blocks = math.ceil(limit / self.tpb)
+        limits = [t for t in (kv.max_tokens, self.memory_tokens) if t]
+        self.capacity_blocks = math.ceil(min(limits or [4096]) / self.tpb)
         self.stored: dict = {}  # block hash -> [priority, age]
         self._lock = threading.Lock()
         self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
