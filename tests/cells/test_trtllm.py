@@ -541,6 +541,15 @@ def test_defect_2_without_events_the_source_says_so(fake_trt, hf_dir, monkeypatc
         assert c.describe().kv_capacity_tokens == 7 * 32
 
 
+def test_defect_2_an_engine_that_reports_nothing_is_named_not_hidden(fake_trt, hf_dir, monkeypatch):
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "_take_stats", lambda self: [])
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
+        d = c.describe()
+        assert d.kv_capacity_tokens == c.kv_budget_tokens
+        assert d.extra["kv_capacity_source"].startswith("configured KvCacheConfig.max_tokens: the engine reported "
+                                                         "neither")
+
+
 def test_defect_4_a_short_drain_still_waits_for_the_dispatch(fake_trt, cell):
     """``IterationResult.get_results`` latches after one dry read until the next submit (executor/result.py)."""
     cell.ensure_prefix([3] * 70)
