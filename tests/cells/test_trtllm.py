@@ -25,6 +25,7 @@ from workbench.cells import trtllm as trtllm_cell
 from workbench.cells import trtllm_guard
 from workbench.contract import (
     OBSERVERS,
+    observer_mismatches,
     Cell,
     ContextOverflow,
     EngineUnavailable,
@@ -459,6 +460,7 @@ def test_observers_are_announced_and_drain(fake_trt, cell):
     d = cell.describe()
     assert d.observers == ("request_counters", "kv_events", "iteration_stats", "connector")
     assert set(d.observers) <= set(OBSERVERS) and d.extra["connector"].startswith("off")
+    assert observer_mismatches(cell, d.observers) == []  # each announced observer matches its Protocol
     assert d.extra["open_request"]["created_events"] == 1
     cell.ensure_prefix([3] * 70)
     events = cell.drain_kv_events(timeout_s=0.01)
