@@ -47,3 +47,15 @@ def test_not_run_reason_is_given_once_per_engine():
     static = f("not-run", reason="not installed", probe="surface.contract_mapping", claims=("risk.version_churn",))
     assert standing.not_run_reasons([*found, static]) == {
         "trtllm": {"no GPU": ["prefix.warmup_materialization"], "not installed": ["surface.contract_mapping"]}}
+
+
+def test_audit_1_a_static_mapping_finding_never_outranks_a_behavioural_one():
+    """surface.contract_mapping runs last (notebook 50); the newest-wins rule let its existence check replace
+    the warm-up probe's behavioural verdict on a shared contract row."""
+    behaviour = f("refuted", claims=("contract.ensure_prefix",), created="2026-07-01T00:00:00+00:00")
+    static = f("partial", claims=("contract.ensure_prefix",), probe="surface.contract_mapping",
+               created="2026-07-09T00:00:00+00:00")
+    (only,) = state([behaviour, static], "contract.ensure_prefix").subject
+    assert only.verdict == "refuted" and only.probe == "prefix.warmup_materialization"
+    (alone,) = state([static], "contract.ensure_prefix").subject  # with nothing behavioural, the survey stands
+    assert alone.verdict == "partial"

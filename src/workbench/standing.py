@@ -1,7 +1,9 @@
 """Which verdict stands on each claim: the one rule the report, the notebooks and the blueprint share.
 
 Per claim and (engine, engine version) the newest finding that ran stands; a ``not-run`` one only
-when nothing ran, so it never masks or poses as an answer. Only findings from the claim's subject
+when nothing ran, so it never masks or poses as an answer. A static probe's finding (one that only
+reads the installed package, e.g. ``surface.contract_mapping``: symbols and parameter names exist)
+never outranks a behavioural one on a shared claim, however new: existence is not behaviour. Only findings from the claim's subject
 engine (:attr:`workbench.claims.Claim.subject`) can resolve it; every other engine's standing
 verdict is a *reference*, shown beside the claim on its own labelled line and never counted.
 """
@@ -61,9 +63,22 @@ def natural(version: str | None) -> list:
     return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))]
 
 
+@lru_cache(maxsize=None)
+def behavioural(probe: str) -> bool:
+    """Whether ``probe`` runs the engine (False for a static survey of the installed package; an unknown
+    probe name counts as behavioural, so a finding from a newer workbench is never demoted)."""
+    from . import probes
+
+    try:
+        return probes.get(probe).needs_engine
+    except probes.ParamError:
+        return True
+
+
 def _rank(s: Standing) -> tuple:
-    """The rule: anything that ran beats not-run; then the newest; the id breaks ties."""
-    return s.verdict != "not-run", when(s.created), s.finding_id
+    """The rule: anything that ran beats not-run; then behavioural beats static; then the newest; the id
+    breaks ties."""
+    return s.verdict != "not-run", behavioural(s.probe), when(s.created), s.finding_id
 
 
 def standings(found: Found) -> dict[str, list[Standing]]:
