@@ -317,3 +317,21 @@ def test_a_request_refused_under_a_new_salt_leaves_the_slots_kv_intact(cell):
 def test_a_byte_budget_below_one_token_is_refused():
     with pytest.raises(ValueError, match="kv_budget_bytes=100 is below one token"):
         open_cell("llamacpp", TINY, kv_budget_bytes=100)
+
+
+def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
+    """pos_min/pos_max cannot see a hole: removing positions 10–39 left "all 64 held (read back from engine)"."""
+    import llama_cpp
+
+    prompt = ids(64)
+    cell.ensure_prefix(prompt)
+    assert cell.engine_positions() == set(range(64))
+    llama_cpp.llama_memory_seq_rm(cell._mem, 0, 10, 40)  # behind the cell's back, a hole in the middle
+    assert cell.position_range() == (0, 63)  # the old read-back saw nothing wrong
+    assert cell.resident_tokens() == 10 and len(cell.engine_positions()) == 34
+    st = cell.ensure_prefix(prompt)
+    assert (st.reused_tokens, st.computed_tokens) == (10, 54) and st.engine_counters["engine_lost_before"] == 54
+    assert cell.engine_positions() == set(range(64)) and cell.resident_tokens() == 64
+    warm = cell.last_logits()
+    cell.ensure_prefix(prompt, slot=1, salt="cold")
+    assert max(abs(a - b) for a, b in zip(warm, cell.last_logits(slot=1))) < 0.05

@@ -30,14 +30,14 @@ def test_a_shifted_import_whose_positions_the_engine_moves_again_is_not_exact(ru
     assert f.metric("shifted_logits_max_abs_diff") > 0.01
 
 
-def _rows(restored=True, shifted=True, sub_bytes=6000, resident=24):
+def _rows(restored=True, shifted=True, sub_bytes=6000, resident=24, cells=24):
     tokens = [1, 2, 3, 4]
     return [{"arm": "original", "state_bytes": 12000, "tokens": tokens, "identical": True},
             {"arm": "import at 0", "state_bytes": 12000, "tokens": tokens if restored else [9], "identical": restored},
             {"arm": "shifted", "state_bytes": 12000, "tokens": tokens if shifted else [1, 9], "identical": shifted,
              "logits_max_abs_diff": 0.0 if shifted else 2.0},
             {"arm": "sub-range", "state_bytes": sub_bytes, "tokens": None, "identical": None,
-             "resident_after_import": resident, "kept_tokens": 24}]
+             "resident_after_import": resident, "engine_cells_after_import": cells, "kept_tokens": 24}]
 
 
 def test_rule_returns_each_of_its_verdicts():
@@ -48,6 +48,11 @@ def test_rule_returns_each_of_its_verdicts():
     assert export_verdict(_rows(shifted=False, sub_bytes=12000), p, "e", 256).verdict == "partial"
     refuted = export_verdict(_rows(restored=False), p, "e", 256)
     assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.snapshot"] == "confirmed"
+
+
+def test_audit_3_a_sub_range_import_holding_more_cells_than_kept_is_not_a_sub_range():
+    """The run read back is capped at the tokens the cell gave; the engine's cell count is not."""
+    assert export_verdict(_rows(cells=48), Params(**PARAMS), "e", 256).verdict == "partial"
 
 
 def test_connector_rule_tells_whole_prefix_onboard_from_shifted_matches():

@@ -34,8 +34,8 @@ def test_a_prefix_removed_inside_the_engine_mid_fill_is_reported_lost(run_probe,
 # --------------------------------------------------------------------------- the rules, row by row
 
 
-def _absence_row(before=64, after=64, prefix=64):
-    return {"prefix_tokens": prefix, "resident_before": before, "filler_taken": 192, "engine_refused": True,
+def _absence_row(before=64, after=64, prefix=64, taken=192):
+    return {"prefix_tokens": prefix, "resident_before": before, "filler_taken": taken, "engine_refused": True,
             "capacity_tokens": 256, "resident_after": after}
 
 
@@ -44,6 +44,12 @@ def test_absence_rule_returns_each_of_its_verdicts():
     assert absence([_absence_row(after=10)], "no eviction").verdict == "refuted"
     assert absence([_absence_row(before=10)], "no eviction").verdict == "inconclusive"
     assert absence([], "no eviction").verdict == "inconclusive"
+
+
+def test_audit_3_a_read_back_beyond_capacity_is_not_survival():
+    """The engine took 250 filler tokens of 256: a prefix "all 64 held" beside them cannot be true."""
+    out = absence([_absence_row(taken=250)], "no eviction")
+    assert out.verdict == "inconclusive" and "does not add up" in out.summary
 
 
 P = Params(prefix_tokens=64, capacity_tokens=256, priorities=(35, 60, 100), pressure=(0.5, 2.0, 4.0), expiry_ms=0)

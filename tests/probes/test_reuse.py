@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from workbench.cells.llamacpp import LlamaCppCell
+from workbench.models import TOKEN_LO
 from workbench.probes.reuse import classify, verdict
 
 
@@ -20,8 +21,9 @@ def test_llamacpp_reuse_is_exact_per_token_and_checked_against_the_engine(run_pr
     assert f.metric("ttft_cold_s") > f.metric("ttft_warm_s") > 0  # to the first decoded token
 
 
-def test_kv_punched_out_inside_the_engine_shows_as_reuse_that_changes_the_output(run_probe, llama_api, monkeypatch):
-    """A hole in the middle of the cached KV is invisible to the cell and to pos_min/max; the logits see it."""
+def test_kv_punched_out_inside_the_engine_is_seen_by_the_read_back(run_probe, llama_api, monkeypatch):
+    """A hole in the middle of the cached KV (invisible to pos_min/max) is read back from the engine's own
+    cells: the cell recomputes from the hole, so its reuse falls short of the token-id expectation."""
     real = LlamaCppCell.ensure_prefix
     calls = {"n": 0}
 
@@ -33,6 +35,41 @@ def test_kv_punched_out_inside_the_engine_shows_as_reuse_that_changes_the_output
         return real(self, prompt, slot=slot, salt=salt, retention=retention)
 
     monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_a_hole)
+    f = run_probe("reuse.per_request_metrics", repeats=1)
+    assert f.verdict == "partial"
+    repeat = next(r for r in f.evidence["rows"] if r["case"] == "exact repeat")
+    assert repeat["reported_reused"] == 4 and repeat["expected_reused"] == repeat["prompt_tokens"]
+
+
+def _decode_at(ll, ctx, tokens, first_pos, seq=0):
+    """Evaluate ``tokens`` into sequence ``seq`` at positions first_pos… through llama.cpp's own batch API."""
+    batch = ll.llama_batch_init(len(tokens), 0, 1)
+    try:
+        for i, t in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, first_pos + i, 1, 0
+            batch.seq_id[i][0] = seq
+        batch.logits[len(tokens) - 1] = 1
+        batch.n_tokens = len(tokens)
+        assert ll.llama_decode(ctx, batch) == 0
+    finally:
+        ll.llama_batch_free(batch)
+
+
+def test_kv_swapped_inside_the_engine_shows_as_reuse_that_changes_the_output(run_probe, llama_api, monkeypatch):
+    """Other tokens' KV at the same positions leaves no hole for a read-back to see; the logits see it."""
+    real = LlamaCppCell.ensure_prefix
+    calls = {"n": 0}
+
+    def ensure_with_swapped_kv(self, prompt, *, slot=0, salt=None, retention=None):
+        if slot == 0:
+            calls["n"] += 1
+            held = list(self._seqs[0].tokens)
+            if calls["n"] % 2 == 0 and len(held) > 20:  # re-evaluate the held KV with other tokens at 4..19
+                llama_api.llama_memory_seq_rm(self._mem, 0, 4, -1)
+                _decode_at(llama_api, self._ctx, [TOKEN_LO + 7] * 16 + held[20:], first_pos=4)
+        return real(self, prompt, slot=slot, salt=salt, retention=retention)
+
+    monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_swapped_kv)
     f = run_probe("reuse.per_request_metrics", repeats=1)
     assert f.verdict == "refuted" and f.claim_verdicts["risk.reuse_metrics"] == "confirmed"
     assert "changed the output" in f.summary

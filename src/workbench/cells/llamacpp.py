@@ -54,6 +54,7 @@ ABSENT = {
     "partial_warmup": "llama_decode evaluates every token of the batch before it returns; there is no "
                       "max_tokens=1 request whose prefix blocks could be stored later (include/llama.h)",
 }
+_STATE_IO_MAGIC = 0xAF143CD8  # src/llama-context.cpp: io_magic, first word of a sequence state blob
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
 
@@ -423,6 +424,7 @@ class LlamaCppCell:
         held = self.resident_tokens(slot=slot)
         lost = len(seq.tokens) - held
         if lost:  # KV removed inside the engine behind the cell's back: believe the engine
+            self._ll.llama_memory_seq_rm(self._mem, slot, seq.pos0 + held, -1)  # cells past a hole too
             del seq.tokens[held:]
             if self._logits_at and self._logits_at[0] == slot:
                 self._logits_at = None
@@ -589,15 +591,48 @@ class LlamaCppCell:
     def resident_tokens(self, *, slot: int = 0) -> int:
         """How many of the slot's tokens the engine itself still holds KV for, read from llama.cpp.
 
-        From ``llama_memory_seq_pos_min``/``_max`` (llama.h): the sequence's KV is taken to run from
-        its first position to the engine's max position, and 0 when the engine's first position is
-        past the cell's (the front was removed). A hole in the middle is not visible through this API.
+        The run of consecutive positions from the slot's first one among the cells the engine holds for
+        the sequence (:meth:`engine_positions`): a hole in the middle ends the run there, so KV removed
+        inside the engine anywhere is seen. Capped at the slot's own token count only because the cell
+        cannot name tokens beyond it.
         """
         seq = self._slot(slot)
-        lo, hi = self.position_range(slot=slot)
-        if hi < 0 or lo > seq.pos0:
-            return 0
-        return max(0, min(len(seq.tokens), hi - seq.pos0 + 1))
+        held = self.engine_positions(slot=slot)
+        run = 0
+        while seq.pos0 + run in held:
+            run += 1
+        return min(run, len(seq.tokens))
+
+    def engine_positions(self, *, slot: int = 0) -> set[int]:
+        """The positions of every KV cell the engine holds for the sequence, read from its own state blob.
+
+        ``llama_state_seq_get_data`` writes, in this order (src/llama-context.cpp ``state_seq_get_data``,
+        src/llama-kv-cache.cpp ``state_write``/``state_write_meta``): u32 io magic 0xaf143cd8, i32 seq id,
+        u32 stream count, then per stream u32 cell count and per cell i32 position, u32 seq-id count and
+        those seq ids. Only that header is read; an unknown layout is an error, never a guess.
+        """
+        import numpy as np
+
+        self._slot(slot)
+        ll = self._ll
+        size = ll.llama_state_seq_get_size(self._ctx, slot)
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_state_seq_get_data(self._ctx, ctypes.cast(buf, ctypes.POINTER(ctypes.c_uint8)), size, slot)
+        words = np.frombuffer(buf, dtype="<u4", count=n // 4)
+        if n < 16 or int(words[0]) != _STATE_IO_MAGIC:
+            raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word "
+                                 f"{int(words[0]) if n >= 4 else None:#x}); cannot read its KV positions")
+        held: set[int] = set()
+        at = 3
+        for _ in range(int(words[2])):  # streams; a unified cache has one
+            count = int(words[at])
+            at += 1
+            for _ in range(count):
+                held.add(int(words[at]))  # positions are ≥ 0
+                at += 2 + int(words[at + 1])
+            if count:
+                break  # the sequence lives in one stream; its K/V rows follow, not another stream header
+        return held
 
     def last_logits(self, *, slot: int = 0) -> list[float]:
         """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current
@@ -624,9 +659,9 @@ class LlamaCppCell:
         self._slot(slot)
         ll = self._ll
         size = ll.llama_state_seq_get_size(self._ctx, slot)
-        buf = (ctypes.c_uint8 * size)()
-        n = ll.llama_state_seq_get_data(self._ctx, buf, size, slot)
-        return bytes(buf[:n])
+        buf = ctypes.create_string_buffer(size)
+        n = ll.llama_state_seq_get_data(self._ctx, ctypes.cast(buf, ctypes.POINTER(ctypes.c_uint8)), size, slot)
+        return buf.raw[:n]
 
     def import_state(self, blob: bytes, tokens: Sequence[int], *, slot: int = 0, position_shift: int = 0) -> None:
         """Load a sequence's KV bytes into ``slot``; with ``position_shift`` move it to later positions."""

@@ -79,8 +79,11 @@ class ExportGranularity(Probe):
         with ctx.open() as dst:  # the trimmed export must restore exactly the kept range
             dst.import_state(part, prefix[:keep])
             held = dst.resident_tokens() if "kv_readback" in d.observers else None
+            # every cell the engine holds, not only the run the cell can name (capped at the tokens it gave)
+            cells = len(dst.engine_positions()) if hasattr(dst, "engine_positions") else None
         rows.append({"arm": f"sub-range 0..{keep}", "shift": 0, "state_bytes": len(part), "tokens": None,
-                     "identical": None, "resident_after_import": held, "kept_tokens": keep})
+                     "identical": None, "resident_after_import": held, "engine_cells_after_import": cells,
+                     "kept_tokens": keep})
         return export_verdict(rows, p, d.engine, d.geometry.bytes_per_token)
 
     # ---------------------------------------------------------------- TensorRT-LLM: KV connector
@@ -135,7 +138,8 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     original, at0, shifted, sub = rows[0], rows[1], rows[2], rows[3]
     per_token = (original["state_bytes"] - sub["state_bytes"]) / (p.prefix_tokens - sub["kept_tokens"])
     subrange = (sub["state_bytes"] < original["state_bytes"]
-                and sub["resident_after_import"] in (None, sub["kept_tokens"]))
+                and sub["resident_after_import"] in (None, sub["kept_tokens"])
+                and sub.get("engine_cells_after_import") in (None, sub["kept_tokens"]))
     restored, exact = bool(at0["identical"]), bool(shifted["identical"])
     metrics = {"export_unit_tokens": sub["kept_tokens"] if subrange else p.prefix_tokens,
                "state_bytes": original["state_bytes"], "restored_identical": restored,

@@ -158,6 +158,11 @@ def absence(rows: list[dict], why: str) -> Outcome:
     metrics = {"engine_resident_tokens": r["resident_after"], "silent_evictions": lost,
                "engine_refusals": int(r["engine_refused"]), "capacity_tokens": r["capacity_tokens"],
                "survival_at_max_pressure": r["resident_after"] / r["prefix_tokens"]}
+    if r["filler_taken"] + r["resident_after"] > r["capacity_tokens"]:
+        return Outcome("inconclusive", f"The read-back does not add up: the engine took {r['filler_taken']} filler "
+                       f"tokens beside {r['resident_after']} prefix tokens said to be held, more than its "
+                       f"{r['capacity_tokens']}-token capacity, so the prefix read-back cannot be trusted.",
+                       metrics, rows, notes)
     if r["resident_before"] < r["prefix_tokens"]:
         return Outcome("inconclusive", f"The engine held only {r['resident_before']} of the {r['prefix_tokens']} "
                        "prefix tokens right after they were ensured; the check cannot start.", metrics, rows, notes)
