@@ -72,14 +72,14 @@ def test_claim_status_follows_the_blueprint_rule(run_dir):
     assert (subject.role, subject.engine, subject.resolved) == ("subject", "trtllm", False)
     assert pd.isna(subject.verdict)
     assert "needs tensorrt_llm" in subject.summary and "--engine trtllm" in subject.summary
-    assert (reference.role, reference.engine, reference.verdict) == ("reference", "llamacpp", "confirmed")
+    assert (reference.role, reference.engine, reference.verdict) == ("reference", "llamacpp", "not-applicable")
     assert not reference.resolved  # another engine's answer never resolves a TensorRT-LLM claim
     connector = status[status.claim == "unknown.connector_granularity"]
     assert len(connector) == 1 and connector.verdict.isna().all()  # still open, still listed
     assert not status.resolved.any()
 
     risks = report.claim_status(found, "risks").query("engine == 'llamacpp'").set_index("claim")
-    assert risks.loc["risk.reuse_metrics", "verdict"] == "refuted"  # the finding's per-claim verdict wins
+    assert risks.loc["risk.reuse_metrics", "verdict"] == "not-applicable"  # llama.cpp has no reuse counter
     assert (risks.role == "reference").all()
 
 
@@ -89,7 +89,7 @@ def test_a_newer_not_run_does_not_mask_an_answer(run_dir):
     ran = replace(ran, engine="trtllm", environment=ran.environment | {"engine_version": "1.2.0"})
     later = replace(ran, id="later", created="2999-01-01T00:00:00+00:00", verdict="not-run", reason="later")
     status = report.claim_status([(path, ran), (path, later)], "unknowns").set_index("claim")
-    assert status.loc["unknown.reuse_metrics", "verdict"] == "confirmed"
+    assert status.loc["unknown.reuse_metrics", "verdict"] == "not-applicable"
     assert status.loc["unknown.reuse_metrics", "resolved"]  # a subject-engine answer resolves it
     assert report.verdict_frame([(path, ran), (path, later)]).verdict.tolist() == ["not-run"]  # newest is shown
 

@@ -130,9 +130,17 @@ class Retention:
             raise ValueError(f"retention duration_ms must be positive, got {self.duration_ms}")
 
 
+CELL_SOURCES = frozenset({"cell", "bookkeeping", "restore", "none"})  # PrefixStatus.source values that are not the engine's
+
+
 @dataclass(frozen=True)
 class PrefixStatus:
-    """What EnsurePrefix did. Counts are exact unless ``exact`` is False (block-granular estimates)."""
+    """What EnsurePrefix did. Counts are exact unless ``exact`` is False (block-granular estimates).
+
+    ``source`` names where ``reused_tokens`` came from: the engine's own per-request field (e.g. vLLM's
+    ``num_cached_tokens``, TensorRT-LLM's ``perf_metrics``) or one of :data:`CELL_SOURCES` (the cell's
+    bookkeeping). Probes read :attr:`engine_reused_tokens`, never the field by name.
+    """
 
     slot: int
     prompt_tokens: int
@@ -145,6 +153,12 @@ class PrefixStatus:
     source: str = "cell"
     elapsed_s: float = 0.0
     engine_counters: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def engine_reused_tokens(self) -> int | None:
+        """Reused tokens as the engine itself counted them for this request; None when the engine has no such
+        counter and the number is the cell's (llama.cpp: the cell's common-prefix arithmetic)."""
+        return None if self.source in CELL_SOURCES else self.reused_tokens
 
 
 @dataclass(frozen=True)
@@ -217,6 +231,7 @@ MECHANISMS = {
     "retention_priority": "per-request retention priorities steer which KV the engine evicts",
     "engine_salt": "the engine itself keys prefix reuse on a per-request salt (cache_salt)",
     "partial_warmup": "a warm-up request (max_tokens=1) can finish before every prefix block is stored",
+    "reuse_counter": "the engine itself reports, per request, how many prompt tokens it served from cache",
 }
 """Engine mechanisms that claims are about. A cell lists the ones its engine lacks in
 ``Description.absent`` (mechanism -> the evidence, with the engine source it rests on), so a verdict

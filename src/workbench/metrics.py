@@ -2,9 +2,11 @@
 
 Findings store raw values in the declared unit; notebooks, CLI, report and blueprint all render
 them through :func:`render`, so a number reads the same everywhere. The source says how far a
-number can be trusted: ``engine`` (read back from the engine itself: its KV positions, logits,
-refusals, timings of its work), ``cell`` (the cell's own bookkeeping, which cannot confirm anything)
-or ``derived`` (computed from other metrics).
+number can be trusted: ``engine`` (read back from the engine itself: its KV cells, logits, its own
+reuse counters, refusals), ``timed`` (wall-clock time around the engine's work, measured by the
+workbench), ``cell`` (the cell's own bookkeeping or a parameter it was given, which cannot confirm
+anything) or ``derived`` (computed from other metrics). Only ``engine`` metrics can carry a verdict:
+each probe rule names the ones it rests on (:attr:`workbench.probes.Outcome.rests_on`).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Source = Literal["engine", "cell", "derived"]
-SOURCES: tuple[str, ...] = ("engine", "cell", "derived")
+Source = Literal["engine", "timed", "cell", "derived"]
+SOURCES: tuple[str, ...] = ("engine", "timed", "cell", "derived")
 
 
 class Unit(enum.Enum):
@@ -102,9 +104,14 @@ _DECLARED = [
     _m("computed_tokens", "computed", "tokens", "cell", "prompt tokens the cell sent to the engine"),
     _m("expected_reused_tokens", "expected reuse", "tokens", "derived", "reuse computed from the token ids"),
     _m("engine_resident_tokens", "KV read back", "tokens", "engine",
-       "tokens whose KV the engine itself holds for the sequence (llama.cpp: llama_memory_seq_pos_min/_max)"),
-    _m("engine_reuse_exact_fraction", "engine-read exact", "ratio", "engine",
-       "fraction of requests whose reuse, read back from the engine's KV, equals the token-id expectation"),
+       "tokens whose KV the engine itself holds for the sequence, from its first position up to the first hole "
+       "(llama.cpp: the cells' positions in llama_state_seq_get_data)"),
+    _m("engine_reused_tokens", "engine reuse", "tokens", "engine",
+       "prompt tokens the engine's own per-request counter reports as served from cache (vLLM num_cached_tokens, "
+       "TensorRT-LLM perf_metrics)"),
+    _m("engine_reuse_exact_fraction", "engine counter exact", "ratio", "engine",
+       "fraction of requests whose reuse, as the engine's own per-request counter reports it, equals the "
+       "token-id expectation"),
     _m("logits_max_abs_diff", "logits Δmax", "logit", "engine",
        "largest |logit| difference between a reused request and a cold recompute of the same tokens"),
     _m("reuse_fraction", "reuse fraction", "ratio", "cell", "reused / reusable prompt tokens, as the cell reports"),
@@ -122,20 +129,27 @@ _DECLARED = [
     _m("pinned_survival_max_pressure", "survives up to", "x", "derived",
        "largest pressure (× free capacity) at which the engine still held the whole pinned prefix"),
     _m("survival_at_max_pressure", "survival @max", "ratio", "engine",
-       "fraction of the pinned prefix the engine still held at the highest pressure"),
+       "fraction of the pinned prefix the engine still held at the highest pressure (its KV read back or its own "
+       "reuse counter)"),
+    _m("reported_survival_at_max_pressure", "reported survival @max", "ratio", "cell",
+       "fraction of the pinned prefix the cell reported reused at the highest pressure (its bookkeeping)"),
+    _m("admitted_load", "admitted load", "x", "derived",
+       "filler tokens the engine admitted over the ramp, × free capacity (refused fillers excluded)"),
     _m("overflow_errors", "overflow errors", "count", "cell", "newcomers refused with an explicit overflow error"),
-    _m("engine_refusals", "engine refusals", "count", "engine",
-       "requests the engine itself refused for want of KV room (llama.cpp: llama_decode returned 1)"),
-    _m("silent_evictions", "silent evictions", "tokens", "engine", "pinned tokens the engine lost without an error"),
+    _m("engine_refusals", "engine refusals", "count", "cell",
+       "fills stopped because the engine refused (llama.cpp: llama_decode returned 1); one by construction of "
+       "the fill, so a count, not evidence"),
+    _m("silent_evictions", "silent evictions", "tokens", "derived",
+       "pinned tokens lost without an error (baseline reuse × lost fraction)"),
     # timing
-    _m("ttft_cold_s", "TTFT cold", "s", "engine", "median time to the first decoded token, cold"),
-    _m("ttft_warm_s", "TTFT warm", "s", "engine", "median time to the first decoded token, prefix reused"),
-    _m("ttft_iqr_s", "TTFT IQR", "s", "engine", "interquartile range of the cold TTFT samples"),
-    _m("ttft_warm_iqr_s", "TTFT warm IQR", "s", "engine", "interquartile range of the warm TTFT samples"),
-    _m("prefill_cold_s", "prefill cold", "s", "engine", "median prefill time, cold (no token decoded)"),
-    _m("prefill_warm_s", "prefill warm", "s", "engine", "median prefill time, prefix reused (no token decoded)"),
-    _m("prefill_cold_iqr_s", "prefill cold IQR", "s", "engine", "interquartile range of the cold prefill samples"),
-    _m("prefill_warm_iqr_s", "prefill warm IQR", "s", "engine", "interquartile range of the warm prefill samples"),
+    _m("ttft_cold_s", "TTFT cold", "s", "timed", "median time to the first decoded token, cold"),
+    _m("ttft_warm_s", "TTFT warm", "s", "timed", "median time to the first decoded token, prefix reused"),
+    _m("ttft_iqr_s", "TTFT IQR", "s", "timed", "interquartile range of the cold TTFT samples"),
+    _m("ttft_warm_iqr_s", "TTFT warm IQR", "s", "timed", "interquartile range of the warm TTFT samples"),
+    _m("prefill_cold_s", "prefill cold", "s", "timed", "median prefill time, cold (no token decoded)"),
+    _m("prefill_warm_s", "prefill warm", "s", "timed", "median prefill time, prefix reused (no token decoded)"),
+    _m("prefill_cold_iqr_s", "prefill cold IQR", "s", "timed", "interquartile range of the cold prefill samples"),
+    _m("prefill_warm_iqr_s", "prefill warm IQR", "s", "timed", "interquartile range of the warm prefill samples"),
     _m("ttft_ratio", "TTFT warm/cold", "x", "derived", "median warm TTFT over median cold TTFT"),
     _m("ks_p_same_manifest", "KS p (same)", "p", "derived", "two-sample KS p-value, repeat vs cold, same manifest"),
     _m("ks_p_other_manifest", "KS p (other)", "p", "derived", "two-sample KS p-value, other manifest vs cold"),
@@ -143,6 +157,8 @@ _DECLARED = [
        "equivalence (TOST) p-value, other manifest vs cold, at the stated margin"),
     _m("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "cell",
        "tokens the cell reported reused across manifests (must be 0)"),
+    _m("engine_cross_manifest_reused_tokens", "engine cross-manifest reuse", "tokens", "engine",
+       "tokens the engine's own per-request counter reported reused across manifests (must be 0)"),
     # capacity policy
     _m("budget_bytes", "KV budget", "bytes", "derived", "byte budget the policy set"),
     _m("budget_tokens", "KV budget", "tokens", "derived", "token budget derived from the byte budget"),
@@ -153,7 +169,11 @@ _DECLARED = [
     _m("capacity_error", "capacity error", "ratio", "derived", "(measured − budget) / budget"),
     _m("max_overshoot", "max overshoot", "ratio", "derived", "largest (measured − budget) / budget over the budgets"),
     # connector / state export
-    _m("export_unit_tokens", "export unit", "tokens", "engine", "smallest KV range the engine exported on request"),
+    _m("export_unit_tokens", "export unit", "tokens", "derived",
+       "smallest KV range exported: the range requested when the engine's export held just that, else the "
+       "configured block size"),
+    _m("connector_calls", "connector calls", "count", "engine",
+       "calls the engine itself made into the recording KV connector"),
     _m("state_bytes", "state size", "bytes", "engine", "bytes of one exported sequence state"),
     _m("shifted_import_exact", "shifted import exact", "bool", "engine",
        "shifted import continues with identical greedy tokens"),
@@ -173,7 +193,7 @@ _DECLARED = [
     _m("rows_total", "rows", "count", "derived", "contract rows checked"),
     # benchmark
     _m("cell_over_raw", "cell/raw", "x", "derived", "median ratio of cell time to raw llama-cpp-python time"),
-    _m("round_s", "round", "s", "engine", "wall time of one benchmark round (prefill + decode)"),
+    _m("round_s", "round", "s", "timed", "wall time of one benchmark round (prefill + decode)"),
     _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
 ]
 
@@ -196,6 +216,16 @@ def render(tag: str, value: Any) -> str:
     return get(tag).unit.format(value)
 
 
-def engine_sourced(tags: Any) -> list[str]:
-    """The tags among ``tags`` whose values are read back from the engine."""
-    return [t for t in tags if t in METRICS and METRICS[t].source == "engine"]
+def unfit_to_rest_on(values: dict[str, Any], tags: Any) -> list[str]:
+    """Why each of ``tags`` cannot carry a verdict given the outcome's ``values``: missing, not read from the
+    engine, or not a finite number (a bool is a finite reading). Empty when all of them can."""
+    out = []
+    for t in tags:
+        v = values.get(t)
+        if t not in values:
+            out.append(f"{t} was not measured")
+        elif get(t).source != "engine":
+            out.append(f"{t} is {get(t).source}-sourced")
+        elif not isinstance(v, bool) and not (isinstance(v, (int, float)) and math.isfinite(v)):
+            out.append(f"{t} is {v!r}, not a finite reading")
+    return out

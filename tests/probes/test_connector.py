@@ -63,3 +63,12 @@ def test_connector_rule_tells_whole_prefix_onboard_from_shifted_matches():
     assert whole.verdict == "refuted" and whole.claim_verdicts["contract.snapshot"] == "refuted"
     shifted = connector_verdict(rows + [{"method": "get_num_new_matched_tokens", "num_computed_tokens": 37}], 32, {}, [])
     assert shifted.verdict == "partial"
+
+
+def test_audit_5_the_connector_rule_reports_no_hard_coded_shifted_import_and_rests_on_the_engines_calls():
+    from workbench.probes.connector import connector_verdict
+
+    rows = [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n} for n in (0, 64)]
+    out = connector_verdict(rows, 32, {"export_unit_tokens": 32}, [])
+    assert "shifted_import_exact" not in out.metrics and out.rests_on == ("connector_calls",)
+    assert out.metrics["connector_calls"] == 2

@@ -59,10 +59,27 @@ def test_static_probes_refuse_a_model_or_cell_options():
 
 
 def test_an_answer_resting_only_on_cell_bookkeeping_is_at_most_inconclusive():
-    cell_only = Outcome("confirmed", "The cell says so.", {"reused_tokens": 10}, claim_verdicts={"risk.warmup": "refuted"})
+    cell_only = Outcome("confirmed", "The cell says so.", {"reused_tokens": 10}, claim_verdicts={"risk.warmup": "refuted"},
+                        rests_on=("reused_tokens",))
     out = at_most_inconclusive_without_engine(cell_only)
     assert out.verdict == "inconclusive" and out.claim_verdicts == {"risk.warmup": "inconclusive"}
-    assert "none was read from the engine" in out.summary
-    engine = Outcome("confirmed", "Read back.", {"engine_resident_tokens": 10})
+    assert "reused_tokens is cell-sourced" in out.summary
+    engine = Outcome("confirmed", "Read back.", {"engine_resident_tokens": 10}, rests_on=("engine_resident_tokens",))
     assert at_most_inconclusive_without_engine(engine) is engine
+
+
+def test_audit_5_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag():
+    """Any engine-tagged metric used to pass an outcome, whatever its verdict rested on; NaN passed too."""
+    beside = Outcome("confirmed", "Rests on the cell's count.", {"reused_tokens": 10, "engine_resident_tokens": 10},
+                     rests_on=("reused_tokens",))
+    assert at_most_inconclusive_without_engine(beside).verdict == "inconclusive"
+    nan = Outcome("refuted", "NaN survival.", {"survival_at_max_pressure": float("nan")},
+                  rests_on=("survival_at_max_pressure",))
+    assert at_most_inconclusive_without_engine(nan).verdict == "inconclusive"
+    timed = Outcome("confirmed", "Faster.", {"ttft_cold_s": 0.2}, rests_on=("ttft_cold_s",))
+    assert at_most_inconclusive_without_engine(timed).verdict == "inconclusive"
+    undeclared = Outcome("confirmed", "Says nothing.", {"engine_resident_tokens": 10})
+    assert "named no engine-read number" in at_most_inconclusive_without_engine(undeclared).summary
+    na = Outcome("not-applicable", "Absent.", {})
+    assert at_most_inconclusive_without_engine(na) is na
     assert metrics.get("reused_tokens").source == "cell"

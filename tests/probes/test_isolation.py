@@ -69,3 +69,20 @@ def test_without_an_engine_salt_a_shape_refusal_is_no_salt_either():
     engine = {"arm": "engine, cell check bypassed", "refused": True, "decoded": None, "error": "wrong size"}
     o = verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine)
     assert o.verdict == "not-applicable" and any("size check, not a salt" in n for n in o.notes)
+
+
+def test_audit_2_without_an_engine_salt_the_adapter_refusal_is_the_cells_and_lora_is_not_applicable():
+    """The adapter arm's refusal is the cell's digest comparison; it made the LoRA row confirmed on llama.cpp."""
+    adapter = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "mismatch"}]
+    engine = {"arm": "engine, cell check bypassed", "refused": False, "decoded": [1, 2], "error": None}
+    o = verdict(_rows(), adapter, P, "no salt in llama_batch", engine)
+    assert o.claim_verdicts["contract.lora"] == "not-applicable"
+
+
+def test_audit_5_isolation_rests_on_the_engines_own_reuse_counts_not_the_cells():
+    from workbench.probes import at_most_inconclusive_without_engine
+
+    cell_only = at_most_inconclusive_without_engine(verdict(_rows(), REFUSED, P))
+    assert cell_only.verdict == "inconclusive" and "engine_cross_manifest_reused_tokens" in cell_only.summary
+    counted = [r | {"engine_reused": r["reused_tokens"]} for r in _rows()]
+    assert at_most_inconclusive_without_engine(verdict(counted, REFUSED, P)).verdict == "confirmed"

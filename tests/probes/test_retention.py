@@ -28,7 +28,8 @@ def test_a_prefix_removed_inside_the_engine_mid_fill_is_reported_lost(run_probe,
     monkeypatch.setattr(LlamaCppCell, "measure_capacity", fill_and_lose_the_pin)
     f = run_probe("retention.pinning_under_pressure", prefix_tokens=64, capacity_tokens=256)
     assert f.verdict == "refuted" and f.metric("silent_evictions") == 32
-    assert f.claim_verdicts["risk.retention_bias"] == "confirmed"
+    # audit #13: a loss on an engine with no LRU says nothing of priority merely biasing LRU
+    assert f.claim_verdicts["risk.retention_bias"] == "inconclusive"
 
 
 # --------------------------------------------------------------------------- the rules, row by row
@@ -56,12 +57,15 @@ P = Params(prefix_tokens=64, capacity_tokens=256, priorities=(35, 60, 100), pres
 ARMS = [Arm(35, None), Arm(60, None), Arm(100, None)]
 
 
-def _ramp(first_loss: dict[str, float]) -> list[dict]:
-    """Rows of a ramp where each arm holds its prefix fully until ``first_loss[arm]`` (inf: never lost)."""
+def _ramp(first_loss: dict[str, float], arms=ARMS, admitted=1.0) -> list[dict]:
+    """Rows of a ramp where each arm holds its prefix fully until ``first_loss[arm]`` (inf: never lost); the
+    engine admits ``admitted`` of each step's filler load."""
+    steps = dict(zip(P.pressure, (b - a for a, b in zip((0.0, *P.pressure), P.pressure))))
     return [{"arm": a.label, "priority": a.priority, "duration_ms": None, "pressure": x, "free_tokens": 192,
-             "fillers_refused": 0, "baseline_reused": 64, "reused_tokens": 64 if x < first_loss[a.label] else 0,
+             "fillers_refused": 0 if admitted == 1.0 else 3, "fillers_admitted_tokens": int(steps[x] * 192 * admitted),
+             "baseline_reused": 64, "reused_tokens": 64 if x < first_loss[a.label] else 0, "survival_source": "engine",
              "survival": 1.0 if x < first_loss[a.label] else 0.0}
-            for a in ARMS for x in P.pressure]
+            for a in arms for x in P.pressure]
 
 
 def test_pinned_top_priority_is_confirmed():
@@ -94,3 +98,28 @@ def test_a_ramp_that_never_exceeds_free_capacity_is_inconclusive():
     low = Params(prefix_tokens=64, capacity_tokens=256, priorities=(100,), pressure=(0.25, 0.5), expiry_ms=0)
     rows = [r | {"pressure": x} for r, x in zip(_ramp({"p35": 9, "p60": 9, "p100": math.inf})[6:8], (0.25, 0.5))]
     assert verdict(rows, low, [Arm(100, None)]).verdict == "inconclusive"
+
+
+def test_audit_7_nan_survival_is_not_survival():
+    rows = [r | {"survival": math.nan} if r["arm"] == "p100" and r["pressure"] == 4.0 else r
+            for r in _ramp({"p35": 2.0, "p60": 4.0, "p100": math.inf})]
+    o = verdict(rows, P, ARMS)
+    assert o.verdict == "inconclusive" and "not a surviving one" in o.summary
+
+
+def test_audit_7_a_ramp_whose_fillers_the_engine_refused_is_not_pressure():
+    """Requested 4× but admitted 0.25×: every filler refused used to read "held at every pressure up to 4×"."""
+    o = verdict(_ramp({"p35": math.inf, "p60": math.inf, "p100": math.inf}, admitted=0.0625), P, ARMS)
+    assert o.verdict == "inconclusive" and "admitted only 0.25×" in o.summary
+
+
+def test_audit_7_an_engine_without_retention_priorities_is_not_applicable():
+    o = verdict(_ramp({"p35": 2.0, "p60": 2.0, "p100": 2.0}), P, ARMS, "vLLM has no retention priority")
+    assert o.verdict == "not-applicable" and o.claim_verdicts["risk.retention_bias"] == "not-applicable"
+
+
+def test_audit_7_a_single_arm_is_not_out_of_order():
+    one = Params(prefix_tokens=64, capacity_tokens=256, priorities=(100,), pressure=(0.5, 2.0, 4.0), expiry_ms=0)
+    o = verdict(_ramp({"p100": 2.0}, arms=[Arm(100, None)]), one, [Arm(100, None)])
+    assert o.verdict == "refuted" and "not in priority order" not in o.summary
+    assert o.claim_verdicts["risk.retention_bias"] == "inconclusive"

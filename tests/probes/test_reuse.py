@@ -7,11 +7,13 @@ from workbench.models import TOKEN_LO
 from workbench.probes.reuse import classify, verdict
 
 
-def test_llamacpp_reuse_is_exact_per_token_and_checked_against_the_engine(run_probe):
+def test_llamacpp_has_no_reuse_counter_so_the_risk_is_not_applicable_with_logits_evidence(run_probe):
     f = run_probe("reuse.per_request_metrics", repeats=1)
     rows = f.evidence["rows"]
-    assert f.verdict == "confirmed" and f.metric("granularity_tokens") == 1
-    assert all(r["reported_reused"] == r["expected_reused"] == r["engine_reused"] for r in rows)
+    assert f.verdict == "not-applicable" and f.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
+    assert f.metric("granularity_tokens") == 1 and "engine_reuse_exact_fraction" not in f.metrics
+    assert all(r["reported_reused"] == r["expected_reused"] and r["engine_reused"] is None for r in rows)
+    assert any("no engine reuse counter" in n for n in f.evidence["notes"])
     assert all(r["engine_resident_after"] == r["prompt_tokens"] for r in rows)  # read back from the engine
     assert f.metrics["logits_max_abs_diff"]["source"] == "engine"
     assert all(r["logits_max_abs_diff"] < 0.05 * r["logits_cold_std"] for r in rows)
@@ -19,6 +21,8 @@ def test_llamacpp_reuse_is_exact_per_token_and_checked_against_the_engine(run_pr
     assert by_case["other salt"]["reported_reused"] == 0
     assert by_case["shared 3·B+1"]["expected_reused"] == 3 * 32 + 1
     assert f.metric("ttft_cold_s") > f.metric("ttft_warm_s") > 0  # to the first decoded token
+    # audit #6: the exact repeat recomputed its last token on the reused KV, so its logits are its own
+    assert by_case["exact repeat"]["recomputed_last_token"] == 1
 
 
 def test_kv_punched_out_inside_the_engine_is_seen_by_the_read_back(run_probe, llama_api, monkeypatch):
@@ -36,7 +40,6 @@ def test_kv_punched_out_inside_the_engine_is_seen_by_the_read_back(run_probe, ll
 
     monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_a_hole)
     f = run_probe("reuse.per_request_metrics", repeats=1)
-    assert f.verdict == "partial"
     repeat = next(r for r in f.evidence["rows"] if r["case"] == "exact repeat")
     assert repeat["reported_reused"] == 4 and repeat["expected_reused"] == repeat["prompt_tokens"]
 
@@ -71,17 +74,17 @@ def test_kv_swapped_inside_the_engine_shows_as_reuse_that_changes_the_output(run
 
     monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_swapped_kv)
     f = run_probe("reuse.per_request_metrics", repeats=1)
-    assert f.verdict == "refuted" and f.claim_verdicts["risk.reuse_metrics"] == "confirmed"
-    assert "changed the output" in f.summary
+    assert f.verdict == "refuted" and f.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
+    assert "changed the output" in f.summary and f.metrics["logits_max_abs_diff"]["source"] == "engine"
 
 
 # --------------------------------------------------------------------------- the rule, row by row
 
 
-def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0):
+def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0, holds=True):
     return {"repeat": 0, "case": case, "prompt_tokens": 129, "expected_reused": expected, "reported_reused": reported,
             "engine_reused": engine, "granularity": granularity, "logits_max_abs_diff": diff, "logits_cold_std": std,
-            "engine_resident_after": 129 if engine is not None else 100, "ttft_s": 0.001,
+            "engine_resident_after": 129 if holds else 100, "engine_holds_prompt": holds, "ttft_s": 0.001,
             "reported_vs_expected": classify(expected, reported, 129, granularity),
             "engine_vs_expected": classify(expected, engine, 129, granularity)}
 
@@ -90,36 +93,49 @@ COLD = _row("cold", 0, 0, 0)
 
 
 def test_rule_confirms_exact_engine_checked_reuse():
-    assert verdict([COLD, _row()], ["n_p_eval"], "e", True, 0.05).verdict == "confirmed"
+    assert verdict([COLD, _row()], ["num_cached_tokens"], "e", None, 0.05).verdict == "confirmed"
 
 
 def test_rule_refutes_without_per_request_counters():
-    assert verdict([COLD, _row(engine=None)], [], "e", False, 0.05).verdict == "refuted"
+    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
+          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    assert verdict(no, [], "e", None, 0.05).verdict == "refuted"
+
+
+def test_audit_6_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_logits():
+    """llama.cpp has no reuse counter; its n_p_eval was passed off as the engine's reuse and refuted the risk."""
+    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
+          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    out = verdict(no, ["n_p_eval"], "llamacpp", "no counter in llama.h", 0.05)
+    assert out.verdict == "not-applicable" and out.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
+    assert out.rests_on == ("logits_max_abs_diff",) and "engine_reuse_exact_fraction" not in out.metrics
+    wrong = verdict([no[0], no[1] | {"logits_max_abs_diff": 0.9}], ["n_p_eval"], "llamacpp", "no counter", 0.05)
+    assert wrong.verdict == "refuted" and wrong.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
 
 
 def test_rule_refutes_reuse_that_changes_the_logits():
-    o = verdict([COLD, _row(diff=0.9)], ["n_p_eval"], "e", True, 0.05)
+    o = verdict([COLD, _row(diff=0.9)], ["num_cached_tokens"], "e", None, 0.05)
     assert o.verdict == "refuted" and o.metrics["logits_max_abs_diff"] == 0.9
 
 
 def test_rule_is_partial_when_channels_disagree():
-    assert verdict([COLD, _row(engine=100)], ["n_p_eval"], "e", True, 0.05).verdict == "partial"
-    assert verdict([COLD, _row(engine=None)], ["n_p_eval"], "e", True, 0.05).verdict == "partial"  # engine lost it
+    assert verdict([COLD, _row(engine=100)], ["num_cached_tokens"], "e", None, 0.05).verdict == "partial"
+    assert verdict([COLD, _row(holds=False)], ["num_cached_tokens"], "e", None, 0.05).verdict == "partial"  # engine lost it
 
 
 def test_rule_is_partial_for_block_granular_counts():
     rows = [COLD | {"granularity": 32}, _row(expected=97, reported=96, engine=96, granularity=32)]
-    assert verdict(rows, ["num_reused_blocks"], "e", True, 0.05).verdict == "partial"
+    assert verdict(rows, ["num_reused_blocks"], "e", None, 0.05).verdict == "partial"
 
 
 def test_rule_on_cell_bookkeeping_alone_is_at_most_inconclusive():
     from workbench.probes import at_most_inconclusive_without_engine
 
-    rows = [COLD | {"logits_max_abs_diff": None}, _row(diff=None) | {"engine_vs_expected": "no channel"}]
-    o = verdict(rows, ["n_p_eval"], "e", True, 0.05)
+    rows = [COLD | {"logits_max_abs_diff": None}, _row(diff=None)]
+    o = verdict(rows, ["num_cached_tokens"], "e", None, 0.05)
     o.metrics = {k: v for k, v in o.metrics.items() if k.startswith(("reuse_exact", "max_reuse", "granularity"))}
     out = at_most_inconclusive_without_engine(o)
-    assert out.verdict == "inconclusive" and "none was read from the engine" in out.summary
+    assert out.verdict == "inconclusive" and "engine_reuse_exact_fraction was not measured" in out.summary
     assert out.claim_verdicts["risk.reuse_metrics"] == "inconclusive"
 
 

@@ -51,6 +51,9 @@ ABSENT = {
     "retention_priority": "llama.h has no retention priority: nothing is evicted, so there is nothing to order",
     "engine_salt": "llama_batch carries token, pos, seq_id and logits only: the engine has no cache salt, "
                    "reuse keys are the cell's own (include/llama.h, struct llama_batch)",
+    "reuse_counter": "llama.h has no per-request reuse counter: llama_perf_context's n_p_eval counts the tokens "
+                     "llama_decode evaluated, which are the tokens the cell chose to send, so the reuse the cell "
+                     "reports is its own common-prefix arithmetic (include/llama.h)",
     "partial_warmup": "llama_decode evaluates every token of the batch before it returns; there is no "
                       "max_tokens=1 request whose prefix blocks could be stored later (include/llama.h)",
 }

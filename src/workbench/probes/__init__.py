@@ -38,6 +38,7 @@ class Outcome:
     rows: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     claim_verdicts: dict[str, str] = field(default_factory=dict)
+    rests_on: tuple[str, ...] = ()  # the metrics the verdict rests on: each must be engine-sourced and finite
 
 
 @dataclass(frozen=True)
@@ -229,14 +230,19 @@ RESTING = ("confirmed", "refuted", "partial")  # verdicts that must rest on a nu
 
 
 def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
-    """An answer whose metrics are all the cell's bookkeeping (or derived from it) becomes inconclusive,
-    and its summary says so: a count the cell computed itself cannot confirm anything."""
-    if metrics.engine_sourced(o.metrics):
+    """An answer is only as good as the metrics its rule says it rests on (``Outcome.rests_on``): unless each
+    of them is read from the engine and finite, it becomes inconclusive, and its summary says why. A count
+    the cell computed itself, a timing or a parameter echo cannot confirm anything."""
+    answers = o.verdict in RESTING or any(v in RESTING for v in o.claim_verdicts.values())
+    if not answers:
         return o
-    why = " (At most inconclusive: every number here is the cell's own bookkeeping, none was read from the engine.)"
+    why = (metrics.unfit_to_rest_on(o.metrics, o.rests_on) if o.rests_on
+           else ["the rule named no engine-read number it rests on"])
+    if not why:
+        return o
     return dataclasses.replace(
         o, verdict="inconclusive" if o.verdict in RESTING else o.verdict,
-        summary=o.summary + (why if o.verdict in RESTING or any(v in RESTING for v in o.claim_verdicts.values()) else ""),
+        summary=o.summary + f" (At most inconclusive: {'; '.join(why)}.)",
         claim_verdicts={c: "inconclusive" if v in RESTING else v for c, v in o.claim_verdicts.items()})
 
 

@@ -83,14 +83,14 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
     if short:
         return Outcome("confirmed", f"The byte budget does not drive capacity: {len(short)}/{len(rows)} budgets got "
                        f"less than {1 - p.tolerance:.0%} of their tokens (worst {worst['capacity_error']:+.1%}).",
-                       metrics, rows, notes, {"contract.describe": "refuted"})
+                       metrics, rows, notes, {"contract.describe": "refuted"}, rests_on=("measured_capacity_tokens",))
     if over:
         r = max(over, key=lambda r: r["capacity_error"])
         return Outcome("partial", f"The byte budget drives capacity but the engine rounds up: {len(over)}/{len(rows)} "
                        f"budgets overshot by more than {p.tolerance:.0%} (worst: {r['budget_tokens']} → "
                        f"{r['measured_capacity_tokens']} tokens, {r['capacity_error']:+.0%}, {r['over_budget_bytes']} "
                        "bytes over); a policy must budget in the engine's allocation unit.",
-                       metrics, rows, notes, {"contract.describe": "partial"})
+                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=("measured_capacity_tokens",))
     return Outcome("refuted", f"Every byte budget ({len(rows)}) gave exactly the capacity it asked for, within "
                    f"{p.tolerance:.0%}: capacity can be driven in bytes from the policy.", metrics, rows, notes,
-                   {"contract.describe": "confirmed"})
+                   {"contract.describe": "confirmed"}, rests_on=("measured_capacity_tokens",))

@@ -156,20 +156,21 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     rows = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]
     if not restored:
         return Outcome("refuted", f"Exported state does not even restore identically on {engine}.", metrics, rows,
-                       notes, {"contract.snapshot": "confirmed"})
+                       notes, {"contract.snapshot": "confirmed"}, rests_on=("restored_identical",))
+    rests = ("restored_identical", "subrange_export", "shifted_import_exact")
     snapshot = {"contract.snapshot": "refuted"}  # a KV blob was exported and restored
     if subrange and exact:
         return Outcome("confirmed", f"{engine} exports KV with positions: a trimmed sub-range of a sequence exports "
                        f"on its own, and a {p.prefix_tokens}-token state imported at a +{p.shift} shift continues "
-                       "with identical greedy tokens.", metrics, rows, notes, snapshot)
+                       "with identical greedy tokens.", metrics, rows, notes, snapshot, rests_on=rests)
     if exact or subrange:
         return Outcome("partial", f"{engine} exports KV with positions only in part: sub-range export "
                        f"{'works' if subrange else 'does not work'}, shifted import "
-                       f"{'is exact' if exact else 'is not exact'}.", metrics, rows, notes, snapshot)
+                       f"{'is exact' if exact else 'is not exact'}.", metrics, rows, notes, snapshot, rests_on=rests)
     agree = common_prefix(shifted["tokens"], original["tokens"])
     return Outcome("partial", f"{engine} exports whole sequences only; a state imported at a +{p.shift} shift is "
                    f"accepted but not exact (greedy continuation agreed for {agree} of {len(original['tokens'])} "
-                   "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot)
+                   "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot, rests_on=rests)
 
 
 def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str]) -> Outcome:
@@ -179,16 +180,16 @@ def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str])
     blobs are not exportable" (refuted there)."""
     matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
     shifted_offered = any((r.get("num_computed_tokens") or 0) % B for r in matched)
-    metrics = metrics | {"shifted_import_exact": False}
+    metrics = metrics | {"connector_calls": len(rows)}  # no shifted import was tried: nothing to call exact
     snapshot = {"contract.snapshot": "refuted"}  # KV blocks left the engine through the connector
     if shifted_offered:
         return Outcome("partial", f"The connector exports whole blocks of {B} tokens and was offered a match at a "
                        "position inside a block: positions beyond whole-prefix onboard reach it, but no exact shifted "
-                       "import was shown.", metrics, rows, notes, snapshot)
+                       "import was shown.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
     return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
                    "sequence order; import is offered only as a continuation of the device-matched prefix "
                    "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
-                   "whole-prefix onboard only.", metrics, rows, notes, snapshot)
+                   "whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
 
 
 def _call_row(call: dict) -> dict:

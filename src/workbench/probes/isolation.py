@@ -74,6 +74,7 @@ class CacheSalt(Probe):
                 for proc, salt in order:
                     elapsed, st = timed(cell.ensure_prefix, prompt, salt=salt)
                     rows.append({"trial": t, "procedure": proc, "reused_tokens": st.reused_tokens,
+                                 "engine_reused": st.engine_reused_tokens,
                                  "computed_tokens": st.computed_tokens, "prefill_s": elapsed, "exact": st.exact})
             snap = cell.snapshot()
         refusals = [self._refusal(ctx, snap, p.other_model, {}, "other model")]
@@ -125,7 +126,10 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     cross = sum(r["reused_tokens"] for r in by["other B"])
     within = min(r["reused_tokens"] for r in by["repeat A"])
     sc, sr = spread(t["cold A"]), spread(t["repeat A"])
-    metrics = {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
+    counted = all(r.get("engine_reused") is not None for r in by["other B"] + by["repeat A"])
+    engine_counts = ({"engine_cross_manifest_reused_tokens": sum(r["engine_reused"] for r in by["other B"]),
+                      "engine_reused_tokens": min(r["engine_reused"] for r in by["repeat A"])} if counted else {})
+    metrics = engine_counts | {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
                "prefill_cold_s": sc["median"], "prefill_warm_s": sr["median"],
                "prefill_cold_iqr_s": sc["q3"] - sc["q1"], "prefill_warm_iqr_s": sr["q3"] - sr["q1"]}
@@ -135,7 +139,11 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                  f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
                  f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
     lora = {"contract.lora": "inconclusive"}
-    if len(refusals) > 1:
+    if len(refusals) > 1 and no_salt:  # the refusal is the cell's digest check: an engine without a salt has none
+        lora = {"contract.lora": "not-applicable"}
+        notes.append("the adapter arm's refusal is the cell's own manifest check; the engine has no salt to key "
+                     "an adapter's KV apart, so the LoRA row is not-applicable here")
+    elif len(refusals) > 1:
         lora = {"contract.lora": "confirmed" if refusals[1]["refused"] else
                 "refuted" if refusals[1]["refused"] is False else "inconclusive"}
     else:
@@ -165,7 +173,7 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
         leaks.append("a snapshot was restored onto another manifest")
     if leaks:
         return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics,
-                       rows + refusals + extra, notes, lora)
+                       rows + refusals + extra, notes, lora, rests_on=("engine_cross_manifest_reused_tokens",))
     if within == 0 or ks_same >= p.alpha:
         return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
                        f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}).", metrics,
@@ -177,4 +185,5 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     return Outcome("confirmed", f"Reuse stayed within one key: repeats under A reused {within} tokens (faster than "
                    f"cold, one-sided KS p={ks_same:.2g}), B reused 0 and was as slow as cold within ±{p.margin:.0%} "
                    f"(TOST p={tost:.2g}), and snapshots were refused across manifests.", metrics,
-                   rows + refusals + extra, notes, lora)
+                   rows + refusals + extra, notes, lora,
+                   rests_on=("engine_cross_manifest_reused_tokens", "engine_reused_tokens"))

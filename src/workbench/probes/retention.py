@@ -73,6 +73,7 @@ class PinningUnderPressure(Probe):
             d = cell.describe()
             if "eviction" in d.absent:
                 return absence(self._absence(cell, d, p), d.absent["eviction"])
+            no_priority = d.absent.get("retention_priority")
         arms = [Arm(pr, None) for pr in sorted(set(p.priorities))]
         if p.expiry_ms:
             arms.append(Arm(100, p.expiry_ms))
@@ -80,7 +81,7 @@ class PinningUnderPressure(Probe):
         rows: list[dict] = []
         for i in order:
             rows += self._arm(ctx, p, arms[i], np.random.default_rng(p.seed + int(i)))
-        return verdict(rows, p, arms)
+        return verdict(rows, p, arms, no_priority)
 
     def _absence(self, cell, d, p: Params) -> list[dict]:
         """Pin the prefix, fill the rest until the engine refuses, read the prefix back from the engine."""
@@ -122,8 +123,9 @@ class PinningUnderPressure(Probe):
                 rows.append({
                     "arm": arm.label, "priority": arm.priority, "duration_ms": arm.duration_ms, "pressure": ratio,
                     "free_tokens": free, "filler_tokens": filler, "fillers_sent": pr.submitted,
-                    "fillers_refused": pr.refused, "baseline_reused": baseline, "reused_tokens": st.reused_tokens,
-                    "engine_resident": held, "survival_source": "engine" if readback else "request counters",
+                    "fillers_refused": pr.refused, "fillers_admitted_tokens": pr.tokens,
+                    "baseline_reused": baseline, "reused_tokens": st.reused_tokens, "engine_resident": held,
+                    "survival_source": "engine" if readback or st.engine_reused_tokens is not None else "cell",
                     "survival": (held / p.prefix_tokens if readback
                                  else st.reused_tokens / baseline if baseline else float("nan")),
                     "rerequest_s": elapsed,
@@ -143,7 +145,7 @@ def _removed_hashes(events: list[KvEvent]) -> set[int]:
 
 def first_loss(rows: list[dict], label: str) -> float:
     """The lowest pressure at which the arm's prefix was not fully reused (inf if never)."""
-    lost = [r["pressure"] for r in rows if r["arm"] == label and r["survival"] < 1.0]
+    lost = [r["pressure"] for r in rows if r["arm"] == label and not r["survival"] >= 1.0]  # NaN is not survival
     return min(lost) if lost else math.inf
 
 
@@ -157,6 +159,7 @@ def absence(rows: list[dict], why: str) -> Outcome:
     lost = r["resident_before"] - r["resident_after"]
     metrics = {"engine_resident_tokens": r["resident_after"], "silent_evictions": lost,
                "engine_refusals": int(r["engine_refused"]), "capacity_tokens": r["capacity_tokens"],
+               "measured_capacity_tokens": r["filler_taken"] + r["resident_after"],
                "survival_at_max_pressure": r["resident_after"] / r["prefix_tokens"]}
     if r["filler_taken"] + r["resident_after"] > r["capacity_tokens"]:
         return Outcome("inconclusive", f"The read-back does not add up: the engine took {r['filler_taken']} filler "
@@ -170,7 +173,7 @@ def absence(rows: list[dict], why: str) -> Outcome:
         return Outcome("refuted", f"The engine lost {lost} of the {r['prefix_tokens']} pinned prefix tokens (read back "
                        f"from the engine) while the rest of the cache was filled, although the cell declares that it "
                        "never evicts: the prefix was not retained.", metrics, rows, notes,
-                       {"risk.retention_bias": "confirmed"})
+                       {"risk.retention_bias": "inconclusive"}, rests_on=("engine_resident_tokens",))
     return Outcome("not-applicable", f"The engine has no eviction to pin against: with the {r['prefix_tokens']}-token "
                    f"prefix resident it took {r['filler_taken']} more tokens and then refused the next batch itself, "
                    f"and all {r['resident_after']} prefix tokens were still held (read back from the engine). "
@@ -178,31 +181,42 @@ def absence(rows: list[dict], why: str) -> Outcome:
                    {"risk.retention_bias": "not-applicable"})
 
 
-def verdict(rows: list[dict], p: Params, arms: list[Arm]) -> Outcome:
+def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None) -> Outcome:
     """Pins: the top priority survives the whole ramp. Orders: every arm is lost, strictly later the
-    higher its priority. Arms lost at the same pressure show no effect of priority, never an order."""
+    higher its priority. Arms lost at the same pressure show no effect of priority, never an order; one
+    arm alone shows no order at all. The ramp counts as pressure only by the load the engine admitted
+    (a refused filler adds none), and survival that could not be measured (NaN) is no survival. An
+    engine without retention priorities (``no_priority``) is not-applicable to the priority claims."""
     top = Arm(100, None) if 100 in p.priorities else Arm(max(p.priorities), None)
     top_rows = sorted((r for r in rows if r["arm"] == top.label), key=lambda r: r["pressure"])
     max_ratio = max(p.pressure)
     refused = sum(r["fillers_refused"] for r in top_rows)
-    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in top_rows if not math.isnan(r["survival"])]
+    free = top_rows[0]["free_tokens"] if top_rows else 0
+    admitted = sum(r.get("fillers_admitted_tokens", 0) for r in top_rows) / free if free else 0.0
+    unmeasured = [r for r in top_rows if not math.isfinite(r["survival"])]
+    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in top_rows if math.isfinite(r["survival"])]
     survival_max = top_rows[-1]["survival"] if top_rows else float("nan")
+    from_engine = bool(top_rows) and all(r.get("survival_source") == "engine" for r in top_rows)
     losses = {a.label: first_loss(rows, a.label) for a in arms}
     plain = [a for a in arms if a.duration_ms is None]
     firsts = [losses[a.label] for a in plain]
     tied = len(plain) > 1 and len(set(firsts)) == 1
     ordered = len(plain) > 1 and all(x < y for x, y in zip(firsts, firsts[1:]))
     survived = math.isinf(losses[top.label])
+    survival_tag = "survival_at_max_pressure" if from_engine else "reported_survival_at_max_pressure"
     metrics = {
         "pinned_survival_max_pressure": max((r["pressure"] for r in top_rows if r["survival"] >= 1.0), default=0.0),
-        "survival_at_max_pressure": survival_max,
+        survival_tag: survival_max,
+        "admitted_load": admitted,
         "overflow_errors": refused,
         "silent_evictions": max(lost, default=0),
-        "capacity_tokens": top_rows[0]["free_tokens"] + p.prefix_tokens if top_rows else None,
+        "capacity_tokens": free + p.prefix_tokens if top_rows else None,
     }
+    rests = (survival_tag,)
     curve = "; ".join(f"{a.label}: " + ("survives all" if math.isinf(losses[a.label]) else f"lost from {losses[a.label]:g}×")
                       for a in arms)
-    notes = [f"first-loss pressure per arm (cumulative filler load sent, × free capacity): {curve}"]
+    notes = [f"first-loss pressure per arm (cumulative filler load sent, × free capacity): {curve}",
+             f"load the engine admitted over the ramp: {admitted:.2f}× free capacity ({refused} filler(s) refused)"]
     expiry = [a for a in arms if a.duration_ms]
     if expiry:
         e = expiry[0]
@@ -213,21 +227,38 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm]) -> Outcome:
     if not top_rows or max_ratio <= 1.0:
         return Outcome("inconclusive", f"The ramp never exceeded free capacity (max {max_ratio:g}×), so pressure "
                        "was not sustained; raise `pressure`.", metrics, rows, notes)
+    if unmeasured:
+        return Outcome("inconclusive", f"Survival could not be measured at {len(unmeasured)} pressure step(s) (no "
+                       "baseline reuse and no read-back), and an unmeasured prefix is not a surviving one.",
+                       metrics, rows, notes)
+    if no_priority:
+        notes.insert(0, f"the cell declares no retention priority: {no_priority}")
+        held = "held at every step" if survived else f"lost from {losses[top.label]:g}×"
+        return Outcome("not-applicable", f"The engine has no retention priority to pin or order with ({no_priority}); "
+                       f"as a reference, the prefix under plain eviction was {held} ({admitted:.2f}× free capacity "
+                       "admitted).", metrics, rows, notes, {"risk.retention_bias": "not-applicable"})
+    if admitted <= 1.0:
+        return Outcome("inconclusive", f"Requested load reached {max_ratio:g}× free capacity, but the engine admitted "
+                       f"only {admitted:.2f}× ({refused} filler(s) refused): the prefix was never under pressure "
+                       "beyond free capacity, so its survival says nothing about pinning.", metrics, rows, notes)
     if survived:
         how = (f"{refused} filler request(s) beyond capacity were refused with an explicit overflow error"
                if refused else "no filler was refused")
         effect = "" if len(plain) < 2 or not tied else " Every priority survived alike, so this shows no effect of priority."
-        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure up to "
-                   f"{max_ratio:g}× free capacity (cumulative filler load sent); {how}.{effect}")
+        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure, "
+                   f"with {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
         return Outcome("confirmed", summary, metrics, rows, notes,
-                       {"risk.retention_bias": "inconclusive" if tied else "refuted"})
+                       {"risk.retention_bias": "inconclusive" if tied or len(plain) < 2 else "refuted"},
+                       rests_on=rests)
     if tied:
         summary = (f"Every priority ({', '.join(a.label for a in plain)}) was lost at the same pressure "
                    f"({losses[top.label]:g}× free capacity): no effect of priority; retention neither pins nor orders.")
-        return Outcome("refuted", summary, metrics, rows, notes, {"risk.retention_bias": "confirmed"})
-    order = "strictly after every lower priority" if ordered else "not in priority order"
+        return Outcome("refuted", summary, metrics, rows, notes, {"risk.retention_bias": "confirmed"}, rests_on=rests)
+    order = ("strictly after every lower priority" if ordered else "with one priority arm only, so no order is shown"
+             if len(plain) < 2 else "not in priority order")
     summary = (f"Priority-{top.priority} prefix survived only up to {metrics['pinned_survival_max_pressure']:g}× free "
                f"capacity and was lost from {losses[top.label]:g}× ({survival_max:.0%} held at {max_ratio:g}×), "
                f"{order}: retention " + ("orders eviction, it does not pin." if ordered else "does not pin."))
     return Outcome("refuted", summary, metrics, rows, notes,
-                   {"risk.retention_bias": "confirmed" if ordered else "partial"})
+                   {"risk.retention_bias": "confirmed" if ordered else "inconclusive" if len(plain) < 2 else "partial"},
+                   rests_on=rests)

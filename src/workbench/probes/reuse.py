@@ -5,11 +5,15 @@ common token prefix of the two prompts, on every engine (per-slot or radix-tree 
 Three channels are reconciled against it, every disagreement kept:
 
 * the cell's report (its PrefixStatus): bookkeeping, which alone can confirm nothing;
-* the engine's own per-request accounting: tokens the engine evaluated for the request
-  (``request_counters``) and, where the cell can read KV back (``kv_readback``), the KV the engine
-  holds for the sequence before and after the request;
+* the engine's own per-request reuse counter (``PrefixStatus.engine_reused_tokens``: vLLM's
+  ``num_cached_tokens``, TensorRT-LLM's ``perf_metrics``) and, where the cell can read KV back
+  (``kv_readback``), the KV the engine holds for the sequence before and after the request. An engine
+  without a reuse counter (``Description.absent["reuse_counter"]``, e.g. llama.cpp, whose perf
+  counters count the tokens the cell chose to send) makes the counter risk ``not-applicable``;
 * output equivalence: the engine's logits after the reused request against a cold recompute of the
-  same tokens in another sequence (max abs difference). Reuse of the wrong KV cannot pass this.
+  same tokens in another sequence (max abs difference). Reuse of the wrong KV cannot pass this. Another
+  sequence's request runs between setup and probe, so the probe's logits are its own request's (the last
+  prompt token recomputed on the reused KV), never the setup's cached ones.
 
 TTFT is the time from the request to the first decoded token, with a fixed thread count; the rows
 run in a random order per repeat.
@@ -91,7 +95,7 @@ class PerRequestMetrics(Probe):
         with ctx.open(slots=2, **ctx.fixed_threads(p.threads)) as cell:
             d = cell.describe()
             B = block_size(d, p.nominal_block)
-            has_counters = "request_counters" in d.observers
+            no_counter = d.absent.get("reuse_counter")
             has_events = "kv_events" in d.observers
             readback = "kv_readback" in d.observers
             for rep in range(p.repeats):
@@ -101,6 +105,8 @@ class PerRequestMetrics(Probe):
                     case, setup, probe, same = cases[i]
                     salt = fresh_salt("reuse")
                     t_setup, _ = timed(cell.ensure_prefix, setup, salt=salt)
+                    # another sequence's request in between: the probe's logits must be its own request's
+                    cell.ensure_prefix(token_ids(rng, 1, d), slot=1, salt=fresh_salt("between"))
                     if has_events:
                         cell.drain_kv_events()
                     t_probe, st = timed(cell.ensure_prefix, probe, salt=salt if same else fresh_salt("other"))
@@ -108,9 +114,8 @@ class PerRequestMetrics(Probe):
                     events = cell.drain_kv_events() if has_events else []
                     truth = common_prefix(setup, probe) if same else 0
                     c = st.engine_counters
-                    engine_reused = _engine_reused(c, len(probe), B) if has_counters else None
-                    if readback and c.get("engine_resident_after") != len(probe):
-                        engine_reused = None  # the engine does not hold what the cell says it computed
+                    engine_reused = st.engine_reused_tokens
+                    holds = c.get("engine_resident_after") == len(probe) if readback else None
                     diff = scale = None
                     if readback:
                         warm = np.asarray(cell.last_logits())
@@ -121,6 +126,8 @@ class PerRequestMetrics(Probe):
                         "repeat": rep, "case": case, "prompt_tokens": len(probe), "expected_reused": truth,
                         "reported_reused": st.reused_tokens, "reported_exact": st.exact,
                         "granularity": st.granularity_tokens, "engine_reused": engine_reused,
+                        "engine_holds_prompt": holds, "recomputed_last_token": first.engine_counters.get(
+                            "recomputed_last_token"),
                         "engine_resident_before": c.get("engine_resident_before"),
                         "engine_resident_after": c.get("engine_resident_after"),
                         "logits_max_abs_diff": diff, "logits_cold_std": scale,
@@ -131,27 +138,21 @@ class PerRequestMetrics(Probe):
                         "engine_vs_expected": classify(truth, engine_reused, len(probe), st.granularity_tokens),
                     })
             fields = sorted({k for r in rows for k in r["engine_counters"]})
-        return verdict(rows, fields, d.engine, has_counters, p.logits_tolerance)
+        return verdict(rows, fields, d.engine, no_counter, p.logits_tolerance)
 
 
-def _engine_reused(counters: dict, prompt: int, B: int) -> int | None:
-    """Reuse as the engine itself counts it for this request, in tokens."""
-    if "num_reused_blocks" in counters:
-        return min(prompt, int(counters["num_reused_blocks"]) * B)
-    if "n_p_eval" in counters:
-        return prompt - int(counters["n_p_eval"]) - int(counters.get("n_eval", 0))
-    return None
-
-
-def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool, tolerance: float) -> Outcome:
-    """Confirmed: the engine's own accounting is exact per token and every reused request computes the
-    same logits as a cold recompute. Partial: block-granular or disagreeing. Refuted: no per-request
-    counters, or reuse that changes the output (the KV reused was not the prompt's)."""
+def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | None, tolerance: float) -> Outcome:
+    """Confirmed: the engine's own reuse counter is exact per token and every reused request computes the
+    same logits as a cold recompute. Partial: block-granular or disagreeing. Refuted: reuse that changes the
+    output (the KV reused was not the prompt's), or no per-request counter. Not-applicable: the engine
+    declares it has no reuse counter (``no_counter``), so the counter risk cannot occur; the logits check
+    then stands as the reference that the cell's reuse is sound."""
     n = len(rows)
     exact = sum(r["reported_vs_expected"] == "exact" for r in rows)
     with_engine = [r for r in rows if r["engine_vs_expected"] != "no channel"]
     engine_exact = sum(r["engine_vs_expected"] == "exact" for r in with_engine)
-    lost = [r for r in rows if has_counters and r["engine_reused"] is None]
+    has_counters = bool(with_engine)
+    lost = [r for r in rows if r.get("engine_holds_prompt") is False]
     mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
     disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
     diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
@@ -188,25 +189,38 @@ def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool
               f"{r['engine_resident_after']} of {r['prompt_tokens']} tokens read back" for r in lost]
     notes += [f"output changed by reuse: {r['case']} (repeat {r['repeat']}) logits differ by up to "
               f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in wrong]
-    if not has_counters:
-        return Outcome("refuted", f"{engine} exposes no per-request reuse counters; reuse can only be estimated "
-                       "from events or timing.", metrics, rows, notes, {"risk.reuse_metrics": "confirmed"})
+    claim = "not-applicable" if no_counter else None
     if wrong:
         return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
-                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread): the reuse the counters "
-                       "report is not reuse of the prompt's KV.", metrics, rows, notes,
-                       {"risk.reuse_metrics": "confirmed"})
+                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread): the reuse "
+                       "is not reuse of the prompt's KV.", metrics, rows, notes,
+                       {"risk.reuse_metrics": claim or "confirmed"}, rests_on=("logits_max_abs_diff",))
+    if no_counter:
+        notes.insert(0, f"the cell declares no engine reuse counter: {no_counter}")
+        checked = (f"every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}, "
+                   f"{len(diffs)} requests)" if diffs else "no logits could be read back")
+        if lost:
+            checked += f"; the engine did not hold the prompt after {len(lost)} request(s)"
+        return Outcome("not-applicable", f"{engine} has no per-request reuse counter to misreport, so the risk cannot "
+                       f"occur here. As a reference, the cell's own reuse ({exact}/{n} requests equal the token-id "
+                       f"expectation) was checked on the engine by output equivalence: {checked}.", metrics, rows,
+                       notes, {"risk.reuse_metrics": "not-applicable"}, rests_on=("logits_max_abs_diff",))
+    if not has_counters:
+        return Outcome("refuted", f"{engine} returned no per-request reuse counter on any request; reuse can only be "
+                       "estimated from events or timing.", metrics, rows, notes, {"risk.reuse_metrics": "confirmed"})
     if mism or disagree or lost:
         return Outcome("partial", f"{engine} reports per-request reuse ({', '.join(fields)}) but "
                        f"{len({id(r) for r in mism + disagree + lost})} of {n} requests disagree across the cell, the "
                        "engine and the token-id expectation beyond its granularity.", metrics, rows, notes,
-                       {"risk.reuse_metrics": "partial"})
+                       {"risk.reuse_metrics": "partial"}, rests_on=("engine_reuse_exact_fraction",))
     if granularity == 1 and exact == n and engine_exact == len(with_engine):
         checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g})"
                    if diffs else "")
         return Outcome("confirmed", f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: "
-                       f"its own counters ({', '.join(fields)}) and the KV read back from it agree with the "
-                       f"token-id expectation{checked}.", metrics, rows, notes, {"risk.reuse_metrics": "refuted"})
+                       f"its own counter ({', '.join(fields)}) agrees with the token-id expectation{checked}.",
+                       metrics, rows, notes, {"risk.reuse_metrics": "refuted"},
+                       rests_on=("engine_reuse_exact_fraction",))
     return Outcome("partial", f"{engine} reports per-request reuse in {unit} ({', '.join(fields)}): {exact}/{n} "
                    "requests exact, the rest within block rounding or the last-token rule, so reuse counts are "
-                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"})
+                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"},
+                   rests_on=("engine_reuse_exact_fraction",))

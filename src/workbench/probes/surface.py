@@ -152,7 +152,7 @@ def _llamacpp_entry(root: Path) -> Outcome:
     if missing:
         notes.append(f"missing C symbols: {', '.join(missing)}")
         return Outcome("partial", f"libllama exports {len(wanted) - len(missing)}/{len(wanted)} of the C functions "
-                       "the llama.cpp cell uses.", metrics, rows, notes)
+                       "the llama.cpp cell uses.", metrics, rows, notes, rests_on=("symbols_missing",))
     return Outcome("not-applicable", f"The unknown is about TensorRT-LLM's PyTorch path, which llama.cpp does not "
                    f"have; as a reference, llama.cpp ships a C entry point: libllama exports all {len(wanted)} C "
                    "functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
@@ -194,7 +194,7 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the table written for {LLAMACPP_EXPECTED_AGAINST}).",
-                       metrics, rows, notes, per_claim)
+                       metrics, rows, notes, per_claim, rests_on=("rows_verified",))
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
     per_claim = {r["claim"]: ("inconclusive" if not r["mechanism_count"] else "partial" if r["ok"] else "refuted")
                  for r in table} | churn
@@ -202,10 +202,10 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
                        "(behavioural probes say whether they work).", metrics, rows, notes,
-                       per_claim | {"entry.contract_table": "partial"})
+                       per_claim | {"entry.contract_table": "partial"}, rests_on=("rows_verified",))
     return Outcome("partial" if verified else "refuted", f"{len(verified)}/{len(table)} contract rows map onto the "
                    f"installed {engine} release; {len(broken)} rows name mechanisms that are missing or changed.",
-                   metrics, rows, notes, per_claim)
+                   metrics, rows, notes, per_claim, rests_on=("rows_verified",))
 
 
 def _llamacpp_rows() -> list[dict]:

@@ -81,7 +81,7 @@ class WarmupMaterialization(Probe):
                         "warmup_computed": warm.computed_tokens, "fillers_sent": pr.submitted,
                         "fillers_refused": pr.refused, "followup_reused": follow.reused_tokens,
                         "fraction": min(follow.reused_tokens, n) / n, "exact": follow.exact,
-                        "from_engine": follow.source not in ("cell", "bookkeeping", "none"),
+                        "from_engine": follow.engine_reused_tokens is not None,
                         "t_warmup_s": t_warm, "t_followup_s": t_follow,
                     })
         return _verdict(rows)
@@ -104,7 +104,8 @@ def absence(rows: list[dict], why: str) -> Outcome:
         r = short[0]
         return Outcome("confirmed", f"Right after the warm-up returned, the engine held only {r['engine_resident']} of "
                        f"{r['prefix_tokens']} prefix tokens ({r['boundary']}): the warm-up does not materialize the "
-                       "whole prefix.", metrics, rows, notes, {"contract.ensure_prefix": "refuted"})
+                       "whole prefix.", metrics, rows, notes, {"contract.ensure_prefix": "refuted"},
+                       rests_on=("engine_resident_tokens",))
     return Outcome("not-applicable", f"This engine has no max_tokens=1 warm-up to fall short: the moment each warm-up "
                    f"returned, the engine held every prefix token ({', '.join(r['boundary'] for r in rows)}; read back "
                    "from the engine), so the risk cannot occur here.", metrics, rows, notes,
@@ -125,11 +126,12 @@ def _verdict(rows: list[dict]) -> Outcome:
         return Outcome("refuted", f"The warm-up materialized and retained the whole prefix at every length "
                        f"({', '.join(sorted({r['boundary'] for r in rows}))}) and pressure up to "
                        f"{max(r['pressure'] for r in rows):g}× free capacity: the risk did not occur.",
-                       metrics, rows, notes, {"contract.ensure_prefix": "confirmed"})
+                       metrics, rows, notes, {"contract.ensure_prefix": "confirmed"}, rests_on=(fraction,))
     if calm and min_calm >= 1.0:
         return Outcome("confirmed", f"Without pressure the warm-up materialized the whole prefix, but under pressure "
                        f"the follow-up reused as little as {min(r['fraction'] for r in pressed):.0%}: the prefix is "
-                       "not retained.", metrics, rows, notes, {"contract.ensure_prefix": "partial"})
+                       "not retained.", metrics, rows, notes, {"contract.ensure_prefix": "partial"},
+                       rests_on=(fraction,))
     return Outcome("confirmed", f"Even without pressure the follow-up reused only {min_calm:.0%} of some prefixes "
                    f"(worst at {worst['boundary']}): the warm-up does not materialize the whole prefix.",
-                   metrics, rows, notes, {"contract.ensure_prefix": "refuted"})
+                   metrics, rows, notes, {"contract.ensure_prefix": "refuted"}, rests_on=(fraction,))
