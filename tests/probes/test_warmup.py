@@ -38,9 +38,9 @@ def test_absence_rule_returns_each_of_its_verdicts():
     assert absence([], "why").verdict == "inconclusive"
 
 
-def _row(pressure, fraction):
-    return {"prefix_tokens": 32, "boundary": "2·B", "pressure": pressure, "fillers_refused": 0,
-            "followup_reused": int(32 * fraction), "fraction": fraction, "from_engine": True}
+def _row(pressure, fraction, n=32, B=1, reused=None):
+    return {"prefix_tokens": n, "boundary": "2·B", "pressure": pressure, "fillers_refused": 0, "block_tokens": B,
+            "followup_reused": int(n * fraction) if reused is None else reused, "from_engine": True}
 
 
 def test_pressure_rule_returns_each_of_its_verdicts():
@@ -51,3 +51,13 @@ def test_pressure_rule_returns_each_of_its_verdicts():
     assert lost.verdict == "confirmed" and lost.claim_verdicts["contract.ensure_prefix"] == "partial"
     never = _verdict([_row(0, 0.5)])
     assert never.verdict == "confirmed" and never.claim_verdicts["contract.ensure_prefix"] == "refuted"
+
+
+def test_audit_4_block_rounding_on_a_paged_engine_is_not_a_loss():
+    """Against n, a 16-token-block engine reusing 32 of 33 prefix tokens read "not materialized" at every k·B±1."""
+    paged = [_row(p, 0, n=n, B=16, reused=n // 16 * 16) for p in (0, 2) for n in (31, 32, 33)]
+    out = _verdict(paged)
+    assert out.verdict == "refuted" and out.claim_verdicts["contract.ensure_prefix"] == "confirmed"
+    short = [_row(0, 0, n=33, B=16, reused=32), _row(2, 0, n=33, B=16, reused=16)]  # a whole block lost
+    assert _verdict(short).verdict == "confirmed"
+    assert _verdict([_row(0, 0, n=15, B=16, reused=0)]).verdict == "inconclusive"

@@ -80,7 +80,7 @@ class WarmupMaterialization(Probe):
                         "prefix_tokens": n, "boundary": _boundary(n, B), "pressure": ratio,
                         "warmup_computed": warm.computed_tokens, "fillers_sent": pr.submitted,
                         "fillers_refused": pr.refused, "followup_reused": follow.reused_tokens,
-                        "fraction": min(follow.reused_tokens, n) / n, "exact": follow.exact,
+                        "block_tokens": d.block_tokens, "exact": follow.exact,
                         "from_engine": follow.engine_reused_tokens is not None,
                         "t_warmup_s": t_warm, "t_followup_s": t_follow,
                     })
@@ -112,7 +112,22 @@ def absence(rows: list[dict], why: str) -> Outcome:
                    {"contract.ensure_prefix": "not-applicable"})
 
 
+def expected_reuse(n: int, block_tokens: int) -> int:
+    """What a follow-up can reuse of an n-token prefix that was wholly materialized: the whole blocks of it
+    (floor(n/B)·B with the engine's block size; n where reuse is per token). Block rounding is no loss."""
+    return n // block_tokens * block_tokens
+
+
 def _verdict(rows: list[dict]) -> Outcome:
+    """Each row's fraction is the reuse over what a wholly materialized prefix would give (:func:`expected_reuse`);
+    prefixes shorter than one block cannot show anything and are left out."""
+    for r in rows:
+        expected = expected_reuse(r["prefix_tokens"], r.get("block_tokens", 1))
+        r["expected_reused"] = expected
+        r["fraction"] = min(r["followup_reused"], expected) / expected if expected else None
+    rows = [r for r in rows if r["fraction"] is not None]
+    if not rows:
+        return Outcome("inconclusive", "Every prefix was shorter than one KV block, so no reuse could be expected.")
     calm = [r for r in rows if r["pressure"] == 0]
     pressed = [r for r in rows if r["pressure"] > 0]
     min_calm = min((r["fraction"] for r in calm), default=float("nan"))
