@@ -69,6 +69,11 @@ def test_bad_input_exits_non_zero_naming_the_fix(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and (tmp_path / "x.json").read_text() == "{}"
 
 
+def test_audit_13_findings_of_a_missing_folder_exits_2_naming_it(tmp_path):
+    r = wb("findings", str(tmp_path / "nope"))
+    assert r.returncode == 2 and "nope" in r.stderr
+
+
 def test_findings_command_lists_and_reports_corrupt(tmp_path):
     wb("probe", "surface.contract_mapping", "--out", str(tmp_path))
     (tmp_path / "junk.json").write_text("{")

@@ -10,10 +10,11 @@ from workbench.findings import Finding
 
 
 def f(verdict, engine="trtllm", version="1.2.0", created="2026-07-03T10:00:00+00:00", reason=None,
-      claims=("risk.warmup",), probe="prefix.warmup_materialization"):
+      claims=("risk.warmup",), probe="prefix.warmup_materialization", model="m"):
     return Path(f"/x/{engine}-{created}.json"), Finding(
         probe=probe, claims=list(claims), verdict=verdict, summary=f"{verdict} on {engine}", engine=engine,
-        environment=fingerprint(engine, version) | {"engine_version": version}, reason=reason, created=created)
+        environment=fingerprint(engine, version) | {"engine_version": version}, reason=reason, created=created,
+        params={"model": model})
 
 
 def state(found, claim="risk.warmup"):
@@ -59,3 +60,8 @@ def test_audit_1_a_static_mapping_finding_never_outranks_a_behavioural_one():
     assert only.verdict == "refuted" and only.probe == "prefix.warmup_materialization"
     (alone,) = state([static], "contract.ensure_prefix").subject  # with nothing behavioural, the survey stands
     assert alone.verdict == "partial"
+
+
+def test_audit_13_a_finding_on_another_model_does_not_replace_this_models():
+    found = [f("refuted", model="a", created="2026-07-01T00:00:00+00:00"), f("confirmed", model="b")]
+    assert sorted((s.model, s.verdict) for s in state(found).subject) == [("a", "refuted"), ("b", "confirmed")]

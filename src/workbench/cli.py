@@ -130,6 +130,9 @@ def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders
     """List findings side by side (engines and engine versions), reporting corrupt files."""
     from . import findings
 
+    missing = [str(d) for d in dirs or [Path("findings")] if not d.exists()]
+    if missing:
+        _fail(f"no such findings folder or file: {', '.join(missing)}")
     scan = findings.scan(dirs or [Path("findings")])
     for path, err in scan.errors:
         typer.echo(f"corrupt: {path}: {err}", err=True)

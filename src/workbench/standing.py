@@ -39,6 +39,7 @@ class Standing:
     probe: str
     finding_id: str
     path: Path
+    model: str | None = None  # None for a static survey (it runs no model)
 
     @property
     def date(self) -> str:
@@ -81,18 +82,30 @@ def _rank(s: Standing) -> tuple:
     return s.verdict != "not-run", behavioural(s.probe), when(s.created), s.finding_id
 
 
+def model_of(f: Finding) -> str:
+    """The model a finding ran on (its resolved name, else the spec it was given)."""
+    return (f.environment.get("model") or {}).get("name") or str(f.params.get("model", ""))
+
+
 def standings(found: Found) -> dict[str, list[Standing]]:
-    """Per claim id, the standing verdict of each (engine, engine version), ordered by engine then version."""
-    groups: dict[tuple[str, str, str | None], list[Standing]] = {}
+    """Per claim id, the standing verdict of each (engine, engine version, model), ordered by engine, version
+    and model. A static survey runs no model: it stands for its (engine, version) only where no behavioural
+    finding does, on any model."""
+    groups: dict[tuple[str, str, str | None, str | None], list[Standing]] = {}
     for path, f in found:
+        model = model_of(f) if behavioural(f.probe) else None
         for cid in dict.fromkeys(f.claims):
             s = Standing(cid, f.claim_verdicts.get(cid, f.verdict), f.engine, f.engine_version,
                          (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
-                         f.probe, f.id, path)
-            groups.setdefault((cid, f.engine, f.engine_version), []).append(s)
+                         f.probe, f.id, path, model)
+            groups.setdefault((cid, f.engine, f.engine_version, model), []).append(s)
+    stood = {k: max(v, key=_rank) for k, v in groups.items()}
+    ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run"}
     out: dict[str, list[Standing]] = {}
-    for key in sorted(groups, key=lambda k: (k[0], k[1], natural(k[2]))):
-        out.setdefault(key[0], []).append(max(groups[key], key=_rank))
+    for key in sorted(stood, key=lambda k: (k[0], k[1], natural(k[2]), k[3] or "")):
+        if key[3] is None and key[:3] in ran:
+            continue  # a behavioural finding ran here: existence never outranks it
+        out.setdefault(key[0], []).append(stood[key])
     return out
 
 

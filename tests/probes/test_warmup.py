@@ -61,3 +61,12 @@ def test_audit_4_block_rounding_on_a_paged_engine_is_not_a_loss():
     short = [_row(0, 0, n=33, B=16, reused=32), _row(2, 0, n=33, B=16, reused=16)]  # a whole block lost
     assert _verdict(short).verdict == "confirmed"
     assert _verdict([_row(0, 0, n=15, B=16, reused=0)]).verdict == "inconclusive"
+
+
+def test_audit_13_an_empty_pressure_list_is_a_parameter_error():
+    import pytest
+
+    from workbench import probes
+
+    with pytest.raises(probes.ParamError, match="pressure"):
+        probes.parse_params(probes.get("prefix.warmup_materialization"), {"pressure": ""})

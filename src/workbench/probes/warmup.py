@@ -33,6 +33,8 @@ class Params:
     def __post_init__(self) -> None:
         if not self.blocks or min(self.blocks) < 1:
             raise ValueError("blocks must be positive")
+        if not self.pressure:
+            raise ValueError("pressure needs at least one ratio (0 for no pressure)")
         if any(r < 0 for r in self.pressure):
             raise ValueError("pressure ratios must be ≥ 0")
 
