@@ -246,6 +246,10 @@ class VllmCell:
         if not avail.available:
             raise EngineUnavailable(ENGINE, avail.reason or "unknown reason")
         resolved = models.resolve(model)
+        if resolved.kind not in ("hf", "synthetic"):
+            raise UnsupportedFeature(f"{resolved.kind} model {resolved.spec!r}", ENGINE,
+                                     "the cell runs Hugging Face directories (config.json + safetensors); use a "
+                                     "'synthetic:…' spec (e.g. synthetic:cpu) or pass a model directory")
         path = models.hf_directory(resolved)
         return cls(resolved, path, models.hf_config(path), opts)
 
@@ -415,13 +419,11 @@ class VllmCell:
         if kind == "text":
             return self.tokenize(value, special=not continuation)
         tok = self._need_tokenizer("chat messages")
-        ids = list(tok.apply_chat_template(value, tokenize=True, add_generation_prompt=not continuation))
-        if ids and isinstance(ids[0], list):
-            ids = ids[0]
-        bos = getattr(tok, "bos_token_id", None)
-        if not continuation and bos is not None and (not ids or ids[0] != bos):
-            ids = [bos] + ids  # the synthetic template does not write the BOS the model expects
-        return ids
+        text = tok.apply_chat_template(value, tokenize=False, add_generation_prompt=not continuation)
+        bos = getattr(tok, "bos_token", None)
+        # the template may write the BOS itself; the tokenizer adds it otherwise (never on a continuation)
+        special = not continuation and not (bos and text.startswith(bos))
+        return list(tok.encode(text, add_special_tokens=special))
 
     # ------------------------------------------------------------------ requests
 
