@@ -127,6 +127,77 @@ def _release_inprocess_state() -> None:
         cleanup_dist_env_and_memory()
 
 
+# --------------------------------------------------------------------------- surface (static)
+
+SURFACE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "contract.manifest": (("inputs.llm.TokensPrompt", ("prompt_token_ids", "cache_salt")),),
+    "contract.ensure_prefix": (("v1.engine.llm_engine.LLMEngine.add_request", ("request_id", "prompt", "params")),
+                               ("outputs.RequestOutput", ("num_cached_tokens",)),
+                               ("sampling_params.SamplingParams", ("max_tokens",))),
+    "contract.prefill_suffix": (("v1.engine.llm_engine.LLMEngine.add_request", ("prompt",)),),
+    "contract.decode": (("v1.engine.llm_engine.LLMEngine", ("step", "has_unfinished_requests", "abort_request")),
+                        ("sampling_params.RequestOutputKind", ("DELTA",)),
+                        ("sampling_params.SamplingParams", ("temperature", "top_p", "top_k", "seed", "stop",
+                                                            "structured_outputs", "output_kind")),
+                        ("sampling_params.StructuredOutputsParams", ("json",))),
+    "contract.explain_context": (("entrypoints.llm.LLM", ("reset_prefix_cache",)),),
+    "contract.snapshot": (("distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1",
+                           ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                            "request_finished", "register_kv_caches", "save_kv_layer", "wait_for_save")),),
+    "contract.describe": (("engine.arg_utils.EngineArgs", ("block_size", "num_gpu_blocks_override",
+                                                           "kv_cache_memory_bytes", "max_model_len",
+                                                           "enable_prefix_caching", "kv_events_config")),
+                          ("config.kv_events.KVEventsConfig", ("enable_kv_cache_events", "publisher", "endpoint"))),
+    "contract.embed": (),  # mapped to UnsupportedFeature on a generate-runner engine
+    "contract.lora": (("lora.request.LoRARequest", ("lora_name", "lora_int_id", "lora_path")),
+                      ("engine.arg_utils.EngineArgs", ("enable_lora", "max_lora_rank", "max_loras"))),
+    "contract.slot_switch": (("entrypoints.llm.LLM", ("__init__",)),),
+    "contract.overflow": (("engine.arg_utils.EngineArgs", ("max_model_len",)),),
+}
+"""The vllm symbols and parameters each contract row relies on (0.32 line); ``surface.contract_mapping`` checks them."""
+
+
+def _names(obj: Any) -> set[str]:
+    """Parameters, dataclass/TypedDict fields and attributes usable on ``obj``."""
+    import inspect
+
+    names = set(dir(obj))
+    for klass in getattr(obj, "__mro__", ()):
+        names |= set(getattr(klass, "__annotations__", {}))
+    names |= set(getattr(obj, "__dataclass_fields__", {}))
+    if callable(obj):
+        with contextlib.suppress(TypeError, ValueError):
+            names |= set(inspect.signature(obj).parameters)
+    return names
+
+
+def surface_rows() -> list[dict]:
+    """One row per contract claim: does each symbol exist in the installed vllm with the parameters used?"""
+    vllm = _import_vllm()
+    rows = []
+    for claim, specs in SURFACE.items():
+        missing: list[str] = []
+        for dotted, needs in specs:
+            obj: Any = None
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
+                try:
+                    obj = importlib.import_module("vllm." + ".".join(parts[:i]))
+                except ImportError:
+                    continue
+                for part in parts[i:]:
+                    obj = getattr(obj, part, None)
+                break
+            if obj is None:
+                missing.append(f"{dotted} (not found)")
+                continue
+            names = _names(obj)
+            missing += [f"{dotted}.{n}" for n in needs if n not in names]
+        rows.append({"claim": claim, "mechanism": ", ".join(d for d, _ in specs) or "UnsupportedFeature",
+                     "ok": not missing, "missing": missing, "version": vllm.__version__})
+    return rows
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -298,8 +369,10 @@ class VllmCell:
         o, B = self.opts, self.opts.block_size
         if o.kv_budget_bytes is not None:
             return {"kv_cache_memory_bytes": int(o.kv_budget_bytes)}
-        tokens = o.kv_budget_tokens or self.context_tokens * o.slots
-        blocks = max(tokens // B, 2)  # one of them is the engine's null block, which holds nothing
+        if o.kv_budget_tokens:  # one of its blocks is the engine's null block, which holds nothing
+            blocks = max(o.kv_budget_tokens // B, 2)
+        else:  # room for every slot's full context, plus the null block
+            blocks = -(-self.context_tokens * o.slots // B) + 1
         return {"num_gpu_blocks_override": blocks, "kv_cache_memory_bytes": blocks * B * self._bytes_per_token}
 
     def _start(self) -> None:
@@ -638,8 +711,7 @@ class VllmCell:
         observers = ["request_counters"]
         if self._events is not None:
             observers += ["kv_events", "capacity"]
-        if self._connector is not None:
-            observers.append("connector")
+        observers.append("connector")  # recorded once the cell is opened with connector=True
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
@@ -716,4 +788,4 @@ class VllmCell:
         return self._connector.read()
 
 
-__all__ = ["VllmCell", "VllmOptions", "hf_geometry"]
+__all__ = ["SURFACE", "VllmCell", "VllmOptions", "hf_geometry", "surface_rows"]
