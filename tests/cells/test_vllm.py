@@ -15,7 +15,7 @@ import pytest
 from conftest import require_engine
 from workbench import ContextOverflow, ManifestMismatch, UnsupportedFeature, open_cell
 from workbench.cells import vllm as vllm_cell
-from workbench.contract import Cell, Snapshot
+from workbench.contract import Cell, Snapshot, observer_mismatches
 
 MODEL = "synthetic:cpu"  # head dim 64: vLLM's CPU attention refuses 16
 B = 32
@@ -64,6 +64,7 @@ def test_without_vllm_availability_says_how_to_install(monkeypatch):
 
 def test_cell_satisfies_the_contract_protocol(cell):
     assert isinstance(cell, Cell)
+    assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol
 
 
 def test_describe_reads_blocks_and_geometry_from_the_engine(cell):

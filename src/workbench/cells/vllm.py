@@ -751,11 +751,12 @@ class VllmCell:
             raise UnsupportedFeature("KV events", ENGINE, "open the cell with kv_events=True")
         return self._events.drain(timeout_s=timeout_s)
 
-    def measure_capacity(self, *, request_blocks: int = 1) -> int:
+    def measure_capacity(self, *, step: int | None = None) -> int:
         """Tokens the engine's pool really holds, read from its KV events (``capacity`` observer).
 
-        Clears the prefix cache, then sends fillers of fresh tokens under fresh salts until the engine
-        evicts: the blocks it stored before its first ``removed`` event are the pool. Slots are cleared.
+        Clears the prefix cache, then sends fillers of ``step`` fresh tokens (default: one block, so the
+        count is exact) under fresh salts until the engine evicts: the blocks it stored before its first
+        ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Slots are cleared.
         """
         self._check_open()
         if self._events is None:
@@ -763,7 +764,7 @@ class VllmCell:
         import numpy as np
 
         B = self.opts.block_size
-        n = min(request_blocks * B, self.context_tokens - 1)
+        n = min(step or B, self.context_tokens - 1)
         rng = np.random.default_rng(12345)
         self.reset_prefix_cache()
         self.drain_kv_events()
