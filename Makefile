@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/latest
 MODEL  ?= smollm2-135m
+# vLLM runs Hugging Face directories, not GGUF files: its arm of `make run` uses the synthetic model
+# whose Hugging Face twin holds the same weights as the GGUF (head dim 64, as vLLM's CPU backend needs).
+VLLM_MODEL ?= synthetic:cpu
 # vLLM's CPU build needs torch 2.13.0+cpu, which lives on PyTorch's CPU wheel index.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
@@ -53,7 +56,8 @@ endif
 # reason), then the report and a written-back copy of the blueprint, all under $(RUN).
 run: setup
 	$(BIN)/workbench doctor
-	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm --engine vllm
+	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
+	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm
 
 # Every test: unit and engine tests on the real llama.cpp with synthetic models, then the
 # committed notebooks under nbval.
