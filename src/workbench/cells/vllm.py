@@ -10,8 +10,8 @@ per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping
 * **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
   is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
   and never covering the last prompt token (it is always recomputed): ``exact=False``.
-* **PrefillSuffix** — deferred: rides the next decode's prefill; ``defer=False`` warms the whole
-  sequence at once.
+* **PrefillSuffix** — another ``max_tokens=1`` request over prefix + suffix (its reuse is again
+  ``num_cached_tokens``); with ``defer=True`` the suffix only rides the next decode's prefill.
 * **Decode** — streamed: ``LLMEngine.add_request`` with ``RequestOutputKind.DELTA`` and one
   ``step()`` per engine iteration; token times are taken as each delta arrives.
 * **ExplainContext** — no tail/middle removal and no position shift; a re-request recomputes.
@@ -600,7 +600,7 @@ class VllmCell:
                             engine_counters=counters)
 
     def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
-        """Deferred by default... unless ``defer=False``: then the whole sequence is warmed now."""
+        """Warm prefix + suffix now (one ``max_tokens=1`` request); ``defer=True`` leaves the suffix to the next decode."""
         st = self._slot(slot)
         if st.key is None:
             raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
@@ -732,7 +732,7 @@ class VllmCell:
                 "adapters": list(self.opts.adapters),
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
                 "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
-                "prefill": "deferred: prefill_suffix rides the next decode's prefill unless defer=False",
+                "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
                 "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",
                 "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
             },
