@@ -128,6 +128,17 @@ def test_pressure_evicts_least_recently_used_blocks(cell):
     assert again.reused_tokens < 7 * B
 
 
+def test_prefill_suffix_warms_the_sequence_and_reuses_the_prefix(cell):
+    s, p = salt(), prompt(2 * B + 5, 9)
+    cell.ensure_prefix(p, salt=s)
+    st = cell.prefill_suffix(prompt(B, 10))
+    assert (st.prompt_tokens, st.reused_tokens, st.source) == (3 * B + 5, 2 * B, "num_cached_tokens")
+    deferred = cell.prefill_suffix(prompt(3, 11), defer=True)
+    assert deferred.deferred_tokens == 3 and deferred.computed_tokens == 0
+    r = cell.decode(max_tokens=2)
+    assert r.prompt_tokens == 3 * B + 8 and r.deferred_prefill_tokens == 3
+
+
 def test_reset_prefix_cache_drops_every_block(cell):
     s, p = salt(), prompt(3 * B, 4)
     cell.ensure_prefix(p, salt=s)
