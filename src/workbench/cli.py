@@ -80,7 +80,7 @@ def list_probes() -> None:
 @app.command()
 def probe(
     name: str = typer.Argument(..., help="probe name (see `workbench probes`)"),
-    engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm"),
+    engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm | vllm"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
     param: List[str] = typer.Option([], "--param", "-p", help="probe parameter key=value (repeatable)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
