@@ -87,6 +87,20 @@ _DECLARED = [
     Metric("rows_total", "rows", "count", "contract rows checked"),
     # benchmark
     Metric("cell_over_raw", "cell/raw", "x", "median ratio of cell time to raw llama-cpp-python time"),
+    # agentic loop (workbench loop)
+    Metric("turns", "turns", "count", "agent-loop turns replayed per arm"),
+    Metric("reuse_efficiency", "reuse efficiency", "ratio", "reused / theoretically reusable prompt tokens, over the loop"),
+    Metric("unexplained_miss_tokens", "unexplained misses", "tokens", "reusable tokens recomputed for no attributed cause"),
+    Metric("ttft_p50_s", "TTFT p50", "s", "median time from a turn's EnsurePrefix to its first decoded token"),
+    Metric("ttft_p90_s", "TTFT p90", "s", "90th percentile of that time"),
+    Metric("loop_time_s", "loop time", "s", "end-to-end time of every turn, summed"),
+    Metric("speedup_vs_best_llamacpp", "speed-up", "x", "best llama.cpp arm's loop time / this arm's (paired turns)"),
+    Metric("speedup_ci_low", "speed-up CI low", "x", "lower bound of the 95% bootstrap CI of that speed-up"),
+    Metric("speedup_ci_high", "speed-up CI high", "x", "upper bound of the 95% bootstrap CI of that speed-up"),
+    Metric("acceptance_rate", "draft acceptance", "ratio", "accepted / drafted speculative tokens"),
+    Metric("mean_accepted_tokens", "accepted per draft", "tokens", "mean accepted tokens per verification that carried a draft"),
+    Metric("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x",
+           "median per-turn decode time of the plain llama.cpp arm over this arm's, on copy-heavy turns"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}
