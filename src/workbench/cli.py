@@ -189,8 +189,9 @@ def loop_cmd(
                       transient=True) as bar:
             task = bar.add_task("rendering turns", total=None)
 
-            def progress(arm: str, done: int, total: int) -> None:
-                bar.update(task, description=f"turn on {arm}", completed=done, total=total)
+            def progress(row: dict, done: int, total: int) -> None:
+                bar.update(task, description=f"session {row['session']} turn {row['turn']} on {row['arm']}",
+                           completed=done, total=total)
 
             res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
                            context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,

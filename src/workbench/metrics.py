@@ -93,6 +93,8 @@ _DECLARED = [
     Metric("unexplained_miss_tokens", "unexplained misses", "tokens", "reusable tokens recomputed for no attributed cause"),
     Metric("ttft_p50_s", "TTFT p50", "s", "median time from a turn's EnsurePrefix to its first decoded token"),
     Metric("ttft_p90_s", "TTFT p90", "s", "90th percentile of that time"),
+    Metric("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "least-squares TTFT slope per computed prompt token"),
+    Metric("ttft_per_context_token_s", "TTFT per context token", "s", "least-squares TTFT slope per prompt (context) token"),
     Metric("loop_time_s", "loop time", "s", "end-to-end time of every turn, summed"),
     Metric("speedup_vs_best_llamacpp", "speed-up", "x", "best llama.cpp arm's loop time / this arm's (paired turns)"),
     Metric("speedup_ci_low", "speed-up CI low", "x", "lower bound of the 95% bootstrap CI of that speed-up"),

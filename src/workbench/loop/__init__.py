@@ -50,13 +50,31 @@ def parse_arms(spec: str | Sequence[str]) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def default_arms(engine: str) -> list[str]:
+    """The arms a notebook runs for ``engine`` (``workbench run`` runs each notebook once per engine).
+
+    llama.cpp: every arm (the others report not-run with their reason). Any other engine: its own
+    arms, plus the llama.cpp references when it can run here (they must share the machine to be
+    compared); otherwise just its not-run arms, so a batch does not measure the references twice.
+    """
+    if engine == "llamacpp":
+        return _arms.names()
+    own = [n for n in _arms.names() if _arms.get(n).engine == engine]
+    if not own:
+        raise ValueError(f"no arm runs on engine {engine!r}; arms: {', '.join(_arms.names())}")
+    if _arms.unavailable(own[0]) is None:
+        own += [n for n in _arms.names() if _arms.is_llamacpp(n)]
+    return own
+
+
 def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int | None = None,
         sessions: int | None = None, out: str | Path | None = None, threads: int | None = None,
         context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
         rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, seed: int = 0,
-        progress: Callable[[str, int, int], None] | None = None) -> LoopRun:
+        progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
     """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given.
 
+    ``progress(row, done, total)`` is called with every per-turn row as it is measured.
     ``on_target`` declares target hardware with a certified model; without it a measured TensorRT-LLM
     win is at most ``inconclusive`` (the claim is about the product path).
     """
@@ -85,11 +103,11 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         total = len(work.turns) * len(opened)
         done = 0
 
-        def step(arm: str, _turn: int) -> None:
+        def step(row: dict) -> None:
             nonlocal done
             done += 1
             if progress:
-                progress(arm, done, total)
+                progress(row, done, total)
 
         rows = pd.DataFrame(_replay.replay(work, opened, step))
         descriptions = {a.spec.name: a.describe() for a in opened}
@@ -116,4 +134,4 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     return result
 
 
-__all__ = ["DEFAULT_CONTEXT", "LoopRun", "parse_arms", "run"]
+__all__ = ["DEFAULT_CONTEXT", "LoopRun", "default_arms", "parse_arms", "run"]

@@ -83,7 +83,7 @@ def build(trace: Trace, tok, context_tokens: int, vocab_size: int, tokens_per_bl
     return Workload(trace, turns, rule, dropped, context_tokens)
 
 
-def replay(work: Workload, arms: Sequence[CellArm], on_step: Callable[[str, int], None] | None = None) -> list[dict]:
+def replay(work: Workload, arms: Sequence[CellArm], on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Serve every turn on every arm, interleaved; one row per (turn, arm)."""
     seen = {a.spec.name: attr.Seen() for a in arms}
     rows: list[dict] = []
@@ -114,11 +114,11 @@ def replay(work: Workload, arms: Sequence[CellArm], on_step: Callable[[str, int]
                 "drafted": res.drafted, "accepted": res.accepted, "drafted_steps": res.drafted_steps,
                 "copy_fraction": wt.copy_fraction,
             })
-            if on_step:
-                on_step(name, i)
         plain = outputs.get("llamacpp")
         for row in rows[-len(order):]:
             row["same_tokens_as_llamacpp"] = None if plain is None else outputs[row["arm"]] == plain
+            if on_row:
+                on_row(row)
     return rows
 
 

@@ -89,12 +89,25 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
                 m["decode_speedup_copy_heavy"] = est.value
                 s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": int(mask.sum())}
             s.notes.append(f"output token-identical to the llamacpp arm on {int(same.sum())}/{len(same)} turns")
+        if len(df) >= 3:
+            fit = ttft_fit(df)
+            m |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"], "ttft_per_context_token_s": fit["per_context_token_s"]}
         mismatch = df[df["engine_resident"].notna() & (df["engine_resident"] != df["held_after"])]
         if len(mismatch):
             s.notes.append(f"{len(mismatch)} turns where the engine's resident positions disagree with the tokens "
                            "the attribution assumed held")
         out.append(s)
     return out
+
+
+def ttft_fit(df: pd.DataFrame) -> dict:
+    """Least squares TTFT ≈ a + b·computed (the suffix) + c·prompt (the context), over one arm's turns.
+
+    Warm TTFT "tracks the suffix, not the context" when b dominates and c is near zero.
+    """
+    x = np.column_stack([np.ones(len(df)), df["computed"].to_numpy(float), df["prompt"].to_numpy(float)])
+    coef, *_ = np.linalg.lstsq(x, df["ttft_s"].to_numpy(float), rcond=None)
+    return {"intercept_s": float(coef[0]), "per_suffix_token_s": float(coef[1]), "per_context_token_s": float(coef[2])}
 
 
 def attribution_totals(rows: pd.DataFrame) -> pd.DataFrame:
@@ -178,4 +191,4 @@ def _nan(v: Any) -> bool:
     return isinstance(v, float) and v != v
 
 
-__all__ = ["ArmSummary", "COPY_HEAVY", "arm_finding", "attribution_totals", "gate_finding", "paired", "summarise"]
+__all__ = ["ArmSummary", "COPY_HEAVY", "arm_finding", "attribution_totals", "gate_finding", "paired", "summarise", "ttft_fit"]

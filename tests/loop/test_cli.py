@@ -1,0 +1,52 @@
+"""`workbench loop` end to end on real llama.cpp: findings per arm, the gate, write-back, bad input."""
+
+from __future__ import annotations
+
+import shutil
+
+from typer.testing import CliRunner
+
+from workbench import blueprint, findings
+from workbench.cli import app
+from workbench.loop import arms, default_arms
+from workbench.runner import REPO_ROOT
+
+
+def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
+    out = tmp_path / "findings"
+    res = CliRunner().invoke(app, ["loop", "--trace", str(hand_trace), "--model", "synthetic:tiny", "--threads", "1",
+                                   "--context", "1024", "--tokens-per-block", "4", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    found = {f.probe: f for _, f in findings.scan([out]).findings}
+    assert set(found) == {f"loop.{a}" for a in arms.names()} | {"loop.gate"}
+    for name in ("llamacpp-cold", "llamacpp", "llamacpp-spec"):
+        f = found[f"loop.{name}"]
+        assert f.verdict == "inconclusive" and f.engine == "llamacpp"
+        assert {"reuse_efficiency", "ttft_p50_s", "loop_time_s", "speedup_vs_best_llamacpp"} <= f.metrics.keys()
+        assert len(f.evidence["rows"]) == 4 and f.claims == ["entry.step_function"]
+    assert found["loop.llamacpp"].metric("reuse_efficiency") == 1.0
+    assert found["loop.llamacpp-spec"].metric("acceptance_rate") is not None
+    assert found["loop.vllm"].verdict == "not-run" and "vllm engine not installed/available" in found["loop.vllm"].reason
+    g = found["loop.gate"]
+    assert g.verdict == "not-run" and g.engine == "trtllm"
+    assert "n_gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason
+    # written back under the entry condition, beside the other entry condition's block
+    bp = tmp_path / "blueprint.md"
+    shutil.copy(REPO_ROOT / "data" / "blueprint" / "blueprint.md", bp)
+    assert blueprint.run_writeback(bp, [out]) == 0
+    text = bp.read_text()
+    assert "<!-- workbench:begin entry.step_function -->" in text and "unresolved" in text
+
+
+def test_loop_bad_input_exits_2(tmp_path):
+    r = CliRunner().invoke(app, ["loop", "--trace", "nope", "--model", "synthetic:tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown trace" in r.output
+    r = CliRunner().invoke(app, ["loop", "--arms", "llamacpp,warp-drive", "--model", "synthetic:tiny",
+                                 "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "valid arms" in r.output
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_default_arms_per_engine():
+    assert default_arms("llamacpp") == arms.names()
+    assert default_arms("trtllm") == ["trtllm"]  # not runnable here: the references are not measured twice
