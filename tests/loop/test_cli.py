@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from typer.testing import CliRunner
 
 from workbench import blueprint, findings
@@ -24,7 +26,11 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
         assert f.verdict == "inconclusive" and f.engine == "llamacpp"
         assert {"reuse_efficiency", "ttft_p50_s", "loop_time_s", "speedup_vs_best_llamacpp"} <= f.metrics.keys()
         assert len(f.evidence["rows"]) == 4 and f.claims == ["entry.step_function"]
-    assert found["loop.llamacpp"].metric("reuse_efficiency") == 1.0
+    rows = found["loop.llamacpp"].evidence["rows"]
+    # turn 4 extends turn 2's sequence, which turn 3 overwrote in the one-slot cell: an eviction, attributed
+    assert sum(r["eviction"] for r in rows) > 0 and all(r["unexplained"] == 0 for r in rows)
+    assert found["loop.llamacpp"].metric("reuse_efficiency") == pytest.approx(
+        sum(r["reused"] for r in rows) / sum(r["theoretical"] for r in rows))
     assert found["loop.llamacpp-spec"].metric("acceptance_rate") is not None
     assert found["loop.vllm"].verdict == "not-run" and "vllm engine not installed/available" in found["loop.vllm"].reason
     g = found["loop.gate"]

@@ -89,8 +89,8 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
                 m["decode_speedup_copy_heavy"] = est.value
                 s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": int(mask.sum())}
             s.notes.append(f"output token-identical to the llamacpp arm on {int(same.sum())}/{len(same)} turns")
-        if len(df) >= 3:
-            fit = ttft_fit(df)
+        fit = ttft_fit(df)
+        if fit:
             m |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"], "ttft_per_context_token_s": fit["per_context_token_s"]}
         mismatch = df[df["engine_resident"].notna() & (df["engine_resident"] != df["held_after"])]
         if len(mismatch):
@@ -101,11 +101,13 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
 
 
 def ttft_fit(df: pd.DataFrame) -> dict:
-    """Least squares TTFT ≈ a + b·computed (the suffix) + c·prompt (the context), over one arm's turns.
+    """Least squares (empty when the two cannot be told apart) TTFT ≈ a + b·computed (the suffix) + c·prompt (the context), over one arm's turns.
 
     Warm TTFT "tracks the suffix, not the context" when b dominates and c is near zero.
     """
     x = np.column_stack([np.ones(len(df)), df["computed"].to_numpy(float), df["prompt"].to_numpy(float)])
+    if np.linalg.matrix_rank(x) < 3:  # e.g. the cold arm: suffix and context are the same numbers
+        return {}
     coef, *_ = np.linalg.lstsq(x, df["ttft_s"].to_numpy(float), rcond=None)
     return {"intercept_s": float(coef[0]), "per_suffix_token_s": float(coef[1]), "per_context_token_s": float(coef[2])}
 
