@@ -22,9 +22,12 @@ from typing import Sequence
 
 @dataclass(frozen=True)
 class Drafter:
+    """Prompt-lookup settings. A match shorter than ``min_ngram`` drafts nothing: one-token matches
+    mostly draft junk, and on a CPU a rejected draft costs a wider batch for nothing."""
+
     k: int = 8
-    max_ngram: int = 3
-    min_ngram: int = 1
+    max_ngram: int = 4
+    min_ngram: int = 2
 
     def __post_init__(self) -> None:
         if self.k < 1 or not 1 <= self.min_ngram <= self.max_ngram:
