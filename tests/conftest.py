@@ -26,6 +26,21 @@ def cell():
         yield c
 
 
+@pytest.fixture
+def crashing_llama(tmp_path):
+    """Environment for a child Python whose llama.cpp segfaults at the first decode, through the engine's own
+    API (``llama_decode`` on a NULL context), as llama.cpp #20824 does on AMX CPUs."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(
+        "import llama_cpp\n"
+        "_decode = llama_cpp.llama_decode\n"
+        "def crashing(ctx, batch):\n"
+        "    return _decode(None, batch)\n"
+        "llama_cpp.llama_decode = crashing\n")
+    return os.environ | {"PYTHONPATH": str(inject)}
+
+
 def ids(n: int, start: int = 300) -> list[int]:
     """Deterministic token ids inside the synthetic vocabulary."""
     return [start + (i * 37) % (500 - start) for i in range(n)]

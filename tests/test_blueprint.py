@@ -22,7 +22,7 @@ from workbench.findings import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
 BLUEPRINT = ROOT / "data" / "blueprint" / "blueprint.md"
-SEED = ROOT.parent / "shared" / "seeds" / "000_c0f48a43e8b99d73.txt"
+SEED = ROOT / "data" / "blueprint" / "source.txt"  # the blueprint as its owners wrote it (plain text)
 BASE = Path("/bp")  # links in pure write-backs are relative to this folder
 MARKER = re.compile(r"[ \t]*<!-- workbench:(begin|end) (\S+) -->[ \t]*\r?\n?")
 

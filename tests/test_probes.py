@@ -11,7 +11,8 @@ from workbench import findings, probes
 
 
 def run(name, tmp_path, **params):
-    f = probes.run(name, engine="llamacpp", model=TINY, params=params, out=tmp_path)
+    """In this process (not isolated), so that monkeypatched faults reach the engine."""
+    f = probes.run(name, engine="llamacpp", model=TINY, params=params, out=tmp_path, isolated=False)
     doc = json.loads((tmp_path / f"{f.id}.json").read_text())
     findings.validate(doc)  # what was written is schema-valid
     assert doc["environment"]["engine_version"]

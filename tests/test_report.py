@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import claims, findings, metrics, probes, report, runner
+from workbench import claims, findings, manifest, metrics, probes, report
 
 
 @pytest.fixture(scope="module")
@@ -23,14 +23,14 @@ def run_dir(tmp_path_factory) -> Path:
                       summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
     findings.write(not_run, out / "findings")
     (out / "findings" / "broken.json").write_text("{not json")
-    runner.record(out, runner.NotebookRun("10_retention", "ok", {}, "notebooks/10_retention.ipynb", "t", 3.25))
-    runner.record(out, runner.NotebookRun("20_reuse_metrics", "error", {}, "notebooks/20_reuse_metrics.ipynb", "t",
+    manifest.record(out, manifest.NotebookRun("10_retention", "ok", {}, "notebooks/10_retention.ipynb", "t", 3.25))
+    manifest.record(out, manifest.NotebookRun("20_reuse_metrics", "error", {}, "notebooks/20_reuse_metrics.ipynb", "t",
                                           1.0, "ValueError: boom (cell 4)"))
     return out
 
 
 def test_report_is_offline_and_self_contained(run_dir):
-    page = report.write(run_dir, runner.load_manifest(run_dir)).read_text()
+    page = report.write(run_dir, manifest.load(run_dir)).read_text()
     assert page.count("Plotly.newPlot") >= 3  # survival, matrix and timelines
     assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched: no CDN, no file next to it
@@ -44,7 +44,7 @@ def test_report_div_ids_are_deterministic(run_dir):
 
 
 def test_report_content(run_dir):
-    page = report.render(run_dir, runner.load_manifest(run_dir))
+    page = report.render(run_dir, manifest.load(run_dir))
     assert 'href="notebooks/10_retention.ipynb"' in page
     assert "ValueError: boom (cell 4)" in page
     assert "no GPU here" in page  # not-run findings show their reason

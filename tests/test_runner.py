@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import findings, runner
+from workbench import findings, manifest, runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 pytestmark = pytest.mark.slow
@@ -56,7 +56,7 @@ def test_failing_notebook_keeps_the_others_results(tmp_path):
     code = batch(tmp_path, ["raises_error", "writes_finding"])
 
     assert code == 1
-    m = runner.load_manifest(tmp_path)
+    m = manifest.load(tmp_path)
     assert m.notebooks["llamacpp/raises_error"].status == "error"
     assert "RuntimeError: this notebook fails on purpose" in m.notebooks["llamacpp/raises_error"].error
     assert m.notebooks["llamacpp/writes_finding"].status == "ok"  # ran after the failure
@@ -70,14 +70,14 @@ def test_interrupted_batch_resumes(tmp_path):
     done, interrupted = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding", "prints_parameters"],
                                     FIXTURES)[::-1]
     assert done.name == "writes_finding"
-    runner.record(tmp_path, runner.NotebookRun(done.key, "ok", done.parameters, done.output,
+    manifest.record(tmp_path, manifest.NotebookRun(done.key, "ok", done.parameters, done.output,
                                                "2026-01-01T00:00:00+00:00", 1.0))
-    runner.record(tmp_path, runner.NotebookRun(interrupted.key, "running", interrupted.parameters,
+    manifest.record(tmp_path, manifest.NotebookRun(interrupted.key, "running", interrupted.parameters,
                                                interrupted.output, "2026-01-01T00:00:01+00:00"))
 
     assert batch(tmp_path, ["writes_finding", "prints_parameters"]) == 0
 
-    m = runner.load_manifest(tmp_path)
+    m = manifest.load(tmp_path)
     assert m.notebooks["llamacpp/writes_finding"].duration_s == 1.0  # skipped: still the earlier run's entry
     assert not (tmp_path / done.output).exists()
     assert finding_files(tmp_path) == set()
@@ -135,8 +135,23 @@ def test_cell_options_arrive_as_a_json_object(tmp_path):
 def test_engines_share_one_run_folder_side_by_side(tmp_path):
     assert runner.run_batch(tmp_path, engine=["llamacpp", "trtllm"], model="synthetic:tiny", only=["writes_finding"],
                             progress=False, notebooks_dir=FIXTURES, data_dir=tmp_path / "no-data") == 0
-    m = runner.load_manifest(tmp_path)
+    m = manifest.load(tmp_path)
     assert set(m.notebooks) == {"llamacpp/writes_finding", "trtllm/writes_finding"}
     assert all((tmp_path / e.output).is_file() for e in m.notebooks.values())
     engines = {f.engine for _, f in findings.scan([tmp_path / "findings"]).findings}
     assert engines == {"llamacpp", "trtllm"}
+
+
+def test_an_engine_crash_in_a_notebook_is_reported_with_its_cause(tmp_path, crashing_llama):
+    """The kernel survives (the probe runs in a child), so the run table says why, not papermill's "Kernel died"."""
+    code = ("import sys; from pathlib import Path; from workbench import runner; "
+            "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {}, ['writes_finding'], "
+            "progress=False, notebooks_dir=Path(sys.argv[2]), data_dir=Path(sys.argv[1]) / 'no-data'))")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(FIXTURES)], capture_output=True, text=True,
+                       env=crashing_llama, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    entry = manifest.load(tmp_path).notebooks["llamacpp/writes_finding"]
+    assert entry.status == "error"
+    assert entry.error.startswith("EngineCrashed: engine crashed with SIGSEGV (signal 11) during _eval")
+    assert "Kernel died" not in entry.error
+    assert not (tmp_path / "findings").exists() or not list((tmp_path / "findings").glob("*.json"))

@@ -2,8 +2,11 @@
 
 Each round is a cold prefill of ``prompt_tokens`` followed by ``decode_tokens`` greedy tokens.
 Arms alternate within every round (cell, raw low-level API, high-level ``Llama``), all with the
-same model, context size, batch size and thread count (all cores), so machine noise hits them
-alike; the figure is the median of per-round ratios. Run it on an otherwise idle machine.
+same model, context size, batch size, thread count (all cores) and extra-buffer setting (the AMX
+workaround of :mod:`workbench.cpu`), so machine noise hits them alike; the figure is the median of
+per-round ratios. Where the setting in force keeps extra buffers on, a fourth arm runs the cell with
+them off, which states what the workaround would cost on this machine. The high-level ``Llama``
+cannot turn them off, so it is left out where the workaround is in force. Run it on an idle machine.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import environment, models
+from . import cpu, environment, models
+from .models import TOKEN_LO
 from .cells import open_cell
-from .probes.common import TOKEN_LO
+from .cells.llamacpp import decide_extra_buffers, model_params
 
 
 @dataclass
@@ -30,6 +34,9 @@ class BenchResult:
     seconds: dict[str, list[float]] = field(default_factory=dict)
     hardware: str = ""
     llama_cpp_version: str = ""
+    extra_buffers: bool = True
+    extra_buffers_reason: str = ""
+    cpu_flags: list[str] = field(default_factory=list)
 
     def median(self, arm: str) -> float:
         return statistics.median(self.seconds[arm])
@@ -39,16 +46,19 @@ class BenchResult:
         return statistics.median(a / b for a, b in zip(self.seconds[arm], self.seconds[base]))
 
     def to_dict(self) -> dict:
-        return asdict(self) | {"cell_over_raw": self.ratio("cell", "raw"),
-                               "cell_over_llama": self.ratio("cell", "llama")}
+        return asdict(self) | {f"{arm}_over_{base}": self.ratio(arm, base) for arm, base in self.ratios()}
+
+    def ratios(self) -> list[tuple[str, str]]:
+        return [(a, b) for a, b in (("cell", "raw"), ("cell", "llama"), ("cell_xb_off", "cell")) if a in self.seconds
+                and b in self.seconds]
 
 
 class _Raw:
     """The most direct use of llama-cpp-python: low-level context, one batch, greedy sampler."""
 
-    def __init__(self, ll, path: str, n_ctx: int, n_batch: int, threads: int) -> None:
+    def __init__(self, ll, path: str, n_ctx: int, n_batch: int, threads: int, extra: cpu.ExtraBuffers) -> None:
         self.ll = ll
-        mp = ll.llama_model_default_params()
+        mp = model_params(ll, extra=extra)
         self.model = ll.llama_model_load_from_file(path.encode(), mp)
         cp = ll.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, n_batch, n_batch
@@ -86,49 +96,69 @@ def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds
     m = models.resolve(model)
     threads = os.cpu_count() or 1
     n_ctx, n_batch = max(1024, prompt_tokens + decode_tokens + 16), 512
-    res = BenchResult(m.name, prompt_tokens, decode_tokens, rounds, threads,
-                      {"cell": [], "raw": [], "llama": []}, environment.hardware()["summary"], llama_cpp.__version__)
-    cell = open_cell("llamacpp", model, kv_budget_tokens=n_ctx, n_batch=n_batch, n_threads=threads)
-    raw = _Raw(llama_cpp, str(m.path), n_ctx, n_batch, threads)
-    hl = Llama(str(m.path), n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads, verbose=False)
+    extra = decide_extra_buffers()
+    arms = ["cell", "raw", "llama", "cell_xb_off"] if extra.use else ["cell", "raw"]
+    res = BenchResult(m.name, prompt_tokens, decode_tokens, rounds, threads, {a: [] for a in arms},
+                      environment.hardware()["summary"], llama_cpp.__version__, extra.use, extra.reason,
+                      sorted(f for f in cpu.flags() if f in cpu.SHOWN_FLAGS))
+    opts = dict(kv_budget_tokens=n_ctx, n_batch=n_batch, n_threads=threads)
+    cell = open_cell("llamacpp", model, **opts, extra_buffers=extra.use)
+    raw = _Raw(llama_cpp, str(m.path), n_ctx, n_batch, threads, extra)
+    hl = xb_off = None
+    if extra.use:
+        hl = Llama(str(m.path), n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
+                   verbose=False)
+        xb_off = open_cell("llamacpp", model, **opts, extra_buffers=False)
+
+    def work(arm: str, prompt: list[int], r: int) -> list[int]:
+        if arm == "raw":
+            return raw.work(prompt, decode_tokens)
+        if arm == "llama":
+            hl.reset()
+            out: list[int] = []
+            for tok in hl.generate(prompt, temp=0.0, top_k=1, reset=True):
+                out.append(tok)
+                if len(out) == decode_tokens:
+                    break
+            return out
+        c = cell if arm == "cell" else xb_off
+        c.ensure_prefix(prompt, salt=f"bench-{r}")
+        return c.decode(max_tokens=decode_tokens).tokens
+
     try:
         hi = min(cell.describe().extra["vocab_size"], 30000)
         for r in range(rounds + 1):  # round 0 warms every arm up and is discarded
             prompt = [TOKEN_LO + (r * 7919 + i * 104729) % (hi - TOKEN_LO) for i in range(prompt_tokens)]
-            t0 = time.perf_counter()
-            cell.ensure_prefix(prompt, salt=f"bench-{r}")
-            a = cell.decode(max_tokens=decode_tokens).tokens
-            t1 = time.perf_counter()
-            b = raw.work(prompt, decode_tokens)
-            t2 = time.perf_counter()
-            hl.reset()
-            c = []
-            for tok in hl.generate(prompt, temp=0.0, top_k=1, reset=True):
-                c.append(tok)
-                if len(c) == decode_tokens:
-                    break
-            t3 = time.perf_counter()
-            if a != b[: len(a)]:
-                raise RuntimeError(f"cell and raw decoded different tokens in round {r}: {a[:8]} vs {b[:8]}")
-            if r:
-                res.seconds["cell"].append(t1 - t0)
-                res.seconds["raw"].append(t2 - t1)
-                res.seconds["llama"].append(t3 - t2)
+            tokens = {}
+            for arm in arms[r % len(arms):] + arms[: r % len(arms)]:  # rotate, so no arm always goes first
+                t0 = time.perf_counter()
+                tokens[arm] = work(arm, prompt, r)
+                if r:
+                    res.seconds[arm].append(time.perf_counter() - t0)
+            if tokens["cell"] != tokens["raw"][: len(tokens["cell"])]:
+                raise RuntimeError(f"cell and raw decoded different tokens in round {r}: "
+                                   f"{tokens['cell'][:8]} vs {tokens['raw'][:8]}")
     finally:
-        cell.close()
-        raw.close()
-        hl.close()
+        for c in (cell, raw, hl, xb_off):
+            if c is not None:
+                c.close()
     return res
 
 
 def render(res: BenchResult) -> str:
     lines = [f"benchmark: {res.model}, {res.prompt_tokens} prefill + {res.decode_tokens} decode tokens, "
              f"{res.rounds} alternating rounds, {res.threads} threads, llama-cpp-python {res.llama_cpp_version}",
-             f"hardware: {res.hardware} ({platform.machine()})"]
-    for arm, label in (("cell", "workbench cell"), ("raw", "raw low-level API"), ("llama", "high-level Llama")):
-        xs = res.seconds[arm]
-        lines.append(f"  {label:<20} median {statistics.median(xs) * 1e3:8.1f} ms   "
-                     f"min {min(xs) * 1e3:8.1f}  max {max(xs) * 1e3:8.1f}")
-    lines.append(f"  cell / raw    median ratio {res.ratio('cell', 'raw'):.3f}")
-    lines.append(f"  cell / Llama  median ratio {res.ratio('cell', 'llama'):.3f}")
+             f"hardware: {res.hardware} ({platform.machine()}; flags: {' '.join(res.cpu_flags) or 'none shown'})",
+             f"extra buffers (every arm but cell_xb_off): {res.extra_buffers_reason}"]
+    for arm, label in _LABELS.items():
+        if arm in res.seconds:
+            xs = res.seconds[arm]
+            lines.append(f"  {label:<30} median {statistics.median(xs) * 1e3:8.1f} ms   "
+                         f"min {min(xs) * 1e3:8.1f}  max {max(xs) * 1e3:8.1f}")
+    for arm, base in res.ratios():
+        lines.append(f"  {arm} / {base:<12} median ratio {res.ratio(arm, base):.3f}")
     return "\n".join(lines)
+
+
+_LABELS = {"cell": "workbench cell", "raw": "raw low-level API", "llama": "high-level Llama",
+           "cell_xb_off": "cell, extra buffers off"}

@@ -42,9 +42,24 @@ def _kv(pairs: List[str], typed: bool = False) -> dict:
 
 
 @app.command()
-def doctor(as_json: bool = typer.Option(False, "--json", help="machine-readable report")) -> None:
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="machine-readable report"),
+    smoke: bool = typer.Option(False, "--smoke", help="open ENGINE on MODEL with dummy weights; try every probe path"),
+    engine: str = typer.Option("trtllm", "--engine", "-e", help="engine for --smoke"),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Hugging Face model directory for --smoke"),
+) -> None:
     """What this machine can run: Python, CPU, GPU, engines (with the reason when not), the default model."""
     from . import doctor as _doctor
+
+    if smoke:
+        from . import smoke as _smoke
+
+        try:
+            check = _smoke.run(engine, model)
+        except WorkbenchError as e:
+            _fail(str(e))
+        typer.echo(json.dumps(check.as_dict(), indent=2) if as_json else _smoke.render(check))
+        raise typer.Exit(check.exit_code)
 
     rep = _doctor.report()
     typer.echo(json.dumps(rep, indent=2, default=str) if as_json else _doctor.render(rep))
@@ -73,10 +88,12 @@ def probe(
                                    help="cell option key=value, e.g. dummy_weights=true, tokens_per_block=64"),
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
-    from . import metrics, probes
+    from . import isolate, metrics, probes
 
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
+    except isolate.EngineCrashed as e:
+        _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")

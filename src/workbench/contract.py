@@ -9,6 +9,7 @@ PrefillSuffix, Decode, ExplainContext, Snapshot/Restore, Describe, Embed.
 from __future__ import annotations
 
 import hashlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union, runtime_checkable
 
@@ -250,15 +251,99 @@ TokenCallback = Callable[[int, str, float], None]
 # --------------------------------------------------------------------------- the protocol
 
 
-OBSERVERS = {
-    "request_counters": "PrefixStatus/DecodeResult.engine_counters carry the engine's own per-request reuse counters",
-    "kv_events": "cell.drain_kv_events() -> list[KvEvent]; drains the engine's event buffer (one consumer)",
-    "iteration_stats": "cell.drain_iteration_stats() -> list[dict]; drains the engine's iteration stats",
-    "connector": "cell.connector_log() -> list[dict]; every call a recording KV connector saw, with arguments",
-    "state_export": "cell.export_state(slot) / import_state(blob, slot, position_shift=0); per-sequence KV bytes",
+@runtime_checkable
+class RequestCounters(Protocol):
+    """``PrefixStatus``/``DecodeResult.engine_counters`` carry the engine's own per-request reuse counters.
+
+    A data channel: it adds no method, so any cell satisfies the Protocol; announcing it is the promise."""
+
+
+@runtime_checkable
+class KvEvents(Protocol):
+    """The engine's KV-cache event stream (stored/removed/created blocks); one consumer drains it."""
+
+    def drain_kv_events(self, timeout_s: float = 0.5) -> list[KvEvent]: ...
+
+
+@runtime_checkable
+class IterationStats(Protocol):
+    """The engine's per-iteration statistics, drained."""
+
+    def drain_iteration_stats(self, timeout_s: float = 0.5) -> list[dict]: ...
+
+
+@runtime_checkable
+class ConnectorLog(Protocol):
+    """Every call a recording KV connector saw, with its arguments."""
+
+    def connector_log(self) -> list[dict]: ...
+
+
+@runtime_checkable
+class StateExport(Protocol):
+    """Per-sequence KV bytes out of and into the engine; ``tokens`` are the ids the blob holds KV for."""
+
+    def export_state(self, *, slot: int = 0) -> bytes: ...
+
+    def import_state(self, blob: bytes, tokens: Sequence[int], *, slot: int = 0, position_shift: int = 0) -> None: ...
+
+
+@runtime_checkable
+class Capacity(Protocol):
+    """The KV capacity found by filling the cache until the engine refuses (not the configured number)."""
+
+    def measure_capacity(self, *, step: int | None = None) -> int: ...
+
+
+OBSERVERS: dict[str, type] = {
+    "request_counters": RequestCounters,
+    "kv_events": KvEvents,
+    "iteration_stats": IterationStats,
+    "connector": ConnectorLog,
+    "state_export": StateExport,
+    "capacity": Capacity,
 }
-"""Optional evidence channels. A cell lists the ones it really has in ``Description.observers``;
-probes ask for channels, never for an engine name."""
+"""Optional evidence channels, each declared as a Protocol. A cell lists the ones it really has in
+``Description.observers``; probes ask for channels, never for an engine name."""
+
+
+def observer_mismatches(cell: Any, announced: Iterable[str]) -> list[str]:
+    """Where a cell's announced observers differ from their Protocols: an unknown name, a missing method, or
+    parameters other than the spec's (as pluggy rejects hook implementations with arguments not in the spec)."""
+    problems = []
+    for name in announced:
+        spec = OBSERVERS.get(name)
+        if spec is None:
+            problems.append(f"{name}: not a declared observer ({', '.join(OBSERVERS)})")
+            continue
+        for meth, want in _protocol_methods(spec).items():
+            impl = getattr(cell, meth, None)
+            if not callable(impl):
+                problems.append(f"{name}: {meth}() is missing")
+                continue
+            got = inspect.signature(impl)
+            if _shape(got) != _shape(want):
+                problems.append(f"{name}: {meth}{_plain(got)} differs from the spec {meth}{_plain(want)}")
+    return problems
+
+
+def _protocol_methods(spec: type) -> dict[str, inspect.Signature]:
+    """Each method of an observer Protocol, as bound on an instance (without ``self``)."""
+    out = {}
+    for n, f in vars(spec).items():
+        if inspect.isfunction(f) and not n.startswith("_"):
+            sig = inspect.signature(f)
+            out[n] = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return out
+
+
+def _shape(sig: inspect.Signature) -> list[tuple[str, Any]]:
+    return [(p.name, p.kind) for p in sig.parameters.values()]
+
+
+def _plain(sig: inspect.Signature) -> str:
+    return str(sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty))
 
 
 @runtime_checkable

@@ -4,9 +4,42 @@ from __future__ import annotations
 
 import platform
 import sys
+import time
 from dataclasses import asdict
 
-from . import cells, environment, models
+from . import cells, cpu, environment, isolate, models
+from .contract import WorkbenchError
+
+DECODE_TOKENS = 4
+DECODE_TIMEOUT_S = 180.0
+
+
+def _decode(spec: str, n: int) -> dict:
+    """Load ``spec`` in llama.cpp and greedily decode ``n`` tokens (run in a child: it may crash)."""
+    t0 = time.perf_counter()
+    with cells.open_cell("llamacpp", spec, context_tokens=256) as cell:
+        cell.ensure_prefix(cell.tokenize("The capital of France is"))
+        out = cell.decode(max_tokens=n)
+        return {"tokens": out.tokens, "text": cell.detokenize(out.tokens), "seconds": time.perf_counter() - t0,
+                "extra_buffers": cell.extra_buffers.use}
+
+
+def decode_check(spec: str = models.DEFAULT_MODEL, n: int = DECODE_TOKENS) -> dict:
+    """"Model OK" means it decoded: load and decode in a child process, and say how it failed if it did."""
+    try:
+        m = models.resolve(spec)
+    except models.ModelSpecError as e:
+        return {"spec": spec, "ok": False, "error": str(e)}
+    doc = {"spec": m.spec, "name": m.name, "path": str(m.path), "sha256": m.sha256}
+    if not cells.availability("llamacpp").available:
+        return doc | {"ok": False, "error": "not decoded: llama.cpp is not installed"}
+    try:
+        got = isolate.call(_decode, spec, n, timeout=DECODE_TIMEOUT_S)
+    except isolate.EngineCrashed as e:
+        return doc | {"ok": False, "error": f"{e.headline()} while decoding", "log_tail": e.log_tail}
+    except (WorkbenchError, OSError) as e:
+        return doc | {"ok": False, "error": f"not decoded: {e}"}
+    return doc | {"ok": True, "error": None, "decoded": got}
 
 
 def report() -> dict:
@@ -14,18 +47,15 @@ def report() -> dict:
     for name in cells.engines():
         a = cells.availability(name)
         engines[name] = asdict(a)
-    try:
-        m = models.resolve(models.DEFAULT_MODEL)
-        default = {"spec": m.spec, "name": m.name, "path": str(m.path), "sha256": m.sha256, "ok": True, "error": None}
-    except models.ModelSpecError as e:
-        default = {"spec": models.DEFAULT_MODEL, "ok": False, "error": str(e)}
+    flags = cpu.flags()
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "workbench": {"version": environment.workbench_version(), "git_commit": environment.git_commit()},
-        "cpu": environment.cpu(),
+        "cpu": environment.cpu() | {"flags": {f: f in flags for f in cpu.SHOWN_FLAGS},
+                                    "llama_cmake_args": cpu.cmake_args(flags, platform.machine())},
         "gpu": environment.gpus(),
         "engines": engines,
-        "default_model": default,
+        "default_model": decode_check(),
         "runnable_engines": [n for n, a in engines.items() if a["available"]],
     }
 
@@ -37,6 +67,7 @@ def render(rep: dict) -> str:
         f"workbench   {rep['workbench']['version']} @ {rep['workbench']['git_commit'] or 'no git'}",
         f"cpu         {rep['cpu']['model']} · {rep['cpu']['cores']} cores · "
         f"{(rep['cpu']['memory_bytes'] or 0) / 2**30:.1f} GiB",
+        "cpu flags   " + "  ".join(f"{f} {'yes' if v else 'no'}" for f, v in rep["cpu"]["flags"].items()),
     ]
     g = rep["gpu"]
     if g["available"]:
@@ -51,12 +82,20 @@ def render(rep: dict) -> str:
             if "gpu_offload" in a["details"]:
                 extra = f" · GPU offload {'built in' if a['details']['gpu_offload'] else 'not built'}"
             lines.append(f"engine      {name}: available, version {a['version']}{extra}")
+            if "extra_buffers_reason" in a["details"]:
+                lines.append(f"  extra buffers {a['details']['extra_buffers_reason']}")
         else:
             lines.append(f"engine      {name}: unavailable — {a['reason']}")
         for row in a["details"].get("guard", []):
             mark = "ok" if row.get("ok") else "MISSING/CHANGED"
             lines.append(f"  guard     {mark:>15}  {row.get('symbol')}  {row.get('detail') or ''}".rstrip())
     d = rep["default_model"]
-    lines.append(f"model       {d['spec']}: " + (f"ok, {d['name']} sha256 {d['sha256'][:16]}…" if d["ok"] else d["error"]))
+    if d["ok"]:
+        got = d["decoded"]
+        lines.append(f"model       {d['spec']}: ok, {d['name']} sha256 {d['sha256'][:16]}…; decoded "
+                     f"{len(got['tokens'])} tokens {got['text']!r} in {got['seconds']:.1f} s")
+    else:
+        lines.append(f"model       {d['spec']}: {d['error']}")
+        lines += [f"  | {line}" for line in d.get("log_tail", [])]
     lines.append(f"can run     {', '.join(rep['runnable_engines']) or 'nothing'}")
     return "\n".join(lines)

@@ -23,6 +23,7 @@ from pathlib import Path
 from .contract import WorkbenchError
 
 DEFAULT_MODEL = "smollm2-135m"
+TOKEN_LO = 260  # lowest id for made-up prompts: above control and byte-fallback tokens of every vocabulary we use
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

@@ -27,7 +27,7 @@ from . import plots
 from .findings import Finding
 
 if TYPE_CHECKING:
-    from .runner import Manifest
+    from .manifest import Manifest
 
 ANSWERS = ("confirmed", "refuted", "partial")  # verdicts that settle a claim; the rest leave it open
 Found = Sequence[tuple[Path, Finding]]

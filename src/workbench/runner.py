@@ -14,50 +14,26 @@ editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb
 from __future__ import annotations
 
 import ast
-import contextlib
-import fcntl
 import functools
 import json
-import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
-from . import models
+from . import manifest, models
+from .params import parse_bool
 from .contract import WorkbenchError
 from .findings import now_iso
 
-MANIFEST = "run.json"
-SCHEMA = "workbench.run/v1"
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
 KERNEL = "python3"  # jupyter_client runs this spec's "python" as sys.executable: the runner's own venv
 
 
 class RunError(WorkbenchError):
     """A batch that cannot start: no notebooks, an unknown notebook name or parameter."""
-
-
-@dataclass
-class NotebookRun:
-    """One notebook's entry in the manifest. ``status`` is running, ok or error."""
-
-    name: str
-    status: str
-    parameters: dict
-    output: str  # executed notebook, relative to the run folder
-    started: str
-    duration_s: float | None = None
-    error: str | None = None
-
-
-@dataclass
-class Manifest:
-    notebooks: dict[str, NotebookRun] = field(default_factory=dict)
-    updated: str = ""
-    schema: str = SCHEMA
 
 
 @dataclass(frozen=True)
@@ -77,41 +53,6 @@ class Planned:
     def output(self) -> str:
         """The executed notebook, relative to the run folder."""
         return f"notebooks/{self.parameters['engine']}/{self.source.name}"
-
-
-def load_manifest(out: Path) -> Manifest:
-    """The run folder's manifest; an absent or unreadable one is empty (everything reruns)."""
-    try:
-        doc = json.loads((Path(out) / MANIFEST).read_text())
-        return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""))
-    except (OSError, ValueError, KeyError, TypeError):
-        return Manifest()
-
-
-@contextlib.contextmanager
-def _locked(out: Path) -> Iterator[None]:
-    with open(out / ".run.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def record(out: Path, entry: NotebookRun) -> Manifest:
-    """Merge one entry into ``run.json`` (read, update, atomic replace) under the folder's lock."""
-    with _locked(out):
-        m = load_manifest(out)
-        m.notebooks[entry.name] = entry
-        m.updated = now_iso()
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=".run-", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump({"schema": m.schema, "updated": m.updated,
-                       "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())}}, f, indent=2)
-            f.write("\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out / MANIFEST)
-        return m
 
 
 def notebooks(directory: Path) -> list[Path]:
@@ -141,11 +82,10 @@ def _coerce(name: str, value: Any, default_src: str) -> Any:
     except (ValueError, SyntaxError):
         return value
     if isinstance(default, bool):
-        if value.lower() in {"1", "true", "yes", "on"}:
-            return True
-        if value.lower() in {"0", "false", "no", "off"}:
-            return False
-        raise RunError(f"parameter {name} must be true or false, got {value!r}")
+        try:
+            return parse_bool(value)
+        except ValueError:
+            raise RunError(f"parameter {name} must be true or false, got {value!r}") from None
     if isinstance(default, dict):
         try:
             parsed = json.loads(value)
@@ -264,18 +204,18 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
                   TimeElapsedColumn(), console=console, transient=True) as bar:
         task = bar.add_task("notebooks", total=len(todo))
         for p in todo:
-            done = load_manifest(out).notebooks.get(p.key)
+            done = manifest.load(out).notebooks.get(p.key)
             if done and done.status == "ok" and done.parameters == p.parameters:
                 console.print(f"[dim]skip[/] {p.key} (done in an earlier run)")
                 bar.advance(task)
                 continue
             bar.update(task, description=f"running {p.key}")
-            entry = NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
-            record(out, entry)
+            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
+            manifest.record(out, entry)
             t0 = time.perf_counter()
             entry.status, entry.error = _execute(p, out)
             entry.duration_s = round(time.perf_counter() - t0, 2)
-            record(out, entry)
+            manifest.record(out, entry)
             if entry.status == "ok":
                 console.print(f"[green]ok[/]   {p.key} ({entry.duration_s:.1f} s)")
             else:
@@ -283,14 +223,14 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
                 console.print(f"[red]fail[/] {p.key} ({entry.duration_s:.1f} s): {entry.error}")
             bar.advance(task)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
-    page = report.write(out, load_manifest(out))
+    page = report.write(out, manifest.load(out))
     print(f"report:    {page}")
     if written:
         print(f"blueprint: {written}")
     if bp_error:
         print(f"blueprint: not written: {bp_error}")
     if failed:
-        print(f"failed:    {', '.join(failed)} (see {out / MANIFEST})")
+        print(f"failed:    {', '.join(failed)} (see {out / manifest.MANIFEST})")
     return 1 if failed or bp_error else 0
 
 

@@ -6,16 +6,15 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..contract import Cell, EngineUnavailable
+from ..registry import Registry
 
-_REGISTRY: dict[str, str] = {
-    "llamacpp": "workbench.cells.llamacpp:LlamaCppCell",
-    "trtllm": "workbench.cells.trtllm:TrtLlmCell",
-}
+ENGINES: Registry = Registry("engine", requires=("open", "availability"))
+ENGINES.register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell")
+ENGINES.register("trtllm", "workbench.cells.trtllm:TrtLlmCell")
 
 
 @dataclass(frozen=True)
@@ -29,22 +28,15 @@ class Availability:
 
 def register(name: str, target: str) -> None:
     """Register an engine as ``"module:Class"``; resolved lazily on first use."""
-    if name in _REGISTRY and _REGISTRY[name] != target:
-        raise ValueError(f"engine {name!r} is already registered as {_REGISTRY[name]}")
-    _REGISTRY[name] = target
+    ENGINES.register(name, target)
 
 
 def engines() -> list[str]:
-    return sorted(_REGISTRY)
+    return ENGINES.names()
 
 
 def cell_class(engine: str) -> Any:
-    try:
-        target = _REGISTRY[engine]
-    except KeyError:
-        raise ValueError(f"unknown engine {engine!r}; valid engines: {', '.join(engines())}") from None
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)
+    return ENGINES.get(engine)
 
 
 def availability(engine: str) -> Availability:

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import models
+from .. import cpu, models
 from ..contract import (
     common_prefix,
     split_prompt,
@@ -76,6 +76,20 @@ def _lib():
     return llama_cpp
 
 
+def decide_extra_buffers(override: bool | None = None) -> cpu.ExtraBuffers:
+    """Whether this machine's llama.cpp may load weights into extra buffer types (see :mod:`workbench.cpu`)."""
+    system_info = _lib().llama_print_system_info().decode(errors="replace")
+    return cpu.extra_buffers(cpu.flags(), system_info, override)
+
+
+def model_params(ll: Any, *, gpu_layers: int = 0, extra: cpu.ExtraBuffers) -> Any:
+    """``llama_model_params`` as every llama.cpp load here needs them (the cell and the benchmark's raw arm)."""
+    mparams = ll.llama_model_default_params()
+    mparams.n_gpu_layers = gpu_layers
+    mparams.use_extra_bufts = extra.use
+    return mparams
+
+
 def _kv_buffer_bytes(lines: Iterable[str]) -> int | None:
     """llama.cpp's own statement of the KV buffer it allocated ("KV buffer size = X MiB")."""
     total = None
@@ -108,9 +122,11 @@ class LlamaCppCell:
             ll = _lib()
         except ImportError as e:
             return Availability(ENGINE, False, None, f"llama_cpp is not importable ({e}); install the 'llamacpp' extra")
+        eb = decide_extra_buffers()
         return Availability(ENGINE, True, ll.__version__, None,
                             {"gpu_offload": bool(ll.llama_supports_gpu_offload()),
-                             "system_info": ll.llama_print_system_info().decode(errors="replace").strip()})
+                             "system_info": ll.llama_print_system_info().decode(errors="replace").strip(),
+                             "extra_buffers": eb.use, "extra_buffers_reason": eb.reason})
 
     @classmethod
     def open(
@@ -126,14 +142,17 @@ class LlamaCppCell:
         kv_type: str = "f16",
         adapters: Sequence[str] = (),
         gpu_layers: int = 0,
+        extra_buffers: bool | None = None,
     ) -> "LlamaCppCell":
+        """``extra_buffers``: load weights into llama.cpp's extra buffer types (repacked/AMX); ``None`` decides by
+        this machine's CPU and build (:func:`workbench.cpu.extra_buffers`)."""
         return cls(models.resolve(model), context_tokens=context_tokens, kv_budget_tokens=kv_budget_tokens,
                    kv_budget_bytes=kv_budget_bytes, slots=slots, n_threads=n_threads, n_batch=n_batch,
-                   kv_type=kv_type, adapters=adapters, gpu_layers=gpu_layers)
+                   kv_type=kv_type, adapters=adapters, gpu_layers=gpu_layers, extra_buffers=extra_buffers)
 
     def __init__(self, model: models.ResolvedModel, *, context_tokens: int | None, kv_budget_tokens: int | None,
                  kv_budget_bytes: int | None, slots: int, n_threads: int | None, n_batch: int, kv_type: str,
-                 adapters: Sequence[str], gpu_layers: int) -> None:
+                 adapters: Sequence[str], gpu_layers: int, extra_buffers: bool | None = None) -> None:
         if not model.is_gguf:
             raise WorkbenchError(f"llama.cpp needs a GGUF model; {model.spec!r} is a {model.kind} model")
         if kv_type not in _GGML_TYPE:
@@ -144,8 +163,8 @@ class LlamaCppCell:
         ll.llama_backend_init()
         self.model = model
         self._closed = True
-        mparams = ll.llama_model_default_params()
-        mparams.n_gpu_layers = gpu_layers
+        self.extra_buffers = decide_extra_buffers(extra_buffers)
+        mparams = model_params(ll, gpu_layers=gpu_layers, extra=self.extra_buffers)
         self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
         if not self._model:
             raise WorkbenchError(f"llama.cpp could not load {model.path}; is it a valid GGUF file?")
@@ -670,6 +689,7 @@ class LlamaCppCell:
             extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads,
                    "kv_buffer_bytes": self._kv_buffer_bytes, "n_batch": self._n_batch, "kv_unified": True,
                    "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
+                   "extra_buffers": self.extra_buffers.use, "extra_buffers_reason": self.extra_buffers.reason,
                    "retention": "not applicable: llama.cpp never evicts; overflow is refused"},
         )
 

@@ -19,26 +19,43 @@ PyTorch backend, driven through ``tensorrt_llm.LLM``. The mapping, row by row:
 * **Describe** — KV geometry from ``config.json``, memory from NVML; the KV budget is
   ``KvCacheConfig(max_tokens=…)`` from a byte or token budget, with ``max_seq_len`` — never the
   default memory fraction alone. The pool's real size is read back from the ``created`` KV event
-  or the iteration stats when the engine reports them.
+  or the iteration stats. The engine reports neither before its first request (1.2 starts its
+  event and stats dispatch on the first submit), so :meth:`TrtLlmCell.open` sends one 1-token
+  *open request* under a salt of its own and reads them; ``created`` goes on to the first drain,
+  the request's own events and stats stay out of the drains (``describe().extra["open_request"]``).
 * **Embed** — :class:`UnsupportedFeature`. **LoRA** — ``LoraConfig`` plus a per-request
   ``LoRARequest``. **Slot switch** — :meth:`TrtLlmCell.switch` tears down and recreates the
   ``LLM``. **ContextOverflow** — from token counts, before dispatch.
 
-Nothing imports tensorrt_llm at module import: :func:`_import_trtllm` is the one seam, and
-:data:`GUARD` is the one table of tensorrt_llm symbols the cell depends on, checked at open.
+Nothing imports tensorrt_llm at module import: :mod:`workbench.cells.trtllm_guard` holds the one
+import and the one table of tensorrt_llm symbols the cell depends on, checked at open.
+
+What the cell relies on in tensorrt_llm 1.2 (each row is modelled by the test double and listed
+in ``tests/cells/test_trtllm_double.py``):
+
+* ``LLM.get_kv_cache_events`` asserts before the first ``generate_async``: the iteration results
+  are created by ``GenerationExecutor._maybe_initialize_iteration_results`` on submit
+  (``tensorrt_llm/executor/executor.py``), and the dispatch threads that move events and stats
+  out of the engine start on the first submit (``_start_dispatch_threads`` in
+  ``tensorrt_llm/executor/proxy.py``; ``submit`` → ``start`` in ``tensorrt_llm/executor/worker.py``).
+* ``LLM.get_stats`` returns ``[]`` before the first submit, and a list of dicts after
+  (``IterationResult.get_results`` ``json.loads`` each entry, ``tensorrt_llm/executor/result.py``).
+* ``IterationResult.get_results`` reads until one ``queue.get(timeout)`` runs dry, then returns
+  ``[]`` until the next submit (``mark_undone``), so a drain waits at least
+  :data:`MIN_DRAIN_TIMEOUT_S` — five times the 0.2 s the dispatch threads sleep between pulls
+  (``_iteration_result_task`` in ``executor/proxy.py`` and ``executor/worker.py``). Events of a
+  request that arrive later still show up, in a later drain; probes read windows, not timings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import json
 import os
-import re
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from pathlib import Path
@@ -69,183 +86,14 @@ from ..contract import (
     digest,
 )
 from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
-from . import Availability
+from . import Availability, trtllm_guard
+from .trtllm_guard import ENGINE, GuardRow, guard_failure, members, resolve
 
-ENGINE = "trtllm"
-SUPPORTED_SERIES = (1, 2)
 DEFAULT_CONTEXT_TOKENS = 4096
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-INSTALL_HINT = (
-    "install the 'trtllm' extra (tensorrt_llm 1.2.x) on Linux x86_64/aarch64 with an NVIDIA GPU as NVIDIA's "
-    "TensorRT-LLM installation guide says: CUDA 13 toolkit, torch 2.9.1 from PyTorch's cu130 wheel index, "
-    "libopenmpi-dev, then 'pip install tensorrt_llm==1.2.*' (the PyPI entry is a stub that redirects to NVIDIA's "
-    "wheels), or run inside NVIDIA's NGC TensorRT-LLM 1.2 release container"
-)
+MIN_DRAIN_TIMEOUT_S = 1.0  # 5 x the dispatch threads' 0.2 s sleep (executor/proxy.py, executor/worker.py)
+OPEN_SALT = "workbench-open-request"  # + a fresh id per open: the open request's blocks match nothing else
 _DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0}
-
-
-def _import_trtllm() -> ModuleType:
-    """The only place the cell imports tensorrt_llm (tests replace it to hand the cell a double)."""
-    return importlib.import_module("tensorrt_llm")
-
-
-# --------------------------------------------------------------------------- version guard
-
-
-@dataclass(frozen=True)
-class GuardSpec:
-    """One dependency: a symbol under ``tensorrt_llm`` and the parameters/fields/attributes used on it."""
-
-    symbol: str
-    requires: tuple[str, ...] = ()
-    optional: tuple[str, ...] = ()  # used only where present
-    feature: str = "core"  # "core", or the option that needs it: "guided", "lora", "connector"
-    why: str = ""
-
-
-@dataclass(frozen=True)
-class GuardRow:
-    """The installed release against one :class:`GuardSpec`."""
-
-    symbol: str
-    feature: str
-    ok: bool
-    status: str  # "ok" | "missing" | "changed"
-    missing: tuple[str, ...] = ()
-    detail: str = ""
-    why: str = ""
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-GUARD: tuple[GuardSpec, ...] = (
-    GuardSpec("__version__", why="version pin (1.2.x) and every finding's fingerprint"),
-    GuardSpec("LLM", ("generate_async", "get_kv_cache_events", "get_stats", "shutdown", "tokenizer"),
-              why="the LLM API entry point"),
-    GuardSpec("LLM.generate_async",
-              ("inputs", "sampling_params", "lora_request", "streaming", "kv_cache_retention_config", "cache_salt"),
-              why="warm-up, streaming decode, retention, manifest salt, LoRA"),
-    GuardSpec("LLM.get_kv_cache_events", ("timeout",), why="kv_events observer"),
-    GuardSpec("LLM.get_stats", ("timeout",), why="iteration_stats observer"),
-    GuardSpec("llmapi.llm_args.TorchLlmArgs",
-              ("model", "skip_tokenizer_init", "kv_cache_config", "max_seq_len", "max_num_tokens",
-               "return_perf_metrics", "enable_iter_perf_stats", "load_format"),
-              why="LLM(**kwargs) keywords (unknown keywords are rejected)"),
-    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("guided_decoding_backend",), feature="guided",
-              why="structured output backend"),
-    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("lora_config",), feature="lora", why="LoRA adapters"),
-    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("kv_connector_config",), feature="connector",
-              why="recording KV connector"),
-    GuardSpec("llmapi.KvCacheConfig",
-              ("max_tokens", "tokens_per_block", "enable_block_reuse", "enable_partial_reuse",
-               "event_buffer_max_size", "host_cache_size"),
-              optional=("use_kv_cache_manager_v2",),
-              why="KV budget in tokens, block size, reuse, events, host offload; V2 manager ignores retention"),
-    GuardSpec("llmapi.KvCacheRetentionConfig",
-              ("token_range_retention_configs", "decode_retention_priority", "decode_duration_ms",
-               "TokenRangeRetentionConfig"),
-              why="EnsurePrefix retention"),
-    GuardSpec("llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig",
-              ("token_start", "token_end", "priority", "duration_ms"), why="EnsurePrefix retention range"),
-    GuardSpec("llmapi.SamplingParams",
-              ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "end_id", "detokenize",
-               "guided_decoding", "return_perf_metrics"),
-              why="decode and warm-up sampling"),
-    GuardSpec("llmapi.GuidedDecodingParams", ("json",), feature="guided", why="json_schema decode"),
-    GuardSpec("llmapi.LoRARequest", ("lora_name", "lora_int_id", "lora_path"), feature="lora",
-              why="per-request adapter"),
-    GuardSpec("lora_helper.LoraConfig", ("lora_dir", "max_lora_rank", "max_loras", "max_cpu_loras"),
-              feature="lora", why="adapters loaded on the LLM"),
-    GuardSpec("llmapi.llm_args.KvCacheConnectorConfig",
-              ("connector_module", "connector_scheduler_class", "connector_worker_class"), feature="connector",
-              why="recording KV connector config"),
-    GuardSpec("_torch.pyexecutor.kv_cache_connector.KvCacheConnectorScheduler",
-              ("build_connector_meta", "get_num_new_matched_tokens", "request_finished", "update_state_after_alloc"),
-              feature="connector", why="recording connector scheduler base"),
-    GuardSpec("_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker",
-              ("register_kv_caches", "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
-               "get_finished"),
-              feature="connector", why="recording connector worker base"),
-)
-"""Every tensorrt_llm symbol and signature the cell depends on (1.2 line). ``workbench doctor`` prints it."""
-
-
-def _resolve(module: ModuleType, dotted: str) -> Any | None:
-    """``module.<dotted>``, importing submodules that are not attributes yet; None when absent."""
-    obj: Any = module
-    prefix = module.__name__
-    for part in dotted.split("."):
-        prefix = f"{prefix}.{part}"
-        try:
-            obj = getattr(obj, part)
-            continue
-        except AttributeError:
-            if not isinstance(obj, ModuleType):
-                return None
-        try:
-            obj = importlib.import_module(prefix)
-        except Exception:  # noqa: BLE001 - a broken submodule is as absent as a missing one
-            return None
-    return obj
-
-
-def _members(obj: Any) -> set[str]:
-    """Names usable on ``obj``: pydantic/dataclass fields, call parameters, attributes."""
-    names = set(getattr(obj, "model_fields", None) or ())
-    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
-        names |= {f.name for f in dataclasses.fields(obj)}
-    if callable(obj):
-        try:
-            names |= set(inspect.signature(obj).parameters)
-        except (TypeError, ValueError):  # C++ bindings often have no introspectable signature
-            pass
-    return names | {n for n in dir(obj) if not n.startswith("__")}
-
-
-def check_guard(module: ModuleType) -> list[GuardRow]:
-    """Check every :data:`GUARD` row against an imported tensorrt_llm (or anything shaped like it)."""
-    rows = []
-    for spec in GUARD:
-        obj = _resolve(module, spec.symbol)
-        name = f"{module.__name__}.{spec.symbol}"
-        if obj is None:
-            rows.append(GuardRow(name, spec.feature, False, "missing", spec.requires, "not found", spec.why))
-            continue
-        members = _members(obj)
-        missing = tuple(r for r in spec.requires if r not in members)
-        absent = [o for o in spec.optional if o not in members]
-        if missing:
-            detail = f"changed: lacks {', '.join(missing)}"
-        else:
-            detail = f"optional {', '.join(absent)} absent (not used)" if absent else ""
-        status = "changed" if missing else "ok"
-        rows.append(GuardRow(name, spec.feature, not missing, status, missing, detail, spec.why))
-    return rows
-
-
-def guard_failure(version: str, rows: Iterable[GuardRow]) -> str:
-    """One reason naming each missing or changed symbol."""
-    parts = "; ".join(f"{r.symbol} {r.detail}" for r in rows)
-    return (f"tensorrt_llm {version} does not match the cell's version guard ({parts}); "
-            f"the cell is written against tensorrt_llm {SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x")
-
-
-def version_supported(version: str) -> bool:
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m[1]), int(m[2])) == SUPPORTED_SERIES
-
-
-def _version_reason(version: str) -> str:
-    return (f"tensorrt_llm {version} is installed, but the cell is pinned to "
-            f"{SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x (a version bump re-runs certification); {INSTALL_HINT}")
-
-
-def _import_failure(e: BaseException) -> str:
-    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "tensorrt_llm":
-        return f"tensorrt_llm is not installed: {INSTALL_HINT}"
-    return (f"tensorrt_llm is installed but failed to import ({type(e).__name__}: {e}); "
-            f"a CUDA, MPI or torch mismatch is the usual cause: {INSTALL_HINT}")
 
 
 # --------------------------------------------------------------------------- options and model facts
@@ -394,43 +242,32 @@ class TrtLlmCell:
         gpu = environment.gpus()
         details: dict[str, Any] = {"gpu": {k: gpu.get(k) for k in ("available", "devices", "driver", "reason")}}
         try:
-            trt = _import_trtllm()
-        except Exception as e:  # noqa: BLE001 - a broken CUDA/MPI/torch install raises anything at import
-            return Availability(ENGINE, False, None, _import_failure(e), details)
-        version = str(getattr(trt, "__version__", "unknown"))
-        rows = check_guard(trt)
-        details["guard"] = [r.as_dict() for r in rows]
-        problems = []
-        if not version_supported(version):
-            problems.append(_version_reason(version))
+            install = trtllm_guard.load()
+        except EngineUnavailable as e:
+            return Availability(ENGINE, False, None, e.reason, details)
+        details["guard"] = [r.as_dict() for r in install.rows]
+        problems = [] if trtllm_guard.version_supported(install.version) else [
+            trtllm_guard.version_reason(install.version)]
         if not gpu["available"]:
             problems.append(gpu["reason"] or "no NVIDIA GPU")
-        failing = [r for r in rows if not r.ok and r.feature == "core"]
-        if failing:
-            problems.append(guard_failure(version, failing))
-        return Availability(ENGINE, not problems, version, "; ".join(problems) or None, details)
+        if install.failing():
+            problems.append(guard_failure(install.version, install.failing()))
+        return Availability(ENGINE, not problems, install.version, "; ".join(problems) or None, details)
 
     @classmethod
     def open(cls, model: str, **options: Any) -> "TrtLlmCell":
         """Open on a Hugging Face model directory; options are :class:`TrtLlmOptions` fields."""
         opts = TrtLlmOptions.from_options(options)
-        try:
-            trt = _import_trtllm()
-        except Exception as e:  # noqa: BLE001 - see availability
-            raise EngineUnavailable(ENGINE, _import_failure(e)) from e
-        version = str(getattr(trt, "__version__", "unknown"))
-        if not version_supported(version):
-            raise EngineUnavailable(ENGINE, _version_reason(version))
-        guard = check_guard(trt)
-        failing = [r for r in guard if not r.ok and r.feature in opts.features]
-        if failing:
-            raise EngineUnavailable(ENGINE, guard_failure(version, failing))
+        install = trtllm_guard.load()
+        refusal = install.refusal(opts.features)
+        if refusal:
+            raise EngineUnavailable(ENGINE, refusal)
         resolved = models.resolve(model)
         if resolved.kind != "hf":
             raise models.ModelSpecError(
                 f"TensorRT-LLM runs Hugging Face model directories (config.json + weights, or dummy_weights=True); "
                 f"{resolved.spec!r} is a {resolved.kind} model")
-        return cls(trt, resolved, models.hf_config(resolved.path), opts, guard)
+        return cls(install.module, resolved, models.hf_config(resolved.path), opts, install.rows)
 
     def __init__(self, trt: ModuleType, model: models.ResolvedModel, config: Mapping[str, Any],
                  opts: TrtLlmOptions, guard: Sequence[GuardRow]) -> None:
@@ -459,6 +296,9 @@ class TrtLlmCell:
         self._events_on = opts.enable_block_reuse and opts.event_buffer_max_size > 0
         self._events: list[KvEvent] = []
         self._pool: tuple[int, str] | None = None  # (tokens, source) the engine reported for its pool
+        self._submitted = False  # whether the current LLM has had a request (1.2 reports nothing before)
+        self._open: dict[str, Any] = {}  # what the open request saw (kept out of the drains)
+        self._open_log_spans: list[tuple[int, int]] = []  # connector-log entries of open requests
         self._tmp: str | None = None
         self._connector: trtllm_connector.RecordingConnector | None = None
         self._llm: Any = None
@@ -481,7 +321,7 @@ class TrtLlmCell:
         kv: dict[str, Any] = dict(max_tokens=self.kv_budget_tokens, tokens_per_block=o.tokens_per_block,
                                   enable_block_reuse=o.enable_block_reuse, enable_partial_reuse=o.enable_partial_reuse,
                                   event_buffer_max_size=o.event_buffer_max_size, host_cache_size=o.host_cache_size)
-        if "use_kv_cache_manager_v2" in _members(kv_cls):
+        if "use_kv_cache_manager_v2" in members(kv_cls):
             kv["use_kv_cache_manager_v2"] = False  # the V2 manager ignores KvCacheRetentionConfig
         args: dict[str, Any] = dict(
             model=str(self.model.path), kv_cache_config=kv_cls(**kv), max_seq_len=self.context_tokens,
@@ -495,16 +335,42 @@ class TrtLlmCell:
         self._lora_request = None
         if o.adapters:
             path = o.adapters[0]
-            args["lora_config"] = _resolve(trt, "lora_helper.LoraConfig")(
+            args["lora_config"] = resolve(trt, "lora_helper.LoraConfig")(
                 lora_dir=[path], max_lora_rank=_adapter_rank(path), max_loras=1, max_cpu_loras=1)
             self._lora_request = trt.llmapi.LoRARequest(lora_name=Path(path).name, lora_int_id=1, lora_path=path)
         if o.connector:
             self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-trtllm-")
             self._connector = trtllm_connector.build_recording_connector(trt, Path(self._tmp) / "connector.jsonl")
             args["kv_connector_config"] = self._connector.config
+        self._pool, self._submitted = None, False
         self._llm = trt.LLM(**args)
         self._tokenizer = self._llm.tokenizer if self._use_tokenizer else None
-        self._pull_events(0)  # the ``created`` event carries the pool's real size
+        self._open_request()
+
+    def _open_request(self) -> None:
+        """One 1-token request under a salt of its own, then read what the engine reports.
+
+        tensorrt_llm 1.2 has no event or stats to read before its first request (module docstring),
+        and the ``created`` event or ``kvCacheStats`` carry the pool's real size. ``created``
+        describes the pool, so it goes on to the first drain; the request's own events and stats
+        (a partly filled block under the open salt) are the cell's, not a probe's: they stay out
+        of the drains and are counted in ``describe().extra["open_request"]``.
+        """
+        token = self._eos if self._eos is not None else 0
+        salt = f"{OPEN_SALT}/{uuid.uuid4().hex}"
+        log_start = len(self._connector.read()) if self._connector else 0
+        self._submit([token], self._sampling(1), streaming=False, key=salt, retain=(0, self.opts.retention)).result()
+        events = self._engine_events(MIN_DRAIN_TIMEOUT_S)
+        self._events.extend(e for e in events if e.kind == "created")
+        stats = self._engine_stats(MIN_DRAIN_TIMEOUT_S)
+        self._open = {"salt": salt, "prompt_tokens": [token],
+                      "created_events": sum(e.kind == "created" for e in events),
+                      "kv_events_kept_out": [e.kind for e in events if e.kind != "created"],
+                      "iteration_stats_kept_out": len(stats)}
+        if self._connector:
+            span = (log_start, len(self._connector.read()))
+            self._open_log_spans.append(span)
+            self._open["connector_calls_kept_out"] = span[1] - span[0]
 
     def _stop(self) -> None:
         if self._llm is not None:
@@ -519,7 +385,7 @@ class TrtLlmCell:
         if failing:
             raise EngineUnavailable(ENGINE, guard_failure(self.version, failing))
         manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
-        self._pull_events(0)
+        self._events.extend(self._engine_events(MIN_DRAIN_TIMEOUT_S))  # the old engine's last events
         self._stop()
         self.opts, self.manifest = opts, manifest
         self._slots = [_Slot() for _ in self._slots]
@@ -619,6 +485,7 @@ class TrtLlmCell:
     def _submit(self, tokens: list[int], sampling: Any, *, streaming: bool, key: str | None,
                 retain: tuple[int, Retention]) -> Any:
         """One request: the slot's LoRA, the manifest-keyed salt, retention over the first ``retain[0]`` tokens."""
+        self._submitted = True
         return self._llm.generate_async(
             tokens, sampling_params=sampling, lora_request=self._lora_request, streaming=streaming,
             kv_cache_retention_config=self._retention(*retain) if retain[0] else None, cache_salt=key)
@@ -763,7 +630,10 @@ class TrtLlmCell:
                 "vocab_size": self._vocab_size,
                 "kv_budget_tokens": self.kv_budget_tokens,
                 "kv_dtype": "the model's dtype (KvCacheConfig.dtype='auto'); geometry from config.json",
-                "kv_capacity_source": self._pool[1] if self._pool else "configured KvCacheConfig.max_tokens",
+                "kv_capacity_source": self._pool[1] if self._pool else (
+                    "configured KvCacheConfig.max_tokens: the engine reported neither a created KV event nor "
+                    "kvCacheStats after the open request"),
+                "open_request": dict(self._open),
                 "context_ceiling": self.context_ceiling,
                 "gpu_devices": gpu.get("devices", []),
                 "tokenizer": self._tokenizer is not None,
@@ -785,49 +655,58 @@ class TrtLlmCell:
 
     # ------------------------------------------------------------------ observers
 
-    def _pull_events(self, timeout_s: float) -> None:
-        """Move the engine's KV events into the cell's buffer (the engine's read drains; the cell is its one reader)."""
-        if not self._events_on or self._llm is None:
-            return
-        events = trtllm_events.parse_events(self._llm.get_kv_cache_events(timeout=timeout_s))
+    def _engine_events(self, timeout_s: float) -> list[KvEvent]:
+        """Read (and so drain) the engine's KV events; nothing before the first request, where 1.2 asserts."""
+        if not self._events_on or self._llm is None or not self._submitted:
+            return []
+        raw = self._llm.get_kv_cache_events(timeout=max(timeout_s, MIN_DRAIN_TIMEOUT_S))
+        events = trtllm_events.parse_events(raw)
         for blocks in trtllm_events.capacity_blocks(events).values():
             self._pool = (blocks * self.opts.tokens_per_block, "created KV event")
-        self._events.extend(events)
-
-    def drain_kv_events(self, timeout_s: float = 0.5) -> list[KvEvent]:
-        """Every KV event since the last drain, oldest first (``kv_events`` observer)."""
-        self._check_open()
-        self._pull_events(timeout_s)
-        events, self._events = self._events, []
         return events
 
-    def drain_iteration_stats(self, timeout_s: float = 0.5) -> list[dict]:
-        """Iteration stats since the last drain (``iteration_stats`` observer; ``LLM.get_stats`` drains)."""
-        self._check_open()
-        stats = trtllm_metrics.parse_iteration_stats(self._llm.get_stats(timeout=timeout_s))
+    def _engine_stats(self, timeout_s: float) -> list[dict]:
+        """Read (and so drain) the engine's iteration stats; ``LLM.get_stats`` gives ``[]`` before the first request."""
+        if self._llm is None or not self._submitted:
+            return []
+        stats = trtllm_metrics.parse_iteration_stats(self._llm.get_stats(timeout=max(timeout_s, MIN_DRAIN_TIMEOUT_S)))
         for s in stats:
             cap = trtllm_metrics.kv_stats_capacity(s)
             if cap and not self._pool:
                 self._pool = (cap[0] * cap[1], "iteration stats kvCacheStats")
         return stats
 
+    def drain_kv_events(self, timeout_s: float = 0.0) -> list[KvEvent]:
+        """Every KV event since the last drain, oldest first (``kv_events`` observer).
+
+        The engine's read waits at least :data:`MIN_DRAIN_TIMEOUT_S`; an event that reaches the
+        engine's queue after a drain appears in the drain after the next request.
+        """
+        self._check_open()
+        events, self._events = self._events + self._engine_events(timeout_s), []
+        return events
+
+    def drain_iteration_stats(self, timeout_s: float = 0.0) -> list[dict]:
+        """Iteration stats since the last drain (``iteration_stats`` observer; ``LLM.get_stats`` drains)."""
+        self._check_open()
+        return self._engine_stats(timeout_s)
+
     def connector_log(self) -> list[dict]:
-        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
+        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open).
+
+        The calls of the cell's open requests are left out, as their KV events are.
+        """
         if self._connector is None:
             raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
-        return self._connector.read()
+        return [e for i, e in enumerate(self._connector.read())
+                if not any(a <= i < b for a, b in self._open_log_spans)]
 
 
 
 
 __all__ = [
-    "GUARD",
-    "GuardRow",
-    "GuardSpec",
+    "MIN_DRAIN_TIMEOUT_S",
     "TrtLlmCell",
     "TrtLlmOptions",
-    "check_guard",
-    "guard_failure",
     "hf_geometry",
-    "version_supported",
 ]

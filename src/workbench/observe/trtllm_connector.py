@@ -6,7 +6,11 @@ connector_scheduler_class=…, connector_worker_class=…))`` and ``importlib.im
 worker, then ``cls(llm_args)``. So the classes must be importable by name from this module, and the
 log must cross processes: each call appends one JSON line to the file named by
 :data:`LOG_ENV`, which workers inherit from the process that created the ``LLM`` (the pattern of
-NVIDIA's ``examples/llm-api/llm_kv_cache_connector.py``).
+NVIDIA's ``examples/llm-api/llm_kv_cache_connector.py``). The name carries the ``TLLM_`` prefix
+because launchers that do not pass the whole environment to their workers still pass
+``TRTLLM*``/``TLLM*`` variables; whether a given launcher does is not verified for 1.2, so a
+worker that sees no log path records nothing, and an empty log is reported as "the connector did
+not record", never read as an engine answer.
 
 The recording connector never loads or saves anything: ``get_num_new_matched_tokens`` answers
 ``(0, False)`` and ``request_finished`` answers ``False``, so the engine behaves as without a
@@ -19,7 +23,8 @@ request (``new_block_ids``, ``new_tokens`` count, ``computed_position``, ``num_s
 ``new``), or one line with ``request_id`` None when nothing was scheduled.
 
 Base classes (1.2 line): ``tensorrt_llm._torch.pyexecutor.kv_cache_connector``
-``KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker``; the config class is
+``KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker`` (1.3+ moves them to
+``_torch.pyexecutor.connectors.kv_cache_connector``); the config class is
 ``tensorrt_llm.llmapi.llm_args.KvCacheConnectorConfig``.
 """
 
@@ -35,8 +40,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-LOG_ENV = "WORKBENCH_TRTLLM_CONNECTOR_LOG"
-BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"
+LOG_ENV = "TLLM_WORKBENCH_CONNECTOR_LOG"
+BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"  # tensorrt_llm/_torch/pyexecutor/kv_cache_connector.py (1.2)
+LATER_BASE_MODULE = "_torch.pyexecutor.connectors.kv_cache_connector"  # the 1.3+ location
 SCHEDULER_CLASS = "RecordingConnectorScheduler"
 WORKER_CLASS = "RecordingConnectorWorker"
 
@@ -162,6 +168,8 @@ def build_recording_connector(trtllm: ModuleType, log_path: Path) -> RecordingCo
 
 
 __all__ = [
+    "BASE_MODULE",
+    "LATER_BASE_MODULE",
     "LOG_ENV",
     "RecordingConnector",
     "build_recording_connector",

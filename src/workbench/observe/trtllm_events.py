@@ -10,11 +10,14 @@
                           "tokens": [{"type": "unique_token", "token_id": int, "token_extra_id": int}]}]}
            | {"type": "removed", "block_hashes": [int]}
            | {"type": "updated", "block_hash": int,
-              "cache_level": {"type": "event_diff", "old_value": int, "new_value": int} | None,
-              "priority": {"type": "event_diff", "old_value": int, "new_value": int} | None}}
+              "cache_level": {"type": "event_diff", "old_value": int, "new_value": int},
+              "priority": {"type": "event_diff", "old_value": int, "new_value": int}}}
 
-trtllm-serve's ``POST /kv_cache_events`` returns the same dicts as JSON, so strings are accepted too.
-Reading the engine's buffer drains it: exactly one consumer (the cell) may call it.
+The 1.2 serializer writes both diffs of an ``updated`` event (``_updated_to_json`` calls
+``_event_diff_to_json`` on each), and writes ``{}`` for a ``None`` event (``to_json_str``), which
+:func:`parse_events` skips as upstream's own tests do (``if event:``). trtllm-serve's
+``POST /kv_cache_events`` returns the same dicts as JSON, so strings are accepted too. Reading the
+engine's buffer drains it: exactly one consumer (the cell) may call it.
 """
 
 from __future__ import annotations
@@ -62,8 +65,14 @@ def parse_event(raw: Mapping[str, Any] | str) -> KvEvent:
     raise ValueError(f"unknown TensorRT-LLM KV event type {kind!r}; known: {', '.join(KINDS)}")
 
 
-def parse_events(raws: Iterable[Mapping[str, Any] | str]) -> list[KvEvent]:
-    return [parse_event(r) for r in raws]
+def parse_events(raws: Iterable[Mapping[str, Any] | str | None]) -> list[KvEvent]:
+    """Every event of one drain, in engine order; empty events (``{}`` or ``None``) carry nothing and are skipped."""
+    events = []
+    for raw in raws:
+        event = json.loads(raw) if isinstance(raw, str) else raw
+        if event:
+            events.append(parse_event(event))
+    return events
 
 
 def capacity_blocks(events: Iterable[KvEvent]) -> dict[int | None, int]:

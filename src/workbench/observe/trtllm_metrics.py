@@ -12,7 +12,9 @@ is a ``tensorrt_llm.bindings.executor.RequestPerfMetrics`` with
 * ``first_iter``, ``last_iter``, ``iter``.
 
 The same names are accepted as attributes or as dict keys, so a ``/perf_metrics`` payload parses
-too. Iteration stats (``LLM(enable_iter_perf_stats=True)``, ``LLM.get_stats``) are JSON per entry.
+too. Iteration stats (``LLM(enable_iter_perf_stats=True)``): ``LLM.get_stats`` returns a list of dicts
+(``IterationResult.get_results`` ``json.loads`` each entry, ``tensorrt_llm/executor/result.py``) and
+``[]`` before the first request; trtllm-serve's ``/metrics`` JSON strings are accepted too.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def reused_tokens(counters: Mapping[str, Any], prompt_tokens: int) -> int | None
 
 
 def parse_iteration_stats(entries: Iterable[Mapping[str, Any] | str]) -> list[dict]:
-    """``LLM.get_stats`` entries (JSON strings or dicts) as dicts, in engine order."""
+    """``LLM.get_stats`` entries (dicts, or JSON strings from trtllm-serve) as dicts, in engine order."""
     return [json.loads(e) if isinstance(e, str) else dict(e) for e in entries]
 
 

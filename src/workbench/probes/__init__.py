@@ -9,26 +9,15 @@ cannot run it, never a guessed answer.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import cells, claims, environment, findings, models
+from .. import cells, claims, environment, findings, isolate, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
-
-_REGISTRY: dict[str, str] = {
-    "retention.pinning_under_pressure": "workbench.probes.retention:PinningUnderPressure",
-    "reuse.per_request_metrics": "workbench.probes.reuse:PerRequestMetrics",
-    "connector.export_granularity": "workbench.probes.connector:ExportGranularity",
-    "prefix.warmup_materialization": "workbench.probes.warmup:WarmupMaterialization",
-    "isolation.cache_salt": "workbench.probes.isolation:CacheSalt",
-    "capacity.budget_policy": "workbench.probes.capacity:BudgetPolicy",
-    "surface.cpp_entrypoint": "workbench.probes.surface:CppEntrypoint",
-    "surface.contract_mapping": "workbench.probes.surface:ContractMapping",
-}
-
+from ..params import parse_bool
+from ..registry import Registry, UnknownName
 
 class ParamError(WorkbenchError, ValueError):
     """A probe parameter that is unknown or of the wrong type; the message lists the valid ones."""
@@ -87,17 +76,29 @@ class ProbeContext:
         return cell
 
 
+PROBES: Registry = Registry("probe", base=Probe)
+for _name, _target in {
+    "retention.pinning_under_pressure": "workbench.probes.retention:PinningUnderPressure",
+    "reuse.per_request_metrics": "workbench.probes.reuse:PerRequestMetrics",
+    "connector.export_granularity": "workbench.probes.connector:ExportGranularity",
+    "prefix.warmup_materialization": "workbench.probes.warmup:WarmupMaterialization",
+    "isolation.cache_salt": "workbench.probes.isolation:CacheSalt",
+    "capacity.budget_policy": "workbench.probes.capacity:BudgetPolicy",
+    "surface.cpp_entrypoint": "workbench.probes.surface:CppEntrypoint",
+    "surface.contract_mapping": "workbench.probes.surface:ContractMapping",
+}.items():
+    PROBES.register(_name, _target)
+
+
 def names() -> list[str]:
-    return sorted(_REGISTRY)
+    return PROBES.names()
 
 
 def get(name: str) -> Probe:
     try:
-        target = _REGISTRY[name]
-    except KeyError:
-        raise ParamError(f"unknown probe {name!r}; valid probes: {', '.join(names())}") from None
-    module, _, cls = target.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+        return PROBES.get(name)()
+    except UnknownName as e:
+        raise ParamError(str(e)) from None
 
 
 def describe_params(name: str) -> list[dict]:
@@ -142,13 +143,7 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
             return tuple(_convert(probe, key, args[0], x.strip() if isinstance(x, str) else x)
                          for x in items if not (isinstance(x, str) and not x.strip()))
         if t is bool:
-            if isinstance(v, str):
-                if v.lower() in {"1", "true", "yes", "on"}:
-                    return True
-                if v.lower() in {"0", "false", "no", "off"}:
-                    return False
-                raise ValueError(v)
-            return bool(v)
+            return parse_bool(v) if isinstance(v, str) else bool(v)
         if t in (int, float, str):
             if t is int and isinstance(v, float) and not v.is_integer():
                 raise ValueError(v)
@@ -159,11 +154,25 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
 
 
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
-        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None) -> findings.Finding:
-    """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given."""
+        out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None,
+        isolated: bool = True) -> findings.Finding:
+    """Run probe ``name`` on ``engine``/``model``; write the finding to ``out`` when given.
+
+    ``isolated`` runs the experiment in a child process (:mod:`workbench.isolate`): an engine crash
+    raises :class:`~workbench.isolate.EngineCrashed` with its signal and log tail, writes no finding,
+    and leaves the caller (a CLI, a notebook's kernel) alive.
+    """
+    if isolated:
+        finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
+                               isolated=False)
+        if out is not None:
+            findings.write(finding, out)
+        return finding
     probe = get(name)
-    if engine not in cells.engines():
-        raise ParamError(f"unknown engine {engine!r}; valid engines: {', '.join(cells.engines())}")
+    try:
+        cells.ENGINES.check(engine)
+    except UnknownName as e:
+        raise ParamError(str(e)) from None
     p = parse_params(probe, params or {})
     ctx = ProbeContext(engine, model, cell_options)
     reason = None

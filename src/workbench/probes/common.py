@@ -15,8 +15,7 @@ from typing import Sequence
 import numpy as np
 
 from ..contract import Cell, ContextOverflow, Description
-
-TOKEN_LO = 260  # above control and byte-fallback tokens of every vocabulary we use
+from ..models import TOKEN_LO
 
 
 def block_size(d: Description, nominal: int) -> int:

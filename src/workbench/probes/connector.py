@@ -105,6 +105,9 @@ class ExportGranularity(Probe):
             cell.ensure_prefix(prefix, salt=salt)
             cell.ensure_prefix(token_ids(rng, p.shift, d) + prefix, salt=salt)
             log = cell.connector_log()
+        if not any(c.get("method") == "update_state_after_alloc" for c in log):
+            raise NotRunnable("the recording connector did not record: no allocation call reached its log (the "
+                              "engine's worker processes may not see the log path; see observe/trtllm_connector.py)")
         rows = [_call_row(c) for c in log]
         B = d.block_tokens
         allocs = [r for r in rows if r["method"] == "update_state_after_alloc"]

@@ -37,21 +37,24 @@ LLAMACPP_ROWS: dict[str, tuple[str, ...]] = {
     "contract.overflow": ("llama_n_ctx", "llama_n_ctx_seq"),
 }
 
-# The version-guard symbols (``workbench.cells.trtllm.GUARD``) each contract row relies on.
+# The version-guard rows (``workbench.cells.trtllm_guard.GUARD``) each contract row relies on:
+# ``symbol`` means every guard row of that symbol, ``symbol:feature`` only the row for that feature
+# (``llmapi.llm_args.TorchLlmArgs`` has one row per feature).
 TRTLLM_ROWS: dict[str, tuple[str, ...]] = {
     "contract.manifest": ("LLM.generate_async",),
     "contract.ensure_prefix": ("LLM.generate_async", "llmapi.KvCacheRetentionConfig",
                                "llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig"),
     "contract.prefill_suffix": ("LLM.generate_async",),
-    "contract.decode": ("LLM.generate_async", "llmapi.SamplingParams", "llmapi.GuidedDecodingParams"),
+    "contract.decode": ("LLM.generate_async", "llmapi.SamplingParams", "llmapi.GuidedDecodingParams",
+                        "llmapi.llm_args.TorchLlmArgs:guided"),
     "contract.explain_context": ("LLM.get_kv_cache_events",),
-    "contract.snapshot": ("llmapi.llm_args.KvCacheConnectorConfig",
+    "contract.snapshot": ("llmapi.llm_args.KvCacheConnectorConfig", "llmapi.llm_args.TorchLlmArgs:connector",
                           "_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker"),
-    "contract.describe": ("llmapi.KvCacheConfig", "llmapi.llm_args.TorchLlmArgs"),
+    "contract.describe": ("llmapi.KvCacheConfig", "llmapi.llm_args.TorchLlmArgs:core"),
     "contract.embed": (),  # mapped to ErrUnsupportedFeature: nothing to find
-    "contract.lora": ("llmapi.LoRARequest", "lora_helper.LoraConfig"),
+    "contract.lora": ("llmapi.LoRARequest", "lora_helper.LoraConfig", "llmapi.llm_args.TorchLlmArgs:lora"),
     "contract.slot_switch": ("LLM",),
-    "contract.overflow": ("llmapi.llm_args.TorchLlmArgs",),
+    "contract.overflow": ("llmapi.llm_args.TorchLlmArgs:core",),
 }
 
 
@@ -138,19 +141,24 @@ class ContractMapping(Probe):
             rows = _llamacpp_rows()
         else:
             rows = _trtllm_rows()
-        verified = [r for r in rows if r["ok"]]
-        broken = [r for r in rows if not r["ok"]]
-        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in rows}
+        table = [r for r in rows if "claim" in r]
+        guard = [r for r in rows if "guard" in r]  # TensorRT-LLM: every version-guard row, reported as is
+        verified = [r for r in table if r["ok"]]
+        broken = [r for r in table if not r["ok"]]
+        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in table}
         # the risk is that releases move the API: a broken row confirms it, a clean table refutes it here
         per_claim["risk.version_churn"] = "confirmed" if broken else "refuted"
-        metrics = {"rows_verified": len(verified), "rows_total": len(rows)}
+        metrics = {"rows_verified": len(verified), "rows_total": len(table)}
         notes = [f"{r['claim']}: missing {', '.join(r['missing'])}" for r in broken]
+        if guard:
+            notes.append(f"version guard: {sum(r['ok'] for r in guard)}/{len(guard)} rows ok")
+            notes += [f"guard {r['guard']} [{r['feature']}]: {r['status']}, {r['detail']}" for r in guard if not r["ok"]]
         if not broken:
-            return Outcome("confirmed", f"All {len(rows)} contract rows map onto mechanisms present in the installed "
+            return Outcome("confirmed", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                            f"{ctx.engine} release with the expected signatures (existence only; behavioural probes "
                            "say whether they work).", metrics, rows, notes, per_claim)
         verdict = "partial" if verified else "refuted"
-        return Outcome(verdict, f"{len(verified)}/{len(rows)} contract rows map onto the installed {ctx.engine} "
+        return Outcome(verdict, f"{len(verified)}/{len(table)} contract rows map onto the installed {ctx.engine} "
                        f"release; {len(broken)} rows name mechanisms that are missing or changed.",
                        metrics, rows, notes, per_claim)
 
@@ -166,17 +174,23 @@ def _llamacpp_rows() -> list[dict]:
 
 
 def _trtllm_rows() -> list[dict]:
-    from ..cells import trtllm
+    """One row per contract claim, then one per version-guard row (every row, none folded into another)."""
+    from ..cells import trtllm_guard
+    from ..contract import EngineUnavailable
 
     try:
-        module = trtllm._import_trtllm()
-    except Exception as e:  # noqa: BLE001 - any import failure is the reason the survey cannot run
-        raise NotRunnable(f"tensorrt_llm is installed but does not import ({type(e).__name__}: {e})") from e
-    guard = {r.symbol.split(".", 1)[1]: r for r in trtllm.check_guard(module)}
+        install = trtllm_guard.load()
+    except EngineUnavailable as e:  # any import failure is the reason the survey cannot run
+        raise NotRunnable(e.reason) from e
     rows = []
-    for claim, symbols in TRTLLM_ROWS.items():
-        missing = [f"{s} ({guard[s].detail})" for s in symbols if s in guard and not guard[s].ok]
-        missing += [s for s in symbols if s not in guard]
-        rows.append({"claim": claim, "mechanism": ", ".join(symbols) or "ErrUnsupportedFeature", "ok": not missing,
-                     "missing": missing, "version": getattr(module, "__version__", None)})
+    for claim, refs in TRTLLM_ROWS.items():
+        missing = []
+        for ref in refs:
+            symbol, _, feature = ref.partition(":")
+            matched = [r for r in install.rows if r.name == symbol and feature in ("", r.feature)]
+            missing += [f"{ref} ({r.detail})" for r in matched if not r.ok] if matched else [f"{ref} (not in the guard)"]
+        rows.append({"claim": claim, "mechanism": ", ".join(refs) or "ErrUnsupportedFeature", "ok": not missing,
+                     "missing": missing, "version": install.version})
+    rows += [{"guard": r.name, "feature": r.feature, "ok": r.ok, "status": r.status, "missing": list(r.missing),
+              "detail": r.detail, "version": install.version} for r in install.rows]
     return rows

@@ -1,25 +1,42 @@
 """``tensorrt_llm.LLM`` (1.2 line) as a recording toy engine.
 
 Signatures are the documented ones (``tensorrt_llm/llmapi/llm.py``); every call is appended to
-``self.calls`` as ``(name, arguments)``. The engine is a toy with the documented observable shapes:
+``self.calls`` as ``(name, arguments)``. What the LLM API does around the engine is modelled as
+1.2 does it, each with its source file (the table in ``tests/cells/test_trtllm_double.py``):
+
+* ``LLM(**kwargs)`` rejects an unknown keyword with ``ValueError("LLM got invalid argument: …")``
+  (``BaseLLM.__init__``, ``tensorrt_llm/llmapi/llm.py``);
+* KV events and iteration stats reach the caller only through the executor's reporting queues
+  (``executor/executor.py``): nothing before the first request, ``get_kv_cache_events`` asserts
+  there, ``get_stats`` returns ``[]``; entries are dicts; reads latch (``executor/result.py``);
+* ``generate_async`` raises ``RuntimeError("LLM is shutting down")`` after ``shutdown`` and
+  ``ValueError`` for a prompt over ``max_num_tokens`` (``llmapi/llm.py``).
+
+The engine itself is a toy with the documented observable shapes:
 
 * reuse: full blocks of ``prompt[:-1]`` whose hash chain (salt, LoRA id, parent, tokens) is stored
   are reused; ``kv_cache_metrics`` counts blocks;
-* KV events: one ``created`` at start, ``stored`` for blocks new to the tree, ``removed`` on eviction
-  (lowest priority first, then oldest), all in ``KVCacheEventSerializer`` dicts; reading drains;
-* iteration stats: one JSON string per request with ``kvCacheStats``; reading drains;
+* KV events: ``created`` when the pool is allocated (at construction, so it waits in the engine
+  until the first request starts the dispatch), ``stored`` for blocks new to the tree, ``removed``
+  on eviction (lowest priority first, then oldest); priority-only ``updated`` events are not
+  modelled (1.2's serializer reads ``.new_value`` of a ``cache_level`` diff that a priority-only
+  update leaves ``None``: ``_updated_to_json`` in ``tensorrt_llm/_utils.py``);
+* pool: ``ceil(min(memory_tokens, max_tokens) / tokens_per_block)`` blocks, ``memory_tokens``
+  standing for what the free-memory fraction leaves (``calculateMaxNumBlocks``,
+  ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``);
+* iteration stats (``enable_iter_perf_stats=True`` only): one entry per request with ``kvCacheStats``;
 * tokens: deterministic from the prompt; text is one letter per token.
 """
 
 import dataclasses
 import importlib
-import json
 import math
+import threading
 from datetime import timedelta
 from typing import Any, List, Optional
 
 from ..bindings import KvCacheMetrics, RequestPerfMetrics, TimingMetrics
-from ..executor import CompletionOutput, RequestOutput
+from ..executor import CompletionOutput, GenerationExecutor, GenerationResult
 from ..sampling_params import SamplingParams
 from .llm_args import TorchLlmArgs
 
@@ -69,21 +86,28 @@ class _Tensor:
 
 class LLM:
     instances: List["LLM"] = []
+    memory_tokens: Optional[int] = None  # tokens the free-memory fraction leaves for KV (None: unlimited)
 
     def __init__(self, model, tokenizer=None, tokenizer_mode="auto", skip_tokenizer_init=False,
                  trust_remote_code=False, tensor_parallel_size=1, dtype="auto", revision=None,
                  tokenizer_revision=None, **kwargs: Any) -> None:
         self.calls: List[tuple] = [("__init__", {"model": model, "skip_tokenizer_init": skip_tokenizer_init,
                                                  **kwargs})]
-        self.args = TorchLlmArgs(model=model, tokenizer=tokenizer, skip_tokenizer_init=skip_tokenizer_init,
-                                 **kwargs)  # unknown keywords raise, as pydantic's extra="forbid" does
+        valid = {f.name for f in dataclasses.fields(TorchLlmArgs)} | {"_mpi_session", "backend"}
+        for key in kwargs:
+            if key not in valid:
+                raise ValueError(f"{self.__class__.__name__} got invalid argument: {key}")
+        self.args = TorchLlmArgs(model=model, tokenizer=tokenizer, skip_tokenizer_init=skip_tokenizer_init, **kwargs)
         self._tokenizer = None if skip_tokenizer_init else FakeTokenizer()
         kv = self.args.kv_cache_config
         self.tpb = kv.tokens_per_block
-        self.capacity_blocks = (kv.max_tokens or 4096) // self.tpb
+        limits = [t for t in (kv.max_tokens, self.memory_tokens) if t]
+        self.capacity_blocks = math.ceil(min(limits or [4096]) / self.tpb)
         self.stored: dict = {}  # block hash -> [priority, age]
-        self.events: List[dict] = []
-        self.stats: List[str] = []
+        self._lock = threading.Lock()
+        self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
+        self.engine_stats: List[dict] = []  # the executor's iteration stats buffer
+        self._executor = GenerationExecutor(self._take_events, self._take_stats)
         self.next_event = 0
         self.next_request = 0
         self.iteration = 0
@@ -108,13 +132,14 @@ class LLM:
     def generate_async(self, inputs, sampling_params: Optional[SamplingParams] = None, lora_request=None,
                        prompt_adapter_request=None, streaming: bool = False, kv_cache_retention_config=None,
                        disaggregated_params=None, _postproc_params=None, scheduling_params=None,
-                       cache_salt: Optional[str] = None) -> RequestOutput:
+                       cache_salt: Optional[str] = None) -> GenerationResult:
         self.calls.append(("generate_async", {
             "inputs": inputs, "sampling_params": sampling_params, "lora_request": lora_request,
             "streaming": streaming, "kv_cache_retention_config": kv_cache_retention_config,
             "cache_salt": cache_salt}))
         if self.shut_down:
             raise RuntimeError("LLM is shutting down")
+        self._executor.on_submit()
         sp = sampling_params or SamplingParams()
         if sp.end_id is None and self.tokenizer is None:
             raise ValueError("tokenizer is required to reset end_id if it is None, or you can explicitly "
@@ -140,33 +165,46 @@ class LLM:
                                             kv_cache_hit_rate=reused / n_blocks if reused else 0.0),
             first_iter=self.iteration, last_iter=self.iteration + len(out) - 1, iter=self.iteration + len(out) - 1)
         self.iteration += len(out) - 1
-        self.stats.append(json.dumps({"iter": self.iteration, "numActiveRequests": 0, "kvCacheStats": {
-            "maxNumBlocks": self.capacity_blocks, "freeNumBlocks": self.capacity_blocks - len(self.stored),
-            "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}}))
+        if self.args.enable_iter_perf_stats:
+            with self._lock:
+                self.engine_stats.append({"iter": self.iteration, "numActiveRequests": 0, "kvCacheStats": {
+                    "maxNumBlocks": self.capacity_blocks, "freeNumBlocks": self.capacity_blocks - len(self.stored),
+                    "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}})
         if self.scheduler is not None:
             self.scheduler.request_finished(_Request(request_id, prompt), block_ids)
-        return RequestOutput(request_id, prompt, self._steps(out, sp, perf, streaming))
+        return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming))
 
     def get_kv_cache_events(self, timeout: Optional[float] = 2) -> List[dict]:
         self.calls.append(("get_kv_cache_events", {"timeout": timeout}))
-        events, self.events = self.events, []
-        return events
+        return self._executor.get_kv_events(timeout=timeout)
 
-    def get_stats(self, timeout: Optional[float] = 2) -> List[str]:
+    def get_stats(self, timeout: Optional[float] = 2) -> List[dict]:
         self.calls.append(("get_stats", {"timeout": timeout}))
-        stats, self.stats = self.stats, []
-        return stats
+        return self._executor.get_stats(timeout=timeout)
 
     def shutdown(self) -> None:
         self.calls.append(("shutdown", {}))
         self.shut_down = True
+        self._executor.shutdown()
 
     # ----------------------------------------------------------------- the toy engine
 
     def _emit(self, data: dict) -> None:
         if self._events_on:
-            self.events.append({"event_id": self.next_event, "data": data, "window_size": self.args.max_seq_len})
+            with self._lock:
+                self.engine_events.append({"event_id": self.next_event, "data": data,
+                                           "window_size": self.args.max_seq_len})
             self.next_event += 1
+
+    def _take_events(self) -> list:
+        with self._lock:
+            events, self.engine_events = self.engine_events, []
+        return events
+
+    def _take_stats(self) -> List[dict]:
+        with self._lock:
+            stats, self.engine_stats = self.engine_stats, []
+        return stats
 
     def _admit(self, prompt, salt, lora_id, retention, request_id):
         """Match, allocate and store the prompt's full blocks; returns (reused blocks, block ids)."""
@@ -201,9 +239,7 @@ class LLM:
             prio = next((r.priority for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), 35)
             if h in self.stored:
                 self.stored[h][1] = self.iteration
-                if prio != 35 and self.stored[h][0] != prio:
-                    self._emit({"type": "updated", "block_hash": h, "cache_level": None,
-                                "priority": {"type": "event_diff", "old_value": self.stored[h][0], "new_value": prio}})
+                if prio != 35:  # claimBlock overwrites the priority only when the request gives one
                     self.stored[h][0] = prio
                 continue
             self._evict_for_one()

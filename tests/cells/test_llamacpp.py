@@ -224,3 +224,57 @@ def test_closed_cell_refuses_work():
 def test_out_of_vocabulary_ids_are_rejected(cell):
     with pytest.raises(ValueError, match="out of range"):
         cell.ensure_prefix([1, 2, 99999])
+
+
+def test_the_extra_buffer_decision_reaches_the_engine(monkeypatch):
+    import llama_cpp
+
+    from test_cpu import BUILD_AMX, SPR
+    from workbench import cpu
+
+    seen = []
+    real = llama_cpp.llama_model_load_from_file
+    monkeypatch.setattr(llama_cpp, "llama_model_load_from_file",
+                        lambda path, params: seen.append(bool(params.use_extra_bufts)) or real(path, params))
+    monkeypatch.setattr(cpu, "flags", lambda cpuinfo=None: SPR)
+    monkeypatch.setattr(llama_cpp, "llama_print_system_info", lambda: BUILD_AMX.encode())
+    with open_cell("llamacpp", TINY, kv_budget_tokens=256) as c:
+        assert c.describe().extra["extra_buffers"] is False
+    with open_cell("llamacpp", TINY, kv_budget_tokens=256, extra_buffers=True) as c:  # the option overrides
+        assert "cell option" in c.describe().extra["extra_buffers_reason"]
+    assert seen == [False, True]
+
+
+@pytest.mark.slow
+def test_the_default_model_decodes_on_this_cpu():
+    """The first decode is where llama.cpp #20824 crashes; run it in a child so a crash is reported, not fatal."""
+    from workbench import doctor
+
+    rep = doctor.decode_check()
+    assert rep["ok"], f"{rep['error']}\n" + "\n".join(rep.get("log_tail", []))
+    assert len(rep["decoded"]["tokens"]) == doctor.DECODE_TOKENS
+
+
+def test_every_announced_observer_satisfies_its_protocol(cell):
+    from workbench.contract import OBSERVERS, observer_mismatches
+
+    announced = cell.describe().observers
+    assert announced and observer_mismatches(cell, announced) == []
+    assert all(isinstance(cell, OBSERVERS[name]) for name in announced)
+
+
+def test_an_observer_with_other_parameters_is_named():
+    from workbench.contract import observer_mismatches
+
+    class Drifted:
+        def import_state(self, blob, *, slot=0):  # the drift issue 9 found: tokens missing
+            pass
+
+        def export_state(self, *, slot=0):
+            return b""
+
+    assert observer_mismatches(Drifted(), ["state_export", "nonsense"]) == [
+        "state_export: import_state(blob, *, slot=0) differs from the spec "
+        "import_state(blob, tokens, *, slot=0, position_shift=0)",
+        "nonsense: not a declared observer (request_counters, kv_events, iteration_stats, connector, state_export, "
+        "capacity)"]

@@ -1,9 +1,9 @@
-"""The TensorRT-LLM cell against a double of the tensorrt_llm 1.2 LLM API, plus its observers.
+"""The TensorRT-LLM cell against the double of the tensorrt_llm 1.2 LLM API.
 
 The double (``tests/doubles/fake_tensorrt_llm``) is loaded as ``tensorrt_llm`` only by the
-``fake_trt`` fixture and handed to the cell through its private ``_import_trtllm`` seam. Every call
-the cell makes is asserted with its arguments. Tests without the fixture run against this machine:
-no tensorrt_llm, no GPU.
+``fake_trt`` fixture and handed to the cell through the guard's one import. Every call the cell
+makes is asserted with its arguments. Tests without the fixture run against this machine: no
+tensorrt_llm, no GPU. Tests named ``test_defect_*`` fail on the cell before issue 12's fixes.
 """
 
 from __future__ import annotations
@@ -12,20 +12,20 @@ import dataclasses
 import importlib.util
 import json
 import os
-import shutil
-import struct
 import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
 from workbench import cells, environment
 from workbench.cells import trtllm as trtllm_cell
+from workbench.cells import trtllm_guard
 from workbench.contract import (
     OBSERVERS,
+    observer_mismatches,
     Cell,
     ContextOverflow,
     EngineUnavailable,
@@ -36,17 +36,11 @@ from workbench.contract import (
     WorkbenchError,
 )
 from workbench.models import ModelSpecError
-from workbench.observe import survey, trtllm_connector, trtllm_events, trtllm_metrics
+from workbench.observe import trtllm_connector
 
-FAKE = Path(__file__).parent / "doubles" / "fake_tensorrt_llm"
 SRC = Path(trtllm_cell.__file__).resolve().parents[1]
-GPU = {"available": True, "source": "nvml",
-       "devices": [{"index": 0, "name": "Fake H100", "memory_total_bytes": 80 << 30, "memory_free_bytes": 79 << 30}],
-       "driver": "580.00", "cuda": "13.0", "reason": None}
-CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_attention_heads": 4,
-          "num_key_value_heads": 2, "hidden_size": 64, "max_position_embeddings": 512, "vocab_size": 128,
-          "torch_dtype": "bfloat16", "eos_token_id": 2}
 BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 2  # K+V · layers · kv_heads · head_dim · bf16
+OPEN_REQUESTS = 1  # the cell's open request precedes every probe request
 
 
 def _tensorrt_llm_importable() -> bool:
@@ -56,40 +50,9 @@ def _tensorrt_llm_importable() -> bool:
         return False
 
 
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture
-def fake_trt(monkeypatch):
-    """Load the double as ``tensorrt_llm`` and hand it to the cell; a GPU is reported present."""
-    for name in [n for n in sys.modules if n == "tensorrt_llm" or n.startswith("tensorrt_llm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    spec = importlib.util.spec_from_file_location("tensorrt_llm", FAKE / "__init__.py",
-                                                  submodule_search_locations=[str(FAKE)])
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "tensorrt_llm", module)
-    spec.loader.exec_module(module)
-    module.llmapi.llm.LLM.instances = []
-    monkeypatch.setattr(trtllm_cell, "_import_trtllm", lambda: module)
-    monkeypatch.setattr(environment, "gpus", lambda: GPU)
-    monkeypatch.delenv(trtllm_connector.LOG_ENV, raising=False)
-    yield module
-    for name in [n for n in sys.modules if n.startswith("tensorrt_llm.")]:
-        del sys.modules[name]
-
-
-def _model_dir(root: Path, name: str = "tiny-llama", tokenizer: bool = True, **overrides) -> Path:
-    d = root / name
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps(CONFIG | overrides))
-    if tokenizer:
-        (d / "tokenizer_config.json").write_text("{}")
-    return d
-
-
 @pytest.fixture
 def hf_dir(tmp_path):
-    return _model_dir(tmp_path)
+    return model_dir(tmp_path)
 
 
 @pytest.fixture
@@ -105,6 +68,11 @@ def _llm(fake_trt):
 
 def _calls(llm, name):
     return [kw for n, kw in llm.calls if n == name]
+
+
+def _requests(llm):
+    """The probe's requests: every generate_async after the cell's open request."""
+    return _calls(llm, "generate_async")[OPEN_REQUESTS:]
 
 
 # --------------------------------------------------------------------------- this machine
@@ -131,23 +99,11 @@ def test_open_cell_raises_engine_unavailable_here(hf_dir):
     assert e.value.engine == "trtllm" and "tensorrt_llm" in e.value.reason
 
 
-def test_broken_install_is_not_reported_as_missing(monkeypatch):
-    def broken():
-        raise OSError("libcudart.so.13: cannot open shared object file")
-
-    monkeypatch.setattr(trtllm_cell, "_import_trtllm", broken)
-    a = trtllm_cell.TrtLlmCell.availability()
-    assert not a.available and "failed to import" in a.reason and "libcudart" in a.reason
-
-
-# --------------------------------------------------------------------------- availability and the guard
-
-
 def test_availability_with_release_and_gpu(fake_trt):
     a = trtllm_cell.TrtLlmCell.availability()
     assert a.available and a.version == "1.2.1" and a.reason is None
     rows = a.details["guard"]
-    assert len(rows) == len(trtllm_cell.GUARD) and all(r["ok"] for r in rows)
+    assert len(rows) == len(trtllm_guard.GUARD) and all(r["ok"] for r in rows)
     assert {r["symbol"] for r in rows} >= {"tensorrt_llm.LLM.generate_async", "tensorrt_llm.llmapi.KvCacheConfig"}
 
 
@@ -166,43 +122,6 @@ def test_availability_and_open_refuse_other_versions(fake_trt, hf_dir, monkeypat
     assert not a.available and "1.3.0rc27" in a.reason and "1.2.x" in a.reason
     with pytest.raises(EngineUnavailable, match="1.3.0rc27"):
         trtllm_cell.TrtLlmCell.open(str(hf_dir))
-
-
-def test_guard_all_present(fake_trt):
-    rows = trtllm_cell.check_guard(fake_trt)
-    assert all(r.ok and r.status == "ok" and not r.missing for r in rows)
-
-
-def test_guard_names_missing_and_changed_symbols(fake_trt, hf_dir, monkeypatch):
-    base = fake_trt.LLM
-
-    class OldLLM(base):
-        def generate_async(self, inputs, sampling_params=None, lora_request=None, streaming=False):
-            raise AssertionError("never called")
-
-    monkeypatch.setattr(fake_trt, "LLM", OldLLM)
-    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
-    rows = {r.symbol: r for r in trtllm_cell.check_guard(fake_trt)}
-    changed = rows["tensorrt_llm.LLM.generate_async"]
-    assert changed.status == "changed" and set(changed.missing) == {"kv_cache_retention_config", "cache_salt"}
-    missing = rows["tensorrt_llm.llmapi.LoRARequest"]
-    assert missing.status == "missing" and missing.feature == "lora"
-    with pytest.raises(EngineUnavailable) as e:
-        trtllm_cell.TrtLlmCell.open(str(hf_dir), adapters=[_adapter(hf_dir.parent)])
-    assert "tensorrt_llm.LLM.generate_async changed: lacks kv_cache_retention_config, cache_salt" in e.value.reason
-    assert "tensorrt_llm.llmapi.LoRARequest not found" in e.value.reason
-    a = trtllm_cell.TrtLlmCell.availability()
-    assert not a.available and "cache_salt" in a.reason and "LoRARequest" not in a.reason  # LoRA is optional
-
-
-def test_a_missing_optional_feature_does_not_block_open(fake_trt, hf_dir, monkeypatch):
-    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
-    monkeypatch.delattr(fake_trt.llmapi.llm_args, "KvCacheConnectorConfig")
-    with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
-        assert "connector" not in c.describe().observers  # announced only where it can be had
-    with pytest.raises(EngineUnavailable, match="KvCacheConnectorConfig not found"):
-        trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True)
-
 
 # --------------------------------------------------------------------------- open: the LLM the cell builds
 
@@ -253,7 +172,7 @@ def test_use_kv_cache_manager_v2_is_set_only_where_the_field_exists(fake_trt, hf
     with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
         kv = _calls(_llm(fake_trt), "__init__")[0]["kv_cache_config"]
         assert isinstance(kv, KvCacheConfig12rc) and kv.max_tokens == c.kv_budget_tokens
-    rows = {r.symbol: r for r in trtllm_cell.check_guard(fake_trt)}
+    rows = {r.symbol: r for r in trtllm_guard.check_guard(fake_trt)}
     assert rows["tensorrt_llm.llmapi.KvCacheConfig"].ok
     assert "use_kv_cache_manager_v2 absent" in rows["tensorrt_llm.llmapi.KvCacheConfig"].detail
 
@@ -402,7 +321,7 @@ def test_decode_sampling_stop_and_guided_json(fake_trt, cell):
 
 
 def test_without_a_tokenizer_prompts_are_token_ids(fake_trt, tmp_path):
-    d = _model_dir(tmp_path, "no-tokenizer", tokenizer=False)
+    d = model_dir(tmp_path, "no-tokenizer", tokenizer=False)
     with trtllm_cell.TrtLlmCell.open(str(d), dummy_weights=True) as c:
         init = _calls(_llm(fake_trt), "__init__")[0]
         assert init["skip_tokenizer_init"] is True and "guided_decoding_backend" not in init
@@ -471,7 +390,7 @@ def test_snapshot_is_text_and_restore_warms_it(fake_trt, hf_dir, tmp_path):
         assert call["kv_cache_retention_config"].token_range_retention_configs[0].priority == 80
         assert status.reused_tokens == 64 and status.deferred_tokens == 5 and status.prompt_tokens == 75
         assert c.explain_context(slot=1).pending_tokens == 5
-    other = _model_dir(tmp_path, "other-model", hidden_size=128)
+    other = model_dir(tmp_path, "other-model", hidden_size=128)
     with trtllm_cell.TrtLlmCell.open(str(other)) as c2:
         with pytest.raises(ManifestMismatch):
             c2.restore(snap)
@@ -502,10 +421,10 @@ def test_lora_config_request_and_salt(fake_trt, hf_dir, tmp_path):
         assert len(c.manifest.adapter_digests) == 1 and c.manifest.digest != plain_key
         c.ensure_prefix([3] * 10)
         c.decode(max_tokens=1)
-        for call in _calls(_llm(fake_trt), "generate_async"):
+        for call in _calls(_llm(fake_trt), "generate_async"):  # the open request too
             lr = call["lora_request"]
             assert (lr.lora_name, lr.lora_int_id, lr.lora_path) == ("adapter-a", 1, a)
-            assert call["cache_salt"] == c.manifest.digest
+        assert {call["cache_salt"] for call in _requests(_llm(fake_trt))} == {c.manifest.digest}
     with pytest.raises(UnsupportedFeature, match="stacked"):
         trtllm_cell.TrtLlmCell.open(str(hf_dir), adapters=[a, _adapter(tmp_path, "adapter-b")])
 
@@ -541,14 +460,16 @@ def test_observers_are_announced_and_drain(fake_trt, cell):
     d = cell.describe()
     assert d.observers == ("request_counters", "kv_events", "iteration_stats", "connector")
     assert set(d.observers) <= set(OBSERVERS) and d.extra["connector"].startswith("off")
+    assert observer_mismatches(cell, d.observers) == []  # each announced observer matches its Protocol
+    assert d.extra["open_request"]["created_events"] == 1
     cell.ensure_prefix([3] * 70)
-    events = cell.drain_kv_events(timeout_s=0.1)
+    events = cell.drain_kv_events(timeout_s=0.01)
     assert [e.kind for e in events] == ["created", "stored"] and all(isinstance(e, KvEvent) for e in events)
     assert events[0].num_blocks == (cell.kv_budget_tokens // 32, 0)
     assert len(events[1].block_hashes) == 2 and events[1].block_tokens[0] == (3,) * 32 and events[1].priority == 100
     assert cell.drain_kv_events() == []
-    assert _calls(_llm(fake_trt), "get_kv_cache_events")[-1] == {"timeout": 0.5}
-    stats = cell.drain_iteration_stats(timeout_s=0.1)
+    assert _calls(_llm(fake_trt), "get_kv_cache_events")[-1] == {"timeout": trtllm_cell.MIN_DRAIN_TIMEOUT_S}
+    stats = cell.drain_iteration_stats(timeout_s=0.01)
     assert stats and stats[-1]["kvCacheStats"]["tokensPerBlock"] == 32
     assert cell.drain_iteration_stats() == []
     with pytest.raises(UnsupportedFeature, match="connector=True"):
@@ -569,202 +490,92 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
             "workbench.observe.trtllm_connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
         assert "connector" in c.describe().observers and c.describe().extra["connector"] == "recording"
         log_path = os.environ[trtllm_connector.LOG_ENV]
+        assert c.describe().extra["open_request"]["connector_calls_kept_out"] > 0
         c.ensure_prefix([3] * 70)
         c.ensure_prefix([3] * 70)
-        log = c.connector_log()
+        log = c.connector_log()  # engine init, then the two requests (ids 1 and 2; 0 was the open request)
+        assert log[0]["method"] == "register_kv_caches" and log[0]["args"]["shape"][1:] == [2, 2, 64 * 32]
+        assert {e["args"].get("request_id") for e in log} == {None, 1, 2}
         calls = [e["method"] for e in log]
-        assert calls[0] == "register_kv_caches" and log[0]["args"]["shape"][1:] == [2, 2, 64 * 32]
         matched = [e["args"] for e in log if e["method"] == "get_num_new_matched_tokens"]
         assert [a["num_computed_tokens"] for a in matched] == [0, 64] and matched[0]["tokens"] == 70
         alloc = [e["args"] for e in log if e["method"] == "update_state_after_alloc"]
-        assert alloc[1]["block_ids"] == [1000, 1001, 1002] and alloc[1]["request_id"] == 1
+        assert alloc[1]["block_ids"] == [2000, 2001, 2002] and alloc[1]["request_id"] == 2
         meta = [e["args"] for e in log if e["method"] == "build_connector_meta"][1]
         assert (meta["computed_position"], meta["new_tokens"], meta["new_block_ids"], meta["new"]) == (
-            64, 70, [1000, 1001, 1002], True)
+            64, 70, [2000, 2001, 2002], True)
         assert [e["args"]["layer_idx"] for e in log if e["method"] == "save_kv_layer"] == [0, 1, 0, 1]
         assert calls.count("wait_for_layer_load") == 4 and {e["side"] for e in log} == {"scheduler", "worker"}
         assert {"start_load_kv", "wait_for_save", "get_finished", "request_finished"} <= set(calls)
     assert trtllm_connector.LOG_ENV not in os.environ and not Path(log_path).exists()
 
 
-def test_connector_classes_resolve_by_name(fake_trt):
-    mod = importlib.import_module("workbench.observe.trtllm_connector")
-    base = importlib.import_module("tensorrt_llm._torch.pyexecutor.kv_cache_connector")
-    assert issubclass(mod.RecordingConnectorScheduler, base.KvCacheConnectorScheduler)
-    assert issubclass(mod.RecordingConnectorWorker, base.KvCacheConnectorWorker)
-    with pytest.raises(AttributeError):
-        mod.NoSuchClass  # noqa: B018
+# --------------------------------------------------------------------------- issue 12: what a real 1.2 install breaks
 
 
-# --------------------------------------------------------------------------- event and metric parsers
+def test_defect_1_open_with_default_options_reads_nothing_before_a_request(fake_trt, hf_dir, tmp_path):
+    """1.2's ``get_kv_cache_events`` asserts before the first ``generate_async`` (executor/executor.py)."""
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
+        names = [n for n, _ in _llm(fake_trt).calls]
+        assert names.index("generate_async") < names.index("get_kv_cache_events")
+        c.switch(adapters=[_adapter(tmp_path)])
+        names = [n for n, _ in _llm(fake_trt).calls]
+        assert names.index("generate_async") < names.index("get_kv_cache_events")
+        assert c.drain_kv_events()  # created, forwarded from the open request's read
 
 
-def test_event_parser_on_documented_shapes():
-    raw = [
-        {"event_id": 0, "window_size": 4096, "data": {"type": "created", "num_blocks_per_cache_level": [512, 128]}},
-        {"event_id": 1, "window_size": 4096, "attention_dp_rank": 0, "data": {
-            "type": "stored", "parent_hash": None, "blocks": [
-                {"type": "stored_block", "block_hash": 2 ** 63 + 5, "cache_level": 0, "priority": 100,
-                 "tokens": [{"type": "unique_token", "token_id": 11, "token_extra_id": 0},
-                            {"type": "unique_token", "token_id": 12, "token_extra_id": 0}]},
-                {"type": "stored_block", "block_hash": 7, "cache_level": 0, "priority": 35,
-                 "tokens": [{"type": "unique_token", "token_id": 13, "token_extra_id": 0}]}]}},
-        json.dumps({"event_id": 2, "window_size": 4096, "data": {"type": "removed", "block_hashes": [7, 8]}}),
-        {"event_id": 3, "window_size": 4096, "data": {
-            "type": "updated", "block_hash": 2 ** 63 + 5,
-            "cache_level": {"type": "event_diff", "old_value": 0, "new_value": 1},
-            "priority": {"type": "event_diff", "old_value": 100, "new_value": 35}}},
-        {"event_id": 4, "window_size": 4096, "data": {"type": "updated", "block_hash": 9, "cache_level": None,
-                                                      "priority": {"type": "event_diff", "old_value": 35,
-                                                                   "new_value": 80}}},
-    ]
-    created, stored, removed, offloaded, reprioritized = trtllm_events.parse_events(raw)
-    assert created.kind == "created" and created.num_blocks == (512, 128) and created.window_size == 4096
-    assert stored.block_hashes == (2 ** 63 + 5, 7) and stored.parent_hash is None
-    assert stored.block_tokens == ((11, 12), (13,)) and stored.priority is None and stored.cache_level == 0
-    assert removed.kind == "removed" and removed.block_hashes == (7, 8) and removed.event_id == 2
-    assert (offloaded.cache_level, offloaded.priority) == (1, 35)
-    assert (reprioritized.cache_level, reprioritized.priority) == (None, 80)
-    assert stored.raw["attention_dp_rank"] == 0
-    assert trtllm_events.capacity_blocks([created, stored]) == {4096: 512}
-    with pytest.raises(ValueError, match="unknown"):
-        trtllm_events.parse_event({"event_id": 5, "data": {"type": "evicted"}})
-    with pytest.raises(ValueError, match="not a TensorRT-LLM KV event"):
-        trtllm_events.parse_event({"event_id": 5})
+def test_defect_2_capacity_is_the_engines_after_its_first_request(fake_trt, hf_dir, monkeypatch):
+    """``created`` waits in the engine until the first submit starts the dispatch (executor/proxy.py)."""
+    from workbench.probes import capacity
+
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "memory_tokens", 200)  # memory leaves 7 blocks, not 16
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), kv_budget_tokens=512) as c:
+        d = c.describe()
+        assert (d.kv_capacity_tokens, d.extra["kv_capacity_source"]) == (7 * 32, "created KV event")
+        measured, how = capacity._capacity(c, d)  # the capacity probe drains at once
+        assert measured == 7 * 32 and "created" in how
 
 
-def test_metrics_parser_on_bindings_and_serve_shapes():
-    perf = SimpleNamespace(
-        timing_metrics=SimpleNamespace(arrival_time=timedelta(seconds=100),
-                                       first_scheduled_time=timedelta(seconds=100.5),
-                                       first_token_time=timedelta(seconds=101), last_token_time=timedelta(seconds=103),
-                                       kv_cache_transfer_start=timedelta(0), kv_cache_transfer_end=timedelta(0)),
-        kv_cache_metrics=SimpleNamespace(num_total_allocated_blocks=4, num_new_allocated_blocks=1, num_reused_blocks=3,
-                                         num_missed_blocks=1, kv_cache_hit_rate=0.75),
-        first_iter=5, last_iter=9, iter=9)
-    c = trtllm_metrics.request_counters(perf, 32)
-    assert c["num_reused_blocks"] == 3 and c["reused_tokens_est"] == 96 and c["kv_cache_hit_rate"] == 0.75
-    assert c["engine_ttft_s"] == 1.0 and c["engine_queue_s"] == 0.5 and c["engine_decode_s"] == 2.0
-    assert c["engine_e2e_s"] == 3.0 and "engine_kv_transfer_s" not in c and c["first_iter"] == 5
-    assert trtllm_metrics.reused_tokens(c, 200) == 96
-    assert trtllm_metrics.reused_tokens(c, 90) == 89  # capped: the last prompt token is never reused
-    assert trtllm_metrics.reused_tokens({}, 90) is None
-    assert trtllm_metrics.request_counters(None, 32) == {}
-    serve = {"first_iter": 1, "last_iter": 3, "timing_metrics": {"arrival_time": 1.0, "first_token_time": 1.25},
-             "kv_cache_metrics": {"num_total_allocated_blocks": 2, "num_new_allocated_blocks": 2,
-                                  "num_reused_blocks": 0, "num_missed_blocks": 2}}
-    s = trtllm_metrics.request_counters(serve, 16)
-    assert s["engine_ttft_s"] == 0.25 and s["missed_tokens_est"] == 32 and "kv_cache_hit_rate" not in s
-    stats = trtllm_metrics.parse_iteration_stats(['{"iter": 1, "kvCacheStats": {"maxNumBlocks": 10, '
-                                                  '"tokensPerBlock": 32}}', {"iter": 2}])
-    assert [s["iter"] for s in stats] == [1, 2]
-    assert trtllm_metrics.kv_stats_capacity(stats[0]) == (10, 32) and trtllm_metrics.kv_stats_capacity(stats[1]) is None
+def test_defect_2_without_events_the_source_says_so(fake_trt, hf_dir, monkeypatch):
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "memory_tokens", 200)
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
+        assert c.describe().extra["kv_capacity_source"] == "iteration stats kvCacheStats"
+        assert c.describe().kv_capacity_tokens == 7 * 32
 
 
-# --------------------------------------------------------------------------- the C/C++ entry-point survey
-
-HEADER = """
-namespace tensorrt_llm::executor {
-class Executor
-{
-public:
-    Executor(std::filesystem::path const& modelPath, ModelType modelType, ExecutorConfig const& executorConfig);
-    Executor(BufferView const& engineBuffer, std::string const& jsonConfigStr, ModelType modelType,
-        ExecutorConfig const& executorConfig,
-        std::optional<std::map<std::string, Tensor>> const& managedWeights = std::nullopt);
-    Executor(std::shared_ptr<Model> model, ExecutorConfig const& executorConfig);
-    Executor(Executor const& executor) = delete;
-    Executor(Executor&&) noexcept;
-};
-}
-"""
-
-LIBRARY = """
-#include <filesystem>
-#include <string>
-namespace tensorrt_llm::executor {
-struct BufferView { const char* data; unsigned long size; };
-class Executor {
-public:
-    Executor(std::filesystem::path const& modelPath, int modelType);
-    Executor(BufferView const& engineBuffer, std::string const& jsonConfigStr, int modelType);
-    int enqueueRequest(int request);
-};
-Executor::Executor(std::filesystem::path const& p, int) {}
-Executor::Executor(BufferView const&, std::string const&, int) {}
-int Executor::enqueueRequest(int r) { return r; }
-}
-extern "C" int unrelated_function(void) { return 0; }
-"""
+def test_defect_2_an_engine_that_reports_nothing_is_named_not_hidden(fake_trt, hf_dir, monkeypatch):
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "_take_stats", lambda self: [])
+    with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
+        d = c.describe()
+        assert d.kv_capacity_tokens == c.kv_budget_tokens
+        assert d.extra["kv_capacity_source"].startswith("configured KvCacheConfig.max_tokens: the engine reported "
+                                                         "neither")
 
 
-def _elf64(symbols: list[tuple[str, bool]]) -> bytes:
-    """A minimal little-endian ELF64 file: a .dynsym (name, defined?) with its .dynstr, and section headers."""
-    dynstr = b"\0"
-    offsets = []
-    for name, _ in symbols:
-        offsets.append(len(dynstr))
-        dynstr += name.encode() + b"\0"
-    dynsym = b"\0" * 24 + b"".join(struct.pack("<IBBHQQ", off, (1 << 4) | 2, 0, 7 if defined else 0, 0x1000, 8)
-                                   for off, (_, defined) in zip(offsets, symbols))
-    str_off = 64
-    sym_off = str_off + len(dynstr)
-    sh_off = sym_off + len(dynsym)
-    header = (b"\x7fELF" + bytes([2, 1, 1]) + b"\0" * 9
-              + struct.pack("<HHIQQQIHHHHHH", 3, 62, 1, 0, 0, sh_off, 0, 64, 0, 0, 64, 3, 0))
-    null = b"\0" * 64
-    strtab = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, str_off, len(dynstr), 0, 0, 1, 0)
-    symtab = struct.pack("<IIQQQQIIQQ", 0, 11, 2, 0, sym_off, len(dynsym), 1, 1, 8, 24)
-    return header + dynstr + dynsym + null + strtab + symtab
+def test_defect_4_a_short_drain_still_waits_for_the_dispatch(fake_trt, cell):
+    """``IterationResult.get_results`` latches after one dry read until the next submit (executor/result.py)."""
+    cell.ensure_prefix([3] * 70)
+    kinds = [e.kind for e in cell.drain_kv_events(timeout_s=0)]
+    assert "stored" in kinds
+    assert cell.drain_iteration_stats(timeout_s=0)
 
 
-def test_survey_reads_headers_and_a_handmade_elf(tmp_path):
-    root = tmp_path / "site-packages" / "tensorrt_llm"
-    (root / "include" / "tensorrt_llm" / "executor").mkdir(parents=True)
-    (root / "include" / "tensorrt_llm" / "executor" / "executor.h").write_text(HEADER)
-    (root / "libs").mkdir()
-    mangled = "_ZN12tensorrt_llm8executor8ExecutorC1ERKNSt10filesystem7__cxx114pathENS0_9ModelTypeE"
-    (root / "libs" / "libtensorrt_llm.so").write_bytes(_elf64([
-        (mangled, True), ("_ZN12tensorrt_llm8executor8Executor14enqueueRequestEv", True),
-        ("_ZN12tensorrt_llm8executor8Executor8shutdownEv", False), ("unrelated", True)]))
-    (root / "libs" / "libbroken.so.1").write_bytes(b"not an elf")
-    (root / "bindings.cpython-312-x86_64-linux-gnu.pyi").write_text("")
-    s = survey.survey(root.parent, nm=None)
-    assert s.headers == ("tensorrt_llm/include/tensorrt_llm/executor/executor.h",)
-    assert [c.takes for c in s.constructors if c.source == "header"] == ["engine_dir", "engine_buffer",
-                                                                         "runtime_model"]
-    lib, broken = sorted(s.libraries, key=lambda lib: lib.path, reverse=True)
-    assert lib.symbol_source == "elf" and len(lib.executor_symbols) == 2  # the undefined one is left out
-    assert broken.symbol_source == "unavailable" and "ELF" in broken.error
-    assert [c.takes for c in s.constructors if c.source == "symbol"] == ["engine_dir"]
-    assert s.takes_engine_dir and not s.takes_model_code and s.symbol_channel == "elf"
-    assert s.entry_kinds == ("engine_buffer", "engine_dir", "runtime_model")
+def test_defect_5_an_empty_event_does_not_abort_the_drain(fake_trt, cell):
+    """``KVCacheEventSerializer.to_json_str(None)`` is ``{}`` (tensorrt_llm/_utils.py)."""
+    cell.ensure_prefix([3] * 70)
+    _llm(fake_trt).engine_events.append(None)
+    assert "stored" in [e.kind for e in cell.drain_kv_events()]
 
 
-@pytest.mark.skipif(not (shutil.which("g++") and shutil.which("nm")), reason="needs g++ and nm")
-def test_survey_nm_and_elf_agree_on_a_compiled_library(tmp_path):
-    src = tmp_path / "executor.cpp"
-    src.write_text(LIBRARY)
-    root = tmp_path / "pkg"
-    root.mkdir()
-    subprocess.run(["g++", "-std=c++17", "-shared", "-fPIC", "-o", str(root / "libexec.so"), str(src)], check=True)
-    by_nm = survey.survey(root)
-    by_elf = survey.survey(root, nm=None)
-    assert by_nm.symbol_channel == "nm" and by_elf.symbol_channel == "elf"
-    kinds = sorted(c.takes for c in by_nm.constructors)
-    assert kinds == sorted(c.takes for c in by_elf.constructors)
-    assert set(kinds) == {"engine_dir", "engine_buffer"}
-    assert all("unrelated" not in sym for sym in by_nm.libraries[0].executor_symbols)
+def test_defect_6_the_connector_log_path_has_a_launcher_forwarded_name():
+    assert trtllm_connector.LOG_ENV.startswith(("TLLM_", "TRTLLM_"))
 
 
-def test_survey_classifies_model_code_and_refuses_files():
-    assert survey.classify("Executor(pybind11::object model, ExecutorConfig const&)") == "model_code"
-    assert survey.classify("Executor(int)") == "other"
-    with pytest.raises(NotADirectoryError):
-        survey.survey(Path(__file__))
+def test_defect_6_a_silent_connector_is_not_run_not_inconclusive(fake_trt, tmp_path, monkeypatch):
+    from workbench.probes import NotRunnable, ProbeContext, connector
 
-
-def test_no_double_outside_tests():
-    for path in SRC.rglob("*.py"):
-        text = path.read_text()
-        assert "fake_tensorrt_llm" not in text and "doubles" not in text, path
+    hf_dir = model_dir(tmp_path, vocab_size=1000)
+    monkeypatch.setattr(trtllm_connector, "record", lambda *a, **kw: None)  # workers that never see the path
+    probe = connector.ExportGranularity()
+    with pytest.raises(NotRunnable, match="did not record"):
+        probe._connector(ProbeContext("trtllm", str(hf_dir)), probe.Params(prefix_tokens=64, shift=5))

@@ -1,0 +1,285 @@
+"""The TensorRT-LLM version guard: the one import of ``tensorrt_llm`` and the one table of what is used on it.
+
+The cell, ``workbench doctor`` and the ``surface.contract_mapping`` probe all read the installed
+release through this module: :func:`import_trtllm` is the only place ``tensorrt_llm`` is imported
+(tests replace it to hand in a double), :data:`GUARD` lists every symbol and every parameter,
+field and attribute the cell uses on it, and :func:`load` checks an install against both the
+version pin and the table.
+
+Known differences of later releases (1.3.0rcN / 1.4.0rcN) the table detects:
+
+* ``KvCacheConfig.use_kv_cache_manager_v2`` defaults to ``'auto'`` there (``False`` in 1.2), and
+  the V2 KV manager ignores ``KvCacheRetentionConfig`` (TensorRT-LLM
+  ``docs/source/features/kvcache.md``; ``test_connector_priorities`` in
+  ``tests/integration/defs/llmapi/test_llm_api_connector.py`` calls it a known gap). The row notes
+  the changed default; the cell pins ``False`` wherever the field exists.
+* The KV connector base classes moved from ``_torch.pyexecutor.kv_cache_connector`` to
+  ``_torch.pyexecutor.connectors.kv_cache_connector``. The rows report ``moved`` with the new path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Iterable
+
+from ..contract import EngineUnavailable
+from ..observe.trtllm_connector import BASE_MODULE as CONNECTOR_MODULE
+from ..observe.trtllm_connector import LATER_BASE_MODULE as LATER_CONNECTOR_MODULE
+
+ENGINE = "trtllm"
+SUPPORTED_SERIES = (1, 2)
+WRITTEN_AGAINST = "1.2.0 and 1.2.1"
+INSTALL_HINT = (
+    "install the 'trtllm' extra (tensorrt_llm 1.2.x) on Linux x86_64/aarch64 with an NVIDIA GPU as NVIDIA's "
+    "TensorRT-LLM installation guide says: CUDA 13 toolkit, torch 2.9.1 from PyTorch's cu130 wheel index, "
+    "libopenmpi-dev, then 'pip install tensorrt_llm==1.2.*' (the PyPI entry is a stub that redirects to NVIDIA's "
+    "wheels), or run inside NVIDIA's NGC TensorRT-LLM 1.2 release container"
+)
+FEATURES = ("core", "guided", "lora", "connector")
+
+
+def import_trtllm() -> ModuleType:
+    """The only place the workbench imports tensorrt_llm (tests replace it to hand in a double)."""
+    return importlib.import_module("tensorrt_llm")
+
+
+@dataclass(frozen=True)
+class GuardSpec:
+    """One dependency: a symbol under ``tensorrt_llm`` and the parameters/fields/attributes used on it."""
+
+    symbol: str
+    requires: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()  # used only where present
+    feature: str = "core"  # "core", or the option that needs it: "guided", "lora", "connector"
+    why: str = ""
+    defaults: tuple[tuple[str, Any], ...] = ()  # (field, 1.2 default): a later default is noted, not failed
+    moved_to: str | None = None  # where a later release keeps the symbol
+
+
+@dataclass(frozen=True)
+class GuardRow:
+    """The installed release against one :class:`GuardSpec`."""
+
+    symbol: str
+    feature: str
+    ok: bool
+    status: str  # "ok" | "missing" | "changed" | "moved"
+    missing: tuple[str, ...] = ()
+    detail: str = ""
+    why: str = ""
+
+    @property
+    def name(self) -> str:
+        """The symbol without the package prefix (``llmapi.KvCacheConfig``)."""
+        return self.symbol.split(".", 1)[1] if "." in self.symbol else self.symbol
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+GUARD: tuple[GuardSpec, ...] = (
+    GuardSpec("__version__", why="version pin (1.2.x) and every finding's fingerprint"),
+    GuardSpec("LLM", ("generate_async", "get_kv_cache_events", "get_stats", "shutdown", "tokenizer"),
+              why="the LLM API entry point"),
+    GuardSpec("LLM.generate_async",
+              ("inputs", "sampling_params", "lora_request", "streaming", "kv_cache_retention_config", "cache_salt"),
+              why="warm-up, streaming decode, retention, manifest salt, LoRA"),
+    GuardSpec("LLM.get_kv_cache_events", ("timeout",), why="kv_events observer"),
+    GuardSpec("LLM.get_stats", ("timeout",), why="iteration_stats observer"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs",
+              ("model", "skip_tokenizer_init", "kv_cache_config", "max_seq_len", "max_num_tokens",
+               "return_perf_metrics", "enable_iter_perf_stats", "load_format"),
+              why="LLM(**kwargs) keywords (unknown keywords are rejected)"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("guided_decoding_backend",), feature="guided",
+              why="structured output backend"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("lora_config",), feature="lora", why="LoRA adapters"),
+    GuardSpec("llmapi.llm_args.TorchLlmArgs", ("kv_connector_config",), feature="connector",
+              why="recording KV connector"),
+    GuardSpec("llmapi.KvCacheConfig",
+              ("max_tokens", "tokens_per_block", "enable_block_reuse", "enable_partial_reuse",
+               "event_buffer_max_size", "host_cache_size"),
+              optional=("use_kv_cache_manager_v2",), defaults=(("use_kv_cache_manager_v2", False),),
+              why="KV budget in tokens, block size, reuse, events, host offload; V2 manager ignores retention"),
+    GuardSpec("llmapi.KvCacheRetentionConfig",
+              ("token_range_retention_configs", "decode_retention_priority", "decode_duration_ms",
+               "TokenRangeRetentionConfig"),
+              why="EnsurePrefix retention"),
+    GuardSpec("llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig",
+              ("token_start", "token_end", "priority", "duration_ms"), why="EnsurePrefix retention range"),
+    GuardSpec("llmapi.SamplingParams",
+              ("max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "end_id", "detokenize",
+               "guided_decoding", "return_perf_metrics"),
+              why="decode and warm-up sampling"),
+    GuardSpec("llmapi.GuidedDecodingParams", ("json",), feature="guided", why="json_schema decode"),
+    GuardSpec("llmapi.LoRARequest", ("lora_name", "lora_int_id", "lora_path"), feature="lora",
+              why="per-request adapter"),
+    GuardSpec("lora_helper.LoraConfig", ("lora_dir", "max_lora_rank", "max_loras", "max_cpu_loras"),
+              feature="lora", why="adapters loaded on the LLM"),
+    GuardSpec("llmapi.llm_args.KvCacheConnectorConfig",
+              ("connector_module", "connector_scheduler_class", "connector_worker_class"), feature="connector",
+              why="recording KV connector config"),
+    GuardSpec(f"{CONNECTOR_MODULE}.KvCacheConnectorScheduler",
+              ("build_connector_meta", "get_num_new_matched_tokens", "request_finished", "update_state_after_alloc"),
+              feature="connector", why="recording connector scheduler base",
+              moved_to=f"{LATER_CONNECTOR_MODULE}.KvCacheConnectorScheduler"),
+    GuardSpec(f"{CONNECTOR_MODULE}.KvCacheConnectorWorker",
+              ("register_kv_caches", "start_load_kv", "wait_for_layer_load", "save_kv_layer", "wait_for_save",
+               "get_finished"),
+              feature="connector", why="recording connector worker base",
+              moved_to=f"{LATER_CONNECTOR_MODULE}.KvCacheConnectorWorker"),
+)
+"""Every tensorrt_llm symbol and signature the cell depends on (1.2 line). ``workbench doctor`` prints it."""
+
+
+def resolve(module: ModuleType, dotted: str) -> Any | None:
+    """``module.<dotted>``, importing submodules that are not attributes yet; None when absent."""
+    obj: Any = module
+    prefix = module.__name__
+    for part in dotted.split("."):
+        prefix = f"{prefix}.{part}"
+        try:
+            obj = getattr(obj, part)
+            continue
+        except AttributeError:
+            if not isinstance(obj, ModuleType):
+                return None
+        try:
+            obj = importlib.import_module(prefix)
+        except Exception:  # noqa: BLE001 - a broken submodule is as absent as a missing one
+            return None
+    return obj
+
+
+def members(obj: Any) -> set[str]:
+    """Names usable on ``obj``: pydantic/dataclass fields, call parameters, attributes."""
+    names = set(getattr(obj, "model_fields", None) or ())
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+        names |= {f.name for f in dataclasses.fields(obj)}
+    if callable(obj):
+        try:
+            names |= set(inspect.signature(obj).parameters)
+        except (TypeError, ValueError):  # C++ bindings often have no introspectable signature
+            pass
+    return names | {n for n in dir(obj) if not n.startswith("__")}
+
+
+_NO_DEFAULT = object()
+
+
+def field_default(obj: Any, name: str) -> Any:
+    """The declared default of field ``name`` on a pydantic model or dataclass (sentinel when unknown)."""
+    info = (getattr(obj, "model_fields", None) or {}).get(name)
+    if info is not None:
+        return getattr(info, "default", _NO_DEFAULT)
+    if isinstance(obj, type) and dataclasses.is_dataclass(obj):
+        for f in dataclasses.fields(obj):
+            if f.name == name:
+                return f.default
+    return _NO_DEFAULT
+
+
+def _check(module: ModuleType, spec: GuardSpec) -> GuardRow:
+    name = f"{module.__name__}.{spec.symbol}"
+    obj = resolve(module, spec.symbol)
+    if obj is None:
+        if spec.moved_to and resolve(module, spec.moved_to) is not None:
+            return GuardRow(name, spec.feature, False, "moved", spec.requires,
+                            f"moved to {module.__name__}.{spec.moved_to} (the 1.3+ layout)", spec.why)
+        return GuardRow(name, spec.feature, False, "missing", spec.requires, "not found", spec.why)
+    have = members(obj)
+    missing = tuple(r for r in spec.requires if r not in have)
+    if missing:
+        return GuardRow(name, spec.feature, False, "changed", missing, f"changed: lacks {', '.join(missing)}",
+                        spec.why)
+    notes = [f"optional {o} absent (not used)" for o in spec.optional if o not in have]
+    for fname, expected in spec.defaults:
+        found = field_default(obj, fname) if fname in have else _NO_DEFAULT
+        if found is not _NO_DEFAULT and found != expected:
+            notes.append(f"{fname} defaults to {found!r} here ({expected!r} in 1.2); the cell sets {expected!r}")
+    return GuardRow(name, spec.feature, True, "ok", (), "; ".join(notes), spec.why)
+
+
+def check_guard(module: ModuleType) -> list[GuardRow]:
+    """Check every :data:`GUARD` row against an imported tensorrt_llm (or anything shaped like it)."""
+    return [_check(module, spec) for spec in GUARD]
+
+
+def version_supported(version: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (int(m[1]), int(m[2])) == SUPPORTED_SERIES
+
+
+def guard_failure(version: str, rows: Iterable[GuardRow]) -> str:
+    """One reason naming each missing, changed or moved symbol."""
+    parts = "; ".join(f"{r.symbol} {r.detail}" for r in rows)
+    return (f"tensorrt_llm {version} does not match the cell's version guard ({parts}); "
+            f"the cell is written against tensorrt_llm {SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x")
+
+
+def version_reason(version: str) -> str:
+    return (f"tensorrt_llm {version} is installed, but the cell is pinned to "
+            f"{SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x (a version bump re-runs certification); {INSTALL_HINT}")
+
+
+def import_failure(e: BaseException) -> str:
+    """Why tensorrt_llm did not import: not installed, or installed and broken (CUDA, MPI, torch)."""
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] == "tensorrt_llm":
+        return f"tensorrt_llm is not installed: {INSTALL_HINT}"
+    return (f"tensorrt_llm is installed but failed to import ({type(e).__name__}: {e}); "
+            f"a CUDA, MPI or torch mismatch is the usual cause: {INSTALL_HINT}")
+
+
+@dataclass(frozen=True)
+class Install:
+    """An imported tensorrt_llm, its version and its guard rows."""
+
+    module: ModuleType
+    version: str
+    rows: tuple[GuardRow, ...]
+
+    def failing(self, features: Iterable[str] = ("core",)) -> list[GuardRow]:
+        wanted = set(features)
+        return [r for r in self.rows if not r.ok and r.feature in wanted]
+
+    def refusal(self, features: Iterable[str] = ("core",)) -> str | None:
+        """Why the cell cannot use this install for ``features`` (version pin, then guard), or None."""
+        if not version_supported(self.version):
+            return version_reason(self.version)
+        failing = self.failing(features)
+        return guard_failure(self.version, failing) if failing else None
+
+
+def load() -> Install:
+    """Import tensorrt_llm and check it; :class:`EngineUnavailable` with the reason when it does not import."""
+    try:
+        module = import_trtllm()
+    except Exception as e:  # noqa: BLE001 - a broken CUDA/MPI/torch install raises anything at import
+        raise EngineUnavailable(ENGINE, import_failure(e)) from e
+    return Install(module, str(getattr(module, "__version__", "unknown")), tuple(check_guard(module)))
+
+
+__all__ = [
+    "ENGINE",
+    "FEATURES",
+    "GUARD",
+    "GuardRow",
+    "GuardSpec",
+    "INSTALL_HINT",
+    "Install",
+    "SUPPORTED_SERIES",
+    "WRITTEN_AGAINST",
+    "check_guard",
+    "guard_failure",
+    "import_failure",
+    "import_trtllm",
+    "load",
+    "members",
+    "resolve",
+    "version_reason",
+    "version_supported",
+]

@@ -1,0 +1,106 @@
+"""What the CPU can do, and what follows for llama.cpp: its build flags and the AMX workaround.
+
+On Intel CPUs with AMX, llama.cpp's AMX weight buffers (an "extra buffer type") crash at the first
+decode of a Q4_1 model (upstream llama.cpp #20824). Two defences, both decided here from facts given
+as input so that tests can state every case:
+
+- **Build** (``cmake_args``): ``make setup`` builds llama-cpp-python with the instruction sets this CPU
+  has, named one by one, and AMX left out. It keeps the fast CPU repack path (measured on an AMX Xeon:
+  ≈93 tok/s decode against ≈70 with extra buffers off; see the README's benchmark table).
+- **Load** (``extra_buffers``): whatever build is installed, a model is loaded without extra buffer
+  types when the build has AMX compiled in *and* the CPU has AMX. Both the cell and the benchmark's raw
+  arm use this decision.
+
+Standard library only: the Makefile runs this file as a script before the package is installed.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: ggml's CMake options for x86 and the /proc/cpuinfo flags each one needs (ggml/src/ggml-cpu/CMakeLists.txt:
+#: GGML_AVX512 adds -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw).
+GGML_X86_OPTIONS: dict[str, tuple[str, ...]] = {
+    "GGML_SSE42": ("sse4_2",),
+    "GGML_AVX": ("avx",),
+    "GGML_AVX2": ("avx2",),
+    "GGML_FMA": ("fma",),
+    "GGML_F16C": ("f16c",),
+    "GGML_BMI2": ("bmi2",),
+    "GGML_AVX_VNNI": ("avx_vnni",),
+    "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "GGML_AVX512_VBMI": ("avx512vbmi",),
+    "GGML_AVX512_VNNI": ("avx512_vnni",),
+    "GGML_AVX512_BF16": ("avx512_bf16",),
+}
+#: Never built in, whatever the CPU has: the code path of llama.cpp #20824.
+GGML_AMX_OPTIONS = ("GGML_AMX_TILE", "GGML_AMX_INT8", "GGML_AMX_BF16")
+AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
+#: The flags ``doctor`` shows: the ones that decide llama.cpp's speed and the AMX workaround.
+SHOWN_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", *AMX_FLAGS)
+UPSTREAM_ISSUE = "llama.cpp #20824"
+
+
+def flags(cpuinfo: str | None = None) -> frozenset[str]:
+    """The CPU's feature flags (``/proc/cpuinfo``'s first ``flags`` line); empty where there is none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return frozenset()
+    m = re.search(r"^flags\s*:(.*)$", cpuinfo, re.MULTILINE)
+    return frozenset(m.group(1).split()) if m else frozenset()
+
+
+def has_amx(cpu_flags: frozenset[str]) -> bool:
+    return any(f in cpu_flags for f in AMX_FLAGS)
+
+
+def cmake_args(cpu_flags: frozenset[str], machine: str) -> str:
+    """CMAKE_ARGS for building llama.cpp on this CPU: each x86 instruction set on or off, AMX off.
+
+    Off x86 (or with no flags to read) ggml's own native detection stays in force, and only AMX,
+    which exists on x86 alone, is moot.
+    """
+    if machine.lower() not in {"x86_64", "amd64"} or not cpu_flags:
+        return ""
+    opts = ["-DGGML_NATIVE=OFF"]
+    opts += [f"-D{opt}={'ON' if all(f in cpu_flags for f in need) else 'OFF'}"
+             for opt, need in GGML_X86_OPTIONS.items()]
+    opts += [f"-D{opt}=OFF" for opt in GGML_AMX_OPTIONS]
+    return " ".join(opts)
+
+
+@dataclass(frozen=True)
+class ExtraBuffers:
+    """Whether llama.cpp may load weights into extra buffer types, and why."""
+
+    use: bool
+    reason: str
+
+
+def build_has_amx(system_info: str) -> bool:
+    """llama.cpp's ``llama_print_system_info()`` says ``AMX_INT8 = 1`` when the AMX path is compiled in."""
+    return re.search(r"\bAMX_INT8\s*=\s*1\b", system_info) is not None
+
+
+def extra_buffers(cpu_flags: frozenset[str], system_info: str, override: bool | None = None) -> ExtraBuffers:
+    """The decision for one load. ``override`` (the cell option ``extra_buffers``) wins when given."""
+    if override is not None:
+        return ExtraBuffers(override, f"set by the cell option extra_buffers={str(override).lower()}")
+    if has_amx(cpu_flags) and build_has_amx(system_info):
+        return ExtraBuffers(False, f"off: this CPU has AMX and llama.cpp was built with it, whose weight buffers "
+                                   f"crash at the first decode ({UPSTREAM_ISSUE})")
+    if has_amx(cpu_flags):
+        return ExtraBuffers(True, "on: this CPU has AMX, but llama.cpp was built without it (safe)")
+    return ExtraBuffers(True, "on: no AMX on this CPU")
+
+
+if __name__ == "__main__":  # used by the Makefile before the package is installed
+    if sys.argv[1:] != ["cmake-args"]:
+        sys.exit("usage: python cpu.py cmake-args")
+    print(cmake_args(flags(), platform.machine()))

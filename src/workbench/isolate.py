@@ -1,0 +1,148 @@
+"""Run engine work in a child process, so that an engine crash is reported instead of killing the caller.
+
+A segfault inside llama.cpp (e.g. llama.cpp #20824 on AMX CPUs) would otherwise take down the CLI
+without a word, or a notebook's kernel with papermill's bare "Kernel died". Here the child's stderr,
+where the engine's log and Python's ``faulthandler`` traceback go, is kept in a file; when the child
+dies by a signal, :class:`EngineCrashed` names the signal, the workbench function that was running
+(read from the faulthandler traceback) and the last lines of that log. Nothing the child was writing
+is kept: results come back to the parent only on success.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import os
+import pickle
+import re
+import signal
+import tempfile
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from .contract import WorkbenchError
+
+#: ``workbench probe`` and ``workbench doctor`` exit with this code when the engine crashed (2 is bad input).
+CRASH_EXIT_CODE = 3
+TAIL_LINES = 12
+_FRAME = re.compile(r'File "(?:.*/)?workbench/(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\w+)')
+
+
+class EngineCrashed(WorkbenchError):
+    """The child process running engine work died by a signal (or exited without a result)."""
+
+    def __init__(self, signum: int | None, exitcode: int | None, step: str | None, log_tail: list[str]) -> None:
+        self.signum, self.exitcode, self.step, self.log_tail = signum, exitcode, step, log_tail
+        super().__init__(self.headline())
+
+    def headline(self) -> str:
+        if self.signum is not None:
+            try:
+                name = signal.Signals(self.signum).name
+            except ValueError:
+                name = f"signal {self.signum}"
+            what = f"engine crashed with {name} (signal {self.signum})"
+        else:
+            what = f"engine process exited with code {self.exitcode} without a result"
+        return what + (f" during {self.step}" if self.step else "")
+
+    def __str__(self) -> str:
+        tail = "\n".join(f"  | {line}" for line in self.log_tail)
+        return self.headline() + (f"\nlast lines of the engine's log:\n{tail}" if tail else "")
+
+    def __reduce__(self):  # picklable, so that a nested caller can pass it on
+        return (EngineCrashed, (self.signum, self.exitcode, self.step, self.log_tail))
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An ordinary exception in the child: re-raised in the parent as it was, or described when unpicklable."""
+
+    exc: BaseException | None
+    kind: str
+    message: str
+    trace: str
+
+
+class EngineTimeout(WorkbenchError):
+    """The child did not answer within its time limit and was killed."""
+
+    def __init__(self, seconds: float, log_tail: list[str]) -> None:
+        self.seconds, self.log_tail = seconds, log_tail
+        tail = "\n".join(f"  | {line}" for line in log_tail)
+        super().__init__(f"engine did not answer within {seconds:g} s and was killed"
+                         + (f"\nlast lines of the engine's log:\n{tail}" if tail else ""))
+
+
+class ChildError(WorkbenchError):
+    """An exception from the child that could not be sent back as itself."""
+
+
+def _child(conn, log_path: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    os.dup2(fd, 2)  # the engine's C-level log and faulthandler's traceback land in the log file
+    os.environ["WORKBENCH_LLAMA_VERBOSE"] = "1"
+    faulthandler.enable(all_threads=False)
+    try:
+        conn.send(("ok", fn(*args, **kwargs)))
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent
+        failure = _Failure(e, type(e).__name__, str(e), traceback.format_exc())
+        try:
+            pickle.loads(pickle.dumps(e))  # an exception whose __init__ takes other arguments cannot come back
+        except Exception:  # noqa: BLE001
+            failure = _Failure(None, failure.kind, failure.message, failure.trace)
+        conn.send(("error", failure))
+    conn.close()
+
+
+def crash_step(log: str, depth: int = 3) -> str | None:
+    """The innermost workbench calls in faulthandler's traceback (most recent first), e.g.
+    ``_eval (workbench/cells/llamacpp.py:352) ← ensure_prefix (…)``."""
+    start = log.rfind("Fatal Python error")
+    frames = [f"{m['func']} (workbench/{m['file']}:{m['line']})"
+              for m in _FRAME.finditer(log, start if start >= 0 else 0)]
+    return " ← ".join(frames[:depth]) or None
+
+
+def log_tail(log: str, n: int = TAIL_LINES) -> list[str]:
+    """The engine's last lines before faulthandler's traceback (which :func:`crash_step` summarizes)."""
+    cut = log.rfind("Fatal Python error")
+    return [line for line in log[: cut if cut >= 0 else None].splitlines() if line.strip()][-n:]
+
+
+def call(fn: Callable, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a fresh (spawned) process; its result, its exception, or :class:`EngineCrashed`.
+
+    ``timeout`` (seconds) kills a child that has not answered by then (:class:`EngineTimeout`).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
+        log_path = Path(tmp) / "stderr.log"
+        log_path.touch()
+        parent, child = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(child, str(log_path), fn, args, kwargs), daemon=False)
+        proc.start()
+        child.close()
+        status = value = None
+        answered = parent.poll(timeout)
+        if answered:
+            try:
+                status, value = parent.recv()
+            except EOFError:  # the child died before it could answer
+                pass
+        else:
+            proc.kill()
+        proc.join()
+        log = log_path.read_text(errors="replace")
+    if not answered:
+        raise EngineTimeout(timeout, log_tail(log))
+    if status == "ok":
+        return value
+    if status == "error":
+        if value.exc is not None:
+            raise value.exc
+        raise ChildError(f"{value.kind}: {value.message}\n{value.trace}")
+    code = proc.exitcode
+    raise EngineCrashed(-code if code is not None and code < 0 else None, code, crash_step(log), log_tail(log))

@@ -1,0 +1,64 @@
+"""One small registry for everything chosen by name: engines (cells), probes, loop arms.
+
+Entries are lazy ``"module:attr"`` strings, so listing names imports nothing and an engine is
+imported only when it is used. Loading checks the entry's type against the registry's base;
+registering a name twice with another target is an error; an unknown name gets "did you mean".
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Generic, TypeVar
+
+from .contract import WorkbenchError
+
+T = TypeVar("T")
+
+
+class UnknownName(WorkbenchError, ValueError):
+    """A name no entry has; the message lists the close matches and every valid name."""
+
+
+class Registry(Generic[T]):
+    def __init__(self, kind: str, base: type | None = None, requires: tuple[str, ...] = ()) -> None:
+        """``kind`` names the entries in messages ("engine", "probe"); every entry must be a subclass of ``base``
+        (when given) and have the callables named in ``requires`` (for classes that share a Protocol, not a base)."""
+        self.kind, self.base, self.requires = kind, base, requires
+        self._targets: dict[str, str] = {}
+        self._loaded: dict[str, type[T]] = {}
+
+    def register(self, name: str, target: str) -> None:
+        if ":" not in target:
+            raise ValueError(f"{self.kind} {name!r}: target must be 'module:attr', got {target!r}")
+        if self._targets.get(name, target) != target:
+            raise ValueError(f"{self.kind} {name!r} is already registered as {self._targets[name]}; "
+                             f"cannot register it again as {target}")
+        self._targets[name] = target
+
+    def names(self) -> list[str]:
+        return sorted(self._targets)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._targets
+
+    def check(self, name: str) -> None:
+        """Raise :class:`UnknownName` unless ``name`` is registered."""
+        if name not in self._targets:
+            close = difflib.get_close_matches(name, self._targets, n=3)
+            hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise UnknownName(f"unknown {self.kind} {name!r}{hint}; valid {self.kind}s: {', '.join(self.names())}")
+
+    def get(self, name: str) -> type[T]:
+        """The registered class, imported on first use and checked against the base."""
+        self.check(name)
+        if name not in self._loaded:
+            module, _, attr = self._targets[name].partition(":")
+            obj = getattr(importlib.import_module(module), attr)
+            if self.base is not None and not (isinstance(obj, type) and issubclass(obj, self.base)):
+                raise TypeError(f"{self.kind} {name!r} ({self._targets[name]}) is not a {self.base.__name__}")
+            missing = [r for r in self.requires if not callable(getattr(obj, r, None))]
+            if missing:
+                raise TypeError(f"{self.kind} {name!r} ({self._targets[name]}) lacks {', '.join(missing)}")
+            self._loaded[name] = obj
+        return self._loaded[name]

@@ -1,0 +1,63 @@
+"""The one registry: lazy entries, type checks on load, collisions refused, "did you mean" on typos."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from workbench import cells, probes
+from workbench.registry import Registry, UnknownName
+
+
+class Base:
+    pass
+
+
+class Good(Base):
+    pass
+
+
+class Stranger:
+    pass
+
+
+def test_entries_load_lazily_and_are_type_checked():
+    r: Registry = Registry("widget", base=Base)
+    r.register("good", f"{__name__}:Good")
+    r.register("bad", f"{__name__}:Stranger")
+    assert r.names() == ["bad", "good"] and r.get("good") is Good
+    with pytest.raises(TypeError, match="widget 'bad' .* is not a Base"):
+        r.get("bad")
+
+
+def test_a_name_cannot_be_registered_twice_with_another_target():
+    r: Registry = Registry("widget")
+    r.register("good", f"{__name__}:Good")
+    r.register("good", f"{__name__}:Good")  # the same target again is harmless
+    with pytest.raises(ValueError, match="already registered"):
+        r.register("good", f"{__name__}:Stranger")
+
+
+def test_required_callables_are_checked():
+    r: Registry = Registry("engine", requires=("open",))
+    r.register("x", f"{__name__}:Good")
+    with pytest.raises(TypeError, match="lacks open"):
+        r.get("x")
+
+
+def test_unknown_names_get_did_you_mean_and_the_valid_ones():
+    with pytest.raises(UnknownName, match=r"unknown engine 'llamacp' \(did you mean 'llamacpp'\?\); valid engines"):
+        cells.cell_class("llamacp")
+    with pytest.raises(probes.ParamError, match="did you mean 'isolation.cache_salt'"):
+        probes.get("isolation.cache_slat")
+
+
+def test_listing_engines_imports_no_engine():
+    assert "llamacpp" in cells.engines()
+    assert "tensorrt_llm" not in sys.modules
+
+
+def test_every_registered_probe_loads_as_a_probe():
+    for name in probes.names():
+        assert isinstance(probes.get(name), probes.Probe)
