@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping
 
 from .. import cells
-from ..contract import Cell, Description
+from ..contract import Description
 from .attribution import Held
 from .spec import Drafter, continue_greedy
 
@@ -85,17 +85,6 @@ class TurnResult:
     accepted: int = 0
     drafted_steps: int = 0
     engine_resident: int | None = None  # tokens the engine says it holds after the turn
-
-
-class Arm(Protocol):
-    spec: ArmSpec
-    cell: Cell
-
-    def held(self) -> Held: ...
-
-    def turn(self, prompt: list[int], max_tokens: int) -> TurnResult: ...
-
-    def close(self) -> None: ...
 
 
 class CellArm:
@@ -180,5 +169,5 @@ def open_arm(name: str, model: str, *, threads: int, context_tokens: int | None,
                    extra_options=extra_options)
 
 
-__all__ = ["ARMS", "Arm", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm",
+__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm",
            "unavailable"]
