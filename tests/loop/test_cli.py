@@ -56,3 +56,12 @@ def test_loop_bad_input_exits_2(tmp_path):
 def test_default_arms_per_engine():
     assert default_arms("llamacpp") == arms.names()
     assert default_arms("trtllm") == ["trtllm"]  # not runnable here: the references are not measured twice
+
+
+def test_subject_alone_reports_not_run_without_measuring(hand_trace):
+    """`make run`'s trtllm pass here: the arm's not-run finding, no references re-measured, no second gate."""
+    from workbench import loop
+
+    res = loop.run(str(hand_trace), arms=default_arms("trtllm"), model="synthetic:tiny", threads=1,
+                   context_tokens=1024, tokens_per_block=4)
+    assert [(f.probe, f.verdict) for f in res.findings] == [("loop.trtllm", "not-run")] and res.rows.empty
