@@ -91,7 +91,8 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
             s.notes.append(f"output token-identical to the llamacpp arm on {int(same.sum())}/{len(same)} turns")
         fit = ttft_fit(df)
         if fit:
-            m |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"], "ttft_per_context_token_s": fit["per_context_token_s"]}
+            m |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"],
+                  "ttft_per_context_token_s": fit["per_context_token_s"]}
         mismatch = df[df["engine_resident"].notna() & (df["engine_resident"] != df["held_after"])]
         if len(mismatch):
             s.notes.append(f"{len(mismatch)} turns where the engine's resident positions disagree with the tokens "
@@ -101,7 +102,8 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
 
 
 def ttft_fit(df: pd.DataFrame) -> dict:
-    """Least squares (empty when the two cannot be told apart) TTFT ≈ a + b·computed (the suffix) + c·prompt (the context), over one arm's turns.
+    """Least squares TTFT ≈ a + b·computed (the suffix) + c·prompt (the context) over one arm's turns;
+    empty when the two cannot be told apart.
 
     Warm TTFT "tracks the suffix, not the context" when b dominates and c is near zero.
     """
