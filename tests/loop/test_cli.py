@@ -20,7 +20,8 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
                                    "--context", "1024", "--tokens-per-block", "4", "--out", str(out)])
     assert res.exit_code == 0, res.output
     found = {f.probe: f for _, f in findings.scan([out]).findings}
-    assert set(found) == {f"loop.{a}" for a in arms.names()} | {"loop.gate"}
+    # one finding per reference arm; the subject's (trtllm) not-run reason lives in the gate finding
+    assert set(found) == {f"loop.{a}" for a in arms.names() if a != "trtllm"} | {"loop.gate"}
     for name in ("llamacpp-cold", "llamacpp", "llamacpp-spec"):
         f = found[f"loop.{name}"]
         assert f.verdict == "inconclusive" and f.engine == "llamacpp"
@@ -36,12 +37,15 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     g = found["loop.gate"]
     assert g.verdict == "not-run" and g.engine == "trtllm"
     assert "n_gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason
+    assert "tensorrt_llm" in g.reason
     # written back under the entry condition, beside the other entry condition's block
     bp = tmp_path / "blueprint.md"
     shutil.copy(REPO_ROOT / "data" / "blueprint" / "blueprint.md", bp)
     assert blueprint.run_writeback(bp, [out]) == 0
     text = bp.read_text()
-    assert "<!-- workbench:begin entry.step_function -->" in text and "unresolved" in text
+    block = text[text.index("<!-- workbench:begin entry.step_function -->"):text.index("<!-- workbench:end entry.step_function -->")]
+    trtllm_row = next(line for line in block.splitlines() if "| trtllm |" in line)
+    assert "unresolved" in trtllm_row and "n_gpu_layers" in trtllm_row and "llamacpp-spec" in trtllm_row
 
 
 def test_loop_bad_input_exits_2(tmp_path):
@@ -55,13 +59,13 @@ def test_loop_bad_input_exits_2(tmp_path):
 
 def test_default_arms_per_engine():
     assert default_arms("llamacpp") == arms.names()
-    assert default_arms("trtllm") == ["trtllm"]  # not runnable here: the references are not measured twice
+    assert default_arms("trtllm") == []  # not runnable here: the llama.cpp pass already reported it
 
 
-def test_subject_alone_reports_not_run_without_measuring(hand_trace):
-    """`make run`'s trtllm pass here: the arm's not-run finding, no references re-measured, no second gate."""
+def test_subject_alone_gives_the_gate_its_not_run_reason(hand_trace):
     from workbench import loop
 
-    res = loop.run(str(hand_trace), arms=default_arms("trtllm"), model="synthetic:tiny", threads=1,
-                   context_tokens=1024, tokens_per_block=4)
-    assert [(f.probe, f.verdict) for f in res.findings] == [("loop.trtllm", "not-run")] and res.rows.empty
+    res = loop.run(str(hand_trace), arms="trtllm", model="synthetic:tiny", threads=1, context_tokens=1024,
+                   tokens_per_block=4)
+    assert [(f.probe, f.verdict) for f in res.findings] == [("loop.gate", "not-run")] and res.rows.empty
+    assert "tensorrt_llm" in res.findings[0].reason

@@ -43,8 +43,10 @@ def parse_arms(spec: str | Sequence[str]) -> list[str]:
     """``"all"`` or comma-separated arm names, in the order given; unknown names fail with the valid ones."""
     names = spec.split(",") if isinstance(spec, str) else list(spec)
     names = [n.strip() for n in names if n.strip()]
-    if names in ([], ["all"]):
+    if names == ["all"]:
         return _arms.names()
+    if not names:
+        raise ValueError(f"no arms given; valid arms: {', '.join(_arms.names())} (or 'all')")
     for n in names:
         _arms.get(n)
     return list(dict.fromkeys(names))
@@ -53,18 +55,19 @@ def parse_arms(spec: str | Sequence[str]) -> list[str]:
 def default_arms(engine: str) -> list[str]:
     """The arms a notebook runs for ``engine`` (``workbench run`` runs each notebook once per engine).
 
-    llama.cpp: every arm (the others report not-run with their reason). Any other engine: its own
-    arms, plus the llama.cpp references when it can run here (they must share the machine to be
-    compared); otherwise just its not-run arms, so a batch does not measure the references twice.
+    llama.cpp: every arm (the others report not-run with their reason, the gate included). Any
+    other engine: its own arms plus the llama.cpp references (they must share the machine to be
+    compared) when it can run here; otherwise none, since the llama.cpp pass already reported it
+    not-run and a second, reference-less gate finding would only mask that one.
     """
     if engine == "llamacpp":
         return _arms.names()
     own = [n for n in _arms.names() if _arms.get(n).engine == engine]
     if not own:
         raise ValueError(f"no arm runs on engine {engine!r}; arms: {', '.join(_arms.names())}")
-    if _arms.unavailable(own[0]) is None:
-        own += [n for n in _arms.names() if _arms.is_llamacpp(n)]
-    return own
+    if _arms.unavailable(own[0]) is not None:
+        return []
+    return own + [n for n in _arms.names() if _arms.is_llamacpp(n)]
 
 
 def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int | None = None,
@@ -72,7 +75,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
         rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, seed: int = 0,
         progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
-    """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given.
+    """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
+    reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
 
     ``progress(row, done, total)`` is called with every per-turn row as it is measured.
     ``on_target`` declares target hardware with a certified model; without it a measured TensorRT-LLM
@@ -124,10 +128,11 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     params = {"trace": trace, "model": model, "turns": turns, "sessions": sessions, "threads": threads,
               "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target}
     summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed)
+    # The subject's own figures (or why it did not run) live in the gate finding: one finding per
+    # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if s.engine == "llamacpp" else None,
-                                  workload) for s in summaries]
-    if any(_arms.is_llamacpp(n) for n in names) or rule.subject in ran:
-        found.append(_results.gate_finding(summaries, rule, params, workload, on_target))
+                                  workload) for s in summaries if s.arm != rule.subject]
+    found.append(_results.gate_finding(summaries, rule, params, workload, on_target))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
         result.paths = [findings.write(f, out) for f in found]

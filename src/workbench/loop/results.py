@@ -1,8 +1,9 @@
-"""From per-turn rows to findings: one per arm and one for the gate (claim ``entry.step_function``).
+"""From per-turn rows to findings: one per reference arm and one for the gate (claim ``entry.step_function``).
 
-Arm findings are references for the claim (their engine is not its subject), so their verdict is
-``inconclusive`` on it whatever they measured; ``not-run`` when the arm could not run here. The gate
-finding's subject is TensorRT-LLM; its summary puts the reference arms' figures beside the verdict.
+Reference-arm findings are references for the claim (their engine is not its subject), so their
+verdict is ``inconclusive`` on it whatever they measured; ``not-run`` when the arm could not run
+here. The gate finding belongs to the subject (TensorRT-LLM): it carries the subject arm's metrics,
+or its not-run reason, and puts the reference arms' figures beside the verdict.
 """
 
 from __future__ import annotations
@@ -182,10 +183,12 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     rows = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason,
              **{k: v for k, v in s.metrics.items() if not _nan(v)}} for s in summaries]
     engine = _arms.get(rule.subject).engine
+    subject_metrics = {k: v for k, v in (subject.metrics if subject and not subject.reason else {}).items()
+                       if k in metrics.METRICS and not _nan(v)}
     return findings.Finding(
         probe=f"{PROBE}.gate", claim=claim.text, claims=[claim.id], verdict=outcome.verdict, summary=summary,
         engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc}),
-        params=params | {"rule": rule.as_dict()}, metrics={},
+        params=params | {"rule": rule.as_dict()}, metrics=findings.metric_values(subject_metrics),
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows,
                   "notes": [rule.describe(), must_add, f"workload: {workload_doc['rule']}"]},
         reason=reason)
