@@ -44,3 +44,31 @@ def crashing_llama(tmp_path):
 def ids(n: int, start: int = 300) -> list[int]:
     """Deterministic token ids inside the synthetic vocabulary."""
     return [start + (i * 37) % (500 - start) for i in range(n)]
+
+
+@pytest.fixture
+def run_probe(tmp_path):
+    """Run a probe on the real llama.cpp cell in this process (so faults injected through llama.cpp's own
+    API reach the engine) and check that what was written is schema-valid."""
+    import json
+
+    from workbench import findings, models, probes
+
+    def run(name: str, **params):
+        static = not probes.get(name).needs_engine
+        f = probes.run(name, engine="llamacpp", model=models.DEFAULT_MODEL if static else TINY, params=params,
+                       out=tmp_path, isolated=False)
+        doc = json.loads((tmp_path / f"{f.id}.json").read_text())
+        findings.validate(doc)
+        assert doc["environment"]["engine_version"] and doc["probe_version"] == probes.get(name).version
+        return f
+
+    return run
+
+
+@pytest.fixture
+def llama_api():
+    """llama_cpp's module, for injecting faults through the engine's own C API."""
+    import llama_cpp
+
+    return llama_cpp

@@ -32,7 +32,7 @@ def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "
             claim_verdicts: dict | None = None, probe: str = "probe") -> Finding:
     """A schema-valid finding with only what a test cares about spelled out."""
     return Finding(
-        probe=probe, claim=claim_ids[0], claims=list(claim_ids), verdict=verdict,
+        probe=probe, claims=list(claim_ids), verdict=verdict,
         summary=summary or f"{probe} found it {verdict} on {engine}.", engine=engine, reason=reason,
         environment={"engine": engine, "engine_version": version, "model": {"name": "SmolLM2-135M"},
                      "hardware": {"summary": "test CPU (2 cores); no GPU"}, "workbench_version": "0.1.0",
@@ -104,18 +104,50 @@ def test_markdown_structure_headings_lists_and_tables():
 
 
 def test_each_verdict_lands_next_to_its_claim():
-    fs = located(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", probe="retention"),
-                 finding(["contract.embed"], "refuted", probe="surface"))
+    fs = located(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", engine="trtllm",
+                         version="1.2.0", probe="retention"),
+                 finding(["contract.embed"], "refuted", engine="trtllm", version="1.2.0", probe="surface"))
     out = bp.writeback(pristine(), fs, base=BASE)
     assert "**confirmed**" in block(out, "unknown.retention_pressure")
-    assert "no finding cites this claim yet" in block(out, "unknown.reuse_metrics")
-    assert row(out, "Priority retention").split(" | ")[-1].startswith("**confirmed** · llamacpp 0.3.16")
+    assert "unresolved — needs tensorrt_llm on an NVIDIA GPU" in block(out, "unknown.reuse_metrics")
+    assert row(out, "Priority retention").split(" | ")[-1].startswith("**confirmed** · trtllm 1.2.0")
     assert row(out, "Risk").endswith("| Status |")
     assert row(out, "`Embed`").split(" | ")[-1].startswith("**refuted**")
     assert row(out, "Contract").endswith("| Verified |")
     log = block(out, "verification-log")
     assert log.startswith("## Verification log") and "| retention |" in log and "| surface |" in log
     assert out.rstrip().endswith("<!-- workbench:end verification-log -->")
+
+
+def test_another_engines_finding_is_a_reference_never_the_answer():
+    fs = located(finding(["unknown.retention_pressure", "risk.retention_bias"], "refuted", engine="llamacpp",
+                         version="0.3.36", probe="retention.pinning_under_pressure"),
+                 finding(["unknown.retention_pressure", "risk.retention_bias"], "not-run", engine="trtllm",
+                         version="1.2.0", reason="TensorRT-LLM needs an NVIDIA GPU; this machine has none",
+                         probe="retention.pinning_under_pressure"))
+    out = bp.writeback(pristine(), fs, base=BASE)
+    status = row(out, "Priority retention").split(" | ")[-1]
+    first, reference = status.split("<br>")
+    assert first.startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU** · resolve: "
+                            "`workbench probe retention.pinning_under_pressure --engine trtllm`")
+    assert reference.startswith("reference · llamacpp 0.3.36 · refuted · ")
+    assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", status)
+    unknown = block(out, "unknown.retention_pressure")
+    assert unknown.lstrip().startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**")
+    assert "| reference | refuted | llamacpp |" in unknown
+    rows = bp.unknowns_table(out)
+    mine = [(r["role"], r["engine"], r["verdict"], r["resolved"]) for r in rows if r["claim"] == "unknown.retention_pressure"]
+    assert mine == [("subject", "trtllm", None, False), ("reference", "llamacpp", "refuted", False)]
+    # the reason is printed once per engine, in the log, not on every row
+    assert out.count("this machine has none") == 1
+
+
+def test_not_applicable_renders_with_its_evidence():
+    f = finding(["risk.warmup"], "not-applicable", engine="trtllm", version="1.2.0",
+                summary="No max_tokens=1 warm-up: every prefix token was resident when the warm-up returned.")
+    out = bp.writeback(pristine(), located(f), base=BASE)
+    assert row(out, "Warm-up").split(" | ")[-1].startswith("**not-applicable** · trtllm 1.2.0")
+    assert "not-applicable" in block(out, "verification-log")
 
 
 def test_human_table_cells_are_kept_byte_for_byte():
@@ -139,20 +171,24 @@ def test_writeback_is_idempotent():
 
 def test_newest_finding_per_engine_version_side_by_side():
     fs = located(
-        finding(["unknown.retention_pressure"], "refuted", created="2026-07-01T00:00:00+00:00", summary="Old run."),
-        finding(["unknown.retention_pressure"], "confirmed", created="2026-07-02T00:00:00+00:00", summary="New run."),
-        finding(["unknown.retention_pressure"], "partial", version="0.3.9", summary="Older release."),
-        finding(["unknown.retention_pressure"], "confirmed", engine="trtllm", version="1.2.0", summary="On H200."),
+        finding(["unknown.retention_pressure"], "refuted", engine="trtllm", version="1.2.0",
+                created="2026-07-01T00:00:00+00:00", summary="Old run."),
+        finding(["unknown.retention_pressure"], "confirmed", engine="trtllm", version="1.2.0",
+                created="2026-07-02T00:00:00+00:00", summary="New run."),
+        finding(["unknown.retention_pressure"], "partial", engine="trtllm", version="1.1.9", summary="Older release."),
+        finding(["unknown.retention_pressure"], "confirmed", version="0.3.16", summary="Incumbent."),
     )
     rows = bp.unknowns_table(bp.writeback(pristine(), fs, base=BASE))
-    mine = [(r["engine"], r["engine_version"], r["verdict"], r["summary"]) for r in rows
+    mine = [(r["role"], r["engine"], r["engine_version"], r["verdict"], r["summary"]) for r in rows
             if r["claim"] == "unknown.retention_pressure"]
-    assert mine == [("llamacpp", "0.3.9", "partial", "Older release."), ("llamacpp", "0.3.16", "confirmed", "New run."),
-                    ("trtllm", "1.2.0", "confirmed", "On H200.")]
+    assert mine == [("subject", "trtllm", "1.1.9", "partial", "Older release."),
+                    ("subject", "trtllm", "1.2.0", "confirmed", "New run."),
+                    ("reference", "llamacpp", "0.3.16", "confirmed", "Incumbent.")]
 
 
 def test_claim_verdicts_override_the_finding_verdict_per_claim():
-    f = finding(["contract.decode", "contract.embed"], "partial", claim_verdicts={"contract.embed": "confirmed"})
+    f = finding(["contract.decode", "contract.embed"], "partial", engine="trtllm", version="1.2.0",
+                claim_verdicts={"contract.embed": "confirmed"})
     out = bp.writeback(pristine(), located(f), base=BASE)
     assert row(out, "`Decode`").split(" | ")[-1].startswith("**partial**")
     assert row(out, "`Embed`").split(" | ")[-1].startswith("**confirmed**")
@@ -171,13 +207,14 @@ def findings_that_could_not_run() -> list[tuple[Path, Finding]]:
 def test_not_run_shows_as_unresolved_with_its_reason(findings_that_could_not_run):
     out = bp.writeback(pristine(), findings_that_could_not_run, base=BASE)
     unknown = block(out, "unknown.connector_granularity")
-    assert "_unresolved (not run)_" in unknown and "Not run: TensorRT-LLM needs an NVIDIA GPU" in unknown
+    assert "**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**" in unknown
+    assert "`workbench probe connector.export_granularity --engine trtllm`" in unknown
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", unknown)
-    assert row(out, "Warm-up").split(" | ")[-1].startswith("_unresolved (not run)_ · trtllm 1.2.0 · 2026-07-03 · "
-                                                           "TensorRT-LLM needs an NVIDIA GPU")
+    assert row(out, "Warm-up").split(" | ")[-1].startswith("**TensorRT-LLM: unresolved")
+    assert ("- trtllm did not run (probe): TensorRT-LLM needs an NVIDIA GPU; this machine has none"
+            in block(out, "verification-log"))
     (r,) = [r for r in bp.unknowns_table(out) if r["claim"] == "unknown.connector_granularity"]
-    assert (r["verdict"], r["resolved"], r["reason"]) == ("not-run", False,
-                                                          "TensorRT-LLM needs an NVIDIA GPU; this machine has none")
+    assert (r["verdict"], r["resolved"]) == (None, False)
 
 
 def test_a_later_not_run_does_not_mask_an_answer(findings_that_could_not_run):
@@ -452,8 +489,18 @@ def test_write_is_atomic(stale_blueprint, findings_updating_retention, monkeypat
     assert [p.name for p in stale_blueprint.parent.iterdir() if p.name.startswith(".")] == []
 
 
+def test_missing_or_empty_findings_folder_writes_nothing(stale_blueprint, tmp_path):
+    before = stale_blueprint.read_bytes()
+    with pytest.raises(bp.BlueprintError, match="no findings folder"):
+        bp.run_writeback(stale_blueprint, [tmp_path / "nowhere"], "write")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(bp.BlueprintError, match="no findings in"):
+        bp.run_writeback(stale_blueprint, [tmp_path / "empty"], "write")
+    assert stale_blueprint.read_bytes() == before
+
+
 def test_corrupt_finding_is_reported_and_skipped(stale_blueprint, findings_updating_retention, capsys):
     (findings_updating_retention / "broken.json").write_text("{not json", encoding="utf-8")
     assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write") == 0
     assert "skipping corrupt finding" in capsys.readouterr().err
-    assert "**confirmed**" in block(stale_blueprint.read_text(encoding="utf-8"), "unknown.retention_pressure")
+    assert "reference | confirmed" in block(stale_blueprint.read_text(encoding="utf-8"), "unknown.retention_pressure")

@@ -12,7 +12,7 @@ from workbench.environment import fingerprint
 
 def make(probe="reuse.per_request_metrics", engine="llamacpp", verdict="confirmed", version="0.3.36", **kw):
     env = fingerprint(engine, version)
-    return findings.Finding(probe=probe, claim="c", claims=["unknown.reuse_metrics"], verdict=verdict,
+    return findings.Finding(probe=probe, claims=["unknown.reuse_metrics"], verdict=verdict,
                             summary="s", engine=engine, environment=env,
                             metrics=findings.metric_values({"reused_tokens": 12}), **kw)
 
@@ -23,7 +23,31 @@ def test_write_then_load_round_trips(tmp_path):
     assert path.name == f"{f.id}.json"
     df = findings.load(tmp_path)
     assert list(df["id"]) == [f.id] and df.loc[0, "metric.reused_tokens"] == 12
-    assert json.loads(path.read_text())["metrics"]["reused_tokens"] == {"value": 12, "unit": "tokens"}
+    assert json.loads(path.read_text())["metrics"]["reused_tokens"] == {"value": 12, "unit": "tokens", "source": "cell"}
+
+
+def test_v1_findings_still_load_in_the_v2_shape(tmp_path):
+    doc = make().to_dict()
+    v1 = {k: v for k, v in doc.items() if k not in ("probe_version", "cell_options")} | {
+        "schema": "workbench.finding/v1", "claim": "Exact LLM-API surface and granularity of per-request KV reuse.",
+        "metrics": {"reused_tokens": {"value": 12, "unit": "tokens"}}, "params": {"repeats": 1, "n_threads": 2}}
+    (tmp_path / "old.json").write_text(json.dumps(v1))
+    ((path, f),) = findings.scan([tmp_path]).findings
+    assert f.schema == findings.SCHEMA_ID and f.claims == ["unknown.reuse_metrics"]
+    assert f.probe_version == "0" and f.cell_options == {} and f.params == {"repeats": 1, "n_threads": 2}
+    assert f.metrics["reused_tokens"]["source"] == "cell"
+
+
+def test_a_finding_given_twice_counts_once(tmp_path):
+    path = findings.write(make(), tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / path.name).write_bytes(path.read_bytes())
+    assert len(findings.scan([tmp_path / "a", tmp_path / "b", path]).findings) == 1
+
+
+def test_not_applicable_is_a_verdict_of_the_schema(tmp_path):
+    f = make(verdict="not-applicable").validate()
+    assert findings.from_dict(json.loads(findings.write(f, tmp_path).read_text())).verdict == "not-applicable"
 
 
 def test_findings_are_never_overwritten(tmp_path):

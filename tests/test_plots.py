@@ -17,15 +17,15 @@ RETENTION_ROWS = [
     for i, (x, s) in enumerate(zip([0.5, 1.0, 2.0], curve))
 ]
 REUSE_ROWS = [
-    {"repeat": r, "case": case, "truth_reused": t, "reported_reused": rep, "engine_reused": t,
-     "reported_vs_truth": "exact" if rep == t else "mismatch", "engine_vs_truth": "exact",
-     "t_setup_s": 0.002, "t_probe_s": 0.001}
+    {"repeat": r, "case": case, "expected_reused": t, "reported_reused": rep, "engine_reused": t,
+     "reported_vs_expected": "exact" if rep == t else "mismatch", "engine_vs_expected": "exact",
+     "t_setup_s": 0.002, "ttft_s": 0.001}
     for r in (0, 1) for case, t, rep in (("cold", 0, 0), ("exact repeat", 129, 128 + r))
 ]
 
 
 def finding(probe: str, rows: list[dict], verdict: str = "confirmed", reason: str | None = None) -> findings.Finding:
-    return findings.Finding(probe=probe, claim="c", claims=["unknown.reuse_metrics"], verdict=verdict, summary="s",
+    return findings.Finding(probe=probe, claims=["unknown.reuse_metrics"], verdict=verdict, summary="s",
                             engine="llamacpp", environment={}, params={"model": "synthetic:tiny"},
                             evidence={"columns": list(rows[0]) if rows else [], "rows": rows, "notes": []},
                             reason=reason)
@@ -41,13 +41,13 @@ def test_survival_has_one_curve_per_arm_against_pressure():
 def test_reuse_matrix_puts_truth_next_to_reported_per_case():
     fig = plots.reuse_matrix(REUSE_ROWS)
     by = {t.name: dict(zip(t.x, t.y)) for t in fig.data}
-    assert by["ground truth"] == {"cold": 0, "exact repeat": 129}
+    assert by["expected (token ids)"] == {"cold": 0, "exact repeat": 129}
     assert by["reported (cell)"]["exact repeat"] == 128.5  # mean over repeats
     assert "mismatch ×1" in fig.data[1].hovertext[1]
 
 
 def test_timeline_lays_requests_end_to_end():
-    fig = plots.timeline(REUSE_ROWS, spans=[("t_setup_s", "setup"), ("t_probe_s", "probe")], lane="case", title="t")
+    fig = plots.timeline(REUSE_ROWS, spans=[("t_setup_s", "setup"), ("ttft_s", "probe")], lane="case", title="t")
     setup, probe = fig.data
     assert list(setup.base) == pytest.approx([0.0, 0.003, 0.006, 0.009])
     assert list(probe.base) == pytest.approx([0.002, 0.005, 0.008, 0.011])
@@ -106,3 +106,13 @@ def test_evidence_explorer_filters_interactively(shown):
     picker = box.children[0]
     assert picker.options == ("p35", "p100")
     picker.value = ("p100",)  # redraws into the output area without error
+
+
+def test_figures_come_from_each_probes_own_declaration():
+    from workbench import probes
+
+    for name in probes.names():
+        for fig in probes.get(name).figures:
+            assert fig.kind in plots.BUILDERS, (name, fig.kind)
+    assert [n for n, _ in plots.figures_of("retention.pinning_under_pressure")] == ["survival", "timeline"]
+    assert plots.figures_of("not.a.probe") == []

@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from workbench import claims, findings, manifest, metrics, probes, report
@@ -50,31 +51,46 @@ def test_report_content(run_dir):
     assert "no GPU here" in page  # not-run findings show their reason
     assert "broken.json" in page  # corrupt files are reported, not fatal
     retention = next(f for _, f in findings.scan([run_dir / "findings"]).findings if f.probe.startswith("retention"))
-    rendered = metrics.render("pinned_survival_max_pressure", retention.metric("pinned_survival_max_pressure"))
-    assert rendered.endswith("×") and rendered in page
+    rendered = metrics.render("engine_resident_tokens", retention.metric("engine_resident_tokens"))
+    assert rendered.endswith("tok") and rendered in page
+
+
+def test_report_leads_with_what_is_unresolved_and_how_to_resolve_it(run_dir):
+    page = report.render(run_dir, manifest.load(run_dir))
+    assert page.index("Unresolved claims") < page.index("Verdicts")
+    assert "unresolved — needs tensorrt_llm on an NVIDIA GPU" in page
+    assert "workbench probe retention.pinning_under_pressure --engine trtllm" in page
+    assert page.count("no GPU here</p>") == 1  # the reason once per engine, not once per claim
 
 
 def test_claim_status_follows_the_blueprint_rule(run_dir):
     found = findings.scan([run_dir / "findings"]).findings
     status = report.claim_status(found, "unknowns")
     assert list(dict.fromkeys(status.claim)) == [c.id for c in claims.in_section("unknowns")]
-    reuse = status[status.claim == "unknown.reuse_metrics"].set_index("engine")
-    assert reuse.loc["llamacpp", "verdict"] == "confirmed" and reuse.loc["llamacpp", "resolved"]
-    assert reuse.loc["trtllm", "verdict"] == "not-run" and not reuse.loc["trtllm", "resolved"]
-    assert "no GPU here" in reuse.loc["trtllm", "summary"]
+    reuse = status[status.claim == "unknown.reuse_metrics"]
+    subject, reference = reuse.iloc[0], reuse.iloc[1]
+    assert (subject.role, subject.engine, subject.resolved) == ("subject", "trtllm", False)
+    assert pd.isna(subject.verdict)
+    assert "needs tensorrt_llm" in subject.summary and "--engine trtllm" in subject.summary
+    assert (reference.role, reference.engine, reference.verdict) == ("reference", "llamacpp", "confirmed")
+    assert not reference.resolved  # another engine's answer never resolves a TensorRT-LLM claim
     connector = status[status.claim == "unknown.connector_granularity"]
     assert len(connector) == 1 and connector.verdict.isna().all()  # still open, still listed
+    assert not status.resolved.any()
 
     risks = report.claim_status(found, "risks").query("engine == 'llamacpp'").set_index("claim")
     assert risks.loc["risk.reuse_metrics", "verdict"] == "refuted"  # the finding's per-claim verdict wins
+    assert (risks.role == "reference").all()
 
 
 def test_a_newer_not_run_does_not_mask_an_answer(run_dir):
     path, ran = next((p, f) for p, f in findings.scan([run_dir / "findings"]).findings
                      if f.probe.startswith("reuse") and f.engine == "llamacpp")
+    ran = replace(ran, engine="trtllm", environment=ran.environment | {"engine_version": "1.2.0"})
     later = replace(ran, id="later", created="2999-01-01T00:00:00+00:00", verdict="not-run", reason="later")
     status = report.claim_status([(path, ran), (path, later)], "unknowns").set_index("claim")
     assert status.loc["unknown.reuse_metrics", "verdict"] == "confirmed"
+    assert status.loc["unknown.reuse_metrics", "resolved"]  # a subject-engine answer resolves it
     assert report.verdict_frame([(path, ran), (path, later)]).verdict.tolist() == ["not-run"]  # newest is shown
 
 

@@ -87,6 +87,18 @@ def test_interrupted_batch_resumes(tmp_path):
     assert len(finding_files(tmp_path)) == 1
 
 
+def test_a_run_killed_after_writing_findings_but_before_ok_does_not_duplicate_them(tmp_path):
+    assert batch(tmp_path, ["writes_finding"]) == 0
+    (first,) = finding_files(tmp_path)
+    entry = manifest.load(tmp_path).notebooks["llamacpp/writes_finding"]
+    entry.status = "running"  # killed between "findings written" and "ok recorded"
+    manifest.record(tmp_path, entry)
+
+    assert batch(tmp_path, ["writes_finding"]) == 0
+    assert len(finding_files(tmp_path)) == 1 and first not in finding_files(tmp_path)
+    assert [p.name for p in (tmp_path / "superseded").rglob("*.json")] == [first]  # set aside, not lost
+
+
 def test_two_runs_into_one_findings_folder_lose_nothing(tmp_path):
     code = ("import sys; from pathlib import Path; from workbench import runner; "
             "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {'seed': sys.argv[2]}, "

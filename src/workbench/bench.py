@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from . import cpu, environment, models
 from .models import TOKEN_LO
 from .cells import open_cell
+from . import metrics
 from .cells.llamacpp import decide_extra_buffers, model_params
 
 
@@ -153,10 +154,10 @@ def render(res: BenchResult) -> str:
     for arm, label in _LABELS.items():
         if arm in res.seconds:
             xs = res.seconds[arm]
-            lines.append(f"  {label:<30} median {statistics.median(xs) * 1e3:8.1f} ms   "
-                         f"min {min(xs) * 1e3:8.1f}  max {max(xs) * 1e3:8.1f}")
+            lines.append(f"  {label:<30} median {metrics.render('round_s', statistics.median(xs)):>10}   "
+                         f"min {metrics.render('round_s', min(xs)):>10}  max {metrics.render('round_s', max(xs)):>10}")
     for arm, base in res.ratios():
-        lines.append(f"  {arm} / {base:<12} median ratio {res.ratio(arm, base):.3f}")
+        lines.append(f"  {arm} / {base:<12} median ratio {metrics.render('time_ratio', res.ratio(arm, base))}")
     return "\n".join(lines)
 
 

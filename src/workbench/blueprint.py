@@ -11,9 +11,11 @@ construction, and a block, once written, stays wherever it is (people may move i
 Where each finding goes (sections by heading text, rows and items by :mod:`workbench.claims`
 ``match``, all located through markdown-it token line maps):
 
-- Open Unknowns: block ``<claim id>`` nested in the list item, holding a small table with one row
-  per (engine, engine version). A table rather than prose so :func:`unknowns_table` reads the
-  state back through the parser.
+- Open Unknowns: block ``<claim id>`` nested in the list item. Its first line is the subject
+  engine's state (e.g. "unresolved — needs tensorrt_llm on an NVIDIA GPU" and the command that
+  resolves it); below it a small table, one row per (engine, engine version) that ran, the
+  subject's rows first and other engines' rows labelled ``reference``. A table rather than prose
+  so :func:`unknowns_table` reads the state back through the parser.
 - Risks and Contract Mapping Reference: a column cannot live in a block of its own, so the whole
   table is wrapped in one block (``risks-table``, ``contract-table``) whose *last* column
   (``Status``, ``Verified``) is ours. Each row's human part, the raw line up to the pipe before our
@@ -22,13 +24,13 @@ Where each finding goes (sections by heading text, rows and items by :mod:`workb
 - ``verification-log``: a "Verification log" section appended at the end once, then kept in place;
   it lists every finding, whatever claim it cites.
 
-Per claim and (engine, engine version) the newest finding that ran is shown; a ``not-run`` one is
-shown only when nothing ran, as *unresolved* with its reason, so it never masks or poses as an answer.
+Which verdict stands is :mod:`workbench.standing`'s rule, shared with the report: only the claim's
+subject engine resolves it or sets its status; a ``not-run`` one never masks or poses as an answer,
+and its reason is printed once per engine, in the Verification log.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 import difflib
 import os
 import re
@@ -43,8 +45,10 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from . import claims as _claims
+from . import standing as _standing
 from .contract import WorkbenchError
 from .findings import Finding, scan
+from .standing import ANSWERS, ClaimState, Standing
 
 
 class BlueprintError(WorkbenchError):
@@ -63,15 +67,17 @@ Mode = Literal["write", "dry-run", "check"]
 LOG_ID = "verification-log"
 TABLES = {"risks": ("risks-table", "Status"), "contract": ("contract-table", "Verified")}
 ITEM_SECTIONS = ("unknowns", "entry")  # sections whose list items get a block of their own
-ANSWERS = ("confirmed", "refuted", "partial")  # what counts as resolving a claim
 _LABELS = {
     "confirmed": "**confirmed**",
     "refuted": "**refuted**",
     "partial": "**partial**",
     "inconclusive": "_inconclusive_",
-    "not-run": "_unresolved (not run)_",
+    "not-applicable": "**not-applicable**",
+    "not-run": "_not run_",
 }
-_ITEM_COLUMNS = ("Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
+_REFERENCE = "reference"
+_SUBJECT = "subject"
+_ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
 _LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
 _NOT_RUN = "Not run: "
 _MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
@@ -83,57 +89,8 @@ _MD = MarkdownIt("commonmark").enable("table")
 # --------------------------------------------------------------------------- what gets written
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """One finding's verdict on one claim, as the blueprint shows it."""
-
-    verdict: str
-    engine: str
-    engine_version: str | None
-    hardware: str | None
-    date: str
-    summary: str
-    reason: str | None
-    link: str
-    created: str
-    finding_id: str
-
-
-def _when(created: str) -> _dt.datetime:
-    """Comparable creation time; naive stamps are UTC and unparseable ones sort oldest."""
-    try:
-        t = _dt.datetime.fromisoformat(created)
-    except ValueError:
-        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
-
-
-def _natural(version: str | None) -> list:
-    """'0.3.16' after '0.3.9': digit runs compare as numbers."""
-    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))]
-
-
 def _link(path: Path, base: Path) -> str:
     return quote(Path(os.path.relpath(path, base)).as_posix())
-
-
-def _verdicts(findings: Sequence[tuple[Path, Finding]], base: Path) -> dict[str, list[Verdict]]:
-    """Per claim, one verdict per (engine, engine version), ordered by engine then version."""
-    groups: dict[tuple[str, str, str | None], list[Verdict]] = {}
-    for path, f in findings:
-        for cid in dict.fromkeys([f.claim, *f.claims]):
-            v = Verdict(
-                verdict=f.claim_verdicts.get(cid, f.verdict), engine=f.engine, engine_version=f.engine_version,
-                hardware=(f.environment.get("hardware") or {}).get("summary"),
-                date=f.created[:10], summary=f.summary, reason=f.reason, link=_link(path, base),
-                created=f.created, finding_id=f.id,
-            )
-            groups.setdefault((cid, f.engine, f.engine_version), []).append(v)
-    out: dict[str, list[Verdict]] = {}
-    for (cid, _engine, _version), vs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1], _natural(kv[0][2]))):
-        out.setdefault(cid, []).append(
-            max(vs, key=lambda v: (v.verdict != "not-run", _when(v.created), v.finding_id)))
-    return out
 
 
 def _text(s: str | None) -> str:
@@ -142,44 +99,59 @@ def _text(s: str | None) -> str:
     return s.replace("|", "\\|") if s else "—"
 
 
-def _status_cell(vs: list[Verdict]) -> str:
-    """The Status/Verified cell: every (engine, version) side by side."""
-    parts = []
-    for v in vs:
-        why = f" · {_text(v.reason or v.summary)}" if v.verdict == "not-run" else ""
-        parts.append(f"{_LABELS[v.verdict]} · {_text(v.engine)} {_text(v.engine_version)} · {_text(v.date)}{why}"
-                     f" · [finding]({v.link})")
-    return "<br>".join(parts) or "—"
+def _label(s: Standing, role: str) -> str:
+    """A subject's verdict is bold; a reference's is plain text, so it never reads as the claim's answer."""
+    return _LABELS[s.verdict] if role == _SUBJECT else s.verdict
+
+
+def headline(state: ClaimState) -> str:
+    """The claim's first line: the subject engine's state, and how to resolve it while it is open."""
+    name = state.claim.about.name
+    if state.resolved:
+        return f"**{name}: {state.headline}**"
+    return f"**{name}: {state.headline}** · resolve: `{state.command}`"
+
+
+def _status_cell(state: ClaimState, base: Path) -> str:
+    """The Status/Verified cell: the subject's state first, each reference on its own labelled line."""
+    parts = [headline(state) if not state.answers else
+             "<br>".join(f"{_LABELS[s.verdict]} · {_text(s.engine)} {_text(s.engine_version)} · {_text(s.date)} · "
+                         f"[finding]({_link(s.path, base)})" for s in state.answers)]
+    parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
+              f"[finding]({_link(s.path, base)})" for s in state.references]
+    return "<br>".join(parts)
 
 
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _item_lines(vs: list[Verdict]) -> list[str]:
-    if not vs:
-        return ["_Unresolved: no finding cites this claim yet._"]
+def _item_lines(state: ClaimState, base: Path) -> list[str]:
+    shown = [(_SUBJECT, s) for s in state.subject if s.verdict != "not-run"] + \
+            [(_REFERENCE, s) for s in state.references]
+    if not shown:
+        return [headline(state)]
     rows = [_row(_ITEM_COLUMNS), _row(["---"] * len(_ITEM_COLUMNS))]
-    for v in vs:
-        said = _NOT_RUN + _text(v.reason or v.summary) if v.verdict == "not-run" else _text(v.summary)
-        rows.append(_row([_LABELS[v.verdict], _text(v.engine), _text(v.engine_version), _text(v.hardware),
-                          _text(v.date), said, f"[finding]({v.link})"]))
-    return rows
+    for role, s in shown:
+        rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.hardware),
+                          _text(s.date), _text(s.summary), f"[finding]({_link(s.path, base)})"]))
+    return [headline(state), "", *rows]
 
 
 def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str]:
     head = ["## Verification log", ""]
     if not findings:
         return head + ["_No findings yet._"]
+    why = [f"- {_text(engine)} did not run ({_text(', '.join(probes))}): {_text(reason)}"
+           for engine, reasons in _standing.not_run_reasons(findings).items() for reason, probes in reasons.items()]
     rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
-    for path, f in sorted(findings, key=lambda pf: (_when(pf[1].created), pf[1].id)):
-        verdict = _LABELS[f.verdict] + (f": {_text(f.reason or f.summary)}" if f.verdict == "not-run" else "")
+    for path, f in sorted(findings, key=lambda pf: (_standing.when(pf[1].created), pf[1].id)):
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
-                          for c in dict.fromkeys([f.claim, *f.claims]))
+                          for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
-                          _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe), verdict,
+                          _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe), f.verdict,
                           _text(cited), f"[finding]({_link(path, base)})"]))
-    return head + rows
+    return head + ([*why, ""] if why else []) + rows
 
 
 # --------------------------------------------------------------------------- reading the document
@@ -342,7 +314,7 @@ class _Doc:
 # --------------------------------------------------------------------------- planning the write-back
 
 
-def _item_edits(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problems: list[str]) -> list[_Edit]:
+def _item_edits(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> list[_Edit]:
     sec = doc.section(key, problems)
     if sec is None:
         return []
@@ -354,10 +326,10 @@ def _item_edits(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problem
             problems.append(f"section '{sec.name}' has {len(hits) or 'no'} list item{'s' if len(hits) > 1 else ''} "
                             f"starting with {claim.match!r} (claim {claim.id}); it needs exactly one")
             continue
-        content = _item_lines(verdicts.get(claim.id, []))
+        content = _item_lines(states[claim.id], base)
         blk = doc.blocks.get(claim.id)
         if blk:
-            edits.append(_Edit(blk.begin + 1, blk.end, [blk.indent + c + doc.nl for c in content]))
+            edits.append(_Edit(blk.begin + 1, blk.end, [(blk.indent + c if c else "") + doc.nl for c in content]))
             continue
         start, end, _ = hits[0]
         bullet = _BULLET.match(_body(doc.lines[start]))
@@ -374,7 +346,7 @@ def _item_edits(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problem
 
 
 def _wrap(bid: str, indent: str, content: list[str], nl: str) -> list[str]:
-    return [f"{indent}<!-- workbench:begin {bid} -->{nl}", *(indent + c + nl for c in content),
+    return [f"{indent}<!-- workbench:begin {bid} -->{nl}", *((indent + c if c else "") + nl for c in content),
             f"{indent}<!-- workbench:end {bid} -->{nl}"]
 
 
@@ -392,7 +364,7 @@ def _closed(text: str) -> str:
     return text if p and p[-1] == len(text) - 1 else text + " |"
 
 
-def _table_edit(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problems: list[str]) -> _Edit | None:
+def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> _Edit | None:
     bid, column = TABLES[key]
     claims = _claims.in_section(key)
     blk = doc.blocks.get(bid)
@@ -434,7 +406,7 @@ def _table_edit(doc: _Doc, key: str, verdicts: dict[str, list[Verdict]], problem
     for claim in claims:
         hits = [i for i in range(2, len(texts)) if first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
         if len(hits) == 1 and human[hits[0]] is not None:
-            cells[hits[0]] = _status_cell(verdicts.get(claim.id, []))
+            cells[hits[0]] = _status_cell(states[claim.id], base)
             continue
         table, row = f"the '{_claims.SECTIONS[key]}' table", f"starting with {claim.match!r} (claim {claim.id})"
         problems.append(f"{table} has no row {row}" if not hits else
@@ -482,10 +454,10 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
     to the finding files are made relative to ``base``, the folder the result will be written to.
     """
     doc = _Doc(text)
-    verdicts = _verdicts(findings, base)
+    states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
-    edits = [e for key in ITEM_SECTIONS for e in _item_edits(doc, key, verdicts, problems)]
-    edits += [e for key in TABLES if (e := _table_edit(doc, key, verdicts, problems))]
+    edits = [e for key in ITEM_SECTIONS for e in _item_edits(doc, key, states, base, problems)]
+    edits += [e for key in TABLES if (e := _table_edit(doc, key, states, base, problems))]
     if problems:
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))
@@ -541,35 +513,37 @@ def _table_rows(doc: _Doc, blk: _Block) -> list[list[Token]]:
 
 
 def unknowns_table(text: str) -> list[dict]:
-    """The resolved-unknowns state of a written-back blueprint, one row per (unknown, engine, version).
+    """The unknowns' state as a written-back blueprint shows it, one row per (unknown, engine, version).
 
-    An unknown no finding cites yet gives one row with ``verdict`` None. ``resolved`` is True for
-    confirmed, refuted or partial; inconclusive and not-run leave the unknown open.
+    ``role`` is ``subject`` (the claim's own engine) or ``reference``; ``resolved`` is True only for
+    a subject row whose verdict settles the claim. An unknown with no subject row gets one, with no
+    verdict, so open unknowns stay visible.
     """
     doc = _Doc(text)
-    labels = {label: verdict for verdict, label in _LABELS.items()}
+    labels = {label: verdict for verdict, label in _LABELS.items()} | {v: v for v in _LABELS}
     out = []
     for claim in _claims.in_section("unknowns"):
-        blank = {"claim": claim.id, "unknown": claim.text, "verdict": None, "resolved": False, "engine": None,
-                 "engine_version": None, "hardware": None, "date": None, "summary": None, "reason": None,
+        blank = {"claim": claim.id, "unknown": claim.text, "role": _SUBJECT, "verdict": None, "resolved": False,
+                 "engine": claim.subject, "engine_version": None, "hardware": None, "date": None, "summary": None,
                  "evidence": None}
         blk = doc.blocks.get(claim.id)
         rows = _table_rows(doc, blk) if blk else []
-        if not rows:
-            out.append(blank)
+        found = []
         for cells in rows:
-            if len(cells) != len(_ITEM_COLUMNS) or cells[0].content not in labels:
+            if (len(cells) != len(_ITEM_COLUMNS) or cells[0].content not in (_SUBJECT, _REFERENCE)
+                    or cells[1].content not in labels):
                 raise ManagedBlockError(f"managed block {claim.id!r}: a row does not read as "
-                                        f"{' | '.join(_ITEM_COLUMNS)} with a known verdict")
-            verdict, engine, version, hardware, date, said, _ = (c.content for c in cells)
-            href = next((ch.attrs.get("href") for ch in cells[6].children or [] if ch.type == "link_open"), None)
-            out.append(blank | {
-                "verdict": labels[verdict], "resolved": labels[verdict] in ANSWERS, "engine": engine,
-                "engine_version": None if version == "—" else version, "hardware": hardware, "date": date,
-                "summary": said,
-                "reason": said[len(_NOT_RUN):] if labels[verdict] == "not-run" else None,
-                "evidence": unquote(str(href)) if href else None,
+                                        f"{' | '.join(_ITEM_COLUMNS)} with a known role and verdict")
+            role, verdict, engine, version, hardware, date, said, _ = (c.content for c in cells)
+            href = next((ch.attrs.get("href") for ch in cells[7].children or [] if ch.type == "link_open"), None)
+            found.append(blank | {
+                "role": role, "verdict": labels[verdict], "resolved": role == _SUBJECT and labels[verdict] in ANSWERS,
+                "engine": engine, "engine_version": None if version == "—" else version, "hardware": hardware,
+                "date": date, "summary": said, "evidence": unquote(str(href)) if href else None,
             })
+        if not any(r["role"] == _SUBJECT for r in found):
+            out.append(blank)
+        out += found
     return out
 
 
@@ -602,14 +576,21 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     """``workbench writeback``: write (to ``out`` or in place), print a diff (dry-run) or check; the exit code.
 
     ``check`` returns 1 when the target differs from the write-back, naming the claims whose managed
-    text changes. Corrupt finding files are reported on stderr and skipped; a blueprint that lacks
-    what the claims need raises :class:`BlueprintError` before anything is written.
+    text changes. Corrupt finding files are reported on stderr and skipped; a findings folder that is
+    missing or holds no finding, or a blueprint that lacks what the claims need, raises
+    :class:`BlueprintError` before anything is written.
     """
     source = _read(blueprint)
     target = out or blueprint
+    missing = [str(d) for d in finding_dirs if not Path(d).exists()]
+    if missing:
+        raise BlueprintError(f"no findings folder {', '.join(missing)}; nothing was written")
     found = scan(finding_dirs)
     for path, err in found.errors:
         print(f"skipping corrupt finding {path}: {err}", file=sys.stderr)
+    if not found.findings:
+        raise BlueprintError(f"no findings in {', '.join(map(str, finding_dirs))}; writing back nothing would wipe "
+                             "every verdict, so nothing was written")
     new = writeback(source, found.findings, base=target.parent)
     in_place = os.path.abspath(target) == os.path.abspath(blueprint)
     current = source if in_place else (_read(target) if target.exists() else "")

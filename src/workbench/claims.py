@@ -1,9 +1,13 @@
 """The blueprint's testable claims, declared once.
 
-Each claim has a stable id, the blueprint section it lives in, and the exact text that identifies
+Each claim has a stable id, the blueprint section it lives in, the exact text that identifies
 its row or item in the Markdown blueprint (``match``: the start of the Risks/Contract table's first
-cell, or of the Open Unknowns list item). Probes cite claim ids; the write-back finds the row by
-``match``; nothing else duplicates the blueprint's words.
+cell, or of the Open Unknowns list item), and its *subject*: the engine whose behaviour it is
+about. Probes cite claim ids; the write-back finds the row by ``match``; nothing else duplicates
+the blueprint's words.
+
+Only a finding from the subject engine can settle a claim; another engine's finding is a
+reference beside it (see :mod:`workbench.standing`).
 """
 
 from __future__ import annotations
@@ -12,11 +16,28 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class Subject:
+    """An engine claims can be about, and what a machine needs to answer them."""
+
+    engine: str  # the cell registry's engine name
+    name: str  # as people write it
+    needs: str  # what running its probes takes, for "unresolved — needs …"
+
+
+SUBJECTS = {"trtllm": Subject("trtllm", "TensorRT-LLM", "tensorrt_llm on an NVIDIA GPU")}
+
+
+@dataclass(frozen=True)
 class Claim:
     id: str
     section: str  # "unknowns" | "risks" | "contract" | "entry"
     match: str
     text: str
+    subject: str = "trtllm"  # every blueprint claim is about TensorRT-LLM
+
+    @property
+    def about(self) -> Subject:
+        return SUBJECTS[self.subject]
 
 
 SECTIONS = {

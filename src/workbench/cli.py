@@ -72,7 +72,7 @@ def list_probes() -> None:
 
     for name in probes.names():
         probe = probes.get(name)
-        typer.echo(f"{name}\n  claim: {probe.claim}")
+        typer.echo(f"{name} (v{probe.version})\n  claims: {', '.join(probe.claims)}\n  about: {probe.claim.text}")
         for prm in probes.describe_params(name):
             typer.echo(f"  -p {prm['name']}={prm['default']!r:<12} {prm['type']:<18} {prm['help']}")
 
@@ -90,6 +90,8 @@ def probe(
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
     from . import isolate, metrics, probes
 
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; it must be a findings folder (nothing was run)")
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
     except isolate.EngineCrashed as e:
@@ -114,6 +116,8 @@ def run(
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
 
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
         code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None)
     except WorkbenchError as e:

@@ -212,6 +212,17 @@ class KvGeometry:
         return int(round(2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes))
 
 
+MECHANISMS = {
+    "eviction": "the engine frees KV of idle sequences under pressure instead of refusing new work",
+    "retention_priority": "per-request retention priorities steer which KV the engine evicts",
+    "engine_salt": "the engine itself keys prefix reuse on a per-request salt (cache_salt)",
+    "partial_warmup": "a warm-up request (max_tokens=1) can finish before every prefix block is stored",
+}
+"""Engine mechanisms that claims are about. A cell lists the ones its engine lacks in
+``Description.absent`` (mechanism -> the evidence, with the engine source it rests on), so a verdict
+rule can answer ``not-applicable`` without asking for an engine by name."""
+
+
 @dataclass(frozen=True)
 class Description:
     engine: str
@@ -226,6 +237,12 @@ class Description:
     slots: int
     observers: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
+    absent: Mapping[str, str] = field(default_factory=dict)  # MECHANISMS key -> evidence of absence
+
+    def __post_init__(self) -> None:
+        unknown = set(self.absent) - set(MECHANISMS)
+        if unknown:
+            raise ValueError(f"unknown mechanism(s) {sorted(unknown)}; declared: {', '.join(MECHANISMS)}")
 
 
 @dataclass(frozen=True)
@@ -292,7 +309,16 @@ class StateExport(Protocol):
 class Capacity(Protocol):
     """The KV capacity found by filling the cache until the engine refuses (not the configured number)."""
 
-    def measure_capacity(self, *, step: int | None = None) -> int: ...
+    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int: ...
+
+
+@runtime_checkable
+class KvReadback(Protocol):
+    """What the engine itself holds, read back from it rather than from the cell's token list."""
+
+    def resident_tokens(self, *, slot: int = 0) -> int: ...
+
+    def last_logits(self, *, slot: int = 0) -> list[float]: ...
 
 
 OBSERVERS: dict[str, type] = {
@@ -302,6 +328,7 @@ OBSERVERS: dict[str, type] = {
     "connector": ConnectorLog,
     "state_export": StateExport,
     "capacity": Capacity,
+    "kv_readback": KvReadback,
 }
 """Optional evidence channels, each declared as a Protocol. A cell lists the ones it really has in
 ``Description.observers``; probes ask for channels, never for an engine name."""

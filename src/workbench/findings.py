@@ -1,7 +1,12 @@
 """Findings: the schema, the environment fingerprint, and the on-disk store.
 
 One JSON file per finding, validated against ``finding.schema.json``. Files are written atomically
-and never overwritten (ids are unique); loading skips corrupt files and reports them.
+and never overwritten (ids are unique); loading skips corrupt files and reports them, and a finding
+met twice (the same id in two folders) counts once.
+
+Schema v2 records provenance apart: ``probe_version``, the probe's ``params`` and the run's
+``cell_options`` are separate fields, and every metric carries its ``source`` (engine, cell or
+derived). Findings written under v1 still load: :func:`upgrade` reads them into the v2 shape.
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ from . import claims as _claims
 from . import metrics as _metrics
 from .contract import WorkbenchError
 
-SCHEMA_ID = "workbench.finding/v1"
-VERDICTS = ("confirmed", "refuted", "partial", "inconclusive", "not-run")
+SCHEMA_ID = "workbench.finding/v2"
+OLD_SCHEMAS = ("workbench.finding/v1",)
+VERDICTS = ("confirmed", "refuted", "partial", "inconclusive", "not-applicable", "not-run")
 
 
 class FindingError(WorkbenchError):
@@ -44,14 +50,15 @@ def now_iso() -> str:
 @dataclass
 class Finding:
     probe: str
-    claim: str
     claims: list[str]
     verdict: str
     summary: str
     engine: str
     environment: dict
+    probe_version: str = "0"
     params: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)  # tag -> {"value", "unit"}
+    cell_options: dict = field(default_factory=dict)
+    metrics: dict = field(default_factory=dict)  # tag -> {"value", "unit", "source"}
     evidence: dict = field(default_factory=dict)  # {"columns", "rows", "files", "notes"}
     reason: str | None = None
     claim_verdicts: dict = field(default_factory=dict)
@@ -85,13 +92,30 @@ class Finding:
 
 
 def metric_values(values: Mapping[str, Any]) -> dict:
-    """``{tag: value}`` → ``{tag: {"value", "unit"}}`` using the declared units (unknown tags fail)."""
+    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail)."""
     out = {}
     for tag, v in values.items():
         if hasattr(v, "item"):  # numpy scalars
             v = v.item()
-        out[tag] = {"value": v, "unit": _metrics.get(tag).unit}
+        m = _metrics.get(tag)
+        out[tag] = {"value": v, "unit": m.unit.value, "source": m.source}
     return out
+
+
+def upgrade(doc: Mapping[str, Any]) -> dict:
+    """A v1 finding in the v2 shape: the claim sentence dropped (``claims`` holds the ids), cell options
+    left inside ``params`` (v1 did not tell them apart), probe version unknown, and each metric's
+    source taken from today's declaration (``cell`` when the tag is no longer declared)."""
+    doc = dict(doc)
+    if doc.get("schema") not in OLD_SCHEMAS:
+        return doc
+    doc.pop("claim", None)
+    doc["schema"] = SCHEMA_ID
+    doc.setdefault("probe_version", "0")
+    doc.setdefault("cell_options", {})
+    doc["metrics"] = {t: {"source": _metrics.METRICS[t].source if t in _metrics.METRICS else "cell", **m}
+                      for t, m in (doc.get("metrics") or {}).items()}
+    return doc
 
 
 def validate(doc: Mapping[str, Any]) -> None:
@@ -106,6 +130,7 @@ def validate(doc: Mapping[str, Any]) -> None:
 
 
 def from_dict(doc: Mapping[str, Any]) -> Finding:
+    doc = upgrade(doc)
     validate(doc)
     return Finding(**{k: v for k, v in doc.items()})
 
@@ -151,7 +176,7 @@ class Scan:
 
 def scan(paths: Iterable[str | os.PathLike]) -> Scan:
     """Read every ``*.json`` finding under the given files/directories; corrupt ones go to ``errors``."""
-    found, errors = [], []
+    found, errors, seen = [], [], set()
     for p in map(Path, paths):
         files = sorted(p.rglob("*.json")) if p.is_dir() else [p]
         for f in files:
@@ -159,9 +184,13 @@ def scan(paths: Iterable[str | os.PathLike]) -> Scan:
                 continue
             try:
                 doc = json.loads(f.read_text())
-                if not isinstance(doc, dict) or doc.get("schema") != SCHEMA_ID:
+                if not isinstance(doc, dict) or doc.get("schema") not in (SCHEMA_ID, *OLD_SCHEMAS):
                     continue  # not a finding (e.g. a run manifest)
-                found.append((f, from_dict(doc)))
+                finding = from_dict(doc)
+                if finding.id in seen:
+                    continue  # the same finding given twice counts once
+                seen.add(finding.id)
+                found.append((f, finding))
             except (OSError, ValueError, FindingError, TypeError) as e:
                 errors.append((f, str(e)))
     return Scan(found, errors)

@@ -1,108 +1,201 @@
-"""Every metric a finding may carry, declared once with its unit.
+"""Every metric a finding may carry, declared once with its unit and its source.
 
 Findings store raw values in the declared unit; notebooks, CLI, report and blueprint all render
-them through :func:`render`, so a number reads the same everywhere.
+them through :func:`render`, so a number reads the same everywhere. The source says how far a
+number can be trusted: ``engine`` (read back from the engine itself: its KV positions, logits,
+refusals, timings of its work), ``cell`` (the cell's own bookkeeping, which cannot confirm anything)
+or ``derived`` (computed from other metrics).
 """
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+Source = Literal["engine", "cell", "derived"]
+SOURCES: tuple[str, ...] = ("engine", "cell", "derived")
+
+
+class Unit(enum.Enum):
+    """A metric's stored unit. ``convert`` scales a stored value to a display unit; ``format`` renders it."""
+
+    TOKENS = "tokens"
+    BLOCKS = "blocks"
+    BYTES = "bytes"
+    SECONDS = "s"
+    RATIO = "ratio"
+    COUNT = "count"
+    BOOL = "bool"
+    P = "p"
+    TIMES = "x"
+    LOGIT = "logit"
+
+    def convert(self, value: float, to: str) -> float:
+        """``value`` (in this unit) expressed in ``to``, e.g. ``Unit.SECONDS.convert(0.2, "ms") == 200``."""
+        try:
+            return value * _SCALES[self][to]
+        except KeyError:
+            raise ValueError(f"cannot convert {self.value} to {to!r}; known: {', '.join(_SCALES.get(self, {}))}") from None
+
+    def format(self, value: Any) -> str:
+        if self is Unit.BOOL or isinstance(value, bool):
+            return "yes" if value else "no"
+        return _FORMAT[self](value)
+
+
+_SCALES: dict[Unit, dict[str, float]] = {
+    Unit.SECONDS: {"s": 1.0, "ms": 1e3, "us": 1e6},
+    Unit.BYTES: {"B": 1.0, "KiB": 2.0**-10, "MiB": 2.0**-20, "GiB": 2.0**-30},
+    Unit.RATIO: {"ratio": 1.0, "%": 100.0},
+    Unit.TOKENS: {"tokens": 1.0},
+}
+
+
+def _seconds(v: float) -> str:
+    return f"{Unit.SECONDS.convert(v, 'ms'):.3g} ms" if abs(v) < 1 else f"{v:.3g} s"
+
+
+def _bytes(v: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        scaled = Unit.BYTES.convert(v, unit)
+        if abs(scaled) < 1024 or unit == "GiB":
+            return f"{scaled:,.0f} {unit}" if unit == "B" else f"{scaled:.2f} {unit}"
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+_FORMAT = {
+    Unit.TOKENS: lambda v: f"{v:,.0f} tok",
+    Unit.BLOCKS: lambda v: f"{v:,.0f} blk",
+    Unit.BYTES: _bytes,
+    Unit.SECONDS: _seconds,
+    Unit.RATIO: lambda v: f"{Unit.RATIO.convert(v, '%'):.1f}%",
+    Unit.COUNT: lambda v: f"{v:,.0f}",
+    Unit.P: lambda v: f"p={v:.3g}",
+    Unit.TIMES: lambda v: f"{v:.3g}×",
+    Unit.LOGIT: lambda v: f"{v:.3g}",
+}
 
 
 @dataclass(frozen=True)
 class Metric:
     tag: str
     header: str
-    unit: str  # tokens | blocks | bytes | s | ratio | count | bool | p | x
+    unit: Unit
     description: str
+    source: Source
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise ValueError(f"metric {self.tag}: source must be one of {SOURCES}")
 
 
-_UNIT_FMT = {
-    "tokens": lambda v: f"{v:,.0f} tok",
-    "blocks": lambda v: f"{v:,.0f} blk",
-    "bytes": lambda v: _bytes(v),
-    "s": lambda v: f"{v * 1e3:.3g} ms" if abs(v) < 1 else f"{v:.3g} s",
-    "ratio": lambda v: f"{v:.1%}",
-    "count": lambda v: f"{v:,.0f}",
-    "bool": lambda v: "yes" if v else "no",
-    "p": lambda v: f"p={v:.3g}",
-    "x": lambda v: f"{v:.3g}×",
-}
-
-
-def _bytes(v: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(v) < 1024 or unit == "GiB":
-            return f"{v:,.0f} {unit}" if unit == "B" else f"{v:.2f} {unit}"
-        v /= 1024
-    return f"{v}"  # pragma: no cover
+def _m(tag: str, header: str, unit: str, source: Source, description: str) -> Metric:
+    return Metric(tag, header, Unit(unit), description, source)
 
 
 _DECLARED = [
     # reuse accounting
-    Metric("prompt_tokens", "prompt", "tokens", "tokens in the request's prompt"),
-    Metric("reused_tokens", "reused", "tokens", "prompt tokens served from cached KV"),
-    Metric("computed_tokens", "computed", "tokens", "prompt tokens evaluated by the engine"),
-    Metric("expected_reused_tokens", "expected reuse", "tokens", "reuse computed from the token ids (ground truth)"),
-    Metric("reuse_fraction", "reuse fraction", "ratio", "reused / reusable prompt tokens"),
-    Metric("reuse_exact_fraction", "exact rows", "ratio", "fraction of requests whose reported reuse equals ground truth"),
-    Metric("max_reuse_error_tokens", "max reuse error", "tokens", "largest |reported − ground truth| over the matrix"),
-    Metric("disagreements", "disagreements", "count", "requests where channels disagree"),
-    Metric("granularity_tokens", "granularity", "tokens", "smallest unit in which the engine reports reuse"),
-    Metric("block_tokens", "block size", "tokens", "tokens per KV block"),
+    _m("prompt_tokens", "prompt", "tokens", "cell", "tokens in the request's prompt"),
+    _m("reused_tokens", "reused", "tokens", "cell", "prompt tokens the cell reported as served from cached KV"),
+    _m("computed_tokens", "computed", "tokens", "cell", "prompt tokens the cell sent to the engine"),
+    _m("expected_reused_tokens", "expected reuse", "tokens", "derived", "reuse computed from the token ids"),
+    _m("engine_resident_tokens", "KV read back", "tokens", "engine",
+       "tokens whose KV the engine itself holds for the sequence (llama.cpp: llama_memory_seq_pos_min/_max)"),
+    _m("engine_reuse_exact_fraction", "engine-read exact", "ratio", "engine",
+       "fraction of requests whose reuse, read back from the engine's KV, equals the token-id expectation"),
+    _m("logits_max_abs_diff", "logits Δmax", "logit", "engine",
+       "largest |logit| difference between a reused request and a cold recompute of the same tokens"),
+    _m("reuse_fraction", "reuse fraction", "ratio", "cell", "reused / reusable prompt tokens, as the cell reports"),
+    _m("engine_reuse_fraction", "engine reuse fraction", "ratio", "engine",
+       "prefix tokens still held by the engine (read back) / prefix tokens"),
+    _m("reuse_exact_fraction", "exact rows", "ratio", "cell",
+       "fraction of requests whose cell-reported reuse equals the token-id expectation"),
+    _m("max_reuse_error_tokens", "max reuse error", "tokens", "cell", "largest |reported − expected| over the matrix"),
+    _m("disagreements", "disagreements", "count", "derived", "requests where channels disagree"),
+    _m("granularity_tokens", "granularity", "tokens", "cell", "smallest unit in which the cell reports reuse"),
+    _m("block_tokens", "block size", "tokens", "cell", "tokens per KV block, as the cell describes it"),
     # retention / pressure
-    Metric("capacity_tokens", "KV capacity", "tokens", "KV capacity the engine really has"),
-    Metric("capacity_blocks", "KV capacity", "blocks", "KV capacity in blocks"),
-    Metric("pinned_survival_max_pressure", "survives up to", "x", "largest pressure (× free capacity) the pinned prefix survived"),
-    Metric("survival_at_max_pressure", "survival @max", "ratio", "fraction of the pinned prefix reused at the highest pressure"),
-    Metric("overflow_errors", "overflow errors", "count", "newcomers refused with an explicit overflow error"),
-    Metric("silent_evictions", "silent evictions", "tokens", "pinned tokens lost without an error"),
+    _m("capacity_tokens", "KV capacity", "tokens", "cell", "KV capacity the cell describes"),
+    _m("capacity_blocks", "KV capacity", "blocks", "cell", "KV capacity in blocks"),
+    _m("pinned_survival_max_pressure", "survives up to", "x", "derived",
+       "largest pressure (× free capacity) at which the engine still held the whole pinned prefix"),
+    _m("survival_at_max_pressure", "survival @max", "ratio", "engine",
+       "fraction of the pinned prefix the engine still held at the highest pressure"),
+    _m("overflow_errors", "overflow errors", "count", "cell", "newcomers refused with an explicit overflow error"),
+    _m("engine_refusals", "engine refusals", "count", "engine",
+       "requests the engine itself refused for want of KV room (llama.cpp: llama_decode returned 1)"),
+    _m("silent_evictions", "silent evictions", "tokens", "engine", "pinned tokens the engine lost without an error"),
     # timing
-    Metric("ttft_cold_s", "TTFT cold", "s", "median time to first token, cold"),
-    Metric("ttft_warm_s", "TTFT warm", "s", "median time to first token, prefix reused"),
-    Metric("ttft_ratio", "TTFT warm/cold", "x", "median warm TTFT over median cold TTFT"),
-    Metric("ks_p_same_manifest", "KS p (same)", "p", "two-sample KS p-value, repeat vs cold, same manifest"),
-    Metric("ks_p_other_manifest", "KS p (other)", "p", "two-sample KS p-value, other manifest vs cold"),
-    Metric("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "tokens reused across manifests (must be 0)"),
+    _m("ttft_cold_s", "TTFT cold", "s", "engine", "median time to the first decoded token, cold"),
+    _m("ttft_warm_s", "TTFT warm", "s", "engine", "median time to the first decoded token, prefix reused"),
+    _m("ttft_iqr_s", "TTFT IQR", "s", "engine", "interquartile range of the cold TTFT samples"),
+    _m("ttft_warm_iqr_s", "TTFT warm IQR", "s", "engine", "interquartile range of the warm TTFT samples"),
+    _m("prefill_cold_s", "prefill cold", "s", "engine", "median prefill time, cold (no token decoded)"),
+    _m("prefill_warm_s", "prefill warm", "s", "engine", "median prefill time, prefix reused (no token decoded)"),
+    _m("prefill_cold_iqr_s", "prefill cold IQR", "s", "engine", "interquartile range of the cold prefill samples"),
+    _m("prefill_warm_iqr_s", "prefill warm IQR", "s", "engine", "interquartile range of the warm prefill samples"),
+    _m("ttft_ratio", "TTFT warm/cold", "x", "derived", "median warm TTFT over median cold TTFT"),
+    _m("ks_p_same_manifest", "KS p (same)", "p", "derived", "two-sample KS p-value, repeat vs cold, same manifest"),
+    _m("ks_p_other_manifest", "KS p (other)", "p", "derived", "two-sample KS p-value, other manifest vs cold"),
+    _m("tost_p_other_manifest", "TOST p (other)", "p", "derived",
+       "equivalence (TOST) p-value, other manifest vs cold, at the stated margin"),
+    _m("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "cell",
+       "tokens the cell reported reused across manifests (must be 0)"),
     # capacity policy
-    Metric("budget_bytes", "KV budget", "bytes", "byte budget the policy set"),
-    Metric("budget_tokens", "KV budget", "tokens", "token budget derived from the byte budget"),
-    Metric("measured_capacity_tokens", "measured capacity", "tokens", "capacity observed by filling the cache"),
-    Metric("kv_bytes_per_token", "KV bytes/token", "bytes", "bytes of K and V per token, all layers"),
-    Metric("kv_buffer_bytes", "KV buffer", "bytes", "size of the engine's KV buffer"),
-    Metric("capacity_error", "capacity error", "ratio", "|measured − budget| / budget"),
+    _m("budget_bytes", "KV budget", "bytes", "derived", "byte budget the policy set"),
+    _m("budget_tokens", "KV budget", "tokens", "derived", "token budget derived from the byte budget"),
+    _m("measured_capacity_tokens", "measured capacity", "tokens", "engine",
+       "capacity observed by filling the cache until the engine refused"),
+    _m("kv_bytes_per_token", "KV bytes/token", "bytes", "cell", "bytes of K and V per token, all layers (geometry)"),
+    _m("kv_buffer_bytes", "KV buffer", "bytes", "engine", "size of the engine's KV buffer, as the engine reports it"),
+    _m("capacity_error", "capacity error", "ratio", "derived", "(measured − budget) / budget"),
+    _m("max_overshoot", "max overshoot", "ratio", "derived", "largest (measured − budget) / budget over the budgets"),
     # connector / state export
-    Metric("export_unit_tokens", "export unit", "tokens", "smallest unit of KV the engine exports"),
-    Metric("state_bytes", "state size", "bytes", "bytes of one exported sequence state"),
-    Metric("shifted_import_exact", "shifted import exact", "bool", "shifted import continues with identical greedy tokens"),
-    Metric("restored_identical", "restore identical", "bool", "restored state continues with identical greedy tokens"),
+    _m("export_unit_tokens", "export unit", "tokens", "engine", "smallest KV range the engine exported on request"),
+    _m("state_bytes", "state size", "bytes", "engine", "bytes of one exported sequence state"),
+    _m("shifted_import_exact", "shifted import exact", "bool", "engine",
+       "shifted import continues with identical greedy tokens"),
+    _m("shifted_logits_max_abs_diff", "shifted logits Δmax", "logit", "engine",
+       "largest |logit| difference after a shifted import against the original"),
+    _m("restored_identical", "restore identical", "bool", "engine",
+       "restored state continues with identical greedy tokens"),
+    _m("subrange_export", "sub-range export", "bool", "engine",
+       "a trimmed copy of a sequence exported only the kept range"),
     # surfaces
-    Metric("symbols_present", "symbols present", "count", "expected API symbols found in the installed release"),
-    Metric("symbols_missing", "symbols missing", "count", "expected API symbols missing or changed"),
-    Metric("headers", "headers", "count", "C/C++ headers shipped"),
-    Metric("executor_symbols", "executor symbols", "count", "exported executor symbols in shared libraries"),
-    Metric("rows_verified", "rows verified", "count", "contract rows whose mechanism exists as expected"),
-    Metric("rows_total", "rows", "count", "contract rows checked"),
+    _m("symbols_present", "symbols present", "count", "engine", "expected API symbols found in the installed release"),
+    _m("symbols_missing", "symbols missing", "count", "engine", "expected API symbols missing or changed"),
+    _m("headers", "headers", "count", "engine", "C/C++ headers shipped"),
+    _m("executor_symbols", "executor symbols", "count", "engine", "exported executor symbols in shared libraries"),
+    _m("rows_verified", "rows verified", "count", "engine",
+       "contract rows whose mechanisms exist with the expected parameter names"),
+    _m("rows_total", "rows", "count", "derived", "contract rows checked"),
     # benchmark
-    Metric("cell_over_raw", "cell/raw", "x", "median ratio of cell time to raw llama-cpp-python time"),
+    _m("cell_over_raw", "cell/raw", "x", "derived", "median ratio of cell time to raw llama-cpp-python time"),
+    _m("round_s", "round", "s", "engine", "wall time of one benchmark round (prefill + decode)"),
+    _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
     # agentic loop (workbench loop)
-    Metric("turns", "turns", "count", "agent-loop turns replayed per arm"),
-    Metric("reuse_efficiency", "reuse efficiency", "ratio", "reused / theoretically reusable prompt tokens, over the loop"),
-    Metric("unexplained_miss_tokens", "unexplained misses", "tokens", "reusable tokens recomputed for no attributed cause"),
-    Metric("ttft_p50_s", "TTFT p50", "s", "median time from a turn's EnsurePrefix to its first decoded token"),
-    Metric("ttft_p90_s", "TTFT p90", "s", "90th percentile of that time"),
-    Metric("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "least-squares TTFT slope per computed prompt token"),
-    Metric("ttft_per_context_token_s", "TTFT per context token", "s", "least-squares TTFT slope per prompt (context) token"),
-    Metric("loop_time_s", "loop time", "s", "end-to-end time of every turn, summed"),
-    Metric("speedup_vs_best_llamacpp", "speed-up", "x", "best llama.cpp arm's loop time / this arm's (paired turns)"),
-    Metric("speedup_ci_low", "speed-up CI low", "x", "lower bound of the 95% bootstrap CI of that speed-up"),
-    Metric("speedup_ci_high", "speed-up CI high", "x", "upper bound of the 95% bootstrap CI of that speed-up"),
-    Metric("acceptance_rate", "draft acceptance", "ratio", "accepted / drafted speculative tokens"),
-    Metric("mean_accepted_tokens", "accepted per draft", "tokens", "mean accepted tokens per verification that carried a draft"),
-    Metric("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x",
-           "median per-turn decode time of the plain llama.cpp arm over this arm's, on copy-heavy turns"),
+    _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
+    _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
+       "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)"),
+    _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",
+       "reusable tokens recomputed for no attributed cause"),
+    _m("ttft_p50_s", "TTFT p50", "s", "engine", "median time from a turn's EnsurePrefix to its first decoded token"),
+    _m("ttft_p90_s", "TTFT p90", "s", "engine", "90th percentile of that time"),
+    _m("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "derived",
+       "least-squares TTFT slope per computed prompt token"),
+    _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",
+       "least-squares TTFT slope per prompt (context) token"),
+    _m("loop_time_s", "loop time", "s", "engine", "end-to-end time of every turn, summed"),
+    _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
+    _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
+    _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
+    _m("acceptance_rate", "draft acceptance", "ratio", "cell", "accepted / drafted speculative tokens"),
+    _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
+       "mean accepted tokens per verification that carried a draft"),
+    _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
+       "median per-turn decode time of the plain llama.cpp arm over this arm's, on copy-heavy turns"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}
@@ -119,6 +212,11 @@ def render(tag: str, value: Any) -> str:
     """Format ``value`` in the declared unit of ``tag``."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return _UNIT_FMT["bool"](value) if isinstance(value, bool) else str(value)
-    return _UNIT_FMT[get(tag).unit](value)
+    if not isinstance(value, (bool, int, float)):
+        return str(value)
+    return get(tag).unit.format(value)
+
+
+def engine_sourced(tags: Any) -> list[str]:
+    """The tags among ``tags`` whose values are read back from the engine."""
+    return [t for t in tags if t in METRICS and METRICS[t].source == "engine"]

@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from . import metrics
 from .findings import Finding
 
 VERDICT_COLOURS = {
@@ -24,6 +25,7 @@ VERDICT_COLOURS = {
     "refuted": "#c62828",
     "partial": "#ef6c00",
     "inconclusive": "#757575",
+    "not-applicable": "#1565c0",
     "not-run": "#9e9e9e",
 }
 TEMPLATE = "plotly_white"
@@ -77,7 +79,8 @@ def survival(rows: Rows) -> go.Figure:
     fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
                  title="Survival of the retained prefix under pressure",
                  x_title="cumulative filler load (× free capacity; dotted: free capacity exhausted)",
-                 y_title="survival (reused / baseline)", hover=("reused_tokens", "baseline_reused", "fillers_refused"))
+                 y_title="survival (prefix held / prefix)",
+                 hover=("engine_resident", "reused_tokens", "baseline_reused", "fillers_refused"))
     if rows:
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
         fig.add_vline(x=1.0, line_dash="dot", line_color="#999")
@@ -97,26 +100,26 @@ def warmup(rows: Rows) -> go.Figure:
 
 
 def reuse_matrix(rows: Rows) -> go.Figure:
-    """Reuse per matrix case: token-id ground truth next to what the cell and the engine reported.
+    """Reuse per matrix case: the token-id expectation next to what the cell and the engine reported.
 
     Cases repeat; bars show the mean over repeats and the hover counts how each repeat classified.
     """
-    title = "Reuse per case: ground truth vs reported"
-    rows = _having(rows, "case", "truth_reused", "reported_reused")
+    title = "Reuse per case: expected vs reported"
+    rows = _having(rows, "case", "expected_reused", "reported_reused")
     if not rows:
         return empty(title, "no evidence rows")
     cases = list(dict.fromkeys(r["case"] for r in rows))
     fig = _figure(title, "case", "reused tokens")
-    channels = [("truth_reused", "ground truth", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
-                ("engine_reused", "engine counters", "#8e24aa")]
+    channels = [("expected_reused", "expected (token ids)", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
+                ("engine_reused", "engine accounting", "#8e24aa")]
     for key, name, colour in channels:
         means, hovers = [], []
         for c in cases:
             vals = [r[key] for r in rows if r["case"] == c and r.get(key) is not None]
             means.append(sum(vals) / len(vals) if vals else None)
-            kinds = [r.get("reported_vs_truth" if key == "reported_reused" else "engine_vs_truth")
+            kinds = [r.get("reported_vs_expected" if key == "reported_reused" else "engine_vs_expected")
                      for r in rows if r["case"] == c]
-            hovers.append("" if key == "truth_reused" else
+            hovers.append("" if key == "expected_reused" else
                           ", ".join(f"{k} ×{kinds.count(k)}" for k in dict.fromkeys(kinds)))
         if all(m is None for m in means):
             continue
@@ -147,7 +150,7 @@ def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: 
             b["y"].append(str(r[lane]))
             b["x"].append(d)
             b["base"].append(t)
-            b["text"].append(f"request {i} · {label} · {d * 1e3:.3g} ms")
+            b["text"].append(f"request {i} · {label} · {metrics.Unit.SECONDS.format(d)}")
             t += d
     for label, b in bars.items():
         if b["x"]:
@@ -202,37 +205,29 @@ def verdicts(table: Any) -> go.Figure:
     return fig
 
 
-# What to draw for each probe: (name, builder over evidence rows). Probes not listed get no figure.
-FIGURES: dict[str, list[tuple[str, Builder]]] = {
-    "retention.pinning_under_pressure": [
-        ("survival", survival),
-        ("timeline", partial(timeline, spans=[("rerequest_s", "re-request")], lane="arm",
-                             title="Re-requests of the retained prefix")),
-    ],
-    "reuse.per_request_metrics": [
-        ("matrix", reuse_matrix),
-        ("timeline", partial(timeline, spans=[("t_setup_s", "setup"), ("t_probe_s", "probe")], lane="case",
-                             title="Per-request timeline")),
-    ],
-    "prefix.warmup_materialization": [
-        ("warmup", warmup),
-        ("timeline", partial(timeline, spans=[("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")],
-                             lane="boundary", title="Warm-up and follow-up requests")),
-    ],
-    "isolation.cache_salt": [
-        ("latency", latency),
-        ("timeline", partial(timeline, spans=[("prefill_s", "prefill")], lane="procedure",
-                             title="Per-request timeline")),
-    ],
-    "capacity.budget_policy": [("capacity", capacity)],
+BUILDERS: dict[str, Callable[..., go.Figure]] = {
+    "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
+    "latency": latency, "capacity": capacity,
 }
+"""The figure kinds a probe may declare (``Probe.figures``); the probe says which, with what options."""
+
+
+def figures_of(probe: str) -> list[tuple[str, Builder]]:
+    """The figures probe ``probe`` declares, as (name, builder over evidence rows); none for an unknown probe."""
+    from . import probes
+
+    try:
+        declared = probes.get(probe).figures
+    except probes.ParamError:
+        return []
+    return [(fig.name, partial(BUILDERS[fig.kind], **fig.options)) for fig in declared]
 
 
 def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figure]]:
     """The figures of ``f`` (over ``rows`` when given, e.g. a filtered subset of its evidence)."""
     rows = f.evidence.get("rows", []) if rows is None else rows
     figs = []
-    for name, build in FIGURES.get(f.probe, []):
+    for name, build in figures_of(f.probe):
         fig = build(rows) if rows else empty(name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
         figs.append((name, fig))

@@ -2,8 +2,9 @@
 
 The same tables feed the notebooks, so a verdict reads the same in JupyterLab, in ``report.html``
 and in the blueprint: metrics always go through :func:`workbench.metrics.render`, and a claim's
-status per (engine, engine version) follows the blueprint's rule (the newest finding that ran; a
-``not-run`` one only when nothing ran, and then as unresolved).
+status follows :mod:`workbench.standing`, the blueprint's rule: only the claim's subject engine
+resolves it, other engines are references, and the page leads with what is unresolved and the
+command that resolves it.
 """
 
 from __future__ import annotations
@@ -20,16 +21,15 @@ from typing import TYPE_CHECKING, Sequence
 import jinja2
 import pandas as pd
 
-from . import claims as _claims
 from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
+from . import standing as _standing
 from .findings import Finding
 
 if TYPE_CHECKING:
     from .manifest import Manifest
 
-ANSWERS = ("confirmed", "refuted", "partial")  # verdicts that settle a claim; the rest leave it open
 Found = Sequence[tuple[Path, Finding]]
 
 
@@ -47,11 +47,11 @@ def metric_header(tag: str) -> str:
 
 
 def metrics_frame(f: Finding) -> pd.DataFrame:
-    """One row per metric of ``f``: header, rendered value, what it means."""
+    """One row per metric of ``f``: header, rendered value, where it came from (engine, cell, derived), meaning."""
     return pd.DataFrame(
-        [{"metric": metric_header(t), "value": metric_text(t, m["value"]),
+        [{"metric": metric_header(t), "value": metric_text(t, m["value"]), "source": m.get("source", "cell"),
           "meaning": _metrics.METRICS[t].description if t in _metrics.METRICS else ""} for t, m in f.metrics.items()],
-        columns=["metric", "value", "meaning"])
+        columns=["metric", "value", "source", "meaning"])
 
 
 def model_name(f: Finding) -> str:
@@ -80,31 +80,34 @@ def verdict_frame(found: Found) -> pd.DataFrame:
                                        "created", "id", "path"])
 
 
-def claim_status(found: Found, section: str = "unknowns") -> pd.DataFrame:
-    """Per claim of ``section`` and (engine, engine version): the verdict that stands, and whether it resolves.
+_STATUS_COLUMNS = ["claim", "text", "role", "engine", "engine_version", "verdict", "resolved", "summary",
+                   "created", "path"]
 
-    A claim no finding cites gets one row with no verdict, so open unknowns stay visible.
-    """
-    groups: dict[tuple[str, str, str | None], list[tuple[Path, Finding]]] = {}
-    for path, f in found:
-        for cid in f.claims:
-            groups.setdefault((cid, f.engine, f.engine_version), []).append((path, f))
+
+def claim_status(found: Found, section: str | None = "unknowns") -> pd.DataFrame:
+    """Per claim of ``section`` (all claims when None): the subject engine's state first (one row per
+    version that ran, or one open row saying what it needs), then one ``reference`` row per other
+    engine and version. ``resolved`` is true only on a subject row that settles the claim."""
     rows = []
-    for claim in _claims.in_section(section):
-        keys = sorted((k for k in groups if k[0] == claim.id), key=lambda k: (k[1], str(k[2])))
-        if not keys:
-            rows.append({"claim": claim.id, "text": claim.text, "engine": None, "engine_version": None,
-                         "verdict": None, "resolved": False, "summary": "no finding cites this claim yet",
-                         "created": None, "path": None})
-        for k in keys:
-            path, f = max(groups[k], key=lambda pf: (pf[1].verdict != "not-run", pf[1].created, pf[1].id))
-            verdict = f.claim_verdicts.get(claim.id, f.verdict)
-            rows.append({"claim": claim.id, "text": claim.text, "engine": f.engine,
-                         "engine_version": f.engine_version, "verdict": verdict, "resolved": verdict in ANSWERS,
-                         "summary": f"not run: {f.reason}" if verdict == "not-run" else f.summary,
-                         "created": f.created, "path": str(path)})
-    return pd.DataFrame(rows, columns=["claim", "text", "engine", "engine_version", "verdict", "resolved", "summary",
-                                       "created", "path"])
+    for st in _standing.claim_states(found, section):
+        base = {"claim": st.claim.id, "text": st.claim.text}
+        ran = [s for s in st.subject if s.verdict != "not-run"]
+        if not ran:
+            rows.append(base | {"role": "subject", "engine": st.claim.subject, "engine_version": None,
+                                "verdict": None, "resolved": False,
+                                "summary": f"{st.headline}; resolve: {st.command}", "created": None, "path": None})
+        for role, group in (("subject", ran), ("reference", st.references)):
+            rows += [base | {"role": role, "engine": s.engine, "engine_version": s.engine_version, "verdict": s.verdict,
+                             "resolved": role == "subject" and s.answers, "summary": s.summary, "created": s.created,
+                             "path": str(s.path)} for s in group]
+    return pd.DataFrame(rows, columns=_STATUS_COLUMNS)
+
+
+def open_claims(found: Found) -> pd.DataFrame:
+    """Every claim its subject engine has not settled, with what it needs and the command that settles it."""
+    rows = [{"claim": st.claim.id, "text": st.claim.text, "subject": st.claim.about.name, "state": st.headline,
+             "command": st.command} for st in _standing.claim_states(found) if not st.resolved]
+    return pd.DataFrame(rows, columns=["claim", "text", "subject", "state", "command"])
 
 
 def churn_frame(found: Found) -> pd.DataFrame:
@@ -164,6 +167,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
 
     verdicts = verdict_frame(found).assign(href=lambda d: d["path"].map(rel))
     unknowns = claim_status(found).assign(href=lambda d: d["path"].map(rel))
+    unresolved = open_claims(found)
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     return template.render(
@@ -172,6 +176,8 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
         notebooks=list(manifest.notebooks.values()) if manifest else [],
         verdicts=_records(verdicts),
         unknowns=_records(unknowns),
+        unresolved=_records(unresolved),
+        not_run=_standing.not_run_reasons(found),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
         plotlyjs=_plotlyjs() if figures else "",
@@ -187,8 +193,12 @@ def write(out: Path, manifest: Manifest | None = None) -> Path:
     page = render(out, manifest)
     target = out / "report.html"
     fd, tmp = tempfile.mkstemp(dir=out, prefix=".report-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(page)
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
-    os.replace(tmp, target)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(page)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return target

@@ -17,6 +17,7 @@ import ast
 import functools
 import json
 import sys
+import os
 import tempfile
 import time
 from dataclasses import dataclass
@@ -176,6 +177,23 @@ def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
     return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")
 
 
+def set_aside(out: Path, since: str, key: str) -> int:
+    """Move the findings an unfinished attempt of notebook ``key`` wrote (created at or after ``since``;
+    notebooks run one at a time) to ``superseded/<key>/``, so its rerun does not count them twice and
+    nothing is deleted. Returns how many were moved."""
+    from .findings import scan
+    from .standing import when
+
+    target = out / "superseded" / key.replace("/", "_")
+    moved = 0
+    for path, f in scan([out / "findings"]).findings:
+        if when(f.created) >= when(since):
+            target.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target / path.name)
+            moved += 1
+    return moved
+
+
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
               notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
@@ -209,6 +227,10 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
                 console.print(f"[dim]skip[/] {p.key} (done in an earlier run)")
                 bar.advance(task)
                 continue
+            if done and done.status != "ok":
+                moved = set_aside(out, done.started, p.key)
+                if moved:
+                    console.print(f"[dim]set aside[/] {moved} finding(s) of the unfinished {p.key} attempt")
             bar.update(task, description=f"running {p.key}")
             entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
             manifest.record(out, entry)

@@ -13,17 +13,21 @@ from typing import Sequence
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from . import plots, report
+from . import claims, plots, report
 from .findings import Finding
 
 
 def finding_card(f: Finding) -> str:
     """HTML for one finding: verdict, summary, reason, rendered metrics, notes (inline styles: no notebook CSS)."""
     metrics = "".join(f"<tr><th style='text-align:left'>{html.escape(r.metric)}</th><td>{html.escape(r.value)}</td>"
-                      f"<td style='color:#777'>{html.escape(r.meaning)}</td></tr>"
+                      f"<td>{html.escape(r.source)}</td><td style='color:#777'>{html.escape(r.meaning)}</td></tr>"
                       for r in report.metrics_frame(f).itertuples())
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in f.evidence.get("notes", []))
     reason = f"<p><b>Why not run:</b> {html.escape(f.reason)}</p>" if f.reason else ""
+    others = sorted({claims.get(c).about.name for c in f.claims if claims.get(c).subject != f.engine})
+    if others:
+        reason += (f"<p><b>Reference only:</b> the claims this probe tests are about {html.escape(', '.join(others))}; "
+                   f"a finding from {html.escape(f.engine)} is shown beside them and settles none.</p>")
     badge = (f"<span style='background:{plots.VERDICT_COLOURS[f.verdict]};color:#fff;border-radius:3px;"
              f"padding:0 0.4em'>{html.escape(f.verdict)}</span>")
     return (f"<div><p>{badge} <b>{html.escape(f.probe)}</b> · {html.escape(f.engine)} "

@@ -277,4 +277,43 @@ def test_an_observer_with_other_parameters_is_named():
         "state_export: import_state(blob, *, slot=0) differs from the spec "
         "import_state(blob, tokens, *, slot=0, position_shift=0)",
         "nonsense: not a declared observer (request_counters, kv_events, iteration_stats, connector, state_export, "
-        "capacity)"]
+        "capacity, kv_readback)"]
+
+
+def test_kv_removed_inside_the_engine_is_believed_over_the_cells_own_list(cell):
+    """The engine is read back (llama_memory_seq_pos_min/_max) before reuse is counted."""
+    import llama_cpp
+
+    prompt = ids(64)
+    cell.ensure_prefix(prompt)
+    assert cell.resident_tokens() == 64
+    llama_cpp.llama_memory_seq_rm(cell._mem, 0, -1, -1)  # behind the cell's back
+    st = cell.ensure_prefix(prompt)
+    assert (st.reused_tokens, st.computed_tokens) == (0, 64)
+    assert st.engine_counters["engine_lost_before"] == 64 and st.engine_counters["engine_resident_after"] == 64
+    llama_cpp.llama_memory_seq_rm(cell._mem, 0, 40, -1)  # a lost tail is recomputed, the rest reused
+    st = cell.ensure_prefix(prompt)
+    assert (st.reused_tokens, st.computed_tokens) == (40, 24)
+
+
+def test_reused_logits_match_a_cold_recompute(cell):
+    prompt = ids(96)
+    cell.ensure_prefix(prompt[:64])
+    cell.ensure_prefix(prompt)
+    warm = cell.last_logits()
+    cell.ensure_prefix(prompt, slot=1, salt="cold")
+    cold = cell.last_logits(slot=1)
+    assert len(warm) == len(cold) and max(abs(a - b) for a, b in zip(warm, cold)) < 0.05
+
+
+def test_a_request_refused_under_a_new_salt_leaves_the_slots_kv_intact(cell):
+    cell.ensure_prefix(ids(600), slot=0)
+    cell.ensure_prefix(ids(300, start=301), slot=1)
+    with pytest.raises(ContextOverflow):
+        cell.ensure_prefix(ids(800), slot=1, salt="new")  # does not fit beside slot 0
+    assert cell.resident_tokens(slot=1) == 300 and cell.ensure_prefix(ids(300, start=301), slot=1).reused_tokens == 300
+
+
+def test_a_byte_budget_below_one_token_is_refused():
+    with pytest.raises(ValueError, match="kv_budget_bytes=100 is below one token"):
+        open_cell("llamacpp", TINY, kv_budget_bytes=100)

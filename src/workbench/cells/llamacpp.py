@@ -44,6 +44,16 @@ from ..contract import (
 from . import Availability
 
 ENGINE = "llamacpp"
+# What llama.cpp lacks, read from its C API (ggml-org/llama.cpp include/llama.h).
+ABSENT = {
+    "eviction": "llama.cpp never evicts a sequence's KV: llama_decode returns 1 (no KV slot for the batch) and "
+                "the caller must remove KV itself with llama_memory_seq_rm (include/llama.h)",
+    "retention_priority": "llama.h has no retention priority: nothing is evicted, so there is nothing to order",
+    "engine_salt": "llama_batch carries token, pos, seq_id and logits only: the engine has no cache salt, "
+                   "reuse keys are the cell's own (include/llama.h, struct llama_batch)",
+    "partial_warmup": "llama_decode evaluates every token of the batch before it returns; there is no "
+                      "max_tokens=1 request whose prefix blocks could be stored later (include/llama.h)",
+}
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
 
@@ -175,6 +185,11 @@ class LlamaCppCell:
             train_ctx = ll.llama_model_n_ctx_train(self._model)
             if kv_budget_bytes is not None:
                 kv_budget_tokens = kv_budget_bytes // self.geometry.bytes_per_token
+                if kv_budget_tokens < 1:
+                    raise ValueError(f"kv_budget_bytes={kv_budget_bytes} is below one token of KV "
+                                     f"({self.geometry.bytes_per_token} bytes for this model)")
+            if kv_budget_tokens is not None and kv_budget_tokens < 1:
+                raise ValueError(f"kv_budget_tokens must be at least 1, got {kv_budget_tokens}")
             n_ctx = kv_budget_tokens or context_tokens or train_ctx
             if n_ctx <= 0:
                 raise ValueError(f"KV budget gives {n_ctx} tokens; raise kv_budget_bytes/kv_budget_tokens")
@@ -430,13 +445,19 @@ class LlamaCppCell:
         if not tokens:
             raise ValueError("an empty prefix cannot be ensured")
         t0 = time.perf_counter()
+        self._check_fit(slot, len(tokens))  # before anything is dropped: a refused request leaves the slot intact
         key = self.manifest.cache_key(salt)
+        held = self.resident_tokens(slot=slot)
+        lost = len(seq.tokens) - held
+        if lost:  # KV removed inside the engine behind the cell's back: believe the engine
+            del seq.tokens[held:]
+            if self._logits_at and self._logits_at[0] == slot:
+                self._logits_at = None
         dropped = 0
         if seq.key != key:
             dropped = self._truncate(slot, 0)
             seq.key = key
         lcp = common_prefix(seq.tokens, tokens)
-        self._check_fit(slot, len(tokens))
         before = self._perf()
         dropped += self._truncate(slot, lcp)
         dropped += len(seq.pending)
@@ -444,9 +465,12 @@ class LlamaCppCell:
         if lcp < len(tokens):
             self._eval(slot, tokens[lcp:])
         seq.retention = retention
+        after = self.resident_tokens(slot=slot)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=lcp, computed_tokens=len(tokens) - lcp,
                             dropped_tokens=dropped, elapsed_s=time.perf_counter() - t0,
-                            engine_counters=self._counters(before))
+                            engine_counters=self._counters(before) | {
+                                "engine_resident_before": held, "engine_resident_after": after,
+                                "engine_lost_before": lost})
 
     def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
         seq = self._slot(slot)
@@ -589,6 +613,33 @@ class LlamaCppCell:
         self._eval(slot, tail)
         return len(tail)
 
+    def resident_tokens(self, *, slot: int = 0) -> int:
+        """How many of the slot's tokens the engine itself still holds KV for, read from llama.cpp.
+
+        From ``llama_memory_seq_pos_min``/``_max`` (llama.h): the sequence's KV is taken to run from
+        its first position to the engine's max position, and 0 when the engine's first position is
+        past the cell's (the front was removed). A hole in the middle is not visible through this API.
+        """
+        seq = self._slot(slot)
+        lo, hi = self.position_range(slot=slot)
+        if hi < 0 or lo > seq.pos0:
+            return 0
+        return max(0, min(len(seq.tokens), hi - seq.pos0 + 1))
+
+    def last_logits(self, *, slot: int = 0) -> list[float]:
+        """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current
+        logits belong to another request, the last token is recomputed on top of the cached KV."""
+        seq = self._slot(slot)
+        if not seq.tokens:
+            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
+        if self._logits_at != (slot, len(seq.tokens)):
+            last = seq.tokens[-1]
+            self._truncate(slot, len(seq.tokens) - 1)
+            self._eval(slot, [last])
+        ll = self._ll
+        row = ll.llama_get_logits_ith(self._ctx, -1)
+        return [float(row[i]) for i in range(ll.llama_vocab_n_tokens(self._vocab))]
+
     def position_range(self, *, slot: int = 0) -> tuple[int, int]:
         """The engine's own (min, max) position for the sequence; (-1, -1) when empty."""
         self._slot(slot)
@@ -642,14 +693,15 @@ class LlamaCppCell:
 
     # capacity (observer): measured by filling a scratch sequence until the engine refuses
 
-    def measure_capacity(self, *, step: int | None = None) -> int:
-        """Tokens the engine really holds: fill every free cell through ``llama_decode`` until it refuses.
+    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
+        """Tokens the engine still takes: fill sequence ``slot`` through ``llama_decode`` until it refuses.
 
-        Needs all slots empty. Bypasses the cell's own pre-dispatch check on purpose, so this
-        measures llama.cpp, not the cell's arithmetic.
+        Needs that slot empty (others may hold KV: then this is the free room beside them). Bypasses
+        the cell's own pre-dispatch check on purpose, so this measures llama.cpp, not the cell's
+        arithmetic; the scratch KV is removed again before it returns.
         """
-        if self.used_tokens():
-            raise WorkbenchError("measure_capacity needs every slot empty")
+        if self._slot(slot).tokens:
+            raise WorkbenchError(f"measure_capacity needs slot {slot} empty")
         ll, b = self._ll, self._batch
         step = step or self._n_batch
         held = 0
@@ -661,7 +713,7 @@ class LlamaCppCell:
                     b.token[i] = scratch[i]
                     b.pos[i] = held + i
                     b.n_seq_id[i] = 1
-                    b.seq_id[i][0] = 0
+                    b.seq_id[i][0] = slot
                     b.logits[i] = 0
                 b.logits[n - 1] = 1
                 b.n_tokens = n
@@ -672,7 +724,7 @@ class LlamaCppCell:
                     continue
                 held += n
         finally:
-            ll.llama_memory_seq_rm(self._mem, 0, -1, -1)
+            ll.llama_memory_seq_rm(self._mem, slot, -1, -1)
             self._logits_at = None
 
     # ------------------------------------------------------------------ describe / embed
@@ -685,12 +737,13 @@ class LlamaCppCell:
             manifest_digest=self.manifest.digest, geometry=g, context_tokens=self._n_ctx_seq,
             kv_capacity_tokens=self._n_ctx, kv_capacity_bytes=self._n_ctx * g.bytes_per_token,
             block_tokens=1, slots=self._slots,
-            observers=("request_counters", "state_export", "capacity"),
+            observers=("request_counters", "state_export", "capacity", "kv_readback"),
             extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads,
                    "kv_buffer_bytes": self._kv_buffer_bytes, "n_batch": self._n_batch, "kv_unified": True,
                    "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
                    "extra_buffers": self.extra_buffers.use, "extra_buffers_reason": self.extra_buffers.reason,
                    "retention": "not applicable: llama.cpp never evicts; overflow is refused"},
+            absent=ABSENT,
         )
 
     def embed(self, texts: Iterable[str]) -> list[list[float]]:

@@ -60,8 +60,6 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
         m: dict[str, Any] = {
             "turns": len(df),
             "prompt_tokens": int(df["prompt"].sum()),
-            "reused_tokens": int(df["reused"].sum()),
-            "computed_tokens": int(df["computed"].sum()),
             "expected_reused_tokens": theo,
             "reuse_efficiency": df["reused"].sum() / theo if theo else float("nan"),
             "unexplained_miss_tokens": int(df["unexplained"].abs().sum()),

@@ -9,12 +9,13 @@ cannot run it, never a guessed answer.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import cells, claims, environment, findings, isolate, models
+from .. import cells, claims, environment, findings, isolate, metrics, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
 from ..params import parse_bool
 from ..registry import Registry, UnknownName
@@ -39,13 +40,28 @@ class Outcome:
     claim_verdicts: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Figure:
+    """A figure of the probe's evidence: ``kind`` names a builder in :mod:`workbench.plots`."""
+
+    name: str
+    kind: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
 class Probe:
-    """Base class. Subclasses set ``name``, ``claim`` (blueprint words), ``claims`` (ids), ``Params``."""
+    """Base class. Subclasses set ``name``, ``version``, ``claims`` (ids in :mod:`workbench.claims`, the only
+    home of claim text; the first is the one the probe is about) and ``Params``."""
 
     name: str = ""
-    claim: str = ""
+    version: str = "1"  # bump when the experiment or its verdict rule changes
     claims: tuple[str, ...] = ()
     needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
+    figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
+
+    @property
+    def claim(self) -> claims.Claim:
+        return claims.get(self.claims[0])
 
     @dataclass(frozen=True)
     class Params:
@@ -63,6 +79,14 @@ class ProbeContext:
         self.cell_options = dict(cell_options or {})
         self.description: Description | None = None
         self.resolved: models.ResolvedModel | None = None
+
+    def fixed_threads(self, threads: int) -> dict:
+        """Cell options that fix the thread count for timed work, where the engine's cell takes one
+        (read from its ``open`` signature, never from its name) and the run did not set it already."""
+        import inspect
+
+        takes = inspect.signature(cells.cell_class(self.engine).open).parameters
+        return {"n_threads": threads} if "n_threads" in takes and "n_threads" not in self.cell_options else {}
 
     def open(self, model: str | None = None, **options: Any) -> Cell:
         """A fresh cell (``options`` override the run's cell options). Records the first description."""
@@ -147,9 +171,15 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
         if t in (int, float, str):
             if t is int and isinstance(v, float) and not v.is_integer():
                 raise ValueError(v)
-            return t(v)
+            out = t(v)
+            if t is float and not math.isfinite(out):
+                raise ValueError(v)
+            return out
+    except ParamError:
+        raise  # an element of a tuple, already named
     except (ValueError, TypeError):
-        raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}, got {v!r}") from None
+        finite = " (finite)" if t is float else ""
+        raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}{finite}, got {v!r}") from None
     return v
 
 
@@ -174,6 +204,9 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     except UnknownName as e:
         raise ParamError(str(e)) from None
     p = parse_params(probe, params or {})
+    if not probe.needs_engine and (cell_options or model != models.DEFAULT_MODEL):
+        raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
+                         "drop --model and --cell (-c)")
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -186,10 +219,25 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
             reason = getattr(e, "reason", None) or str(e)
     if reason is not None:
         outcome = Outcome("not-run", f"Not run on {engine}: {reason}", notes=[reason])
-    finding = _finding(probe, ctx, p, outcome, reason)
+    finding = _finding(probe, ctx, p, at_most_inconclusive_without_engine(outcome), reason)
     if out is not None:
         findings.write(finding, out)
     return finding
+
+
+RESTING = ("confirmed", "refuted", "partial")  # verdicts that must rest on a number read from the engine
+
+
+def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
+    """An answer whose metrics are all the cell's bookkeeping (or derived from it) becomes inconclusive,
+    and its summary says so: a count the cell computed itself cannot confirm anything."""
+    if metrics.engine_sourced(o.metrics):
+        return o
+    why = " (At most inconclusive: every number here is the cell's own bookkeeping, none was read from the engine.)"
+    return dataclasses.replace(
+        o, verdict="inconclusive" if o.verdict in RESTING else o.verdict,
+        summary=o.summary + (why if o.verdict in RESTING or any(v in RESTING for v in o.claim_verdicts.values()) else ""),
+        claim_verdicts={c: "inconclusive" if v in RESTING else v for c, v in o.claim_verdicts.items()})
 
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
@@ -201,17 +249,22 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
     for cid in (*probe.claims, *o.claim_verdicts):
         claims.get(cid)
     return findings.Finding(
-        probe=probe.name, claim=probe.claim, claims=list(probe.claims), verdict=o.verdict, summary=o.summary,
-        engine=ctx.engine, environment=env, params=dataclasses.asdict(p) | {"model": ctx.model, **ctx.cell_options},
+        probe=probe.name, probe_version=probe.version, claims=list(dict.fromkeys([*probe.claims, *o.claim_verdicts])),
+        verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
+        params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
         metrics=findings.metric_values(o.metrics), evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts),
     )
 
 
+def _plain(d: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
 def _cell_doc(d: Description) -> dict:
     return {"context_tokens": d.context_tokens, "kv_capacity_tokens": d.kv_capacity_tokens,
             "kv_capacity_bytes": d.kv_capacity_bytes, "block_tokens": d.block_tokens, "slots": d.slots,
-            "observers": list(d.observers), "extra": dict(d.extra)}
+            "observers": list(d.observers), "extra": dict(d.extra), "absent": dict(d.absent)}
 
 
 def param(default: Any, help: str) -> Any:

@@ -36,8 +36,7 @@ class Params:
 
 class ExportGranularity(Probe):
     name = "connector.export_granularity"
-    claim = ("Whether the Connector API can export blocks with positions usable for shifted import, or only "
-             "whole-prefix onboard.")
+    version = "2"
     claims = ("unknown.connector_granularity", "contract.snapshot")
     Params = Params
 
@@ -54,45 +53,35 @@ class ExportGranularity(Probe):
 
     def _state_export(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
-        with ctx.open() as src:
+        keep = p.prefix_tokens // 2
+        with ctx.open(slots=2) as src:
             d = src.describe()
             prefix = token_ids(rng, p.prefix_tokens, d)
-            src.ensure_prefix(prefix[: p.prefix_tokens // 2])
-            half = src.export_state()
             src.ensure_prefix(prefix)
             blob = src.export_state()
+            # the last token's logits recomputed alone, as an import's first decode does: same arithmetic path
+            src.recompute_range(p.prefix_tokens - 1, p.prefix_tokens)
             reference = src.decode(max_tokens=p.continuation).tokens
+            ref_logits = _logits(src, prefix)
+            # sub-range: copy the sequence into another slot, trim it there, export what is left
+            src.import_state(blob, prefix, slot=1)
+            src.remove_tail(p.prefix_tokens - keep, slot=1)
+            part = src.export_state(slot=1)
         rows = [{"arm": "original", "shift": 0, "state_bytes": len(blob), "tokens": reference, "identical": True}]
         for arm, shift in (("import at 0", 0), (f"import shifted +{p.shift}", p.shift)):
             with ctx.open() as dst:
                 dst.import_state(blob, prefix, position_shift=shift)
                 got = dst.decode(max_tokens=p.continuation).tokens
+                diff = _diff(_logits(dst, prefix), ref_logits)
                 pos = dst.position_range() if hasattr(dst, "position_range") else None
             rows.append({"arm": arm, "shift": shift, "state_bytes": len(blob), "tokens": got,
-                         "identical": got == reference, "positions_after": pos})
-        per_token = (len(blob) - len(half)) / (p.prefix_tokens - p.prefix_tokens // 2)
-        restored, shifted = rows[1]["identical"], rows[2]["identical"]
-        metrics = {"export_unit_tokens": p.prefix_tokens, "state_bytes": len(blob),
-                   "restored_identical": restored, "shifted_import_exact": shifted,
-                   "kv_bytes_per_token": per_token}
-        notes = [f"state grows {per_token:.0f} bytes per token (geometry says {d.geometry.bytes_per_token} of KV); "
-                 "the engine exports whole sequences — there is no sub-range or block export",
-                 f"greedy continuation after import: at 0 {'identical' if restored else 'DIFFERENT'}, "
-                 f"shifted +{p.shift} {'identical' if shifted else 'DIFFERENT'}"]
-        if restored and shifted:
-            return Outcome("partial", f"{d.engine} exports KV per whole sequence (not per block) with positions: "
-                           f"a {p.prefix_tokens}-token state imported at a +{p.shift} shift continues with identical "
-                           "greedy tokens, so shifted import works, at sequence granularity.", metrics,
-                           _jsonable(rows), notes, {"contract.snapshot": "confirmed"})
-        if restored:
-            agree = common_prefix(rows[2]["tokens"], reference)
-            return Outcome("partial", f"{d.engine} exports KV per whole sequence (not per block); a state imported at a "
-                           f"+{p.shift} shift is accepted but not exact: the greedy continuation agreed for {agree} of "
-                           f"{len(reference)} tokens (the shifted K is re-rotated, with rounding), while an import at "
-                           "the original positions continues identically.", metrics, _jsonable(rows), notes,
-                           {"contract.snapshot": "confirmed"})
-        return Outcome("refuted", f"Exported state does not even restore identically on {d.engine}.", metrics,
-                       _jsonable(rows), notes, {"contract.snapshot": "refuted"})
+                         "identical": got == reference, "logits_max_abs_diff": diff, "positions_after": pos})
+        with ctx.open() as dst:  # the trimmed export must restore exactly the kept range
+            dst.import_state(part, prefix[:keep])
+            held = dst.resident_tokens() if "kv_readback" in d.observers else None
+        rows.append({"arm": f"sub-range 0..{keep}", "shift": 0, "state_bytes": len(part), "tokens": None,
+                     "identical": None, "resident_after_import": held, "kept_tokens": keep})
+        return export_verdict(rows, p, d.engine, d.geometry.bytes_per_token)
 
     # ---------------------------------------------------------------- TensorRT-LLM: KV connector
 
@@ -123,13 +112,79 @@ class ExportGranularity(Probe):
         if not allocs or not saves:
             return Outcome("inconclusive", "The recording connector saw no allocation or save calls; the export unit "
                            "could not be observed.", metrics, rows, notes)
-        shifted_offered = any((r.get("num_computed_tokens") or 0) % B and r.get("num_computed_tokens") for r in matched)
-        metrics["shifted_import_exact"] = False
-        return Outcome("refuted" if not shifted_offered else "partial",
-                       f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
-                       "sequence order; import is offered only as a continuation of the device-matched prefix "
-                       "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
-                       "whole-prefix onboard only.", metrics, rows, notes, {"contract.snapshot": "partial"})
+        return connector_verdict(rows, B, metrics, notes)
+
+
+def _logits(cell, prefix: list[int]):
+    """The engine's logits after the prefix, with the decode's appended tokens trimmed off first."""
+    if not hasattr(cell, "last_logits"):
+        return None
+    cell.remove_tail(cell.explain_context().tokens - len(prefix))
+    return np.asarray(cell.last_logits())
+
+
+def _diff(a, b) -> float | None:
+    return None if a is None or b is None else float(np.max(np.abs(a - b)))
+
+
+def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int) -> Outcome:
+    """Confirmed: a sub-range of a sequence exports on its own and a shifted import continues exactly.
+    Partial: only one of the two, or a shifted import that is accepted but not exact. Refuted: the
+    state does not even restore at its own positions. The Snapshot row ("engine KV blobs are not
+    exportable") is refuted whenever a blob restored, confirmed when none did."""
+    original, at0, shifted, sub = rows[0], rows[1], rows[2], rows[3]
+    per_token = (original["state_bytes"] - sub["state_bytes"]) / (p.prefix_tokens - sub["kept_tokens"])
+    subrange = (sub["state_bytes"] < original["state_bytes"]
+                and sub["resident_after_import"] in (None, sub["kept_tokens"]))
+    restored, exact = bool(at0["identical"]), bool(shifted["identical"])
+    metrics = {"export_unit_tokens": sub["kept_tokens"] if subrange else p.prefix_tokens,
+               "state_bytes": original["state_bytes"], "restored_identical": restored,
+               "shifted_import_exact": exact, "subrange_export": subrange, "kv_bytes_per_token": per_token}
+    if shifted.get("logits_max_abs_diff") is not None:
+        metrics["shifted_logits_max_abs_diff"] = shifted["logits_max_abs_diff"]
+    notes = [f"state grows {per_token:.0f} bytes per token (geometry says {geometry_bytes} of KV)",
+             f"sub-range export (copy, trim to {sub['kept_tokens']} tokens, export): "
+             + (f"{sub['state_bytes']} bytes, restored {sub['resident_after_import']} tokens" if subrange
+                else "not smaller than the whole sequence"),
+             f"greedy continuation after import: at 0 {'identical' if restored else 'DIFFERENT'}, "
+             f"shifted +{p.shift} {'identical' if exact else 'DIFFERENT'} (logits max |Δ| "
+             f"{shifted.get('logits_max_abs_diff')})"]
+    rows = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]
+    if not restored:
+        return Outcome("refuted", f"Exported state does not even restore identically on {engine}.", metrics, rows,
+                       notes, {"contract.snapshot": "confirmed"})
+    snapshot = {"contract.snapshot": "refuted"}  # a KV blob was exported and restored
+    if subrange and exact:
+        return Outcome("confirmed", f"{engine} exports KV with positions: a trimmed sub-range of a sequence exports "
+                       f"on its own, and a {p.prefix_tokens}-token state imported at a +{p.shift} shift continues "
+                       "with identical greedy tokens.", metrics, rows, notes, snapshot)
+    if exact or subrange:
+        return Outcome("partial", f"{engine} exports KV with positions only in part: sub-range export "
+                       f"{'works' if subrange else 'does not work'}, shifted import "
+                       f"{'is exact' if exact else 'is not exact'}.", metrics, rows, notes, snapshot)
+    agree = common_prefix(shifted["tokens"], original["tokens"])
+    return Outcome("partial", f"{engine} exports whole sequences only; a state imported at a +{p.shift} shift is "
+                   f"accepted but not exact (greedy continuation agreed for {agree} of {len(original['tokens'])} "
+                   "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot)
+
+
+def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str]) -> Outcome:
+    """Whole blocks handed over only as a continuation of the device-matched prefix: whole-prefix onboard
+    (refuted). A match offered at a position that is not a block boundary: positions usable for shifted
+    import, in part (partial). Blocks saved through the connector contradict the Snapshot row's "engine KV
+    blobs are not exportable" (refuted there)."""
+    matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
+    shifted_offered = any((r.get("num_computed_tokens") or 0) % B for r in matched)
+    metrics = metrics | {"shifted_import_exact": False}
+    snapshot = {"contract.snapshot": "refuted"}  # KV blocks left the engine through the connector
+    if shifted_offered:
+        return Outcome("partial", f"The connector exports whole blocks of {B} tokens and was offered a match at a "
+                       "position inside a block: positions beyond whole-prefix onboard reach it, but no exact shifted "
+                       "import was shown.", metrics, rows, notes, snapshot)
+    return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
+                   "sequence order; import is offered only as a continuation of the device-matched prefix "
+                   "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
+                   "whole-prefix onboard only.", metrics, rows, notes, snapshot)
 
 
 def _call_row(call: dict) -> dict:
@@ -141,5 +196,3 @@ def _call_row(call: dict) -> dict:
             "computed_position": args.get("computed_position"), "layer": args.get("layer_idx")}
 
 
-def _jsonable(rows: list[dict]) -> list[dict]:
-    return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]

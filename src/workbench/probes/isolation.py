@@ -1,55 +1,77 @@
 """isolation.cache_salt — KV never crosses manifests.
 
-The same prompt under reuse keys A, A, B: reuse must happen only within A. Measured by the
-reuse counters and by a one-sided two-sample Kolmogorov–Smirnov test on prefill latency (the method of
-"Auditing Prompt Caching in LM APIs"): repeat-under-A must be faster than cold, B-after-A must not.
-A snapshot taken under one manifest must be refused by a cell of another manifest (another
-model, or the same model with an adapter).
+The same prompt under reuse keys A, A, B (B before or after A's pair, at random per trial): reuse must happen only within A. Measured by the reuse counters and by
+prefill latency: a one-sided two-sample Kolmogorov–Smirnov test (the method of "Auditing Prompt
+Caching in LM APIs") that repeat-under-A is faster than cold, and a TOST equivalence test at a
+stated margin that B-after-A is *as slow as* cold (a non-significant KS is not proof of equality).
+Timed work runs on a fixed thread count. A snapshot taken under one manifest must be refused by a
+cell of another manifest (another model, or the same model with an adapter).
+
+Where the engine itself has no salt (``Description.absent["engine_salt"]``, e.g. llama.cpp), any
+isolation is the cell's doing: the probe then bypasses the cell's manifest check and hands the
+foreign state straight to the engine. An engine that takes it shows the mechanism is absent, and
+the manifest claim is ``not-applicable`` to this engine (the cell's isolation is reported beside it).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
 from ..contract import ManifestMismatch, WorkbenchError
-from . import Outcome, Probe, ProbeContext, param
-from .common import fresh_salt, median, timed, token_ids
+from . import Figure, Outcome, Probe, ProbeContext, param
+from .common import fresh_salt, spread, timed, token_ids
+
+
+def ks_floor(n: int) -> float:
+    """The smallest p a one-sided two-sample KS test of n against n samples can return (perfect separation)."""
+    return 1 / math.comb(2 * n, n)
 
 
 @dataclass(frozen=True)
 class Params:
     prompt_tokens: int = param(192, "tokens in the shared prompt")
-    trials: int = param(12, "timing samples per procedure")
-    alpha: float = param(0.01, "KS significance level")
-    other_model: str = param("synthetic:tiny,seed=1", "a model with another manifest, for snapshot refusal")
+    trials: int = param(16, "timing samples per procedure (the KS p-value floor must lie far below alpha)")
+    alpha: float = param(0.01, "significance level of the KS and TOST tests")
+    margin: float = param(0.25, "TOST equivalence margin: other-key prefill within ±margin (ratio) of cold")
+    other_model: str = param("synthetic:seed=1", "a model with another manifest (same shape, other weights), for snapshot refusal")
     adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
+    threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     seed: int = param(0, "seed for the probe's own token ids")
 
     def __post_init__(self) -> None:
-        if self.trials < 4:
-            raise ValueError("trials must be at least 4 for a KS test")
         if not 0 < self.alpha < 1:
             raise ValueError("alpha must be in (0, 1)")
+        if self.trials < 4 or ks_floor(self.trials) > self.alpha / 100:
+            raise ValueError(f"trials={self.trials} puts the KS p-value floor at {ks_floor(max(self.trials, 1)):.2g}, "
+                             f"not far below alpha={self.alpha:g}; raise trials")
+        if not 0 < self.margin < 1 or self.threads < 1:
+            raise ValueError("margin must be in (0, 1) and threads ≥ 1")
 
 
 class CacheSalt(Probe):
     name = "isolation.cache_salt"
-    claim = "Manifest-keyed reuse validity: `cache_salt` = manifest digest ⊕ adapter digests; KV never crosses manifests."
+    version = "2"
     claims = ("contract.manifest", "contract.lora")
+    figures = (Figure("latency", "latency"),
+               Figure("timeline", "timeline", {"spans": (("prefill_s", "prefill"),), "lane": "procedure",
+                                               "title": "Per-request timeline"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
         rows: list[dict] = []
-        with ctx.open() as cell:
+        with ctx.open(**ctx.fixed_threads(p.threads)) as cell:
             d = cell.describe()
             for t in range(p.trials):
                 prompt = token_ids(rng, p.prompt_tokens, d)
                 a, b = fresh_salt("A"), fresh_salt("B")
-                for proc, salt in (("cold A", a), ("repeat A", a), ("other B", b)):
+                order = [("cold A", a), ("repeat A", a)]
+                order.insert(2 * int(rng.integers(0, 2)), ("other B", b))  # B before or after A's pair, at random
+                for proc, salt in order:
                     elapsed, st = timed(cell.ensure_prefix, prompt, salt=salt)
                     rows.append({"trial": t, "procedure": proc, "reused_tokens": st.reused_tokens,
                                  "computed_tokens": st.computed_tokens, "prefill_s": elapsed, "exact": st.exact})
@@ -57,7 +79,10 @@ class CacheSalt(Probe):
         refusals = [self._refusal(ctx, snap, p.other_model, {}, "other model")]
         if p.adapter:
             refusals.append(self._refusal(ctx, snap, ctx.model, {"adapters": [p.adapter]}, "same model + adapter"))
-        return _verdict(rows, refusals, p)
+        engine = None
+        if "engine_salt" in d.absent and "state_export" in d.observers:
+            engine = self._engine_accepts(ctx, snap, p.other_model)
+        return verdict(rows, refusals, p, d.absent.get("engine_salt"), engine)
 
     def _refusal(self, ctx: ProbeContext, snap, model: str, options: dict, label: str) -> dict:
         try:
@@ -69,26 +94,68 @@ class CacheSalt(Probe):
         except WorkbenchError as e:  # the other manifest cannot be opened on this engine
             return {"arm": label, "refused": None, "error": str(e)}
 
+    def _engine_accepts(self, ctx: ProbeContext, snap, model: str) -> dict:
+        """Hand the foreign state to the engine directly (the cell's manifest check bypassed) and decode."""
+        try:
+            with ctx.open(model) as other:
+                other.import_state(snap.payload, snap.tokens)
+                got = other.decode(max_tokens=2).tokens
+            return {"arm": "engine, cell check bypassed", "refused": False, "decoded": got, "error": None}
+        except WorkbenchError as e:
+            return {"arm": "engine, cell check bypassed", "refused": True, "decoded": None, "error": str(e)}
 
-def _verdict(rows: list[dict], refusals: list[dict], p: Params) -> Outcome:
+
+def tost_log(x: list[float], y: list[float], margin: float) -> float:
+    """TOST p-value that mean log x lies within ±log(1+margin) of mean log y (Welch t-tests)."""
+    lx, ly, d = np.log(x), np.log(y), math.log1p(margin)
+    lower = stats.ttest_ind(lx + d, ly, equal_var=False, alternative="greater").pvalue
+    upper = stats.ttest_ind(lx - d, ly, equal_var=False, alternative="less").pvalue
+    return float(max(lower, upper))
+
+
+def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
+            engine: dict | None = None) -> Outcome:
     by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
     t = {k: [r["prefill_s"] for r in v] for k, v in by.items()}
     # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
     ks_same = stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue
     ks_other = stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue
+    tost = tost_log(t["other B"], t["cold A"], p.margin)
+    floor = ks_floor(len(t["cold A"]))
     cross = sum(r["reused_tokens"] for r in by["other B"])
     within = min(r["reused_tokens"] for r in by["repeat A"])
+    sc, sr = spread(t["cold A"]), spread(t["repeat A"])
     metrics = {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
-               "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other,
-               "ttft_cold_s": median(t["cold A"]), "ttft_warm_s": median(t["repeat A"])}
+               "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
+               "prefill_cold_s": sc["median"], "prefill_warm_s": sr["median"],
+               "prefill_cold_iqr_s": sc["q3"] - sc["q1"], "prefill_warm_iqr_s": sr["q3"] - sr["q1"]}
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
-    lora = {}
+    notes.append(f"prefill cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
+                 f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
+                 f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
+    lora = {"contract.lora": "inconclusive"}
     if len(refusals) > 1:
         lora = {"contract.lora": "confirmed" if refusals[1]["refused"] else
                 "refuted" if refusals[1]["refused"] is False else "inconclusive"}
     else:
-        notes.append("no adapter given: the adapter arm did not run")
+        notes.append("no adapter given: the adapter arm did not run, so the LoRA row stays inconclusive")
+    extra = [engine] if engine else []
+    if no_salt:
+        notes.append(f"the cell declares no engine-level salt: {no_salt}")
+        if engine and engine["refused"] is False:
+            return Outcome("not-applicable", "The engine has no cache salt of its own: handed a state saved under "
+                           "another manifest with the cell's check bypassed, it took it and decoded "
+                           f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
+                           f"(cell-reported cross-key reuse {cross}), which cannot speak for an engine-level salt.",
+                           metrics, rows + refusals + extra, notes, lora)
+        if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
+            notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
+                         "so this shows a size check, not a salt; give other_model of the same shape to show more")
+            return Outcome("not-applicable", f"The engine has no cache salt of its own ({no_salt}); isolation here is "
+                           f"the cell's bookkeeping (cell-reported cross-key reuse {cross}). The other model's state "
+                           "was refused by the engine for its shape, not for a key.",
+                           metrics, rows + refusals + extra, notes, lora)
     leaks = []
     if cross:
         leaks.append(f"{cross} tokens reused across keys")
@@ -97,10 +164,17 @@ def _verdict(rows: list[dict], refusals: list[dict], p: Params) -> Outcome:
     if any(r["refused"] is False for r in refusals):
         leaks.append("a snapshot was restored onto another manifest")
     if leaks:
-        return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics, rows + refusals, notes, lora)
+        return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics,
+                       rows + refusals + extra, notes, lora)
     if within == 0 or ks_same >= p.alpha:
         return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
-                       f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}).", metrics, rows + refusals, notes, lora)
+                       f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}).", metrics,
+                       rows + refusals + extra, notes, lora)
+    if tost >= p.alpha:
+        return Outcome("inconclusive", f"Reuse stayed within one key by the counters, but other-key requests could not "
+                       f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}); timing is too noisy to "
+                       "rule out a cross-key hit.", metrics, rows + refusals + extra, notes, lora)
     return Outcome("confirmed", f"Reuse stayed within one key: repeats under A reused {within} tokens (faster than "
-                   f"cold, one-sided KS p={ks_same:.2g}), B reused 0 and was not faster (p={ks_other:.2g}), and "
-                   "snapshots were refused across manifests.", metrics, rows + refusals, notes, lora)
+                   f"cold, one-sided KS p={ks_same:.2g}), B reused 0 and was as slow as cold within ±{p.margin:.0%} "
+                   f"(TOST p={tost:.2g}), and snapshots were refused across manifests.", metrics,
+                   rows + refusals + extra, notes, lora)

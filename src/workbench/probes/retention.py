@@ -3,8 +3,14 @@
 Per arm (a fresh cell each, so arms never share KV): pin a prefix at priority P (optionally with
 ``duration_ms``), then ramp default-priority filler load sized from the engine's own free
 capacity, re-requesting the prefix after every step. Survival = reused / baseline reuse of an
-unpressured repeat. Channels: per-request reuse counters, KV ``removed`` events when the engine
-has them, and the re-request's latency.
+unpressured repeat, read from the engine's own KV when the cell can (``kv_readback``), else from
+its per-request reuse counters. Channels: those, KV ``removed`` events when the engine has them, and
+the re-request's latency.
+
+An engine that never evicts (``Description.absent["eviction"]``, e.g. llama.cpp) cannot pin or
+order anything: the probe then shows the absence instead: it pins the prefix, fills the rest of
+the cache until the *engine* refuses, and reads the prefix's KV back from the engine. Refused with
+the prefix intact gives ``not-applicable`` with that evidence; a prefix lost there is a loss.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -55,23 +61,44 @@ class Arm:
 
 class PinningUnderPressure(Probe):
     name = "retention.pinning_under_pressure"
-    claim = "Whether priority-100 retention survives sustained pressure."
+    version = "2"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
+    figures = (Figure("survival", "survival"),
+               Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",
+                                               "title": "Re-requests of the retained prefix"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
+        with ctx.open(slots=2, kv_budget_tokens=p.capacity_tokens) as cell:
+            d = cell.describe()
+            if "eviction" in d.absent:
+                return absence(self._absence(cell, d, p), d.absent["eviction"])
         arms = [Arm(pr, None) for pr in sorted(set(p.priorities))]
         if p.expiry_ms:
             arms.append(Arm(100, p.expiry_ms))
+        order = np.random.default_rng(p.seed).permutation(len(arms))  # arms in random order, seeds per arm
         rows: list[dict] = []
-        for i, arm in enumerate(arms):
-            rows += self._arm(ctx, p, arm, np.random.default_rng(p.seed + i))
+        for i in order:
+            rows += self._arm(ctx, p, arms[i], np.random.default_rng(p.seed + int(i)))
         return verdict(rows, p, arms)
+
+    def _absence(self, cell, d, p: Params) -> list[dict]:
+        """Pin the prefix, fill the rest until the engine refuses, read the prefix back from the engine."""
+        if not {"capacity", "kv_readback"} <= set(d.observers):
+            return []
+        prefix = token_ids(np.random.default_rng(p.seed), p.prefix_tokens, d)
+        cell.ensure_prefix(prefix, slot=0, salt=fresh_salt("pinned"), retention=Retention(100))
+        before = cell.resident_tokens(slot=0)
+        taken = cell.measure_capacity(slot=1)
+        return [{"prefix_tokens": p.prefix_tokens, "resident_before": before, "filler_taken": taken,
+                 "engine_refused": True, "capacity_tokens": d.kv_capacity_tokens,
+                 "resident_after": cell.resident_tokens(slot=0)}]
 
     def _arm(self, ctx: ProbeContext, p: Params, arm: Arm, rng: np.random.Generator) -> list[dict]:
         with ctx.open(slots=1 + p.filler_slots, kv_budget_tokens=p.capacity_tokens) as cell:
             d = cell.describe()
             has_events = "kv_events" in d.observers
+            readback = "kv_readback" in d.observers
             free = d.kv_capacity_tokens - p.prefix_tokens
             filler = max(1, int(free * p.filler_fraction))
             prefix = token_ids(rng, p.prefix_tokens, d)
@@ -88,6 +115,7 @@ class PinningUnderPressure(Probe):
                 pr = apply_pressure(cell, load, filler, list(range(1, 1 + p.filler_slots)), rng, d, start)
                 start += pr.submitted
                 removed = _removed_hashes(cell.drain_kv_events()) if has_events else set()
+                held = cell.resident_tokens(slot=0) if readback else None
                 elapsed, st = timed(cell.ensure_prefix, prefix, slot=0, salt=salt)
                 if has_events:
                     removed |= _removed_hashes(cell.drain_kv_events())
@@ -95,7 +123,9 @@ class PinningUnderPressure(Probe):
                     "arm": arm.label, "priority": arm.priority, "duration_ms": arm.duration_ms, "pressure": ratio,
                     "free_tokens": free, "filler_tokens": filler, "fillers_sent": pr.submitted,
                     "fillers_refused": pr.refused, "baseline_reused": baseline, "reused_tokens": st.reused_tokens,
-                    "survival": st.reused_tokens / baseline if baseline else float("nan"),
+                    "engine_resident": held, "survival_source": "engine" if readback else "request counters",
+                    "survival": (held / p.prefix_tokens if readback
+                                 else st.reused_tokens / baseline if baseline else float("nan")),
                     "rerequest_s": elapsed,
                     "removed_blocks": len(removed) if has_events else None,
                     "pinned_blocks_removed": len(removed & pinned_hashes) if has_events else None,
@@ -117,17 +147,46 @@ def first_loss(rows: list[dict], label: str) -> float:
     return min(lost) if lost else math.inf
 
 
+def absence(rows: list[dict], why: str) -> Outcome:
+    """The verdict on an engine that declares it never evicts, from the absence check's one row."""
+    notes = [f"the cell declares no eviction: {why}"]
+    if not rows:
+        return Outcome("inconclusive", "The engine declares it never evicts, but the cell cannot read KV back "
+                       "from the engine or fill it until it refuses, so the absence could not be shown.", {}, [], notes)
+    r = rows[0]
+    lost = r["resident_before"] - r["resident_after"]
+    metrics = {"engine_resident_tokens": r["resident_after"], "silent_evictions": lost,
+               "engine_refusals": int(r["engine_refused"]), "capacity_tokens": r["capacity_tokens"],
+               "survival_at_max_pressure": r["resident_after"] / r["prefix_tokens"]}
+    if r["resident_before"] < r["prefix_tokens"]:
+        return Outcome("inconclusive", f"The engine held only {r['resident_before']} of the {r['prefix_tokens']} "
+                       "prefix tokens right after they were ensured; the check cannot start.", metrics, rows, notes)
+    if lost:
+        return Outcome("refuted", f"The engine lost {lost} of the {r['prefix_tokens']} pinned prefix tokens (read back "
+                       f"from the engine) while the rest of the cache was filled, although the cell declares that it "
+                       "never evicts: the prefix was not retained.", metrics, rows, notes,
+                       {"risk.retention_bias": "confirmed"})
+    return Outcome("not-applicable", f"The engine has no eviction to pin against: with the {r['prefix_tokens']}-token "
+                   f"prefix resident it took {r['filler_taken']} more tokens and then refused the next batch itself, "
+                   f"and all {r['resident_after']} prefix tokens were still held (read back from the engine). "
+                   "Retention priorities have nothing to act on.", metrics, rows, notes,
+                   {"risk.retention_bias": "not-applicable"})
+
+
 def verdict(rows: list[dict], p: Params, arms: list[Arm]) -> Outcome:
-    """Pins: priority 100 survives the whole ramp. Orders: it is lost, but after lower priorities."""
+    """Pins: the top priority survives the whole ramp. Orders: every arm is lost, strictly later the
+    higher its priority. Arms lost at the same pressure show no effect of priority, never an order."""
     top = Arm(100, None) if 100 in p.priorities else Arm(max(p.priorities), None)
-    top_rows = [r for r in rows if r["arm"] == top.label]
+    top_rows = sorted((r for r in rows if r["arm"] == top.label), key=lambda r: r["pressure"])
     max_ratio = max(p.pressure)
     refused = sum(r["fillers_refused"] for r in top_rows)
-    lost = [r["baseline_reused"] - r["reused_tokens"] for r in top_rows]
+    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in top_rows if not math.isnan(r["survival"])]
     survival_max = top_rows[-1]["survival"] if top_rows else float("nan")
     losses = {a.label: first_loss(rows, a.label) for a in arms}
     plain = [a for a in arms if a.duration_ms is None]
-    ordered = all(losses[a.label] <= losses[b.label] for a, b in zip(plain, plain[1:]))
+    firsts = [losses[a.label] for a in plain]
+    tied = len(plain) > 1 and len(set(firsts)) == 1
+    ordered = len(plain) > 1 and all(x < y for x, y in zip(firsts, firsts[1:]))
     survived = math.isinf(losses[top.label])
     metrics = {
         "pinned_survival_max_pressure": max((r["pressure"] for r in top_rows if r["survival"] >= 1.0), default=0.0),
@@ -138,7 +197,7 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm]) -> Outcome:
     }
     curve = "; ".join(f"{a.label}: " + ("survives all" if math.isinf(losses[a.label]) else f"lost from {losses[a.label]:g}×")
                       for a in arms)
-    notes = [f"first-loss pressure per arm (× free capacity): {curve}"]
+    notes = [f"first-loss pressure per arm (cumulative filler load sent, × free capacity): {curve}"]
     expiry = [a for a in arms if a.duration_ms]
     if expiry:
         e = expiry[0]
@@ -146,18 +205,24 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm]) -> Outcome:
             "never lost, so expiry is not observable on this engine" if math.isinf(losses[e.label])
             else f"lost from {losses[e.label]:g}× (priority-100 without expiry: "
                  f"{'never' if survived else f'{losses[top.label]:g}×'})"))
-    if max_ratio <= 1.0:
+    if not top_rows or max_ratio <= 1.0:
         return Outcome("inconclusive", f"The ramp never exceeded free capacity (max {max_ratio:g}×), so pressure "
                        "was not sustained; raise `pressure`.", metrics, rows, notes)
     if survived:
         how = (f"{refused} filler request(s) beyond capacity were refused with an explicit overflow error"
                if refused else "no filler was refused")
-        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully reused at every pressure up to "
-                   f"{max_ratio:g}× free capacity: it is pinned, not merely ordered; {how}.")
-        return Outcome("confirmed", summary, metrics, rows, notes, {"risk.retention_bias": "refuted"})
-    order = "after every lower priority" if ordered else "before a lower priority (priority not honoured)"
+        effect = "" if len(plain) < 2 or not tied else " Every priority survived alike, so this shows no effect of priority."
+        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure up to "
+                   f"{max_ratio:g}× free capacity (cumulative filler load sent); {how}.{effect}")
+        return Outcome("confirmed", summary, metrics, rows, notes,
+                       {"risk.retention_bias": "inconclusive" if tied else "refuted"})
+    if tied:
+        summary = (f"Every priority ({', '.join(a.label for a in plain)}) was lost at the same pressure "
+                   f"({losses[top.label]:g}× free capacity): no effect of priority; retention neither pins nor orders.")
+        return Outcome("refuted", summary, metrics, rows, notes, {"risk.retention_bias": "confirmed"})
+    order = "strictly after every lower priority" if ordered else "not in priority order"
     summary = (f"Priority-{top.priority} prefix survived only up to {metrics['pinned_survival_max_pressure']:g}× free "
-               f"capacity and was evicted from {losses[top.label]:g}× ({survival_max:.0%} reused at {max_ratio:g}×), "
-               f"{order}: retention orders eviction, it does not pin.")
+               f"capacity and was lost from {losses[top.label]:g}× ({survival_max:.0%} held at {max_ratio:g}×), "
+               f"{order}: retention " + ("orders eviction, it does not pin." if ordered else "does not pin."))
     return Outcome("refuted", summary, metrics, rows, notes,
                    {"risk.retention_bias": "confirmed" if ordered else "partial"})

@@ -1,9 +1,18 @@
 """reuse.per_request_metrics — which per-request reuse fields exist, in what unit, and how exact.
 
-Each matrix row is a (setup, probe) pair under its own fresh salt, so the ground truth is simply
-the common token prefix of the two prompts, on every engine (per-slot or radix-tree memory alike).
-The row's reported reuse (the cell's PrefixStatus), the engine's own counters, the KV event stream
-(when present) and the prefill time are reconciled against that truth; every disagreement is kept.
+Each matrix row is a (setup, probe) pair under its own fresh salt, so the expected reuse is the
+common token prefix of the two prompts, on every engine (per-slot or radix-tree memory alike).
+Three channels are reconciled against it, every disagreement kept:
+
+* the cell's report (its PrefixStatus): bookkeeping, which alone can confirm nothing;
+* the engine's own per-request accounting: tokens the engine evaluated for the request
+  (``request_counters``) and, where the cell can read KV back (``kv_readback``), the KV the engine
+  holds for the sequence before and after the request;
+* output equivalence: the engine's logits after the reused request against a cold recompute of the
+  same tokens in another sequence (max abs difference). Reuse of the wrong KV cannot pass this.
+
+TTFT is the time from the request to the first decoded token, with a fixed thread count; the rows
+run in a random order per repeat.
 """
 
 from __future__ import annotations
@@ -12,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from ..contract import common_prefix
-from .common import block_size, fresh_salt, median, timed, token_ids
+from .common import block_size, fresh_salt, median, spread, timed, token_ids
 
 
 @dataclass(frozen=True)
@@ -23,11 +32,17 @@ class Params:
     nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token")
     tail_tokens: int = param(16, "length of a divergent tail")
     repeats: int = param(3, "repetitions of the matrix (timing spread)")
+    logits_tolerance: float = param(0.05, "largest |logit| difference a reused request may show against a cold "
+                                          "recompute, as a fraction of the cold logits' standard deviation "
+                                          "(float rounding of another batch split stays near 0.006)")
+    threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     seed: int = param(0, "seed for the probe's own token ids")
 
     def __post_init__(self) -> None:
         if self.blocks < 2 or self.nominal_block < 2 or self.tail_tokens < 1 or self.repeats < 1:
             raise ValueError("blocks ≥ 2, nominal_block ≥ 2, tail_tokens ≥ 1 and repeats ≥ 1 are required")
+        if self.logits_tolerance < 0 or self.threads < 1:
+            raise ValueError("logits_tolerance must be ≥ 0 and threads ≥ 1")
 
 
 def matrix(rng: np.random.Generator, k: int, B: int, tail: int, draw) -> list[tuple[str, list[int], list[int], bool]]:
@@ -50,7 +65,9 @@ def matrix(rng: np.random.Generator, k: int, B: int, tail: int, draw) -> list[tu
     ]
 
 
-def classify(truth: int, reported: int, prompt: int, granularity: int) -> str:
+def classify(truth: int, reported: int | None, prompt: int, granularity: int) -> str:
+    if reported is None:
+        return "no channel"
     if reported == truth:
         return "exact"
     if truth == prompt and reported == prompt - 1:
@@ -62,45 +79,63 @@ def classify(truth: int, reported: int, prompt: int, granularity: int) -> str:
 
 class PerRequestMetrics(Probe):
     name = "reuse.per_request_metrics"
-    claim = "Exact LLM-API surface and granularity of per-request KV reuse metrics."
+    version = "2"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
+    figures = (Figure("matrix", "reuse_matrix"),
+               Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
+                                               "lane": "case", "title": "Per-request timeline"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rows: list[dict] = []
-        with ctx.open() as cell:
+        with ctx.open(slots=2, **ctx.fixed_threads(p.threads)) as cell:
             d = cell.describe()
             B = block_size(d, p.nominal_block)
             has_counters = "request_counters" in d.observers
             has_events = "kv_events" in d.observers
+            readback = "kv_readback" in d.observers
             for rep in range(p.repeats):
                 rng = np.random.default_rng(p.seed + rep)
-                for case, setup, probe, same in matrix(rng, p.blocks, B, p.tail_tokens, lambda n, rng=rng: token_ids(rng, n, d)):
+                cases = matrix(rng, p.blocks, B, p.tail_tokens, lambda n, rng=rng: token_ids(rng, n, d))
+                for i in rng.permutation(len(cases)):
+                    case, setup, probe, same = cases[i]
                     salt = fresh_salt("reuse")
                     t_setup, _ = timed(cell.ensure_prefix, setup, salt=salt)
                     if has_events:
                         cell.drain_kv_events()
                     t_probe, st = timed(cell.ensure_prefix, probe, salt=salt if same else fresh_salt("other"))
+                    first = cell.decode(max_tokens=1)
                     events = cell.drain_kv_events() if has_events else []
                     truth = common_prefix(setup, probe) if same else 0
-                    engine_reused = _engine_reused(st.engine_counters, len(probe), B) if has_counters else None
+                    c = st.engine_counters
+                    engine_reused = _engine_reused(c, len(probe), B) if has_counters else None
+                    if readback and c.get("engine_resident_after") != len(probe):
+                        engine_reused = None  # the engine does not hold what the cell says it computed
+                    diff = scale = None
+                    if readback:
+                        warm = np.asarray(cell.last_logits())
+                        cell.ensure_prefix(probe, slot=1, salt=fresh_salt("cold"))
+                        cold_logits = np.asarray(cell.last_logits(slot=1))
+                        diff, scale = float(np.max(np.abs(warm - cold_logits))), float(np.std(cold_logits))
                     rows.append({
-                        "repeat": rep, "case": case, "prompt_tokens": len(probe), "truth_reused": truth,
+                        "repeat": rep, "case": case, "prompt_tokens": len(probe), "expected_reused": truth,
                         "reported_reused": st.reused_tokens, "reported_exact": st.exact,
                         "granularity": st.granularity_tokens, "engine_reused": engine_reused,
-                        "engine_counters": dict(st.engine_counters),
+                        "engine_resident_before": c.get("engine_resident_before"),
+                        "engine_resident_after": c.get("engine_resident_after"),
+                        "logits_max_abs_diff": diff, "logits_cold_std": scale,
+                        "engine_counters": dict(c),
                         "stored_blocks": sum(len(e.block_hashes) for e in events if e.kind == "stored") if has_events else None,
-                        "t_setup_s": t_setup, "t_probe_s": t_probe,
-                        "reported_vs_truth": classify(truth, st.reused_tokens, len(probe), st.granularity_tokens),
-                        "engine_vs_truth": (classify(truth, engine_reused, len(probe), st.granularity_tokens)
-                                            if engine_reused is not None else "no channel"),
+                        "t_setup_s": t_setup, "t_probe_s": t_probe, "ttft_s": t_probe + first.ttft_s,
+                        "reported_vs_expected": classify(truth, st.reused_tokens, len(probe), st.granularity_tokens),
+                        "engine_vs_expected": classify(truth, engine_reused, len(probe), st.granularity_tokens),
                     })
             fields = sorted({k for r in rows for k in r["engine_counters"]})
-        return _verdict(rows, fields, d.engine, has_counters, has_events)
+        return verdict(rows, fields, d.engine, has_counters, p.logits_tolerance)
 
 
 def _engine_reused(counters: dict, prompt: int, B: int) -> int | None:
-    """Reuse as the engine itself counts it, in tokens."""
+    """Reuse as the engine itself counts it for this request, in tokens."""
     if "num_reused_blocks" in counters:
         return min(prompt, int(counters["num_reused_blocks"]) * B)
     if "n_p_eval" in counters:
@@ -108,45 +143,70 @@ def _engine_reused(counters: dict, prompt: int, B: int) -> int | None:
     return None
 
 
-def _verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool, has_events: bool) -> Outcome:
+def verdict(rows: list[dict], fields: list[str], engine: str, has_counters: bool, tolerance: float) -> Outcome:
+    """Confirmed: the engine's own accounting is exact per token and every reused request computes the
+    same logits as a cold recompute. Partial: block-granular or disagreeing. Refuted: no per-request
+    counters, or reuse that changes the output (the KV reused was not the prompt's)."""
     n = len(rows)
-    exact = sum(r["reported_vs_truth"] == "exact" for r in rows)
-    engine_ok = [r for r in rows if r["engine_vs_truth"] not in ("no channel",)]
-    mism = [r for r in rows if r["reported_vs_truth"] == "mismatch"]
-    disagree = [r for r in rows if r["engine_reused"] is not None and r["engine_reused"] != r["reported_reused"]]
+    exact = sum(r["reported_vs_expected"] == "exact" for r in rows)
+    with_engine = [r for r in rows if r["engine_vs_expected"] != "no channel"]
+    engine_exact = sum(r["engine_vs_expected"] == "exact" for r in with_engine)
+    lost = [r for r in rows if has_counters and r["engine_reused"] is None]
+    mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
+    disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
+    diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
+    wrong = [r for r in rows if r["logits_max_abs_diff"] is not None
+             and r["logits_max_abs_diff"] > tolerance * r["logits_cold_std"]]
     granularity = max(r["granularity"] for r in rows)
-    cold = [r["t_probe_s"] for r in rows if r["case"] == "cold"]
-    warm = [r["t_probe_s"] for r in rows if r["case"] == "exact repeat"]
-    timing_disagree = [r for r in rows if r["case"] == "exact repeat" and r["t_probe_s"] > median(cold)]
+    cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
+    warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
+    sc = spread(cold)
     metrics = {
         "reuse_exact_fraction": exact / n,
-        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["truth_reused"]) for r in rows),
-        "disagreements": len(mism) + len(disagree) + len(timing_disagree),
+        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["expected_reused"]) for r in rows),
+        "disagreements": len(mism) + len(disagree) + len(wrong),
         "granularity_tokens": granularity,
-        "ttft_cold_s": median(cold), "ttft_warm_s": median(warm),
+        "ttft_cold_s": median(cold), "ttft_warm_s": median(warm), "ttft_iqr_s": sc["q3"] - sc["q1"],
+        "ttft_warm_iqr_s": spread(warm)["q3"] - spread(warm)["q1"],
         "ttft_ratio": median(warm) / median(cold) if cold and median(cold) > 0 else None,
     }
+    if with_engine:
+        metrics["engine_reuse_exact_fraction"] = engine_exact / len(with_engine)
+    if diffs:
+        metrics["logits_max_abs_diff"] = max(diffs)
     unit = "tokens" if granularity == 1 else f"blocks of {granularity} tokens"
-    channels = (f"engine counters [{', '.join(fields)}]" if has_counters else "no engine counters") + \
-               (", KV events" if has_events else ", no KV events")
-    notes = [f"channels: {channels}",
-             f"engine channel agreed with truth on {sum(r['engine_vs_truth'] == 'exact' for r in engine_ok)}"
-             f"/{len(engine_ok)} requests"]
-    notes += [f"disagreement: {r['case']} (repeat {r['repeat']}): truth {r['truth_reused']}, reported "
-              f"{r['reported_reused']}, engine counters imply {r['engine_reused']}" for r in mism + disagree]
-    notes += [f"timing disagreement: exact repeat {r['t_probe_s']:.4f}s slower than median cold" for r in timing_disagree]
+    sw = spread(warm)
+    notes = [f"channels: " + (f"engine per-request counters [{', '.join(fields)}]" if has_counters else
+                              "no engine per-request counters")
+             + (f"; logits against a cold recompute on {len(diffs)} requests" if diffs else "; no logits read-back"),
+             f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests",
+             f"TTFT (to the first decoded token) cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}], "
+             f"exact repeat median {sw['median']:.4g}s IQR [{sw['q1']:.4g}, {sw['q3']:.4g}]"]
+    notes += [f"disagreement: {r['case']} (repeat {r['repeat']}): expected {r['expected_reused']}, cell reported "
+              f"{r['reported_reused']}, engine accounting {r['engine_reused']}" for r in mism + disagree]
+    notes += [f"engine does not hold the prompt after {r['case']} (repeat {r['repeat']}): "
+              f"{r['engine_resident_after']} of {r['prompt_tokens']} tokens read back" for r in lost]
+    notes += [f"output changed by reuse: {r['case']} (repeat {r['repeat']}) logits differ by up to "
+              f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in wrong]
     if not has_counters:
         return Outcome("refuted", f"{engine} exposes no per-request reuse counters; reuse can only be estimated "
                        "from events or timing.", metrics, rows, notes, {"risk.reuse_metrics": "confirmed"})
-    if mism:
-        return Outcome("partial", f"{engine} reports per-request reuse ({', '.join(fields)}) but {len(mism)} of {n} "
-                       "requests disagree with the token-id ground truth beyond its granularity.",
-                       metrics, rows, notes, {"risk.reuse_metrics": "partial"})
-    if granularity == 1 and exact == n:
-        agree = len(engine_ok) - len(disagree)
-        summary = (f"The {engine} cell reports per-request reuse exactly, per token, on all {n} requests; the "
-                   f"engine's own counters ({', '.join(fields)}) agree on {agree}/{len(engine_ok)}.")
-        return Outcome("confirmed", summary, metrics, rows, notes, {"risk.reuse_metrics": "refuted"})
-    summary = (f"{engine} reports per-request reuse in {unit} ({', '.join(fields)}): {exact}/{n} requests exact, the rest "
-               "within block rounding or the last-token rule, so reuse counts are labelled estimates.")
-    return Outcome("partial", summary, metrics, rows, notes, {"risk.reuse_metrics": "partial"})
+    if wrong:
+        return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
+                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread): the reuse the counters "
+                       "report is not reuse of the prompt's KV.", metrics, rows, notes,
+                       {"risk.reuse_metrics": "confirmed"})
+    if mism or disagree or lost:
+        return Outcome("partial", f"{engine} reports per-request reuse ({', '.join(fields)}) but "
+                       f"{len({id(r) for r in mism + disagree + lost})} of {n} requests disagree across the cell, the "
+                       "engine and the token-id expectation beyond its granularity.", metrics, rows, notes,
+                       {"risk.reuse_metrics": "partial"})
+    if granularity == 1 and exact == n and engine_exact == len(with_engine):
+        checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g})"
+                   if diffs else "")
+        return Outcome("confirmed", f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: "
+                       f"its own counters ({', '.join(fields)}) and the KV read back from it agree with the "
+                       f"token-id expectation{checked}.", metrics, rows, notes, {"risk.reuse_metrics": "refuted"})
+    return Outcome("partial", f"{engine} reports per-request reuse in {unit} ({', '.join(fields)}): {exact}/{n} "
+                   "requests exact, the rest within block rounding or the last-token rule, so reuse counts are "
+                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"})

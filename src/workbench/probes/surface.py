@@ -21,8 +21,39 @@ from . import NotRunnable, Outcome, Probe, ProbeContext
 
 _PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp"}
 
-# The llama.cpp C functions each contract row is served by (what the llama.cpp cell calls).
-LLAMACPP_ROWS: dict[str, tuple[str, ...]] = {
+# The llama.cpp C functions each contract row is served by (what the llama.cpp cell calls), with the
+# parameter names llama-cpp-python gives them, as read from the release named here. A changed name is
+# API drift the probe reports.
+LLAMACPP_EXPECTED_AGAINST = "0.3.36"
+_SIG = {
+    "llama_adapter_lora_init": ("model", "path_lora"),
+    "llama_batch_init": ("n_tokens", "embd", "n_seq_max"),
+    "llama_decode": ("ctx", "batch"),
+    "llama_free": ("ctx",),
+    "llama_get_embeddings_seq": ("ctx", "seq_id"),
+    "llama_init_from_model": ("model", "params"),
+    "llama_memory_can_shift": ("mem",),
+    "llama_memory_clear": ("mem", "data"),
+    "llama_memory_seq_add": ("mem", "seq_id", "p0", "p1", "delta"),
+    "llama_memory_seq_pos_max": ("mem", "seq_id"),
+    "llama_memory_seq_pos_min": ("mem", "seq_id"),
+    "llama_memory_seq_rm": ("mem", "seq_id", "p0", "p1"),
+    "llama_model_load_from_file": ("path_model", "params"),
+    "llama_model_meta_val_str": ("model", "key", "buf", "buf_size"),
+    "llama_model_n_head_kv": ("model",),
+    "llama_model_n_layer": ("model",),
+    "llama_n_ctx": ("ctx",),
+    "llama_n_ctx_seq": ("ctx",),
+    "llama_sampler_chain_init": ("params",),
+    "llama_sampler_init_grammar": ("vocab", "grammar_str", "grammar_root"),
+    "llama_sampler_sample": ("smpl", "ctx", "idx"),
+    "llama_set_adapters_lora": ("ctx", "adapters", "n_adapters", "scales"),
+    "llama_state_seq_get_data": ("ctx", "dst", "size", "seq_id"),
+    "llama_state_seq_get_size": ("ctx", "seq_id"),
+    "llama_state_seq_set_data": ("ctx", "src", "size", "dest_seq_id"),
+    "llama_tokenize": ("vocab", "text", "text_len", "tokens", "n_tokens_max", "add_special", "parse_special"),
+}
+LLAMACPP_ROWS: dict[str, dict[str, tuple[str, ...]]] = {claim: {f: _SIG[f] for f in fns} for claim, fns in {
     "contract.manifest": ("llama_model_load_from_file", "llama_adapter_lora_init"),
     "contract.ensure_prefix": ("llama_tokenize", "llama_decode", "llama_memory_seq_rm", "llama_model_meta_val_str"),
     "contract.prefill_suffix": ("llama_decode", "llama_batch_init"),
@@ -35,7 +66,7 @@ LLAMACPP_ROWS: dict[str, tuple[str, ...]] = {
     "contract.lora": ("llama_adapter_lora_init", "llama_set_adapters_lora"),
     "contract.slot_switch": ("llama_init_from_model", "llama_free", "llama_memory_clear"),
     "contract.overflow": ("llama_n_ctx", "llama_n_ctx_seq"),
-}
+}.items()}
 
 # The version-guard rows (``workbench.cells.trtllm_guard.GUARD``) each contract row relies on:
 # ``symbol`` means every guard row of that symbol, ``symbol:feature`` only the row for that feature
@@ -74,8 +105,7 @@ class NoParams:
 
 class CppEntrypoint(Probe):
     name = "surface.cpp_entrypoint"
-    claim = ("Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint for the "
-             "PyTorch-native model-definition path without embedding Python.")
+    version = "2"
     claims = ("unknown.cpp_entrypoint",)
     Params = NoParams
     needs_engine = False
@@ -106,7 +136,7 @@ class CppEntrypoint(Probe):
 
 
 def _llamacpp_entry(root: Path) -> Outcome:
-    wanted = sorted({f for fs in LLAMACPP_ROWS.values() for f in fs})
+    wanted = sorted(_SIG)
     libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
     exported: set[str] = set()
     rows = []
@@ -123,53 +153,79 @@ def _llamacpp_entry(root: Path) -> Outcome:
         notes.append(f"missing C symbols: {', '.join(missing)}")
         return Outcome("partial", f"libllama exports {len(wanted) - len(missing)}/{len(wanted)} of the C functions "
                        "the llama.cpp cell uses.", metrics, rows, notes)
-    return Outcome("confirmed", f"llama.cpp (the incumbent) ships a C entry point: libllama exports all {len(wanted)} "
-                   "C functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
+    return Outcome("not-applicable", f"The unknown is about TensorRT-LLM's PyTorch path, which llama.cpp does not "
+                   f"have; as a reference, llama.cpp ships a C entry point: libllama exports all {len(wanted)} C "
+                   "functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
                    metrics, rows, notes)
 
 
 class ContractMapping(Probe):
     name = "surface.contract_mapping"
-    claim = "The contract-mapping table validated against the then-current TensorRT-LLM release."
-    claims = ("entry.contract_table", "risk.version_churn")
+    version = "2"
+    claims = ("entry.contract_table", "risk.version_churn", *(c for c in LLAMACPP_ROWS))
     Params = NoParams
     needs_engine = False
 
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         package_dir(ctx.engine)  # not installed → not-run, before any import
-        if ctx.engine == "llamacpp":
-            rows = _llamacpp_rows()
-        else:
-            rows = _trtllm_rows()
-        table = [r for r in rows if "claim" in r]
-        guard = [r for r in rows if "guard" in r]  # TensorRT-LLM: every version-guard row, reported as is
-        verified = [r for r in table if r["ok"]]
-        broken = [r for r in table if not r["ok"]]
-        per_claim = {r["claim"]: ("confirmed" if r["ok"] else "refuted") for r in table}
-        # the risk is that releases move the API: a broken row confirms it, a clean table refutes it here
-        per_claim["risk.version_churn"] = "confirmed" if broken else "refuted"
-        metrics = {"rows_verified": len(verified), "rows_total": len(table)}
-        notes = [f"{r['claim']}: missing {', '.join(r['missing'])}" for r in broken]
-        if guard:
-            notes.append(f"version guard: {sum(r['ok'] for r in guard)}/{len(guard)} rows ok")
-            notes += [f"guard {r['guard']} [{r['feature']}]: {r['status']}, {r['detail']}" for r in guard if not r["ok"]]
-        if not broken:
-            return Outcome("confirmed", f"All {len(table)} contract rows map onto mechanisms present in the installed "
-                           f"{ctx.engine} release with the expected signatures (existence only; behavioural probes "
-                           "say whether they work).", metrics, rows, notes, per_claim)
-        verdict = "partial" if verified else "refuted"
-        return Outcome(verdict, f"{len(verified)}/{len(table)} contract rows map onto the installed {ctx.engine} "
-                       f"release; {len(broken)} rows name mechanisms that are missing or changed.",
+        rows = _llamacpp_rows() if ctx.engine == "llamacpp" else _trtllm_rows()
+        return mapping_verdict(rows, ctx.engine, own_table=ctx.engine == "llamacpp")
+
+
+def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
+    """The contract rows name TensorRT-LLM mechanisms: only a TensorRT-LLM survey (``own_table`` False)
+    speaks to them. Another engine's survey checks its own cell's table and is not-applicable to the
+    rows; a row with no mechanism to look for stays inconclusive; version churn needs two versions."""
+    table = [r for r in rows if "claim" in r]
+    guard = [r for r in rows if "guard" in r]  # TensorRT-LLM: every version-guard row, reported as is
+    verified = [r for r in table if r["ok"]]
+    broken = [r for r in table if not r["ok"]]
+    metrics = {"rows_verified": len(verified), "rows_total": len(table)}
+    notes = [f"{r['claim']}: missing or changed {', '.join(r['missing'])}" for r in broken]
+    if guard:
+        notes.append(f"version guard: {sum(r['ok'] for r in guard)}/{len(guard)} rows ok")
+        notes += [f"guard {r['guard']} [{r['feature']}]: {r['status']}, {r['detail']}" for r in guard if not r["ok"]]
+    notes.append("version churn needs surveys of at least two releases; one survey cannot speak to it")
+    churn = {"risk.version_churn": "inconclusive"}
+    if own_table:
+        per_claim = {r["claim"]: "not-applicable" for r in table} | churn | {"entry.contract_table": "not-applicable"}
+        said = (f"all {len(table)} of its own rows' C functions are exported with the expected parameter names"
+                if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed C functions")
+        return Outcome("not-applicable" if not broken else "partial",
+                       f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
+                       f"{said} (checked against the table written for {LLAMACPP_EXPECTED_AGAINST}).",
                        metrics, rows, notes, per_claim)
+    per_claim = {r["claim"]: ("inconclusive" if not r["mechanism_count"] else "confirmed" if r["ok"] else "refuted")
+                 for r in table} | churn
+    if not broken:
+        return Outcome("confirmed", f"All {len(table)} contract rows map onto mechanisms present in the installed "
+                       f"{engine} release with the expected signatures (existence only; behavioural probes say "
+                       "whether they work).", metrics, rows, notes, per_claim)
+    return Outcome("partial" if verified else "refuted", f"{len(verified)}/{len(table)} contract rows map onto the "
+                   f"installed {engine} release; {len(broken)} rows name mechanisms that are missing or changed.",
+                   metrics, rows, notes, per_claim)
 
 
 def _llamacpp_rows() -> list[dict]:
+    import inspect
+
     ll = importlib.import_module("llama_cpp")
     rows = []
     for claim, fns in LLAMACPP_ROWS.items():
-        missing = [f for f in fns if not callable(getattr(ll, f, None))]
-        rows.append({"claim": claim, "mechanism": ", ".join(fns), "ok": not missing, "missing": missing,
-                     "version": ll.__version__})
+        missing = []
+        for f, want in fns.items():
+            fn = getattr(ll, f, None)
+            if fn is None:
+                missing.append(f"{f} (absent)")
+                continue
+            try:
+                got = tuple(inspect.signature(fn).parameters)
+            except (TypeError, ValueError):
+                got = None
+            if got != want:
+                missing.append(f"{f} (parameters {got}, expected {want})")
+        rows.append({"claim": claim, "mechanism": ", ".join(fns), "mechanism_count": len(fns), "ok": not missing,
+                     "missing": missing, "version": ll.__version__})
     return rows
 
 
@@ -189,7 +245,8 @@ def _trtllm_rows() -> list[dict]:
             symbol, _, feature = ref.partition(":")
             matched = [r for r in install.rows if r.name == symbol and feature in ("", r.feature)]
             missing += [f"{ref} ({r.detail})" for r in matched if not r.ok] if matched else [f"{ref} (not in the guard)"]
-        rows.append({"claim": claim, "mechanism": ", ".join(refs) or "ErrUnsupportedFeature", "ok": not missing,
+        rows.append({"claim": claim, "mechanism": ", ".join(refs) or "ErrUnsupportedFeature",
+                     "mechanism_count": len(refs), "ok": not missing,
                      "missing": missing, "version": install.version})
     rows += [{"guard": r.name, "feature": r.feature, "ok": r.ok, "status": r.status, "missing": list(r.missing),
               "detail": r.detail, "version": install.version} for r in install.rows]

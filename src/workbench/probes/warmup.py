@@ -3,6 +3,11 @@
 For prefix lengths at block boundaries (k·B−1, k·B, k·B+1) and rising filler pressure between the
 warm-up and the follow-up, measure the fraction of the prefix a follow-up request (prefix + a new
 suffix) reuses. Each (length, pressure) pair runs under a fresh salt on a fresh cell.
+
+An engine without ``max_tokens=1`` warm-up semantics (``Description.absent["partial_warmup"]``,
+e.g. llama.cpp, whose decode evaluates every token before it returns) cannot show the risk: the
+probe then reads back from the engine that each warmed prefix is wholly resident the moment the
+warm-up returns, and answers ``not-applicable`` with that evidence (``confirmed`` if it is not).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, param
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
@@ -34,13 +39,28 @@ class Params:
 
 class WarmupMaterialization(Probe):
     name = "prefix.warmup_materialization"
-    claim = "Warm-up `max_tokens=1` may not materialize/retain all prefix blocks under pressure."
+    version = "2"
     claims = ("risk.warmup", "contract.ensure_prefix")
+    figures = (Figure("warmup", "warmup"),
+               Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
+                                               "lane": "boundary", "title": "Warm-up and follow-up requests"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rows = []
         rng = np.random.default_rng(p.seed)
+        with ctx.open(kv_budget_tokens=p.capacity_tokens) as cell:
+            d = cell.describe()
+            why = d.absent.get("partial_warmup")
+            if why and "kv_readback" in d.observers:
+                B = block_size(d, p.nominal_block)
+                for n in sorted({n for k in p.blocks for n in (k * B - 1, k * B, k * B + 1) if n >= 2}):
+                    if n > d.kv_capacity_tokens:
+                        raise ValueError(f"prefix of {n} tokens does not fit capacity {d.kv_capacity_tokens}")
+                    warm = cell.ensure_prefix(token_ids(rng, n, d), salt=fresh_salt("warmup"))
+                    rows.append({"prefix_tokens": n, "boundary": _boundary(n, B), "warmup_computed": warm.computed_tokens,
+                                 "engine_resident": cell.resident_tokens()})
+                return absence(rows, why)
         for ratio in sorted(set(p.pressure)):
             with ctx.open(slots=1 + p.filler_slots, kv_budget_tokens=p.capacity_tokens) as cell:
                 d = cell.describe()
@@ -61,6 +81,7 @@ class WarmupMaterialization(Probe):
                         "warmup_computed": warm.computed_tokens, "fillers_sent": pr.submitted,
                         "fillers_refused": pr.refused, "followup_reused": follow.reused_tokens,
                         "fraction": min(follow.reused_tokens, n) / n, "exact": follow.exact,
+                        "from_engine": follow.source not in ("cell", "bookkeeping", "none"),
                         "t_warmup_s": t_warm, "t_followup_s": t_follow,
                     })
         return _verdict(rows)
@@ -71,13 +92,33 @@ def _boundary(n: int, B: int) -> str:
     return f"{k}·B" if r == 0 else (f"{k + 1}·B−1" if r == B - 1 else f"{k}·B+{r}")
 
 
+def absence(rows: list[dict], why: str) -> Outcome:
+    """Verdict for an engine without max_tokens=1 warm-up semantics, from the engine's read-back KV."""
+    notes = [f"the cell declares no max_tokens=1 warm-up: {why}"]
+    short = [r for r in rows if r["engine_resident"] < r["prefix_tokens"]]
+    metrics = {"engine_resident_tokens": min((r["engine_resident"] for r in rows), default=0),
+               "engine_reuse_fraction": min((r["engine_resident"] / r["prefix_tokens"] for r in rows), default=0.0)}
+    if not rows:
+        return Outcome("inconclusive", "No prefix was warmed, so nothing was read back.", metrics, rows, notes)
+    if short:
+        r = short[0]
+        return Outcome("confirmed", f"Right after the warm-up returned, the engine held only {r['engine_resident']} of "
+                       f"{r['prefix_tokens']} prefix tokens ({r['boundary']}): the warm-up does not materialize the "
+                       "whole prefix.", metrics, rows, notes, {"contract.ensure_prefix": "refuted"})
+    return Outcome("not-applicable", f"This engine has no max_tokens=1 warm-up to fall short: the moment each warm-up "
+                   f"returned, the engine held every prefix token ({', '.join(r['boundary'] for r in rows)}; read back "
+                   "from the engine), so the risk cannot occur here.", metrics, rows, notes,
+                   {"contract.ensure_prefix": "not-applicable"})
+
+
 def _verdict(rows: list[dict]) -> Outcome:
     calm = [r for r in rows if r["pressure"] == 0]
     pressed = [r for r in rows if r["pressure"] > 0]
     min_calm = min((r["fraction"] for r in calm), default=float("nan"))
     min_all = min(r["fraction"] for r in rows)
     worst = min(rows, key=lambda r: r["fraction"])
-    metrics = {"reuse_fraction": min_all, "overflow_errors": sum(r["fillers_refused"] for r in rows)}
+    fraction = "engine_reuse_fraction" if all(r.get("from_engine") for r in rows) else "reuse_fraction"
+    metrics = {fraction: min_all, "overflow_errors": sum(r["fillers_refused"] for r in rows)}
     notes = [f"worst case: {worst['prefix_tokens']} tokens ({worst['boundary']}) at {worst['pressure']:g}× pressure "
              f"reused {worst['followup_reused']}"]
     if min_all >= 1.0:

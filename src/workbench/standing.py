@@ -1,0 +1,158 @@
+"""Which verdict stands on each claim: the one rule the report, the notebooks and the blueprint share.
+
+Per claim and (engine, engine version) the newest finding that ran stands; a ``not-run`` one only
+when nothing ran, so it never masks or poses as an answer. Only findings from the claim's subject
+engine (:attr:`workbench.claims.Claim.subject`) can resolve it; every other engine's standing
+verdict is a *reference*, shown beside the claim on its own labelled line and never counted.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+from . import claims as _claims
+from .findings import Finding
+
+ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
+Found = Sequence[tuple[Path, Finding]]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """The verdict that stands on one claim for one (engine, engine version)."""
+
+    claim: str
+    verdict: str
+    engine: str
+    engine_version: str | None
+    hardware: str | None
+    created: str
+    summary: str
+    reason: str | None
+    probe: str
+    finding_id: str
+    path: Path
+
+    @property
+    def date(self) -> str:
+        return self.created[:10]
+
+    @property
+    def answers(self) -> bool:
+        return self.verdict in ANSWERS
+
+
+def when(created: str) -> _dt.datetime:
+    """Comparable creation time; naive stamps are UTC and unparseable ones sort oldest."""
+    try:
+        t = _dt.datetime.fromisoformat(created)
+    except ValueError:
+        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def natural(version: str | None) -> list:
+    """'0.3.16' after '0.3.9': digit runs compare as numbers."""
+    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))]
+
+
+def _rank(s: Standing) -> tuple:
+    """The rule: anything that ran beats not-run; then the newest; the id breaks ties."""
+    return s.verdict != "not-run", when(s.created), s.finding_id
+
+
+def standings(found: Found) -> dict[str, list[Standing]]:
+    """Per claim id, the standing verdict of each (engine, engine version), ordered by engine then version."""
+    groups: dict[tuple[str, str, str | None], list[Standing]] = {}
+    for path, f in found:
+        for cid in dict.fromkeys(f.claims):
+            s = Standing(cid, f.claim_verdicts.get(cid, f.verdict), f.engine, f.engine_version,
+                         (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
+                         f.probe, f.id, path)
+            groups.setdefault((cid, f.engine, f.engine_version), []).append(s)
+    out: dict[str, list[Standing]] = {}
+    for key in sorted(groups, key=lambda k: (k[0], k[1], natural(k[2]))):
+        out.setdefault(key[0], []).append(max(groups[key], key=_rank))
+    return out
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """A claim as a reader should see it: the subject engine's state first, references apart."""
+
+    claim: _claims.Claim
+    subject: list[Standing]  # the subject engine's standing verdicts, one per version (not-run included)
+    references: list[Standing]  # other engines' standing verdicts that ran (never an answer)
+    command: str  # the one command that resolves the claim on a machine that has what the subject needs
+
+    @property
+    def answers(self) -> list[Standing]:
+        return [s for s in self.subject if s.answers]
+
+    @property
+    def resolved(self) -> bool:
+        return bool(self.answers)
+
+    @property
+    def headline(self) -> str:
+        """The subject engine's state in words, e.g. "unresolved — needs tensorrt_llm on an NVIDIA GPU"."""
+        about = self.claim.about
+        ran = [s for s in self.subject if s.verdict != "not-run"]
+        if self.answers:
+            return "; ".join(f"{s.verdict} on {about.name} {s.engine_version or '(version unknown)'}"
+                             for s in self.answers)
+        if ran:
+            return (f"open — inconclusive on {about.name} "
+                    + ", ".join(s.engine_version or "(version unknown)" for s in ran))
+        return f"unresolved — needs {about.needs}"
+
+
+def claim_states(found: Found, section: str | None = None) -> list[ClaimState]:
+    """Every claim (of ``section``, or all), with its subject's standing and its references."""
+    by_claim = standings(found)
+    out = []
+    for claim in (_claims.in_section(section) if section else _claims.CLAIMS.values()):
+        mine = by_claim.get(claim.id, [])
+        subject = [s for s in mine if s.engine == claim.subject]
+        references = [s for s in mine if s.engine != claim.subject and s.verdict != "not-run"]
+        out.append(ClaimState(claim, subject, references, resolve_command(claim.id)))
+    return out
+
+
+def not_run_reasons(found: Found) -> dict[str, dict[str, list[str]]]:
+    """Per engine, each distinct reason its newest not-run findings give, with the probes that gave it:
+    printed once per engine, not once per claim."""
+    newest: dict[tuple[str, str], Finding] = {}
+    for _, f in found:
+        key = (f.engine, f.probe)
+        if f.verdict == "not-run" and (key not in newest or when(f.created) > when(newest[key].created)):
+            newest[key] = f
+    out: dict[str, dict[str, list[str]]] = {}
+    for (engine, probe), f in sorted(newest.items()):
+        out.setdefault(engine, {}).setdefault(f.reason or f.summary, []).append(probe)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _citing() -> dict[str, tuple[str, ...]]:
+    from . import probes
+
+    out: dict[str, list[str]] = {}
+    for name in probes.names():
+        for cid in probes.get(name).claims:
+            out.setdefault(cid, []).append(name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def resolve_command(claim_id: str) -> str:
+    """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there)."""
+    claim = _claims.get(claim_id)
+    names = _citing().get(claim_id, ())
+    if not names:
+        return f"no probe cites {claim_id} yet"
+    return " && ".join(f"workbench probe {n} --engine {claim.subject}" for n in names)

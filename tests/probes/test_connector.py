@@ -1,0 +1,60 @@
+"""connector.export_granularity: sub-range export, shifted import by tokens and logits, every verdict."""
+
+from __future__ import annotations
+
+from workbench.cells.llamacpp import LlamaCppCell
+from workbench.probes.connector import Params, export_verdict
+
+PARAMS = dict(prefix_tokens=48, shift=11, continuation=4)
+
+
+def test_llamacpp_exports_sub_ranges_with_positions(run_probe):
+    f = run_probe("connector.export_granularity", **PARAMS)
+    assert f.verdict == "confirmed"
+    assert f.metric("subrange_export") is True and f.metric("export_unit_tokens") == 24  # the trimmed copy
+    assert f.metric("restored_identical") is True and f.metric("shifted_import_exact") is True
+    assert f.claim_verdicts["contract.snapshot"] == "refuted"  # the row says KV blobs are not exportable
+
+
+def test_a_shifted_import_whose_positions_the_engine_moves_again_is_not_exact(run_probe, llama_api, monkeypatch):
+    real = LlamaCppCell.import_state
+
+    def import_then_misplace(self, blob, tokens, *, slot=0, position_shift=0):
+        real(self, blob, tokens, slot=slot, position_shift=position_shift)
+        if position_shift:
+            llama_api.llama_memory_seq_add(self._mem, slot, 0, 20, 5)  # the first 20 positions land elsewhere
+
+    monkeypatch.setattr(LlamaCppCell, "import_state", import_then_misplace)
+    f = run_probe("connector.export_granularity", **PARAMS)
+    assert f.verdict == "partial" and f.metric("shifted_import_exact") is False
+    assert f.metric("shifted_logits_max_abs_diff") > 0.01
+
+
+def _rows(restored=True, shifted=True, sub_bytes=6000, resident=24):
+    tokens = [1, 2, 3, 4]
+    return [{"arm": "original", "state_bytes": 12000, "tokens": tokens, "identical": True},
+            {"arm": "import at 0", "state_bytes": 12000, "tokens": tokens if restored else [9], "identical": restored},
+            {"arm": "shifted", "state_bytes": 12000, "tokens": tokens if shifted else [1, 9], "identical": shifted,
+             "logits_max_abs_diff": 0.0 if shifted else 2.0},
+            {"arm": "sub-range", "state_bytes": sub_bytes, "tokens": None, "identical": None,
+             "resident_after_import": resident, "kept_tokens": 24}]
+
+
+def test_rule_returns_each_of_its_verdicts():
+    p = Params(**PARAMS)
+    assert export_verdict(_rows(), p, "e", 256).verdict == "confirmed"
+    assert export_verdict(_rows(shifted=False), p, "e", 256).verdict == "partial"  # inexact import differs
+    assert export_verdict(_rows(sub_bytes=12000), p, "e", 256).verdict == "partial"
+    assert export_verdict(_rows(shifted=False, sub_bytes=12000), p, "e", 256).verdict == "partial"
+    refuted = export_verdict(_rows(restored=False), p, "e", 256)
+    assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.snapshot"] == "confirmed"
+
+
+def test_connector_rule_tells_whole_prefix_onboard_from_shifted_matches():
+    from workbench.probes.connector import connector_verdict
+
+    rows = [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n} for n in (0, 64)]
+    whole = connector_verdict(rows, 32, {}, [])
+    assert whole.verdict == "refuted" and whole.claim_verdicts["contract.snapshot"] == "refuted"
+    shifted = connector_verdict(rows + [{"method": "get_num_new_matched_tokens", "num_computed_tokens": 37}], 32, {}, [])
+    assert shifted.verdict == "partial"

@@ -1,0 +1,71 @@
+"""isolation.cache_salt: every verdict of the rule, and llama.cpp's missing engine-level salt shown."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench import probes
+from workbench.probes.isolation import Params, ks_floor, tost_log, verdict
+
+P = Params(trials=16)
+
+
+def test_llamacpp_has_no_engine_salt_it_takes_a_foreign_state_when_the_cell_is_bypassed(run_probe):
+    f = run_probe("isolation.cache_salt", prompt_tokens=64)
+    assert f.verdict == "not-applicable"
+    engine = next(r for r in f.evidence["rows"] if r.get("arm") == "engine, cell check bypassed")
+    assert engine["refused"] is False and engine["decoded"]
+    assert any(r.get("arm") == "other model" and r["refused"] for r in f.evidence["rows"])  # the cell refuses
+    assert f.claim_verdicts["contract.lora"] == "inconclusive"  # no adapter was tested
+    procs = [r["procedure"] for r in f.evidence["rows"] if "procedure" in r]
+    assert {tuple(procs[i:i + 3]) for i in range(0, len(procs), 3)} == {
+        ("cold A", "repeat A", "other B"), ("other B", "cold A", "repeat A")}  # arm order is randomized
+
+
+def test_trial_counts_keep_the_ks_floor_far_below_alpha():
+    assert ks_floor(12) == pytest.approx(1 / 2704156)
+    with pytest.raises(probes.ParamError, match="floor"):
+        probes.parse_params(probes.get("isolation.cache_salt"), {"trials": 6})
+
+
+def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n):
+        for proc, base, reused in (("cold A", cold, 0), ("repeat A", repeat, within), ("other B", other, cross)):
+            out.append({"trial": t, "procedure": proc, "reused_tokens": reused, "computed_tokens": 64 - reused,
+                        "prefill_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
+    return out
+
+
+REFUSED = [{"arm": "other model", "refused": True, "error": "manifest mismatch"}]
+
+
+def test_rule_returns_each_of_its_verdicts():
+    assert verdict(_rows(), REFUSED, P).verdict == "confirmed"
+    assert verdict(_rows(cross=64, other=0.1), REFUSED, P).verdict == "refuted"
+    assert verdict(_rows(), [{"arm": "other model", "refused": False, "error": None}], P).verdict == "refuted"
+    assert verdict(_rows(within=0, repeat=1.0), REFUSED, P).verdict == "inconclusive"
+    noisy = verdict(_rows(other=1.5), REFUSED, P)  # slower than cold beyond the margin: not shown equivalent
+    assert noisy.verdict == "inconclusive" and "TOST" in noisy.summary
+    engine = {"arm": "engine, cell check bypassed", "refused": False, "decoded": [1, 2], "error": None}
+    assert verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine).verdict == "not-applicable"
+
+
+def test_adapter_arm_decides_the_lora_row_and_its_absence_leaves_it_inconclusive():
+    adapter = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "mismatch"}]
+    assert verdict(_rows(), adapter, P).claim_verdicts["contract.lora"] == "confirmed"
+    assert verdict(_rows(), REFUSED, P).claim_verdicts["contract.lora"] == "inconclusive"
+
+
+def test_tost_tells_equal_from_different():
+    same = [1.0 + 0.01 * i for i in range(10)]
+    assert tost_log(same, same, 0.25) < 0.01
+    assert tost_log([2 * x for x in same], same, 0.25) > 0.5
+
+
+def test_without_an_engine_salt_a_shape_refusal_is_no_salt_either():
+    engine = {"arm": "engine, cell check bypassed", "refused": True, "decoded": None, "error": "wrong size"}
+    o = verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine)
+    assert o.verdict == "not-applicable" and any("size check, not a salt" in n for n in o.notes)

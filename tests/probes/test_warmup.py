@@ -1,0 +1,53 @@
+"""prefix.warmup_materialization: every verdict of the rules, and llama.cpp driven both ways."""
+
+from __future__ import annotations
+
+from workbench.cells.llamacpp import LlamaCppCell
+from workbench.probes.warmup import _verdict, absence
+
+PARAMS = dict(blocks="1,2", nominal_block=16, capacity_tokens=256)
+
+
+def test_llamacpp_has_no_max_tokens_1_warmup_so_the_risk_is_not_applicable(run_probe):
+    f = run_probe("prefix.warmup_materialization", **PARAMS)
+    assert f.verdict == "not-applicable" and f.claim_verdicts["contract.ensure_prefix"] == "not-applicable"
+    rows = f.evidence["rows"]
+    assert {r["prefix_tokens"] for r in rows} == {15, 16, 17, 31, 32, 33}
+    assert all(r["engine_resident"] == r["prefix_tokens"] for r in rows)  # read back from the engine
+    assert any("llama_decode evaluates every token" in n for n in f.evidence["notes"])
+
+
+def test_a_warmup_whose_tail_the_engine_drops_is_confirmed(run_probe, llama_api, monkeypatch):
+    real = LlamaCppCell.ensure_prefix
+
+    def warm_then_drop_tail(self, prompt, *, slot=0, salt=None, retention=None):
+        st = real(self, prompt, slot=slot, salt=salt, retention=retention)
+        llama_api.llama_memory_seq_rm(self._mem, slot, len(prompt) - 3, -1)  # the engine lost the last 3
+        return st
+
+    monkeypatch.setattr(LlamaCppCell, "ensure_prefix", warm_then_drop_tail)
+    f = run_probe("prefix.warmup_materialization", **PARAMS)
+    assert f.verdict == "confirmed" and f.claim_verdicts["contract.ensure_prefix"] == "refuted"
+
+
+def test_absence_rule_returns_each_of_its_verdicts():
+    whole = [{"prefix_tokens": 16, "boundary": "1·B", "engine_resident": 16}]
+    short = [{"prefix_tokens": 16, "boundary": "1·B", "engine_resident": 12}]
+    assert absence(whole, "why").verdict == "not-applicable"
+    assert absence(short, "why").verdict == "confirmed"
+    assert absence([], "why").verdict == "inconclusive"
+
+
+def _row(pressure, fraction):
+    return {"prefix_tokens": 32, "boundary": "2·B", "pressure": pressure, "fillers_refused": 0,
+            "followup_reused": int(32 * fraction), "fraction": fraction, "from_engine": True}
+
+
+def test_pressure_rule_returns_each_of_its_verdicts():
+    refuted = _verdict([_row(0, 1.0), _row(2, 1.0)])
+    assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.ensure_prefix"] == "confirmed"
+    assert "engine_reuse_fraction" in refuted.metrics  # the engine's own per-request counters
+    lost = _verdict([_row(0, 1.0), _row(2, 0.5)])
+    assert lost.verdict == "confirmed" and lost.claim_verdicts["contract.ensure_prefix"] == "partial"
+    never = _verdict([_row(0, 0.5)])
+    assert never.verdict == "confirmed" and never.claim_verdicts["contract.ensure_prefix"] == "refuted"
