@@ -22,6 +22,7 @@ from . import stats
 
 COPY_HEAVY = 0.5  # a turn is copy-heavy when at least this share of its reply's 4-grams is in its prompt
 PROBE = "loop"
+PROBE_VERSION = "1"  # bump when what the loop measures changes
 
 
 @dataclass
@@ -152,9 +153,10 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
     values = {k: v for k, v in s.metrics.items() if k in metrics.METRICS and not _nan(v)}
     evidence_rows = df.replace({np.nan: None}).to_dict("records")
     return findings.Finding(
-        probe=f"{PROBE}.{s.arm}", claim=claim.text, claims=[claim.id], verdict=verdict, summary=summary,
+        probe=f"{PROBE}.{s.arm}", probe_version=PROBE_VERSION, claims=[claim.id], verdict=verdict, summary=summary,
         engine=s.engine, environment=_environment(s.engine, description, resolved, {"loop": workload_doc}),
-        params=params | {"arm": s.arm}, metrics=findings.metric_values(values),
+        params=params | {"arm": s.arm}, cell_options=dict(_arms.get(s.arm).cell_options),
+        metrics=findings.metric_values(values),
         evidence={"columns": list(df.columns), "rows": evidence_rows, "notes": notes, "ci": s.ci},
         reason=s.reason)
 
@@ -184,7 +186,7 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     subject_metrics = {k: v for k, v in (subject.metrics if subject and not subject.reason else {}).items()
                        if k in metrics.METRICS and not _nan(v)}
     return findings.Finding(
-        probe=f"{PROBE}.gate", claim=claim.text, claims=[claim.id], verdict=outcome.verdict, summary=summary,
+        probe=f"{PROBE}.gate", probe_version=PROBE_VERSION, claims=[claim.id], verdict=outcome.verdict, summary=summary,
         engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc}),
         params=params | {"rule": rule.as_dict()}, metrics=findings.metric_values(subject_metrics),
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows,
