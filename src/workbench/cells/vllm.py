@@ -222,6 +222,9 @@ class VllmOptions:
     multiprocess: bool | None = None
     dtype: str = "auto"  # the model's declared dtype
     seed: int = 0
+    # vLLM's own speculative decoding, passed as is, e.g. {"method": "ngram", "num_speculative_tokens": 4,
+    # "prompt_lookup_max": 4} (measured to run on the CPU build; the loop's vllm-spec arm uses it)
+    speculative_config: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -385,6 +388,8 @@ class VllmCell:
             max_num_seqs=max(o.slots, 2), max_num_batched_tokens=max(self.context_tokens, 2048), enforce_eager=True,
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
             dtype=self._dtype_name(self._config, o), seed=o.seed, disable_log_stats=True, **self._budget())
+        if o.speculative_config:
+            args["speculative_config"] = dict(o.speculative_config)
         if o.kv_events:
             from ..observe import vllm_events
 
