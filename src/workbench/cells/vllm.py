@@ -198,6 +198,15 @@ def surface_rows() -> list[dict]:
     return rows
 
 
+ABSENT = {
+    "retention_priority": "vLLM has no per-request retention priority: freed blocks join one LRU queue, least "
+                          "recently used first and a chain's tail before its head (vllm/v1/core/kv_cache_utils.py, "
+                          "FreeKVCacheBlockQueue); a request's priority orders scheduling, not eviction",
+}
+"""The mechanisms claims are about that vLLM lacks (see ``contract.MECHANISMS``); it has the others: it evicts,
+keys reuse on ``cache_salt`` and answers a ``max_tokens=1`` warm-up."""
+
+
 # --------------------------------------------------------------------------- options
 
 
@@ -722,6 +731,7 @@ class VllmCell:
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
             kv_capacity_bytes=capacity * geometry.bytes_per_token, block_tokens=B, slots=len(self._slots),
             observers=tuple(observers),
+            absent=ABSENT,
             extra={
                 "vocab_size": self._vocab_size,
                 "num_gpu_blocks": cc.num_gpu_blocks,
