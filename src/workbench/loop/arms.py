@@ -97,6 +97,8 @@ class CellArm:
         opts = dict(spec.cell_options) | dict(extra_options or {})
         if spec.engine == "llamacpp":
             opts |= {"n_threads": threads, "context_tokens": context_tokens}
+        elif spec.engine == "vllm":
+            opts |= {"threads": threads, "context_tokens": context_tokens}
         self.cell = cells.open_cell(spec.engine, model, **opts)
         self._held = Held(None, [])
         self._salt = "loop"
