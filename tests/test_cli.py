@@ -42,7 +42,7 @@ def test_not_run_is_not_an_error(tmp_path):
 def test_bad_input_exits_non_zero_naming_the_fix(tmp_path):
     cases = [
         (("probe", "nope", "--out", str(tmp_path)), "valid probes"),
-        (("probe", "capacity.budget_policy", "--engine", "vllm", "--out", str(tmp_path)), "valid engines"),
+        (("probe", "capacity.budget_policy", "--engine", "sglang", "--out", str(tmp_path)), "valid engines"),
         (("probe", "capacity.budget_policy", "-p", "bogus=1", "--out", str(tmp_path)), "valid: tolerance"),
         (("probe", "capacity.budget_policy", "-p", "tolerance", "--out", str(tmp_path)), "key=value"),
         (("probe", "capacity.budget_policy", "--model", "synthetic:nope", "--out", str(tmp_path)), "preset"),

@@ -18,7 +18,7 @@ def _yaml_deps() -> dict[str, str]:
     deps = {}
     text = (ROOT / "environment.yml").read_text().split("dependencies:", 1)[1]
     for line in text.splitlines():
-        m = re.match(r"^\s*-\s+(?!-e\b)([A-Za-z0-9_.\-]+[^#]*)$", line)
+        m = re.match(r"^\s*-\s+(?!-)([A-Za-z0-9_.\-]+[^#]*)$", line)  # not pip options (-e, --extra-index-url)
         if m and not m.group(1).strip().endswith(":"):
             name, spec = _norm(m.group(1))
             deps[name] = spec
@@ -28,7 +28,7 @@ def _yaml_deps() -> dict[str, str]:
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = dict(_norm(r) for r in project["dependencies"])
-    for extra in ("notebooks", "llamacpp", "dev"):
+    for extra in ("notebooks", "llamacpp", "vllm", "dev"):
         wanted |= dict(_norm(r) for r in project["optional-dependencies"][extra])
     have = _yaml_deps()
     have.pop("python", None)

@@ -9,7 +9,7 @@ import sys
 def test_import_workbench_imports_no_engine():
     code = ("import sys, workbench, workbench.probes, workbench.findings, workbench.cli, workbench.doctor;"
             "import workbench.cells;"
-            "bad = [m for m in ('llama_cpp', 'tensorrt_llm', 'torch') if m in sys.modules];"
+            "bad = [m for m in ('llama_cpp', 'tensorrt_llm', 'vllm', 'torch') if m in sys.modules];"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -20,5 +20,5 @@ def test_unknown_engine_lists_the_valid_ones():
 
     from workbench import cells
 
-    with pytest.raises(ValueError, match="valid engines: llamacpp, trtllm"):
-        cells.open_cell("vllm", "synthetic:tiny")
+    with pytest.raises(ValueError, match="valid engines: llamacpp, trtllm, vllm"):
+        cells.open_cell("sglang", "synthetic:tiny")

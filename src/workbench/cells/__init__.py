@@ -1,7 +1,8 @@
 """Engine registry: cells are registered by name and imported only when opened.
 
 ``import workbench`` never imports an engine; ``open_cell("llamacpp", …)`` imports llama_cpp,
-``open_cell("trtllm", …)`` imports tensorrt_llm (or raises EngineUnavailable with the reason).
+``open_cell("trtllm", …)`` imports tensorrt_llm and ``open_cell("vllm", …)`` imports vllm (or
+raises EngineUnavailable with the reason).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from ..registry import Registry
 ENGINES: Registry = Registry("engine", requires=("open", "availability"))
 ENGINES.register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell")
 ENGINES.register("trtllm", "workbench.cells.trtllm:TrtLlmCell")
+ENGINES.register("vllm", "workbench.cells.vllm:VllmCell")
 
 
 @dataclass(frozen=True)

@@ -365,8 +365,8 @@ class LlamaCppCell:
         if others + new_len > self._n_ctx:
             raise ContextOverflow(others + new_len, self._n_ctx, "KV cache")
 
-    def _eval(self, slot: int, tokens: Sequence[int]) -> None:
-        """Append ``tokens`` to sequence ``slot`` at the next positions; logits for the last one."""
+    def _eval(self, slot: int, tokens: Sequence[int], *, all_logits: bool = False) -> None:
+        """Append ``tokens`` to sequence ``slot`` at the next positions; logits for the last one (or all)."""
         ll, seq, b = self._ll, self._seqs[slot], self._batch
         pos0 = seq.pos0 + len(seq.tokens)
         for start in range(0, len(tokens), self._n_batch):
@@ -377,9 +377,9 @@ class LlamaCppCell:
                 b.pos[i] = pos0 + start + i
                 b.n_seq_id[i] = 1
                 b.seq_id[i][0] = slot
-                b.logits[i] = 0
+                b.logits[i] = 1 if all_logits else 0
             last = start + n == len(tokens)
-            b.logits[n - 1] = 1 if last else 0
+            b.logits[n - 1] = 1 if last or all_logits else 0
             b.n_tokens = n
             rc = ll.llama_decode(self._ctx, b)
             if rc != 0:
@@ -392,6 +392,33 @@ class LlamaCppCell:
         ll.llama_synchronize(self._ctx)  # finish the work (and update perf counters) before timing stops
         seq.tokens.extend(tokens)
         self._logits_at = (slot, len(seq.tokens))
+
+    def eval_greedy(self, tokens: Sequence[int], *, slot: int = 0) -> list[int]:
+        """Append ``tokens`` in one batch and return the greedy (argmax) next token after each of them.
+
+        What speculative decoding verifies a draft with: position i's prediction is what greedy
+        decoding would sample after ``tokens[:i + 1]`` (first maximum, like llama.cpp's greedy sampler).
+        """
+        import numpy as np
+
+        seq = self._slot(slot)
+        if not 0 < len(tokens) <= self._n_batch:
+            raise ValueError(f"eval_greedy takes 1..{self._n_batch} tokens (one batch), got {len(tokens)}")
+        if seq.pending:
+            raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
+        self._check_fit(slot, len(seq.tokens) + len(tokens))
+        self._eval(slot, list(tokens), all_logits=True)
+        n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
+        return [int(np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,)).argmax())
+                for i in range(len(tokens))]
+
+    def is_eog(self, token: int) -> bool:
+        """Whether ``token`` ends generation (the check decode stops on)."""
+        return bool(self._ll.llama_vocab_is_eog(self._vocab, token))
+
+    def prompt_tokens(self, prompt: Prompt) -> list[int]:
+        """The token ids EnsurePrefix evaluates for ``prompt`` (messages rendered by the model's template)."""
+        return self._tokens_of(prompt)
 
     def _perf(self) -> tuple[int, int]:
         p = self._ll.llama_perf_context(self._ctx)

@@ -112,6 +112,11 @@ class ExportGranularity(Probe):
                  f"block-id lists per allocation: {sorted(unit_blocks)}; computed positions seen: {positions[:8]}",
                  f"get_num_new_matched_tokens was offered num_computed_tokens "
                  f"{[r.get('num_computed_tokens') for r in matched]}"]
+        caches = [c["args"] for c in log if c.get("method") == "register_kv_caches" and c["args"].get("bytes")]
+        if caches:  # the engine's own KV tensors, as the connector was handed them
+            c = caches[0]
+            notes.append(f"engine KV tensors: {len(caches)} layers of shape {c['shape']}; one block of one layer is "
+                         f"{c['bytes'] // c['shape'][0]} bytes (measured by the connector)")
         if not allocs or not saves:
             return Outcome("inconclusive", "The recording connector saw no allocation or save calls; the export unit "
                            "could not be observed.", metrics, rows, notes)

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..observe.survey import elf_defined_dynamic_symbols, survey
 from . import NotRunnable, Outcome, Probe, ProbeContext
 
-_PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp"}
+_PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp", "vllm": "vllm"}
 
 # The llama.cpp C functions each contract row is served by (what the llama.cpp cell calls), with the
 # parameter names llama-cpp-python gives them, as read from the release named here. A changed name is
@@ -114,6 +114,8 @@ class CppEntrypoint(Probe):
         root = package_dir(ctx.engine)
         if ctx.engine == "llamacpp":
             return _llamacpp_entry(root)
+        if ctx.engine == "vllm":
+            return _vllm_entry(root)
         s = survey(root)
         rows = [{"kind": "constructor", "where": c.where, "source": c.source, "takes": c.takes,
                  "signature": c.signature} for c in s.constructors]
@@ -159,6 +161,26 @@ def _llamacpp_entry(root: Path) -> Outcome:
                    metrics, rows, notes)
 
 
+def _vllm_entry(root: Path) -> Outcome:
+    """vLLM (a reference): are its shared libraries a C entry point, or Python extension modules?"""
+    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
+    rows = []
+    for lib in libs:
+        names = elf_defined_dynamic_symbols(lib)
+        rows.append({"kind": "library", "where": str(lib.relative_to(root)), "exported_symbols": len(names),
+                     "python_extension": any(n.startswith("PyInit_") for n in names)})
+    standalone = [r for r in rows if not r["python_extension"]]
+    metrics = {"headers": len(list(root.rglob("*.h"))), "symbols_present": sum(r["exported_symbols"] for r in rows)}
+    notes = [f"{len(rows)} shared libraries; Python extension modules (export PyInit_*): "
+             f"{len(rows) - len(standalone)}; others: {', '.join(r['where'] for r in standalone) or 'none'}"]
+    if standalone:
+        return Outcome("partial", f"vLLM ships {len(standalone)} shared libraries that are not Python extension "
+                       "modules; whether any is a documented C entry point is not established by their symbols.",
+                       metrics, rows, notes)
+    return Outcome("refuted", f"vLLM ships no C/C++ entry point: all {len(rows)} of its shared libraries are Python "
+                   "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes)
+
+
 class ContractMapping(Probe):
     name = "surface.contract_mapping"
     version = "2"
@@ -168,8 +190,15 @@ class ContractMapping(Probe):
 
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         package_dir(ctx.engine)  # not installed → not-run, before any import
-        rows = _llamacpp_rows() if ctx.engine == "llamacpp" else _trtllm_rows()
-        return mapping_verdict(rows, ctx.engine, own_table=ctx.engine == "llamacpp")
+        if ctx.engine == "llamacpp":
+            rows = _llamacpp_rows()
+        elif ctx.engine == "vllm":
+            from ..cells import vllm
+
+            rows = vllm.surface_rows()
+        else:
+            rows = _trtllm_rows()
+        return mapping_verdict(rows, ctx.engine, own_table=ctx.engine != "trtllm")
 
 
 def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:

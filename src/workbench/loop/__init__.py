@@ -1,0 +1,142 @@
+"""The agentic-loop benchmark and the step-function gate (the blueprint's first entry condition).
+
+``run`` replays a trace's turns through every arm (interleaved, one fixed thread count), attributes
+every reusable token that was recomputed, and writes one finding per arm plus one gate finding for
+claim ``entry.step_function`` into the same store as the probes' findings.
+
+Modules: :mod:`.traces` (formats), :mod:`.render` (turns → tokens), :mod:`.arms` (registry),
+:mod:`.spec` (prompt-lookup speculation), :mod:`.replay` (interleaving), :mod:`.attribution`,
+:mod:`.stats`, :mod:`.gate` (the claim rule), :mod:`.results` (findings).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from .. import cells, findings
+from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
+from . import arms as _arms
+from . import gate as _gate
+from . import replay as _replay
+from . import results as _results
+from . import traces as _traces
+from .spec import Drafter
+
+DEFAULT_CONTEXT = 8192
+
+
+@dataclass
+class LoopRun:
+    rows: pd.DataFrame
+    summaries: list[_results.ArmSummary]
+    findings: list[findings.Finding]
+    workload: dict
+    paths: list[Path] = field(default_factory=list)
+
+
+def parse_arms(spec: str | Sequence[str]) -> list[str]:
+    """``"all"`` or comma-separated arm names, in the order given; unknown names fail with the valid ones."""
+    names = spec.split(",") if isinstance(spec, str) else list(spec)
+    names = [n.strip() for n in names if n.strip()]
+    if names == ["all"]:
+        return _arms.names()
+    if not names:
+        raise ValueError(f"no arms given; valid arms: {', '.join(_arms.names())} (or 'all')")
+    for n in names:
+        _arms.get(n)
+    return list(dict.fromkeys(names))
+
+
+def default_arms(engine: str) -> list[str]:
+    """The arms a notebook runs for ``engine`` (``workbench run`` runs each notebook once per engine).
+
+    llama.cpp: every arm (the others report not-run with their reason, the gate included). Any
+    other engine: its own arms plus the llama.cpp references (they must share the machine to be
+    compared) when it can run here; otherwise none, since the llama.cpp pass already reported it
+    not-run and a second, reference-less gate finding would only mask that one.
+    """
+    if engine == "llamacpp":
+        return _arms.names()
+    own = [n for n in _arms.names() if _arms.get(n).engine == engine]
+    if not own:
+        raise ValueError(f"no arm runs on engine {engine!r}; arms: {', '.join(_arms.names())}")
+    if _arms.unavailable(own[0]) is not None:
+        return []
+    return own + [n for n in _arms.names() if _arms.is_llamacpp(n)]
+
+
+def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int | None = None,
+        sessions: int | None = None, out: str | Path | None = None, threads: int | None = None,
+        context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
+        rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, seed: int = 0,
+        progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
+    """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
+    reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
+
+    ``progress(row, done, total)`` is called with every per-turn row as it is measured.
+    ``on_target`` declares target hardware with a certified model; without it a measured TensorRT-LLM
+    win is at most ``inconclusive`` (the claim is about the product path).
+    """
+    names = parse_arms(arms)
+    threads = threads or os.cpu_count() or 1
+    tr = _traces.load(trace).subset(sessions, turns)
+    not_run = {n: r for n in names if (r := _arms.unavailable(n))}
+    opened: list[_arms.CellArm] = []
+    try:
+        tok = cells.open_cell("llamacpp", model, context_tokens=256, n_threads=threads)
+        with tok:
+            vocab = tok.describe().extra["vocab_size"]
+            work = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
+        if not work.turns:
+            raise WorkbenchError(f"no turn of {tr.name} fits the {context_tokens}-token context "
+                                 f"({work.dropped} dropped); select other turns or a longer context")
+        for n in names:
+            if n in not_run:
+                continue
+            try:
+                opened.append(_arms.open_arm(n, model, threads=threads, context_tokens=context_tokens, drafter=drafter))
+            except (EngineUnavailable, UnsupportedFeature) as e:
+                not_run[n] = getattr(e, "reason", None) or str(e)
+            except TypeError as e:  # the engine's cell does not take this arm's options yet
+                not_run[n] = f"the {_arms.get(n).engine} cell does not take this arm's options: {e}"
+        total = len(work.turns) * len(opened)
+        done = 0
+
+        def step(row: dict) -> None:
+            nonlocal done
+            done += 1
+            if progress:
+                progress(row, done, total)
+
+        rows = pd.DataFrame(_replay.replay(work, opened, step))
+        descriptions = {a.spec.name: a.describe() for a in opened}
+        resolved = opened[0].cell.model if opened and hasattr(opened[0].cell, "model") else None
+    finally:
+        for a in opened:
+            a.close()
+    ran = [a.spec.name for a in opened]
+    workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
+                "turns": len(work.turns), "dropped_turns": work.dropped, "rule": work.rule,
+                "context_tokens": context_tokens, "threads": threads, "arms": names,
+                "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
+                "interleaving": "arms serve each turn one after another, order rotated every turn"}
+    params = {"trace": trace, "model": model, "turns": turns, "sessions": sessions, "threads": threads,
+              "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target}
+    summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed)
+    # The subject's own figures (or why it did not run) live in the gate finding: one finding per
+    # engine and claim, so the write-back never shows a bare arm in place of the verdict.
+    found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if s.engine == "llamacpp" else None,
+                                  workload) for s in summaries if s.arm != rule.subject]
+    found.append(_results.gate_finding(summaries, rule, params, workload, on_target))
+    result = LoopRun(rows, summaries, found, workload)
+    if out is not None:
+        result.paths = [findings.write(f, out) for f in found]
+    return result
+
+
+__all__ = ["DEFAULT_CONTEXT", "LoopRun", "default_arms", "parse_arms", "run"]

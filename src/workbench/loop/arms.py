@@ -1,0 +1,175 @@
+"""The loop's arms, registered by name: one engine and one way of serving each turn.
+
+Every arm serves a turn through the contract, ``ensure_prefix(conversation so far)`` then
+``decode(max_tokens = the recorded reply's length)``, greedy, on one slot. An arm whose engine is
+not here (vLLM until its cell is registered, TensorRT-LLM without a GPU) reports why through
+:func:`unavailable` and becomes a ``not-run`` finding; adding one is one :class:`ArmSpec` line.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .. import cells
+from ..contract import Description
+from .attribution import Held
+from .spec import Drafter, continue_greedy
+
+
+@dataclass(frozen=True)
+class ArmSpec:
+    name: str
+    engine: str
+    reuse: bool  # False: a fresh cache key every turn, so nothing is reusable (the cold baseline)
+    speculation: str  # "none" | "prompt-lookup" (ours, on llama.cpp) | "engine" (the engine's own, via cell options)
+    help: str
+    cell_options: Mapping[str, Any] = field(default_factory=dict)
+
+
+VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
+"""vLLM's own n-gram speculation; measured to run on the CPU build."""
+
+ARMS: dict[str, ArmSpec] = {a.name: a for a in (
+    ArmSpec("llamacpp-cold", "llamacpp", False, "none", "llama.cpp, a fresh sequence every turn (no reuse)"),
+    ArmSpec("llamacpp", "llamacpp", True, "none", "llama.cpp cell with prefix reuse"),
+    ArmSpec("llamacpp-spec", "llamacpp", True, "prompt-lookup",
+            "llama.cpp cell with reuse and prompt-lookup (n-gram) speculative decoding, no draft model"),
+    ArmSpec("vllm", "vllm", True, "none", "vLLM with prefix caching", {"enable_prefix_caching": True}),
+    ArmSpec("vllm-spec", "vllm", True, "engine", "vLLM with prefix caching and its own n-gram speculation",
+            {"enable_prefix_caching": True, "speculative_config": VLLM_NGRAM}),
+    ArmSpec("trtllm", "trtllm", True, "none", "TensorRT-LLM cell (KV reuse on), unchanged code"),
+)}
+
+
+def names() -> list[str]:
+    return list(ARMS)
+
+
+def get(name: str) -> ArmSpec:
+    try:
+        return ARMS[name]
+    except KeyError:
+        raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}") from None
+
+
+def is_llamacpp(name: str) -> bool:
+    return get(name).engine == "llamacpp"
+
+
+def unavailable(name: str) -> str | None:
+    """Why arm ``name`` cannot run here, or None when it can."""
+    spec = get(name)
+    if spec.engine not in cells.engines():
+        return f"{spec.engine} engine not installed/available: no {spec.engine} cell is registered in this checkout"
+    avail = cells.availability(spec.engine)
+    return None if avail.available else avail.reason or f"{spec.engine} is unavailable"
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """One turn on one arm. Times are seconds since the turn started (ensure_prefix dispatched)."""
+
+    key: str
+    reused: int
+    computed: int
+    reuse_source: str  # "engine" (its own counters) | "cell"
+    tokens: list[int]
+    finish: str
+    ttft_s: float
+    token_times_s: list[float]
+    e2e_s: float
+    drafted: int = 0
+    accepted: int = 0
+    drafted_steps: int = 0
+    engine_resident: int | None = None  # tokens the engine says it holds after the turn
+
+
+class CellArm:
+    """An arm over any cell. On llama.cpp, reuse comes from the engine's own eval counters and
+    prompt-lookup speculation runs on the cell's batch verification."""
+
+    def __init__(self, spec: ArmSpec, model: str, *, threads: int, context_tokens: int | None,
+                 drafter: Drafter, extra_options: Mapping[str, Any] | None = None) -> None:
+        self.spec, self.drafter = spec, drafter
+        opts = dict(spec.cell_options) | dict(extra_options or {})
+        if spec.engine == "llamacpp":
+            opts |= {"n_threads": threads, "context_tokens": context_tokens}
+        elif spec.engine == "vllm":
+            opts |= {"threads": threads, "context_tokens": context_tokens}
+        self.cell = cells.open_cell(spec.engine, model, **opts)
+        self._held = Held(None, [])
+        self._salt = "loop"
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """One batch and one single-token step under a salt of its own, before the loop: first-call
+        costs stay out of turn 1, and llama.cpp's counters start counting (``llama_perf_context``
+        reports ``max(1, n)`` while a count is still 0; ggml-org/llama.cpp src/llama-context.cpp),
+        so every turn's deltas are exact. The loop's first turn drops this sequence (other key)."""
+        self.cell.ensure_prefix(self.cell.tokenize("warm up the engine"), salt="warm-up")
+        self.cell.decode(max_tokens=2)
+
+    def describe(self) -> Description:
+        return self.cell.describe()
+
+    def held(self) -> Held:
+        return self._held
+
+    def turn(self, prompt: list[int], max_tokens: int) -> TurnResult:
+        cell = self.cell
+        salt = self._salt if self.spec.reuse else f"cold-{uuid.uuid4().hex}"
+        key = cell.manifest.cache_key(salt)
+        t0 = time.perf_counter()
+        st = cell.ensure_prefix(prompt, salt=salt)
+        t_dec = time.perf_counter() - t0
+        drafted = accepted = steps = 0
+        if self.spec.speculation == "prompt-lookup":
+            dec = cell.decode(max_tokens=1)
+            tokens, times, finish = list(dec.tokens), [t_dec + t for t in dec.token_times_s], dec.finish_reason
+            if tokens and finish == "length" and max_tokens > 1:
+                res = continue_greedy(cell, prompt, tokens[0], max_tokens, self.drafter, t0=t0)
+                tokens, times, finish = res.tokens, times + res.times[1:], res.finish
+                drafted, accepted, steps = res.drafted, res.accepted, res.drafted_steps
+        else:
+            dec = cell.decode(max_tokens=max_tokens)
+            tokens, times, finish = dec.tokens, [t_dec + t for t in dec.token_times_s], dec.finish_reason
+        e2e = time.perf_counter() - t0
+        computed, source = self._computed(st, dec)
+        resident, unfed = list(prompt) + tokens, None
+        if finish == "length" and tokens:
+            resident, unfed = resident[:-1], tokens[-1]
+        self._held = Held(key, resident, unfed)
+        engine_resident = None
+        if hasattr(cell, "position_range"):
+            lo, hi = cell.position_range()
+            engine_resident = hi - lo + 1 if hi >= 0 else 0
+        return TurnResult(key, len(prompt) - computed, computed, source, tokens, finish,
+                          times[0] if times else e2e, times, e2e, drafted, accepted, steps, engine_resident)
+
+    @staticmethod
+    def _computed(st: Any, dec: Any) -> tuple[int, str]:
+        """Prompt tokens computed, from the engine's eval counters where it has them: those over
+        EnsurePrefix plus the decode's evaluations beyond its own output tokens (the last prompt
+        token, recomputed when its logits were stale). Otherwise the cell's own count."""
+        c, d = st.engine_counters or {}, dec.engine_counters or {}
+        if {"n_p_eval", "n_eval"} <= c.keys() and {"n_p_eval", "n_eval"} <= d.keys():
+            fed = len(dec.tokens) - (1 if dec.finish_reason == "length" and dec.tokens else 0)
+            extra = int(d["n_p_eval"]) + int(d["n_eval"]) - fed
+            return int(c["n_p_eval"]) + int(c["n_eval"]) + extra, "engine"
+        return st.computed_tokens, st.source
+
+    def close(self) -> None:
+        self.cell.close()
+
+
+def open_arm(name: str, model: str, *, threads: int, context_tokens: int | None, drafter: Drafter,
+             extra_options: Mapping[str, Any] | None = None) -> CellArm:
+    return CellArm(get(name), model, threads=threads, context_tokens=context_tokens, drafter=drafter,
+                   extra_options=extra_options)
+
+
+__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm",
+           "unavailable"]

@@ -1,0 +1,72 @@
+"""`workbench loop` end to end on real llama.cpp: findings per arm, the gate, write-back, bad input."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from typer.testing import CliRunner
+
+from workbench import blueprint, findings
+from workbench.cli import app
+from workbench.loop import arms, default_arms
+from workbench.runner import REPO_ROOT
+
+
+def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
+    out = tmp_path / "findings"
+    res = CliRunner().invoke(app, ["loop", "--trace", str(hand_trace), "--model", "synthetic:tiny", "--threads", "1",
+                                   "--context", "1024", "--tokens-per-block", "4", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    found = {f.probe: f for _, f in findings.scan([out]).findings}
+    # one finding per reference arm; the subject's (trtllm) not-run reason lives in the gate finding
+    assert set(found) == {f"loop.{a}" for a in arms.names() if a != "trtllm"} | {"loop.gate"}
+    for name in ("llamacpp-cold", "llamacpp", "llamacpp-spec"):
+        f = found[f"loop.{name}"]
+        assert f.verdict == "inconclusive" and f.engine == "llamacpp"
+        assert {"reuse_efficiency", "ttft_p50_s", "loop_time_s", "speedup_vs_best_llamacpp"} <= f.metrics.keys()
+        assert len(f.evidence["rows"]) == 4 and f.claims == ["entry.step_function"]
+    rows = found["loop.llamacpp"].evidence["rows"]
+    # turn 4 extends turn 2's sequence, which turn 3 overwrote in the one-slot cell: an eviction, attributed
+    assert sum(r["eviction"] for r in rows) > 0 and all(r["unexplained"] == 0 for r in rows)
+    assert found["loop.llamacpp"].metric("reuse_efficiency") == pytest.approx(
+        sum(r["reused"] for r in rows) / sum(r["theoretical"] for r in rows))
+    assert {"drafted", "accepted", "same_tokens_as_llamacpp"} <= set(found["loop.llamacpp-spec"].evidence["columns"])
+    assert found["loop.vllm"].verdict == "not-run" and "vllm engine not installed/available" in found["loop.vllm"].reason
+    g = found["loop.gate"]
+    assert g.verdict == "not-run" and g.engine == "trtllm"
+    assert "n_gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason
+    assert "tensorrt_llm" in g.reason
+    # written back under the entry condition, beside the other entry condition's block
+    bp = tmp_path / "blueprint.md"
+    shutil.copy(REPO_ROOT / "data" / "blueprint" / "blueprint.md", bp)
+    assert blueprint.run_writeback(bp, [out]) == 0
+    text = bp.read_text()
+    block = text[text.index("<!-- workbench:begin entry.step_function -->"):text.index("<!-- workbench:end entry.step_function -->")]
+    # the subject's standing (unresolved) heads the block; the llama.cpp arms sit beside it as references
+    assert "TensorRT-LLM: unresolved" in block
+    assert any(line.startswith("| reference |") and "| llamacpp |" in line for line in map(str.strip, block.splitlines()))
+
+
+def test_loop_bad_input_exits_2(tmp_path):
+    r = CliRunner().invoke(app, ["loop", "--trace", "nope", "--model", "synthetic:tiny", "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "unknown trace" in r.output
+    r = CliRunner().invoke(app, ["loop", "--arms", "llamacpp,warp-drive", "--model", "synthetic:tiny",
+                                 "--out", str(tmp_path)])
+    assert r.exit_code == 2 and "valid arms" in r.output
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_default_arms_per_engine():
+    assert default_arms("llamacpp") == arms.names()
+    assert default_arms("trtllm") == []  # not runnable here: the llama.cpp pass already reported it
+
+
+def test_subject_alone_gives_the_gate_its_not_run_reason(hand_trace):
+    from workbench import loop
+
+    res = loop.run(str(hand_trace), arms="trtllm", model="synthetic:tiny", threads=1, context_tokens=1024,
+                   tokens_per_block=4)
+    assert [(f.probe, f.verdict) for f in res.findings] == [("loop.gate", "not-run")] and res.rows.empty
+    assert "tensorrt_llm" in res.findings[0].reason
