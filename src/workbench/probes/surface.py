@@ -128,13 +128,14 @@ class CppEntrypoint(Probe):
         if s.takes_model_code:
             return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
                            "the PyTorch-native path may exist; its documentation and stability are unverified.",
-                           metrics, rows, notes)
+                           metrics, rows, notes, rests_on=("executor_symbols",))
         if s.constructors:
             return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
                            f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
-                           "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes)
+                           "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
+                           rests_on=("executor_symbols",))
         return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
-                       "exported symbols surveyed).", metrics, rows, notes)
+                       "exported symbols surveyed).", metrics, rows, notes, rests_on=("headers", "executor_symbols"))
 
 
 def _llamacpp_entry(root: Path) -> Outcome:
@@ -176,9 +177,10 @@ def _vllm_entry(root: Path) -> Outcome:
     if standalone:
         return Outcome("partial", f"vLLM ships {len(standalone)} shared libraries that are not Python extension "
                        "modules; whether any is a documented C entry point is not established by their symbols.",
-                       metrics, rows, notes)
+                       metrics, rows, notes, rests_on=("symbols_present",))
     return Outcome("refuted", f"vLLM ships no C/C++ entry point: all {len(rows)} of its shared libraries are Python "
-                   "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes)
+                   "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes,
+                   rests_on=("symbols_present",))
 
 
 class ContractMapping(Probe):
