@@ -49,7 +49,7 @@ def test_audit_5_only_finite_engine_read_numbers_can_carry_a_verdict():
 
 
 def test_audit_5_timings_echoes_and_cell_arithmetic_are_not_labelled_engine():
-    for tag in ("ttft_cold_s", "prefill_warm_s", "round_s"):
+    for tag in ("ttft_cold_s", "ttft_warm_s", "round_s"):
         assert metrics.get(tag).source == "timed"
     for tag in ("engine_refusals", "export_unit_tokens", "silent_evictions"):
         assert metrics.get(tag).source != "engine"

@@ -162,14 +162,14 @@ def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: 
 
 
 def latency(rows: Rows) -> go.Figure:
-    """Isolation: prefill latency per procedure; a reuse leak shows as the other key looking warm."""
-    title = "Prefill latency per procedure"
-    rows = _having(rows, "procedure", "prefill_s")
+    """Isolation: time to the first token per procedure; a reuse leak shows as the other key looking warm."""
+    title = "Time to first token per procedure"
+    rows = _having(rows, "procedure", "ttft_s")
     if not rows:
         return empty(title, "no timed requests")
-    fig = _figure(title, "procedure", "prefill (s)")
+    fig = _figure(title, "procedure", "time to first token (s)")
     for proc in dict.fromkeys(r["procedure"] for r in rows):
-        fig.add_trace(go.Box(y=[r["prefill_s"] for r in rows if r["procedure"] == proc], name=str(proc),
+        fig.add_trace(go.Box(y=[r["ttft_s"] for r in rows if r["procedure"] == proc], name=str(proc),
                              boxpoints="all", jitter=0.3, pointpos=0))
     fig.update_yaxes(type="log")
     fig.update_layout(showlegend=False)

@@ -11,6 +11,13 @@ from workbench.probes.isolation import Params, ks_floor, tost_log, verdict
 P = Params(trials=16)
 
 
+def test_audit_8_every_timed_request_does_engine_work_even_a_full_repeat(run_probe):
+    """A repeat did no engine work at all, so the same-key KS p sat at its floor by construction."""
+    f = run_probe("isolation.cache_salt", trials=8, prompt_tokens=64, alpha=0.05)
+    rows = [r for r in f.evidence["rows"] if r.get("procedure") == "repeat A"]
+    assert rows and all(r["recomputed_last_token"] == 1 and r["ttft_s"] > 0 for r in rows)
+
+
 def test_llamacpp_has_no_engine_salt_it_takes_a_foreign_state_when_the_cell_is_bypassed(run_probe):
     f = run_probe("isolation.cache_salt", prompt_tokens=64)
     assert f.verdict == "not-applicable"
@@ -35,7 +42,7 @@ def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0):
     for t in range(n):
         for proc, base, reused in (("cold A", cold, 0), ("repeat A", repeat, within), ("other B", other, cross)):
             out.append({"trial": t, "procedure": proc, "reused_tokens": reused, "computed_tokens": 64 - reused,
-                        "prefill_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
+                        "ttft_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
     return out
 
 

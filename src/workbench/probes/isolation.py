@@ -1,7 +1,8 @@
 """isolation.cache_salt — KV never crosses manifests.
 
 The same prompt under reuse keys A, A, B (B before or after A's pair, at random per trial): reuse must happen only within A. Measured by the reuse counters and by
-prefill latency: a one-sided two-sample Kolmogorov–Smirnov test (the method of "Auditing Prompt
+time to the first decoded token (another sequence's one-token request runs before each timed request, so
+even a full repeat recomputes its last prompt token on the cached KV: real engine work, not a cached answer): a one-sided two-sample Kolmogorov–Smirnov test (the method of "Auditing Prompt
 Caching in LM APIs") that repeat-under-A is faster than cold, and a TOST equivalence test at a
 stated margin that B-after-A is *as slow as* cold (a non-significant KS is not proof of equality).
 Timed work runs on a fixed thread count. A snapshot taken under one manifest must be refused by a
@@ -57,14 +58,14 @@ class CacheSalt(Probe):
     version = "2"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
-               Figure("timeline", "timeline", {"spans": (("prefill_s", "prefill"),), "lane": "procedure",
+               Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
                                                "title": "Per-request timeline"}))
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
         rows: list[dict] = []
-        with ctx.open(**ctx.fixed_threads(p.threads)) as cell:
+        with ctx.open(slots=2, **ctx.fixed_threads(p.threads)) as cell:
             d = cell.describe()
             for t in range(p.trials):
                 prompt = token_ids(rng, p.prompt_tokens, d)
@@ -72,10 +73,14 @@ class CacheSalt(Probe):
                 order = [("cold A", a), ("repeat A", a)]
                 order.insert(2 * int(rng.integers(0, 2)), ("other B", b))  # B before or after A's pair, at random
                 for proc, salt in order:
+                    cell.ensure_prefix(token_ids(rng, 1, d), slot=1, salt=fresh_salt("between"))
                     elapsed, st = timed(cell.ensure_prefix, prompt, salt=salt)
+                    first = cell.decode(max_tokens=1)
                     rows.append({"trial": t, "procedure": proc, "reused_tokens": st.reused_tokens,
                                  "engine_reused": st.engine_reused_tokens,
-                                 "computed_tokens": st.computed_tokens, "prefill_s": elapsed, "exact": st.exact})
+                                 "computed_tokens": st.computed_tokens, "ttft_s": elapsed + first.ttft_s,
+                                 "recomputed_last_token": first.engine_counters.get("recomputed_last_token"),
+                                 "exact": st.exact})
             snap = cell.snapshot()
         refusals = [self._refusal(ctx, snap, p.other_model, {}, "other model")]
         if p.adapter:
@@ -117,7 +122,7 @@ def tost_log(x: list[float], y: list[float], margin: float) -> float:
 def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
             engine: dict | None = None) -> Outcome:
     by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
-    t = {k: [r["prefill_s"] for r in v] for k, v in by.items()}
+    t = {k: [r["ttft_s"] for r in v] for k, v in by.items()}
     # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
     ks_same = stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue
     ks_other = stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue
@@ -131,11 +136,11 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                       "engine_reused_tokens": min(r["engine_reused"] for r in by["repeat A"])} if counted else {})
     metrics = engine_counts | {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
-               "prefill_cold_s": sc["median"], "prefill_warm_s": sr["median"],
-               "prefill_cold_iqr_s": sc["q3"] - sc["q1"], "prefill_warm_iqr_s": sr["q3"] - sr["q1"]}
+               "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"],
+               "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"]}
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
-    notes.append(f"prefill cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
+    notes.append(f"time to first token: cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
                  f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
                  f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
     lora = {"contract.lora": "inconclusive"}
