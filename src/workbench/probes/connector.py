@@ -36,7 +36,7 @@ class Params:
 
 class ExportGranularity(Probe):
     name = "connector.export_granularity"
-    version = "2"
+    version = "3"
     claims = ("unknown.connector_granularity", "contract.snapshot")
     Params = Params
 

@@ -55,7 +55,7 @@ class Params:
 
 class CacheSalt(Probe):
     name = "isolation.cache_salt"
-    version = "2"
+    version = "3"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",

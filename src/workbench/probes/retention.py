@@ -61,7 +61,7 @@ class Arm:
 
 class PinningUnderPressure(Probe):
     name = "retention.pinning_under_pressure"
-    version = "2"
+    version = "3"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
     figures = (Figure("survival", "survival"),
                Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",

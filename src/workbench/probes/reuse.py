@@ -83,7 +83,7 @@ def classify(truth: int, reported: int | None, prompt: int, granularity: int) ->
 
 class PerRequestMetrics(Probe):
     name = "reuse.per_request_metrics"
-    version = "2"
+    version = "3"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
     figures = (Figure("matrix", "reuse_matrix"),
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),

@@ -185,7 +185,7 @@ def _vllm_entry(root: Path) -> Outcome:
 
 class ContractMapping(Probe):
     name = "surface.contract_mapping"
-    version = "2"
+    version = "3"
     claims = ("entry.contract_table", "risk.version_churn", *(c for c in LLAMACPP_ROWS))
     Params = NoParams
     needs_engine = False

@@ -41,7 +41,7 @@ class Params:
 
 class WarmupMaterialization(Probe):
     name = "prefix.warmup_materialization"
-    version = "2"
+    version = "3"
     claims = ("risk.warmup", "contract.ensure_prefix")
     figures = (Figure("warmup", "warmup"),
                Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
