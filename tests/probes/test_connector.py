@@ -50,6 +50,14 @@ def test_rule_returns_each_of_its_verdicts():
     assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.snapshot"] == "confirmed"
 
 
+def test_audit_10_identical_greedy_tokens_with_logits_that_moved_are_not_an_exact_import():
+    """The shifted logits Δ was computed but unused: only the greedy tokens decided "exact"."""
+    rows = _rows()
+    rows[2] = rows[2] | {"logits_max_abs_diff": 2.0}  # same greedy tokens, logits moved
+    out = export_verdict(rows, Params(**PARAMS), "e", 256)
+    assert out.verdict == "partial" and out.metrics["shifted_import_exact"] is False
+
+
 def test_audit_3_a_sub_range_import_holding_more_cells_than_kept_is_not_a_sub_range():
     """The run read back is capped at the tokens the cell gave; the engine's cell count is not."""
     assert export_verdict(_rows(cells=48), Params(**PARAMS), "e", 256).verdict == "partial"
