@@ -329,7 +329,8 @@ class Capacity(Protocol):
 
 @runtime_checkable
 class KvReadback(Protocol):
-    """What the engine itself holds, read back from it rather than from the cell's token list."""
+    """What the engine itself holds, read back from it rather than from the cell's token list: the run of
+    consecutive positions from the slot's first one (a hole ends it), and the logits after the last token."""
 
     def resident_tokens(self, *, slot: int = 0) -> int: ...
 
