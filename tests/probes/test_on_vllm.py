@@ -52,7 +52,7 @@ def test_warmup_materializes_only_whole_blocks(tmp_path):
     f = run("prefix.warmup_materialization", tmp_path, blocks="2", pressure="0")
     by_len = {r["prefix_tokens"]: r["followup_reused"] for r in f.evidence["rows"]}
     assert by_len == {2 * B - 1: B, 2 * B: 2 * B, 2 * B + 1: 2 * B}  # ⌊n/B⌋ blocks
-    assert f.verdict == "confirmed"
+    assert f.verdict == "refuted"  # ⌊n/B⌋·B is all a wholly materialized prefix can give: block rounding is no loss
 
 
 def test_isolation_is_enforced_by_the_engine(tmp_path):
@@ -65,6 +65,7 @@ def test_retention_curve_falls_under_pressure(tmp_path):
     f = run("retention.pinning_under_pressure", tmp_path, priorities="100", pressure="0.5,3", expiry_ms=0,
             filler_slots=4, filler_fraction=0.5, prefix_tokens=8 * B)
     rows = f.evidence["rows"]
+    assert f.verdict == "not-applicable"  # vLLM declares no retention priority: plain LRU, shown as a reference
     assert rows[0]["survival"] == 1.0 and rows[-1]["survival"] < 1.0
     assert rows[-1]["pinned_blocks_removed"] > 0  # the engine's removed events name the prefix's blocks
 
