@@ -335,3 +335,18 @@ def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
     warm = cell.last_logits()
     cell.ensure_prefix(prompt, slot=1, salt="cold")
     assert max(abs(a - b) for a, b in zip(warm, cell.last_logits(slot=1))) < 0.05
+
+
+def test_audit_3_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
+    """Sizes learnt from full reads let a hole-free sequence skip the blob copy; a hole still forces a read."""
+    import llama_cpp
+
+    for n in (8, 16):
+        cell.ensure_prefix(ids(n), slot=1, salt=f"calibrate-{n}")
+        cell.engine_positions(slot=1)
+    assert cell._state_size is not None
+    prompt = ids(64)
+    cell.ensure_prefix(prompt)
+    assert cell.resident_tokens() == 64
+    llama_cpp.llama_memory_seq_rm(cell._mem, 0, 10, 40)
+    assert cell.resident_tokens() == 10

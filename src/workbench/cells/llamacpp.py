@@ -231,6 +231,8 @@ class LlamaCppCell:
         self._batch = ll.llama_batch_init(self._n_batch, 0, 1)
         self._seqs = [_Seq() for _ in range(slots)]
         self._logits_at: tuple[int, int] | None = None  # (slot, n tokens) the current logits belong to
+        self._state_samples: dict[int, int] = {}  # cells -> sequence state bytes, from full reads
+        self._state_size: tuple[int, int] | None = None  # (header bytes, bytes per cell), once calibrated
         self._embed_ctx = None
         self.manifest = Manifest(model.sha256, adapter_digests)
         self._template = self._meta("tokenizer.chat_template")
@@ -624,9 +626,18 @@ class LlamaCppCell:
         The run of consecutive positions from the slot's first one among the cells the engine holds for
         the sequence (:meth:`engine_positions`): a hole in the middle ends the run there, so KV removed
         inside the engine anywhere is seen. Capped at the slot's own token count only because the cell
-        cannot name tokens beyond it.
+        cannot name tokens beyond it. Fast path: when ``llama_state_seq_get_size`` equals the size of one
+        cell at every position from ``llama_memory_seq_pos_min`` to ``_max`` (sizes calibrated from earlier
+        full reads), there is no hole and the blob is not copied.
         """
         seq = self._slot(slot)
+        lo, hi = self.position_range(slot=slot)
+        if hi < 0:
+            return 0
+        if self._state_size is not None and lo == seq.pos0:
+            header, per_cell = self._state_size
+            if self._ll.llama_state_seq_get_size(self._ctx, slot) == header + (hi - lo + 1) * per_cell:
+                return min(hi - lo + 1, len(seq.tokens))
         held = self.engine_positions(slot=slot)
         run = 0
         while seq.pos0 + run in held:
@@ -653,16 +664,31 @@ class LlamaCppCell:
             raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word "
                                  f"{int(words[0]) if n >= 4 else None:#x}); cannot read its KV positions")
         held: set[int] = set()
+        shared = False
         at = 3
         for _ in range(int(words[2])):  # streams; a unified cache has one
             count = int(words[at])
             at += 1
             for _ in range(count):
                 held.add(int(words[at]))  # positions are ≥ 0
+                shared |= int(words[at + 1]) != 1
                 at += 2 + int(words[at + 1])
             if count:
                 break  # the sequence lives in one stream; its K/V rows follow, not another stream header
+        if held and not shared:
+            self._calibrate(len(held), n)
         return held
+
+    def _calibrate(self, cells: int, size: int) -> None:
+        """Learn a sequence state's size as header + cells × per-cell bytes from two reads of different
+        lengths whose cells belong to this sequence alone (a cell shared with another adds its seq id)."""
+        seen = self._state_samples
+        seen[cells] = size
+        if self._state_size is None and len(seen) >= 2:
+            (c1, s1), (c2, s2) = list(seen.items())[:2]
+            per_cell, rest = divmod(s2 - s1, c2 - c1)
+            if not rest and per_cell > 0:
+                self._state_size = (s1 - c1 * per_cell, per_cell)
 
     def last_logits(self, *, slot: int = 0) -> list[float]:
         """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current
