@@ -33,3 +33,17 @@ def test_every_observer_is_a_runtime_checkable_protocol_with_methods_or_a_declar
         assert getattr(spec, "_is_runtime_protocol", False), name
         methods = contract._protocol_methods(spec)
         assert methods or name == "request_counters", name
+
+
+def test_audit_12_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
+    """vLLM's cell (src/workbench/cells/vllm.py) reports num_cached_tokens as source="num_cached_tokens",
+    TensorRT-LLM's as "perf_metrics"; llama.cpp's count is the cell's own common prefix."""
+    from workbench.contract import PrefixStatus
+
+    def status(source):
+        return PrefixStatus(slot=0, prompt_tokens=65, reused_tokens=64, computed_tokens=1, source=source)
+
+    assert status("num_cached_tokens").engine_reused_tokens == 64
+    assert status("perf_metrics").engine_reused_tokens == 64
+    for own in ("cell", "bookkeeping", "restore", "none"):
+        assert status(own).engine_reused_tokens is None
