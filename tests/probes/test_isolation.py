@@ -18,6 +18,17 @@ def test_audit_8_every_timed_request_does_engine_work_even_a_full_repeat(run_pro
     assert rows and all(r["recomputed_last_token"] == 1 and r["ttft_s"] > 0 for r in rows)
 
 
+def test_audit_2_on_the_default_model_the_engine_takes_a_same_shape_foreign_state(tmp_path):
+    """make run's model is SmolLM2; a tiny other model made the engine refuse by size, which only looked like
+    isolation. The default other model has the main model's KV shape, so the engine's answer is about keys."""
+    from workbench import models
+
+    f = probes.run("isolation.cache_salt", engine="llamacpp", model=models.DEFAULT_MODEL, isolated=False,
+                   params={"trials": 8, "prompt_tokens": 32, "alpha": 0.05})
+    engine = next(r for r in f.evidence["rows"] if r.get("arm") == "engine, cell check bypassed")
+    assert engine["refused"] is False and engine["decoded"] and f.verdict == "not-applicable"
+
+
 def test_llamacpp_has_no_engine_salt_it_takes_a_foreign_state_when_the_cell_is_bypassed(run_probe):
     f = run_probe("isolation.cache_salt", prompt_tokens=64)
     assert f.verdict == "not-applicable"

@@ -38,7 +38,9 @@ class Params:
     trials: int = param(16, "timing samples per procedure (the KS p-value floor must lie far below alpha)")
     alpha: float = param(0.01, "significance level of the KS and TOST tests")
     margin: float = param(0.25, "TOST equivalence margin: other-key prefill within ±margin (ratio) of cold")
-    other_model: str = param("synthetic:seed=1", "a model with another manifest (same shape, other weights), for snapshot refusal")
+    other_model: str | None = param(None, "a model with another manifest, for snapshot refusal; None: a synthetic "
+                                          "model with the main model's KV shape (layers, KV heads, head size) and "
+                                          "other weights, so only a key, never a size check, can refuse its state")
     adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     seed: int = param(0, "seed for the probe's own token ids")
@@ -51,6 +53,18 @@ class Params:
                              f"not far below alpha={self.alpha:g}; raise trials")
         if not 0 < self.margin < 1 or self.threads < 1:
             raise ValueError("margin must be in (0, 1) and threads ≥ 1")
+
+
+def same_kv_shape(d) -> str:
+    """A synthetic model whose per-token KV has the shape of the described model's (same layers, KV heads and
+    head size: a sequence state's cell rows then have the same sizes) and a vocabulary that holds its token
+    ids, with other weights: another manifest."""
+    from ..models import SyntheticSpec
+
+    g = d.geometry
+    vocab = max(SyntheticSpec.vocab, int(d.extra.get("vocab_size") or 0))
+    return SyntheticSpec(layers=g.layers, embd=g.kv_heads * g.head_dim, heads=g.kv_heads, kv_heads=g.kv_heads,
+                         vocab=vocab, seed=1).spec
 
 
 class CacheSalt(Probe):
@@ -82,12 +96,13 @@ class CacheSalt(Probe):
                                  "recomputed_last_token": first.engine_counters.get("recomputed_last_token"),
                                  "exact": st.exact})
             snap = cell.snapshot()
-        refusals = [self._refusal(ctx, snap, p.other_model, {}, "other model")]
+        other = p.other_model or same_kv_shape(d)
+        refusals = [self._refusal(ctx, snap, other, {}, "other model")]
         if p.adapter:
             refusals.append(self._refusal(ctx, snap, ctx.model, {"adapters": [p.adapter]}, "same model + adapter"))
         engine = None
         if "engine_salt" in d.absent and "state_export" in d.observers:
-            engine = self._engine_accepts(ctx, snap, p.other_model)
+            engine = self._engine_accepts(ctx, snap, other)
         return verdict(rows, refusals, p, d.absent.get("engine_salt"), engine)
 
     def _refusal(self, ctx: ProbeContext, snap, model: str, options: dict, label: str) -> dict:
