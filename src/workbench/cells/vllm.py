@@ -261,6 +261,23 @@ class VllmOptions:
         return cls(**values)
 
 
+def _check_cpu_head_size(config: Mapping[str, Any]) -> None:
+    """Refuse, before the engine starts, a head size vLLM's CPU attention cannot run (it would raise a bare
+    RuntimeError inside the engine core); the supported sizes are read from the installed backend."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    head = hf_geometry(config, 2.0).head_dim
+    sizes = CPUAttentionBackend.get_supported_head_sizes()
+    if head not in sizes:
+        raise UnsupportedFeature(f"head dim {head}", ENGINE,
+                                 f"vLLM's CPU attention runs head sizes {sizes} "
+                                 "(vllm/v1/attention/backends/cpu_attn.py); use synthetic:cpu (head dim 64)")
+
+
 def hf_geometry(config: Mapping[str, Any], dtype_bytes: float) -> KvGeometry:
     heads = int(config["num_attention_heads"])
     return KvGeometry(layers=int(config["num_hidden_layers"]),
@@ -334,7 +351,9 @@ class VllmCell:
                                      "the cell runs Hugging Face directories (config.json + safetensors); use a "
                                      "'synthetic:…' spec (e.g. synthetic:cpu) or pass a model directory")
         path = models.hf_directory(resolved)
-        return cls(resolved, path, models.hf_config(path), opts)
+        config = models.hf_config(path)
+        _check_cpu_head_size(config)
+        return cls(resolved, path, config, opts)
 
     def __init__(self, model: models.ResolvedModel, path: Path, config: Mapping[str, Any], opts: VllmOptions) -> None:
         self.model, self.path, self.opts = model, path, opts
@@ -766,12 +785,13 @@ class VllmCell:
             raise UnsupportedFeature("KV events", ENGINE, "open the cell with kv_events=True")
         return self._events.drain(timeout_s=timeout_s)
 
-    def measure_capacity(self, *, step: int | None = None) -> int:
+    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
         """Tokens the engine's pool really holds, read from its KV events (``capacity`` observer).
 
         Clears the prefix cache, then sends fillers of ``step`` fresh tokens (default: one block, so the
         count is exact) under fresh salts until the engine evicts: the blocks it stored before its first
-        ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Slots are cleared.
+        ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Every slot is cleared, so
+        ``slot`` (the Protocol's) names nothing here: the pool is shared.
         """
         self._check_open()
         if self._events is None:
