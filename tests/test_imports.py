@@ -22,3 +22,47 @@ def test_unknown_engine_lists_the_valid_ones():
 
     with pytest.raises(ValueError, match="valid engines: llamacpp, trtllm, vllm"):
         cells.open_cell("sglang", "synthetic:tiny")
+
+
+def test_no_import_cycle_between_modules():
+    """Module-level imports form no cycle (a submodule's ``from . import sibling`` names the sibling, not its
+    package, so package → submodule edges are left out)."""
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "src" / "workbench"
+    mods = {}
+    for f in root.rglob("*.py"):
+        parts = f.relative_to(root).with_suffix("").parts
+        mods[".".join(("workbench", *parts)).removesuffix(".__init__")] = f
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, f in mods.items():
+        pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.parse(f.read_text()).body:  # module level only: imports inside functions are lazy
+            if isinstance(node, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+                targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in mods else mod for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in mods and t != name and not name.startswith(t + ".")}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack, path = [(start, iter(graph[start]))], [start]
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+            elif nxt == start:
+                return path + [start]
+            elif nxt not in path:
+                stack.append((nxt, iter(graph[nxt])))
+                path.append(nxt)
+        return None
+
+    cycles = [c for m in mods if (c := cycle_from(m))]
+    assert cycles == []

@@ -31,14 +31,13 @@ Base classes (1.2 line): ``tensorrt_llm._torch.pyexecutor.kv_cache_connector``
 from __future__ import annotations
 
 import importlib
-import itertools
-import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from . import calllog
 
 LOG_ENV = "TLLM_WORKBENCH_CONNECTOR_LOG"
 BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"  # tensorrt_llm/_torch/pyexecutor/kv_cache_connector.py (1.2)
@@ -47,25 +46,14 @@ SCHEDULER_CLASS = "RecordingConnectorScheduler"
 WORKER_CLASS = "RecordingConnectorWorker"
 
 _built: dict[int, tuple[type, type]] = {}
-_seq = itertools.count()
 
 
 def record(side: str, method: str, **args: Any) -> None:
     """Append one call to the log named by :data:`LOG_ENV`; without it there is nowhere to record."""
-    path = os.environ.get(LOG_ENV)
-    if not path:
-        return
-    entry = {"seq": next(_seq), "pid": os.getpid(), "t": time.time(), "side": side, "method": method, "args": args}
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry, default=repr) + "\n")
+    calllog.append(os.environ.get(LOG_ENV), side, method, **args)
 
 
-def read_log(path: Path) -> list[dict]:
-    """Every recorded call, in file order (one process's calls are in call order)."""
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+read_log = calllog.read
 
 
 def _request(request: Any) -> dict:

@@ -21,35 +21,19 @@ TensorRT-LLM recorder where the meaning is the same (``request_id``, ``tokens``,
 
 from __future__ import annotations
 
-import itertools
-import json
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import calllog
+
 CLASS_NAME = "RecordingKVConnector"
 BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"
 
-_seq = itertools.count()
 _built: type | None = None
 
 
-def _append(path: str | None, side: str, method: str, **args: Any) -> None:
-    if not path:
-        return
-    entry = {"seq": next(_seq), "pid": os.getpid(), "t": time.time(), "side": side, "method": method, "args": args}
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(entry, default=repr) + "\n")
-
-
-def read_log(path: Path) -> list[dict]:
-    """Every recorded call, in file order (one process's calls are in call order)."""
-    if not path.is_file():
-        return []
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+read_log = calllog.read
 
 
 def _ids(block_ids: Any) -> list[int]:
@@ -83,7 +67,7 @@ def recording_class() -> type:
             self._save_calls = 0
 
         def _record(self, method: str, **args: Any) -> None:
-            _append(self._log, self._side, method, **args)
+            calllog.append(self._log, self._side, method, **args)
 
         # ---------------------------------------------------------- scheduler side
 

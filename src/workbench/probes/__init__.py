@@ -51,8 +51,9 @@ class Figure:
 
 
 class Probe:
-    """Base class. Subclasses set ``name``, ``version``, ``claims`` (ids in :mod:`workbench.claims`, the only
-    home of claim text; the first is the one the probe is about) and ``Params``."""
+    """Base class. Subclasses set ``version``, ``claims`` (ids in :mod:`workbench.claims`, the only home of claim
+    text; the first is the one the probe is about) and ``Params``. Its ``name`` is the one it is registered
+    under in :data:`PROBES` (its only home), given to the instance by :func:`get`."""
 
     name: str = ""
     version: str = "1"  # bump when the experiment or its verdict rule changes
@@ -121,9 +122,11 @@ def names() -> list[str]:
 
 def get(name: str) -> Probe:
     try:
-        return PROBES.get(name)()
+        probe = PROBES.get(name)()
     except UnknownName as e:
         raise ParamError(str(e)) from None
+    probe.name = name
+    return probe
 
 
 def describe_params(name: str) -> list[dict]:

@@ -30,7 +30,6 @@ class Params:
 
 
 class BudgetPolicy(Probe):
-    name = "capacity.budget_policy"
     version = "2"
     claims = ("risk.memory_fraction", "contract.describe")
     figures = (Figure("capacity", "capacity"),)

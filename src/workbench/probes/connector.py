@@ -40,7 +40,6 @@ class Params:
 
 
 class ExportGranularity(Probe):
-    name = "connector.export_granularity"
     version = "3"
     claims = ("unknown.connector_granularity", "contract.snapshot")
     Params = Params

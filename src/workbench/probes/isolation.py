@@ -68,7 +68,6 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    name = "isolation.cache_salt"
     version = "3"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),

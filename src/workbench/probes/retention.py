@@ -60,7 +60,6 @@ class Arm:
 
 
 class PinningUnderPressure(Probe):
-    name = "retention.pinning_under_pressure"
     version = "3"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
     figures = (Figure("survival", "survival"),

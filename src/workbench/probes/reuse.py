@@ -82,7 +82,6 @@ def classify(truth: int, reported: int | None, prompt: int, granularity: int) ->
 
 
 class PerRequestMetrics(Probe):
-    name = "reuse.per_request_metrics"
     version = "3"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
     figures = (Figure("matrix", "reuse_matrix"),
@@ -177,7 +176,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
         metrics["logits_max_abs_diff"] = max(diffs)
     unit = "tokens" if granularity == 1 else f"blocks of {granularity} tokens"
     sw = spread(warm)
-    notes = [f"channels: " + (f"engine per-request counters [{', '.join(fields)}]" if has_counters else
+    notes = ["channels: " + (f"engine per-request counters [{', '.join(fields)}]" if has_counters else
                               "no engine per-request counters")
              + (f"; logits against a cold recompute on {len(diffs)} requests" if diffs else "; no logits read-back"),
              f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests",

@@ -104,7 +104,6 @@ class NoParams:
 
 
 class CppEntrypoint(Probe):
-    name = "surface.cpp_entrypoint"
     version = "2"
     claims = ("unknown.cpp_entrypoint",)
     Params = NoParams
@@ -184,7 +183,6 @@ def _vllm_entry(root: Path) -> Outcome:
 
 
 class ContractMapping(Probe):
-    name = "surface.contract_mapping"
     version = "3"
     claims = ("entry.contract_table", "risk.version_churn", *(c for c in LLAMACPP_ROWS))
     Params = NoParams

@@ -40,7 +40,6 @@ class Params:
 
 
 class WarmupMaterialization(Probe):
-    name = "prefix.warmup_materialization"
     version = "3"
     claims = ("risk.warmup", "contract.ensure_prefix")
     figures = (Figure("warmup", "warmup"),
