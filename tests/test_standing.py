@@ -65,3 +65,18 @@ def test_audit_1_a_static_mapping_finding_never_outranks_a_behavioural_one():
 def test_audit_13_a_finding_on_another_model_does_not_replace_this_models():
     found = [f("refuted", model="a", created="2026-07-01T00:00:00+00:00"), f("confirmed", model="b")]
     assert sorted((s.model, s.verdict) for s in state(found).subject) == [("a", "refuted"), ("b", "confirmed")]
+
+
+def test_each_loop_arm_stands_beside_the_gate_and_the_loop_resolves_it():
+    """The loop's arms are one engine in several configurations: each keeps its own reference row."""
+    from workbench import standing
+
+    def arm(name):
+        return (None, Finding(probe=f"loop.{name}", claims=["entry.step_function"], verdict="inconclusive",
+                              summary=name, engine="llamacpp", environment={"engine_version": "0.3.36"},
+                              params={"arm": name, "model": "m"}))
+
+    found = [arm("llamacpp"), arm("llamacpp-spec"), arm("llamacpp-cold")]
+    (state,) = [c for c in standing.claim_states(found, "entry") if c.claim.id == "entry.step_function"]
+    assert sorted(s.summary for s in state.references) == ["llamacpp", "llamacpp-cold", "llamacpp-spec"]
+    assert state.command.startswith("workbench loop --arms trtllm,")

@@ -88,21 +88,23 @@ def model_of(f: Finding) -> str:
 
 
 def standings(found: Found) -> dict[str, list[Standing]]:
-    """Per claim id, the standing verdict of each (engine, engine version, model), ordered by engine, version
-    and model. A static survey runs no model: it stands for its (engine, version) only where no behavioural
-    finding does, on any model."""
-    groups: dict[tuple[str, str, str | None, str | None], list[Standing]] = {}
+    """Per claim id, the standing verdict of each (engine, engine version, model, arm), ordered by engine,
+    version, model and arm. An arm (a loop benchmark's configuration of an engine, ``params["arm"]``) stands
+    on its own, so each reference arm's figures sit beside the verdict. A static survey runs no model: it
+    stands for its (engine, version) only where no behavioural finding does, on any model."""
+    groups: dict[tuple[str, str, str | None, str | None, str], list[Standing]] = {}
     for path, f in found:
         model = model_of(f) if behavioural(f.probe) else None
+        arm = str(f.params.get("arm") or "")
         for cid in dict.fromkeys(f.claims):
             s = Standing(cid, f.claim_verdicts.get(cid, f.verdict), f.engine, f.engine_version,
                          (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
                          f.probe, f.id, path, model)
-            groups.setdefault((cid, f.engine, f.engine_version, model), []).append(s)
+            groups.setdefault((cid, f.engine, f.engine_version, model, arm), []).append(s)
     stood = {k: max(v, key=_rank) for k, v in groups.items()}
     ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run"}
     out: dict[str, list[Standing]] = {}
-    for key in sorted(stood, key=lambda k: (k[0], k[1], natural(k[2]), k[3] or "")):
+    for key in sorted(stood, key=lambda k: (k[0], k[1], natural(k[2]), k[3] or "", k[4])):
         if key[3] is None and key[:3] in ran:
             continue  # a behavioural finding ran here: existence never outranks it
         out.setdefault(key[0], []).append(stood[key])
@@ -180,6 +182,8 @@ def _citing() -> dict[str, tuple[str, ...]]:
 def resolve_command(claim_id: str) -> str:
     """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there)."""
     claim = _claims.get(claim_id)
+    if claim_id == "entry.step_function":  # settled by the agentic-loop benchmark, not by a probe
+        return f"workbench loop --arms {claim.subject},llamacpp,llamacpp-spec --model MODEL --on-target"
     names = _citing().get(claim_id, ())
     if not names:
         return f"no probe cites {claim_id} yet"
