@@ -82,8 +82,9 @@ PRESETS: dict[str, SyntheticSpec] = {
     "tiny": SyntheticSpec(),
     "small": SyntheticSpec(layers=4, embd=128, heads=8, kv_heads=4, ffn=256, vocab=512, ctx=8192),
     "wide": SyntheticSpec(layers=2, embd=256, heads=8, kv_heads=8, ffn=512, vocab=512, ctx=4096),
-    # vLLM's CPU attention refuses head dim 16 ("Unsupported CPU attention configuration"): head dim 64.
-    "cpu": SyntheticSpec(layers=2, embd=256, heads=4, kv_heads=2, ffn=512, vocab=512, ctx=4096),
+    # vLLM's CPU attention refuses head dim 16 ("Unsupported CPU attention configuration"): head dim 64;
+    # a context that holds the loop's τ-bench turns (≈6–8 k tokens in this vocabulary) on every engine.
+    "cpu": SyntheticSpec(layers=2, embd=256, heads=4, kv_heads=2, ffn=512, vocab=512, ctx=16384),
     # SmolLM2-135M's attention geometry (30 layers, 9 heads, 3 KV heads, head dim 64), small vocab.
     "smollm2-shape": SyntheticSpec(layers=30, embd=576, heads=9, kv_heads=3, ffn=1536, vocab=512, ctx=8192),
 }
