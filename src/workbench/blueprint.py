@@ -35,7 +35,6 @@ import difflib
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Sequence
@@ -47,6 +46,7 @@ from markdown_it.token import Token
 from . import claims as _claims
 from . import standing as _standing
 from .contract import WorkbenchError
+from .files import atomic_write
 from .findings import Finding, scan
 from .standing import ANSWERS, ClaimState, Standing
 
@@ -558,18 +558,9 @@ def _read(path: Path) -> str:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    """Temp file beside the target, then rename: readers never see half a blueprint."""
+    """Readers never see half a blueprint; a human's file keeps its mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8"))
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, text, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o644)
 
 
 def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import tempfile
 import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ import jsonschema
 from . import claims as _claims
 from . import metrics as _metrics
 from .contract import WorkbenchError
+from .files import atomic_write
 
 SCHEMA_ID = "workbench.finding/v2"
 OLD_SCHEMAS = ("workbench.finding/v1",)
@@ -155,17 +155,10 @@ def write(finding: Finding, directory: str | os.PathLike) -> Path:
     doc = json.loads(json.dumps(finding.to_dict(), default=_json_default))
     validate(doc)
     target = d / f"{finding.id}.json"
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".finding-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.link(tmp, target)  # fails if target exists: never overwrite
+        return atomic_write(target, json.dumps(doc, indent=2, sort_keys=True) + "\n", mode=0o600, overwrite=False)
     except FileExistsError:
         raise FindingError(f"{target} already exists; findings are never overwritten") from None
-    finally:
-        os.unlink(tmp)
-    return target
 
 
 @dataclass

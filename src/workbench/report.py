@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,6 +23,7 @@ import pandas as pd
 from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
+from .files import atomic_write
 from . import standing as _standing
 from .findings import Finding
 
@@ -191,14 +191,4 @@ def write(out: Path, manifest: Manifest | None = None) -> Path:
     """Write ``out/report.html`` atomically and return its path."""
     out = Path(out)
     page = render(out, manifest)
-    target = out / "report.html"
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".report-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a report is meant to be read
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return target
+    return atomic_write(out / "report.html", page)
