@@ -22,25 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import cpu, models
-from ..contract import (
-    common_prefix,
-    split_prompt,
-    Capabilities,
-    ContextExplanation,
-    ContextOverflow,
-    DecodeResult,
-    Description,
-    KvGeometry,
-    Manifest,
-    ManifestMismatch,
-    PrefixStatus,
-    Prompt,
-    Retention,
-    Snapshot,
-    TokenCallback,
-    UnsupportedFeature,
-    WorkbenchError,
-)
+from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
+                        Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback,
+                        UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from . import Availability
 
 ENGINE = "llamacpp"

@@ -24,24 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..contract import (
-    Capabilities,
-    ContextExplanation,
-    ContextOverflow,
-    DecodeResult,
-    Manifest,
-    ManifestMismatch,
-    PrefixStatus,
-    Prompt,
-    Retention,
-    Snapshot,
-    TokenCallback,
-    UnsupportedFeature,
-    WorkbenchError,
-    common_prefix,
-    digest,
-    split_prompt,
-)
+from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest, ManifestMismatch,
+                        PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature, WorkbenchError,
+                        common_prefix, digest, split_prompt)
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the context a cell opens with where the model allows more
 _C = TypeVar("_C", bound="RequestCell")
@@ -217,6 +202,23 @@ class RequestCell(abc.ABC):
         if kind == "text":
             return self.tokenize(value, special=not continuation)
         return self._chat_tokens(value, continuation=continuation)
+
+    def _sampling_keywords(self, max_tokens: int, *, temperature: float, top_p: float, top_k: int, seed: int,
+                           stop: Sequence[str], json_schema: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The ``SamplingParams`` keywords both engines spell alike (greedy at temperature 0); a JSON schema
+        and stop strings need the tokenizer, and the engine adds its own structured-output keyword."""
+        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "temperature": max(temperature, 0.0)}
+        if temperature > 0:
+            if top_p < 1.0:
+                kw["top_p"] = top_p
+            if top_k > 0:
+                kw["top_k"] = top_k
+        if stop:
+            self._need_tokenizer("stop strings")
+            kw["stop"] = list(stop)
+        if json_schema is not None:
+            self._need_tokenizer("structured output")
+        return kw
 
     # ------------------------------------------------------------------ slots
 

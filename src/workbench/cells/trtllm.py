@@ -367,20 +367,9 @@ class TrtLlmCell(RequestCell):
 
     def _sampling(self, max_tokens: int, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                   seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None) -> Any:
-        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed}
-        if temperature <= 0:
-            kw["temperature"] = 0.0  # greedy
-        else:
-            kw["temperature"] = temperature
-            if top_p < 1.0:
-                kw["top_p"] = top_p
-            if top_k > 0:
-                kw["top_k"] = top_k
-        if stop:
-            self._need_tokenizer("stop strings")
-            kw["stop"] = list(stop)
+        kw = self._sampling_keywords(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                     stop=stop, json_schema=json_schema)
         if json_schema is not None:
-            self._need_tokenizer("structured output")
             if not self.opts.guided_decoding_backend:
                 raise UnsupportedFeature("structured output", ENGINE, "open the cell with guided_decoding_backend set")
             kw["guided_decoding"] = self._trt.llmapi.GuidedDecodingParams(json=dict(json_schema))
