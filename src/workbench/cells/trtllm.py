@@ -61,8 +61,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import environment, models
-from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, Retention,
-                        UnsupportedFeature)
+from ..contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
 from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
 from . import Availability, trtllm_guard
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
@@ -71,7 +70,6 @@ from .trtllm_guard import ENGINE, GuardRow, guard_failure, members, resolve
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MIN_DRAIN_TIMEOUT_S = 1.0  # 5 x the dispatch threads' 0.2 s sleep (executor/proxy.py, executor/worker.py)
 OPEN_SALT = "workbench-open-request"  # + a fresh id per open: the open request's blocks match nothing else
-_DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0}
 
 
 # --------------------------------------------------------------------------- options and model facts
@@ -152,28 +150,6 @@ class TrtLlmOptions:
         return Retention(self.retention_priority, self.retention_duration_ms)
 
 
-def hf_geometry(config: Mapping[str, Any]) -> tuple[KvGeometry, int | None]:
-    """KV geometry and context ceiling from a Hugging Face ``config.json`` (KV dtype = model dtype)."""
-    cfg = config.get("text_config") or config
-    try:
-        heads = int(cfg["num_attention_heads"])
-        geometry = KvGeometry(
-            layers=int(cfg["num_hidden_layers"]),
-            kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
-            dtype_bytes=_DTYPE_BYTES.get(_dtype_name(cfg) or _dtype_name(config) or "float16", 2.0),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise models.ModelSpecError(f"config.json lacks the attention geometry TensorRT-LLM needs ({e})") from e
-    ceiling = cfg.get("max_position_embeddings")
-    return geometry, None if ceiling is None else int(ceiling)
-
-
-def _dtype_name(cfg: Mapping[str, Any]) -> str | None:
-    name = cfg.get("torch_dtype") or cfg.get("dtype")
-    return None if name is None else str(name).removeprefix("torch.")
-
-
 def _adapter_rank(path: str) -> int:
     try:
         return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
@@ -237,7 +213,7 @@ class TrtLlmCell(RequestCell):
         self.model = model
         self.opts = opts
         self.version = str(trt.__version__)
-        self.geometry, self.context_ceiling = hf_geometry(config)
+        self.geometry, self.context_ceiling = models.hf_geometry(config)  # KV dtype: the model's
         self._vocab_size = config.get("vocab_size")
         self._eos = _first_int(config.get("eos_token_id"))
         ceiling = self.context_ceiling or DEFAULT_CONTEXT_TOKENS
@@ -517,5 +493,4 @@ __all__ = [
     "MIN_DRAIN_TIMEOUT_S",
     "TrtLlmCell",
     "TrtLlmOptions",
-    "hf_geometry",
 ]

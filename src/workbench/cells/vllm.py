@@ -58,7 +58,6 @@ INSTALL_HINT = (
     "then `pip uninstall -y torchvision torchaudio torchcodec`, whose PyPI builds do not match the CPU torch); "
     "on a machine with an NVIDIA GPU, plain `pip install vllm`; `make setup` does the CPU install where it can"
 )
-_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 _ENV = {  # set while the engine starts: its processes inherit them
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared machine; threads from OMP_NUM_THREADS
     "HF_HUB_OFFLINE": "1",  # local directories only
@@ -247,20 +246,12 @@ def _check_cpu_head_size(config: Mapping[str, Any]) -> None:
         return
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    head = hf_geometry(config, 2.0).head_dim
+    head = models.hf_geometry(config)[0].head_dim
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
         raise UnsupportedFeature(f"head dim {head}", ENGINE,
                                  f"vLLM's CPU attention runs head sizes {sizes} "
                                  "(vllm/v1/attention/backends/cpu_attn.py); use synthetic:cpu (head dim 64)")
-
-
-def hf_geometry(config: Mapping[str, Any], dtype_bytes: float) -> KvGeometry:
-    heads = int(config["num_attention_heads"])
-    return KvGeometry(layers=int(config["num_hidden_layers"]),
-                      kv_heads=int(config.get("num_key_value_heads") or heads),
-                      head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
-                      dtype_bytes=dtype_bytes)
 
 
 # --------------------------------------------------------------------------- the cell
@@ -323,8 +314,9 @@ class VllmCell(RequestCell):
         self._vocab_size = int(config["vocab_size"])
         eos = config.get("eos_token_id")
         self._eos = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
-        ceiling = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT_TOKENS)
-        bpt = hf_geometry(config, _DTYPE_BYTES.get(self._dtype_name(config, opts), 2.0)).bytes_per_token
+        geometry, ceiling = models.hf_geometry(config, self._dtype_name(config, opts))
+        ceiling = ceiling or DEFAULT_CONTEXT_TOKENS
+        bpt = geometry.bytes_per_token
         budget = opts.kv_budget_bytes // bpt if opts.kv_budget_bytes is not None else opts.kv_budget_tokens
         # vLLM refuses to start when one max_model_len sequence would not fit the pool: a small budget
         # caps the context (as llama.cpp's n_ctx is its budget); the null block holds nothing
@@ -407,10 +399,7 @@ class VllmCell(RequestCell):
 
     @staticmethod
     def _dtype_name(config: Mapping[str, Any], opts: VllmOptions) -> str:
-        if opts.dtype != "auto":
-            return opts.dtype
-        name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-        return str(name).removeprefix("torch.")
+        return opts.dtype if opts.dtype != "auto" else models.hf_dtype(config) or "bfloat16"
 
     def _stop(self) -> None:
         if self._llm is not None:
@@ -532,7 +521,7 @@ class VllmCell(RequestCell):
         dtype = str(mc.dtype).removeprefix("torch.") if cc.cache_dtype == "auto" else str(cc.cache_dtype)
         geometry = KvGeometry(layers=mc.get_num_layers(vc.parallel_config),
                               kv_heads=mc.get_num_kv_heads(vc.parallel_config), head_dim=mc.get_head_size(),
-                              dtype_bytes=_DTYPE_BYTES.get(dtype, 2.0))
+                              dtype_bytes=models.DTYPE_BYTES.get(dtype, 2.0))
         B = int(cc.block_size)
         capacity = self._usable_blocks() * B
         observers = ["request_counters"]
@@ -613,4 +602,4 @@ class VllmCell(RequestCell):
 
 
 
-__all__ = ["SURFACE", "VllmCell", "VllmOptions", "hf_geometry", "surface_rows"]
+__all__ = ["SURFACE", "VllmCell", "VllmOptions", "surface_rows"]
