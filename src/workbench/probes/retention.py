@@ -312,7 +312,8 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                        {"risk.retention_bias": "refuted" if len(plain) > 1 and lower_lost else "inconclusive"},
                        rests_on=rests)
     first = min(losses[k][top.label] for k in top_lost)
-    lost_in = f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}"
+    lost_in = (f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}" if n > 1
+               else "in its one repeat")
     if len(plain) < 2:
         order = "with one priority arm only, so no order is shown"
     elif ordered:
