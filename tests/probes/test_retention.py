@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
+
+from workbench import probes
 from workbench.cells.llamacpp import LlamaCppCell
 from workbench.probes.retention import Arm, Params, absence, verdict
 
@@ -30,6 +33,21 @@ def test_a_prefix_removed_inside_the_engine_mid_fill_is_reported_lost(run_probe,
     assert f.verdict == "refuted" and f.metric("silent_evictions") == 32
     # audit #13: a loss on an engine with no LRU says nothing of priority merely biasing LRU
     assert f.claim_verdicts["risk.retention_bias"] == "inconclusive"
+
+
+def test_on_the_tensorrt_llm_double_fillers_sit_at_the_default_priority_and_each_arm_keeps_its_own(fake_trt, tmp_path):
+    """The double evicts as 1.2 does (strictly by priority, LRU within one; a re-request that names a priority
+    overwrites the cached blocks', tests/cells/test_trtllm_double.py). The cell names its own default retention
+    (100) on every request, so fillers went in at 100 and each re-request re-pinned the prefix at 100: every arm
+    read alike, "no effect of priority". Fillers now name the engine default (35), re-requests the arm's own."""
+    f = probes.run("retention.pinning_under_pressure", engine="trtllm", isolated=False,
+                   model=str(model_dir(tmp_path, vocab_size=32000)),
+                   params={"prefix_tokens": 64, "capacity_tokens": 256, "pressure": "0.5,1,2,4", "filler_slots": 4,
+                           "filler_fraction": 0.5, "expiry_ms": 0, "repeats": 2, "priorities": "20,35,100"},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    assert {r["repeat"] for r in f.evidence["rows"]} == {0, 1}
+    assert [n.endswith("→ priorities ordered") for n in f.evidence["notes"][:2]] == [True, True]
+    assert f.verdict == "confirmed" and f.claim_verdicts["risk.retention_bias"] == "refuted"
 
 
 # --------------------------------------------------------------------------- the rules, row by row
@@ -131,6 +149,12 @@ def test_eviction_out_of_priority_order_is_no_order():
     assert o.claim_verdicts["risk.retention_bias"] == "inconclusive"
 
 
+def test_two_priorities_alike_above_a_lower_one_is_no_order():
+    o = verdict(_ramp({"p35": 0.5, "p60": 4.0, "p100": 4.0}), P, ARMS)
+    assert "partly tied, partly tied, partly tied" in o.summary and "orders eviction" not in o.summary
+    assert o.claim_verdicts["risk.retention_bias"] == "inconclusive"
+
+
 def test_the_rule_reads_the_arms_by_priority_whatever_order_they_ran_in():
     o = verdict(_ramp(ORDERED), P, list(reversed(ARMS)))
     assert o.claim_verdicts["risk.retention_bias"] == "confirmed" and "orders eviction" in o.summary
@@ -170,8 +194,6 @@ def test_audit_7_a_single_arm_is_not_out_of_order():
 
 def test_repeats_must_be_positive():
     import pytest
-
-    from workbench import probes
 
     with pytest.raises(probes.ParamError, match="repeats"):
         probes.parse_params(probes.get("retention.pinning_under_pressure"), {"repeats": 0})

@@ -66,6 +66,12 @@ class Arm:
 
 # Fewer repeats than this cannot show that an order (or a tie) between priorities is consistent.
 MIN_REPEATS = 2
+# TensorRT-LLM's default retention priority (kDefaultRetentionPriority, cpp/include/tensorrt_llm/executor/executor.h):
+# what a block gets when its request names none. A cell attaches its own default retention to every request (the
+# TensorRT-LLM cell's is its EnsurePrefix pin, 100), so the fillers name this one. And a request that matches
+# cached blocks overwrites their priority with the one it names (WindowBlockManager::loadOrAllocateBlocks →
+# claimBlock), so every re-request of the prefix names the arm's own retention, or it would re-pin every arm.
+DEFAULT_PRIORITY = 35
 
 
 class PinningUnderPressure(Probe):
@@ -114,21 +120,21 @@ class PinningUnderPressure(Probe):
             free = d.kv_capacity_tokens - p.prefix_tokens
             filler = max(1, int(free * p.filler_fraction))
             prefix = token_ids(rng, p.prefix_tokens, d)
-            salt = fresh_salt("pinned")
-            cell.ensure_prefix(prefix, slot=0, salt=salt, retention=Retention(arm.priority, arm.duration_ms))
+            salt, kept, plain = fresh_salt("pinned"), Retention(arm.priority, arm.duration_ms), Retention(DEFAULT_PRIORITY)
+            cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept)
             pinned_hashes = _stored_hashes(cell.drain_kv_events()) if has_events else set()
-            baseline = cell.ensure_prefix(prefix, slot=0, salt=salt).reused_tokens
+            baseline = cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept).reused_tokens
             if arm.duration_ms:
                 time.sleep(2 * arm.duration_ms / 1000)
             rows, sent, start = [], 0.0, 0
             for ratio in sorted(p.pressure):
                 load = int(round(ratio * free - sent))
                 sent += load
-                pr = apply_pressure(cell, load, filler, list(range(1, 1 + p.filler_slots)), rng, d, start)
+                pr = apply_pressure(cell, load, filler, list(range(1, 1 + p.filler_slots)), rng, d, start, plain)
                 start += pr.submitted
                 removed = _removed_hashes(cell.drain_kv_events()) if has_events else set()
                 held = cell.resident_tokens(slot=0) if readback else None
-                elapsed, st = timed(cell.ensure_prefix, prefix, slot=0, salt=salt)
+                elapsed, st = timed(cell.ensure_prefix, prefix, slot=0, salt=salt, retention=kept)
                 if has_events:
                     removed |= _removed_hashes(cell.drain_kv_events())
                 rows.append({
@@ -184,9 +190,12 @@ def pair_order(rows: list[dict], lower: Arm, higher: Arm) -> str:
 
 def repeat_order(rows: list[dict], plain: list[Arm]) -> str:
     """One repeat's order of the priority arms (by priority): ``ordered`` when each curve dominates the one
-    below it, ``tied`` when all are equal, else ``crossed``."""
+    below it, ``tied`` when all are equal, ``crossed`` when one falls below a lower priority's, else
+    ``partly tied``."""
     pairs = {pair_order(rows, a, b) for a, b in zip(plain, plain[1:])}
-    return "ordered" if pairs == {"ordered"} else "tied" if pairs == {"tied"} else "crossed"
+    if len(pairs) == 1:
+        return next(iter(pairs))
+    return "crossed" if "crossed" in pairs else "partly tied"
 
 
 def absence(rows: list[dict], why: str) -> Outcome:
