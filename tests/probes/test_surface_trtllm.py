@@ -60,3 +60,10 @@ def test_two_releases_of_the_double_one_without_a_field_confirm_churn_with_the_c
                          "change": "llmapi.llm_args.TorchLlmArgs [guided]: guided_decoding_backend gone"}]
     same = surface.churn_verdict({"1.2.1": before, "1.2.2": before})
     assert same.verdict == "refuted"
+
+
+def test_one_survey_leaves_churn_inconclusive_and_says_what_it_needs(fake_trt):
+    out = surface.ContractMapping().run(ProbeContext("trtllm", "unused"), surface.NoParams())
+    assert out.claim_verdicts["risk.version_churn"] == "inconclusive"
+    assert any("≥2 TensorRT-LLM versions" in n and "only 1.2.1" in n for n in out.notes)
+    assert out.claim_verdicts["entry.contract_table"] == "partial"  # existence and names alone: never confirmed

@@ -220,22 +220,19 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
         notes += [f"guard {r['guard']} [{r['feature']}]: {r['status']}, {r['detail']}" for r in guard if not r["ok"]]
     if own_table:
         notes.append("version churn is about TensorRT-LLM releases; this survey reads none")
-        churn = {"risk.version_churn": "inconclusive"}
-    else:  # one survey, one version: the cross-version rule says what it needs
-        one = churn_verdict({str(rows[0].get("version")) if rows else "?": signature_table(rows)})
-        notes.append(f"version churn: {one.summary}")
-        churn = {"risk.version_churn": one.verdict}
-    if own_table:
-        per_claim = {r["claim"]: "not-applicable" for r in table} | churn | {"entry.contract_table": "not-applicable"}
+        per_claim = ({r["claim"]: "not-applicable" for r in table}
+                     | {"risk.version_churn": "inconclusive", "entry.contract_table": "not-applicable"})
         said = (f"all {len(table)} of its own rows' C functions are exported with the expected parameter names"
                 if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed C functions")
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the table written for {LLAMACPP_EXPECTED_AGAINST}).",
                        metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+    one = churn_verdict({str(rows[0].get("version")) if rows else "?": signature_table(rows)})  # one version
+    notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
     per_claim = {r["claim"]: ("inconclusive" if not r["mechanism_count"] else "partial" if r["ok"] else "refuted")
-                 for r in table} | churn
+                 for r in table} | {"risk.version_churn": one.verdict}
     if not broken:
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
