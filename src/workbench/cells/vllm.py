@@ -56,6 +56,7 @@ from ..contract import (
     EngineUnavailable,
     KvEvent,
     KvGeometry,
+    KvMemory,
     Manifest,
     ManifestMismatch,
     PrefixStatus,
@@ -284,6 +285,28 @@ def hf_geometry(config: Mapping[str, Any], dtype_bytes: float) -> KvGeometry:
                       kv_heads=int(config.get("num_key_value_heads") or heads),
                       head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
                       dtype_bytes=dtype_bytes)
+
+
+def _worker_kv_memory(worker: Any) -> dict:
+    """Run inside a vLLM worker (``LLM.collective_rpc``): the bytes of the KV tensors its model runner allocated,
+    each backing storage once (layers may share one), and the bytes one token takes by the runner's
+    ``kv_cache_config``. vLLM 0.32: ``vllm/v1/worker/gpu_model_runner.py`` ``initialize_kv_cache`` keeps
+    ``self.kv_cache_config`` and binds each layer's tensor to ``static_forward_context[layer].kv_cache``
+    (``vllm/v1/worker/utils.py`` ``bind_kv_cache``); ``vllm/v1/kv_cache_interface.py`` ``KVCacheConfig``
+    (``num_blocks``, ``kv_cache_groups``) and the spec's ``page_size_bytes`` (one block of one layer)."""
+    runner = worker.model_runner
+    storages: dict[int, int] = {}
+    for ctx in runner.compilation_config.static_forward_context.values():
+        kv = getattr(ctx, "kv_cache", None)
+        for t in kv if isinstance(kv, (list, tuple)) else [kv]:
+            if hasattr(t, "untyped_storage"):
+                st = t.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+    cfg = runner.kv_cache_config
+    per_token = sum(g.kv_cache_spec.page_size_bytes * len(g.layer_names) / g.kv_cache_spec.block_size
+                    for g in cfg.kv_cache_groups)
+    return {"tensor_bytes": sum(storages.values()), "tensors": len(storages), "num_blocks": int(cfg.num_blocks),
+            "bytes_per_token": per_token}
 
 
 def adapter_digest(path: str) -> str:
@@ -816,6 +839,19 @@ class VllmCell:
                 if e.kind == "stored":
                     stored.update(e.block_hashes)
         raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
+
+    def kv_memory(self) -> KvMemory:
+        """The KV bytes the engine allocated and its bytes per token (``capacity`` observer), from each worker
+        (``LLM.collective_rpc``, :func:`_worker_kv_memory`), never from config.json's geometry."""
+        self._check_open()
+        got = self._llm.collective_rpc(_worker_kv_memory)
+        pool = sum(w["tensor_bytes"] for w in got)
+        per_token = sum(w["bytes_per_token"] for w in got)
+        w = got[0]
+        return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
+                        how=f"the worker's KV tensors ({w['tensors']} allocations, {pool} bytes in all, "
+                            f"{w['num_blocks']} blocks in kv_cache_config); per token: Σ page_size_bytes × layers / "
+                            f"block_size over kv_cache_groups ({len(got)} worker(s))")
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
