@@ -765,14 +765,13 @@ class LlamaCppCell:
                 raise WorkbenchError("kv_memory needs slot 0 empty or some slot holding KV in the engine")
             self._eval(0, [self._ll.llama_vocab_bos(self._vocab)])
         try:
-            cells, per_cell = _state_kv_row_bytes(self.export_state(slot=slot))
+            _cells, per_cell = _state_kv_row_bytes(self.export_state(slot=slot))
         finally:
             if scratch:
                 self._truncate(0, 0)
         return KvMemory(bytes_per_token=per_cell, pool_bytes=None,
-                        how=f"K and V row sizes (k_size_row, v_size_row/v_size_el×n_embd_v_gqa, every layer) in "
-                            f"llama_state_seq_get_data of a {cells}-cell sequence; pool: cells filled until "
-                            "llama_decode refused")
+                        how="the K and V row sizes (k_size_row, v_size_row or v_size_el × n_embd_v_gqa, every "
+                            "layer) llama_state_seq_get_data writes for a sequence")
 
     def last_logits(self, *, slot: int = 0) -> list[float]:
         """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current

@@ -844,14 +844,16 @@ class VllmCell:
         """The KV bytes the engine allocated and its bytes per token (``capacity`` observer), from each worker
         (``LLM.collective_rpc``, :func:`_worker_kv_memory`), never from config.json's geometry."""
         self._check_open()
+        if not self._inprocess:  # a callable crosses to engine-core processes only with insecure serialization on
+            raise UnsupportedFeature("KV memory readback", ENGINE, "it runs a function in the worker, which vLLM "
+                                     "sends to separate processes only with VLLM_ALLOW_INSECURE_SERIALIZATION=1; "
+                                     "open the cell in-process (multiprocess=False)")
         got = self._llm.collective_rpc(_worker_kv_memory)
         pool = sum(w["tensor_bytes"] for w in got)
         per_token = sum(w["bytes_per_token"] for w in got)
-        w = got[0]
         return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
-                        how=f"the worker's KV tensors ({w['tensors']} allocations, {pool} bytes in all, "
-                            f"{w['num_blocks']} blocks in kv_cache_config); per token: Σ page_size_bytes × layers / "
-                            f"block_size over kv_cache_groups ({len(got)} worker(s))")
+                        how="the storage of each worker's KV tensors (each backing allocation once); per token: "
+                            "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..contract import UnsupportedFeature
 from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, param
 
 BUDGETS = (256, 300, 1000.5, 1536, 2500)
@@ -60,7 +61,8 @@ class BudgetPolicy(Probe):
 
 def _capacity(cell, d) -> tuple[int, str]:
     if "capacity" in d.observers:
-        return cell.measure_capacity(), "filled until the engine refused or evicted"
+        absent = "eviction" in d.absent  # an engine that never evicts refuses instead
+        return cell.measure_capacity(), f"filled until the engine {'refused' if absent else 'evicted'}"
     if "kv_events" in d.observers:
         created = [e for e in cell.drain_kv_events() if e.kind == "created"]
         if created and created[0].num_blocks:
@@ -70,7 +72,12 @@ def _capacity(cell, d) -> tuple[int, str]:
 
 def _memory(cell, d):
     """The engine's statement of its KV bytes, or None where the cell has no channel to it."""
-    return cell.kv_memory() if "capacity" in d.observers else None
+    if "capacity" not in d.observers:
+        return None
+    try:
+        return cell.kv_memory()
+    except UnsupportedFeature:
+        return None
 
 
 def budget_row(budget: int, tokens: float, reported: int, measured: int, how: str, geometry_bpt: int, memory,
@@ -111,8 +118,8 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
         worst = max(rows, key=lambda r: abs(r["measured_capacity_tokens"] - r["budget_tokens"]))
         metrics = {"budget_bytes": worst["budget_bytes"], "measured_capacity_tokens": worst["measured_capacity_tokens"],
                    "kv_bytes_per_token": worst["kv_bytes_per_token"]}
-        return Outcome("inconclusive", f"The engine stated no KV bytes for {len(unread)}/{len(rows)} budgets (its cell "
-                       "has no kv_memory channel); capacity in tokens times the config's geometry would be the "
+        return Outcome("inconclusive", f"The engine stated no KV bytes for {len(unread)}/{len(rows)} budgets (the cell "
+                       "has no channel to them here); capacity in tokens times the config's geometry would be the "
                        "workbench's arithmetic, so the byte budget cannot be graded.", metrics, rows, notes)
     over = max(rows, key=lambda r: r["overshoot"])
     short = min(rows, key=lambda r: r["capacity_error"])
@@ -158,5 +165,5 @@ def _note(r: dict) -> str:
     if r["engine_kv_bytes"] is None:
         return head + "; the engine stated no KV bytes"
     log = r["log_kv_buffer_bytes_rounded"]
-    return (head + f"; engine KV {r['engine_kv_bytes']:,.0f} B ({r['overshoot']:+.1%} over the budget), usable "
+    return (head + f"; engine KV {r['engine_kv_bytes']:,.0f} B ({r['overshoot']:+.1%} against the budget), usable "
             f"{r['capacity_error']:+.1%}" + (f"; engine log ≈{log:,} B, rounded to 0.01 MiB" if log else ""))
