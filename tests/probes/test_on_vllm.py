@@ -89,6 +89,8 @@ def test_connector_sees_the_engine_kv_tensors(tmp_path):
     f = run("connector.export_granularity", tmp_path, prefix_tokens=3 * B, shift=5)
     assert any("measured by the connector" in n for n in f.evidence["notes"])
     assert f.verdict == "refuted"  # no shifted import is offered
+    offers = [r for r in f.evidence["rows"] if r["method"] == "get_num_new_matched_tokens"]
+    assert len(offers) == 2 and all(r["shared_tokens"] is not None for r in offers)  # each read against its request
 
 
 def test_surface_probes_read_the_installed_package(tmp_path, monkeypatch):
