@@ -169,7 +169,8 @@ _DECLARED = [
        "KV bytes the engine took for a budget: the storage of its KV tensors (vLLM), or the cells it accepted before "
        "refusing × its stated bytes per cell (llama.cpp, which exposes no buffer size)"),
     _m("over_budget_bytes", "over budget", "bytes", "derived", "engine KV bytes − the byte budget"),
-    _m("kv_buffer_bytes", "KV buffer", "bytes", "engine", "size of the engine's KV buffer, as the engine reports it"),
+    _m("kv_buffer_bytes", "KV buffer", "bytes", "engine",
+       "size of the engine's KV buffer, as the engine's log states it (llama.cpp: in MiB rounded to 0.01)"),
     _m("capacity_error", "capacity error", "ratio", "derived",
        "(capacity accepted × engine bytes per token − budget) / budget, the worst over the budgets"),
     _m("max_overshoot", "max overshoot", "ratio", "derived",
@@ -186,7 +187,7 @@ _DECLARED = [
     _m("shifted_import_exact", "shifted import exact", "bool", "engine",
        "shifted import continues with identical greedy tokens"),
     _m("shifted_logits_max_abs_diff", "shifted logits Δmax", "logit", "engine",
-       "largest |logit| difference after a shifted import against the original"),
+       "largest |logit| difference after a shifted import against the same tokens computed cold in the source"),
     _m("restored_identical", "restore identical", "bool", "engine",
        "restored state continues with identical greedy tokens"),
     _m("subrange_export", "sub-range export", "bool", "engine",
