@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
 from workbench.contract import KvMemory
 from workbench.probes import at_most_inconclusive_without_engine
@@ -92,3 +95,28 @@ def test_the_verdict_rests_on_engine_read_bytes():
 def test_params_are_checked():
     with pytest.raises(ValueError):
         Params(tolerance=0.3, max_overshoot=0.2)
+
+
+def test_on_tensorrt_llm_the_pool_tensor_handed_to_the_connector_states_the_bytes(fake_trt, tmp_path):
+    """No capacity observer there: the primary pool the engine registers with a KV connector is its KV memory
+    (the double hands over a pool of 1.2's shape; only the reading is checked, no finding is made)."""
+    from workbench.cells import trtllm as trtllm_cell
+    from workbench.probes.capacity import _memory
+
+    with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)), kv_budget_tokens=256, connector="record") as c:
+        d = c.describe()
+        m = _memory(c, d)
+        pool = next(x["args"] for x in c.connector_log() if x["method"] == "register_kv_caches")
+    assert "capacity" not in d.observers and m.pool_bytes == pool["bytes"] == math.prod(pool["shape"]) * 2
+    assert m.bytes_per_token == m.pool_bytes / (pool["shape"][0] * d.block_tokens)
+    with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path, name="plain")), kv_budget_tokens=256) as c:
+        assert _memory(c, c.describe()) is None  # without the recording connector there is no channel
+
+
+def test_pool_memory_needs_exactly_one_pool_with_its_bytes():
+    from workbench.probes.capacity import pool_memory
+
+    one = {"method": "register_kv_caches", "args": {"shape": [8, 2, 2, 2048], "bytes": 8 * 2 * 2 * 2048 * 2}}
+    assert pool_memory([one], 32).bytes_per_token == 2 * 2 * 2048 * 2 / 32
+    assert pool_memory([one, one], 32) is None and pool_memory([], 32) is None
+    assert pool_memory([{"method": "register_kv_caches", "args": {"shape": [8], "bytes": None}}], 32) is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import UnsupportedFeature
+from ..contract import KvMemory, UnsupportedFeature
 from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, param
 
 BUDGETS = (256, 300, 1000.5, 1536, 2500)
@@ -46,12 +46,17 @@ class BudgetPolicy(Probe):
         with ctx.open(kv_budget_tokens=int(min(BUDGETS))) as probe_cell:
             d = probe_cell.describe()
             memory = _memory(probe_cell, d)
+        # without a capacity observer, the pool tensor the engine hands a KV connector states its bytes
+        opts = {"connector": "record"} if "capacity" not in d.observers and "connector" in d.observers else {}
+        if opts:
+            with ctx.open(kv_budget_tokens=int(min(BUDGETS)), **opts) as probe_cell:
+                memory = _memory(probe_cell, probe_cell.describe())
         # the budgets are sized in the engine's own bytes per token where it states them
         bpt = memory.bytes_per_token if memory is not None else d.geometry.bytes_per_token
         rows = []
         for tokens in BUDGETS:
             budget = round(tokens * bpt)
-            with ctx.open(kv_budget_bytes=budget) as cell:
+            with ctx.open(kv_budget_bytes=budget, **opts) as cell:
                 d = cell.describe()
                 measured, how = _capacity(cell, d)
                 rows.append(budget_row(budget, tokens, d.kv_capacity_tokens, measured, how,
@@ -70,14 +75,30 @@ def _capacity(cell, d) -> tuple[int, str]:
     raise NotRunnable("the cell offers neither a capacity measurement nor KV events; capacity would be a config echo")
 
 
-def _memory(cell, d):
+def _memory(cell, d) -> KvMemory | None:
     """The engine's statement of its KV bytes, or None where the cell has no channel to it."""
-    if "capacity" not in d.observers:
-        return None
     try:
-        return cell.kv_memory()
+        if "capacity" in d.observers:
+            return cell.kv_memory()
+        if "connector" in d.observers:
+            return pool_memory(cell.connector_log(), d.block_tokens)
     except UnsupportedFeature:
         return None
+    return None
+
+
+def pool_memory(log: list[dict], block_tokens: int) -> KvMemory | None:
+    """TensorRT-LLM: the KV bytes of the one primary pool tensor the engine hands a KV connector
+    (``register_kv_caches``; shape [primary blocks, layers, 2, kv_heads · tokens_per_block · head_dim],
+    ``kv_cache_manager.get_unique_primary_pool()`` in ``PyExecutor._maybe_init_kv_connector_manager``,
+    tensorrt_llm/_torch/pyexecutor/py_executor.py, 1.2 line). None unless exactly one pool with its bytes."""
+    pools = [c.get("args", {}) for c in log if c.get("method") == "register_kv_caches"]
+    if len(pools) != 1 or not pools[0].get("bytes") or not pools[0].get("shape"):
+        return None
+    pool = pools[0]
+    return KvMemory(bytes_per_token=pool["bytes"] / (pool["shape"][0] * block_tokens), pool_bytes=int(pool["bytes"]),
+                    how="the primary pool tensor the engine handed the KV connector (register_kv_caches: "
+                        "numel × element size); per token: its bytes / (its blocks × tokens_per_block)")
 
 
 def budget_row(budget: int, tokens: float, reported: int, measured: int, how: str, geometry_bpt: int, memory,

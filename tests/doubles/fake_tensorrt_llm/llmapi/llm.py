@@ -87,8 +87,18 @@ class _Request:
 
 
 class _Tensor:
+    """What the connector is handed of the primary pool: a ``torch.Tensor``'s shape, dtype and byte count."""
+
+    _SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, dtype
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self._SIZES[self.dtype]
 
 
 class LLM:
