@@ -44,7 +44,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import models
-from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, Retention,
+from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
 from . import Availability
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
@@ -252,6 +252,28 @@ def _check_cpu_head_size(config: Mapping[str, Any]) -> None:
         raise UnsupportedFeature(f"head dim {head}", ENGINE,
                                  f"vLLM's CPU attention runs head sizes {sizes} "
                                  "(vllm/v1/attention/backends/cpu_attn.py); use synthetic:cpu (head dim 64)")
+
+
+def _worker_kv_memory(worker: Any) -> dict:
+    """Run inside a vLLM worker (``LLM.collective_rpc``): the bytes of the KV tensors its model runner allocated,
+    each backing storage once (layers may share one), and the bytes one token takes by the runner's
+    ``kv_cache_config``. vLLM 0.32: ``vllm/v1/worker/gpu_model_runner.py`` ``initialize_kv_cache`` keeps
+    ``self.kv_cache_config`` and binds each layer's tensor to ``static_forward_context[layer].kv_cache``
+    (``vllm/v1/worker/utils.py`` ``bind_kv_cache``); ``vllm/v1/kv_cache_interface.py`` ``KVCacheConfig``
+    (``num_blocks``, ``kv_cache_groups``) and the spec's ``page_size_bytes`` (one block of one layer)."""
+    runner = worker.model_runner
+    storages: dict[int, int] = {}
+    for ctx in runner.compilation_config.static_forward_context.values():
+        kv = getattr(ctx, "kv_cache", None)
+        for t in kv if isinstance(kv, (list, tuple)) else [kv]:
+            if hasattr(t, "untyped_storage"):
+                st = t.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+    cfg = runner.kv_cache_config
+    per_token = sum(g.kv_cache_spec.page_size_bytes * len(g.layer_names) / g.kv_cache_spec.block_size
+                    for g in cfg.kv_cache_groups)
+    return {"tensor_bytes": sum(storages.values()), "tensors": len(storages), "num_blocks": int(cfg.num_blocks),
+            "bytes_per_token": per_token}
 
 
 # --------------------------------------------------------------------------- the cell
@@ -600,6 +622,26 @@ class VllmCell(RequestCell):
                     stored.update(e.block_hashes)
         raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
 
+    def kv_memory(self) -> KvMemory:
+        """The KV bytes the engine allocated and its bytes per token (``capacity`` observer), from each worker
+        (``LLM.collective_rpc``, :func:`_worker_kv_memory`), never from config.json's geometry."""
+        self._check_open()
+        if not self._inprocess:  # a callable crosses to engine-core processes only with insecure serialization on
+            raise UnsupportedFeature("KV memory readback", ENGINE, "it runs a function in the worker, which vLLM "
+                                     "sends to separate processes only with VLLM_ALLOW_INSECURE_SERIALIZATION=1; "
+                                     "open the cell in-process (multiprocess=False)")
+        got = self._llm.collective_rpc(_worker_kv_memory)
+        pool = sum(w["tensor_bytes"] for w in got)
+        per_token = sum(w["bytes_per_token"] for w in got)
+        return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
+                        how="the storage of each worker's KV tensors (each backing allocation once); per token: "
+                            "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
+
+    def connector_log(self) -> list[dict]:
+        """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
+        if self._connector is None:
+            raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
+        return self._connector.read()
 
 
 __all__ = ["SURFACE", "VllmCell", "VllmOptions", "surface_rows"]
