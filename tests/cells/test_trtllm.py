@@ -494,7 +494,7 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
         c.ensure_prefix([3] * 70)
         c.ensure_prefix([3] * 70)
         log = c.connector_log()  # engine init, then the two requests (ids 1 and 2; 0 was the open request)
-        assert log[0]["method"] == "register_kv_caches" and log[0]["args"]["shape"][1:] == [2, 2, 64 * 32]
+        assert log[0]["method"] == "register_kv_caches" and log[0]["args"]["shape"][1:] == [2, 2, 2 * 16 * 32]  # layers, K/V, kv_heads·head_dim·block
         assert {e["args"].get("request_id") for e in log} == {None, 1, 2}
         calls = [e["method"] for e in log]
         matched = [e["args"] for e in log if e["method"] == "get_num_new_matched_tokens"]

@@ -37,9 +37,11 @@ The engine itself is a toy with the documented observable shapes:
 
 import dataclasses
 import importlib
+import json
 import math
 import threading
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, List, Optional
 
 from ..bindings import KvCacheMetrics, RequestPerfMetrics, TimingMetrics
@@ -138,8 +140,17 @@ class LLM:
             mod = importlib.import_module(cfg.connector_module)
             self.scheduler = getattr(mod, cfg.connector_scheduler_class)(self.args)
             self.worker = getattr(mod, cfg.connector_worker_class)(self.args)
-            self.worker.register_kv_caches(_Tensor((self.capacity_blocks, LAYERS, 2, 64 * self.tpb), "bfloat16"))
+            self.worker.register_kv_caches(_Tensor((self.capacity_blocks, LAYERS, 2, self._kv_width() * self.tpb),
+                                                   "bfloat16"))
         LLM.instances.append(self)
+
+    def _kv_width(self) -> int:
+        """K (or V) elements per token of one layer, from the model's config.json: the primary pool is
+        [blocks, layers, kv_factor 2, kv_heads · head_dim · tokens_per_block] (``get_unique_primary_pool``,
+        ``tensorrt_llm/_torch/pyexecutor/resource_manager.py``; the shape from ``WindowBlockManager::allocatePools``)."""
+        cfg = json.loads((Path(self.args.model) / "config.json").read_text())
+        heads = cfg["num_attention_heads"]
+        return cfg.get("num_key_value_heads", heads) * cfg.get("head_dim", cfg["hidden_size"] // heads)
 
     # ----------------------------------------------------------------- the documented API
 
@@ -257,12 +268,14 @@ class LLM:
         new_blocks, new_parent = [], None
         for i, (h, block) in enumerate(zip(hashes, full)):
             start = i * self.tpb
-            prio = next((r.priority for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), 35)
+            # the range covering the block's first token, else nullopt (getPerBlockRetentionPriorityDuration)
+            given = next((r.priority for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), None)
             if h in self.stored:
                 self.stored[h][1] = self.iteration
-                if prio != 35:  # claimBlock overwrites the priority only when the request gives one
-                    self.stored[h][0] = prio
+                if given is not None:  # claimBlock overwrites only when the request gave a value, 35 included
+                    self.stored[h][0] = given  # (kvCacheManager.cpp, WindowBlockManager::loadOrAllocateBlocks)
                 continue
+            prio = 35 if given is None else given  # a new context block: its range's priority, or the default
             self._evict_for_one()
             self.stored[h] = [prio, self.iteration]
             self.block_keys[h] = (parents[i], tuple(block))
