@@ -10,15 +10,19 @@ the notebook), the report gets divs whose ids the caller chooses and plotly.js i
 from __future__ import annotations
 
 import json
+import textwrap
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
+import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
 from . import metrics
 from .findings import Finding
+from .standing import model_of
 
 VERDICT_COLOURS = {
     "confirmed": "#2e7d32",
@@ -232,6 +236,126 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
         figs.append((name, fig))
     return figs
+
+
+def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, go.Figure]]:
+    """Each figure ``probe`` declares, as one figure with a panel per finding: the engines side by side.
+
+    ``findings`` are the ones that stand (:func:`workbench.report.standing_findings` picks them by
+    :mod:`workbench.standing`'s rule); each of ``engines`` without one still gets a panel that says so, so
+    the reader sees every engine, and a not-run finding's panel gives its reason. Panels run the claims'
+    subject engine first, then the references by name; each is drawn by the probe's own builder.
+    """
+    from . import probes
+
+    declared = figures_of(probe)
+    if not declared:
+        return []
+    subject = probes.get(probe).claim.subject
+    present = {f.engine for f in findings}
+    columns: list[tuple[str, Finding | None]] = sorted(
+        [(f.engine, f) for f in findings] + [(e, None) for e in dict.fromkeys(engines) if e not in present],
+        key=lambda c: (c[0] != subject, c[0]))  # stable: an engine's versions and models keep the given order
+    titles = [_panel_title(engine, f, subject) for engine, f in columns]
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded"
+                       for _, f in columns if f is not None and f.evidence.get("rows")})
+    how = f"workbench probe {probe} · " + ("; ".join(hardware) if hardware else "nothing ran")
+    out = []
+    for name, build in declared:
+        panels = [_panel(build, probe, engine, f) for engine, f in columns]
+        title = build([]).layout.title.text  # every builder titles even an empty figure
+        out.append((name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
+    return out
+
+
+def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
+    role = "subject" if engine == subject else "reference"
+    if f is None:
+        return f"<b>{engine}</b> · {role}<br>no finding"
+    version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
+    return f"<b>{engine}</b> {version} · {role}<br>{model_of(f)} · {f.verdict}"
+
+
+def _wrapped(text: str) -> str:
+    return "<br>".join(textwrap.wrap(text, 48))
+
+
+def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
+    """One engine's panel as a figure of its own: the builder's, or one that says why there is nothing.
+
+    A not-run finding's reason is said here once (not in the panel's title); a finding whose rows hold
+    nothing this figure draws (e.g. an engine with no eviction has no pressure sweep) says its verdict."""
+    if f is None:
+        return empty("", f"no {engine} finding here<br>workbench probe {probe} --engine {engine}")
+    rows = f.evidence.get("rows", [])
+    if not rows:
+        return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
+    fig = build(rows)
+    if not fig.data:
+        said = "<br>".join(a.text for a in fig.layout.annotations) or "nothing to draw"
+        return empty("", f"{said}<br><br>" + _wrapped(f"{f.verdict}: {f.reason or f.summary}"))
+    return fig
+
+
+def _ref(ref: str | None, axis: str, col: int) -> str:
+    """An axis or paper reference of a one-panel figure, moved to subplot column ``col``."""
+    n = "" if col == 1 else str(col)
+    ref = ref or "paper"
+    if ref == "paper":
+        return f"{axis}{n} domain"
+    return ref.replace(axis, f"{axis}{n}", 1)
+
+
+def _moved(item: Any, col: int) -> dict:
+    d = item.to_plotly_json()
+    return d | {"xref": _ref(d.get("xref"), "x", col), "yref": _ref(d.get("yref"), "y", col)}
+
+
+def _numeric(trace: Any, axis: str) -> bool:
+    values = trace[axis]
+    return values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      for v in values if v is not None)
+
+
+def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> go.Figure:
+    """One row of subplots from one-panel figures: traces, axes, shapes and notes each moved to its column.
+
+    An axis that carries numbers in every drawn panel shows the same quantity in the same unit (one
+    builder drew them all), so it is shared; categorical axes (cases, lanes) stay each panel's own. A
+    series keeps one colour and one legend entry across panels.
+    """
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles), horizontal_spacing=0.07)
+    fig.update_annotations(font_size=12)  # the panel titles
+    for col, p in enumerate(panels, 1):
+        for t in p.data:
+            fig.add_trace(t, row=1, col=col)
+        for axis, update in (("xaxis", fig.update_xaxes), ("yaxis", fig.update_yaxes)):
+            update({k: v for k, v in p.layout[axis].to_plotly_json().items() if k not in ("domain", "anchor")},
+                   row=1, col=col)
+        for shape in p.layout.shapes:
+            fig.add_shape(_moved(shape, col))
+        for note in p.layout.annotations:
+            fig.add_annotation(_moved(note, col))
+    drawn = [col for col, p in enumerate(panels, 1) if p.data]
+    for axis, update in (("x", fig.update_xaxes), ("y", fig.update_yaxes)):
+        if len(drawn) > 1 and all(_numeric(t, axis) for col in drawn for t in panels[col - 1].data):
+            first = f"{axis}{'' if drawn[0] == 1 else drawn[0]}"
+            for col in drawn[1:]:
+                update(matches=first, row=1, col=col)
+                if axis == "y":
+                    update(title_text=None, row=1, col=col)  # shared: named once, on the first drawn panel
+    palette, colours = plotly.colors.qualitative.Plotly, {}
+    for t in fig.data:
+        first_seen = t.name not in colours
+        colours.setdefault(t.name, t.marker.color or palette[len(colours) % len(palette)])
+        t.update(legendgroup=t.name, showlegend=first_seen, marker_color=colours[t.name])
+        if "line" in t:
+            t.update(line_color=colours[t.name])
+    lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
+    fig.update_layout(template=TEMPLATE, title=title, height=460, barmode=lead.barmode,
+                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=110),
+                      legend=dict(orientation="h", x=0, y=-0.18, yanchor="top", title=None))
+    return fig
 
 
 @dataclass(frozen=True)
