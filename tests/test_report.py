@@ -129,7 +129,7 @@ def plotted(page: str) -> dict[str, dict]:
 
 
 def panel_titles(fig: dict) -> list[str]:
-    return [a["text"] for a in fig["layout"].get("annotations", []) if a.get("yref") == "paper"]
+    return [a["text"] for a in fig["layout"].get("annotations", []) if a.get("yanchor") == "bottom" and a["y"] == 1]
 
 
 def with_vllm(run_dir: Path, tmp_path: Path) -> Path:

@@ -48,7 +48,7 @@ def _figure(title: str, x: str, y: str) -> go.Figure:
 def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
     fig = _figure(title, "", "")
-    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -273,11 +273,12 @@ def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
     if f is None:
         return f"<b>{engine}</b> · {role}<br>no finding"
     version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
-    return f"<b>{engine}</b> {version} · {role}<br>{model_of(f)} · {f.verdict}"
+    return f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
 
 
-def _wrapped(text: str) -> str:
-    return "<br>".join(textwrap.wrap(text, 48))
+def _wrapped(text: str, width: int = 42) -> str:
+    """Plotly does not wrap text: a third of a page holds about 42 characters a line."""
+    return "<br>".join(textwrap.wrap(text, width))
 
 
 def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
@@ -292,23 +293,26 @@ def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Fig
         return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
     fig = build(rows)
     if not fig.data:
-        said = "<br>".join(a.text for a in fig.layout.annotations) or "nothing to draw"
-        return empty("", f"{said}<br><br>" + _wrapped(f"{f.verdict}: {f.reason or f.summary}"))
+        return empty("", "nothing in its rows for this figure<br><br>" + _wrapped(f"{f.verdict}: {f.reason or f.summary}"))
     return fig
 
 
-def _ref(ref: str | None, axis: str, col: int) -> str:
-    """An axis or paper reference of a one-panel figure, moved to subplot column ``col``."""
-    n = "" if col == 1 else str(col)
-    ref = ref or "paper"
-    if ref == "paper":
-        return f"{axis}{n} domain"
-    return ref.replace(axis, f"{axis}{n}", 1)
-
-
-def _moved(item: Any, col: int) -> dict:
+def _moved(item: Any, fig: go.Figure, col: int) -> dict:
+    """A shape or note of a one-panel figure, moved to column ``col`` of ``fig``: axis references renamed,
+    paper coordinates scaled into the column's domain (plotly.js lays out no axes, so no axis domain to
+    refer to, for a subplot without traces, such as a not-run panel)."""
     d = item.to_plotly_json()
-    return d | {"xref": _ref(d.get("xref"), "x", col), "yref": _ref(d.get("yref"), "y", col)}
+    n = "" if col == 1 else str(col)
+    for axis in ("x", "y"):
+        ref = d.get(f"{axis}ref") or "paper"
+        if ref != "paper":
+            d[f"{axis}ref"] = ref.replace(axis, f"{axis}{n}", 1)
+            continue
+        lo, hi = fig.layout[f"{axis}axis{n}"].domain
+        for k in (axis, f"{axis}0", f"{axis}1"):
+            if isinstance(d.get(k), (int, float)):
+                d[k] = lo + d[k] * (hi - lo)
+    return d
 
 
 def _numeric(trace: Any, axis: str) -> bool:
@@ -320,11 +324,15 @@ def _numeric(trace: Any, axis: str) -> bool:
 def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> go.Figure:
     """One row of subplots from one-panel figures: traces, axes, shapes and notes each moved to its column.
 
-    An axis that carries numbers in every drawn panel shows the same quantity in the same unit (one
-    builder drew them all), so it is shared; categorical axes (cases, lanes) stay each panel's own. A
-    series keeps one colour and one legend entry across panels.
+    Where the y axis carries numbers in every drawn panel it shows the same quantity in the same unit (one
+    builder drew them all), so it is shared and named once; categorical lanes stay each panel's own and get
+    room for their labels. x is never shared: engines sweep their own ranges (a timeline of a 135M model
+    on llama.cpp would flatten a synthetic one on vLLM). A series keeps one colour and one legend entry.
     """
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles), horizontal_spacing=0.07)
+    drawn = [col for col, p in enumerate(panels, 1) if p.data]
+    shared = len(drawn) > 1 and all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles),
+                        horizontal_spacing=0.07 if shared or not drawn else 0.13)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
         for t in p.data:
@@ -332,18 +340,13 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
         for axis, update in (("xaxis", fig.update_xaxes), ("yaxis", fig.update_yaxes)):
             update({k: v for k, v in p.layout[axis].to_plotly_json().items() if k not in ("domain", "anchor")},
                    row=1, col=col)
+        fig.update_xaxes(title_text=_wrapped(p.layout.xaxis.title.text or "", 50), row=1, col=col)
         for shape in p.layout.shapes:
-            fig.add_shape(_moved(shape, col))
+            fig.add_shape(_moved(shape, fig, col))
         for note in p.layout.annotations:
-            fig.add_annotation(_moved(note, col))
-    drawn = [col for col, p in enumerate(panels, 1) if p.data]
-    for axis, update in (("x", fig.update_xaxes), ("y", fig.update_yaxes)):
-        if len(drawn) > 1 and all(_numeric(t, axis) for col in drawn for t in panels[col - 1].data):
-            first = f"{axis}{'' if drawn[0] == 1 else drawn[0]}"
-            for col in drawn[1:]:
-                update(matches=first, row=1, col=col)
-                if axis == "y":
-                    update(title_text=None, row=1, col=col)  # shared: named once, on the first drawn panel
+            fig.add_annotation(_moved(note, fig, col))
+    for col in drawn[1:] if shared else ():
+        fig.update_yaxes(matches=f"y{'' if drawn[0] == 1 else drawn[0]}", title_text=None, row=1, col=col)
     palette, colours = plotly.colors.qualitative.Plotly, {}
     for t in fig.data:
         first_seen = t.name not in colours
@@ -352,9 +355,9 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
         if "line" in t:
             t.update(line_color=colours[t.name])
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
-    fig.update_layout(template=TEMPLATE, title=title, height=460, barmode=lead.barmode,
-                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=110),
-                      legend=dict(orientation="h", x=0, y=-0.18, yanchor="top", title=None))
+    fig.update_layout(template=TEMPLATE, title=title, height=500, barmode=lead.barmode,
+                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=130),
+                      legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", title=None))
     return fig
 
 
