@@ -192,7 +192,8 @@ def test_an_engine_without_a_finding_still_gets_a_panel():
 def test_side_by_side_shares_the_quantity_axis_colours_and_legend():
     fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS[3:])
     survival, timeline = (fig for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs))
-    assert survival.layout.yaxis3.matches == "y2" and survival.layout.xaxis3.matches is None  # engines sweep their own x
+    assert survival.layout.yaxis3.matches == "y2"
+    assert survival.layout.xaxis3.matches is None  # each engine sweeps its own range
     assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "log"  # the builder's axes, per panel
     assert survival.layout.yaxis3.title.text is None and survival.layout.yaxis2.title.text
     assert sorted(s.xref for s in survival.layout.shapes) == ["x2", "x3"]  # the capacity line, in each panel

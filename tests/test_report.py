@@ -167,3 +167,25 @@ def test_report_figures_follow_the_standing_rule(run_dir):
     assert report.standing_findings([*found, (path, later)], ran.probe) == report.standing_findings(found, ran.probe)
     assert [f.engine for f in report.standing_findings(found, ran.probe)] == ["llamacpp", "trtllm"]
     assert report.standing_findings(found, "not.a.probe") == []
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_three_real_engines_side_by_side(run_dir, tmp_path):
+    """The reuse probe run for real on vLLM beside the run folder's llama.cpp and TensorRT-LLM findings: its
+    figures draw both engines that ran, each in its own panel, and keep TensorRT-LLM's with its reason."""
+    import shutil
+
+    from conftest import require_engine
+
+    require_engine("vllm")
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    probes.run("reuse.per_request_metrics", engine="vllm", model="synthetic:cpu", params={"repeats": 1},
+               out=out / "findings", isolated=False)
+    matrix = plotted(report.render(out))["wb-fig-reuse-per-request-metrics-matrix"]
+    titles = panel_titles(matrix)
+    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
+    assert "not-run" in titles[0] and "partial" in titles[2]  # vLLM reports reuse in whole blocks
+    assert "x3" in {t["xaxis"] for t in matrix["data"] if t["name"] == "engine accounting"}  # vLLM's own count
+    assert {t["xaxis"] for t in matrix["data"]} == {"x2", "x3"}

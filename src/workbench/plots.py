@@ -10,6 +10,7 @@ the notebook), the report gets divs whose ids the caller chooses and plotly.js i
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from dataclasses import dataclass
 from functools import partial
@@ -293,7 +294,8 @@ def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Fig
         return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
     fig = build(rows)
     if not fig.data:
-        return empty("", "nothing in its rows for this figure<br><br>" + _wrapped(f"{f.verdict}: {f.reason or f.summary}"))
+        why = _wrapped(f"{f.verdict}: {f.reason or f.summary}")
+        return empty("", f"nothing in its rows for this figure<br><br>{why}")
     return fig
 
 
@@ -369,7 +371,12 @@ class Shown:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
-                "text/plain": f"<figure: {self.fig.layout.title.text or 'untitled'}>"}
+                "text/plain": f"<figure: {_plain(self.fig.layout.title.text or 'untitled')}>"}
+
+
+def _plain(title: str) -> str:
+    """A figure title without its markup (line breaks as dashes)."""
+    return re.sub(r"<[^>]+>", "", title.replace("<br>", " — "))
 
 
 def show(fig: go.Figure) -> Shown:
