@@ -146,7 +146,11 @@ def with_vllm(run_dir: Path, tmp_path: Path) -> Path:
 
 
 def test_each_report_figure_shows_every_engine_side_by_side(run_dir, tmp_path):
-    figs = plotted(report.render(with_vllm(run_dir, tmp_path)))
+    page = report.render(with_vllm(run_dir, tmp_path))
+    section = page[page.index("<h3>reuse.per_request_metrics</h3>"):]
+    lines = re.findall(r"</span> (\w+)[^:<]*:", section[:section.index("</ul>")])
+    assert lines == ["trtllm", "llamacpp", "vllm"]  # each engine's verdict line, in the panels' order
+    figs = plotted(page)
     reuse = {k: v for k, v in figs.items() if k.startswith("wb-fig-reuse-per-request-metrics-")}
     assert sorted(reuse) == ["wb-fig-reuse-per-request-metrics-matrix", "wb-fig-reuse-per-request-metrics-timeline"]
     for fig in reuse.values():

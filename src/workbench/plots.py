@@ -253,20 +253,29 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
     if not declared:
         return []
     subject = probes.get(probe).claim.subject
-    present = {f.engine for f in findings}
-    columns: list[tuple[str, Finding | None]] = sorted(
-        [(f.engine, f) for f in findings] + [(e, None) for e in dict.fromkeys(engines) if e not in present],
-        key=lambda c: (c[0] != subject, c[0]))  # stable: an engine's versions and models keep the given order
-    titles = [_panel_title(engine, f, subject) for engine, f in columns]
+    cols = columns(probe, findings, engines)
+    titles = [_panel_title(engine, f, subject) for engine, f in cols]
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded"
-                       for _, f in columns if f is not None and f.evidence.get("rows")})
+                       for _, f in cols if f is not None and f.evidence.get("rows")})
     how = f"workbench probe {probe} · " + ("; ".join(hardware) if hardware else "nothing ran")
     out = []
     for name, build in declared:
-        panels = [_panel(build, probe, engine, f) for engine, f in columns]
+        panels = [_panel(build, probe, engine, f) for engine, f in cols]
         title = build([]).layout.title.text  # every builder titles even an empty figure
         out.append((name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
     return out
+
+
+def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, Finding | None]]:
+    """The panels of ``probe``'s side-by-side figures, left to right, as (engine, finding or None): the
+    claims' subject engine first, then the references by name; an engine's versions and models keep the
+    order given; each of ``engines`` without a finding gets None."""
+    from . import probes
+
+    subject = probes.get(probe).claim.subject
+    present = {f.engine for f in findings}
+    return sorted([(f.engine, f) for f in findings] + [(e, None) for e in dict.fromkeys(engines) if e not in present],
+                  key=lambda c: (c[0] != subject, c[0]))
 
 
 def _panel_title(engine: str, f: Finding | None, subject: str) -> str:

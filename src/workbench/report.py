@@ -153,7 +153,7 @@ class ProbeFigures:
     """One probe's figures, each with every engine side by side, and the standing findings they draw."""
 
     probe: str
-    findings: list[Finding]
+    findings: list[Finding]  # in the panels' order
     figures: list[tuple[str, go.Figure]]
 
     def divs(self) -> list[Figure]:
@@ -171,7 +171,7 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
         stood = standing_findings(found, probe)
         figs = plots.side_by_side(probe, stood, cells.engines()) if stood else []
         if figs:
-            out.append(ProbeFigures(probe, stood, figs))
+            out.append(ProbeFigures(probe, [f for _, f in plots.columns(probe, stood)], figs))
     return out
 
 
