@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from workbench import findings, plots, widgets
+from workbench import findings, plots, probes, widgets
 
 RETENTION_ROWS = [
     {"arm": arm, "priority": pr, "pressure": x, "survival": s, "reused_tokens": int(256 * s), "baseline_reused": 256,
@@ -25,7 +25,7 @@ REUSE_ROWS = [
 
 
 def finding(probe: str, rows: list[dict], verdict: str = "confirmed", reason: str | None = None) -> findings.Finding:
-    return findings.Finding(probe=probe, claims=["unknown.reuse_metrics"], verdict=verdict, summary="s",
+    return findings.Finding(probe=probe, claims=list(probes.get(probe).claims), verdict=verdict, summary="s",
                             engine="llamacpp", environment={}, params={"model": "synthetic:tiny"},
                             evidence={"columns": list(rows[0]) if rows else [], "rows": rows, "notes": []},
                             reason=reason)
@@ -109,8 +109,6 @@ def test_evidence_explorer_filters_interactively(shown):
 
 
 def test_figures_come_from_each_probes_own_declaration():
-    from workbench import probes
-
     for name in probes.names():
         for fig in probes.get(name).figures:
             assert fig.kind in plots.BUILDERS, (name, fig.kind)
@@ -211,3 +209,12 @@ def test_side_by_side_is_deterministic_and_offline():
                for _ in range(2)]
     assert json.dumps(bundles[0], sort_keys=True) == json.dumps(bundles[1], sort_keys=True)
     assert plots.side_by_side("not.a.probe", fs) == []
+
+
+def test_summary_view_shows_each_probes_figures_side_by_side(shown):
+    from pathlib import Path
+
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+    widgets.side_by_side([(Path(f"{i}.json"), f) for i, f in enumerate(fs)])
+    assert [type(o).__name__ for o in shown] == ["Markdown", "Shown", "Shown"]
+    assert all(len(panels(o.fig)) == 3 for o in shown[1:])
