@@ -341,9 +341,10 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     on llama.cpp would flatten a synthetic one on vLLM). A series keeps one colour and one legend entry.
     """
     drawn = [col for col, p in enumerate(panels, 1) if p.data]
-    shared = len(drawn) > 1 and all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
+    lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
+    shared = len(drawn) > 1 and not lanes
     fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles),
-                        horizontal_spacing=0.07 if shared or not drawn else 0.13)
+                        horizontal_spacing=0.13 if lanes else 0.07)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
         for t in p.data:

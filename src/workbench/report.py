@@ -138,12 +138,6 @@ def standing_findings(found: Found, probe: str) -> list[Finding]:
             for s in _standing.standings(mine).get(probes.get(probe).claims[0], [])]
 
 
-@dataclass(frozen=True)
-class Figure:
-    title: str
-    div: str
-
-
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
 
@@ -156,9 +150,9 @@ class ProbeFigures:
     findings: list[Finding]  # in the panels' order
     figures: list[tuple[str, go.Figure]]
 
-    def divs(self) -> list[Figure]:
+    def divs(self) -> list[str]:
         """The figures as report divs, ids from the probe and figure names (deterministic, unique per page)."""
-        return [Figure(name, plots.to_div(fig, f"wb-fig-{_slug(self.probe)}-{name}")) for name, fig in self.figures]
+        return [plots.to_div(fig, f"wb-fig-{_slug(self.probe)}-{name}") for name, fig in self.figures]
 
 
 def side_by_side(found: Found) -> list[ProbeFigures]:
