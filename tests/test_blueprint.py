@@ -119,6 +119,21 @@ def test_each_verdict_lands_next_to_its_claim():
     assert out.rstrip().endswith("<!-- workbench:end verification-log -->")
 
 
+def test_version_churn_is_written_back_from_surveys_of_two_releases():
+    def survey(version, cache_salt):
+        f = finding(["entry.contract_table", "risk.version_churn"], "partial", engine="trtllm", version=version,
+                    probe="surface.contract_mapping", claim_verdicts={"risk.version_churn": "inconclusive"})
+        f.evidence = {"rows": [{"guard": "LLM.generate_async", "feature": "core", "ok": cache_salt,
+                                "signature": {"at": "LLM.generate_async", "names": {"cache_salt": cache_salt},
+                                              "defaults": {}}}]}
+        return f
+
+    one = bp.writeback(pristine(), located(survey("1.2.1", True)), base=BASE)
+    assert row(one, "Version churn").split(" | ")[-1].startswith("**TensorRT-LLM: open — inconclusive")
+    two = bp.writeback(pristine(), located(survey("1.2.1", True), survey("1.3.0", False)), base=BASE)
+    assert row(two, "Version churn").split(" | ")[-1].startswith("**confirmed** · trtllm 1.2.1 → 1.3.0")
+
+
 def test_another_engines_finding_is_a_reference_never_the_answer():
     fs = located(finding(["unknown.retention_pressure", "risk.retention_bias"], "refuted", engine="llamacpp",
                          version="0.3.36", probe="retention.pinning_under_pressure"),

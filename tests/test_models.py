@@ -117,3 +117,19 @@ def test_a_gguf_file_has_no_hugging_face_twin(tmp_path, monkeypatch):
 
 def test_cpu_preset_suits_vllm_cpu_attention():
     assert models.PRESETS["cpu"].head_dim >= 32
+
+
+def test_kv_geometry_comes_from_config_json_and_its_text_model_first():
+    from workbench.contract import KvGeometry
+
+    cfg = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576,
+           "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+    assert models.hf_geometry(cfg) == (KvGeometry(layers=30, kv_heads=3, head_dim=64, dtype_bytes=2.0), 8192)
+    assert models.hf_geometry(cfg, "float32")[0].dtype_bytes == 4.0  # an engine's own KV dtype wins
+    wrapped = {"text_config": dict(cfg, torch_dtype=None, dtype="torch.float32", num_hidden_layers=2),
+               "torch_dtype": "float16"}
+    assert models.hf_dtype(wrapped) == "float32"
+    assert models.hf_geometry(wrapped)[0] == KvGeometry(layers=2, kv_heads=3, head_dim=64, dtype_bytes=4.0)
+    assert models.hf_dtype({}) is None and models.hf_geometry({**cfg, "torch_dtype": None})[0].dtype_bytes == 2.0
+    with pytest.raises(models.ModelSpecError, match="lacks the attention geometry"):
+        models.hf_geometry({"num_hidden_layers": 2})

@@ -80,3 +80,42 @@ def test_each_loop_arm_stands_beside_the_gate_and_the_loop_resolves_it():
     (state,) = [c for c in standing.claim_states(found, "entry") if c.claim.id == "entry.step_function"]
     assert sorted(s.summary for s in state.references) == ["llamacpp", "llamacpp-cold", "llamacpp-spec"]
     assert state.command.startswith("workbench loop --arms trtllm,")
+
+
+# --------------------------------------------------------------------------- version churn, across findings
+
+
+def survey(version, cache_salt=True, engine="trtllm", created="2026-07-03T10:00:00+00:00", signature=True):
+    """A contract-mapping survey of ``version`` whose generate_async row does or does not have cache_salt."""
+    path, fd = f("partial", engine=engine, version=version, created=created, probe="surface.contract_mapping",
+                 claims=("entry.contract_table", "risk.version_churn"))
+    row = {"guard": "LLM.generate_async", "feature": "core", "ok": cache_salt, "version": version}
+    if signature:
+        row["signature"] = {"at": "LLM.generate_async", "names": {"inputs": True, "cache_salt": cache_salt},
+                            "defaults": {}}
+    fd.evidence = {"rows": [row]}
+    fd.claim_verdicts = {"risk.version_churn": "inconclusive"}
+    return path, fd
+
+
+def test_version_churn_is_settled_across_the_subjects_versions():
+    changed = state([survey("1.2.1"), survey("1.3.0", cache_salt=False)], "risk.version_churn")
+    (only,) = changed.subject
+    assert changed.resolved and only.verdict == "confirmed" and only.engine_version == "1.2.1 → 1.3.0"
+    assert "cache_salt gone" in only.summary
+    same = state([survey("1.2.0"), survey("1.2.1")], "risk.version_churn")
+    assert [s.verdict for s in same.subject] == ["refuted"]
+
+
+def test_one_version_leaves_churn_open_with_what_it_needs():
+    s = state([survey("1.2.1"), survey("1.2.1", created="2026-07-04T10:00:00+00:00")], "risk.version_churn")
+    (only,) = s.subject
+    assert not s.resolved and only.verdict == "inconclusive" and "≥2 TensorRT-LLM versions" in only.summary
+    assert s.command.startswith("workbench probe surface.contract_mapping --engine trtllm") and "each" in s.command
+
+
+def test_other_engines_versions_never_answer_churn():
+    s = state([survey("0.3.35", engine="llamacpp"), survey("0.3.36", engine="llamacpp", cache_salt=False)],
+              "risk.version_churn")
+    assert not s.resolved and not s.subject and {r.engine for r in s.references} == {"llamacpp"}
+    assert s.headline == "unresolved — needs tensorrt_llm on an NVIDIA GPU"

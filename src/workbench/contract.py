@@ -320,11 +320,27 @@ class StateExport(Protocol):
     def import_state(self, blob: bytes, tokens: Sequence[int], *, slot: int = 0, position_shift: int = 0) -> None: ...
 
 
+@dataclass(frozen=True)
+class KvMemory:
+    """The engine's own statement of its KV memory, never the model config's geometry.
+
+    ``bytes_per_token``: bytes one token's K and V take in the engine's cache, all layers, as the engine states
+    them. ``pool_bytes``: the bytes the engine allocated for its KV pool, where it exposes them (None where only
+    the cells it accepts can be counted). ``how``: where each figure was read, in the engine's terms."""
+
+    bytes_per_token: float
+    pool_bytes: int | None = None
+    how: str = ""
+
+
 @runtime_checkable
 class Capacity(Protocol):
-    """The KV capacity found by filling the cache until the engine refuses (not the configured number)."""
+    """The KV capacity found by filling the cache until the engine refuses (not the configured number), and the
+    engine's own KV bytes (:class:`KvMemory`), so a byte budget can be graded against bytes the engine reports."""
 
     def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int: ...
+
+    def kv_memory(self) -> KvMemory: ...
 
 
 @runtime_checkable

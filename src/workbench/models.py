@@ -22,8 +22,9 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any, Mapping
 
-from .contract import WorkbenchError
+from .contract import KvGeometry, WorkbenchError
 
 DEFAULT_MODEL = "smollm2-135m"
 TOKEN_LO = 260  # lowest id for made-up prompts: above control and byte-fallback tokens of every vocabulary we use
@@ -438,8 +439,40 @@ def hf_directory(model: ResolvedModel) -> Path:
 
 
 def hf_config(path: Path) -> dict:
-    """The model's Hugging Face ``config.json`` (KV geometry for TensorRT-LLM)."""
+    """The model's Hugging Face ``config.json`` (KV geometry for TensorRT-LLM and vLLM)."""
     try:
         return json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as e:
         raise ModelSpecError(f"cannot read {path / 'config.json'}: {e}") from e
+
+
+DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0,
+               "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+"""Bytes per element of the dtypes a ``config.json`` or an engine's KV cache names (torch and vLLM spellings)."""
+
+
+def hf_dtype(config: Mapping[str, Any]) -> str | None:
+    """The dtype a ``config.json`` declares (``torch_dtype``, or the newer ``dtype``), its text model's first."""
+    for cfg in (config.get("text_config") or {}, config):
+        name = cfg.get("torch_dtype") or cfg.get("dtype")
+        if name:
+            return str(name).removeprefix("torch.")
+    return None
+
+
+def hf_geometry(config: Mapping[str, Any], dtype: str | None = None) -> tuple[KvGeometry, int | None]:
+    """KV geometry and context ceiling from a ``config.json`` (its ``text_config`` where it has one); the KV
+    dtype is ``dtype``, else the model's own."""
+    cfg = config.get("text_config") or config
+    try:
+        heads = int(cfg["num_attention_heads"])
+        geometry = KvGeometry(
+            layers=int(cfg["num_hidden_layers"]),
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+            dtype_bytes=DTYPE_BYTES.get(dtype or hf_dtype(config) or "float16", 2.0),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelSpecError(f"config.json lacks the attention geometry a cell needs ({e})") from e
+    ceiling = cfg.get("max_position_embeddings")
+    return geometry, None if ceiling is None else int(ceiling)

@@ -5,7 +5,9 @@ when nothing ran, so it never masks or poses as an answer. A static probe's find
 reads the installed package, e.g. ``surface.contract_mapping``: symbols and parameter names exist)
 never outranks a behavioural one on a shared claim, however new: existence is not behaviour. Only findings from the claim's subject
 engine (:attr:`workbench.claims.Claim.subject`) can resolve it; every other engine's standing
-verdict is a *reference*, shown beside the claim on its own labelled line and never counted.
+verdict is a *reference*, shown beside the claim on its own labelled line and never counted. Version
+churn is the one claim across findings: its subject's surveys of every version are compared
+(:func:`version_churn`).
 """
 
 from __future__ import annotations
@@ -108,7 +110,36 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         if key[3] is None and key[:3] in ran:
             continue  # a behavioural finding ran here: existence never outranks it
         out.setdefault(key[0], []).append(stood[key])
+    churn = version_churn(found)
+    if churn:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
+        out[churn.claim] = [s for s in out.get(churn.claim, []) if s.engine != churn.engine] + [churn]
     return out
+
+
+CHURN = "risk.version_churn"
+
+
+def version_churn(found: Found) -> Standing | None:
+    """Version churn is a claim across releases, so no single finding answers it: the cross-version rule
+    (:func:`workbench.probes.surface.churn_verdict`) over the subject engine's newest contract-mapping survey
+    of each version. Other engines' surveys stay references. None while the subject has no survey that ran."""
+    from .probes.surface import churn_verdict, signature_table
+
+    subject = _claims.get(CHURN).subject
+    newest: dict[str, tuple[Path, Finding]] = {}
+    for path, f in found:
+        if f.probe == "surface.contract_mapping" and f.engine == subject and f.verdict != "not-run":
+            v = f.engine_version or "(version unknown)"
+            if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
+                newest[v] = (path, f)
+    if not newest:
+        return None
+    out = churn_verdict({v: signature_table(f.evidence.get("rows", [])) for v, (_, f) in newest.items()})
+    versions = sorted(newest, key=natural)
+    path, last = max(newest.values(), key=lambda pf: (when(pf[1].created), pf[1].id))
+    return Standing(CHURN, out.verdict, subject, " → ".join(versions),
+                    (last.environment.get("hardware") or {}).get("summary"), last.created, out.summary, None,
+                    last.probe, last.id, path)
 
 
 @dataclass(frozen=True)
@@ -184,6 +215,10 @@ def resolve_command(claim_id: str) -> str:
     claim = _claims.get(claim_id)
     if claim_id == "entry.step_function":  # settled by the agentic-loop benchmark, not by a probe
         return f"workbench loop --arms {claim.subject},llamacpp,llamacpp-spec --model MODEL --on-target"
+    if claim_id == CHURN:  # settled across releases, not by one run
+        from .probes.surface import CHURN_COMMAND
+
+        return CHURN_COMMAND
     names = _citing().get(claim_id, ())
     if not names:
         return f"no probe cites {claim_id} yet"

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import TINY, ids
 from workbench import ContextOverflow, ManifestMismatch, open_cell
-from workbench.contract import Cell, Retention
+from workbench.contract import Cell, Retention, WorkbenchError
 
 
 def test_cell_satisfies_the_contract_protocol(cell):
@@ -195,6 +195,33 @@ def test_describe_reports_geometry_and_capacity(cell):
 def test_capacity_is_measured_by_the_engine_refusing():
     with open_cell("llamacpp", TINY, kv_budget_tokens=512) as c:
         assert c.measure_capacity() == 512
+
+
+def test_capacity_kv_memory_is_the_engines_row_sizes_not_the_state_growth(cell, llama_api):
+    """The state grows 268 B per token on the tiny model: 256 of K/V rows plus 12 of the cell's position, seq-id count
+    and seq id (src/llama-kv-cache.cpp state_write_meta). kv_memory reads the rows from the engine, at two fill
+    levels the same, and an empty cell is left empty."""
+    empty = cell.kv_memory()
+    assert empty.bytes_per_token == 256 and empty.pool_bytes is None
+    assert cell.position_range() == (-1, -1) and cell.explain_context().tokens == 0  # the scratch token is gone
+    sizes = {}
+    for n in (8, 40):
+        cell.ensure_prefix(ids(n))
+        sizes[n] = llama_api.llama_state_seq_get_size(cell._ctx, 0)
+        assert cell.kv_memory().bytes_per_token == 256
+    assert (sizes[40] - sizes[8]) / 32 == 256 + 12
+
+
+def test_capacity_kv_memory_refuses_a_state_it_cannot_walk(cell):
+    from workbench.cells.llamacpp import _state_kv_row_bytes
+
+    cell.ensure_prefix(ids(8))
+    blob = cell.export_state()
+    assert _state_kv_row_bytes(blob) == (8, 256)
+    with pytest.raises(WorkbenchError, match="does not parse|ends early"):
+        _state_kv_row_bytes(blob + b"\0" * 4)  # a layout with more than the K/V rows is not guessed at
+    with pytest.raises(WorkbenchError, match="ends early"):
+        _state_kv_row_bytes(blob[:40])
 
 
 def test_byte_budget_sets_the_kv_size():

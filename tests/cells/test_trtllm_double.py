@@ -140,6 +140,27 @@ def the_last_prompt_token_is_never_reused(trt):
     assert out.outputs[0].request_perf_metrics.kv_cache_metrics.num_reused_blocks == 1  # not 2
 
 
+def partial_reuse_hands_the_connector_a_match_inside_a_block(trt, monkeypatch):
+    import tempfile
+
+    from workbench.observe import trtllm_connector
+
+    cfg = trt.llmapi.llm_args.KvCacheConnectorConfig(connector_module="workbench.observe.trtllm_connector",
+                                                     connector_scheduler_class=trtllm_connector.SCHEDULER_CLASS,
+                                                     connector_worker_class=trtllm_connector.WORKER_CLASS)
+    head = list(range(10, 74))  # two full blocks of 32
+    for partial, want in ((True, [0, 64 + 10, 63]), (False, [0, 64, 32])):
+        log = Path(tempfile.mkdtemp()) / "connector.jsonl"
+        monkeypatch.setenv(trtllm_connector.LOG_ENV, str(log))
+        llm = _llm(trt, kv={"enable_partial_reuse": partial}, kv_connector_config=cfg)
+        _submit(llm, tokens=head + [7] * 40).result()
+        _submit(llm, tokens=head + [7] * 10 + [8] * 30).result()  # 10 tokens into the stored third block
+        _submit(llm, tokens=head).result()  # k·B tokens: (k−1) full blocks and B−1 tokens of the last
+        matched = [c["args"]["num_computed_tokens"] for c in trtllm_connector.read_log(log)
+                   if c["method"] == "get_num_new_matched_tokens"]
+        assert matched == want, (partial, matched)
+
+
 @dataclasses.dataclass(frozen=True)
 class Behaviour:
     name: str
@@ -182,6 +203,11 @@ BEHAVIOURS = (
     Behaviour("the last prompt token is never reused (addSequence matches inputLength - 1 tokens)",
               "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (KVCacheManager::addSequence)",
               the_last_prompt_token_is_never_reused),
+    Behaviour("with enable_partial_reuse (default) the device-matched length handed to the connector "
+              "(prepopulatedPromptLen) adds the leading tokens of the next block a stored block shares: not "
+              "block-aligned", "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (WindowBlockManager::addSequence, "
+              "loadOrAllocateBlocks, KVCacheBlock::findMatchingBlock); cpp/include/tensorrt_llm/batch_manager/"
+              "kvCacheManager.h (BlockKey::partialMatch)", partial_reuse_hands_the_connector_a_match_inside_a_block),
 )
 
 

@@ -150,6 +150,13 @@ def test_capacity_is_measured_from_the_engine_events(cell):
     assert cell.measure_capacity() == (BLOCKS - 1) * B
 
 
+def test_capacity_kv_memory_is_the_workers_kv_tensors(cell):
+    m = cell.kv_memory()
+    d = cell.describe()
+    assert m.pool_bytes == d.extra["num_gpu_blocks"] * B * m.bytes_per_token  # the null block is allocated too
+    assert m.bytes_per_token == d.geometry.bytes_per_token  # here the config's geometry is the engine's
+
+
 def test_decode_streams_the_same_tokens_as_llama_cpp(cell):
     """The synthetic model's Hugging Face twin holds the GGUF's weights: greedy tokens agree."""
     p = [1] + prompt(40, 5)

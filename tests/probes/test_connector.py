@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
+from workbench.contract import common_prefix
 from workbench.probes.connector import Params, export_verdict
 
 PARAMS = dict(prefix_tokens=48, shift=11, continuation=4)
@@ -63,20 +65,57 @@ def test_audit_3_a_sub_range_import_holding_more_cells_than_kept_is_not_a_sub_ra
     assert export_verdict(_rows(cells=48), Params(**PARAMS), "e", 256).verdict == "partial"
 
 
-def test_connector_rule_tells_whole_prefix_onboard_from_shifted_matches():
+def _offers(*pairs):
+    return [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n, "shared_tokens": shared}
+            for n, shared in pairs]
+
+
+def test_connector_rule_returns_each_of_its_verdicts():
     from workbench.probes.connector import connector_verdict
 
-    rows = [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n} for n in (0, 64)]
-    whole = connector_verdict(rows, 32, {}, [])
+    whole = connector_verdict(_offers((0, 0), (0, 0)), 32, {}, [])
     assert whole.verdict == "refuted" and whole.claim_verdicts["contract.snapshot"] == "refuted"
-    shifted = connector_verdict(rows + [{"method": "get_num_new_matched_tokens", "num_computed_tokens": 37}], 32, {}, [])
+    shifted = connector_verdict(_offers((0, 0), (64, 0)), 32, {}, [])  # KV matched behind the lead-in
     assert shifted.verdict == "partial"
+    unknown = connector_verdict(_offers((0, None)), 32, {}, [])  # an offer to a request the probe did not send
+    assert unknown.verdict == "inconclusive" and not unknown.claim_verdicts
+
+
+def test_audit_10_a_match_inside_a_block_is_partial_block_reuse_not_a_shifted_offer():
+    """TensorRT-LLM 1.2 partial reuse (on by default) hands the connector a device match that ends inside a block
+    at the same positions (kvCacheManager.cpp loadOrAllocateBlocks); it was read as a shifted offer (partial)."""
+    from workbench.probes.connector import connector_verdict
+
+    out = connector_verdict(_offers((0, 0), (37, 40)), 32, {}, [])
+    assert out.verdict == "refuted" and any("partial-block reuse" in n for n in out.notes)
+    assert "partial-block reuse" in out.summary
 
 
 def test_audit_5_the_connector_rule_reports_no_hard_coded_shifted_import_and_rests_on_the_engines_calls():
     from workbench.probes.connector import connector_verdict
 
-    rows = [{"method": "get_num_new_matched_tokens", "num_computed_tokens": n} for n in (0, 64)]
-    out = connector_verdict(rows, 32, {"export_unit_tokens": 32}, [])
+    out = connector_verdict(_offers((0, 0), (64, 64)), 32, {"export_unit_tokens": 32}, [])
     assert "shifted_import_exact" not in out.metrics and out.rests_on == ("connector_calls",)
     assert out.metrics["connector_calls"] == 2
+
+
+def test_the_connector_probe_reads_partial_block_reuse_from_the_trtllm_double(fake_trt, tmp_path):
+    """The double models 1.2's partial reuse; a lead-in that shares the prefix's first tokens is matched inside a
+    block at the same positions, which is no shifted offer. The double never yields a finding: only the rule is
+    read here."""
+    import numpy as np
+
+    from workbench.cells import trtllm as trtllm_cell
+    from workbench.probes.connector import _call_row, connector_verdict
+
+    with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)), connector="record") as c:
+        d = c.describe()
+        prefix = np.random.default_rng(0).integers(3, 128, size=96).tolist()  # the double's vocabulary is 128
+        shifted = prefix[:40] + prefix  # the lead-in repeats the prefix's first 40 tokens
+        c.ensure_prefix(prefix, salt="s")
+        c.ensure_prefix(shifted, salt="s")
+        rows = [_call_row(x, {len(prefix): 0, len(shifted): common_prefix(shifted, prefix)}) for x in c.connector_log()]
+    offers = [r["num_computed_tokens"] for r in rows if r["method"] == "get_num_new_matched_tokens"]
+    assert offers == [0, 40]  # one full block and 8 tokens of the next: not block-aligned
+    out = connector_verdict(rows, d.block_tokens, {}, [])
+    assert out.verdict == "refuted" and "partial-block reuse" in out.summary

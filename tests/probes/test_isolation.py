@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from workbench import probes
-from workbench.probes.isolation import Params, ks_floor, tost_log, verdict
+from workbench.probes.isolation import Params, ks_floor, tost_log, ttft_ratio, verdict
 
 P = Params(trials=16)
 
@@ -104,3 +104,55 @@ def test_audit_5_isolation_rests_on_the_engines_own_reuse_counts_not_the_cells()
     assert cell_only.verdict == "inconclusive" and "engine_cross_manifest_reused_tokens" in cell_only.summary
     counted = [r | {"engine_reused": r["reused_tokens"]} for r in _rows()]
     assert at_most_inconclusive_without_engine(verdict(counted, REFUSED, P)).verdict == "confirmed"
+
+
+def _slower(rows, factor, trials):
+    """``rows`` with other-key TTFT ``factor``× slower in the first ``trials`` trials."""
+    return [r | {"ttft_s": r["ttft_s"] * factor} if r["procedure"] == "other B" and r["trial"] < trials else r
+            for r in rows]
+
+
+def test_effect_size_is_the_median_ttft_ratio_with_a_seeded_paired_bootstrap_ci():
+    rows = _rows(repeat=0.1, other=1.0)
+    warm, other = ttft_ratio(rows, "repeat A", P), ttft_ratio(rows, "other B", P)
+    assert warm.low < warm.value < warm.high < 0.11 and 0.09 < warm.low
+    assert other.low < 1.0 < other.high and other.within(P.margin)
+    assert (other.level, other.resamples, other.pairs) == (1 - 2 * P.alpha, P.resamples, 16)
+    assert ttft_ratio(rows, "other B", P) == other  # seeded
+    assert "98% percentile bootstrap CI, B=2000, 16 paired trials" in str(other)
+    o = verdict(rows, REFUSED, P)
+    assert o.metrics["ttft_ratio_other"] == other.value and o.metrics["ttft_ratio_other_ci_high"] == other.high
+    assert o.metrics["ttft_ratio_ci_low"] == warm.low
+    assert "B/cold median TTFT 1" in o.summary and "inside [0.8, 1.25]" in o.summary
+
+
+def test_no_leak_needs_the_ci_inside_the_equivalence_band_not_only_tost():
+    """9 of 16 other-key trials 27% slower: TOST on mean logs passes at alpha, but the median ratio's CI reaches
+    past 1.25, so equivalence to cold is not shown."""
+    rows = _slower(_rows(), 1.27, 9)
+    t = {proc: [r["ttft_s"] for r in rows if r["procedure"] == proc] for proc in ("other B", "cold A")}
+    assert tost_log(t["other B"], t["cold A"], P.margin) < P.alpha
+    ratio = ttft_ratio(rows, "other B", P)
+    assert ratio.high > 1 + P.margin
+    o = verdict(rows, REFUSED, P)
+    assert o.verdict == "inconclusive" and "equivalence band [0.8, 1.25]" in o.summary
+
+
+def test_a_timing_leak_reports_its_effect_size():
+    o = verdict(_rows(other=0.5), REFUSED, P)
+    assert o.verdict == "refuted" and o.metrics["ttft_ratio_other_ci_high"] < 0.6
+    assert "B/cold median TTFT 0.5" in o.summary
+
+
+def test_the_effect_size_metrics_are_declared_with_units():
+    from workbench import metrics
+
+    for tag in ("ttft_ratio_ci_low", "ttft_ratio_ci_high", "ttft_ratio_other", "ttft_ratio_other_ci_low",
+                "ttft_ratio_other_ci_high"):
+        assert metrics.get(tag).unit is metrics.Unit.TIMES and metrics.get(tag).source == "derived"
+    assert metrics.render("ttft_other_s", 0.0123) == "12.3 ms"
+
+
+def test_too_few_bootstrap_resamples_is_a_bad_parameter():
+    with pytest.raises(probes.ParamError, match="resamples"):
+        probes.parse_params(probes.get("isolation.cache_salt"), {"resamples": 50})

@@ -72,16 +72,25 @@ def test_retention_curve_falls_under_pressure(tmp_path):
     assert rows[-1]["pinned_blocks_removed"] > 0  # the engine's removed events name the prefix's blocks
 
 
-def test_capacity_is_measured_from_engine_events(tmp_path):
+def test_capacity_is_measured_from_engine_events_and_graded_in_the_engines_bytes(tmp_path):
     f = run("capacity.budget_policy", tmp_path)
-    row = next(r for r in f.evidence["rows"] if r["budget_tokens"] == 256)
+    rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
+    row = rows[256]
     assert row["measured_capacity_tokens"] == row["reported_capacity_tokens"] == 256 - B  # the null block
+    assert row["engine_kv_bytes"] == row["budget_bytes"]  # the worker's KV tensors: exactly the byte budget
+    assert all(r["engine_kv_bytes"] <= r["budget_bytes"] for r in rows.values())  # whole blocks, rounded down
+    assert rows[300]["engine_kv_bytes"] == 9 * B * row["engine_kv_bytes_per_token"]
+    # bytes bounded, but the null block and the rounding leave usable capacity short: not the happy verdict
+    assert f.verdict == "partial" and f.metric("capacity_error") < -0.1
+    assert f.metrics["engine_kv_bytes"]["source"] == "engine"
 
 
 def test_connector_sees_the_engine_kv_tensors(tmp_path):
     f = run("connector.export_granularity", tmp_path, prefix_tokens=3 * B, shift=5)
     assert any("measured by the connector" in n for n in f.evidence["notes"])
     assert f.verdict == "refuted"  # no shifted import is offered
+    offers = [r for r in f.evidence["rows"] if r["method"] == "get_num_new_matched_tokens"]
+    assert len(offers) == 2 and all(r["shared_tokens"] is not None for r in offers)  # each read against its request
 
 
 def test_surface_probes_read_the_installed_package(tmp_path, monkeypatch):

@@ -35,3 +35,35 @@ def test_defect_3_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake
     assert any("TorchLlmArgs [guided]: changed" in n for n in out.notes)
     broken = [r for r in out.rows if not r["ok"]]
     assert {r.get("claim") or r.get("guard") for r in broken} == {"contract.decode", "llmapi.llm_args.TorchLlmArgs"}
+
+
+def test_each_guard_row_records_the_signature_it_read(fake_trt):
+    rows = surface._trtllm_rows()
+    table = surface.signature_table(rows)
+    assert len(table) == len(trtllm_guard.GUARD)
+    args = table["llmapi.llm_args.TorchLlmArgs [guided]"]
+    assert args == {"at": "llmapi.llm_args.TorchLlmArgs", "names": {"guided_decoding_backend": True}, "defaults": {}}
+    assert table["llmapi.KvCacheConfig [core]"]["defaults"] == {"use_kv_cache_manager_v2": "False"}
+
+
+def test_two_releases_of_the_double_one_without_a_field_confirm_churn_with_the_change(fake_trt, monkeypatch):
+    """Surveys of 1.2.1 and of a "1.3.0" that dropped guided_decoding_backend: the cross-version rule names it."""
+    before = surface.signature_table(surface._trtllm_rows())
+    monkeypatch.setattr(fake_trt, "__version__", "1.3.0")
+    monkeypatch.setattr(fake_trt.llmapi.llm_args, "TorchLlmArgs",
+                        _without_field(fake_trt.llmapi.llm_args.TorchLlmArgs, "guided_decoding_backend"))
+    after_rows = surface._trtllm_rows()
+    assert {r["version"] for r in after_rows} == {"1.3.0"}
+    out = surface.churn_verdict({"1.2.1": before, "1.3.0": surface.signature_table(after_rows)})
+    assert out.verdict == "confirmed"
+    assert out.rows == [{"from": "1.2.1", "to": "1.3.0",
+                         "change": "llmapi.llm_args.TorchLlmArgs [guided]: guided_decoding_backend gone"}]
+    same = surface.churn_verdict({"1.2.1": before, "1.2.2": before})
+    assert same.verdict == "refuted"
+
+
+def test_one_survey_leaves_churn_inconclusive_and_says_what_it_needs(fake_trt):
+    out = surface.ContractMapping().run(ProbeContext("trtllm", "unused"), surface.NoParams())
+    assert out.claim_verdicts["risk.version_churn"] == "inconclusive"
+    assert any("≥2 TensorRT-LLM versions" in n and "only 1.2.1" in n for n in out.notes)
+    assert out.claim_verdicts["entry.contract_table"] == "partial"  # existence and names alone: never confirmed

@@ -22,25 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from .. import cpu, models
-from ..contract import (
-    common_prefix,
-    split_prompt,
-    Capabilities,
-    ContextExplanation,
-    ContextOverflow,
-    DecodeResult,
-    Description,
-    KvGeometry,
-    Manifest,
-    ManifestMismatch,
-    PrefixStatus,
-    Prompt,
-    Retention,
-    Snapshot,
-    TokenCallback,
-    UnsupportedFeature,
-    WorkbenchError,
-)
+from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
+                        KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
+                        TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from . import Availability
 
 ENGINE = "llamacpp"
@@ -112,6 +96,66 @@ def _kv_buffer_bytes(lines: Iterable[str]) -> int | None:
         if m:
             total = (total or 0) + int(float(m.group(1)) * 2**20)
     return total
+
+
+def _state_kv_row_bytes(blob: bytes) -> tuple[int, int]:
+    """(cells, K+V bytes per cell over all layers) of one sequence's state, as llama.cpp states them in it.
+
+    The layout ``llama_state_seq_get_data`` writes (ggml-org/llama.cpp src/llama-context.cpp
+    ``state_seq_write_data``; src/llama-kv-cache.cpp ``llama_kv_cache::state_write``, ``state_write_meta``,
+    ``state_write_data``): u32 io magic, i32 seq id, u32 stream count; per stream u32 cell count and, when it is
+    not 0, per cell i32 pos, u32 seq-id count, those i32 ids; then u32 v_trans, u32 n_layer; per layer i32 K type,
+    u64 K row size and cells × that many bytes; then per layer with a V tensor either i32 V type, u64 V row size and
+    its rows, or (V transposed) i32 V type, u32 element size, u32 n_embd_v_gqa and cells × n_embd_v_gqa elements.
+    The walk must end exactly at the blob's end; any other layout is an error, never a guess."""
+    import struct
+
+    end = len(blob)
+    at = 0
+
+    def take(fmt: str) -> tuple:
+        nonlocal at
+        size = struct.calcsize(fmt)
+        if at + size > end:
+            raise WorkbenchError("llama.cpp's sequence state ends early; cannot read its KV row sizes")
+        out = struct.unpack_from(fmt, blob, at)
+        at += size
+        return out
+
+    magic, _seq, streams = take("<IiI")
+    if magic != _STATE_IO_MAGIC:
+        raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word {magic:#x})")
+    cells, per_cell = 0, None
+    for _ in range(streams):
+        (count,) = take("<I")
+        if not count:
+            continue
+        for _ in range(count):
+            _pos, n_ids = take("<iI")
+            at += 4 * n_ids
+        v_trans, n_layer = take("<II")
+        row = 0
+        for _ in range(n_layer):
+            _type, k_row = take("<iQ")
+            at += count * k_row
+            row += k_row
+        for _ in range(n_layer):  # a layer without a V tensor writes nothing: stop where the stream's data ends
+            if at >= end:
+                break
+            if v_trans:
+                _type, el, n_embd = take("<iII")
+                at += count * el * n_embd
+                row += el * n_embd
+            else:
+                _type, v_row = take("<iQ")
+                at += count * v_row
+                row += v_row
+        cells, per_cell = cells + count, row
+        break  # a sequence lives in one stream of a unified cache
+    if per_cell is None or at != end:
+        raise WorkbenchError(f"llama.cpp's sequence state does not parse as K/V rows ({at} of {end} bytes walked, "
+                             f"{cells} cells); cannot read its KV row sizes")
+    return cells, per_cell
 
 
 @dataclass
@@ -689,6 +733,28 @@ class LlamaCppCell:
             per_cell, rest = divmod(s2 - s1, c2 - c1)
             if not rest and per_cell > 0:
                 self._state_size = (s1 - c1 * per_cell, per_cell)
+
+    def kv_memory(self) -> KvMemory:
+        """The engine's own KV bytes per token (``capacity`` observer): the K and V row sizes llama.cpp writes into
+        a sequence's state (:func:`_state_kv_row_bytes`), read from the first slot that holds KV; on an empty cell
+        one scratch token is decoded into slot 0 and removed again. The pool is what ``measure_capacity`` counts:
+        llama.h exposes no KV buffer size (the log's "KV buffer size" is rounded to 0.01 MiB)."""
+        self._check_open()
+        slot = next((s for s in range(self._slots) if self.position_range(slot=s)[1] >= 0), None)
+        scratch = slot is None
+        if scratch:
+            slot = 0
+            if self._seqs[0].tokens:
+                raise WorkbenchError("kv_memory needs slot 0 empty or some slot holding KV in the engine")
+            self._eval(0, [self._ll.llama_vocab_bos(self._vocab)])
+        try:
+            _cells, per_cell = _state_kv_row_bytes(self.export_state(slot=slot))
+        finally:
+            if scratch:
+                self._truncate(0, 0)
+        return KvMemory(bytes_per_token=per_cell, pool_bytes=None,
+                        how="the K and V row sizes (k_size_row, v_size_row or v_size_el × n_embd_v_gqa, every "
+                            "layer) llama_state_seq_get_data writes for a sequence")
 
     def last_logits(self, *, slot: int = 0) -> list[float]:
         """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current

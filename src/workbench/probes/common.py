@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..contract import Cell, ContextOverflow, Description
+from ..contract import Cell, ContextOverflow, Description, Retention
 from ..models import TOKEN_LO
 
 
@@ -43,8 +43,10 @@ class Pressure:
 
 
 def apply_pressure(cell: Cell, total_tokens: int, filler_tokens: int, slots: Sequence[int],
-                   rng: np.random.Generator, d: Description, start: int = 0) -> Pressure:
-    """Send default-priority fillers totalling ``total_tokens``, round-robin over ``slots``.
+                   rng: np.random.Generator, d: Description, start: int = 0,
+                   retention: Retention | None = None) -> Pressure:
+    """Send fillers totalling ``total_tokens``, round-robin over ``slots``, each at ``retention`` (None: the
+    cell's own default, which on TensorRT-LLM is its EnsurePrefix pin, not the engine's default priority).
 
     Each filler is fresh random tokens under its own salt, so it never shares KV with the prefix.
     ``start`` continues the round-robin across calls (a sustained ramp).
@@ -58,7 +60,7 @@ def apply_pressure(cell: Cell, total_tokens: int, filler_tokens: int, slots: Seq
         i += 1
         out.submitted += 1
         try:
-            cell.ensure_prefix(token_ids(rng, n, d), slot=slot, salt=fresh_salt("filler"))
+            cell.ensure_prefix(token_ids(rng, n, d), slot=slot, salt=fresh_salt("filler"), retention=retention)
             out.admitted += 1
             out.tokens += n
         except ContextOverflow:

@@ -98,13 +98,17 @@ class ExportGranularity(Probe):
             d = cell.describe()
             prefix = token_ids(rng, p.prefix_tokens, d)
             salt = fresh_salt("export")
+            shifted = token_ids(rng, p.shift, d) + prefix
             cell.ensure_prefix(prefix, salt=salt)
-            cell.ensure_prefix(token_ids(rng, p.shift, d) + prefix, salt=salt)
+            cell.ensure_prefix(shifted, salt=salt)
             log = cell.connector_log()
         if not any(c.get("method") == "update_state_after_alloc" for c in log):
             raise NotRunnable("the recording connector did not record: no allocation call reached its log (the "
                               "engine's worker processes may not see the log path; see observe/trtllm_connector.py)")
-        rows = [_call_row(c) for c in log]
+        # what the device may match of each request at the same positions: the tokens it shares from position 0
+        # with the request before it (the first request has a fresh salt: nothing)
+        shared = {len(prefix): 0, len(shifted): common_prefix(shifted, prefix)}
+        rows = [_call_row(c, shared) for c in log]
         B = d.block_tokens
         allocs = [r for r in rows if r["method"] == "update_state_after_alloc"]
         matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
@@ -156,10 +160,11 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     restored, exact = close(at0), close(shifted)
     metrics = {"export_unit_tokens": sub["kept_tokens"] if subrange else p.prefix_tokens,
                "state_bytes": original["state_bytes"], "restored_identical": restored,
-               "shifted_import_exact": exact, "subrange_export": subrange, "kv_bytes_per_token": per_token}
+               "shifted_import_exact": exact, "subrange_export": subrange, "state_bytes_per_token": per_token}
     if shifted.get("logits_max_abs_diff") is not None:
         metrics["shifted_logits_max_abs_diff"] = shifted["logits_max_abs_diff"]
-    notes = [f"state grows {per_token:.0f} bytes per token (geometry says {geometry_bytes} of KV)",
+    notes = [f"state grows {per_token:.0f} bytes per token: the K/V rows (geometry says {geometry_bytes}) plus the "
+             "cell's position and sequence ids",
              f"sub-range export (copy, trim to {sub['kept_tokens']} tokens, export): "
              + (f"{sub['state_bytes']} bytes, restored {sub['resident_after_import']} tokens" if subrange
                 else "not smaller than the whole sequence"),
@@ -187,30 +192,50 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
 
 
 def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str]) -> Outcome:
-    """Whole blocks handed over only as a continuation of the device-matched prefix: whole-prefix onboard
-    (refuted). A match offered at a position that is not a block boundary: positions usable for shifted
-    import, in part (partial). Blocks saved through the connector contradict the Snapshot row's "engine KV
-    blobs are not exportable" (refuted there)."""
+    """Each ``get_num_new_matched_tokens`` offer is read against ``shared_tokens``, what its request shares from
+    position 0 with the request before it. An offer within that is a continuation of the device-matched prefix;
+    one not on a block boundary is partial-block reuse (TensorRT-LLM 1.2, ``enable_partial_reuse`` on by default:
+    ``WindowBlockManager::loadOrAllocateBlocks`` adds the leading tokens a stored block shares, ``BlockKey::
+    partialMatch``, cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp), still at the same positions. Every offer a
+    continuation: whole-prefix onboard only (refuted). An offer beyond the shared tokens, i.e. KV matched behind
+    the shifted lead-in: positions usable for shifted import reach the connector, in part (partial; no import was
+    tried). No offer whose request is known: inconclusive. Blocks saved through the connector contradict the
+    Snapshot row's "engine KV blobs are not exportable" (refuted there)."""
     matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
-    shifted_offered = any((r.get("num_computed_tokens") or 0) % B for r in matched)
+    judged = [r for r in matched if r.get("shared_tokens") is not None]
+    beyond = [r for r in judged if (r.get("num_computed_tokens") or 0) > r["shared_tokens"]]
+    partial_block = [r for r in judged if r not in beyond and (r.get("num_computed_tokens") or 0) % B]
     metrics = metrics | {"connector_calls": len(rows)}  # no shifted import was tried: nothing to call exact
+    notes = notes + [f"partial-block reuse (a match inside a block at the same positions, not a shifted offer): "
+                     f"num_computed_tokens {[r['num_computed_tokens'] for r in partial_block]}"] if partial_block else notes
     snapshot = {"contract.snapshot": "refuted"}  # KV blocks left the engine through the connector
-    if shifted_offered:
-        return Outcome("partial", f"The connector exports whole blocks of {B} tokens and was offered a match at a "
-                       "position inside a block: positions beyond whole-prefix onboard reach it, but no exact shifted "
-                       "import was shown.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
+    if not judged:
+        return Outcome("inconclusive", "No get_num_new_matched_tokens call could be tied to a probe request; what the "
+                       "connector was offered cannot be read against the shifted lead-in.", metrics, rows, notes)
+    if beyond:
+        r = beyond[0]
+        return Outcome("partial", f"The connector was offered {r['num_computed_tokens']} matched tokens for a request "
+                       f"that shares only {r['shared_tokens']} with the one before it at the same positions: KV behind "
+                       "a shifted lead-in reaches it, but no exact shifted import was shown.", metrics, rows, notes,
+                       snapshot, rests_on=("connector_calls",))
+    unit = (f"; offers inside a block ({len(partial_block)}) are partial-block reuse at the same positions"
+            if partial_block else "")
     return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
                    "sequence order; import is offered only as a continuation of the device-matched prefix "
-                   "(get_num_new_matched_tokens), so the same prefix behind a shifted lead-in is not importable: "
-                   "whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
+                   f"(get_num_new_matched_tokens){unit}, so the same prefix behind a shifted lead-in is not "
+                   "importable: whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
 
 
-def _call_row(call: dict) -> dict:
+def _call_row(call: dict, shared: dict[int, int]) -> dict:
+    """One connector call; ``shared_tokens``: for a match offer, what its request (known by its prompt length)
+    shares from position 0 with the request before it, None for a request the probe did not send."""
     args = call.get("args", {})
     block_ids = args.get("block_ids") or args.get("cache_block_ids") or args.get("new_block_ids")
+    offer = call.get("method") == "get_num_new_matched_tokens"
     return {"method": call.get("method"), "request_id": args.get("request_id"),
             "n_blocks": len(block_ids) if block_ids is not None else None,
             "num_computed_tokens": args.get("num_computed_tokens"),
+            "shared_tokens": shared.get(args.get("tokens")) if offer else None,
             "computed_position": args.get("computed_position"), "layer": args.get("layer_idx")}
 
 

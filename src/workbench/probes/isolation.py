@@ -5,6 +5,9 @@ time to the first decoded token (another sequence's one-token request runs befor
 even a full repeat recomputes its last prompt token on the cached KV: real engine work, not a cached answer): a one-sided two-sample Kolmogorov–Smirnov test (the method of "Auditing Prompt
 Caching in LM APIs") that repeat-under-A is faster than cold, and a TOST equivalence test at a
 stated margin that B-after-A is *as slow as* cold (a non-significant KS is not proof of equality).
+Beside the tests, the effect sizes: median TTFT of repeat-under-A and of B, each over median cold,
+with a percentile bootstrap CI (trials resampled in pairs, seeded, ``resamples`` draws, level 1 − 2α,
+the interval that matches a TOST at α); "no leak" needs B's interval inside the equivalence margin.
 Timed work runs on a fixed thread count. A snapshot taken under one manifest must be refused by a
 cell of another manifest (another model, or the same model with an adapter).
 
@@ -43,7 +46,8 @@ class Params:
                                           "other weights, so only a key, never a size check, can refuse its state")
     adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
-    seed: int = param(0, "seed for the probe's own token ids")
+    resamples: int = param(2000, "bootstrap resamples (B) of the TTFT-ratio confidence intervals (level 1 − 2·alpha)")
+    seed: int = param(0, "seed for the probe's own token ids and the bootstrap")
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -53,6 +57,9 @@ class Params:
                              f"not far below alpha={self.alpha:g}; raise trials")
         if not 0 < self.margin < 1 or self.threads < 1:
             raise ValueError("margin must be in (0, 1) and threads ≥ 1")
+        if self.resamples < 200:
+            raise ValueError(f"resamples={self.resamples} is too few for a {1 - 2 * self.alpha:.0%} percentile "
+                             "bootstrap interval; use at least 200")
 
 
 def same_kv_shape(d) -> str:
@@ -68,7 +75,7 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "3"
+    version = "4"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
@@ -133,6 +140,47 @@ def tost_log(x: list[float], y: list[float], margin: float) -> float:
     return float(max(lower, upper))
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """Median TTFT of one procedure over median cold TTFT, with its bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+    level: float
+    resamples: int
+    pairs: int
+
+    def within(self, margin: float) -> bool:
+        """The whole interval inside the equivalence band [1/(1+margin), 1+margin]."""
+        return 1 / (1 + margin) <= self.low and self.high <= 1 + margin
+
+    def __str__(self) -> str:
+        return (f"{self.value:.3g}× [{self.low:.3g}, {self.high:.3g}] ({self.level:.0%} percentile bootstrap CI, "
+                f"B={self.resamples}, {self.pairs} paired trials)")
+
+
+def _median_ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(x, axis=axis) / np.median(y, axis=axis)
+
+
+def ttft_ratio(rows: list[dict], proc: str, p: Params) -> Ratio:
+    """Median TTFT of ``proc`` over median cold TTFT, with a percentile bootstrap CI at level 1 − 2·alpha that
+    resamples trials, keeping each trial's pair together (same prompt, adjacent in time)."""
+    by_trial: dict[int, dict[str, float]] = {}
+    for r in rows:
+        by_trial.setdefault(r["trial"], {})[r["procedure"]] = r["ttft_s"]
+    pairs = [(t[proc], t["cold A"]) for t in by_trial.values() if proc in t and "cold A" in t]
+    x, y = (np.array(c, dtype=float) for c in zip(*pairs)) if pairs else (np.array([]), np.array([]))
+    level = 1 - 2 * p.alpha
+    if len(pairs) < 2:
+        return Ratio(float("nan"), float("nan"), float("nan"), level, p.resamples, len(pairs))
+    ci = stats.bootstrap((x, y), _median_ratio, paired=True, vectorized=True, n_resamples=p.resamples,
+                         confidence_level=level, method="percentile", rng=np.random.default_rng(p.seed))
+    return Ratio(float(_median_ratio(x, y)), float(ci.confidence_interval.low), float(ci.confidence_interval.high),
+                 level, p.resamples, len(pairs))
+
+
 def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
             engine: dict | None = None) -> Outcome:
     by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
@@ -148,15 +196,24 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     counted = all(r.get("engine_reused") is not None for r in by["other B"] + by["repeat A"])
     engine_counts = ({"engine_cross_manifest_reused_tokens": sum(r["engine_reused"] for r in by["other B"]),
                       "engine_reused_tokens": min(r["engine_reused"] for r in by["repeat A"])} if counted else {})
+    warm, other = ttft_ratio(rows, "repeat A", p), ttft_ratio(rows, "other B", p)
+    so = spread(t["other B"])
     metrics = engine_counts | {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
-               "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"],
-               "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"]}
+               "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"], "ttft_other_s": so["median"],
+               "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"],
+               "ttft_ratio": warm.value, "ttft_ratio_ci_low": warm.low, "ttft_ratio_ci_high": warm.high,
+               "ttft_ratio_other": other.value, "ttft_ratio_other_ci_low": other.low,
+               "ttft_ratio_other_ci_high": other.high}
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
     notes.append(f"time to first token: cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
                  f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
                  f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
+    band = f"[{1 / (1 + p.margin):.3g}, {1 + p.margin:.3g}]"
+    notes.append(f"effect sizes, median TTFT over median cold: repeat under A {warm}; other key B {other} "
+                 f"(cold median {1e3 * sc['median']:.3g} ms, B median {1e3 * so['median']:.3g} ms); "
+                 f"equivalence band {band}")
     lora = {"contract.lora": "inconclusive"}
     if len(refusals) > 1 and no_salt:  # the refusal is the cell's digest check: an engine without a salt has none
         lora = {"contract.lora": "not-applicable"}
@@ -174,20 +231,23 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
             return Outcome("not-applicable", "The engine has no cache salt of its own: handed a state saved under "
                            "another manifest with the cell's check bypassed, it took it and decoded "
                            f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
-                           f"(cell-reported cross-key reuse {cross}), which cannot speak for an engine-level salt.",
+                           f"(cell-reported cross-key reuse {cross}; B/cold median TTFT {other}), which cannot speak "
+                           "for an engine-level salt.",
                            metrics, rows + refusals + extra, notes, lora)
         if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
             notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
                          "so this shows a size check, not a salt; give other_model of the same shape to show more")
             return Outcome("not-applicable", f"The engine has no cache salt of its own ({no_salt}); isolation here is "
-                           f"the cell's bookkeeping (cell-reported cross-key reuse {cross}). The other model's state "
+                           f"the cell's bookkeeping (cell-reported cross-key reuse {cross}; B/cold median TTFT "
+                           f"{other}). The other model's state "
                            "was refused by the engine for its shape, not for a key.",
                            metrics, rows + refusals + extra, notes, lora)
     leaks = []
     if cross:
         leaks.append(f"{cross} tokens reused across keys")
     if ks_other < p.alpha:
-        leaks.append(f"other-key requests are faster than cold (one-sided KS p={ks_other:.3g})")
+        leaks.append(f"other-key requests are faster than cold (one-sided KS p={ks_other:.3g}; B/cold median TTFT "
+                     f"{other})")
     if any(r["refused"] is False for r in refusals):
         leaks.append("a snapshot was restored onto another manifest")
     if leaks:
@@ -195,14 +255,17 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                        rows + refusals + extra, notes, lora, rests_on=("engine_cross_manifest_reused_tokens",))
     if within == 0 or ks_same >= p.alpha:
         return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
-                       f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}).", metrics,
+                       f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}; repeat/cold median TTFT {warm}).",
+                       metrics,
                        rows + refusals + extra, notes, lora)
-    if tost >= p.alpha:
+    if tost >= p.alpha or not other.within(p.margin):
         return Outcome("inconclusive", f"Reuse stayed within one key by the counters, but other-key requests could not "
-                       f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}); timing is too noisy to "
-                       "rule out a cross-key hit.", metrics, rows + refusals + extra, notes, lora)
+                       f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT "
+                       f"{other}, equivalence band {band}); timing is too noisy to rule out a cross-key hit.",
+                       metrics, rows + refusals + extra, notes, lora)
     return Outcome("confirmed", f"Reuse stayed within one key: repeats under A reused {within} tokens (faster than "
-                   f"cold, one-sided KS p={ks_same:.2g}), B reused 0 and was as slow as cold within ±{p.margin:.0%} "
-                   f"(TOST p={tost:.2g}), and snapshots were refused across manifests.", metrics,
+                   f"cold, one-sided KS p={ks_same:.2g}; repeat/cold median TTFT {warm}), B reused 0 and was as slow "
+                   f"as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT {other}, inside {band}), "
+                   "and snapshots were refused across manifests.", metrics,
                    rows + refusals + extra, notes, lora,
                    rests_on=("engine_cross_manifest_reused_tokens", "engine_reused_tokens"))

@@ -5,7 +5,8 @@ Per arm (a fresh cell each, so arms never share KV): pin a prefix at priority P 
 capacity, re-requesting the prefix after every step. Survival = reused / baseline reuse of an
 unpressured repeat, read from the engine's own KV when the cell can (``kv_readback``), else from
 its per-request reuse counters. Channels: those, KV ``removed`` events when the engine has them, and
-the re-request's latency.
+the re-request's latency. Every arm runs ``repeats`` times, each repeat in a fresh seeded random arm
+order: "ordered" needs the order in every repeat, one sample per arm cannot show it.
 
 An engine that never evicts (``Description.absent["eviction"]``, e.g. llama.cpp) cannot pin or
 order anything: the probe then shows the absence instead: it pins the prefix, fills the rest of
@@ -35,13 +36,17 @@ class Params:
     filler_slots: int = param(8, "concurrent filler sequences (slots)")
     filler_fraction: float = param(0.25, "one filler's length as a fraction of free capacity")
     expiry_ms: int = param(200, "duration_ms of the expiry arm (priority 100); 0 skips that arm")
-    seed: int = param(0, "seed for the probe's own token ids")
+    repeats: int = param(3, "runs of every arm, each repeat in a new random arm order; an order or a tie must hold "
+                            "in every repeat (engines without retention priorities run one: all arms are alike there)")
+    seed: int = param(0, "seed for the probe's own token ids and arm orders")
 
     def __post_init__(self) -> None:
         if not self.priorities or any(not 0 <= p <= 100 for p in self.priorities):
             raise ValueError("priorities must be in [0, 100]")
         if self.prefix_tokens < 2 or self.prefix_tokens >= self.capacity_tokens:
             raise ValueError("prefix_tokens must be at least 2 and below capacity_tokens")
+        if self.repeats < 1:
+            raise ValueError("repeats must be at least 1")
         if not self.pressure or any(r <= 0 for r in self.pressure):
             raise ValueError("pressure ratios must be positive")
         if self.filler_slots * self.filler_fraction <= 1:
@@ -59,8 +64,18 @@ class Arm:
         return f"p{self.priority}" + (f"+{self.duration_ms}ms" if self.duration_ms else "")
 
 
+# Fewer repeats than this cannot show that an order (or a tie) between priorities is consistent.
+MIN_REPEATS = 2
+# TensorRT-LLM's default retention priority (kDefaultRetentionPriority, cpp/include/tensorrt_llm/executor/executor.h):
+# what a block gets when its request names none. A cell attaches its own default retention to every request (the
+# TensorRT-LLM cell's is its EnsurePrefix pin, 100), so the fillers name this one. And a request that matches
+# cached blocks overwrites their priority with the one it names (WindowBlockManager::loadOrAllocateBlocks →
+# claimBlock), so every re-request of the prefix names the arm's own retention, or it would re-pin every arm.
+DEFAULT_PRIORITY = 35
+
+
 class PinningUnderPressure(Probe):
-    version = "3"
+    version = "4"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
     figures = (Figure("survival", "survival"),
                Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",
@@ -76,10 +91,13 @@ class PinningUnderPressure(Probe):
         arms = [Arm(pr, None) for pr in sorted(set(p.priorities))]
         if p.expiry_ms:
             arms.append(Arm(100, p.expiry_ms))
-        order = np.random.default_rng(p.seed).permutation(len(arms))  # arms in random order, seeds per arm
+        # Without priorities every arm is the same plain-eviction baseline: one repeat shows it.
+        repeats = 1 if no_priority else p.repeats
+        orders = np.random.default_rng(p.seed)
         rows: list[dict] = []
-        for i in order:
-            rows += self._arm(ctx, p, arms[i], np.random.default_rng(p.seed + int(i)))
+        for rep in range(repeats):
+            for i in orders.permutation(len(arms)):  # arms in a new random order each repeat, a seed per (repeat, arm)
+                rows += self._arm(ctx, p, arms[i], rep, np.random.default_rng([p.seed, rep, int(i)]))
         return verdict(rows, p, arms, no_priority)
 
     def _absence(self, cell, d, p: Params) -> list[dict]:
@@ -94,7 +112,7 @@ class PinningUnderPressure(Probe):
                  "engine_refused": True, "capacity_tokens": d.kv_capacity_tokens,
                  "resident_after": cell.resident_tokens(slot=0)}]
 
-    def _arm(self, ctx: ProbeContext, p: Params, arm: Arm, rng: np.random.Generator) -> list[dict]:
+    def _arm(self, ctx: ProbeContext, p: Params, arm: Arm, rep: int, rng: np.random.Generator) -> list[dict]:
         with ctx.open(slots=1 + p.filler_slots, kv_budget_tokens=p.capacity_tokens) as cell:
             d = cell.describe()
             has_events = "kv_events" in d.observers
@@ -102,25 +120,25 @@ class PinningUnderPressure(Probe):
             free = d.kv_capacity_tokens - p.prefix_tokens
             filler = max(1, int(free * p.filler_fraction))
             prefix = token_ids(rng, p.prefix_tokens, d)
-            salt = fresh_salt("pinned")
-            cell.ensure_prefix(prefix, slot=0, salt=salt, retention=Retention(arm.priority, arm.duration_ms))
+            salt, kept, plain = fresh_salt("pinned"), Retention(arm.priority, arm.duration_ms), Retention(DEFAULT_PRIORITY)
+            cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept)
             pinned_hashes = _stored_hashes(cell.drain_kv_events()) if has_events else set()
-            baseline = cell.ensure_prefix(prefix, slot=0, salt=salt).reused_tokens
+            baseline = cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept).reused_tokens
             if arm.duration_ms:
                 time.sleep(2 * arm.duration_ms / 1000)
             rows, sent, start = [], 0.0, 0
             for ratio in sorted(p.pressure):
                 load = int(round(ratio * free - sent))
                 sent += load
-                pr = apply_pressure(cell, load, filler, list(range(1, 1 + p.filler_slots)), rng, d, start)
+                pr = apply_pressure(cell, load, filler, list(range(1, 1 + p.filler_slots)), rng, d, start, plain)
                 start += pr.submitted
                 removed = _removed_hashes(cell.drain_kv_events()) if has_events else set()
                 held = cell.resident_tokens(slot=0) if readback else None
-                elapsed, st = timed(cell.ensure_prefix, prefix, slot=0, salt=salt)
+                elapsed, st = timed(cell.ensure_prefix, prefix, slot=0, salt=salt, retention=kept)
                 if has_events:
                     removed |= _removed_hashes(cell.drain_kv_events())
                 rows.append({
-                    "arm": arm.label, "priority": arm.priority, "duration_ms": arm.duration_ms, "pressure": ratio,
+                    "repeat": rep, "arm": arm.label, "priority": arm.priority, "duration_ms": arm.duration_ms, "pressure": ratio,
                     "free_tokens": free, "filler_tokens": filler, "fillers_sent": pr.submitted,
                     "fillers_refused": pr.refused, "fillers_admitted_tokens": pr.tokens,
                     "baseline_reused": baseline, "reused_tokens": st.reused_tokens, "engine_resident": held,
@@ -143,9 +161,41 @@ def _removed_hashes(events: list[KvEvent]) -> set[int]:
 
 
 def first_loss(rows: list[dict], label: str) -> float:
-    """The lowest pressure at which the arm's prefix was not fully reused (inf if never)."""
+    """The lowest pressure at which the arm's prefix was not fully reused (inf if never), over ``rows`` (one
+    repeat's)."""
     lost = [r["pressure"] for r in rows if r["arm"] == label and not r["survival"] >= 1.0]  # NaN is not survival
     return min(lost) if lost else math.inf
+
+
+def by_repeat(rows: list[dict]) -> dict[int, list[dict]]:
+    """The rows of each repeat (rows from before repeats existed are one repeat, 0)."""
+    out: dict[int, list[dict]] = {}
+    for r in rows:
+        out.setdefault(int(r.get("repeat", 0)), []).append(r)
+    return dict(sorted(out.items()))
+
+
+def pair_order(rows: list[dict], lower: Arm, higher: Arm) -> str:
+    """How the higher-priority arm's survival-vs-pressure curve stands to the lower's in one repeat:
+    ``ordered`` (at least as high at every step, higher at one), ``tied`` (equal at every step) or
+    ``crossed`` (lower somewhere, or steps that do not match)."""
+    lo = {r["pressure"]: r["survival"] for r in rows if r["arm"] == lower.label}
+    hi = {r["pressure"]: r["survival"] for r in rows if r["arm"] == higher.label}
+    if not lo or lo.keys() != hi.keys():
+        return "crossed"
+    if all(hi[x] == lo[x] for x in lo):
+        return "tied"
+    return "ordered" if all(hi[x] >= lo[x] for x in lo) else "crossed"
+
+
+def repeat_order(rows: list[dict], plain: list[Arm]) -> str:
+    """One repeat's order of the priority arms (by priority): ``ordered`` when each curve dominates the one
+    below it, ``tied`` when all are equal, ``crossed`` when one falls below a lower priority's, else
+    ``partly tied``."""
+    pairs = {pair_order(rows, a, b) for a, b in zip(plain, plain[1:])}
+    if len(pairs) == 1:
+        return next(iter(pairs))
+    return "crossed" if "crossed" in pairs else "partly tied"
 
 
 def absence(rows: list[dict], why: str) -> Outcome:
@@ -181,49 +231,67 @@ def absence(rows: list[dict], why: str) -> Outcome:
 
 
 def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None) -> Outcome:
-    """Pins: the top priority survives the whole ramp. Orders: every arm is lost, strictly later the
-    higher its priority. Arms lost at the same pressure show no effect of priority, never an order; one
-    arm alone shows no order at all. The ramp counts as pressure only by the load the engine admitted
-    (a refused filler adds none), and survival that could not be measured (NaN) is no survival. An
-    engine without retention priorities (``no_priority``) is not-applicable to the priority claims."""
+    """Pins: the top priority survives the whole ramp in every repeat. Orders: the top priority is lost, and
+    in every one of at least :data:`MIN_REPEATS` repeats each priority's survival curve dominates the one
+    below it. Curves equal in every repeat show no effect of priority, never an order; curves that cross,
+    or an order or tie seen in fewer repeats, show no consistent order (inconclusive on the bias risk);
+    one arm alone shows no order at all. The ramp counts as pressure only by the load the engine admitted
+    (a refused filler adds none; the weakest repeat counts), and survival that could not be measured (NaN)
+    is no survival. An engine without retention priorities (``no_priority``) is not-applicable to the
+    priority claims."""
     top = Arm(100, None) if 100 in p.priorities else Arm(max(p.priorities), None)
-    top_rows = sorted((r for r in rows if r["arm"] == top.label), key=lambda r: r["pressure"])
+    reps = by_repeat(rows)
+    n = len(reps)
+    top_rows = {k: sorted((r for r in v if r["arm"] == top.label), key=lambda r: r["pressure"])
+                for k, v in reps.items()}
+    top_rows = {k: v for k, v in top_rows.items() if v}
+    every_top = [r for v in top_rows.values() for r in v]
     max_ratio = max(p.pressure)
-    refused = sum(r["fillers_refused"] for r in top_rows)
-    free = top_rows[0]["free_tokens"] if top_rows else 0
-    admitted = sum(r.get("fillers_admitted_tokens", 0) for r in top_rows) / free if free else 0.0
-    unmeasured = [r for r in top_rows if not math.isfinite(r["survival"])]
-    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in top_rows if math.isfinite(r["survival"])]
-    survival_max = top_rows[-1]["survival"] if top_rows else float("nan")
-    from_engine = bool(top_rows) and all(r.get("survival_source") == "engine" for r in top_rows)
-    losses = {a.label: first_loss(rows, a.label) for a in arms}
-    plain = [a for a in arms if a.duration_ms is None]
-    firsts = [losses[a.label] for a in plain]
-    tied = len(plain) > 1 and len(set(firsts)) == 1
-    ordered = len(plain) > 1 and all(x < y for x, y in zip(firsts, firsts[1:]))
-    survived = math.isinf(losses[top.label])
+    refused = sum(r["fillers_refused"] for r in every_top)
+    admitted = min((sum(r.get("fillers_admitted_tokens", 0) for r in v) / v[0]["free_tokens"]
+                    if v[0]["free_tokens"] else 0.0 for v in top_rows.values()), default=0.0)
+    unmeasured = [r for r in rows if not math.isfinite(r["survival"])]
+    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in every_top if math.isfinite(r["survival"])]
+    survival_max = min((v[-1]["survival"] for v in top_rows.values()), default=float("nan"))
+    from_engine = bool(every_top) and all(r.get("survival_source") == "engine" for r in every_top)
+    losses = {k: {a.label: first_loss(v, a.label) for a in arms} for k, v in reps.items()}
+    top_lost = [k for k in top_rows if not math.isinf(losses[k][top.label])]
+    plain = sorted((a for a in arms if a.duration_ms is None), key=lambda a: a.priority)
+    orders = {k: repeat_order(v, plain) for k, v in reps.items()} if len(plain) > 1 else {}
+    consistent = n >= MIN_REPEATS and len(set(orders.values())) == 1
+    ordered = consistent and set(orders.values()) == {"ordered"}
+    tied = consistent and set(orders.values()) == {"tied"}
+    survived = bool(top_rows) and not top_lost
+    lower_lost = all(any(not math.isinf(losses[k][a.label]) for a in plain if a != top) for k in reps)
     survival_tag = "survival_at_max_pressure" if from_engine else "reported_survival_at_max_pressure"
+    held_upto = min((max((r["pressure"] for r in v if r["pressure"] < losses[k][top.label] and r["survival"] >= 1.0),
+                         default=0.0) for k, v in top_rows.items()), default=0.0)
     metrics = {
-        "pinned_survival_max_pressure": max((r["pressure"] for r in top_rows if r["survival"] >= 1.0), default=0.0),
+        "pinned_survival_max_pressure": held_upto,
         survival_tag: survival_max,
         "admitted_load": admitted,
         "overflow_errors": refused,
         "silent_evictions": max(lost, default=0),
-        "capacity_tokens": free + p.prefix_tokens if top_rows else None,
+        "capacity_tokens": every_top[0]["free_tokens"] + p.prefix_tokens if every_top else None,
     }
     rests = (survival_tag,)
-    curve = "; ".join(f"{a.label}: " + ("survives all" if math.isinf(losses[a.label]) else f"lost from {losses[a.label]:g}×")
-                      for a in arms)
-    notes = [f"first-loss pressure per arm (cumulative filler load sent, × free capacity): {curve}",
-             f"load the engine admitted over the ramp: {admitted:.2f}× free capacity ({refused} filler(s) refused)"]
+
+    def where(k: int, a: Arm) -> str:
+        return "survives all" if math.isinf(losses[k][a.label]) else f"lost from {losses[k][a.label]:g}×"
+
+    notes = [f"repeat {k}: first-loss pressure per arm (cumulative filler load sent, × free capacity): "
+             + "; ".join(f"{a.label}: {where(k, a)}" for a in arms)
+             + (f" → priorities {orders[k]}" if orders else "") for k in reps]
+    notes.append(f"load the engine admitted over the ramp: {admitted:.2f}× free capacity in the weakest of {n} "
+                 f"repeat(s) ({refused} top-priority filler(s) refused in all)")
     expiry = [a for a in arms if a.duration_ms]
     if expiry:
         e = expiry[0]
-        notes.append(f"expiry arm {e.label}: " + (
-            "never lost, so expiry is not observable on this engine" if math.isinf(losses[e.label])
-            else f"lost from {losses[e.label]:g}× (priority-100 without expiry: "
-                 f"{'never' if survived else f'{losses[top.label]:g}×'})"))
-    if not top_rows or max_ratio <= 1.0:
+        notes.append(f"expiry arm {e.label}, per repeat: " + "; ".join(
+            f"{where(k, e)} (priority-100 without expiry: {where(k, top)})" for k in reps)
+            + (" — never lost, so expiry is not observable on this engine"
+               if all(math.isinf(losses[k][e.label]) for k in reps) else ""))
+    if not every_top or max_ratio <= 1.0:
         return Outcome("inconclusive", f"The ramp never exceeded free capacity (max {max_ratio:g}×), so pressure "
                        "was not sustained; raise `pressure`.", metrics, rows, notes)
     if unmeasured:
@@ -232,7 +300,7 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                        metrics, rows, notes)
     if no_priority:
         notes.insert(0, f"the cell declares no retention priority: {no_priority}")
-        held = "held at every step" if survived else f"lost from {losses[top.label]:g}×"
+        held = "held at every step" if survived else f"lost from {min(losses[k][top.label] for k in reps):g}×"
         return Outcome("not-applicable", f"The engine has no retention priority to pin or order with ({no_priority}); "
                        f"as a reference, the prefix under plain eviction was {held} ({admitted:.2f}× free capacity "
                        "admitted).", metrics, rows, notes, {"risk.retention_bias": "not-applicable"})
@@ -240,24 +308,37 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
         return Outcome("inconclusive", f"Requested load reached {max_ratio:g}× free capacity, but the engine admitted "
                        f"only {admitted:.2f}× ({refused} filler(s) refused): the prefix was never under pressure "
                        "beyond free capacity, so its survival says nothing about pinning.", metrics, rows, notes)
+    repeats = f"{n} repeat{'s' if n > 1 else ''}"
     if survived:
         how = (f"{refused} filler request(s) beyond capacity were refused with an explicit overflow error"
                if refused else "no filler was refused")
-        effect = "" if len(plain) < 2 or not tied else " Every priority survived alike, so this shows no effect of priority."
-        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure, "
-                   f"with {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
+        effect = ("" if len(plain) < 2 or lower_lost else
+                  (" In some repeat no lower priority was lost either, so the ramp did not show what priority "
+                   "adds over plain eviction."))
+        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure in "
+                   f"all {repeats}, with at least {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
         return Outcome("confirmed", summary, metrics, rows, notes,
-                       {"risk.retention_bias": "inconclusive" if tied or len(plain) < 2 else "refuted"},
+                       {"risk.retention_bias": "refuted" if len(plain) > 1 and lower_lost else "inconclusive"},
                        rests_on=rests)
-    if tied:
-        summary = (f"Every priority ({', '.join(a.label for a in plain)}) was lost at the same pressure "
-                   f"({losses[top.label]:g}× free capacity): no effect of priority; retention neither pins nor orders.")
-        return Outcome("refuted", summary, metrics, rows, notes, {"risk.retention_bias": "confirmed"}, rests_on=rests)
-    order = ("strictly after every lower priority" if ordered else "with one priority arm only, so no order is shown"
-             if len(plain) < 2 else "not in priority order")
-    summary = (f"Priority-{top.priority} prefix survived only up to {metrics['pinned_survival_max_pressure']:g}× free "
-               f"capacity and was lost from {losses[top.label]:g}× ({survival_max:.0%} held at {max_ratio:g}×), "
-               f"{order}: retention " + ("orders eviction, it does not pin." if ordered else "does not pin."))
+    first = min(losses[k][top.label] for k in top_lost)
+    lost_in = (f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}" if n > 1
+               else "in its one repeat")
+    if len(plain) < 2:
+        order = "with one priority arm only, so no order is shown"
+    elif ordered:
+        order = f"and each higher priority's survival curve dominated the lower's in all {repeats}"
+    elif tied:
+        order = (f"and every priority ({', '.join(a.label for a in plain)}) fell alike in all {repeats}: "
+                 "no effect of priority")
+    elif n < MIN_REPEATS:
+        order = (f"and one repeat ({orders[next(iter(orders))]}) cannot show a consistent order between priorities; "
+                 f"raise `repeats` to at least {MIN_REPEATS}")
+    else:
+        order = ("and the priorities were in no consistent order across the repeats ("
+                 + ", ".join(orders[k] for k in reps) + "): no order shown")
+    summary = (f"Priority-{top.priority} prefix was lost {lost_in} (from {first:g}× free capacity at the earliest; "
+               f"{survival_max:.0%} held at {max_ratio:g}× in the worst repeat), {order}: retention "
+               + ("orders eviction, it does not pin." if ordered else "neither pins nor orders." if tied
+                  else "does not pin."))
     return Outcome("refuted", summary, metrics, rows, notes,
-                   {"risk.retention_bias": "confirmed" if ordered else "inconclusive" if len(plain) < 2 else "partial"},
-                   rests_on=rests)
+                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"}, rests_on=rests)

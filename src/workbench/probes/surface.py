@@ -7,6 +7,9 @@
 * ``surface.contract_mapping`` — row by row, does each mechanism of the Contract Mapping table
   exist in the installed release with the expected signature (TensorRT-LLM: the cell's version
   guard; llama.cpp: the functions its cell calls). Behavioural probes say whether it *works*.
+  On TensorRT-LLM each guard row also records the signature it read (where the symbol lives, which of
+  the names the cell uses it has, the defaults the cell pins): :func:`churn_verdict` compares those
+  tables across releases for ``risk.version_churn``, which one survey cannot answer.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..observe.survey import elf_defined_dynamic_symbols, survey
+from ..standing import natural
 from . import NotRunnable, Outcome, Probe, ProbeContext
 
 _PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp", "vllm": "vllm"}
@@ -183,7 +187,7 @@ def _vllm_entry(root: Path) -> Outcome:
 
 
 class ContractMapping(Probe):
-    version = "3"
+    version = "4"
     claims = ("entry.contract_table", "risk.version_churn", *(c for c in LLAMACPP_ROWS))
     Params = NoParams
     needs_engine = False
@@ -214,19 +218,21 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
     if guard:
         notes.append(f"version guard: {sum(r['ok'] for r in guard)}/{len(guard)} rows ok")
         notes += [f"guard {r['guard']} [{r['feature']}]: {r['status']}, {r['detail']}" for r in guard if not r["ok"]]
-    notes.append("version churn needs surveys of at least two releases; one survey cannot speak to it")
-    churn = {"risk.version_churn": "inconclusive"}
     if own_table:
-        per_claim = {r["claim"]: "not-applicable" for r in table} | churn | {"entry.contract_table": "not-applicable"}
+        notes.append("version churn is about TensorRT-LLM releases; this survey reads none")
+        per_claim = ({r["claim"]: "not-applicable" for r in table}
+                     | {"risk.version_churn": "inconclusive", "entry.contract_table": "not-applicable"})
         said = (f"all {len(table)} of its own rows' C functions are exported with the expected parameter names"
                 if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed C functions")
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the table written for {LLAMACPP_EXPECTED_AGAINST}).",
                        metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+    one = churn_verdict({str(rows[0].get("version")) if rows else "?": signature_table(rows)})  # one version
+    notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
     per_claim = {r["claim"]: ("inconclusive" if not r["mechanism_count"] else "partial" if r["ok"] else "refuted")
-                 for r in table} | churn
+                 for r in table} | {"risk.version_churn": one.verdict}
     if not broken:
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
@@ -280,5 +286,94 @@ def _trtllm_rows() -> list[dict]:
                      "mechanism_count": len(refs), "ok": not missing,
                      "missing": missing, "version": install.version})
     rows += [{"guard": r.name, "feature": r.feature, "ok": r.ok, "status": r.status, "missing": list(r.missing),
-              "detail": r.detail, "version": install.version} for r in install.rows]
+              "detail": r.detail, "version": install.version, "signature": _signature(install.module, spec)}
+             for spec, r in zip(trtllm_guard.GUARD, install.rows, strict=True)]
     return rows
+
+
+def _signature(module, spec) -> dict:
+    """What the guard read on one entry point, as a comparable record: where the symbol was found, which of
+    the names the cell uses it has, and the declared defaults of the fields the cell pins."""
+    from ..cells import trtllm_guard
+
+    at, obj = spec.symbol, trtllm_guard.resolve(module, spec.symbol)
+    if obj is None and spec.moved_to:
+        at, obj = spec.moved_to, trtllm_guard.resolve(module, spec.moved_to)
+    if obj is None:
+        return {"at": None, "names": {}, "defaults": {}}
+    have = trtllm_guard.members(obj)
+    defaults = {f: trtllm_guard.field_default(obj, f) for f, _ in spec.defaults if f in have}
+    return {"at": at, "names": {n: n in have for n in (*spec.requires, *spec.optional)},
+            "defaults": {f: repr(d) for f, d in defaults.items() if type(d) is not object}}  # object(): not declared
+
+
+# --------------------------------------------------------------------------- version churn, across surveys
+
+CHURN_COMMAND = ("workbench probe surface.contract_mapping --engine trtllm --out DIR, once with each TensorRT-LLM "
+                 "release installed (at least two), into the same findings folder")
+
+
+def signature_table(rows: list[dict]) -> dict[str, dict] | None:
+    """The per-entry-point signatures a TensorRT-LLM survey recorded (its guard rows), keyed by symbol and
+    feature; None when it recorded none (another engine, or a survey from before they were recorded)."""
+    guard = [r for r in rows if "guard" in r]
+    if not guard or any("signature" not in r for r in guard):
+        return None
+    return {f"{r['guard']} [{r['feature']}]": r["signature"] for r in guard}
+
+
+def signature_changes(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[str], list[str]]:
+    """What changed from ``old`` to ``new`` in what both surveys checked, and what only one of them checked
+    (a change of the workbench's own table, not of the engine, so never counted as churn)."""
+    changes, apart = [], []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if a is None or b is None:
+            apart.append(f"{key} (checked in one survey only)")
+            continue
+        if a["at"] != b["at"]:
+            changes.append(f"{key}: found at {b['at'] or 'nowhere'}, was {a['at'] or 'nowhere'}")
+        if a["at"] is None or b["at"] is None:
+            continue
+        for n in sorted(a["names"].keys() | b["names"].keys()):
+            if n not in a["names"] or n not in b["names"]:
+                apart.append(f"{key}: {n} (checked in one survey only)")
+            elif a["names"][n] != b["names"][n]:
+                changes.append(f"{key}: {n} {'added' if b['names'][n] else 'gone'}")
+        for f in sorted(a["defaults"].keys() & b["defaults"].keys()):
+            if a["defaults"][f] != b["defaults"][f]:
+                changes.append(f"{key}: {f} defaults to {b['defaults'][f]}, was {a['defaults'][f]}")
+    return changes, apart
+
+
+def churn_verdict(tables: dict[str, dict[str, dict] | None]) -> Outcome:
+    """``risk.version_churn`` from the subject engine's surveys, one signature table per engine version (None
+    where the survey recorded none). Any change between consecutive versions of a signature the cell uses:
+    confirmed, with the changes; every one identical: refuted (for these versions); fewer than two versions
+    with tables: inconclusive, and the command that adds one."""
+    usable = {v: t for v, t in tables.items() if t is not None}
+    versions = sorted(usable, key=natural)
+    lacking = sorted((v for v, t in tables.items() if t is None), key=natural)
+    notes = [f"surveys of {', '.join(lacking)} recorded no signature table (re-run the survey there)"] if lacking else []
+    if len(versions) < 2:
+        had = f"only {versions[0]}" if versions else "none"
+        return Outcome("inconclusive", f"Version churn needs findings from ≥2 TensorRT-LLM versions with signature "
+                       f"tables ({had} here): run {CHURN_COMMAND}.", {}, [], notes)
+    rows, apart = [], []
+    for old, new in zip(versions, versions[1:]):
+        changes, skipped = signature_changes(usable[old], usable[new])
+        rows += [{"from": old, "to": new, "change": c} for c in changes]
+        apart += [f"{old} → {new}: {s}" for s in skipped]
+    if apart:
+        notes.append("not compared: " + "; ".join(apart))
+    span = " → ".join(versions)
+    if rows:
+        return Outcome("confirmed", f"The TensorRT-LLM API the cell uses changed across {span}: "
+                       + "; ".join(f"{r['from']} → {r['to']}: {r['change']}" for r in rows) + ".", {}, rows, notes)
+    compared = len(set.intersection(*(set(usable[v]) for v in versions)))
+    if not compared:
+        return Outcome("inconclusive", f"The surveys of {span} share no entry point to compare; re-run them with "
+                       "one workbench version.", {}, rows, notes)
+    return Outcome("refuted", f"The {compared} entry points the cell uses read identically in TensorRT-LLM {span} "
+                   "(location, names used, pinned defaults): no churn between these releases; a later one can "
+                   "still bring some.", {}, rows, notes)

@@ -16,6 +16,13 @@ The engine itself is a toy with the documented observable shapes:
 
 * reuse: full blocks of ``prompt[:-1]`` whose hash chain (salt, LoRA id, parent, tokens) is stored
   are reused; ``kv_cache_metrics`` counts blocks;
+* partial reuse (``enable_partial_reuse``, on by default): the device-matched length handed to a KV connector
+  (``prepopulatedPromptLen``) adds, after the matched full blocks, the leading tokens the next block of
+  ``prompt[:-1]`` shares with a stored block of the same parent, salt and LoRA id (``loadOrAllocateBlocks`` and
+  ``KVCacheBlock::findMatchingBlock`` in ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``,
+  ``BlockKey::partialMatch`` in ``cpp/include/tensorrt_llm/batch_manager/kvCacheManager.h``), so it need not be
+  block-aligned. Not modelled: the partly filled last block 1.2 stores on release, and the +1 a partial match
+  adds to ``num_reused_blocks``;
 * KV events: ``created`` when the pool is allocated (at construction, so it waits in the engine
   until the first request starts the dispatch), ``stored`` for blocks new to the tree, ``removed``
   on eviction (lowest priority first, then oldest); priority-only ``updated`` events are not
@@ -80,8 +87,18 @@ class _Request:
 
 
 class _Tensor:
+    """What the connector is handed of the primary pool: a ``torch.Tensor``'s shape, dtype and byte count."""
+
+    _SIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
     def __init__(self, shape, dtype):
         self.shape, self.dtype = shape, dtype
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def element_size(self) -> int:
+        return self._SIZES[self.dtype]
 
 
 class LLM:
@@ -104,6 +121,7 @@ class LLM:
         limits = [t for t in (kv.max_tokens, self.memory_tokens) if t]
         self.capacity_blocks = math.ceil(min(limits or [4096]) / self.tpb)
         self.stored: dict = {}  # block hash -> [priority, age]
+        self.block_keys: dict = {}  # block hash -> (parent key, tokens): what partial matching compares
         self._lock = threading.Lock()
         self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
         self.engine_stats: List[dict] = []  # the executor's iteration stats buffer
@@ -218,13 +236,16 @@ class LLM:
         while reused < reusable and hashes[reused] in self.stored:
             reused += 1
         block_ids = list(range(request_id * 1000, request_id * 1000 + math.ceil(len(prompt) / self.tpb)))
+        root = ("root", salt, lora_id)  # a first block's parent: partialMatch compares salt and LoRA id too
+        parents = [root] + hashes
+        matched = reused * self.tpb + self._partial_match(parents[reused], prompt[reused * self.tpb:len(prompt) - 1])
         if self.scheduler is not None:
             req = _Request(request_id, prompt)
-            self.scheduler.get_num_new_matched_tokens(req, reused * self.tpb)
+            self.scheduler.get_num_new_matched_tokens(req, matched)
             self.scheduler.update_state_after_alloc(req, block_ids)
             rd = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}._torch.pyexecutor.kv_cache_connector")
             meta = self.scheduler.build_connector_meta(rd.SchedulerOutput(new_requests=[rd.RequestData(
-                request_id, list(prompt), block_ids, reused * self.tpb, len(prompt) - reused * self.tpb)]))
+                request_id, list(prompt), block_ids, matched, len(prompt) - matched)]))
             self.worker.bind_connector_meta(meta)
             self.worker.start_load_kv(None)
             for layer in range(LAYERS):
@@ -244,6 +265,7 @@ class LLM:
                 continue
             self._evict_for_one()
             self.stored[h] = [prio, self.iteration]
+            self.block_keys[h] = (parents[i], tuple(block))
             if not new_blocks:
                 new_parent = hashes[i - 1] if i else None
             new_blocks.append({"type": "stored_block", "block_hash": h, "cache_level": 0, "priority": prio,
@@ -252,11 +274,27 @@ class LLM:
             self._emit({"type": "stored", "parent_hash": new_parent, "blocks": new_blocks})
         return reused, block_ids
 
+    def _partial_match(self, parent, tokens) -> int:
+        """Leading tokens of the next block (at most one block of ``tokens``) that a stored child of ``parent``
+        shares: the best ``partialMatch`` over its children, 0 with partial reuse off (``findMatchingBlock``)."""
+        if not self.args.kv_cache_config.enable_partial_reuse:
+            return 0
+        block = tuple(tokens[:self.tpb])
+        best = 0
+        for par, stored in self.block_keys.values():
+            if par == parent and stored != block:  # an exact match is a full-block match, counted already
+                n = 0
+                while n < min(len(stored), len(block)) and stored[n] == block[n]:
+                    n += 1
+                best = max(best, n)
+        return best
+
     def _evict_for_one(self) -> None:
         if len(self.stored) < self.capacity_blocks:
             return
         victim = min(self.stored, key=lambda h: tuple(self.stored[h]))
         del self.stored[victim]
+        self.block_keys.pop(victim, None)
         self._emit({"type": "removed", "block_hashes": [victim]})
 
     def _steps(self, out, sp, perf, streaming) -> List[CompletionOutput]:
