@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from workbench import findings, plots, widgets
+from workbench import findings, plots, probes, widgets
 
 RETENTION_ROWS = [
     {"arm": arm, "priority": pr, "pressure": x, "survival": s, "reused_tokens": int(256 * s), "baseline_reused": 256,
@@ -25,7 +25,7 @@ REUSE_ROWS = [
 
 
 def finding(probe: str, rows: list[dict], verdict: str = "confirmed", reason: str | None = None) -> findings.Finding:
-    return findings.Finding(probe=probe, claims=["unknown.reuse_metrics"], verdict=verdict, summary="s",
+    return findings.Finding(probe=probe, claims=list(probes.get(probe).claims), verdict=verdict, summary="s",
                             engine="llamacpp", environment={}, params={"model": "synthetic:tiny"},
                             evidence={"columns": list(rows[0]) if rows else [], "rows": rows, "notes": []},
                             reason=reason)
@@ -109,10 +109,112 @@ def test_evidence_explorer_filters_interactively(shown):
 
 
 def test_figures_come_from_each_probes_own_declaration():
-    from workbench import probes
-
     for name in probes.names():
         for fig in probes.get(name).figures:
             assert fig.kind in plots.BUILDERS, (name, fig.kind)
     assert [n for n, _ in plots.figures_of("retention.pinning_under_pressure")] == ["survival", "timeline"]
     assert plots.figures_of("not.a.probe") == []
+
+
+# --------------------------------------------------------------------------- engines side by side
+
+
+def on(f: findings.Finding, engine: str, version: str | None, rows: list[dict] | None = None) -> findings.Finding:
+    """``f`` as another engine's finding (rendering only: the figures never see a cell)."""
+    from dataclasses import replace
+
+    ev = f.evidence | ({"rows": rows} if rows is not None else {})
+    return replace(f, engine=engine, id="", environment={"engine_version": version} if version else {}, evidence=ev)
+
+
+def panels(fig) -> list[str]:
+    """The subplot titles (one per panel), left to right."""
+    return [a.text for a in fig.layout.annotations if a.yanchor == "bottom" and a.y == 1.0]
+
+
+def column(fig, note) -> int:
+    """Which panel a note sits in (notes of panels without traces are placed in paper coordinates)."""
+    return next(i for i, k in enumerate(("xaxis", "xaxis2", "xaxis3"), 1)
+                if fig.layout[k].domain[0] <= note.x <= fig.layout[k].domain[1])
+
+
+def drawn_on(fig) -> list[str]:
+    """The x axes that carry traces: which panels draw data."""
+    return sorted({t.xaxis for t in fig.data})
+
+
+def three_engines(probe: str, rows: list[dict], vllm_rows: list[dict]) -> list[findings.Finding]:
+    ran = finding(probe, rows)
+    return [on(ran, "vllm", "0.32.0", vllm_rows), on(ran, "llamacpp", "0.3.36"),
+            on(finding(probe, [], "not-run", "tensorrt_llm is not installed"), "trtllm", None)]
+
+
+def test_side_by_side_draws_one_panel_per_engine_subject_first():
+    fs = three_engines("reuse.per_request_metrics", REUSE_ROWS, REUSE_ROWS[:2])
+    figs = plots.side_by_side("reuse.per_request_metrics", fs)
+    assert [name for name, _ in figs] == ["matrix", "timeline"]  # every figure the probe declares
+    for _, fig in figs:
+        titles = panels(fig)
+        assert len(titles) == 3 and len([k for k in fig.layout if k.startswith("xaxis")]) == 3
+        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
+        assert "subject" in titles[0] and all("reference" in t for t in titles[1:])
+        assert "0.3.36" in titles[1] and "0.32.0" in titles[2] and "synthetic:tiny" in titles[2]
+        assert drawn_on(fig) == ["x2", "x3"]  # both engines that ran draw their own panel, not one of them
+
+
+def test_each_panel_draws_its_own_engines_rows():
+    fs = three_engines("reuse.per_request_metrics", REUSE_ROWS, [r | {"reported_reused": 64} for r in REUSE_ROWS])
+    _, matrix = plots.side_by_side("reuse.per_request_metrics", fs)[0]
+    reported = {t.xaxis: dict(zip(t.x, t.y)) for t in matrix.data if t.name == "reported (cell)"}
+    assert reported["x2"]["exact repeat"] == 128.5 and reported["x3"]["exact repeat"] == 64
+
+
+def test_a_not_run_engine_keeps_its_panel_with_the_reason_once():
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+    for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs):
+        text = [a.text for a in fig.layout.annotations]
+        assert sum("tensorrt_llm is not installed" in t for t in text) == 1
+        note = next(a for a in fig.layout.annotations if "tensorrt_llm" in a.text)
+        assert note.text.startswith("not-run: ") and column(fig, note) == 1  # in the first (subject) panel
+        assert "not-run" in panels(fig)[0]
+
+
+def test_an_engine_without_a_finding_still_gets_a_panel():
+    (_, fig), _ = plots.side_by_side("retention.pinning_under_pressure", [finding("retention.pinning_under_pressure",
+                                     RETENTION_ROWS)], engines=("llamacpp", "trtllm", "vllm"))
+    assert ["no finding" in t for t in panels(fig)] == [True, False, True]
+    assert any("workbench probe retention.pinning_under_pressure --engine vllm" in a.text and column(fig, a) == 3
+               for a in fig.layout.annotations)
+
+
+def test_side_by_side_shares_the_quantity_axis_colours_and_legend():
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS[3:])
+    survival, timeline = (fig for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs))
+    assert survival.layout.yaxis3.matches == "y2"
+    assert survival.layout.xaxis3.matches is None  # each engine sweeps its own range
+    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "log"  # the builder's axes, per panel
+    assert survival.layout.yaxis3.title.text is None and survival.layout.yaxis2.title.text
+    assert sorted(s.xref for s in survival.layout.shapes) == ["x2", "x3"]  # the capacity line, in each panel
+    by_name: dict[str, set] = {}
+    for t in survival.data:
+        by_name.setdefault(t.name, set()).add(t.line.color)
+    assert all(len(c) == 1 for c in by_name.values()) and len({c for cs in by_name.values() for c in cs}) == 2
+    assert [t.name for t in survival.data if t.showlegend] == ["p35", "p100"]  # each series once in the legend
+    assert timeline.layout.yaxis3.matches is None and timeline.layout.yaxis3.title.text  # lanes: each panel its own
+
+
+def test_side_by_side_is_deterministic_and_offline():
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+    bundles = [[plots.show(fig)._repr_mimebundle_() for _, fig in plots.side_by_side(fs[0].probe, fs)]
+               for _ in range(2)]
+    assert json.dumps(bundles[0], sort_keys=True) == json.dumps(bundles[1], sort_keys=True)
+    assert plots.side_by_side("not.a.probe", fs) == []
+
+
+def test_summary_view_shows_each_probes_figures_side_by_side(shown):
+    from pathlib import Path
+
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+    widgets.side_by_side([(Path(f"{i}.json"), f) for i, f in enumerate(fs)])
+    assert [type(o).__name__ for o in shown] == ["Markdown", "Shown", "Shown"]
+    assert all(len(panels(o.fig)) == 3 for o in shown[1:])

@@ -111,3 +111,85 @@ def test_findings_browser_shows_every_finding_statically(run_dir, monkeypatch):
     widgets.findings_browser(table, interactive=False)
     (frame,) = shown
     assert len(frame) == len(table) and frame.created.is_monotonic_decreasing
+
+
+# --------------------------------------------------------------------------- the engines side by side
+
+
+def plotted(page: str) -> dict[str, dict]:
+    """Each plotly figure of the page by its div id, as the JSON the page hands to Plotly.newPlot."""
+    import json
+
+    dec, out = json.JSONDecoder(), {}
+    for m in re.finditer(r'Plotly\.newPlot\(\s*"([^"]+)",\s*', page):
+        data, end = dec.raw_decode(page, m.end())
+        layout, _ = dec.raw_decode(page[end:].lstrip(", \n"))
+        out[m.group(1)] = {"data": data, "layout": layout}
+    return out
+
+
+def panel_titles(fig: dict) -> list[str]:
+    return [a["text"] for a in fig["layout"].get("annotations", []) if a.get("yanchor") == "bottom" and a["y"] == 1]
+
+
+def with_vllm(run_dir: Path, tmp_path: Path) -> Path:
+    """A copy of ``run_dir`` with the llama.cpp reuse finding restated as vLLM's (rendering only)."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    f = next(f for _, f in findings.scan([out / "findings"]).findings
+             if f.probe.startswith("reuse") and f.engine == "llamacpp")
+    findings.write(replace(f, id="", engine="vllm", environment=f.environment | {"engine_version": "0.32.0"}),
+                   out / "findings")
+    return out
+
+
+def test_each_report_figure_shows_every_engine_side_by_side(run_dir, tmp_path):
+    page = report.render(with_vllm(run_dir, tmp_path))
+    section = page[page.index("<h3>reuse.per_request_metrics</h3>"):]
+    lines = re.findall(r"</span> (\w+)[^:<]*:", section[:section.index("</ul>")])
+    assert lines == ["trtllm", "llamacpp", "vllm"]  # each engine's verdict line, in the panels' order
+    figs = plotted(page)
+    reuse = {k: v for k, v in figs.items() if k.startswith("wb-fig-reuse-per-request-metrics-")}
+    assert sorted(reuse) == ["wb-fig-reuse-per-request-metrics-matrix", "wb-fig-reuse-per-request-metrics-timeline"]
+    for fig in reuse.values():
+        titles = panel_titles(fig)
+        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
+        assert "not-run" in titles[0]
+        assert sorted({t["xaxis"] for t in fig["data"]}) == ["x2", "x3"]  # three findings: two drawn, none dropped
+        assert sum("no GPU here" in a["text"] for a in fig["layout"]["annotations"]) == 1
+    retention = figs["wb-fig-retention-pinning-under-pressure-survival"]
+    assert ["no finding" in t for t in panel_titles(retention)] == [True, False, True]  # still three engines
+
+
+def test_report_figures_follow_the_standing_rule(run_dir):
+    """A newer not-run finding does not take an engine's panel from one that ran (``standing``'s rule)."""
+    found = findings.scan([run_dir / "findings"]).findings
+    path, ran = next((p, f) for p, f in found if f.probe.startswith("reuse") and f.engine == "llamacpp")
+    later = replace(ran, id="later", created="2999-01-01T00:00:00+00:00", verdict="not-run", reason="later")
+    assert report.standing_findings([*found, (path, later)], ran.probe) == report.standing_findings(found, ran.probe)
+    assert [f.engine for f in report.standing_findings(found, ran.probe)] == ["llamacpp", "trtllm"]
+    assert report.standing_findings(found, "not.a.probe") == []
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_three_real_engines_side_by_side(run_dir, tmp_path):
+    """The reuse probe run for real on vLLM beside the run folder's llama.cpp and TensorRT-LLM findings: its
+    figures draw both engines that ran, each in its own panel, and keep TensorRT-LLM's with its reason."""
+    import shutil
+
+    from conftest import require_engine
+
+    require_engine("vllm")
+    out = tmp_path / "run"
+    shutil.copytree(run_dir, out)
+    probes.run("reuse.per_request_metrics", engine="vllm", model="synthetic:cpu", params={"repeats": 1},
+               out=out / "findings", isolated=False)
+    matrix = plotted(report.render(out))["wb-fig-reuse-per-request-metrics-matrix"]
+    titles = panel_titles(matrix)
+    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
+    assert "not-run" in titles[0] and "partial" in titles[2]  # vLLM reports reuse in whole blocks
+    assert "x3" in {t["xaxis"] for t in matrix["data"] if t["name"] == "engine accounting"}  # vLLM's own count
+    assert {t["xaxis"] for t in matrix["data"]} == {"x2", "x3"}

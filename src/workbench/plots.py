@@ -10,15 +10,20 @@ the notebook), the report gets divs whose ids the caller chooses and plotly.js i
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
+import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
+from plotly.subplots import make_subplots
 
 from . import metrics
 from .findings import Finding
+from .standing import model_of
 
 VERDICT_COLOURS = {
     "confirmed": "#2e7d32",
@@ -44,7 +49,7 @@ def _figure(title: str, x: str, y: str) -> go.Figure:
 def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
     fig = _figure(title, "", "")
-    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -234,6 +239,140 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
     return figs
 
 
+def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, go.Figure]]:
+    """Each figure ``probe`` declares, as one figure with a panel per finding: the engines side by side.
+
+    ``findings`` are the ones that stand (:func:`workbench.report.standing_findings` picks them by
+    :mod:`workbench.standing`'s rule); each of ``engines`` without one still gets a panel that says so, so
+    the reader sees every engine, and a not-run finding's panel gives its reason. Panels run the claims'
+    subject engine first, then the references by name; each is drawn by the probe's own builder.
+    """
+    from . import probes
+
+    declared = figures_of(probe)
+    if not declared:
+        return []
+    subject = probes.get(probe).claim.subject
+    cols = columns(probe, findings, engines)
+    titles = [_panel_title(engine, f, subject) for engine, f in cols]
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded"
+                       for _, f in cols if f is not None and f.evidence.get("rows")})
+    how = f"workbench probe {probe} · " + ("; ".join(hardware) if hardware else "nothing ran")
+    out = []
+    for name, build in declared:
+        panels = [_panel(build, probe, engine, f) for engine, f in cols]
+        title = build([]).layout.title.text  # every builder titles even an empty figure
+        out.append((name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
+    return out
+
+
+def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, Finding | None]]:
+    """The panels of ``probe``'s side-by-side figures, left to right, as (engine, finding or None): the
+    claims' subject engine first, then the references by name; an engine's versions and models keep the
+    order given; each of ``engines`` without a finding gets None."""
+    from . import probes
+
+    subject = probes.get(probe).claim.subject
+    present = {f.engine for f in findings}
+    return sorted([(f.engine, f) for f in findings] + [(e, None) for e in dict.fromkeys(engines) if e not in present],
+                  key=lambda c: (c[0] != subject, c[0]))
+
+
+def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
+    role = "subject" if engine == subject else "reference"
+    if f is None:
+        return f"<b>{engine}</b> · {role}<br>no finding"
+    version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
+    return f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
+
+
+def _wrapped(text: str, width: int = 42) -> str:
+    """Plotly does not wrap text: a third of a page holds about 42 characters a line."""
+    return "<br>".join(textwrap.wrap(text, width))
+
+
+def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
+    """One engine's panel as a figure of its own: the builder's, or one that says why there is nothing.
+
+    A not-run finding's reason is said here once (not in the panel's title); a finding whose rows hold
+    nothing this figure draws (e.g. an engine with no eviction has no pressure sweep) says its verdict."""
+    if f is None:
+        return empty("", f"no {engine} finding here<br>workbench probe {probe} --engine {engine}")
+    rows = f.evidence.get("rows", [])
+    if not rows:
+        return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
+    fig = build(rows)
+    if not fig.data:
+        why = _wrapped(f"{f.verdict}: {f.reason or f.summary}")
+        return empty("", f"nothing in its rows for this figure<br><br>{why}")
+    return fig
+
+
+def _moved(item: Any, fig: go.Figure, col: int) -> dict:
+    """A shape or note of a one-panel figure, moved to column ``col`` of ``fig``: axis references renamed,
+    paper coordinates scaled into the column's domain (plotly.js lays out no axes, so no axis domain to
+    refer to, for a subplot without traces, such as a not-run panel)."""
+    d = item.to_plotly_json()
+    n = "" if col == 1 else str(col)
+    for axis in ("x", "y"):
+        ref = d.get(f"{axis}ref") or "paper"
+        if ref != "paper":
+            d[f"{axis}ref"] = ref.replace(axis, f"{axis}{n}", 1)
+            continue
+        lo, hi = fig.layout[f"{axis}axis{n}"].domain
+        for k in (axis, f"{axis}0", f"{axis}1"):
+            if isinstance(d.get(k), (int, float)):
+                d[k] = lo + d[k] * (hi - lo)
+    return d
+
+
+def _numeric(trace: Any, axis: str) -> bool:
+    values = trace[axis]
+    return values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                      for v in values if v is not None)
+
+
+def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> go.Figure:
+    """One row of subplots from one-panel figures: traces, axes, shapes and notes each moved to its column.
+
+    Where the y axis carries numbers in every drawn panel it shows the same quantity in the same unit (one
+    builder drew them all), so it is shared and named once; categorical lanes stay each panel's own and get
+    room for their labels. x is never shared: engines sweep their own ranges (a timeline of a 135M model
+    on llama.cpp would flatten a synthetic one on vLLM). A series keeps one colour and one legend entry.
+    """
+    drawn = [col for col, p in enumerate(panels, 1) if p.data]
+    lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
+    shared = len(drawn) > 1 and not lanes
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles),
+                        horizontal_spacing=0.13 if lanes else 0.07)
+    fig.update_annotations(font_size=12)  # the panel titles
+    for col, p in enumerate(panels, 1):
+        for t in p.data:
+            fig.add_trace(t, row=1, col=col)
+        for axis, update in (("xaxis", fig.update_xaxes), ("yaxis", fig.update_yaxes)):
+            update({k: v for k, v in p.layout[axis].to_plotly_json().items() if k not in ("domain", "anchor")},
+                   row=1, col=col)
+        fig.update_xaxes(title_text=_wrapped(p.layout.xaxis.title.text or "", 50), row=1, col=col)
+        for shape in p.layout.shapes:
+            fig.add_shape(_moved(shape, fig, col))
+        for note in p.layout.annotations:
+            fig.add_annotation(_moved(note, fig, col))
+    for col in drawn[1:] if shared else ():
+        fig.update_yaxes(matches=f"y{'' if drawn[0] == 1 else drawn[0]}", title_text=None, row=1, col=col)
+    palette, colours = plotly.colors.qualitative.Plotly, {}
+    for t in fig.data:
+        first_seen = t.name not in colours
+        colours.setdefault(t.name, t.marker.color or palette[len(colours) % len(palette)])
+        t.update(legendgroup=t.name, showlegend=first_seen, marker_color=colours[t.name])
+        if "line" in t:
+            t.update(line_color=colours[t.name])
+    lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
+    fig.update_layout(template=TEMPLATE, title=title, height=500, barmode=lead.barmode,
+                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=130),
+                      legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", title=None))
+    return fig
+
+
 @dataclass(frozen=True)
 class Shown:
     """A figure as a notebook output: the plotly MIME bundle plus a plain-text stand-in, no div id."""
@@ -242,7 +381,12 @@ class Shown:
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:
         return {"application/vnd.plotly.v1+json": json.loads(pio.to_json(self.fig, validate=False)),
-                "text/plain": f"<figure: {self.fig.layout.title.text or 'untitled'}>"}
+                "text/plain": f"<figure: {_plain(self.fig.layout.title.text or 'untitled')}>"}
+
+
+def _plain(title: str) -> str:
+    """A figure title without its markup (line breaks as dashes)."""
+    return re.sub(r"<[^>]+>", "", title.replace("<br>", " — "))
 
 
 def show(fig: go.Figure) -> Shown:

@@ -28,6 +28,8 @@ from . import standing as _standing
 from .findings import Finding
 
 if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
     from .manifest import Manifest
 
 Found = Sequence[tuple[Path, Finding]]
@@ -123,24 +125,47 @@ def churn_frame(found: Found) -> pd.DataFrame:
 # --------------------------------------------------------------------------- the page
 
 
-@dataclass(frozen=True)
-class Figure:
-    title: str
-    div: str
+def standing_findings(found: Found, probe: str) -> list[Finding]:
+    """The finding of ``probe`` that stands per engine, engine version and model: :mod:`workbench.standing`'s
+    rule on the probe's own claim (anything that ran beats not-run, then the newest), over its findings only."""
+    from . import probes
+
+    mine = [(p, f) for p, f in found if f.probe == probe]
+    if not mine or probe not in probes.PROBES:
+        return []
+    by_key = {(p, f.id): f for p, f in mine}
+    return [by_key[(s.path, s.finding_id)]
+            for s in _standing.standings(mine).get(probes.get(probe).claims[0], [])]
 
 
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", s).strip("-").lower()
 
 
-def _figures(found: Found) -> list[Figure]:
+@dataclass(frozen=True)
+class ProbeFigures:
+    """One probe's figures, each with every engine side by side, and the standing findings they draw."""
+
+    probe: str
+    findings: list[Finding]  # in the panels' order
+    figures: list[tuple[str, go.Figure]]
+
+    def divs(self) -> list[str]:
+        """The figures as report divs, ids from the probe and figure names (deterministic, unique per page)."""
+        return [plots.to_div(fig, f"wb-fig-{_slug(self.probe)}-{name}") for name, fig in self.figures]
+
+
+def side_by_side(found: Found) -> list[ProbeFigures]:
+    """Per probe that declares figures, each figure with one panel per engine (every registered engine,
+    one with no finding here included), drawn from the findings that stand."""
+    from . import cells
+
     out = []
-    for i, (_, f) in enumerate(latest(found)):
-        if not f.evidence.get("rows"):
-            continue  # a not-run finding's reason is in the verdicts table already
-        for name, fig in plots.for_finding(f):
-            out.append(Figure(f"{f.probe} — {f.engine} {f.engine_version or ''} · {model_name(f)}",
-                              plots.to_div(fig, f"wb-fig-{i}-{_slug(f.probe)}-{name}")))
+    for probe in sorted({f.probe for _, f in found}):
+        stood = standing_findings(found, probe)
+        figs = plots.side_by_side(probe, stood, cells.engines()) if stood else []
+        if figs:
+            out.append(ProbeFigures(probe, [f for _, f in plots.columns(probe, stood)], figs))
     return out
 
 
@@ -159,7 +184,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network)."""
     scan = _findings.scan([out / "findings"])
     found = scan.findings
-    figures = _figures(found)
+    figures = side_by_side(found)
 
     def rel(p: object) -> str | None:
         """Links relative to the page, so a run folder can be moved or served as it is."""

@@ -108,3 +108,12 @@ def claim_tables(status: pd.DataFrame) -> None:
     for claim, rows in status.groupby("claim", sort=False):
         display(Markdown(f"**{claim}** — {rows['text'].iloc[0]}"))
         display(rows.drop(columns=["claim", "text"]).reset_index(drop=True))
+
+
+def side_by_side(found: report.Found) -> None:
+    """Per probe, each of its figures with every engine side by side (``report.side_by_side``): the
+    findings that stand, a panel for an engine that did not run saying why."""
+    for pf in report.side_by_side(found):
+        display(Markdown(f"### {pf.probe}"))
+        for _, fig in pf.figures:
+            display(plots.show(fig))
