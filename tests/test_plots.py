@@ -38,6 +38,13 @@ def test_survival_has_one_curve_per_arm_against_pressure():
     assert fig.layout.xaxis.type == "log"
 
 
+def test_survival_draws_each_repeat_as_its_own_curve():
+    rows = [r | {"repeat": rep} for rep in (0, 1) for r in RETENTION_ROWS]
+    fig = plots.survival(rows)
+    assert [t.name for t in fig.data] == ["p35 · repeat 0", "p100 · repeat 0", "p35 · repeat 1", "p100 · repeat 1"]
+    assert all(list(t.x) == [0.5, 1.0, 2.0] for t in fig.data)  # no line runs back across a repeat
+
+
 def test_reuse_matrix_puts_truth_next_to_reported_per_case():
     fig = plots.reuse_matrix(REUSE_ROWS)
     by = {t.name: dict(zip(t.x, t.y)) for t in fig.data}

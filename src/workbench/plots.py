@@ -80,7 +80,10 @@ def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, 
 
 
 def survival(rows: Rows) -> go.Figure:
-    """Retention: the share of the retained prefix still reused as filler load rises, per priority arm."""
+    """Retention: the share of the retained prefix still reused as filler load rises, one line per priority arm
+    and repeat (a repeat is its own curve: joined across repeats, one arm's line would zig-zag)."""
+    if len({r.get("repeat", 0) for r in rows}) > 1:
+        rows = [r | {"arm": f"{r['arm']} · repeat {r.get('repeat', 0)}"} for r in _having(rows, "arm")]
     fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
                  title="Survival of the retained prefix under pressure",
                  x_title="cumulative filler load (× free capacity; dotted: free capacity exhausted)",
