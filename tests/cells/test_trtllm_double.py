@@ -9,19 +9,24 @@ the markers); the double never produces a finding.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
-from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parents[2]
+_MODELS = tempfile.TemporaryDirectory(prefix="trtllm-double-")  # config.json: the engine sizes its pool from it
 
 
 def _llm(trt, **kw):
     kv = trt.llmapi.KvCacheConfig(max_tokens=256, event_buffer_max_size=64, **kw.pop("kv", {}))
-    return trt.LLM(model="/nowhere", skip_tokenizer_init=True, kv_cache_config=kv,
+    model = Path(_MODELS.name) / "tiny-llama"
+    if not model.exists():
+        model_dir(Path(_MODELS.name), tokenizer=False)
+    return trt.LLM(model=str(model), skip_tokenizer_init=True, kv_cache_config=kv,
                    enable_iter_perf_stats=kw.pop("stats", True), **kw)
 
 

@@ -29,13 +29,13 @@ def test_kv_punched_out_inside_the_engine_is_seen_by_the_read_back(run_probe, ll
     """A hole in the middle of the cached KV (invisible to pos_min/max) is read back from the engine's own
     cells: the cell recomputes from the hole, so its reuse falls short of the token-id expectation."""
     real = LlamaCppCell.ensure_prefix
-    calls = {"n": 0}
+    last = {"salt": None}
 
     def ensure_with_a_hole(self, prompt, *, slot=0, salt=None, retention=None):
         if slot == 0:
-            calls["n"] += 1
-            if calls["n"] % 2 == 0:  # the probe request, right after its setup
+            if salt == last["salt"]:  # the probe request, under its setup's salt
                 llama_api.llama_memory_seq_rm(self._mem, 0, 4, 20)
+            last["salt"] = salt
         return real(self, prompt, slot=slot, salt=salt, retention=retention)
 
     monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_a_hole)
@@ -61,15 +61,15 @@ def _decode_at(ll, ctx, tokens, first_pos, seq=0):
 def test_kv_swapped_inside_the_engine_shows_as_reuse_that_changes_the_output(run_probe, llama_api, monkeypatch):
     """Other tokens' KV at the same positions leaves no hole for a read-back to see; the logits see it."""
     real = LlamaCppCell.ensure_prefix
-    calls = {"n": 0}
+    last = {"salt": None}
 
     def ensure_with_swapped_kv(self, prompt, *, slot=0, salt=None, retention=None):
         if slot == 0:
-            calls["n"] += 1
             held = list(self._seqs[0].tokens)
-            if calls["n"] % 2 == 0 and len(held) > 20:  # re-evaluate the held KV with other tokens at 4..19
+            if salt == last["salt"] and len(held) > 20:  # the probe request: the held KV, other tokens at 4..19
                 llama_api.llama_memory_seq_rm(self._mem, 0, 4, -1)
                 _decode_at(llama_api, self._ctx, [TOKEN_LO + 7] * 16 + held[20:], first_pos=4)
+            last["salt"] = salt
         return real(self, prompt, slot=slot, salt=salt, retention=retention)
 
     monkeypatch.setattr(LlamaCppCell, "ensure_prefix", ensure_with_swapped_kv)
@@ -116,6 +116,18 @@ def test_audit_6_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_
 def test_rule_refutes_reuse_that_changes_the_logits():
     o = verdict([COLD, _row(diff=0.9)], ["num_cached_tokens"], "e", None, 0.05)
     assert o.verdict == "refuted" and o.metrics["logits_max_abs_diff"] == 0.9
+
+
+def test_rule_reads_logits_differences_against_the_engines_own_cold_to_cold_noise():
+    """SmolLM2 on llama.cpp: two cold computations of one prompt at other KV cells differ by up to ~0.7, which
+    the probe's defaults once read as reuse changing the output on every request."""
+    noisy = [COLD | {"logits_layout_floor": 0.6}, _row(diff=0.7) | {"logits_layout_floor": 0.5}]
+    o = verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 2.0)
+    assert o.verdict == "confirmed" and o.metrics["logits_layout_floor"] == 0.6
+    assert "noise floor" in " ".join(o.notes) and "0.6" in o.summary
+    beyond = [noisy[0], _row(diff=1.3) | {"logits_layout_floor": 0.5}]
+    assert verdict(beyond, ["num_cached_tokens"], "e", None, 0.05, 2.0).verdict == "refuted"
+    assert verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 1.0).verdict == "refuted"  # margin 1: 0.7 > 0.6
 
 
 def test_rule_is_partial_when_channels_disagree():
