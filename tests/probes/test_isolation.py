@@ -65,6 +65,9 @@ def test_rule_returns_each_of_its_verdicts():
     assert verdict(_rows(cross=64, other=0.1), REFUSED, P).verdict == "refuted"
     assert verdict(_rows(), [{"arm": "other model", "refused": False, "error": None}], P).verdict == "refuted"
     assert verdict(_rows(within=0, repeat=1.0), REFUSED, P).verdict == "inconclusive"
+    slow_repeat = verdict(_rows(repeat=1.0), REFUSED, P)  # reused by the counters, but no faster than cold
+    assert slow_repeat.verdict == "inconclusive" and "reused 64 tokens" in slow_repeat.summary
+    assert "No reuse was observed" not in slow_repeat.summary
     noisy = verdict(_rows(other=1.5), REFUSED, P)  # slower than cold beyond the margin: not shown equivalent
     assert noisy.verdict == "inconclusive" and "TOST" in noisy.summary
     engine = {"arm": "engine, cell check bypassed", "refused": False, "decoded": [1, 2], "error": None}

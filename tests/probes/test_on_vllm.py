@@ -96,7 +96,8 @@ def test_connector_sees_the_engine_kv_tensors(tmp_path):
 def test_surface_probes_read_the_installed_package(tmp_path, monkeypatch):
     assert run("surface.cpp_entrypoint", tmp_path).verdict == "refuted"
     # vLLM is checked against its own table of mechanisms: a reference, never an answer to TensorRT-LLM's rows
-    assert run("surface.contract_mapping", tmp_path).verdict == "not-applicable"
+    own = run("surface.contract_mapping", tmp_path)
+    assert own.verdict == "not-applicable" and "vLLM 0.32" in own.summary and "llama" not in own.summary
     broken = dict(vllm_cell.SURFACE, **{"contract.manifest": (("inputs.llm.TokensPrompt", ("no_such_key",)),)})
     monkeypatch.setattr(vllm_cell, "SURFACE", broken)
     f = run("surface.contract_mapping", tmp_path)

@@ -37,12 +37,12 @@ def _rows(ok=True, empty_embed=True):
 
 
 def test_trtllm_rule_returns_each_of_its_verdicts():
-    good = mapping_verdict(_rows(), "trtllm", own_table=False)
+    good = mapping_verdict(_rows(), "trtllm")
     assert good.verdict == "partial" and good.claim_verdicts["contract.embed"] == "inconclusive"
     assert good.claim_verdicts["risk.version_churn"] == "inconclusive"
-    broken = mapping_verdict(_rows(ok=False), "trtllm", own_table=False)
+    broken = mapping_verdict(_rows(ok=False), "trtllm")
     assert broken.verdict == "partial" and broken.claim_verdicts["contract.decode"] == "refuted"
-    none = mapping_verdict([r | {"ok": False, "missing": ["x"]} for r in _rows()], "trtllm", own_table=False)
+    none = mapping_verdict([r | {"ok": False, "missing": ["x"]} for r in _rows()], "trtllm")
     assert none.verdict == "refuted"
 
 
@@ -59,7 +59,7 @@ def test_trtllm_not_installed_is_not_run(tmp_path):
 
 def test_audit_1_existence_alone_gives_at_most_partial():
     """Symbols and parameter names that exist say nothing of behaviour: no row, nor the entry condition, confirmed."""
-    good = mapping_verdict(_rows(empty_embed=False), "trtllm", own_table=False)
+    good = mapping_verdict(_rows(empty_embed=False), "trtllm")
     assert good.verdict == "partial" and good.claim_verdicts["entry.contract_table"] == "partial"
     assert "confirmed" not in good.claim_verdicts.values()
 

@@ -253,11 +253,15 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     if leaks:
         return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics,
                        rows + refusals + extra, notes, lora, rests_on=("engine_cross_manifest_reused_tokens",))
-    if within == 0 or ks_same >= p.alpha:
+    if within == 0:
         return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
-                       f"from no caching (repeat reuse {within}, KS p={ks_same:.3g}; repeat/cold median TTFT {warm}).",
-                       metrics,
-                       rows + refusals + extra, notes, lora)
+                       f"from no caching (repeat reuse 0, KS p={ks_same:.3g}; repeat/cold median TTFT {warm}).",
+                       metrics, rows + refusals + extra, notes, lora)
+    if ks_same >= p.alpha:
+        return Outcome("inconclusive", f"Repeats under A reused {within} tokens and B reused 0, but a repeat was not "
+                       f"measurably faster than cold (one-sided KS p={ks_same:.3g}; repeat/cold median TTFT {warm}), so "
+                       "the timing side channel cannot show a cross-key hit either way at this prompt length; raise "
+                       "prompt_tokens.", metrics, rows + refusals + extra, notes, lora)
     if tost >= p.alpha or not other.within(p.margin):
         return Outcome("inconclusive", f"Reuse stayed within one key by the counters, but other-key requests could not "
                        f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT "

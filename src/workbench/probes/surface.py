@@ -195,19 +195,19 @@ class ContractMapping(Probe):
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         package_dir(ctx.engine)  # not installed → not-run, before any import
         if ctx.engine == "llamacpp":
-            rows = _llamacpp_rows()
-        elif ctx.engine == "vllm":
+            return mapping_verdict(_llamacpp_rows(), ctx.engine, own_table=f"C functions of llama.h its cell calls "
+                                   f"(table written for llama-cpp-python {LLAMACPP_EXPECTED_AGAINST})")
+        if ctx.engine == "vllm":
             from ..cells import vllm
 
-            rows = vllm.surface_rows()
-        else:
-            rows = _trtllm_rows()
-        return mapping_verdict(rows, ctx.engine, own_table=ctx.engine != "trtllm")
+            return mapping_verdict(vllm.surface_rows(), ctx.engine, own_table=f"Python entry points its cell calls "
+                                   f"(table written for vLLM {vllm.SUPPORTED})")
+        return mapping_verdict(_trtllm_rows(), ctx.engine)
 
 
-def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
-    """The contract rows name TensorRT-LLM mechanisms: only a TensorRT-LLM survey (``own_table`` False)
-    speaks to them. Another engine's survey checks its own cell's table and is not-applicable to the
+def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None) -> Outcome:
+    """The contract rows name TensorRT-LLM mechanisms: only a TensorRT-LLM survey (``own_table`` None)
+    speaks to them. Another engine's survey checks its own cell's table (``own_table`` says which) and is not-applicable to the
     rows; a row with no mechanism to look for stays inconclusive; version churn needs two versions."""
     table = [r for r in rows if "claim" in r]
     guard = [r for r in rows if "guard" in r]  # TensorRT-LLM: every version-guard row, reported as is
@@ -222,11 +222,11 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: bool) -> Outcome:
         notes.append("version churn is about TensorRT-LLM releases; this survey reads none")
         per_claim = ({r["claim"]: "not-applicable" for r in table}
                      | {"risk.version_churn": "inconclusive", "entry.contract_table": "not-applicable"})
-        said = (f"all {len(table)} of its own rows' C functions are exported with the expected parameter names"
-                if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed C functions")
+        said = (f"all {len(table)} of its own rows are present with the expected parameter names"
+                if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed entry points")
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
-                       f"{said} (checked against the table written for {LLAMACPP_EXPECTED_AGAINST}).",
+                       f"{said} (checked against the {own_table}).",
                        metrics, rows, notes, per_claim, rests_on=("rows_verified",))
     one = churn_verdict({str(rows[0].get("version")) if rows else "?": signature_table(rows)})  # one version
     notes.append(f"version churn: {one.summary}")
