@@ -13,7 +13,7 @@ def test_contract_mapping_on_llamacpp_is_a_reference_not_an_answer(run_probe):
     assert f.verdict == "not-applicable" and f.metric("rows_verified") == f.metric("rows_total") == 11
     assert f.claim_verdicts["entry.contract_table"] == "not-applicable"
     assert f.claim_verdicts["contract.embed"] == "not-applicable"  # never "confirmed" on "ErrUnsupportedFeature"
-    assert f.claim_verdicts["risk.version_churn"] == "inconclusive"  # one version cannot speak to churn
+    assert f.claim_verdicts["risk.version_churn"] == "not-applicable"  # churn is about TensorRT-LLM releases
 
 
 def test_contract_mapping_names_a_missing_mechanism(run_probe, llama_api, monkeypatch):

@@ -221,7 +221,7 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
     if own_table:
         notes.append("version churn is about TensorRT-LLM releases; this survey reads none")
         per_claim = ({r["claim"]: "not-applicable" for r in table}
-                     | {"risk.version_churn": "inconclusive", "entry.contract_table": "not-applicable"})
+                     | {"risk.version_churn": "not-applicable", "entry.contract_table": "not-applicable"})
         said = (f"all {len(table)} of its own rows are present with the expected parameter names"
                 if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed entry points")
         return Outcome("not-applicable" if not broken else "partial",
