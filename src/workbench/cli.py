@@ -200,6 +200,8 @@ def loop_cmd(
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
     min_speedup: float = typer.Option(2.0, "--min-speedup", help="gate: required speed-up over the best llama.cpp arm"),
     on_target: bool = typer.Option(False, "--on-target", help="declare target hardware with a certified model"),
+    arm_model: Optional[List[str]] = typer.Option(None, "--arm-model", help="ARM=MODEL: that arm runs the same model "
+                                                  "in its engine's format, e.g. trtllm=/models/llama-hf (repeatable)"),
 ) -> None:
     """Agentic-loop benchmark: replay a trace through the arms; one finding per arm and one gate finding."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -209,6 +211,7 @@ def loop_cmd(
 
     try:
         rule = GateRule(min_speedup=min_speedup)
+        arm_models = _kv(arm_model or [])
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=True) as bar:
             task = bar.add_task("rendering turns", total=None)
@@ -219,7 +222,7 @@ def loop_cmd(
 
             res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
                            context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,
-                           progress=progress)
+                           arm_models=arm_models, progress=progress)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "

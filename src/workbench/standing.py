@@ -214,7 +214,8 @@ def resolve_command(claim_id: str) -> str:
     """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there)."""
     claim = _claims.get(claim_id)
     if claim_id == "entry.step_function":  # settled by the agentic-loop benchmark, not by a probe
-        return f"workbench loop --arms {claim.subject},llamacpp,llamacpp-spec --model MODEL --on-target"
+        return (f"workbench loop --arms {claim.subject},llamacpp,llamacpp-spec --model GGUF "
+                f"--arm-model {claim.subject}=HF_DIR --on-target")
     if claim_id == CHURN:  # settled across releases, not by one run
         from .probes.surface import CHURN_COMMAND
 

@@ -50,6 +50,21 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     assert any(line.startswith("| reference |") and "| llamacpp |" in line for line in map(str.strip, block.splitlines()))
 
 
+def test_an_arm_runs_its_own_model_only_with_the_traces_vocabulary(hand_trace, tmp_path):
+    """On a GPU the TensorRT-LLM arm loads a Hugging Face directory and llama.cpp a GGUF of the same model:
+    --arm-model gives an arm its own spec, and an arm whose vocabulary differs from the tokenizer's is refused."""
+    common = ["loop", "--trace", str(hand_trace), "--arms", "llamacpp", "--model", "synthetic:tiny", "--threads", "1",
+              "--context", "1024", "--tokens-per-block", "4", "--out", str(tmp_path / "f")]
+    ok = CliRunner().invoke(app, common + ["--arm-model", "llamacpp=synthetic:tiny"])
+    assert ok.exit_code == 0, ok.output
+    f = next(f for _, f in findings.scan([tmp_path / "f"]).findings if f.probe == "loop.llamacpp")
+    assert f.params["arm_models"] == {"llamacpp": "synthetic:tiny"}
+    other = CliRunner().invoke(app, common + ["--arm-model", "llamacpp=smollm2-135m"])
+    assert other.exit_code == 2 and "vocabulary of 49152 tokens" in other.output
+    stray = CliRunner().invoke(app, common + ["--arm-model", "trtllm=/models/x"])
+    assert stray.exit_code == 2 and "not in this run: trtllm" in stray.output
+
+
 def test_loop_bad_input_exits_2(tmp_path):
     r = CliRunner().invoke(app, ["loop", "--trace", "nope", "--model", "synthetic:tiny", "--out", str(tmp_path)])
     assert r.exit_code == 2 and "unknown trace" in r.output

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -74,6 +74,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         sessions: int | None = None, out: str | Path | None = None, threads: int | None = None,
         context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
         rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, seed: int = 0,
+        arm_models: Mapping[str, str] | None = None,
         progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
     """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
     reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
@@ -81,8 +82,14 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     ``progress(row, done, total)`` is called with every per-turn row as it is measured.
     ``on_target`` declares target hardware with a certified model; without it a measured TensorRT-LLM
     win is at most ``inconclusive`` (the claim is about the product path).
+    ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
+    Hugging Face directory, llama.cpp a GGUF); ``model`` (a llama.cpp model) tokenizes the trace for every
+    arm, so an arm whose vocabulary differs is refused before any turn runs.
     """
     names = parse_arms(arms)
+    arm_models = dict(arm_models or {})
+    if stray := sorted(set(arm_models) - set(names)):
+        raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
     threads = threads or os.cpu_count() or 1
     tr = _traces.load(trace).subset(sessions, turns)
     not_run = {n: r for n in names if (r := _arms.unavailable(n))}
@@ -99,7 +106,9 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
             if n in not_run:
                 continue
             try:
-                opened.append(_arms.open_arm(n, model, threads=threads, context_tokens=context_tokens, drafter=drafter))
+                opened.append(_arms.open_arm(n, arm_models.get(n, model), threads=threads,
+                                             context_tokens=context_tokens, drafter=drafter))
+                _check_vocab(opened[-1], arm_models.get(n, model), vocab, model)
             except (EngineUnavailable, UnsupportedFeature) as e:
                 not_run[n] = getattr(e, "reason", None) or str(e)
             except TypeError as e:  # the engine's cell does not take this arm's options yet
@@ -125,7 +134,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}
-    params = {"trace": trace, "model": model, "turns": turns, "sessions": sessions, "threads": threads,
+    params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}), "turns": turns, "sessions": sessions, "threads": threads,
               "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target}
     summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed)
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
@@ -137,6 +146,15 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if out is not None:
         result.paths = [findings.write(f, out) for f in found]
     return result
+
+
+def _check_vocab(arm: _arms.CellArm, arm_model: str, vocab: int, model: str) -> None:
+    """The trace's token ids mean the same on every arm only if their vocabularies agree (read from each engine)."""
+    got = arm.describe().extra.get("vocab_size")
+    if got is not None and int(got) != int(vocab):
+        raise WorkbenchError(f"arm {arm.spec.name} runs {arm_model} with a vocabulary of {got} tokens, but the trace is "
+                             f"tokenized by {model} ({vocab} tokens): give every arm the same model, each in its "
+                             "engine's format (--model for llama.cpp, --arm-model ARM=DIR for the others)")
 
 
 __all__ = ["DEFAULT_CONTEXT", "LoopRun", "default_arms", "parse_arms", "run"]
