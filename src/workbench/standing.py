@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from packaging.version import InvalidVersion, Version
+
 from . import claims as _claims
 from .findings import Finding
 
@@ -61,9 +63,13 @@ def when(created: str) -> _dt.datetime:
     return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
 
 
-def natural(version: str | None) -> list:
-    """'0.3.16' after '0.3.9': digit runs compare as numbers."""
-    return [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))]
+def natural(version: str | None) -> tuple:
+    """Release order: PEP 440 where the version parses ('1.2.0rc1' before '1.2.0', '0.3.16' after '0.3.9'),
+    else digit runs compared as numbers; unparseable versions sort before parseable ones."""
+    try:
+        return (1, Version(version or ""), [])
+    except InvalidVersion:
+        return (0, Version("0"), [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))])
 
 
 @lru_cache(maxsize=None)

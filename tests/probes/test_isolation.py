@@ -100,6 +100,14 @@ def test_audit_2_without_an_engine_salt_the_adapter_refusal_is_the_cells_and_lor
     assert o.claim_verdicts["contract.lora"] == "not-applicable"
 
 
+def test_the_engines_cross_key_count_decides_the_leak_not_the_cells():
+    """The cell said 0 across keys, the engine counted 64: a leak (the rule once read only the cell's count)."""
+    rows = [r | {"engine_reused": r["reused_tokens"] + (64 if r["procedure"] == "other B" else 0)} for r in _rows()]
+    o = verdict(rows, REFUSED, P)
+    assert o.verdict == "refuted" and o.metrics["engine_cross_manifest_reused_tokens"] == 16 * 64
+    assert o.metrics["cross_manifest_reused_tokens"] == 0  # the cell's own count, kept beside it
+
+
 def test_audit_5_isolation_rests_on_the_engines_own_reuse_counts_not_the_cells():
     from workbench.probes import at_most_inconclusive_without_engine
 

@@ -121,13 +121,32 @@ def test_rule_refutes_reuse_that_changes_the_logits():
 def test_rule_reads_logits_differences_against_the_engines_own_cold_to_cold_noise():
     """SmolLM2 on llama.cpp: two cold computations of one prompt at other KV cells differ by up to ~0.7, which
     the probe's defaults once read as reuse changing the output on every request."""
-    noisy = [COLD | {"logits_layout_floor": 0.6}, _row(diff=0.7) | {"logits_layout_floor": 0.5}]
+    noisy = [COLD | {"logits_layout_floor": 0.6, "logits_cold_std": 2.0},
+             _row(diff=0.7, std=2.0) | {"logits_layout_floor": 0.5}, _row(diff=0.2, std=2.0) | {"logits_layout_floor": 0.55}]
     o = verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 2.0)
-    assert o.verdict == "confirmed" and o.metrics["logits_layout_floor"] == 0.6
-    assert "noise floor" in " ".join(o.notes) and "0.6" in o.summary
-    beyond = [noisy[0], _row(diff=1.3) | {"logits_layout_floor": 0.5}]
+    assert o.verdict == "confirmed" and o.metrics["logits_layout_floor"] == 0.55  # the median
+    assert "noise floor" in " ".join(o.notes) and "0.55" in o.summary
+    beyond = [noisy[0], _row(diff=1.3, std=2.0) | {"logits_layout_floor": 0.5}, noisy[2]]
     assert verdict(beyond, ["num_cached_tokens"], "e", None, 0.05, 2.0).verdict == "refuted"
-    assert verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 1.0).verdict == "refuted"  # margin 1: 0.7 > 0.6
+    assert verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 1.0).verdict == "refuted"  # margin 1: 0.7 > 0.55
+
+
+def test_audit_one_bad_control_cannot_hide_a_fault_under_the_floor():
+    """A corrupted cold run once raised the bar for every row (the floor was the run's maximum), so swapped KV
+    (Δ 4) read as confirmed; now the floor is the median and the odd cold run itself makes the check inconclusive."""
+    rows = [COLD | {"logits_layout_floor": 2.5, "logits_cold_std": 2.0},
+            _row(diff=4.0, std=2.0) | {"logits_layout_floor": 0.3}, _row(diff=0.1, std=2.0) | {"logits_layout_floor": 0.3}]
+    assert verdict(rows, ["num_cached_tokens"], "e", None, 0.05, 2.0).verdict == "refuted"  # Δ 4 > 2 × 0.3
+    odd = verdict([rows[0], rows[2], rows[2]], ["num_cached_tokens"], "e", None, 0.05, 2.0)
+    assert odd.verdict == "inconclusive" and "disagree" in " ".join(odd.notes)
+
+
+def test_a_floor_above_half_the_logits_spread_leaves_nothing_to_judge():
+    """A fault in the probe's own slot corrupts the reused request and its control alike: the floor grows with
+    it, and past half the logits' spread the check says it cannot judge rather than confirm."""
+    rows = [COLD | {"logits_layout_floor": 3.0}, _row(diff=3.5) | {"logits_layout_floor": 3.2}]
+    o = verdict(rows, ["n_p_eval"], "llamacpp", "no counter", 0.05, 2.0)
+    assert o.verdict == "inconclusive" and "cannot judge" in o.summary
 
 
 def test_rule_is_partial_when_channels_disagree():

@@ -190,15 +190,18 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     ks_other = stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue
     tost = tost_log(t["other B"], t["cold A"], p.margin)
     floor = ks_floor(len(t["cold A"]))
-    cross = sum(r["reused_tokens"] for r in by["other B"])
-    within = min(r["reused_tokens"] for r in by["repeat A"])
     sc, sr = spread(t["cold A"]), spread(t["repeat A"])
     counted = all(r.get("engine_reused") is not None for r in by["other B"] + by["repeat A"])
-    engine_counts = ({"engine_cross_manifest_reused_tokens": sum(r["engine_reused"] for r in by["other B"]),
-                      "engine_reused_tokens": min(r["engine_reused"] for r in by["repeat A"])} if counted else {})
+    # The engine's own reuse counts decide wherever every request has one; the cell's only where none does.
+    key = "engine_reused" if counted else "reused_tokens"
+    cross = sum(r[key] for r in by["other B"])
+    within = min(r[key] for r in by["repeat A"])
+    engine_counts = ({"engine_cross_manifest_reused_tokens": cross, "engine_reused_tokens": within} if counted else {})
+    cell_cross = sum(r["reused_tokens"] for r in by["other B"])
     warm, other = ttft_ratio(rows, "repeat A", p), ttft_ratio(rows, "other B", p)
     so = spread(t["other B"])
-    metrics = engine_counts | {"cross_manifest_reused_tokens": cross, "reused_tokens": within,
+    metrics = engine_counts | {"cross_manifest_reused_tokens": cell_cross,
+                               "reused_tokens": min(r["reused_tokens"] for r in by["repeat A"]),
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
                "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"], "ttft_other_s": so["median"],
                "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"],
@@ -231,14 +234,14 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
             return Outcome("not-applicable", "The engine has no cache salt of its own: handed a state saved under "
                            "another manifest with the cell's check bypassed, it took it and decoded "
                            f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
-                           f"(cell-reported cross-key reuse {cross}; B/cold median TTFT {other}), which cannot speak "
+                           f"(cell-reported cross-key reuse {cell_cross}; B/cold median TTFT {other}), which cannot speak "
                            "for an engine-level salt.",
                            metrics, rows + refusals + extra, notes, lora)
         if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
             notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
                          "so this shows a size check, not a salt; give other_model of the same shape to show more")
             return Outcome("not-applicable", f"The engine has no cache salt of its own ({no_salt}); isolation here is "
-                           f"the cell's bookkeeping (cell-reported cross-key reuse {cross}; B/cold median TTFT "
+                           f"the cell's bookkeeping (cell-reported cross-key reuse {cell_cross}; B/cold median TTFT "
                            f"{other}). The other model's state "
                            "was refused by the engine for its shape, not for a key.",
                            metrics, rows + refusals + extra, notes, lora)

@@ -17,8 +17,10 @@ Three channels are reconciled against it, every disagreement kept:
   prompt already differ when the sequence sits at other cells of llama.cpp's unified KV cache (SmolLM2
   Q4_1, 65 tokens: up to ~0.4 with 1 thread; the sums run in another order). So each request is computed
   cold twice, in the other slot and again in its own, at other cells: the largest difference between cold
-  computations over the run is the engine's noise floor, and a reused request's difference (to the nearer
-  of its two cold references) counts only beyond ``noise_margin`` × that floor and the tolerance.
+  computations (median over the run, so one bad control cannot raise it) is the engine's noise floor, and a
+  reused request's difference from the other slot's cold run counts only beyond ``noise_margin`` × that
+  floor and the tolerance. Cold runs that disagree beyond it, or a floor above half the logits' spread,
+  leave the check inconclusive rather than let a fault hide under the noise.
 
 TTFT is the time from the request to the first decoded token, with a fixed thread count; the rows
 run in a random order per repeat.
@@ -129,11 +131,11 @@ class PerRequestMetrics(Probe):
                         cell.ensure_prefix(probe, slot=1, salt=fresh_salt("cold"))
                         cold_logits = np.asarray(cell.last_logits(slot=1))
                         # the same tokens cold again, in the probe's own slot (other cells than slot 1's): the
-                        # engine's noise between two cold computations, and a second reference for the reuse
+                        # engine's noise between two cold computations; only the floor, never the reference
                         cell.ensure_prefix(probe, salt=fresh_salt("control"))
                         control = np.asarray(cell.last_logits())
                         floor = float(np.max(np.abs(control - cold_logits)))
-                        diff = float(min(np.max(np.abs(warm - cold_logits)), np.max(np.abs(warm - control))))
+                        diff = float(np.max(np.abs(warm - cold_logits)))
                         scale = float(np.std(cold_logits))
                     rows.append({
                         "repeat": rep, "case": case, "prompt_tokens": len(probe), "expected_reused": truth,
@@ -155,14 +157,31 @@ class PerRequestMetrics(Probe):
         return verdict(rows, fields, d.engine, no_counter, p.logits_tolerance, p.noise_margin)
 
 
+NOISE_CEILING = 0.5  # a cold-to-cold floor above this × the logits' spread leaves nothing to judge reuse by
+
+
 def _changed(r: dict, tolerance: float, margin: float, floor: float) -> bool:
     """Reuse changed the output: beyond the tolerance and beyond the engine's own noise between cold runs."""
     diff = r["logits_max_abs_diff"]
     return diff is not None and diff > max(tolerance * r["logits_cold_std"], margin * floor)
 
 
-def _floor_text(floors: list[float], margin: float) -> str:
-    return f"; within {margin:g} × the engine's own layout noise floor {max(floors):.2g}" if floors else ""
+def noise(rows: list[dict], tolerance: float, margin: float) -> tuple[float | None, list[dict], bool]:
+    """The run's noise floor (median of every request's cold-to-cold difference, so one bad control cannot
+    raise the bar for the rest), the requests whose own cold computations disagree beyond it (an engine that
+    computes one prompt two ways), and whether the floor is too high to judge reuse at all."""
+    floors = [r["logits_layout_floor"] for r in rows if r.get("logits_layout_floor") is not None]
+    if not floors:
+        return None, [], False
+    floor = float(np.median(floors))
+    odd = [r for r in rows if r.get("logits_layout_floor") is not None
+           and r["logits_layout_floor"] > max(tolerance * r["logits_cold_std"], margin * floor)]
+    spread_ = float(np.median([r["logits_cold_std"] for r in rows if r.get("logits_cold_std")] or [0.0]))
+    return floor, odd, floor > NOISE_CEILING * spread_
+
+
+def _floor_text(floor: float | None, margin: float) -> str:
+    return f"; within {margin:g} × the engine's own noise floor {floor:.2g}" if floor is not None else ""
 
 
 def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | None, tolerance: float,
@@ -181,8 +200,8 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
     disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
     diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
-    floors = [r["logits_layout_floor"] for r in rows if r.get("logits_layout_floor") is not None]
-    wrong = [r for r in rows if _changed(r, tolerance, margin, max(floors, default=0.0))]
+    floor, odd, too_noisy = noise(rows, tolerance, margin)
+    wrong = [r for r in rows if _changed(r, tolerance, margin, floor or 0.0)]
     granularity = max(r["granularity"] for r in rows)
     cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
     warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
@@ -200,15 +219,15 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
         metrics["engine_reuse_exact_fraction"] = engine_exact / len(with_engine)
     if diffs:
         metrics["logits_max_abs_diff"] = max(diffs)
-    if floors:
-        metrics["logits_layout_floor"] = max(floors)
+    if floor is not None:
+        metrics["logits_layout_floor"] = floor
     unit = "tokens" if granularity == 1 else f"blocks of {granularity} tokens"
     sw = spread(warm)
     notes = ["channels: " + (f"engine per-request counters [{', '.join(fields)}]" if has_counters else
                               "no engine per-request counters")
              + (f"; logits against a cold recompute on {len(diffs)} requests" if diffs else "; no logits read-back")
-             + (f"; cold against cold at other KV cells differs by up to {max(floors):.3g} (the engine's noise "
-                f"floor; a difference counts beyond {margin:g} × it)" if floors else ""),
+             + (f"; cold against cold at other KV cells differs by {floor:.3g} (median over requests: the engine's "
+                f"noise floor; a difference counts beyond {margin:g} × it)" if floor is not None else ""),
              f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests",
              f"TTFT (to the first decoded token) cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}], "
              f"exact repeat median {sw['median']:.4g}s IQR [{sw['q1']:.4g}, {sw['q3']:.4g}]"]
@@ -218,18 +237,29 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
               f"{r['engine_resident_after']} of {r['prompt_tokens']} tokens read back" for r in lost]
     notes += [f"output changed by reuse: {r['case']} (repeat {r['repeat']}) logits differ by up to "
               f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in wrong]
+    notes += [f"cold computations disagree: {r['case']} (repeat {r['repeat']}) differs by "
+              f"{r['logits_layout_floor']:.3g} between two cold runs of the same tokens" for r in odd]
     claim = "not-applicable" if no_counter else None
+    if too_noisy or (odd and not wrong):
+        why = (f"two cold computations of the same tokens differ by {floor:.3g} (median), more than "
+               f"{NOISE_CEILING:g} × the logits' spread" if too_noisy else
+               f"on {len(odd)} of {n} requests two cold computations of the same tokens disagreed beyond the "
+               f"engine's noise floor {floor:.3g}")
+        return Outcome("inconclusive", f"The logits check cannot judge reuse on {engine}: {why}, so a reused "
+                       "request's difference from a cold recompute says nothing (an engine computing one prompt two "
+                       "ways is itself worth a look).", metrics, rows, notes,
+                       {"risk.reuse_metrics": claim or "inconclusive"}, rests_on=("logits_max_abs_diff",))
     if wrong:
         return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
                        f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread"
-                       + (f" and {margin:g} × the engine's layout noise floor {max(floors):.3g}" if floors else "")
+                       + (f" and {margin:g} × the engine's noise floor {floor:.3g}" if floor is not None else "")
                        + "): the reuse "
                        "is not reuse of the prompt's KV.", metrics, rows, notes,
                        {"risk.reuse_metrics": claim or "confirmed"}, rests_on=("logits_max_abs_diff",))
     if no_counter:
         notes.insert(0, f"the cell declares no engine reuse counter: {no_counter}")
         checked = (f"every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}, "
-                   f"{len(diffs)} requests{_floor_text(floors, margin)})" if diffs else "no logits could be read back")
+                   f"{len(diffs)} requests{_floor_text(floor, margin)})" if diffs else "no logits could be read back")
         if lost:
             checked += f"; the engine did not hold the prompt after {len(lost)} request(s)"
         return Outcome("not-applicable", f"{engine} has no per-request reuse counter to misreport, so the risk cannot "
@@ -246,7 +276,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
                        {"risk.reuse_metrics": "partial"}, rests_on=("engine_reuse_exact_fraction",))
     if granularity == 1 and exact == n and engine_exact == len(with_engine):
         checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}"
-                   f"{_floor_text(floors, margin)})"
+                   f"{_floor_text(floor, margin)})"
                    if diffs else "")
         return Outcome("confirmed", f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: "
                        f"its own counter ({', '.join(fields)}) agrees with the token-id expectation{checked}.",
