@@ -165,6 +165,7 @@ def test_side_by_side_draws_one_panel_per_engine_subject_first():
         assert len(titles) == 3 and len([k for k in fig.layout if k.startswith("xaxis")]) == 3
         assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
         assert "subject" in titles[0] and all("reference" in t for t in titles[1:])
+        assert all(" · probe v" in t for t in titles)  # which run each panel shows: date and probe version
         assert "0.3.36" in titles[1] and "0.32.0" in titles[2] and "synthetic:tiny" in titles[2]
         assert drawn_on(fig) == ["x2", "x3"]  # both engines that ran draw their own panel, not one of them
 

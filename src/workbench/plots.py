@@ -286,7 +286,9 @@ def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
     if f is None:
         return f"<b>{engine}</b> · {role}<br>no finding"
     version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
-    return f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
+    # the date and probe version say which run a panel shows (the standing finding need not be the newest)
+    return (f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
+            f"<br>{f.created[:10]} · probe v{f.probe_version}")
 
 
 def _wrapped(text: str, width: int = 42) -> str:

@@ -123,7 +123,10 @@ class PinningUnderPressure(Probe):
             salt, kept, plain = fresh_salt("pinned"), Retention(arm.priority, arm.duration_ms), Retention(DEFAULT_PRIORITY)
             cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept)
             pinned_hashes = _stored_hashes(cell.drain_kv_events()) if has_events else set()
-            baseline = cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept).reused_tokens
+            base = cell.ensure_prefix(prefix, slot=0, salt=salt, retention=kept)
+            # survival reads the engine's own reuse count where it has one, the cell's only where it has none
+            counted = base.engine_reused_tokens is not None
+            baseline = base.engine_reused_tokens if counted else base.reused_tokens
             if arm.duration_ms:
                 time.sleep(2 * arm.duration_ms / 1000)
             rows, sent, start = [], 0.0, 0
@@ -142,9 +145,9 @@ class PinningUnderPressure(Probe):
                     "free_tokens": free, "filler_tokens": filler, "fillers_sent": pr.submitted,
                     "fillers_refused": pr.refused, "fillers_admitted_tokens": pr.tokens,
                     "baseline_reused": baseline, "reused_tokens": st.reused_tokens, "engine_resident": held,
-                    "survival_source": "engine" if readback or st.engine_reused_tokens is not None else "cell",
+                    "survival_source": "engine" if readback or counted else "cell",
                     "survival": (held / p.prefix_tokens if readback
-                                 else st.reused_tokens / baseline if baseline else float("nan")),
+                                 else _reused(st, counted) / baseline if baseline else float("nan")),
                     "rerequest_s": elapsed,
                     "removed_blocks": len(removed) if has_events else None,
                     "pinned_blocks_removed": len(removed & pinned_hashes) if has_events else None,
@@ -165,6 +168,11 @@ def first_loss(rows: list[dict], label: str) -> float:
     repeat's)."""
     lost = [r["pressure"] for r in rows if r["arm"] == label and not r["survival"] >= 1.0]  # NaN is not survival
     return min(lost) if lost else math.inf
+
+
+def _reused(st, counted: bool) -> int:
+    """Prefix tokens a re-request reused: the engine's count where the baseline read one, else the cell's."""
+    return (st.engine_reused_tokens or 0) if counted else st.reused_tokens
 
 
 def by_repeat(rows: list[dict]) -> dict[int, list[dict]]:
