@@ -302,9 +302,13 @@ def _signature(module, spec) -> dict:
     if obj is None:
         return {"at": None, "names": {}, "defaults": {}}
     have = trtllm_guard.members(obj)
-    defaults = {f: trtllm_guard.field_default(obj, f) for f, _ in spec.defaults if f in have}
+    defaults = {f: trtllm_guard.field_default(obj, f) if f in have else _ABSENT for f, _ in spec.defaults}
     return {"at": at, "names": {n: n in have for n in (*spec.requires, *spec.optional)},
-            "defaults": {f: repr(d) for f, d in defaults.items() if type(d) is not object}}  # object(): not declared
+            "defaults": {f: _ABSENT if d is _ABSENT or type(d) is object else repr(d)  # object(): not declared
+                         for f, d in defaults.items()}}
+
+
+_ABSENT = "(not declared)"  # a pinned field without a declared default: recorded, so its disappearance is churn
 
 
 # --------------------------------------------------------------------------- version churn, across surveys
@@ -340,8 +344,10 @@ def signature_changes(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[
                 apart.append(f"{key}: {n} (checked in one survey only)")
             elif a["names"][n] != b["names"][n]:
                 changes.append(f"{key}: {n} {'added' if b['names'][n] else 'gone'}")
-        for f in sorted(a["defaults"].keys() & b["defaults"].keys()):
-            if a["defaults"][f] != b["defaults"][f]:
+        for f in sorted(a["defaults"].keys() | b["defaults"].keys()):
+            if f not in a["defaults"] or f not in b["defaults"]:
+                apart.append(f"{key}: default of {f} (checked in one survey only)")
+            elif a["defaults"][f] != b["defaults"][f]:
                 changes.append(f"{key}: {f} defaults to {b['defaults'][f]}, was {a['defaults'][f]}")
     return changes, apart
 
@@ -370,7 +376,9 @@ def churn_verdict(tables: dict[str, dict[str, dict] | None]) -> Outcome:
     if rows:
         return Outcome("confirmed", f"The TensorRT-LLM API the cell uses changed across {span}: "
                        + "; ".join(f"{r['from']} → {r['to']}: {r['change']}" for r in rows) + ".", {}, rows, notes)
-    compared = len(set.intersection(*(set(usable[v]) for v in versions)))
+    # an entry point counts as compared only where every survey found it: "nowhere" twice is no reading
+    compared = len([k for k in set.intersection(*(set(usable[v]) for v in versions))
+                    if all(usable[v][k]["at"] is not None for v in versions)])
     if not compared:
         return Outcome("inconclusive", f"The surveys of {span} share no entry point to compare; re-run them with "
                        "one workbench version.", {}, rows, notes)
