@@ -115,8 +115,8 @@ _DECLARED = [
     _m("logits_max_abs_diff", "logits Δmax", "logit", "engine",
        "largest |logit| difference between a reused request and a cold recompute of the same tokens"),
     _m("logits_layout_floor", "logits noise floor", "logit", "engine",
-       "largest |logit| difference between cold computations of one prompt at other KV cell offsets: the engine's "
-       "own noise, below which a reused request's difference says nothing"),
+       "median over requests of the |logit| difference between two cold computations of one prompt at other KV "
+       "cells: the engine's own noise, below which a reused request's difference says nothing"),
     _m("reuse_fraction", "reuse fraction", "ratio", "cell", "reused / reusable prompt tokens, as the cell reports"),
     _m("engine_reuse_fraction", "engine reuse fraction", "ratio", "engine",
        "prefix tokens still held by the engine (read back) / prefix tokens"),

@@ -160,10 +160,9 @@ class PerRequestMetrics(Probe):
 NOISE_CEILING = 0.5  # a cold-to-cold floor above this × the logits' spread leaves nothing to judge reuse by
 
 
-def _changed(r: dict, tolerance: float, margin: float, floor: float) -> bool:
-    """Reuse changed the output: beyond the tolerance and beyond the engine's own noise between cold runs."""
-    diff = r["logits_max_abs_diff"]
-    return diff is not None and diff > max(tolerance * r["logits_cold_std"], margin * floor)
+def _beyond(value: float | None, r: dict, tolerance: float, margin: float, floor: float) -> bool:
+    """A logits difference past both the tolerance and ``margin`` × the engine's own cold-to-cold noise."""
+    return value is not None and value > max(tolerance * r["logits_cold_std"], margin * floor)
 
 
 def noise(rows: list[dict], tolerance: float, margin: float) -> tuple[float | None, list[dict], bool]:
@@ -174,10 +173,9 @@ def noise(rows: list[dict], tolerance: float, margin: float) -> tuple[float | No
     if not floors:
         return None, [], False
     floor = float(np.median(floors))
-    odd = [r for r in rows if r.get("logits_layout_floor") is not None
-           and r["logits_layout_floor"] > max(tolerance * r["logits_cold_std"], margin * floor)]
-    spread_ = float(np.median([r["logits_cold_std"] for r in rows if r.get("logits_cold_std")] or [0.0]))
-    return floor, odd, floor > NOISE_CEILING * spread_
+    odd = [r for r in rows if _beyond(r.get("logits_layout_floor"), r, tolerance, margin, floor)]
+    logits_spread = float(np.median([r["logits_cold_std"] for r in rows if r.get("logits_cold_std")] or [0.0]))
+    return floor, odd, floor > NOISE_CEILING * logits_spread
 
 
 def _floor_text(floor: float | None, margin: float) -> str:
@@ -201,7 +199,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
     diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
     floor, odd, too_noisy = noise(rows, tolerance, margin)
-    wrong = [r for r in rows if _changed(r, tolerance, margin, floor or 0.0)]
+    wrong = [r for r in rows if _beyond(r["logits_max_abs_diff"], r, tolerance, margin, floor or 0.0)]
     granularity = max(r["granularity"] for r in rows)
     cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
     warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
