@@ -15,6 +15,7 @@ import typer
 
 from . import models
 from .contract import WorkbenchError
+from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
@@ -198,8 +199,19 @@ def loop_cmd(
     context: int = typer.Option(8192, "--context", help="context tokens of every arm; longer turns are left out"),
     tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block",
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
-    min_speedup: float = typer.Option(2.0, "--min-speedup", help="gate: required speed-up over the best llama.cpp arm"),
-    on_target: bool = typer.Option(False, "--on-target", help="declare target hardware with a certified model"),
+    min_speedup: float = typer.Option(CLAIM_MIN_SPEEDUP, "--min-speedup",
+                                      help="gate: required speed-up over the best llama.cpp arm (below the claim's "
+                                           f"{CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
+    min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
+                                  help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
+    token_tolerance: float = typer.Option(0.0, "--token-tolerance",
+                                          help="share of a turn's output tokens an arm may differ in from the plain "
+                                               "llama.cpp arm and still be compared (stated in every finding)"),
+    on_target: bool = typer.Option(False, "--on-target",
+                                   help="declare target hardware with a certified model: needs a GPU here and "
+                                        "--certified"),
+    certified: Optional[Path] = typer.Option(None, "--certified",
+                                             help="with --on-target: file listing the certified models, one a line"),
     arm_model: Optional[List[str]] = typer.Option(None, "--arm-model", help="ARM=MODEL: that arm runs the same model "
                                                   "in its engine's format, e.g. trtllm=/models/llama-hf (repeatable)"),
 ) -> None:
@@ -207,10 +219,12 @@ def loop_cmd(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from . import loop, metrics
+    from .loop.equal import EqualWork
     from .loop.gate import GateRule
 
     try:
-        rule = GateRule(min_speedup=min_speedup)
+        rule = GateRule(min_speedup=min_speedup, min_turns=min_turns)
+        work = EqualWork(token_tolerance=token_tolerance)
         arm_models = _kv(arm_model or [])
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=True) as bar:
@@ -222,7 +236,7 @@ def loop_cmd(
 
             res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
                            context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,
-                           arm_models=arm_models, progress=progress)
+                           certified=certified, work=work, arm_models=arm_models, progress=progress)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "

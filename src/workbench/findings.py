@@ -91,14 +91,20 @@ class Finding:
         return self
 
 
-def metric_values(values: Mapping[str, Any]) -> dict:
-    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail)."""
+def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> dict:
+    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail).
+
+    ``sources`` gives a tag the source of the values actually behind it where that is not the declared one
+    (a reuse count the engine did not report is the cell's, whatever the metric usually is)."""
     out = {}
     for tag, v in values.items():
         if hasattr(v, "item"):  # numpy scalars
             v = v.item()
         m = _metrics.get(tag)
-        out[tag] = {"value": v, "unit": m.unit.value, "source": m.source}
+        source = (sources or {}).get(tag, m.source)
+        if source not in _metrics.SOURCES:
+            raise ValueError(f"metric {tag}: source must be one of {_metrics.SOURCES}, got {source!r}")
+        out[tag] = {"value": v, "unit": m.unit.value, "source": source}
     return out
 
 

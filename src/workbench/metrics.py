@@ -218,6 +218,10 @@ _DECLARED = [
     _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
     # agentic loop (workbench loop)
     _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
+    _m("compared_turns", "compared turns", "count", "derived",
+       "turns the arm served with the work asked and the reference greedy arm's output (the only ones timed against others)"),
+    _m("excluded_turns", "excluded turns", "count", "derived",
+       "turns left out of every comparison: less work than asked, or other output than the reference arm"),
     _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
        "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)"),
     _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",
@@ -232,11 +236,13 @@ _DECLARED = [
     _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
     _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
     _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
-    _m("acceptance_rate", "draft acceptance", "ratio", "cell", "accepted / drafted speculative tokens"),
+    _m("acceptance_rate", "draft acceptance", "ratio", "cell",
+       "accepted / drafted speculative tokens (engine-sourced where the engine counts its own drafts)"),
     _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
        "mean accepted tokens per verification that carried a draft"),
     _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
-       "median per-turn decode time of the plain llama.cpp arm over this arm's, on copy-heavy turns"),
+       "median per-turn decode time of the plain llama.cpp arm over this arm's, on turns where this arm's own output "
+       "is copy-heavy and identical to the plain arm's"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -37,7 +37,7 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     assert found["loop.vllm"].verdict == "not-run" and "head dim 16" in found["loop.vllm"].reason
     g = found["loop.gate"]
     assert g.verdict == "not-run" and g.engine == "trtllm"
-    assert "n_gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason
+    assert "gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason
     assert "tensorrt_llm" in g.reason
     # written back under the entry condition, beside the other entry condition's block
     bp = tmp_path / "blueprint.md"

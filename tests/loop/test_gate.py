@@ -15,31 +15,67 @@ def est(value, low, high):
     return {"value": value, "low": low, "high": high}
 
 
-@pytest.mark.parametrize("speedup, on_target, verdict", [
-    (est(3.0, 2.2, 3.5), True, "confirmed"),
-    (est(3.0, 2.2, 3.5), False, "inconclusive"),  # off target a win is no certification
-    (est(1.2, 1.0, 1.4), True, "refuted"),
-    (est(2.1, 1.8, 2.5), True, "inconclusive"),  # the interval straddles 2×
-    (est(2.5, float("nan"), float("nan")), True, "inconclusive"),
+WIN, LOSS, STRADDLE = est(3.0, 2.2, 3.5), est(1.2, 1.0, 1.4), est(2.1, 1.8, 2.5)
+CLAIM_RULE = gate.GateRule()
+
+
+def ev(speedup=WIN, *, turns=25, on_target=True, **kw):
+    return gate.GateEvidence(speedup, best_reference=kw.pop("best", "llamacpp-spec"), compared_turns=turns,
+                             on_target=on_target, **kw)
+
+
+@pytest.mark.parametrize("rule, evidence, verdict", [
+    (CLAIM_RULE, ev(), "confirmed"),
+    (CLAIM_RULE, ev(on_target=False), "inconclusive"),  # off target a win is no certification
+    (CLAIM_RULE, ev(LOSS), "refuted"),
+    (CLAIM_RULE, ev(LOSS, on_target=False), "inconclusive"),  # nor is a loss: refuted needs the same conditions
+    (CLAIM_RULE, ev(STRADDLE), "inconclusive"),  # the interval straddles 2×
+    (CLAIM_RULE, ev(est(2.5, float("nan"), float("nan"))), "inconclusive"),
+    (CLAIM_RULE, ev(turns=4), "inconclusive"),  # 4 turns never decide the claim
+    (CLAIM_RULE, ev(LOSS, turns=4), "inconclusive"),
+    (CLAIM_RULE, ev(disqualified="4 of its 4 turns could not be compared"), "inconclusive"),  # less work / other tokens
+    (CLAIM_RULE, ev(LOSS, disqualified="other output"), "inconclusive"),
+    (gate.GateRule(min_speedup=0.5), ev(est(0.965, 0.9, 1.0)), "inconclusive"),  # a turned-around rule: exploratory
+    (gate.GateRule(min_speedup=1.1), ev(est(1.5, 1.2, 1.8)), "inconclusive"),
+    (gate.GateRule(bound="value"), ev(STRADDLE), "inconclusive"),
+    (gate.GateRule(min_turns=3), ev(turns=4), "inconclusive"),
+    (gate.GateRule(min_speedup=3.0), ev(est(3.5, 3.1, 4.0)), "confirmed"),  # a stricter rule is the claim's and more
+    (gate.GateRule(min_speedup=3.0), ev(), "inconclusive"),
+    (CLAIM_RULE, ev(best=None), "not-run"),
+    (CLAIM_RULE, ev(best=None, no_reference="every llama.cpp arm was disqualified"), "inconclusive"),
+    (CLAIM_RULE, gate.GateEvidence(None, "tensorrt_llm is not installed"), "not-run"),
 ])
-def test_gate_verdicts(speedup, on_target, verdict):
-    out = gate.decide(gate.GateRule(), speedup, None, "llamacpp-spec", on_target)
-    assert out.verdict == verdict
+def test_gate_verdicts(rule, evidence, verdict):
+    out = gate.decide(rule, evidence)
+    assert out.verdict == verdict, out.summary
+
+
+def test_a_held_back_verdict_says_what_it_would_have_been():
+    out = gate.decide(gate.GateRule(min_speedup=0.5), ev(est(0.965, 0.9, 1.0)))
+    assert "exploratory" in out.summary and "would be confirmed" in out.summary
+    out = gate.decide(CLAIM_RULE, ev(LOSS, on_target=False))
+    assert "not on target" in out.summary and "would be refuted" in out.summary
 
 
 def test_gate_is_unresolved_without_the_subject_or_a_reference():
-    out = gate.decide(gate.GateRule(), None, "tensorrt_llm is not installed", "llamacpp", False)
+    out = gate.decide(CLAIM_RULE, gate.GateEvidence(None, "tensorrt_llm is not installed"))
     assert out.verdict == "not-run" and "tensorrt_llm" in out.reason
-    assert gate.decide(gate.GateRule(), est(3, 3, 3), None, None, True).verdict == "not-run"
+    assert gate.decide(CLAIM_RULE, ev(best=None)).verdict == "not-run"
 
 
-def test_rule_is_a_parameter():
-    lenient = gate.GateRule(min_speedup=1.1)
-    assert gate.decide(lenient, est(1.5, 1.2, 1.8), None, "llamacpp", True).verdict == "confirmed"
-    point = gate.GateRule(bound="value")
-    assert gate.decide(point, est(2.1, 1.8, 2.5), None, "llamacpp", True).verdict == "confirmed"
+@pytest.mark.parametrize("kwargs", [dict(bound="median"), dict(min_speedup=float("nan")), dict(min_speedup=0),
+                                    dict(min_speedup=-1.0), dict(min_speedup=float("inf")), dict(min_turns=1)])
+def test_a_rule_that_cannot_be_read_is_refused(kwargs):
     with pytest.raises(ValueError):
-        gate.GateRule(bound="median")
+        gate.GateRule(**kwargs)
+
+
+def test_only_the_claims_rule_or_a_stricter_one_is_not_exploratory():
+    assert CLAIM_RULE.exploratory is None and gate.GateRule(min_speedup=4, min_turns=50).exploratory is None
+    assert "min_speedup 0.5" in gate.GateRule(min_speedup=0.5).exploratory
+    assert "point estimate" in gate.GateRule(bound="value").exploratory
+    assert "min_turns 5" in gate.GateRule(min_turns=5).exploratory
+    assert gate.GateRule(min_speedup=0.5).as_dict()["exploratory"]
     assert claims.get(gate.CLAIM).section == "entry"
 
 

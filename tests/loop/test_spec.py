@@ -55,3 +55,22 @@ def test_spec_arm_is_token_identical_to_plain(model):
     assert drafted > 0  # the comparison exercised verification, not only single steps
     if model == models.DEFAULT_MODEL:  # a real model copies: drafts are accepted and also rejected
         assert 0 < sum(b.accepted for _, b in results) < drafted
+
+
+@pytest.mark.vllm
+def test_vllm_speculation_reports_its_acceptance_from_the_engine():
+    """vLLM's own n-gram speculation: drafted and accepted tokens are vLLM's counters, not ours."""
+    from conftest import require_engine
+
+    require_engine("vllm")
+    arm = arms.open_arm("vllm-spec", "synthetic:cpu", threads=1, context_tokens=1024, drafter=spec.Drafter())
+    try:
+        prompt = [300 + i % 11 for i in range(160)]  # a repeating prompt: n-gram lookups find matches
+        first = arm.turn(prompt, 32)
+        again = arm.turn(prompt, 32)
+    finally:
+        arm.close()
+    for r in (first, again):
+        assert r.speculation_source == "engine"
+        assert r.drafted >= r.accepted >= 0 and r.drafted_steps >= 0
+    assert first.drafted + again.drafted > 0  # the engine drafted: its speculation ran

@@ -379,7 +379,9 @@ class VllmCell(RequestCell):
             enable_prefix_caching=o.enable_prefix_caching, max_model_len=self.context_tokens,
             max_num_seqs=max(o.slots, 2), max_num_batched_tokens=max(self.context_tokens, 2048), enforce_eager=True,
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
-            dtype=self._dtype_name(self._config, o), seed=o.seed, disable_log_stats=True, **self._budget())
+            dtype=self._dtype_name(self._config, o), seed=o.seed, **self._budget(),
+            # stats on only where they are read: speculation's own counters (speculation_counters)
+            disable_log_stats=not o.speculative_config)
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
         if o.kv_events:
@@ -576,6 +578,19 @@ class VllmCell(RequestCell):
                 "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
             },
         )
+
+    SPEC_COUNTERS = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+                     "vllm:spec_decode_num_accepted_tokens": "accepted_tokens"}
+
+    def speculation_counters(self) -> dict | None:
+        """vLLM's own cumulative speculative-decoding counters (its Prometheus metrics, ``LLM.get_metrics``:
+        vllm/v1/metrics/loggers.py ``spec_decode`` counters); None without speculation, or when the engine
+        reports them not, so nothing the cell counted itself stands in for the engine's word."""
+        if not self.opts.speculative_config or self._llm is None:
+            return None
+        got = {self.SPEC_COUNTERS[m.name]: int(m.value) for m in self._llm.get_metrics()
+               if m.name in self.SPEC_COUNTERS and hasattr(m, "value")}
+        return got if len(got) == len(self.SPEC_COUNTERS) else None
 
     def embed(self, texts: Iterable[str]) -> list[list[float]]:
         raise UnsupportedFeature("embed", ENGINE, "a generate-runner LLM exposes no embeddings; it would need a "

@@ -20,10 +20,13 @@ import pandas as pd
 
 from .. import cells, findings
 from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
+from .. import environment
 from . import arms as _arms
+from . import equal as _equal
 from . import gate as _gate
 from . import replay as _replay
 from . import results as _results
+from . import target as _target
 from . import traces as _traces
 from .spec import Drafter
 
@@ -73,15 +76,17 @@ def default_arms(engine: str) -> list[str]:
 def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int | None = None,
         sessions: int | None = None, out: str | Path | None = None, threads: int | None = None,
         context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
-        rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, seed: int = 0,
-        arm_models: Mapping[str, str] | None = None,
+        rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, certified: str | Path | None = None,
+        work: _equal.EqualWork = _equal.EqualWork(), seed: int = 0, arm_models: Mapping[str, str] | None = None,
         progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
     """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
     reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
 
     ``progress(row, done, total)`` is called with every per-turn row as it is measured.
-    ``on_target`` declares target hardware with a certified model; without it a measured TensorRT-LLM
-    win is at most ``inconclusive`` (the claim is about the product path).
+    ``on_target`` declares target hardware with a certified model, checked before any turn runs: this
+    machine's fingerprint must show a GPU and every arm's model must be in the ``certified`` list
+    (:mod:`.target`); without it a measured TensorRT-LLM result is at most ``inconclusive``. ``work``
+    says which turns are compared (:mod:`.equal`): equal work and the reference arm's output.
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
     Hugging Face directory, llama.cpp a GGUF); ``model`` (a llama.cpp model) tokenizes the trace for every
     arm, so an arm whose vocabulary differs is refused before any turn runs.
@@ -91,6 +96,12 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
     threads = threads or os.cpu_count() or 1
+    target = None
+    if on_target:
+        target = _target.verify(Path(certified) if certified else None,
+                                [model, *(arm_models.get(n, model) for n in names)], environment.hardware())
+    elif certified is not None:
+        raise ValueError("--certified is read only with --on-target; add --on-target or drop --certified")
     tr = _traces.load(trace).subset(sessions, turns)
     not_run = {n: r for n in names if (r := _arms.unavailable(n))}
     opened: list[_arms.CellArm] = []
@@ -98,10 +109,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         tok = cells.open_cell("llamacpp", model, context_tokens=256, n_threads=threads)
         with tok:
             vocab = tok.describe().extra["vocab_size"]
-            work = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
-        if not work.turns:
+            rendered = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
+        if not rendered.turns:
             raise WorkbenchError(f"no turn of {tr.name} fits the {context_tokens}-token context "
-                                 f"({work.dropped} dropped); select other turns or a longer context")
+                                 f"({rendered.dropped} dropped); select other turns or a longer context")
         for n in names:
             if n in not_run:
                 continue
@@ -113,7 +124,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
                 not_run[n] = getattr(e, "reason", None) or str(e)
             except TypeError as e:  # the engine's cell does not take this arm's options yet
                 not_run[n] = f"the {_arms.get(n).engine} cell does not take this arm's options: {e}"
-        total = len(work.turns) * len(opened)
+        total = len(rendered.turns) * len(opened)
         done = 0
 
         def step(row: dict) -> None:
@@ -122,7 +133,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
             if progress:
                 progress(row, done, total)
 
-        rows = pd.DataFrame(_replay.replay(work, opened, step))
+        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, step)), work)
         descriptions = {a.spec.name: a.describe() for a in opened}
         resolved = opened[0].cell.model if opened and hasattr(opened[0].cell, "model") else None
     finally:
@@ -130,18 +141,20 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
             a.close()
     ran = [a.spec.name for a in opened]
     workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
-                "turns": len(work.turns), "dropped_turns": work.dropped, "rule": work.rule,
+                "turns": len(rendered.turns), "dropped_turns": rendered.dropped, "rule": rendered.rule,
+                "equal_work": work.as_dict(), "equal_work_rule": work.describe(),
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}
     params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}), "turns": turns, "sessions": sessions, "threads": threads,
-              "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target}
-    summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed)
+              "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target,
+              **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict()}
+    summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed, work=work)
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if s.engine == "llamacpp" else None,
                                   workload) for s in summaries if s.arm != rule.subject]
-    found.append(_results.gate_finding(summaries, rule, params, workload, on_target))
+    found.append(_results.gate_finding(summaries, rule, params, workload, target))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
         result.paths = [findings.write(f, out) for f in found]

@@ -2,7 +2,7 @@
 
 Every arm serves a turn through the contract, ``ensure_prefix(conversation so far)`` then
 ``decode(max_tokens = the recorded reply's length)``, greedy, on one slot. An arm whose engine is
-not here (vLLM until its cell is registered, TensorRT-LLM without a GPU) reports why through
+not here (vLLM off Linux x86_64, TensorRT-LLM without a GPU) reports why through
 :func:`unavailable` and becomes a ``not-run`` finding; adding one is one :class:`ArmSpec` line.
 """
 
@@ -84,7 +84,9 @@ class TurnResult:
     drafted: int = 0
     accepted: int = 0
     drafted_steps: int = 0
-    engine_resident: int | None = None  # tokens the engine says it holds after the turn
+    engine_resident: int | None = None  # tokens the engine says it holds after the turn (holes end the run)
+    engine_resident_before: int | None = None  # of the slot's tokens, those the engine still held at the start
+    speculation_source: str | None = None  # "cell" (our drafter's count) | "engine" (its own counters) | None
 
 
 class CellArm:
@@ -126,6 +128,7 @@ class CellArm:
         st = cell.ensure_prefix(prompt, salt=salt)
         t_dec = time.perf_counter() - t0
         drafted = accepted = steps = 0
+        spec_source = None
         if self.spec.speculation == "prompt-lookup":
             dec = cell.decode(max_tokens=1)
             tokens, times, finish = list(dec.tokens), [t_dec + t for t in dec.token_times_s], dec.finish_reason
@@ -133,21 +136,32 @@ class CellArm:
                 res = continue_greedy(cell, prompt, tokens[0], max_tokens, self.drafter, t0=t0)
                 tokens, times, finish = res.tokens, times + res.times[1:], res.finish
                 drafted, accepted, steps = res.drafted, res.accepted, res.drafted_steps
+            spec_source = "cell"
         else:
+            before = self._spec_counters()
             dec = cell.decode(max_tokens=max_tokens)
             tokens, times, finish = dec.tokens, [t_dec + t for t in dec.token_times_s], dec.finish_reason
+            if self.spec.speculation == "engine" and before is not None and (after := self._spec_counters()):
+                drafted, accepted, steps = (after[k] - before[k] for k in ("draft_tokens", "accepted_tokens", "drafts"))
+                spec_source = "engine"
         e2e = time.perf_counter() - t0
         computed, source = self._computed(st, dec)
         resident, unfed = list(prompt) + tokens, None
         if finish == "length" and tokens:
             resident, unfed = resident[:-1], tokens[-1]
         self._held = Held(key, resident, unfed)
-        engine_resident = None
-        if hasattr(cell, "position_range"):
-            lo, hi = cell.position_range()
-            engine_resident = hi - lo + 1 if hi >= 0 else 0
+        # read back from the engine, holes included (llama.cpp: the run of positions it holds KV for)
+        engine_resident = cell.resident_tokens() if hasattr(cell, "resident_tokens") else None
         return TurnResult(key, len(prompt) - computed, computed, source, tokens, finish,
-                          times[0] if times else e2e, times, e2e, drafted, accepted, steps, engine_resident)
+                          times[0] if times else e2e, times, e2e, drafted, accepted, steps, engine_resident,
+                          (st.engine_counters or {}).get("engine_resident_before"), spec_source)
+
+    def _spec_counters(self) -> dict | None:
+        """The engine's own speculative-decoding counters, for an arm that runs the engine's speculation;
+        None when the engine reports none (the arm then says it cannot show that speculation ran)."""
+        if self.spec.speculation != "engine" or not hasattr(self.cell, "speculation_counters"):
+            return None
+        return self.cell.speculation_counters()
 
     @staticmethod
     def _computed(st: Any, dec: Any) -> tuple[int, str]:

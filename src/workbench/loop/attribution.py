@@ -78,6 +78,13 @@ class Held:
     tokens: Sequence[int]
     unfed: int | None = None
 
+    def as_engine_held(self, resident: int | None) -> "Held":
+        """What the engine itself still held, given the run of tokens it reports resident (read back from
+        it: an eviction, or a hole anywhere, ends the run there); unchanged when it cannot say."""
+        if resident is None or resident >= len(self.tokens):
+            return self
+        return Held(self.key, list(self.tokens[:max(resident, 0)]), None)
+
 
 def attribute(prompt: Sequence[int], seen: Seen, key: str, held: Held, reused: int, *, block_tokens: int = 1,
               previous: Sequence[int] | None = None) -> Ledger:

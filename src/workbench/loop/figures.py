@@ -70,7 +70,8 @@ def ttft_cdf(rows: pd.DataFrame) -> go.Figure:
 
 
 def speedup(summaries: Sequence) -> go.Figure:
-    """Loop-time speed-up over the best llama.cpp arm, with its 95% bootstrap CI; not-run arms marked."""
+    """Loop-time speed-up over the best llama.cpp arm on compared turns, with its 95% bootstrap CI; not-run and
+    disqualified arms marked."""
     fig = _figure("Speed-up over the best llama.cpp arm (loop time, 95% CI)", "arm", "×")
     ran = [s for s in summaries if not s.reason and "speedup_vs_best_llamacpp" in s.ci]
     if ran:
@@ -78,9 +79,10 @@ def speedup(summaries: Sequence) -> go.Figure:
         fig.add_bar(x=[s.arm for s in ran], y=[c["value"] for c in ci], name="speed-up",
                     error_y=dict(type="data", symmetric=False, array=[c["high"] - c["value"] for c in ci],
                                  arrayminus=[c["value"] - c["low"] for c in ci]))
-    for s in summaries:
-        if s.reason:
-            fig.add_bar(x=[s.arm], y=[0], name=f"{s.arm}: not run", hovertext=s.reason, showlegend=False)
+    for s in summaries:  # no bar for an arm that did not run or whose turns could not be compared
+        if s.reason or s.disqualified:
+            fig.add_bar(x=[s.arm], y=[0], name=f"{s.arm}: {'not run' if s.reason else 'disqualified'}",
+                        hovertext=s.reason or s.disqualified, showlegend=False)
     fig.add_hline(y=1, line_dash="dot")
     return fig
 

@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 
 from . import attribution as attr
 from .arms import CellArm
+from .equal import REFERENCE, output_match
 from .render import BlockRenderer, ChatRenderer, Rendered, fit_scale
 from .traces import ChatTurn, Trace
 
@@ -23,7 +24,7 @@ class WorkTurn:
     turn: int
     rendered: Rendered
     previous: list[int] | None  # the session's previous prompt (chat traces), for re-render attribution
-    copy_fraction: float | None  # share of the reply's 4-grams already in the prompt (chat traces)
+    copy_fraction: float | None  # share of the recorded reply's 4-grams already in the prompt (chat traces)
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,10 @@ def replay(work: Workload, arms: Sequence[CellArm], on_row: Callable[[dict], Non
         outputs: dict[str, list[int]] = {}
         for arm in order:
             name = arm.spec.name
-            held = arm.held()
+            kept = arm.held()
             prompt = wt.rendered.prompt
             res = arm.turn(prompt, wt.rendered.max_tokens)
+            held = kept.as_engine_held(res.engine_resident_before)  # a loss the engine reported is its loss
             block = arm.describe().block_tokens
             ledger = attr.attribute(prompt, seen[name], res.key, held, res.reused, block_tokens=block,
                                     previous=wt.previous)
@@ -107,16 +109,19 @@ def replay(work: Workload, arms: Sequence[CellArm], on_row: Callable[[dict], Non
                 "position": order.index(arm),
                 **ledger.as_row(),
                 "computed": res.computed, "reuse_source": res.reuse_source,
+                "engine_lost_before": len(kept.tokens) - len(held.tokens) if kept.key == res.key else 0,
                 "engine_resident": res.engine_resident, "held_after": len(arm.held().tokens),
                 "max_tokens": wt.rendered.max_tokens, "decode_tokens": len(res.tokens), "finish": res.finish,
                 "ttft_s": res.ttft_s, "e2e_s": res.e2e_s, "decode_s": res.e2e_s - res.ttft_s,
                 "itl_s": (times[-1] - times[0]) / (len(times) - 1) if len(times) > 1 else None,
                 "drafted": res.drafted, "accepted": res.accepted, "drafted_steps": res.drafted_steps,
-                "copy_fraction": wt.copy_fraction,
+                "speculation_source": res.speculation_source,
+                "copy_fraction": wt.copy_fraction, "own_copy_fraction": copy_fraction(prompt, res.tokens),
             })
-        plain = outputs.get("llamacpp")
+        plain = outputs.get(REFERENCE)
         for row in rows[-len(order):]:
             row["same_tokens_as_llamacpp"] = None if plain is None else outputs[row["arm"]] == plain
+            row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:
                 on_row(row)
     return rows

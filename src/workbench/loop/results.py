@@ -17,12 +17,13 @@ import pandas as pd
 from .. import cells, claims, environment, findings, metrics
 from . import arms as _arms
 from . import attribution as attr
+from . import equal
 from . import gate as _gate
 from . import stats
 
-COPY_HEAVY = 0.5  # a turn is copy-heavy when at least this share of its reply's 4-grams is in its prompt
+COPY_HEAVY = 0.5  # a turn is copy-heavy for an arm when at least this share of its own output's 4-grams is in the prompt
 PROBE = "loop"
-PROBE_VERSION = "1"  # bump when what the loop measures changes
+PROBE_VERSION = "2"  # bump when what the loop measures changes (2: equal work, engine-read losses)
 
 
 @dataclass
@@ -33,70 +34,132 @@ class ArmSummary:
     metrics: dict = field(default_factory=dict)
     ci: dict = field(default_factory=dict)  # metric -> Estimate dict
     notes: list[str] = field(default_factory=list)
+    disqualified: str | None = None  # why its turns cannot carry a comparison (equal work)
+    sources: dict = field(default_factory=dict)  # metric -> the source of the values behind it, where not the declared
+    is_best: bool = False  # the fastest qualified llama.cpp arm: what the gate compares against
 
 
 def _loop_time(df: pd.DataFrame) -> float:
     return float(df["e2e_s"].sum())
 
 
-def paired(rows: pd.DataFrame, a: str, b: str, column: str) -> tuple[np.ndarray, np.ndarray]:
-    """Column values of arms a and b on the same turns (step order)."""
+def paired(rows: pd.DataFrame, a: str, b: str, column: str, steps: Sequence[int] | None = None
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Column values of arms a and b on the same turns (step order); only ``steps`` when given."""
     wide = rows.pivot(index="step", columns="arm", values=column)
     both = wide[[a, b]].dropna()
+    if steps is not None:
+        both = both[both.index.isin(steps)]
     return both[a].to_numpy(float), both[b].to_numpy(float)
 
 
-def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str], seed: int = 0) -> list[ArmSummary]:
-    """Per-arm metrics, with bootstrap CIs over turns for the speed-ups."""
+def best_reference(rows: pd.DataFrame, qualified: Sequence[str]) -> str | None:
+    """The fastest qualified llama.cpp arm, timed on the turns every qualified one served comparably."""
+    steps = equal.common_turns(rows, qualified) if qualified else []
+    if not steps:
+        return None
+    on = rows[rows.step.isin(steps)]
+    return min(qualified, key=lambda a: _loop_time(on[on.arm == a]))
+
+
+def _source_of(values: pd.Series) -> str | None:
+    """One source for values measured turn by turn: ``engine`` only when every turn's is; None when none was read."""
+    got = set(values.dropna())
+    if not got or got == {"none"}:
+        return None
+    return "engine" if got == {"engine"} else "cell"
+
+
+def _reuse(df: pd.DataFrame, s: ArmSummary) -> None:
+    theo = int(df["theoretical"].sum())
+    source = _source_of(df["reuse_source"])
+    if source is None:
+        s.notes.append("the engine reported no reuse for any turn, so reuse efficiency is not measured")
+        s.metrics["reuse_efficiency"] = float("nan")
+        return
+    s.metrics["reuse_efficiency"] = df["reused"].sum() / theo if theo else float("nan")
+    if source != "engine":
+        s.sources["reuse_efficiency"] = source
+        s.notes.append("reuse efficiency rests on the cell's own count on some turns (the engine reported none)")
+
+
+def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
+    source = _source_of(df["speculation_source"])
+    if source is None:
+        s.metrics |= {"acceptance_rate": float("nan"), "mean_accepted_tokens": float("nan")}
+        s.notes.append("the engine reported no speculative-decoding counters, so nothing shows its speculation ran")
+        return
+    drafted, steps = int(df["drafted"].sum()), int(df["drafted_steps"].sum())
+    s.metrics["acceptance_rate"] = df["accepted"].sum() / drafted if drafted else float("nan")
+    s.metrics["mean_accepted_tokens"] = df["accepted"].sum() / steps if steps else float("nan")
+    s.sources |= {"acceptance_rate": source, "mean_accepted_tokens": source}
+    if not drafted:
+        s.notes.append("no token was drafted on any turn")
+
+
+def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int) -> None:
+    """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
+    if best is not None and (steps := equal.common_turns(rows, [best, name])):
+        ref, mine = paired(rows, best, name, "e2e_s", steps)
+        est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
+        s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
+        s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
+    plain = equal.REFERENCE
+    if name == plain or plain not in set(rows.arm):
+        return
+    same = rows[rows.arm == name]["same_tokens_as_llamacpp"]
+    s.notes.append(f"output token-identical to the {plain} arm on {int(same.sum())}/{len(same)} turns")
+    mine = rows[(rows.arm == name) & (rows.own_copy_fraction >= COPY_HEAVY)]["step"]  # judged on its own output
+    steps = [t for t in equal.common_turns(rows, [plain, name]) if t in set(mine)]
+    if steps:
+        base, arm = paired(rows, plain, name, "decode_s", steps)
+        est = stats.bootstrap([base, arm], stats.median_ratio, seed=seed)
+        s.metrics["decode_speedup_copy_heavy"] = est.value
+        s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": len(steps)}
+
+
+def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str], seed: int = 0,
+              work: equal.EqualWork = equal.EqualWork()) -> list[ArmSummary]:
+    """Per-arm metrics, with bootstrap CIs over comparable turns for the speed-ups (``rows`` marked by
+    :func:`.equal.mark`). A disqualified arm gets no speed-up and cannot be the best llama.cpp arm."""
     out = []
-    refs = [a for a in ran if _arms.is_llamacpp(a)]
-    best = min(refs, key=lambda a: _loop_time(rows[rows.arm == a])) if refs else None
+    barred = {a: equal.disqualified(rows, a, work) for a in ran}
+    best = best_reference(rows, [a for a in ran if _arms.is_llamacpp(a) and not barred[a]])
     for name in [*ran, *not_run]:
         spec = _arms.get(name)
         if name in not_run:
             out.append(ArmSummary(name, spec.engine, not_run[name]))
             continue
         df = rows[rows.arm == name]
-        theo = int(df["theoretical"].sum())
-        m: dict[str, Any] = {
-            "turns": len(df),
+        compared = int(df["comparable"].sum())
+        s = ArmSummary(name, spec.engine, None, {
+            "turns": len(df), "compared_turns": compared, "excluded_turns": len(df) - compared,
             "prompt_tokens": int(df["prompt"].sum()),
-            "expected_reused_tokens": theo,
-            "reuse_efficiency": df["reused"].sum() / theo if theo else float("nan"),
+            "expected_reused_tokens": int(df["theoretical"].sum()),
             "unexplained_miss_tokens": int(df["unexplained"].abs().sum()),
             "ttft_p50_s": stats.percentile(df["ttft_s"], 50),
             "ttft_p90_s": stats.percentile(df["ttft_s"], 90),
             "loop_time_s": _loop_time(df),
-        }
-        s = ArmSummary(name, spec.engine, None, m)
-        if best is not None:
-            ref, mine = paired(rows, best, name, "e2e_s")
-            est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
-            m |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
-            s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best}
+        }, disqualified=barred[name], is_best=name == best)
+        _reuse(df, s)
         if spec.speculation != "none":
-            drafted = int(df["drafted"].sum())
-            m["acceptance_rate"] = df["accepted"].sum() / drafted if drafted else float("nan")
-            steps = int(df["drafted_steps"].sum())
-            m["mean_accepted_tokens"] = df["accepted"].sum() / steps if steps else float("nan")
-        if "llamacpp" in ran and name != "llamacpp":
-            plain, mine = paired(rows, "llamacpp", name, "decode_s")
-            heavy = rows[(rows.arm == "llamacpp") & (rows.copy_fraction >= COPY_HEAVY)]["step"]
-            mask = rows[rows.arm == "llamacpp"].set_index("step").index.isin(heavy)
-            same = rows[rows.arm == name].set_index("step")["same_tokens_as_llamacpp"]
-            if mask.any():
-                est = stats.bootstrap([plain[mask], mine[mask]], stats.median_ratio, seed=seed)
-                m["decode_speedup_copy_heavy"] = est.value
-                s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": int(mask.sum())}
-            s.notes.append(f"output token-identical to the llamacpp arm on {int(same.sum())}/{len(same)} turns")
+            _speculation(df, s)
+        if s.disqualified:
+            s.notes.append(f"disqualified from every comparison: {s.disqualified}")
+        else:
+            _speedups(rows, name, best, s, seed)
         fit = ttft_fit(df)
         if fit:
-            m |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"],
-                  "ttft_per_context_token_s": fit["per_context_token_s"]}
+            s.metrics |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"],
+                          "ttft_per_context_token_s": fit["per_context_token_s"]}
         mismatch = df[df["engine_resident"].notna() & (df["engine_resident"] != df["held_after"])]
         if len(mismatch):
-            s.notes.append(f"{len(mismatch)} turns where the engine's resident positions disagree with the tokens "
-                           "the attribution assumed held")
+            s.notes.append(f"{len(mismatch)} turns where the KV the engine holds after the turn (read back, holes "
+                           "included) disagrees with the tokens the attribution assumed held")
+        lost = int(df["engine_lost_before"].sum())
+        if lost:
+            s.notes.append(f"the engine reported {lost} tokens of the loop's KV lost before a turn (read back from "
+                           "it): attributed as eviction")
         out.append(s)
     return out
 
@@ -126,19 +189,30 @@ def _summary_line(s: ArmSummary) -> str:
     m = s.metrics
     parts = [f"loop {metrics.render('loop_time_s', m['loop_time_s'])}",
              f"TTFT p50 {metrics.render('ttft_p50_s', m['ttft_p50_s'])}",
-             f"reuse {metrics.render('reuse_efficiency', m['reuse_efficiency'])} of theoretical"]
+             f"reuse {metrics.render('reuse_efficiency', m['reuse_efficiency'])} of theoretical",
+             f"{m['compared_turns']}/{m['turns']} turns compared"]
     if "speedup_vs_best_llamacpp" in m:
         parts.append(f"{m['speedup_vs_best_llamacpp']:.3g}× [{m['speedup_ci_low']:.3g}, {m['speedup_ci_high']:.3g}] "
                      "vs best llama.cpp")
     if "acceptance_rate" in m:
         parts.append(f"acceptance {metrics.render('acceptance_rate', m['acceptance_rate'])}")
-    return f"{s.arm}: " + ", ".join(parts)
+    if s.disqualified:
+        parts.append("disqualified")
+    return f"{s.arm}{' (best llama.cpp)' if s.is_best else ''}: " + ", ".join(parts)
 
 
 def _environment(engine: str, description: Any, resolved: Any, extra: dict) -> dict:
     version = description.engine_version if description else (
         cells.availability(engine).version if engine in cells.engines() else None)
     return environment.fingerprint(engine, version, resolved, description.geometry if description else None, extra)
+
+
+def _metric_values(s: ArmSummary | None) -> dict:
+    """The summary's declared metrics, NaN left out, each with the source of the values behind it."""
+    if s is None or s.reason:
+        return {}
+    values = {k: v for k, v in s.metrics.items() if k in metrics.METRICS and not _nan(v)}
+    return findings.metric_values(values, sources=s.sources)
 
 
 def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: Any, resolved: Any,
@@ -149,29 +223,45 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
         verdict, summary = "not-run", f"Not run on {s.engine}: {s.reason}"
     else:
         verdict, summary = "inconclusive", "Reference arm, not the claim's subject. " + _summary_line(s)
-    notes = [f"arm {s.arm}: {_arms.get(s.arm).help}", f"workload: {workload_doc['rule']}", *s.notes]
-    values = {k: v for k, v in s.metrics.items() if k in metrics.METRICS and not _nan(v)}
+    notes = [f"arm {s.arm}: {_arms.get(s.arm).help}", f"workload: {workload_doc['rule']}",
+             f"equal work: {workload_doc['equal_work_rule']}", *s.notes]
     evidence_rows = df.replace({np.nan: None}).to_dict("records")
     return findings.Finding(
         probe=f"{PROBE}.{s.arm}", probe_version=PROBE_VERSION, claims=[claim.id], verdict=verdict, summary=summary,
         engine=s.engine, environment=_environment(s.engine, description, resolved, {"loop": workload_doc}),
         params=params | {"arm": s.arm}, cell_options=dict(_arms.get(s.arm).cell_options),
-        metrics=findings.metric_values(values),
+        metrics=_metric_values(s),
         evidence={"columns": list(df.columns), "rows": evidence_rows, "notes": notes, "ci": s.ci},
         reason=s.reason)
 
 
-def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
-                 on_target: bool) -> findings.Finding:
-    claim = claims.get(_gate.CLAIM)
+def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target: dict | None) -> _gate.GateEvidence:
+    """What :func:`.gate.decide` reads, from the arms' summaries."""
     by = {s.arm: s for s in summaries}
     subject = by.get(rule.subject)
-    refs = [s for s in summaries if _arms.is_llamacpp(s.arm) and not s.reason]
-    best = min(refs, key=lambda s: s.metrics["loop_time_s"]).arm if refs else None
-    speedup = None
-    if subject is not None and not subject.reason:
-        speedup = subject.ci.get("speedup_vs_best_llamacpp")
-    outcome = _gate.decide(rule, speedup, subject.reason if subject else None, best, on_target)
+    best = next((s.arm for s in summaries if s.is_best), None)
+    ran_refs = [s for s in summaries if _arms.is_llamacpp(s.arm) and not s.reason]
+    no_ref = None
+    if best is None and ran_refs:
+        no_ref = "no llama.cpp arm served enough turns comparably: " + "; ".join(
+            f"{s.arm}: {s.disqualified or 'no turn compared'}" for s in ran_refs)
+    if subject is None or subject.reason:
+        return _gate.GateEvidence(None, subject.reason if subject else None, best, no_reference=no_ref)
+    ci = subject.ci.get("speedup_vs_best_llamacpp")
+    return _gate.GateEvidence(
+        ci or {"value": float("nan"), "low": float("nan"), "high": float("nan")}, None, best,
+        compared_turns=int(ci["turns"]) if ci else 0,
+        disqualified=subject.disqualified or (None if ci or best is None else "no turn was served comparably"),
+        no_reference=no_ref, on_target=target is not None)
+
+
+def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
+                 target: dict | None) -> findings.Finding:
+    """The subject's finding on the claim: its figures, the verdict of :func:`.gate.decide`, and the
+    reference arms beside it. ``target``: the verified target evidence (:func:`.target.verify`), or None."""
+    claim = claims.get(_gate.CLAIM)
+    subject = next((s for s in summaries if s.arm == rule.subject), None)
+    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target))
     references = "; ".join(_summary_line(s) for s in summaries if s.arm != rule.subject)
     where = (f"{workload_doc['trace']} ({workload_doc['turns']} turns), {params.get('model')}, "
              f"{environment.hardware().get('summary')}")
@@ -180,17 +270,18 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     summary = f"{outcome.summary}. Rule: {rule.describe()}. References ({where}): {references}."
     if outcome.verdict == "not-run":
         reason = f"{outcome.reason}. {must_add} References measured here ({where}): {references}."
-    rows = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason,
-             **{k: v for k, v in s.metrics.items() if not _nan(v)}} for s in summaries]
+    rows = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason, "best_llamacpp": s.is_best,
+             "disqualified": s.disqualified, **{k: v for k, v in s.metrics.items() if not _nan(v)}}
+            for s in summaries]
     engine = _arms.get(rule.subject).engine
-    subject_metrics = {k: v for k, v in (subject.metrics if subject and not subject.reason else {}).items()
-                       if k in metrics.METRICS and not _nan(v)}
+    notes = [rule.describe(), f"equal work: {workload_doc['equal_work_rule']}", must_add,
+             f"workload: {workload_doc['rule']}", *(subject.notes if subject else [])]
     return findings.Finding(
         probe=f"{PROBE}.gate", probe_version=PROBE_VERSION, claims=[claim.id], verdict=outcome.verdict, summary=summary,
-        engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc}),
-        params=params | {"rule": rule.as_dict()}, metrics=findings.metric_values(subject_metrics),
-        evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows,
-                  "notes": [rule.describe(), must_add, f"workload: {workload_doc['rule']}"]},
+        engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc, "target": target}),
+        params=params | {"rule": rule.as_dict()}, metrics=_metric_values(subject),
+        evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows, "notes": notes,
+                  "ci": subject.ci if subject else {}},
         reason=reason)
 
 
@@ -198,4 +289,5 @@ def _nan(v: Any) -> bool:
     return isinstance(v, float) and v != v
 
 
-__all__ = ["ArmSummary", "COPY_HEAVY", "arm_finding", "attribution_totals", "gate_finding", "paired", "summarise", "ttft_fit"]
+__all__ = ["ArmSummary", "COPY_HEAVY", "arm_finding", "attribution_totals", "best_reference", "gate_evidence",
+           "gate_finding", "paired", "summarise", "ttft_fit"]

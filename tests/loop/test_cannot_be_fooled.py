@@ -1,0 +1,145 @@
+"""The loop and the gate cannot be fooled, on real llama.cpp: a subject or a speculative arm that does less
+work or produces other tokens is never compared, whatever flags are passed; a KV hole is the engine's loss."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench import findings, loop
+from workbench.cli import app
+from workbench.loop import arms, gate, results, spec, target
+
+from . import standins
+
+COMMON = dict(model="synthetic:tiny", threads=1, context_tokens=1024, tokens_per_block=4)
+ON_TARGET = {"gpu": ["stand-in GPU"], "models": {"synthetic:tiny": "synthetic:tiny"}}  # as if verified
+
+
+@pytest.fixture
+def subject(monkeypatch):
+    """Register a faulty llama.cpp cell as the gate's subject arm (``trtllm``)."""
+    standins.register()
+
+    def use(engine: str) -> None:
+        monkeypatch.setitem(arms.ARMS, "trtllm", arms.ArmSpec(
+            "trtllm", engine, True, "none", f"stand-in subject ({engine})", {"n_threads": 1, "context_tokens": 1024}))
+    return use
+
+
+@pytest.mark.parametrize("engine, kind", [("standin-one-token", "less work"), ("standin-sampled", "other output")])
+def test_a_subject_doing_other_work_never_confirms_or_refutes(subject, hand_trace, engine, kind):
+    subject(engine)
+    res = loop.run(str(hand_trace), arms="llamacpp,trtllm", rule=gate.GateRule(min_turns=2), **COMMON)
+    by = {s.arm: s for s in res.summaries}
+    assert by["trtllm"].disqualified and kind in by["trtllm"].disqualified
+    assert "speedup_vs_best_llamacpp" not in by["trtllm"].metrics  # no figure from turns of other work
+    g = res.findings[-1]
+    assert g.probe == "loop.gate" and g.verdict == "inconclusive" and "cannot be compared" in g.summary
+    assert "speedup_vs_best_llamacpp" not in g.metrics
+    for rule in (gate.GateRule(), gate.GateRule(min_speedup=0.5, min_turns=2), gate.GateRule(bound="value")):
+        # whatever the rule, and even as if on target with a certified model
+        out = gate.decide(rule, results.gate_evidence(res.summaries, rule, ON_TARGET))
+        assert out.verdict == "inconclusive", out.summary
+
+
+def test_an_equal_subject_is_compared_on_its_turns(subject, hand_trace):
+    """The control: the same stand-in path without a fault compares every turn, so the faults above are what
+    bars it (the experiment could have come out otherwise)."""
+    subject("standin-plain")
+    res = loop.run(str(hand_trace), arms="llamacpp,trtllm", rule=gate.GateRule(min_turns=2), **COMMON)
+    s = {s.arm: s for s in res.summaries}["trtllm"]
+    assert s.disqualified is None and s.metrics["compared_turns"] == 4
+    assert s.ci["speedup_vs_best_llamacpp"]["turns"] == 4
+    out = gate.decide(gate.GateRule(), results.gate_evidence(res.summaries, gate.GateRule(), ON_TARGET))
+    assert out.verdict == "inconclusive" and "fewer than the rule's 20 turns" in out.summary
+
+
+@pytest.mark.parametrize("fault", ["stops-after-one", "accepts-unchecked"])
+def test_a_faulty_speculative_arm_publishes_no_speedup_and_is_not_the_best(monkeypatch, hand_trace, fault):
+    real = spec.continue_greedy
+
+    def faulty(cell, context, first, max_tokens, drafter, *, t0, slot=0):
+        if fault == "stops-after-one":
+            return spec.SpecResult([first], [time.perf_counter() - t0], "length")
+        res = real(cell, context, first, max_tokens, drafter, t0=t0, slot=slot)
+        # every drafted token taken as output, unchecked: same length, other tokens
+        res.tokens = [res.tokens[0], *[(t + 1) % 256 + 300 for t in res.tokens[1:]]]
+        return res
+
+    monkeypatch.setattr(arms, "continue_greedy", faulty)
+    res = loop.run(str(hand_trace), arms="llamacpp,llamacpp-spec", **COMMON)
+    s = {s.arm: s for s in res.summaries}
+    bad = s["llamacpp-spec"]
+    assert bad.disqualified and not bad.is_best and s["llamacpp"].is_best
+    assert "decode_speedup_copy_heavy" not in bad.metrics and "speedup_vs_best_llamacpp" not in bad.metrics
+
+
+def test_a_kv_hole_mid_loop_is_the_engines_loss_not_unexplained(monkeypatch, hand_trace):
+    """A hole punched in llama.cpp's KV between turns (llama_memory_seq_rm): the cell reads it back, the
+    attribution charges it as eviction, nothing is unexplained, and the after-turn check reads holes too."""
+    real = arms.CellArm.turn
+    calls = {"n": 0}
+
+    def holed(self, prompt, max_tokens):
+        calls["n"] += 1
+        if calls["n"] == 2:  # before the second turn, which extends the first
+            c = self.cell
+            lo, _ = c.position_range()
+            c._ll.llama_memory_seq_rm(c._mem, 0, lo + 2, lo + 5)
+        return real(self, prompt, max_tokens)
+
+    monkeypatch.setattr(arms.CellArm, "turn", holed)
+    res = loop.run(str(hand_trace), arms="llamacpp", **COMMON)
+    rows = res.rows.set_index("step")
+    assert rows.loc[1, "engine_lost_before"] > 0
+    assert rows.loc[1, "eviction"] >= rows.loc[1, "engine_lost_before"]
+    assert (res.rows["unexplained"] == 0).all()
+    s = res.summaries[0]
+    assert any("lost before a turn" in n for n in s.notes) and s.metrics["unexplained_miss_tokens"] == 0
+
+
+def test_reuse_efficiency_takes_the_source_of_the_rows(hand_trace):
+    res = loop.run(str(hand_trace), arms="llamacpp", **COMMON)
+    f = next(f for f in res.findings if f.probe == "loop.llamacpp")
+    assert set(res.rows["reuse_source"]) == {"engine"} and f.metrics["reuse_efficiency"]["source"] == "engine"
+    rows = res.rows.assign(reuse_source="cell")
+    s = results.summarise(rows, ["llamacpp"], {})[0]
+    assert s.sources["reuse_efficiency"] == "cell"
+    assert findings.metric_values({"reuse_efficiency": 0.5}, s.sources)["reuse_efficiency"]["source"] == "cell"
+    none = results.summarise(res.rows.assign(reuse_source="none"), ["llamacpp"], {})[0]
+    assert none.metrics["reuse_efficiency"] != none.metrics["reuse_efficiency"]  # NaN: missing, never 0
+
+
+def test_on_target_is_checked_against_this_machine(hand_trace, tmp_path):
+    base = ["loop", "--trace", str(hand_trace), "--arms", "llamacpp", "--model", "synthetic:tiny", "--threads", "1",
+            "--context", "1024", "--tokens-per-block", "4", "--out", str(tmp_path / "f")]
+    r = CliRunner().invoke(app, base + ["--on-target"])
+    assert r.exit_code == 2 and "no GPU" in r.output
+    r = CliRunner().invoke(app, base + ["--certified", str(tmp_path / "c.txt")])
+    assert r.exit_code == 2 and "--on-target" in r.output
+    for bad in ("nan", "inf", "-1"):
+        r = CliRunner().invoke(app, base + ["--min-speedup", bad])
+        assert r.exit_code == 2 and "min_speedup" in r.output, r.output
+    r = CliRunner().invoke(app, base + ["--token-tolerance", "nan"])
+    assert r.exit_code == 2 and "token_tolerance" in r.output
+    assert not (tmp_path / "f").exists()  # nothing ran, nothing written
+
+
+def test_the_target_check_needs_a_gpu_and_a_certified_model(tmp_path):
+    gpu = {"gpu": {"available": True, "devices": [{"name": "H200"}], "driver": "580"}}
+    lst = tmp_path / "certified.txt"
+    lst.write_text("# certified for the product\nsynthetic:tiny\n")
+    got = target.verify(lst, ["synthetic:tiny"], gpu)
+    assert got["gpu"] == ["H200"] and got["models"] == {"synthetic:tiny": "synthetic:tiny"}
+    with pytest.raises(Exception, match="not in the certified list"):
+        target.verify(lst, ["synthetic:tiny", "synthetic:cpu"], gpu)
+    with pytest.raises(Exception, match="needs --certified"):
+        target.verify(None, ["synthetic:tiny"], gpu)
+    with pytest.raises(Exception, match="no GPU"):
+        target.verify(lst, ["synthetic:tiny"], {"gpu": {"available": False, "reason": "nvidia-smi not found"}})
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(Exception, match="names no model"):
+        target.verify(tmp_path / "empty.txt", ["synthetic:tiny"], gpu)
