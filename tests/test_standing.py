@@ -123,7 +123,7 @@ def test_other_engines_versions_never_answer_churn():
 
 def test_release_order_puts_a_release_candidate_before_its_release():
     """Churn compares surveys old → new: 1.2.0rc1 once sorted after 1.2.0 and read each change backwards."""
-    from workbench.standing import natural
+    from workbench.versions import natural
 
     assert sorted(["1.2.0", "1.10.0", "1.2.0rc1", "1.9.1"], key=natural) == ["1.2.0rc1", "1.2.0", "1.9.1", "1.10.0"]
     assert sorted(["1.2", "not-a-version"], key=natural) == ["not-a-version", "1.2"]
