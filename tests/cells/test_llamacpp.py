@@ -213,15 +213,16 @@ def test_capacity_kv_memory_is_the_engines_row_sizes_not_the_state_growth(cell, 
 
 
 def test_capacity_kv_memory_refuses_a_state_it_cannot_walk(cell):
-    from workbench.cells.llamacpp import _state_kv_row_bytes
+    from workbench.cells.llamacpp.state import parse_state
 
     cell.ensure_prefix(ids(8))
     blob = cell.export_state()
-    assert _state_kv_row_bytes(blob) == (8, 256)
+    state = parse_state(blob)
+    assert (state.cells, state.row_bytes, state.positions) == (8, 256, tuple(range(8)))
     with pytest.raises(WorkbenchError, match="does not parse|ends early"):
-        _state_kv_row_bytes(blob + b"\0" * 4)  # a layout with more than the K/V rows is not guessed at
+        parse_state(blob + b"\0" * 4)  # a layout with more than the K/V rows is not guessed at
     with pytest.raises(WorkbenchError, match="ends early"):
-        _state_kv_row_bytes(blob[:40])
+        parse_state(blob[:40])
 
 
 def test_byte_budget_sets_the_kv_size():
