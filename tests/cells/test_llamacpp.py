@@ -347,7 +347,7 @@ def test_a_byte_budget_below_one_token_is_refused():
         open_cell("llamacpp", TINY, kv_budget_bytes=100)
 
 
-def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
+def test_a_hole_removed_inside_the_engine_is_seen(cell):
     """pos_min/pos_max cannot see a hole: removing positions 10–39 left "all 64 held (read back from engine)"."""
     import llama_cpp
 
@@ -365,7 +365,7 @@ def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
     assert max(abs(a - b) for a, b in zip(warm, cell.last_logits(slot=1))) < 0.05
 
 
-def test_audit_3_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
+def test_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
     """Sizes learnt from full reads let a hole-free sequence skip the blob copy; a hole still forces a read."""
     import llama_cpp
 

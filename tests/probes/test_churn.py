@@ -59,14 +59,14 @@ def test_surveys_without_signature_tables_cannot_answer_churn():
     assert out.verdict == "inconclusive" and any("1.2.0 recorded no signature table" in n for n in out.notes)
 
 
-def test_audit_a_default_no_longer_declared_is_churn_not_identity():
+def test_a_default_no_longer_declared_is_churn_not_identity():
     """A pinned field whose default stopped being declared was dropped from the record and read as identical."""
     undeclared = _changed("llmapi.KvCacheConfig [core]", defaults={"use_kv_cache_manager_v2": "(not declared)"})
     out = churn_verdict({"1.2.1": SIG, "1.3.0": undeclared})
     assert out.verdict == "confirmed" and out.rows[0]["change"].endswith("defaults to (not declared), was False")
 
 
-def test_audit_entry_points_found_in_neither_survey_are_not_a_reading():
+def test_entry_points_found_in_neither_survey_are_not_a_reading():
     nowhere = {k: {"at": None, "names": {}, "defaults": {}} for k in SIG}
     out = churn_verdict({"1.2.1": nowhere, "1.3.0": nowhere})
     assert out.verdict == "inconclusive" and "share no entry point" in out.summary

@@ -53,7 +53,7 @@ def test_trtllm_not_installed_is_not_run(tmp_path):
         assert f.verdict == "not-run" and "tensorrt_llm is not installed" in f.reason
 
 
-def test_audit_1_existence_alone_gives_at_most_partial():
+def test_existence_alone_gives_at_most_partial():
     """Symbols and parameter names that exist say nothing of behaviour: no row, nor the entry condition, confirmed."""
     good = mapping_verdict(_rows(empty_embed=False), "trtllm")
     assert good.verdict == "partial" and good.claim_verdicts["entry.contract_table"] == "partial"

@@ -27,7 +27,7 @@ def test_every_guard_row_is_reported(fake_trt):
     assert all(r["ok"] for r in rows)
 
 
-def test_defect_3_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake_trt, monkeypatch):
+def test_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake_trt, monkeypatch):
     """Keyed by symbol, the four TorchLlmArgs rows collapsed into the last (connector) one."""
     monkeypatch.setattr(fake_trt.llmapi.llm_args, "TorchLlmArgs",
                         _without_field(fake_trt.llmapi.llm_args.TorchLlmArgs, "guided_decoding_backend"))
