@@ -12,7 +12,7 @@ VLLM_MODEL ?= synthetic:cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup setup-vllm run test test-fast nbval bench doctor clean
+.PHONY: setup setup-vllm run test lint test-fast nbval bench doctor clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
@@ -62,9 +62,12 @@ run: setup
 	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
 	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm -p prompt_tokens=192
 
-# Every test: unit and engine tests on the real llama.cpp with synthetic models, then the
-# committed notebooks under nbval.
-test: setup test-fast nbval
+# Every test: the lint gate (ruff, with the complexity and function-size baseline of tools/lint.py),
+# unit and engine tests on the real llama.cpp with synthetic models, then the committed notebooks under nbval.
+test: setup lint test-fast nbval
+
+lint: setup
+	$(BIN)/python tools/lint.py
 
 test-fast: setup
 	$(BIN)/python -m pytest

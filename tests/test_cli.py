@@ -69,7 +69,7 @@ def test_bad_input_exits_non_zero_naming_the_fix(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"] and (tmp_path / "x.json").read_text() == "{}"
 
 
-def test_audit_13_findings_of_a_missing_folder_exits_2_naming_it(tmp_path):
+def test_findings_of_a_missing_folder_exits_2_naming_it(tmp_path):
     r = wb("findings", str(tmp_path / "nope"))
     assert r.returncode == 2 and "nope" in r.stderr
 

@@ -35,7 +35,7 @@ def test_every_observer_is_a_runtime_checkable_protocol_with_methods_or_a_declar
         assert methods or name == "request_counters", name
 
 
-def test_audit_12_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
+def test_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
     """vLLM's cell (src/workbench/cells/vllm.py) reports num_cached_tokens as source="num_cached_tokens",
     TensorRT-LLM's as "perf_metrics"; llama.cpp's count is the cell's own common prefix."""
     from workbench.contract import PrefixStatus

@@ -24,9 +24,11 @@ def test_unknown_engine_lists_the_valid_ones():
         cells.open_cell("sglang", "synthetic:tiny")
 
 
-def test_no_import_cycle_between_modules():
-    """Module-level imports form no cycle (a submodule's ``from . import sibling`` names the sibling, not its
-    package, so package → submodule edges are left out)."""
+def _import_graph() -> dict[str, set[str]]:
+    """Every module of src/workbench and the workbench modules it imports, at module level or inside a
+    function alike: a lazy import still closes a circle, it only hides it until the function runs. A
+    submodule's ``from . import sibling`` names the sibling, not its package, so edges to a module's own
+    packages are left out (importing a submodule always runs its package first)."""
     import ast
     import pathlib
 
@@ -38,7 +40,7 @@ def test_no_import_cycle_between_modules():
     graph: dict[str, set[str]] = {m: set() for m in mods}
     for name, f in mods.items():
         pkg = name if f.name == "__init__.py" else name.rsplit(".", 1)[0]
-        for node in ast.parse(f.read_text()).body:  # module level only: imports inside functions are lazy
+        for node in ast.walk(ast.parse(f.read_text())):  # every Import/ImportFrom, however deep
             if isinstance(node, ast.ImportFrom):
                 base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)] if node.level else []
                 mod = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
@@ -48,6 +50,14 @@ def test_no_import_cycle_between_modules():
             else:
                 continue
             graph[name] |= {t for t in targets if t in mods and t != name and not name.startswith(t + ".")}
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    """No module imports, directly or through others, a module that imports it back (function-level imports
+    included, so a circle cannot hide behind a lazy import)."""
+    graph = _import_graph()
+    mods = graph
 
     def cycle_from(start: str) -> list[str] | None:
         stack, path = [(start, iter(graph[start]))], [start]
@@ -66,3 +76,19 @@ def test_no_import_cycle_between_modules():
 
     cycles = [c for m in mods if (c := cycle_from(m))]
     assert cycles == []
+
+
+def test_no_probe_asks_which_engine_it_is():
+    """A probe compares the engine it runs on with its claim's subject, never with an engine's name: each engine's
+    tables and wording live with its cell."""
+    import ast
+    import pathlib
+
+    from workbench import cells
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "src" / "workbench" / "probes"
+    names = set(cells.engines())
+    found = [f"{f.name}:{node.lineno}" for f in sorted(root.glob("*.py")) for node in ast.walk(ast.parse(f.read_text()))
+             if isinstance(node, ast.Compare)
+             and any(isinstance(c, ast.Constant) and c.value in names for c in (node.left, *node.comparators))]
+    assert found == []

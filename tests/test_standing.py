@@ -50,7 +50,7 @@ def test_not_run_reason_is_given_once_per_engine():
         "trtllm": {"no GPU": ["prefix.warmup_materialization"], "not installed": ["surface.contract_mapping"]}}
 
 
-def test_audit_1_a_static_mapping_finding_never_outranks_a_behavioural_one():
+def test_a_static_mapping_finding_never_outranks_a_behavioural_one():
     """surface.contract_mapping runs last (notebook 50); the newest-wins rule let its existence check replace
     the warm-up probe's behavioural verdict on a shared contract row."""
     behaviour = f("refuted", claims=("contract.ensure_prefix",), created="2026-07-01T00:00:00+00:00")
@@ -62,7 +62,7 @@ def test_audit_1_a_static_mapping_finding_never_outranks_a_behavioural_one():
     assert alone.verdict == "partial"
 
 
-def test_audit_13_a_finding_on_another_model_does_not_replace_this_models():
+def test_a_finding_on_another_model_does_not_replace_this_models():
     found = [f("refuted", model="a", created="2026-07-01T00:00:00+00:00"), f("confirmed", model="b")]
     assert sorted((s.model, s.verdict) for s in state(found).subject) == [("a", "refuted"), ("b", "confirmed")]
 
@@ -123,7 +123,7 @@ def test_other_engines_versions_never_answer_churn():
 
 def test_release_order_puts_a_release_candidate_before_its_release():
     """Churn compares surveys old → new: 1.2.0rc1 once sorted after 1.2.0 and read each change backwards."""
-    from workbench.standing import natural
+    from workbench.versions import natural
 
     assert sorted(["1.2.0", "1.10.0", "1.2.0rc1", "1.9.1"], key=natural) == ["1.2.0rc1", "1.2.0", "1.9.1", "1.10.0"]
     assert sorted(["1.2", "not-a-version"], key=natural) == ["not-a-version", "1.2"]

@@ -34,6 +34,7 @@ class Claim:
     match: str
     text: str
     subject: str = "trtllm"  # every blueprint claim is about TensorRT-LLM
+    resolve: str | None = None  # the command that settles it, where that is not the probes citing it
 
     @property
     def about(self) -> Subject:
@@ -68,7 +69,10 @@ _CLAIMS = [
     Claim("risk.reuse_metrics", "risks", "Per-request perf metrics may not expose reused-block counts",
           "Per-request perf metrics may not expose reused-block counts."),
     Claim("risk.version_churn", "risks", "Version churn across TensorRT-LLM releases",
-          "Version churn across TensorRT-LLM releases."),
+          "Version churn across TensorRT-LLM releases.",
+          # settled across releases (workbench.probes.churn), not by one run
+          resolve="workbench probe surface.contract_mapping --engine trtllm --out DIR, once with each TensorRT-LLM "
+                  "release installed (at least two), into the same findings folder"),
     Claim("risk.memory_fraction", "risks", "`free_gpu_memory_fraction` conflicts with byte-based capacity policy",
           "`free_gpu_memory_fraction` conflicts with byte-based capacity policy."),
     # Contract Mapping Reference rows
@@ -95,7 +99,10 @@ _CLAIMS = [
     Claim("entry.step_function", "entry",
           "a benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win",
           "A benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win "
-          "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline."),
+          "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
+          # settled by the agentic-loop benchmark (workbench.loop), not by a probe
+          resolve="workbench loop --arms trtllm,llamacpp,llamacpp-spec --model GGUF --arm-model trtllm=HF_DIR "
+                  "--on-target"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release."),

@@ -190,7 +190,7 @@ def bench(
 @app.command("loop")
 def loop_cmd(
     trace: str = typer.Option("taubench", "--trace", "-t", help="taubench | claude-code | mooncake, or a trace file"),
-    arms: str = typer.Option("all", "--arms", "-a", help="comma-separated arms, or 'all' (see the README)"),
+    arms: str = typer.Option("all", "--arms", "-a", help="comma-separated arms, or 'all' (see docs/loop.md)"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
     turns: Optional[int] = typer.Option(None, "--turns", help="first N turns of each session (default: all)"),
     sessions: Optional[int] = typer.Option(None, "--sessions", help="first N sessions (default: all)"),

@@ -6,7 +6,7 @@ as input so that tests can state every case:
 
 - **Build** (``cmake_args``): ``make setup`` builds llama-cpp-python with the instruction sets this CPU
   has, named one by one, and AMX left out. It keeps the fast CPU repack path (measured on an AMX Xeon:
-  ≈93 tok/s decode against ≈70 with extra buffers off; see the README's benchmark table).
+  ≈93 tok/s decode against ≈70 with extra buffers off; see the benchmark table in docs/cpu.md).
 - **Load** (``extra_buffers``): whatever build is installed, a model is loaded without extra buffer
   types when the build has AMX compiled in *and* the CPU has AMX. Both the cell and the benchmark's raw
   arm use this decision.

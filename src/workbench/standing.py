@@ -13,16 +13,15 @@ churn is the one claim across findings: its subject's surveys of every version a
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
-from packaging.version import InvalidVersion, Version
-
 from . import claims as _claims
 from .findings import Finding
+from .probes import churn
+from .versions import natural
 
 ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
 Found = Sequence[tuple[Path, Finding]]
@@ -61,15 +60,6 @@ def when(created: str) -> _dt.datetime:
     except ValueError:
         return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
     return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
-
-
-def natural(version: str | None) -> tuple:
-    """Release order: PEP 440 where the version parses ('1.2.0rc1' before '1.2.0', '0.3.16' after '0.3.9'),
-    else digit runs compared as numbers; unparseable versions sort before parseable ones."""
-    try:
-        return (1, Version(version or ""), [])
-    except InvalidVersion:
-        return (0, Version("0"), [int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", version or ""))])
 
 
 @lru_cache(maxsize=None)
@@ -116,34 +106,29 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         if key[3] is None and key[:3] in ran:
             continue  # a behavioural finding ran here: existence never outranks it
         out.setdefault(key[0], []).append(stood[key])
-    churn = version_churn(found)
-    if churn:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
-        out[churn.claim] = [s for s in out.get(churn.claim, []) if s.engine != churn.engine] + [churn]
+    across = version_churn(found)
+    if across:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
+        out[across.claim] = [s for s in out.get(across.claim, []) if s.engine != across.engine] + [across]
     return out
-
-
-CHURN = "risk.version_churn"
 
 
 def version_churn(found: Found) -> Standing | None:
     """Version churn is a claim across releases, so no single finding answers it: the cross-version rule
-    (:func:`workbench.probes.surface.churn_verdict`) over the subject engine's newest contract-mapping survey
+    (:func:`workbench.probes.churn.churn_verdict`) over the subject engine's newest contract-mapping survey
     of each version. Other engines' surveys stay references. None while the subject has no survey that ran."""
-    from .probes.surface import churn_verdict, signature_table
-
-    subject = _claims.get(CHURN).subject
+    subject = _claims.get(churn.CLAIM).subject
     newest: dict[str, tuple[Path, Finding]] = {}
     for path, f in found:
-        if f.probe == "surface.contract_mapping" and f.engine == subject and f.verdict != "not-run":
+        if f.probe == churn.SURVEY and f.engine == subject and f.verdict != "not-run":
             v = f.engine_version or "(version unknown)"
             if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
                 newest[v] = (path, f)
     if not newest:
         return None
-    out = churn_verdict({v: signature_table(f.evidence.get("rows", [])) for v, (_, f) in newest.items()})
+    out = churn.churn_verdict({v: churn.signature_table(f.evidence.get("rows", [])) for v, (_, f) in newest.items()})
     versions = sorted(newest, key=natural)
     path, last = max(newest.values(), key=lambda pf: (when(pf[1].created), pf[1].id))
-    return Standing(CHURN, out.verdict, subject, " → ".join(versions),
+    return Standing(churn.CLAIM, out.verdict, subject, " → ".join(versions),
                     (last.environment.get("hardware") or {}).get("summary"), last.created, out.summary, None,
                     last.probe, last.id, path)
 
@@ -219,13 +204,8 @@ def _citing() -> dict[str, tuple[str, ...]]:
 def resolve_command(claim_id: str) -> str:
     """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there)."""
     claim = _claims.get(claim_id)
-    if claim_id == "entry.step_function":  # settled by the agentic-loop benchmark, not by a probe
-        return (f"workbench loop --arms {claim.subject},llamacpp,llamacpp-spec --model GGUF "
-                f"--arm-model {claim.subject}=HF_DIR --on-target")
-    if claim_id == CHURN:  # settled across releases, not by one run
-        from .probes.surface import CHURN_COMMAND
-
-        return CHURN_COMMAND
+    if claim.resolve:  # settled by something other than the probes that cite it
+        return claim.resolve
     names = _citing().get(claim_id, ())
     if not names:
         return f"no probe cites {claim_id} yet"

@@ -213,15 +213,16 @@ def test_capacity_kv_memory_is_the_engines_row_sizes_not_the_state_growth(cell, 
 
 
 def test_capacity_kv_memory_refuses_a_state_it_cannot_walk(cell):
-    from workbench.cells.llamacpp import _state_kv_row_bytes
+    from workbench.cells.llamacpp.state import parse_state
 
     cell.ensure_prefix(ids(8))
     blob = cell.export_state()
-    assert _state_kv_row_bytes(blob) == (8, 256)
+    state = parse_state(blob)
+    assert (state.cells, state.row_bytes, state.positions) == (8, 256, tuple(range(8)))
     with pytest.raises(WorkbenchError, match="does not parse|ends early"):
-        _state_kv_row_bytes(blob + b"\0" * 4)  # a layout with more than the K/V rows is not guessed at
+        parse_state(blob + b"\0" * 4)  # a layout with more than the K/V rows is not guessed at
     with pytest.raises(WorkbenchError, match="ends early"):
-        _state_kv_row_bytes(blob[:40])
+        parse_state(blob[:40])
 
 
 def test_byte_budget_sets_the_kv_size():
@@ -346,7 +347,7 @@ def test_a_byte_budget_below_one_token_is_refused():
         open_cell("llamacpp", TINY, kv_budget_bytes=100)
 
 
-def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
+def test_a_hole_removed_inside_the_engine_is_seen(cell):
     """pos_min/pos_max cannot see a hole: removing positions 10–39 left "all 64 held (read back from engine)"."""
     import llama_cpp
 
@@ -364,7 +365,7 @@ def test_audit_3_a_hole_removed_inside_the_engine_is_seen(cell):
     assert max(abs(a - b) for a, b in zip(warm, cell.last_logits(slot=1))) < 0.05
 
 
-def test_audit_3_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
+def test_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
     """Sizes learnt from full reads let a hole-free sequence skip the blob copy; a hole still forces a read."""
     import llama_cpp
 

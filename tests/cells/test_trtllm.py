@@ -3,7 +3,8 @@
 The double (``tests/doubles/fake_tensorrt_llm``) is loaded as ``tensorrt_llm`` only by the
 ``fake_trt`` fixture and handed to the cell through the guard's one import. Every call the cell
 makes is asserted with its arguments. Tests without the fixture run against this machine: no
-tensorrt_llm, no GPU. Tests named ``test_defect_*`` fail on the cell before issue 12's fixes.
+tensorrt_llm, no GPU. The tests under "what a real 1.2 install does" pin behaviours of 1.2 the cell
+must survive.
 """
 
 from __future__ import annotations
@@ -510,10 +511,10 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
     assert trtllm_connector.LOG_ENV not in os.environ and not Path(log_path).exists()
 
 
-# --------------------------------------------------------------------------- issue 12: what a real 1.2 install breaks
+# --------------------------------------------------------------------------- what a real 1.2 install does
 
 
-def test_defect_1_open_with_default_options_reads_nothing_before_a_request(fake_trt, hf_dir, tmp_path):
+def test_open_with_default_options_reads_nothing_before_a_request(fake_trt, hf_dir, tmp_path):
     """1.2's ``get_kv_cache_events`` asserts before the first ``generate_async`` (executor/executor.py)."""
     with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
         names = [n for n, _ in _llm(fake_trt).calls]
@@ -524,7 +525,7 @@ def test_defect_1_open_with_default_options_reads_nothing_before_a_request(fake_
         assert c.drain_kv_events()  # created, forwarded from the open request's read
 
 
-def test_defect_2_capacity_is_the_engines_after_its_first_request(fake_trt, hf_dir, monkeypatch):
+def test_capacity_is_the_engines_after_its_first_request(fake_trt, hf_dir, monkeypatch):
     """``created`` waits in the engine until the first submit starts the dispatch (executor/proxy.py)."""
     from workbench.probes import capacity
 
@@ -536,14 +537,14 @@ def test_defect_2_capacity_is_the_engines_after_its_first_request(fake_trt, hf_d
         assert measured == 7 * 32 and "created" in how
 
 
-def test_defect_2_without_events_the_source_says_so(fake_trt, hf_dir, monkeypatch):
+def test_without_events_the_source_says_so(fake_trt, hf_dir, monkeypatch):
     monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "memory_tokens", 200)
     with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
         assert c.describe().extra["kv_capacity_source"] == "iteration stats kvCacheStats"
         assert c.describe().kv_capacity_tokens == 7 * 32
 
 
-def test_defect_2_an_engine_that_reports_nothing_is_named_not_hidden(fake_trt, hf_dir, monkeypatch):
+def test_an_engine_that_reports_nothing_is_named_not_hidden(fake_trt, hf_dir, monkeypatch):
     monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "_take_stats", lambda self: [])
     with trtllm_cell.TrtLlmCell.open(str(hf_dir), event_buffer_max_size=0) as c:
         d = c.describe()
@@ -552,7 +553,7 @@ def test_defect_2_an_engine_that_reports_nothing_is_named_not_hidden(fake_trt, h
                                                          "neither")
 
 
-def test_defect_4_a_short_drain_still_waits_for_the_dispatch(fake_trt, cell):
+def test_a_short_drain_still_waits_for_the_dispatch(fake_trt, cell):
     """``IterationResult.get_results`` latches after one dry read until the next submit (executor/result.py)."""
     cell.ensure_prefix([3] * 70)
     kinds = [e.kind for e in cell.drain_kv_events(timeout_s=0)]
@@ -560,18 +561,18 @@ def test_defect_4_a_short_drain_still_waits_for_the_dispatch(fake_trt, cell):
     assert cell.drain_iteration_stats(timeout_s=0)
 
 
-def test_defect_5_an_empty_event_does_not_abort_the_drain(fake_trt, cell):
+def test_an_empty_event_does_not_abort_the_drain(fake_trt, cell):
     """``KVCacheEventSerializer.to_json_str(None)`` is ``{}`` (tensorrt_llm/_utils.py)."""
     cell.ensure_prefix([3] * 70)
     _llm(fake_trt).engine_events.append(None)
     assert "stored" in [e.kind for e in cell.drain_kv_events()]
 
 
-def test_defect_6_the_connector_log_path_has_a_launcher_forwarded_name():
+def test_the_connector_log_path_has_a_launcher_forwarded_name():
     assert trtllm_connector.LOG_ENV.startswith(("TLLM_", "TRTLLM_"))
 
 
-def test_defect_6_a_silent_connector_is_not_run_not_inconclusive(fake_trt, tmp_path, monkeypatch):
+def test_a_silent_connector_is_not_run_not_inconclusive(fake_trt, tmp_path, monkeypatch):
     from workbench.probes import NotRunnable, ProbeContext, connector
 
     hf_dir = model_dir(tmp_path, vocab_size=1000)

@@ -56,14 +56,14 @@ def test_rule_returns_each_of_its_verdicts():
     assert unread.verdict == "inconclusive" and not unread.claim_verdicts
 
 
-def test_audit_9_overshoot_is_graded_by_size_not_partial_at_any_size():
+def test_overshoot_is_graded_by_size_not_partial_at_any_size():
     """+71 % was "partial" like +3 %; now the size of the overshoot decides, at a stated bound."""
     rows = [_row(256, 256), _row(300, 512)]
     assert _verdict(rows, Params()).verdict == "confirmed"
     assert _verdict(rows, Params(max_overshoot=0.8)).verdict == "partial"
 
 
-def test_audit_9_the_engines_bytes_are_graded_not_tokens_times_the_config_geometry():
+def test_the_engines_bytes_are_graded_not_tokens_times_the_config_geometry():
     """Capacity in tokens meets every budget, but the engine takes 268 B per token where the config says 256:
     the bytes overshoot, and Describe's geometry is not the engine's."""
     p = Params()

@@ -52,7 +52,7 @@ def test_rule_returns_each_of_its_verdicts():
     assert refuted.verdict == "refuted" and refuted.claim_verdicts["contract.snapshot"] == "confirmed"
 
 
-def test_audit_10_identical_greedy_tokens_with_logits_that_moved_are_not_an_exact_import():
+def test_identical_greedy_tokens_with_logits_that_moved_are_not_an_exact_import():
     """The shifted logits Δ was computed but unused: only the greedy tokens decided "exact"."""
     rows = _rows()
     rows[2] = rows[2] | {"logits_max_abs_diff": 2.0}  # same greedy tokens, logits moved
@@ -60,7 +60,7 @@ def test_audit_10_identical_greedy_tokens_with_logits_that_moved_are_not_an_exac
     assert out.verdict == "partial" and out.metrics["shifted_import_exact"] is False
 
 
-def test_audit_3_a_sub_range_import_holding_more_cells_than_kept_is_not_a_sub_range():
+def test_a_sub_range_import_holding_more_cells_than_kept_is_not_a_sub_range():
     """The run read back is capped at the tokens the cell gave; the engine's cell count is not."""
     assert export_verdict(_rows(cells=48), Params(**PARAMS), "e", 256).verdict == "partial"
 
@@ -81,7 +81,7 @@ def test_connector_rule_returns_each_of_its_verdicts():
     assert unknown.verdict == "inconclusive" and not unknown.claim_verdicts
 
 
-def test_audit_10_a_match_inside_a_block_is_partial_block_reuse_not_a_shifted_offer():
+def test_a_match_inside_a_block_is_partial_block_reuse_not_a_shifted_offer():
     """TensorRT-LLM 1.2 partial reuse (on by default) hands the connector a device match that ends inside a block
     at the same positions (kvCacheManager.cpp loadOrAllocateBlocks); it was read as a shifted offer (partial)."""
     from workbench.probes.connector import connector_verdict
@@ -91,7 +91,7 @@ def test_audit_10_a_match_inside_a_block_is_partial_block_reuse_not_a_shifted_of
     assert "partial-block reuse" in out.summary
 
 
-def test_audit_5_the_connector_rule_reports_no_hard_coded_shifted_import_and_rests_on_the_engines_calls():
+def test_the_connector_rule_reports_no_hard_coded_shifted_import_and_rests_on_the_engines_calls():
     from workbench.probes.connector import connector_verdict
 
     out = connector_verdict(_offers((0, 0), (64, 64)), 32, {"export_unit_tokens": 32}, [])

@@ -68,7 +68,7 @@ def test_an_answer_resting_only_on_cell_bookkeeping_is_at_most_inconclusive():
     assert at_most_inconclusive_without_engine(engine) is engine
 
 
-def test_audit_5_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag():
+def test_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag():
     """Any engine-tagged metric used to pass an outcome, whatever its verdict rested on; NaN passed too."""
     beside = Outcome("confirmed", "Rests on the cell's count.", {"reused_tokens": 10, "engine_resident_tokens": 10},
                      rests_on=("reused_tokens",))

@@ -11,14 +11,14 @@ from workbench.probes.isolation import Params, ks_floor, tost_log, ttft_ratio, v
 P = Params(trials=16)
 
 
-def test_audit_8_every_timed_request_does_engine_work_even_a_full_repeat(run_probe):
+def test_every_timed_request_does_engine_work_even_a_full_repeat(run_probe):
     """A repeat did no engine work at all, so the same-key KS p sat at its floor by construction."""
     f = run_probe("isolation.cache_salt", trials=8, prompt_tokens=64, alpha=0.05)
     rows = [r for r in f.evidence["rows"] if r.get("procedure") == "repeat A"]
     assert rows and all(r["recomputed_last_token"] == 1 and r["ttft_s"] > 0 for r in rows)
 
 
-def test_audit_2_on_the_default_model_the_engine_takes_a_same_shape_foreign_state(tmp_path):
+def test_on_the_default_model_the_engine_takes_a_same_shape_foreign_state(tmp_path):
     """make run's model is SmolLM2; a tiny other model made the engine refuse by size, which only looked like
     isolation. The default other model has the main model's KV shape, so the engine's answer is about keys."""
     from workbench import models
@@ -92,7 +92,7 @@ def test_without_an_engine_salt_a_shape_refusal_is_no_salt_either():
     assert o.verdict == "not-applicable" and any("size check, not a salt" in n for n in o.notes)
 
 
-def test_audit_2_without_an_engine_salt_the_adapter_refusal_is_the_cells_and_lora_is_not_applicable():
+def test_without_an_engine_salt_the_adapter_refusal_is_the_cells_and_lora_is_not_applicable():
     """The adapter arm's refusal is the cell's digest comparison; it made the LoRA row confirmed on llama.cpp."""
     adapter = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "mismatch"}]
     engine = {"arm": "engine, cell check bypassed", "refused": False, "decoded": [1, 2], "error": None}
@@ -108,7 +108,7 @@ def test_the_engines_cross_key_count_decides_the_leak_not_the_cells():
     assert o.metrics["cross_manifest_reused_tokens"] == 0  # the cell's own count, kept beside it
 
 
-def test_audit_5_isolation_rests_on_the_engines_own_reuse_counts_not_the_cells():
+def test_isolation_rests_on_the_engines_own_reuse_counts_not_the_cells():
     from workbench.probes import at_most_inconclusive_without_engine
 
     cell_only = at_most_inconclusive_without_engine(verdict(_rows(), REFUSED, P))

@@ -65,7 +65,7 @@ def test_absence_rule_returns_each_of_its_verdicts():
     assert absence([], "no eviction").verdict == "inconclusive"
 
 
-def test_audit_3_a_read_back_beyond_capacity_is_not_survival():
+def test_a_read_back_beyond_capacity_is_not_survival():
     """The engine took 250 filler tokens of 256: a prefix "all 64 held" beside them cannot be true."""
     out = absence([_absence_row(taken=250)], "no eviction")
     assert out.verdict == "inconclusive" and "does not add up" in out.summary
@@ -167,25 +167,25 @@ def test_a_ramp_that_never_exceeds_free_capacity_is_inconclusive():
     assert verdict(rows, low, [Arm(100, None)]).verdict == "inconclusive"
 
 
-def test_audit_7_nan_survival_is_not_survival():
+def test_nan_survival_is_not_survival():
     rows = [r | {"survival": math.nan} if r["arm"] == "p100" and r["pressure"] == 4.0 and r["repeat"] == 1 else r
             for r in _ramp({"p35": 2.0, "p60": 4.0, "p100": math.inf})]
     o = verdict(rows, P, ARMS)
     assert o.verdict == "inconclusive" and "not a surviving one" in o.summary
 
 
-def test_audit_7_a_ramp_whose_fillers_the_engine_refused_is_not_pressure():
+def test_a_ramp_whose_fillers_the_engine_refused_is_not_pressure():
     """Requested 4× but admitted 0.25×: every filler refused used to read "held at every pressure up to 4×"."""
     o = verdict(_ramp({"p35": math.inf, "p60": math.inf, "p100": math.inf}, admitted=0.0625), P, ARMS)
     assert o.verdict == "inconclusive" and "admitted only 0.25×" in o.summary
 
 
-def test_audit_7_an_engine_without_retention_priorities_is_not_applicable():
+def test_an_engine_without_retention_priorities_is_not_applicable():
     o = verdict(_ramp({"p35": 2.0, "p60": 2.0, "p100": 2.0}, repeats=1), P, ARMS, "vLLM has no retention priority")
     assert o.verdict == "not-applicable" and o.claim_verdicts["risk.retention_bias"] == "not-applicable"
 
 
-def test_audit_7_a_single_arm_is_not_out_of_order():
+def test_a_single_arm_is_not_out_of_order():
     one = Params(prefix_tokens=64, capacity_tokens=256, priorities=(100,), pressure=(0.5, 2.0, 4.0), expiry_ms=0)
     o = verdict(_ramp({"p100": 2.0}, arms=[Arm(100, None)]), one, [Arm(100, None)])
     assert o.verdict == "refuted" and "not in priority order" not in o.summary and "one priority arm" in o.summary

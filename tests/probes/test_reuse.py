@@ -102,7 +102,7 @@ def test_rule_refutes_without_per_request_counters():
     assert verdict(no, [], "e", None, 0.05).verdict == "refuted"
 
 
-def test_audit_6_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_logits():
+def test_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_logits():
     """llama.cpp has no reuse counter; its n_p_eval was passed off as the engine's reuse and refuted the risk."""
     no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
           _row(engine=None) | {"engine_vs_expected": "no channel"}]
@@ -131,7 +131,7 @@ def test_rule_reads_logits_differences_against_the_engines_own_cold_to_cold_nois
     assert verdict(noisy, ["num_cached_tokens"], "e", None, 0.05, 1.0).verdict == "refuted"  # margin 1: 0.7 > 0.55
 
 
-def test_audit_one_bad_control_cannot_hide_a_fault_under_the_floor():
+def test_one_bad_control_cannot_hide_a_fault_under_the_floor():
     """A corrupted cold run once raised the bar for every row (the floor was the run's maximum), so swapped KV
     (Δ 4) read as confirmed; now the floor is the median and the odd cold run itself makes the check inconclusive."""
     rows = [COLD | {"logits_layout_floor": 2.5, "logits_cold_std": 2.0},

@@ -53,7 +53,7 @@ def test_pressure_rule_returns_each_of_its_verdicts():
     assert never.verdict == "confirmed" and never.claim_verdicts["contract.ensure_prefix"] == "refuted"
 
 
-def test_audit_4_block_rounding_on_a_paged_engine_is_not_a_loss():
+def test_block_rounding_on_a_paged_engine_is_not_a_loss():
     """Against n, a 16-token-block engine reusing 32 of 33 prefix tokens read "not materialized" at every k·B±1."""
     paged = [_row(p, 0, n=n, B=16, reused=n // 16 * 16) for p in (0, 2) for n in (31, 32, 33)]
     out = _verdict(paged)
@@ -63,7 +63,7 @@ def test_audit_4_block_rounding_on_a_paged_engine_is_not_a_loss():
     assert _verdict([_row(0, 0, n=15, B=16, reused=0)]).verdict == "inconclusive"
 
 
-def test_audit_13_an_empty_pressure_list_is_a_parameter_error():
+def test_an_empty_pressure_list_is_a_parameter_error():
     import pytest
 
     from workbench import probes

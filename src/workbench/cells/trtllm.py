@@ -171,6 +171,9 @@ class TrtLlmCell(RequestCell):
 
     engine = ENGINE
     label = "TensorRT-LLM"
+    package = "tensorrt_llm"
+    c_functions: tuple[str, ...] = ()  # its C++ Executor is surveyed from headers and symbols instead
+    surface_table = "version guard (workbench.cells.trtllm_guard.GUARD)"
     prefill_now = False  # TensorRT-LLM has no prefill-only request: a suffix rides the next decode's prefill
 
     @classmethod
@@ -190,6 +193,11 @@ class TrtLlmCell(RequestCell):
         if install.failing():
             problems.append(guard_failure(install.version, install.failing()))
         return Availability(ENGINE, not problems, install.version, "; ".join(problems) or None, details)
+
+    @classmethod
+    def surface_rows(cls) -> list[dict]:
+        """The contract rows on the installed release, for ``surface.contract_mapping``."""
+        return trtllm_guard.surface_rows()
 
     @classmethod
     def open(cls, model: str, **options: Any) -> "TrtLlmCell":

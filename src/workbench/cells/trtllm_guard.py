@@ -263,6 +263,67 @@ def load() -> Install:
     return Install(module, str(getattr(module, "__version__", "unknown")), tuple(check_guard(module)))
 
 
+# --------------------------------------------------------------------------- surface (static)
+
+# The guard rows each contract row (``surface.contract_mapping``) relies on:
+# ``symbol`` means every guard row of that symbol, ``symbol:feature`` only the row for that feature
+# (``llmapi.llm_args.TorchLlmArgs`` has one row per feature).
+SURFACE: dict[str, tuple[str, ...]] = {
+    "contract.manifest": ("LLM.generate_async",),
+    "contract.ensure_prefix": ("LLM.generate_async", "llmapi.KvCacheRetentionConfig",
+                               "llmapi.KvCacheRetentionConfig.TokenRangeRetentionConfig"),
+    "contract.prefill_suffix": ("LLM.generate_async",),
+    "contract.decode": ("LLM.generate_async", "llmapi.SamplingParams", "llmapi.GuidedDecodingParams",
+                        "llmapi.llm_args.TorchLlmArgs:guided"),
+    "contract.explain_context": ("LLM.get_kv_cache_events",),
+    "contract.snapshot": ("llmapi.llm_args.KvCacheConnectorConfig", "llmapi.llm_args.TorchLlmArgs:connector",
+                          "_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker"),
+    "contract.describe": ("llmapi.KvCacheConfig", "llmapi.llm_args.TorchLlmArgs:core"),
+    "contract.embed": (),  # mapped to ErrUnsupportedFeature: nothing to find
+    "contract.lora": ("llmapi.LoRARequest", "lora_helper.LoraConfig", "llmapi.llm_args.TorchLlmArgs:lora"),
+    "contract.slot_switch": ("LLM",),
+    "contract.overflow": ("llmapi.llm_args.TorchLlmArgs:core",),
+}
+
+
+NOT_DECLARED = "(not declared)"  # a pinned field without a declared default: recorded, so its disappearance is churn
+
+
+def surface_rows() -> list[dict]:
+    """One row per contract claim (:data:`SURFACE`), then one per guard row (every row, none folded into another);
+    :class:`EngineUnavailable` with the reason when tensorrt_llm does not import."""
+    install = load()
+    rows = []
+    for claim, refs in SURFACE.items():
+        missing = []
+        for ref in refs:
+            symbol, _, feature = ref.partition(":")
+            matched = [r for r in install.rows if r.name == symbol and feature in ("", r.feature)]
+            missing += [f"{ref} ({r.detail})" for r in matched if not r.ok] if matched else [f"{ref} (not in the guard)"]
+        rows.append({"claim": claim, "mechanism": ", ".join(refs) or "ErrUnsupportedFeature",
+                     "mechanism_count": len(refs), "ok": not missing,
+                     "missing": missing, "version": install.version})
+    rows += [{"guard": r.name, "feature": r.feature, "ok": r.ok, "status": r.status, "missing": list(r.missing),
+              "detail": r.detail, "version": install.version, "signature": signature(install.module, spec)}
+             for spec, r in zip(GUARD, install.rows, strict=True)]
+    return rows
+
+
+def signature(module: ModuleType, spec: GuardSpec) -> dict:
+    """What the guard read on one entry point, as a comparable record: where the symbol was found, which of
+    the names the cell uses it has, and the declared defaults of the fields the cell pins."""
+    at, obj = spec.symbol, resolve(module, spec.symbol)
+    if obj is None and spec.moved_to:
+        at, obj = spec.moved_to, resolve(module, spec.moved_to)
+    if obj is None:
+        return {"at": None, "names": {}, "defaults": {}}
+    have = members(obj)
+    defaults = {f: field_default(obj, f) if f in have else NOT_DECLARED for f, _ in spec.defaults}
+    return {"at": at, "names": {n: n in have for n in (*spec.requires, *spec.optional)},
+            "defaults": {f: NOT_DECLARED if d is NOT_DECLARED or type(d) is object else repr(d)  # object(): not declared
+                         for f, d in defaults.items()}}
+
+
 __all__ = [
     "ENGINE",
     "FEATURES",
@@ -271,6 +332,8 @@ __all__ = [
     "GuardSpec",
     "INSTALL_HINT",
     "Install",
+    "NOT_DECLARED",
+    "SURFACE",
     "SUPPORTED_SERIES",
     "WRITTEN_AGAINST",
     "check_guard",
@@ -280,6 +343,8 @@ __all__ = [
     "load",
     "members",
     "resolve",
+    "signature",
+    "surface_rows",
     "version_reason",
     "version_supported",
 ]

@@ -284,6 +284,9 @@ class VllmCell(RequestCell):
 
     engine = ENGINE
     label = "vLLM"
+    package = "vllm"
+    c_functions: tuple[str, ...] = ()  # no C entry point: its shared libraries are Python extension modules
+    surface_table = f"Python entry points its cell calls (table written for vLLM {SUPPORTED})"
     prefill_now = True  # a max_tokens=1 request over prefix + suffix, unless the caller defers
     _availability: Availability | None = None
     _inprocess_open = 0  # in-process engines open in this process (at most one can be)
@@ -311,6 +314,11 @@ class VllmCell(RequestCell):
             details["version_note"] = f"the cell is tested against vllm {SUPPORTED}.x"
         cls._availability = Availability(ENGINE, True, version, None, details)
         return cls._availability
+
+    @classmethod
+    def surface_rows(cls) -> list[dict]:
+        """The contract rows on the installed release, for ``surface.contract_mapping``."""
+        return surface_rows()
 
     @classmethod
     def open(cls, model: str, **options: Any) -> "VllmCell":

@@ -110,8 +110,8 @@ for _name, _target in {
     "prefix.warmup_materialization": "workbench.probes.warmup:WarmupMaterialization",
     "isolation.cache_salt": "workbench.probes.isolation:CacheSalt",
     "capacity.budget_policy": "workbench.probes.capacity:BudgetPolicy",
-    "surface.cpp_entrypoint": "workbench.probes.surface:CppEntrypoint",
-    "surface.contract_mapping": "workbench.probes.surface:ContractMapping",
+    "surface.cpp_entrypoint": "workbench.probes.cpp_entrypoint:CppEntrypoint",
+    "surface.contract_mapping": "workbench.probes.contract_mapping:ContractMapping",
 }.items():
     PROBES.register(_name, _target)
 

@@ -11,21 +11,22 @@ refused with :class:`ContextOverflow` from token counts before anything is dispa
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import json
 import os
-import re
-import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from .. import cpu, models
-from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
-                        KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
-                        TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
-from . import Availability
+from ... import models
+from ...contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
+                         KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
+                         TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
+from .. import Availability
+from . import llama_chat_format, surface
+from ._internals import captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, model_params
+from .state import parse_state
 
 ENGINE = "llamacpp"
 # What llama.cpp lacks, read from its C API (ggml-org/llama.cpp include/llama.h).
@@ -41,121 +42,8 @@ ABSENT = {
     "partial_warmup": "llama_decode evaluates every token of the batch before it returns; there is no "
                       "max_tokens=1 request whose prefix blocks could be stored later (include/llama.h)",
 }
-_STATE_IO_MAGIC = 0xAF143CD8  # src/llama-context.cpp: io_magic, first word of a sequence state blob
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
-
-
-_LOG: collections.deque[str] = collections.deque(maxlen=4096)  # recent llama.cpp log lines
-_CAPTURE: list[list[str]] = []  # open capture buffers (see _captured)
-_log_callback = None  # kept referenced: llama.cpp holds the pointer
-
-
-def _lib():
-    """Import llama_cpp and route its log into ``_LOG`` (printed only with WORKBENCH_LLAMA_VERBOSE)."""
-    global _log_callback
-    import llama_cpp
-    import llama_cpp._logger  # noqa: F401 - installs its own callback on import; ours must come after
-
-    if _log_callback is None:
-        verbose = bool(os.environ.get("WORKBENCH_LLAMA_VERBOSE"))
-
-        @llama_cpp.llama_log_callback
-        def _cb(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-            line = text.decode(errors="replace")
-            _LOG.append(line)
-            for buf in _CAPTURE:
-                buf.append(line)
-            if verbose:
-                sys.stderr.write(line)
-
-        _log_callback = _cb
-    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))  # again: other importers may have replaced it
-    return llama_cpp
-
-
-def decide_extra_buffers(override: bool | None = None) -> cpu.ExtraBuffers:
-    """Whether this machine's llama.cpp may load weights into extra buffer types (see :mod:`workbench.cpu`)."""
-    system_info = _lib().llama_print_system_info().decode(errors="replace")
-    return cpu.extra_buffers(cpu.flags(), system_info, override)
-
-
-def model_params(ll: Any, *, gpu_layers: int = 0, extra: cpu.ExtraBuffers) -> Any:
-    """``llama_model_params`` as every llama.cpp load here needs them (the cell and the benchmark's raw arm)."""
-    mparams = ll.llama_model_default_params()
-    mparams.n_gpu_layers = gpu_layers
-    mparams.use_extra_bufts = extra.use
-    return mparams
-
-
-def _kv_buffer_bytes(lines: Iterable[str]) -> int | None:
-    """llama.cpp's own statement of the KV buffer it allocated ("KV buffer size = X MiB")."""
-    total = None
-    for line in lines:
-        m = re.search(r"KV buffer size\s*=\s*([0-9.]+)\s*MiB", line)
-        if m:
-            total = (total or 0) + int(float(m.group(1)) * 2**20)
-    return total
-
-
-def _state_kv_row_bytes(blob: bytes) -> tuple[int, int]:
-    """(cells, K+V bytes per cell over all layers) of one sequence's state, as llama.cpp states them in it.
-
-    The layout ``llama_state_seq_get_data`` writes (ggml-org/llama.cpp src/llama-context.cpp
-    ``state_seq_write_data``; src/llama-kv-cache.cpp ``llama_kv_cache::state_write``, ``state_write_meta``,
-    ``state_write_data``): u32 io magic, i32 seq id, u32 stream count; per stream u32 cell count and, when it is
-    not 0, per cell i32 pos, u32 seq-id count, those i32 ids; then u32 v_trans, u32 n_layer; per layer i32 K type,
-    u64 K row size and cells × that many bytes; then per layer with a V tensor either i32 V type, u64 V row size and
-    its rows, or (V transposed) i32 V type, u32 element size, u32 n_embd_v_gqa and cells × n_embd_v_gqa elements.
-    The walk must end exactly at the blob's end; any other layout is an error, never a guess."""
-    import struct
-
-    end = len(blob)
-    at = 0
-
-    def take(fmt: str) -> tuple:
-        nonlocal at
-        size = struct.calcsize(fmt)
-        if at + size > end:
-            raise WorkbenchError("llama.cpp's sequence state ends early; cannot read its KV row sizes")
-        out = struct.unpack_from(fmt, blob, at)
-        at += size
-        return out
-
-    magic, _seq, streams = take("<IiI")
-    if magic != _STATE_IO_MAGIC:
-        raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word {magic:#x})")
-    cells, per_cell = 0, None
-    for _ in range(streams):
-        (count,) = take("<I")
-        if not count:
-            continue
-        for _ in range(count):
-            _pos, n_ids = take("<iI")
-            at += 4 * n_ids
-        v_trans, n_layer = take("<II")
-        row = 0
-        for _ in range(n_layer):
-            _type, k_row = take("<iQ")
-            at += count * k_row
-            row += k_row
-        for _ in range(n_layer):  # a layer without a V tensor writes nothing: stop where the stream's data ends
-            if at >= end:
-                break
-            if v_trans:
-                _type, el, n_embd = take("<iII")
-                at += count * el * n_embd
-                row += el * n_embd
-            else:
-                _type, v_row = take("<iQ")
-                at += count * v_row
-                row += v_row
-        cells, per_cell = cells + count, row
-        break  # a sequence lives in one stream of a unified cache
-    if per_cell is None or at != end:
-        raise WorkbenchError(f"llama.cpp's sequence state does not parse as K/V rows ({at} of {end} bytes walked, "
-                             f"{cells} cells); cannot read its KV row sizes")
-    return cells, per_cell
 
 
 @dataclass
@@ -171,13 +59,22 @@ class LlamaCppCell:
     """A real llama.cpp cell. Open with :func:`workbench.cells.open_cell` ("llamacpp", spec, …)."""
 
     engine = ENGINE
+    label = "llama.cpp"
+    package = "llama_cpp"
+    c_functions = tuple(sorted(surface.C_SIGNATURES))  # its C entry point: what a host without Python would call
+    surface_table = f"C functions of llama.h its cell calls (table written for llama-cpp-python {surface.EXPECTED_AGAINST})"
+
+    @classmethod
+    def surface_rows(cls) -> list[dict]:
+        """The contract rows on the installed release, for ``surface.contract_mapping``."""
+        return surface.surface_rows()
 
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
     def availability(cls) -> Availability:
         try:
-            ll = _lib()
+            ll = lib()
         except ImportError as e:
             return Availability(ENGINE, False, None, f"llama_cpp is not importable ({e}); install the 'llamacpp' extra")
         eb = decide_extra_buffers()
@@ -217,7 +114,7 @@ class LlamaCppCell:
             raise ValueError(f"kv_type must be one of {', '.join(_GGML_TYPE)}, got {kv_type!r}")
         if slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
-        ll = self._ll = _lib()
+        ll = self._ll = lib()
         ll.llama_backend_init()
         self.model = model
         self._closed = True
@@ -252,13 +149,9 @@ class LlamaCppCell:
             cparams.kv_unified = True
             cparams.type_k = cparams.type_v = _GGML_TYPE[kv_type]
             cparams.no_perf = False
-            lines: list[str] = []
-            _CAPTURE.append(lines)
-            try:
+            with captured() as lines:
                 self._ctx = ll.llama_init_from_model(self._model, cparams)
-            finally:
-                _CAPTURE.remove(lines)
-            self._kv_buffer_bytes = _kv_buffer_bytes(lines)
+            self._kv_buffer_bytes = kv_buffer_bytes(lines)
             if not self._ctx:
                 raise WorkbenchError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.name}")
             self._mem = ll.llama_get_memory(self._ctx)
@@ -290,7 +183,7 @@ class LlamaCppCell:
         scales = (ctypes.c_float * len(self._adapters))(*([1.0] * len(self._adapters)))
         arr = (ll.llama_adapter_lora_p_ctypes * len(self._adapters))(*self._adapters)
         ll.llama_set_adapters_lora(self._ctx, arr, len(self._adapters), scales)
-        return models.file_sha256(models.Path(path))
+        return models.file_sha256(Path(path))
 
     def __enter__(self) -> "LlamaCppCell":
         return self
@@ -365,21 +258,13 @@ class LlamaCppCell:
         return buf.raw[:n]
 
     def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """Render chat messages through the model's own template, in a sandboxed Jinja environment."""
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
+        """Render chat messages through the model's own template (:mod:`.llama_chat_format`)."""
         if not self._template:
             raise UnsupportedFeature("chat messages", ENGINE, f"{self.model.name} has no chat template")
-
-        def raise_exception(msg: str) -> None:
-            raise WorkbenchError(f"chat template error: {msg}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        tmpl = env.from_string(self._template)
         bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
         eos = self.detokenize([self._ll.llama_vocab_eos(self._vocab)])
-        return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
-                           bos_token=bos, eos_token=eos, raise_exception=raise_exception)
+        return llama_chat_format.render(self._template, messages, add_generation_prompt=add_generation_prompt,
+                                        bos_token=bos, eos_token=eos)
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
         kind, value = split_prompt(prompt, self._ll.llama_vocab_n_tokens(self._vocab))
@@ -417,16 +302,8 @@ class LlamaCppCell:
         pos0 = seq.pos0 + len(seq.tokens)
         for start in range(0, len(tokens), self._n_batch):
             chunk = tokens[start:start + self._n_batch]
-            n = len(chunk)
-            for i, t in enumerate(chunk):
-                b.token[i] = t
-                b.pos[i] = pos0 + start + i
-                b.n_seq_id[i] = 1
-                b.seq_id[i][0] = slot
-                b.logits[i] = 1 if all_logits else 0
-            last = start + n == len(tokens)
-            b.logits[n - 1] = 1 if last or all_logits else 0
-            b.n_tokens = n
+            fill_batch(b, chunk, pos0=pos0 + start, seq_id=slot, logits_all=all_logits,
+                       logits_last=start + len(chunk) == len(tokens))
             rc = ll.llama_decode(self._ctx, b)
             if rc != 0:
                 # Roll back what this call added so the bookkeeping stays exact.
@@ -689,39 +566,13 @@ class LlamaCppCell:
         return min(run, len(seq.tokens))
 
     def engine_positions(self, *, slot: int = 0) -> set[int]:
-        """The positions of every KV cell the engine holds for the sequence, read from its own state blob.
-
-        ``llama_state_seq_get_data`` writes, in this order (src/llama-context.cpp ``state_seq_get_data``,
-        src/llama-kv-cache.cpp ``state_write``/``state_write_meta``): u32 io magic 0xaf143cd8, i32 seq id,
-        u32 stream count, then per stream u32 cell count and per cell i32 position, u32 seq-id count and
-        those seq ids. Only that header is read; an unknown layout is an error, never a guess.
-        """
-        import numpy as np
-
-        self._slot(slot)
-        ll = self._ll
-        size = ll.llama_state_seq_get_size(self._ctx, slot)
-        buf = ctypes.create_string_buffer(size)
-        n = ll.llama_state_seq_get_data(self._ctx, ctypes.cast(buf, ctypes.POINTER(ctypes.c_uint8)), size, slot)
-        words = np.frombuffer(buf, dtype="<u4", count=n // 4)
-        if n < 16 or int(words[0]) != _STATE_IO_MAGIC:
-            raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word "
-                                 f"{int(words[0]) if n >= 4 else None:#x}); cannot read its KV positions")
-        held: set[int] = set()
-        shared = False
-        at = 3
-        for _ in range(int(words[2])):  # streams; a unified cache has one
-            count = int(words[at])
-            at += 1
-            for _ in range(count):
-                held.add(int(words[at]))  # positions are ≥ 0
-                shared |= int(words[at + 1]) != 1
-                at += 2 + int(words[at + 1])
-            if count:
-                break  # the sequence lives in one stream; its K/V rows follow, not another stream header
-        if held and not shared:
-            self._calibrate(len(held), n)
-        return held
+        """The positions of every KV cell the engine holds for the sequence, read from its own state blob
+        (:func:`.state.parse_state`)."""
+        blob = self.export_state(slot=slot)
+        state = parse_state(blob)
+        if state.positions and not state.shared:
+            self._calibrate(state.cells, len(blob))
+        return set(state.positions)
 
     def _calibrate(self, cells: int, size: int) -> None:
         """Learn a sequence state's size as header + cells × per-cell bytes from two reads of different
@@ -736,7 +587,7 @@ class LlamaCppCell:
 
     def kv_memory(self) -> KvMemory:
         """The engine's own KV bytes per token (``capacity`` observer): the K and V row sizes llama.cpp writes into
-        a sequence's state (:func:`_state_kv_row_bytes`), read from the first slot that holds KV; on an empty cell
+        a sequence's state (:func:`.state.parse_state`), read from the first slot that holds KV; on an empty cell
         one scratch token is decoded into slot 0 and removed again. The pool is what ``measure_capacity`` counts:
         llama.h exposes no KV buffer size (the log's "KV buffer size" is rounded to 0.01 MiB)."""
         self._check_open()
@@ -748,10 +599,12 @@ class LlamaCppCell:
                 raise WorkbenchError("kv_memory needs slot 0 empty or some slot holding KV in the engine")
             self._eval(0, [self._ll.llama_vocab_bos(self._vocab)])
         try:
-            _cells, per_cell = _state_kv_row_bytes(self.export_state(slot=slot))
+            per_cell = parse_state(self.export_state(slot=slot)).row_bytes
         finally:
             if scratch:
                 self._truncate(0, 0)
+        if per_cell is None:  # the engine holds KV for the slot (pos_max ≥ 0) but its state lists no cell
+            raise WorkbenchError(f"llama.cpp's sequence state for slot {slot} holds no K/V rows; cannot read their sizes")
         return KvMemory(bytes_per_token=per_cell, pool_bytes=None,
                         how="the K and V row sizes (k_size_row, v_size_row or v_size_el × n_embd_v_gqa, every "
                             "layer) llama_state_seq_get_data writes for a sequence")
@@ -839,14 +692,7 @@ class LlamaCppCell:
         try:
             while True:
                 n = min(step, self._n_batch)
-                for i in range(n):
-                    b.token[i] = scratch[i]
-                    b.pos[i] = held + i
-                    b.n_seq_id[i] = 1
-                    b.seq_id[i][0] = slot
-                    b.logits[i] = 0
-                b.logits[n - 1] = 1
-                b.n_tokens = n
+                fill_batch(b, scratch[:n], pos0=held, seq_id=slot)
                 if ll.llama_decode(self._ctx, b) != 0:
                     if step == 1:
                         return held
@@ -898,10 +744,7 @@ class LlamaCppCell:
                 raise ContextOverflow(len(toks), ll.llama_n_ctx(self._embed_ctx), "embedding context")
             batch = ll.llama_batch_init(len(toks), 0, 1)
             try:
-                for i, t in enumerate(toks):
-                    batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, 1
-                    batch.seq_id[i][0] = 0
-                batch.n_tokens = len(toks)
+                fill_batch(batch, toks, pos0=0, seq_id=0, logits_all=True)
                 ll.llama_memory_clear(mem, True)
                 if ll.llama_decode(self._embed_ctx, batch) != 0:
                     raise WorkbenchError("llama_decode failed while embedding")

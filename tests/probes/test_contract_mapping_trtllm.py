@@ -7,7 +7,9 @@ import dataclasses
 from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench.cells import trtllm_guard
-from workbench.probes import ProbeContext, surface
+from workbench.probes import ProbeContext, churn
+from workbench.probes.contract_mapping import ContractMapping
+from workbench.probes.installed import NoParams
 
 
 def _without_field(cls, name):
@@ -17,7 +19,7 @@ def _without_field(cls, name):
 
 
 def test_every_guard_row_is_reported(fake_trt):
-    rows = surface._trtllm_rows()
+    rows = trtllm_guard.surface_rows()
     guard = [r for r in rows if "guard" in r]
     assert len(guard) == len(trtllm_guard.GUARD)
     assert [(r["guard"], r["feature"]) for r in guard if r["guard"] == "llmapi.llm_args.TorchLlmArgs"] == [
@@ -25,11 +27,11 @@ def test_every_guard_row_is_reported(fake_trt):
     assert all(r["ok"] for r in rows)
 
 
-def test_defect_3_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake_trt, monkeypatch):
+def test_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake_trt, monkeypatch):
     """Keyed by symbol, the four TorchLlmArgs rows collapsed into the last (connector) one."""
     monkeypatch.setattr(fake_trt.llmapi.llm_args, "TorchLlmArgs",
                         _without_field(fake_trt.llmapi.llm_args.TorchLlmArgs, "guided_decoding_backend"))
-    out = surface.ContractMapping().run(ProbeContext("trtllm", "unused"), surface.NoParams())
+    out = ContractMapping().run(ProbeContext("trtllm", "unused"), NoParams())
     assert out.verdict == "partial" and out.claim_verdicts["contract.decode"] == "refuted"
     assert out.claim_verdicts["contract.lora"] == "partial" and out.claim_verdicts["contract.overflow"] == "partial"
     assert any("TorchLlmArgs [guided]: changed" in n for n in out.notes)
@@ -38,8 +40,8 @@ def test_defect_3_a_missing_guided_field_is_not_hidden_by_the_connector_row(fake
 
 
 def test_each_guard_row_records_the_signature_it_read(fake_trt):
-    rows = surface._trtllm_rows()
-    table = surface.signature_table(rows)
+    rows = trtllm_guard.surface_rows()
+    table = churn.signature_table(rows)
     assert len(table) == len(trtllm_guard.GUARD)
     args = table["llmapi.llm_args.TorchLlmArgs [guided]"]
     assert args == {"at": "llmapi.llm_args.TorchLlmArgs", "names": {"guided_decoding_backend": True}, "defaults": {}}
@@ -48,22 +50,22 @@ def test_each_guard_row_records_the_signature_it_read(fake_trt):
 
 def test_two_releases_of_the_double_one_without_a_field_confirm_churn_with_the_change(fake_trt, monkeypatch):
     """Surveys of 1.2.1 and of a "1.3.0" that dropped guided_decoding_backend: the cross-version rule names it."""
-    before = surface.signature_table(surface._trtllm_rows())
+    before = churn.signature_table(trtllm_guard.surface_rows())
     monkeypatch.setattr(fake_trt, "__version__", "1.3.0")
     monkeypatch.setattr(fake_trt.llmapi.llm_args, "TorchLlmArgs",
                         _without_field(fake_trt.llmapi.llm_args.TorchLlmArgs, "guided_decoding_backend"))
-    after_rows = surface._trtllm_rows()
+    after_rows = trtllm_guard.surface_rows()
     assert {r["version"] for r in after_rows} == {"1.3.0"}
-    out = surface.churn_verdict({"1.2.1": before, "1.3.0": surface.signature_table(after_rows)})
+    out = churn.churn_verdict({"1.2.1": before, "1.3.0": churn.signature_table(after_rows)})
     assert out.verdict == "confirmed"
     assert out.rows == [{"from": "1.2.1", "to": "1.3.0",
                          "change": "llmapi.llm_args.TorchLlmArgs [guided]: guided_decoding_backend gone"}]
-    same = surface.churn_verdict({"1.2.1": before, "1.2.2": before})
+    same = churn.churn_verdict({"1.2.1": before, "1.2.2": before})
     assert same.verdict == "refuted"
 
 
 def test_one_survey_leaves_churn_inconclusive_and_says_what_it_needs(fake_trt):
-    out = surface.ContractMapping().run(ProbeContext("trtllm", "unused"), surface.NoParams())
+    out = ContractMapping().run(ProbeContext("trtllm", "unused"), NoParams())
     assert out.claim_verdicts["risk.version_churn"] == "inconclusive"
     assert any("≥2 TensorRT-LLM versions" in n and "only 1.2.1" in n for n in out.notes)
     assert out.claim_verdicts["entry.contract_table"] == "partial"  # existence and names alone: never confirmed

@@ -1,72 +1,11 @@
-"""surface.*: parameter names checked against a versioned table; only TensorRT-LLM speaks to its rows."""
+"""risk.version_churn: the signature tables of two or more surveys compared in release order."""
 
 from __future__ import annotations
 
-from workbench import probes
-from workbench.probes.surface import LLAMACPP_ROWS, mapping_verdict
+from workbench import claims
+from workbench.probes.churn import CLAIM, churn_verdict, signature_changes
 
-TINY = "synthetic:tiny"
-
-
-def test_contract_mapping_on_llamacpp_is_a_reference_not_an_answer(run_probe):
-    f = run_probe("surface.contract_mapping")
-    assert f.verdict == "not-applicable" and f.metric("rows_verified") == f.metric("rows_total") == 11
-    assert f.claim_verdicts["entry.contract_table"] == "not-applicable"
-    assert f.claim_verdicts["contract.embed"] == "not-applicable"  # never "confirmed" on "ErrUnsupportedFeature"
-    assert f.claim_verdicts["risk.version_churn"] == "not-applicable"  # churn is about TensorRT-LLM releases
-
-
-def test_contract_mapping_names_a_missing_mechanism(run_probe, llama_api, monkeypatch):
-    monkeypatch.delattr(llama_api, "llama_state_seq_get_data")
-    f = run_probe("surface.contract_mapping")
-    assert f.verdict == "partial"
-    assert any("llama_state_seq_get_data (absent)" in n for n in f.evidence["notes"])
-
-
-def test_contract_mapping_checks_parameter_names_not_just_presence(run_probe, llama_api, monkeypatch):
-    monkeypatch.setattr(llama_api, "llama_memory_seq_rm", lambda mem, seq, start, end: None)  # renamed p0/p1
-    f = run_probe("surface.contract_mapping")
-    assert f.verdict == "partial"
-    assert any("llama_memory_seq_rm (parameters ('mem', 'seq', 'start', 'end')" in n for n in f.evidence["notes"])
-
-
-def _rows(ok=True, empty_embed=True):
-    return [{"claim": c, "mechanism": "m", "mechanism_count": 0 if c == "contract.embed" and empty_embed else 1,
-             "ok": ok or c != "contract.decode", "missing": [] if ok or c != "contract.decode" else ["x"]}
-            for c in LLAMACPP_ROWS]
-
-
-def test_trtllm_rule_returns_each_of_its_verdicts():
-    good = mapping_verdict(_rows(), "trtllm")
-    assert good.verdict == "partial" and good.claim_verdicts["contract.embed"] == "inconclusive"
-    assert good.claim_verdicts["risk.version_churn"] == "inconclusive"
-    broken = mapping_verdict(_rows(ok=False), "trtllm")
-    assert broken.verdict == "partial" and broken.claim_verdicts["contract.decode"] == "refuted"
-    none = mapping_verdict([r | {"ok": False, "missing": ["x"]} for r in _rows()], "trtllm")
-    assert none.verdict == "refuted"
-
-
-def test_cpp_entrypoint_on_llamacpp_is_a_reference(run_probe):
-    f = run_probe("surface.cpp_entrypoint")
-    assert f.verdict == "not-applicable" and f.metric("symbols_missing") == 0
-
-
-def test_trtllm_not_installed_is_not_run(tmp_path):
-    for name in ("surface.cpp_entrypoint", "surface.contract_mapping"):
-        f = probes.run(name, engine="trtllm", out=tmp_path)
-        assert f.verdict == "not-run" and "tensorrt_llm is not installed" in f.reason
-
-
-def test_audit_1_existence_alone_gives_at_most_partial():
-    """Symbols and parameter names that exist say nothing of behaviour: no row, nor the entry condition, confirmed."""
-    good = mapping_verdict(_rows(empty_embed=False), "trtllm")
-    assert good.verdict == "partial" and good.claim_verdicts["entry.contract_table"] == "partial"
-    assert "confirmed" not in good.claim_verdicts.values()
-
-
-# --------------------------------------------------------------------------- version churn across surveys
-
-from workbench.probes.surface import CHURN_COMMAND, churn_verdict, signature_changes  # noqa: E402
+CHURN_COMMAND = claims.get(CLAIM).resolve
 
 SIG = {"LLM.generate_async [core]": {"at": "LLM.generate_async", "names": {"inputs": True, "cache_salt": True},
                                      "defaults": {}},
@@ -120,14 +59,14 @@ def test_surveys_without_signature_tables_cannot_answer_churn():
     assert out.verdict == "inconclusive" and any("1.2.0 recorded no signature table" in n for n in out.notes)
 
 
-def test_audit_a_default_no_longer_declared_is_churn_not_identity():
+def test_a_default_no_longer_declared_is_churn_not_identity():
     """A pinned field whose default stopped being declared was dropped from the record and read as identical."""
     undeclared = _changed("llmapi.KvCacheConfig [core]", defaults={"use_kv_cache_manager_v2": "(not declared)"})
     out = churn_verdict({"1.2.1": SIG, "1.3.0": undeclared})
     assert out.verdict == "confirmed" and out.rows[0]["change"].endswith("defaults to (not declared), was False")
 
 
-def test_audit_entry_points_found_in_neither_survey_are_not_a_reading():
+def test_entry_points_found_in_neither_survey_are_not_a_reading():
     nowhere = {k: {"at": None, "names": {}, "defaults": {}} for k in SIG}
     out = churn_verdict({"1.2.1": nowhere, "1.3.0": nowhere})
     assert out.verdict == "inconclusive" and "share no entry point" in out.summary

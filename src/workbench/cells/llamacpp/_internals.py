@@ -1,0 +1,96 @@
+"""llama_cpp itself: the one import of the library, its log captured, and the batch every decode fills.
+
+As llama-cpp-python's own ``_internals.py`` wraps the C API for its ``Llama`` class, this module holds what
+every llama.cpp call here needs and nothing of the contract: :func:`lib` (the only ``import llama_cpp``),
+the log lines llama.cpp writes (:func:`captured`), the model parameters every load uses, and
+:func:`fill_batch`, the one writer of a ``llama_batch``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import os
+import re
+import sys
+from typing import Any, Iterable, Iterator, Sequence
+
+from ... import cpu
+
+_LOG: collections.deque[str] = collections.deque(maxlen=4096)  # recent llama.cpp log lines
+_CAPTURE: list[list[str]] = []  # open capture buffers (see captured)
+_log_callback = None  # kept referenced: llama.cpp holds the pointer
+
+
+def lib():
+    """Import llama_cpp and route its log into ``_LOG`` (printed only with WORKBENCH_LLAMA_VERBOSE)."""
+    global _log_callback
+    import llama_cpp
+    import llama_cpp._logger  # noqa: F401 - installs its own callback on import; ours must come after
+
+    if _log_callback is None:
+        verbose = bool(os.environ.get("WORKBENCH_LLAMA_VERBOSE"))
+
+        @llama_cpp.llama_log_callback
+        def _cb(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+            line = text.decode(errors="replace")
+            _LOG.append(line)
+            for buf in _CAPTURE:
+                buf.append(line)
+            if verbose:
+                sys.stderr.write(line)
+
+        _log_callback = _cb
+    llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))  # again: other importers may have replaced it
+    return llama_cpp
+
+
+@contextlib.contextmanager
+def captured() -> Iterator[list[str]]:
+    """The log lines llama.cpp writes while the block runs."""
+    lines: list[str] = []
+    _CAPTURE.append(lines)
+    try:
+        yield lines
+    finally:
+        _CAPTURE.remove(lines)
+
+
+def decide_extra_buffers(override: bool | None = None) -> cpu.ExtraBuffers:
+    """Whether this machine's llama.cpp may load weights into extra buffer types (see :mod:`workbench.cpu`)."""
+    system_info = lib().llama_print_system_info().decode(errors="replace")
+    return cpu.extra_buffers(cpu.flags(), system_info, override)
+
+
+def model_params(ll: Any, *, gpu_layers: int = 0, extra: cpu.ExtraBuffers) -> Any:
+    """``llama_model_params`` as every llama.cpp load here needs them (the cell and the benchmark's raw arm)."""
+    mparams = ll.llama_model_default_params()
+    mparams.n_gpu_layers = gpu_layers
+    mparams.use_extra_bufts = extra.use
+    return mparams
+
+
+def kv_buffer_bytes(lines: Iterable[str]) -> int | None:
+    """llama.cpp's own statement of the KV buffer it allocated ("KV buffer size = X MiB")."""
+    total = None
+    for line in lines:
+        m = re.search(r"KV buffer size\s*=\s*([0-9.]+)\s*MiB", line)
+        if m:
+            total = (total or 0) + int(float(m.group(1)) * 2**20)
+    return total
+
+
+def fill_batch(batch: Any, tokens: Sequence[int], *, pos0: int, seq_id: int, logits_all: bool = False,
+               logits_last: bool = True) -> None:
+    """Write ``tokens`` into ``batch`` at positions ``pos0``… of sequence ``seq_id``: logits for every token
+    (``logits_all``) or for the last one only (``logits_last``). ``tokens`` must fit the batch."""
+    n = len(tokens)
+    for i, t in enumerate(tokens):
+        batch.token[i] = t
+        batch.pos[i] = pos0 + i
+        batch.n_seq_id[i] = 1
+        batch.seq_id[i][0] = seq_id
+        batch.logits[i] = 1 if logits_all else 0
+    batch.logits[n - 1] = 1 if logits_last or logits_all else 0
+    batch.n_tokens = n

@@ -1,0 +1,22 @@
+"""Chat messages rendered through the model's own template (as llama-cpp-python's ``llama_chat_format.py`` does),
+in a sandboxed Jinja environment: a template is data from the model file, never trusted code."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ...contract import WorkbenchError
+
+
+def render(template: str, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool, bos_token: str,
+           eos_token: str) -> str:
+    """``messages`` through the Jinja chat ``template`` (the GGUF's ``tokenizer.chat_template``)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(msg: str) -> None:
+        raise WorkbenchError(f"chat template error: {msg}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                                            bos_token=bos_token, eos_token=eos_token,
+                                            raise_exception=raise_exception)

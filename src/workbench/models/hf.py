@@ -1,0 +1,165 @@
+"""Hugging Face directories: the synthetic model's twin (config, safetensors and a tokenizer over the GGUF's
+vocabulary, the same weights), so vLLM and TensorRT-LLM run the very model llama.cpp runs; and the readers of a
+``config.json`` (dtype, KV geometry) those cells take their geometry from."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..contract import KvGeometry
+from .specs import ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir, parse_synthetic, short
+from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, vocab
+
+HF_DTYPE = "float32"  # the GGUF holds F32 weights; the directory keeps them bit for bit
+
+
+def _hf_name(gguf_name: str) -> str:
+    """The Hugging Face llama name of a GGUF tensor (``blk.3.attn_q.weight`` → ``model.layers.3.self_attn.q_proj.weight``)."""
+    fixed = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
+             "output.weight": "lm_head.weight"}
+    if gguf_name in fixed:
+        return fixed[gguf_name]
+    _, layer, part, _ = gguf_name.split(".")
+    proj = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj"}[part]
+    return f"model.layers.{layer}.{proj}.weight"
+
+
+def _unpermute(w, heads: int):
+    """Undo the rotary row order llama.cpp's converter gives Q and K (convert_hf_to_gguf.py ``permute``):
+    GGUF interleaves each head's two rotary halves, Hugging Face keeps them as two blocks."""
+    rows = w.shape[0]
+    return w.reshape(heads, rows // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def hf_config_for(syn: SyntheticSpec) -> dict:
+    """``config.json`` of the synthetic model: the GGUF's geometry as a LlamaForCausalLM."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": syn.embd,
+        "intermediate_size": syn.ffn, "num_hidden_layers": syn.layers, "num_attention_heads": syn.heads,
+        "num_key_value_heads": syn.kv_heads, "head_dim": syn.head_dim, "vocab_size": syn.vocab,
+        "max_position_embeddings": syn.ctx, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+        "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False, "torch_dtype": HF_DTYPE,
+        "bos_token_id": 1, "eos_token_id": 2, "workbench_synthetic_spec": syn.spec,
+    }
+
+
+def _write_tokenizer(syn: SyntheticSpec, directory: Path) -> None:
+    """A deterministic Unigram tokenizer over the GGUF's vocabulary (ids agree; segmentation prefers
+    the longest pieces, as the GGUF's scores do), with the same chat template."""
+    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+    from tokenizers import models as tok_models
+
+    tokens, _, kinds = vocab(syn.vocab)
+    # Unigram maximizes the summed score: one cost per piece makes the fewest (longest) pieces win.
+    score = {"normal": -1.0, "byte": -100.0}
+    tok = Tokenizer(tok_models.Unigram([(t, score.get(k, -1e4)) for t, k in zip(tokens, kinds)], unk_id=0,
+                                       byte_fallback=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A $B", special_tokens=[("<s>", 1)])
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in tokens[:3]])
+    tok.save(str(directory / "tokenizer.json"))
+    (directory / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
+        "add_bos_token": True, "add_eos_token": False, "model_max_length": syn.ctx,
+        "chat_template": SYNTHETIC_CHAT_TEMPLATE}, indent=1))
+
+
+def write_synthetic_hf(syn: SyntheticSpec, directory: Path | None = None) -> Path:
+    """Write (or reuse) the Hugging Face directory of ``syn``: config, safetensors, tokenizer.
+
+    The weights are :func:`synthetic_tensors`, the ones the GGUF holds (Q and K rows back in Hugging
+    Face rotary order), so every engine runs the same model. Written to a temporary directory and
+    renamed, so concurrent writers never see half a directory.
+    """
+    directory = directory or cache_dir()
+    path = directory / f"synthetic-{short(syn.spec)}-hf"
+    if (path / "config.json").is_file():
+        return path
+    try:
+        from safetensors.numpy import save_file
+    except ImportError as e:  # pragma: no cover - depends on extras
+        raise ModelSpecError(f"a Hugging Face copy of a synthetic model needs 'safetensors' and 'tokenizers' ({e}); "
+                             "install the 'vllm' extra") from e
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=directory, suffix=".hf.tmp"))
+    try:
+        tensors = {}
+        for name, array in synthetic_tensors(syn):
+            if ".attn_q." in name:
+                array = _unpermute(array, syn.heads)
+            elif ".attn_k." in name:
+                array = _unpermute(array, syn.kv_heads)
+            tensors[_hf_name(name)] = array
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config_for(syn), indent=1))
+        _write_tokenizer(syn, tmp)
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another writer won the race: its directory is the same model
+            if not (path / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+def hf_directory(model: ResolvedModel) -> Path:
+    """The Hugging Face directory for ``model``: itself, or the synthetic model's twin."""
+    if model.kind == "hf":
+        return model.path
+    if model.kind == "synthetic":
+        return write_synthetic_hf(parse_synthetic(model.spec))
+    raise ModelSpecError(f"{model.spec!r} is a GGUF file; this engine needs a Hugging Face directory "
+                         "(config.json + safetensors): use a 'synthetic:…' spec or pass a model directory")
+
+
+def hf_config(path: Path) -> dict:
+    """The model's Hugging Face ``config.json`` (KV geometry for TensorRT-LLM and vLLM)."""
+    try:
+        return json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ModelSpecError(f"cannot read {path / 'config.json'}: {e}") from e
+
+
+DTYPE_BYTES = {"float32": 4.0, "float": 4.0, "float16": 2.0, "half": 2.0, "bfloat16": 2.0, "float8": 1.0,
+               "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0}
+"""Bytes per element of the dtypes a ``config.json`` or an engine's KV cache names (torch and vLLM spellings)."""
+
+
+def hf_dtype(config: Mapping[str, Any]) -> str | None:
+    """The dtype a ``config.json`` declares (``torch_dtype``, or the newer ``dtype``), its text model's first."""
+    for cfg in (config.get("text_config") or {}, config):
+        name = cfg.get("torch_dtype") or cfg.get("dtype")
+        if name:
+            return str(name).removeprefix("torch.")
+    return None
+
+
+def hf_geometry(config: Mapping[str, Any], dtype: str | None = None) -> tuple[KvGeometry, int | None]:
+    """KV geometry and context ceiling from a ``config.json`` (its ``text_config`` where it has one); the KV
+    dtype is ``dtype``, else the model's own."""
+    cfg = config.get("text_config") or config
+    try:
+        heads = int(cfg["num_attention_heads"])
+        geometry = KvGeometry(
+            layers=int(cfg["num_hidden_layers"]),
+            kv_heads=int(cfg.get("num_key_value_heads") or heads),
+            head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+            dtype_bytes=DTYPE_BYTES.get(dtype or hf_dtype(config) or "float16", 2.0),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelSpecError(f"config.json lacks the attention geometry a cell needs ({e})") from e
+    ceiling = cfg.get("max_position_embeddings")
+    return geometry, None if ceiling is None else int(ceiling)

@@ -1,0 +1,98 @@
+"""``surface.cpp_entrypoint``: is there a C/C++ entry point for the engine's native model path? Static: it reads
+the installed package, never runs a model.
+
+TensorRT-LLM (the subject): survey headers, shared libraries and their exported Executor symbols, and what
+each Executor constructor takes (engine directory vs model code). Another engine is a reference: whether its
+libraries export the C functions its cell calls (``c_functions``: llama.cpp's llama.h), or, where its cell calls
+Python only, whether its libraries are anything but Python extension modules (vLLM).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import cells, claims
+from ..observe.survey import elf_defined_dynamic_symbols, survey
+from . import Outcome, Probe, ProbeContext
+from .installed import NoParams, package_dir
+
+
+class CppEntrypoint(Probe):
+    version = "2"
+    claims = ("unknown.cpp_entrypoint",)
+    Params = NoParams
+    needs_engine = False
+
+    def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
+        root = package_dir(ctx.engine)
+        cell = cells.cell_class(ctx.engine)
+        if ctx.engine != self.claim.subject:  # another engine: a reference, by what its cell would call
+            return _c_api(root, cell, self.claim) if cell.c_functions else _extension_modules(root, cell.label)
+        s = survey(root)
+        rows = [{"kind": "constructor", "where": c.where, "source": c.source, "takes": c.takes,
+                 "signature": c.signature} for c in s.constructors]
+        rows += [{"kind": "library", "where": lib.path, "executor_symbols": len(lib.executor_symbols),
+                  "symbol_source": lib.symbol_source, "error": lib.error} for lib in s.libraries]
+        metrics = {"headers": len(s.headers), "executor_symbols": sum(len(lib.executor_symbols) for lib in s.libraries)}
+        notes = [f"surveyed {root}: {len(s.headers)} headers, {len(s.libraries)} shared libraries "
+                 f"(symbols via {s.symbol_channel}); Executor constructors take: {', '.join(s.entry_kinds) or 'none found'}",
+                 "documentation and stability cannot be read from files; a positive answer still needs NVIDIA's word"]
+        if s.takes_model_code:
+            return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
+                           "the PyTorch-native path may exist; its documentation and stability are unverified.",
+                           metrics, rows, notes, rests_on=("executor_symbols",))
+        if s.constructors:
+            return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
+                           f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
+                           "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
+                           rests_on=("executor_symbols",))
+        return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
+                       "exported symbols surveyed).", metrics, rows, notes, rests_on=("headers", "executor_symbols"))
+
+
+def _c_api(root: Path, cell: Any, claim: claims.Claim) -> Outcome:
+    """An engine whose cell calls a C API (``cell.c_functions``): do its shared libraries export all of it?"""
+    wanted = list(cell.c_functions)
+    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
+    exported: set[str] = set()
+    rows = []
+    for lib in libs:
+        names = set(elf_defined_dynamic_symbols(lib))
+        exported |= names
+        rows.append({"kind": "library", "where": str(lib.relative_to(root)),
+                     "c_api_symbols": len(names & set(wanted))})
+    headers = sorted(str(h.relative_to(root)) for h in root.rglob("*.h"))
+    missing = [f for f in wanted if f not in exported]
+    metrics = {"headers": len(headers), "symbols_present": len(wanted) - len(missing), "symbols_missing": len(missing)}
+    notes = [f"libraries: {', '.join(r['where'] for r in rows) or 'none'}; headers shipped: {len(headers)}"]
+    if missing:
+        notes.append(f"missing C symbols: {', '.join(missing)}")
+        return Outcome("partial", f"{cell.label}'s libraries export {len(wanted) - len(missing)}/{len(wanted)} of "
+                       f"the C functions the {cell.label} cell uses.", metrics, rows, notes,
+                       rests_on=("symbols_missing",))
+    return Outcome("not-applicable", f"The unknown is about {claim.about.name}'s PyTorch path, which {cell.label} "
+                   f"does not have; as a reference, {cell.label} ships a C entry point: its libraries export all "
+                   f"{len(wanted)} C functions its cell uses, so a Go daemon can host it in-process without Python.",
+                   metrics, rows, notes)
+
+
+def _extension_modules(root: Path, label: str) -> Outcome:
+    """An engine whose cell calls Python only: are its shared libraries a C entry point, or extension modules?"""
+    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
+    rows = []
+    for lib in libs:
+        names = elf_defined_dynamic_symbols(lib)
+        rows.append({"kind": "library", "where": str(lib.relative_to(root)), "exported_symbols": len(names),
+                     "python_extension": any(n.startswith("PyInit_") for n in names)})
+    standalone = [r for r in rows if not r["python_extension"]]
+    metrics = {"headers": len(list(root.rglob("*.h"))), "symbols_present": sum(r["exported_symbols"] for r in rows)}
+    notes = [f"{len(rows)} shared libraries; Python extension modules (export PyInit_*): "
+             f"{len(rows) - len(standalone)}; others: {', '.join(r['where'] for r in standalone) or 'none'}"]
+    if standalone:
+        return Outcome("partial", f"{label} ships {len(standalone)} shared libraries that are not Python extension "
+                       "modules; whether any is a documented C entry point is not established by their symbols.",
+                       metrics, rows, notes, rests_on=("symbols_present",))
+    return Outcome("refuted", f"{label} ships no C/C++ entry point: all {len(rows)} of its shared libraries are Python "
+                   "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes,
+                   rests_on=("symbols_present",))

@@ -1,0 +1,24 @@
+"""What the static probes share: they read the installed engine package and take no parameters."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import cells
+from . import NotRunnable
+
+
+@dataclass(frozen=True)
+class NoParams:
+    pass
+
+
+def package_dir(engine: str) -> Path:
+    """The engine package's installed directory (the cell's ``package``), found without importing it."""
+    name = cells.cell_class(engine).package
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        raise NotRunnable(f"{name} is not installed; this static survey needs the package (not a GPU)")
+    return Path(next(iter(spec.submodule_search_locations)))
