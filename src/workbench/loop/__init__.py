@@ -96,12 +96,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
     threads = threads or os.cpu_count() or 1
-    target = None
-    if on_target:
-        target = _target.verify(Path(certified) if certified else None,
-                                [model, *(arm_models.get(n, model) for n in names)], environment.hardware())
-    elif certified is not None:
-        raise ValueError("--certified is read only with --on-target; add --on-target or drop --certified")
+    target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)])
     tr = _traces.load(trace).subset(sessions, turns)
     not_run = {n: r for n in names if (r := _arms.unavailable(n))}
     opened: list[_arms.CellArm] = []
@@ -159,6 +154,15 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if out is not None:
         result.paths = [findings.write(f, out) for f in found]
     return result
+
+
+def _verified_target(on_target: bool, certified: str | Path | None, specs: list[str]) -> dict | None:
+    """The target evidence for the gate (:func:`.target.verify`), checked before anything runs; None off target."""
+    if on_target:
+        return _target.verify(Path(certified) if certified else None, specs, environment.hardware())
+    if certified is not None:
+        raise ValueError("--certified is read only with --on-target; add --on-target or drop --certified")
+    return None
 
 
 def _check_vocab(arm: _arms.CellArm, arm_model: str, vocab: int, model: str) -> None:
