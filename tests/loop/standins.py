@@ -29,7 +29,7 @@ STANDINS = {"standin-one-token": "loop.standins:OneTokenCell", "standin-sampled"
             "standin-plain": "workbench.cells.llamacpp:LlamaCppCell"}  # the control: no fault
 
 
-def register() -> None:
+def register(monkeypatch) -> None:
+    """Register the stand-ins for one test only (undone after it, so no other test sees them)."""
     for name, target in STANDINS.items():
-        if name not in cells.engines():
-            cells.register(name, target)
+        monkeypatch.setitem(cells.ENGINES._targets, name, target)

@@ -21,7 +21,7 @@ ON_TARGET = {"gpu": ["stand-in GPU"], "models": {"synthetic:tiny": "synthetic:ti
 @pytest.fixture
 def subject(monkeypatch):
     """Register a faulty llama.cpp cell as the gate's subject arm (``trtllm``)."""
-    standins.register()
+    standins.register(monkeypatch)
 
     def use(engine: str) -> None:
         monkeypatch.setitem(arms.ARMS, "trtllm", arms.ArmSpec(
