@@ -91,14 +91,15 @@ class Finding:
         return self
 
 
-def metric_values(values: Mapping[str, Any]) -> dict:
-    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail)."""
+def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> dict:
+    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail); the
+    source is the run's own where ``sources`` records one (the values behind it came from elsewhere)."""
     out = {}
     for tag, v in values.items():
         if hasattr(v, "item"):  # numpy scalars
             v = v.item()
         m = _metrics.get(tag)
-        out[tag] = {"value": v, "unit": m.unit.value, "source": m.source}
+        out[tag] = {"value": v, "unit": m.unit.value, "source": _metrics.source_of(tag, sources)}
     return out
 
 

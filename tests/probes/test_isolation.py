@@ -47,14 +47,20 @@ def test_trial_counts_keep_the_ks_floor_far_below_alpha():
         probes.parse_params(probes.get("isolation.cache_salt"), {"trials": 6})
 
 
-def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0):
+def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0, source="cell"):
+    """Rows as the probe writes them; ``source`` is each request's ``PrefixStatus.source``."""
     rng = np.random.default_rng(seed)
     out = []
     for t in range(n):
         for proc, base, reused in (("cold A", cold, 0), ("repeat A", repeat, within), ("other B", other, cross)):
             out.append({"trial": t, "procedure": proc, "reused_tokens": reused, "computed_tokens": 64 - reused,
-                        "ttft_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
+                        "reuse_source": source, "ttft_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
     return out
+
+
+def _engine_counted(rows):
+    """``rows`` as a request cell reports them: the reuse is the engine's own counter (vLLM num_cached_tokens)."""
+    return [r | {"engine_reused": r["reused_tokens"], "reuse_source": "num_cached_tokens"} for r in rows]
 
 
 REFUSED = [{"arm": "other model", "refused": True, "error": "manifest mismatch"}]

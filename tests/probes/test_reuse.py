@@ -81,9 +81,11 @@ def test_kv_swapped_inside_the_engine_shows_as_reuse_that_changes_the_output(run
 # --------------------------------------------------------------------------- the rule, row by row
 
 
-def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0, holds=True):
+def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0, holds=True,
+         source="num_cached_tokens"):
+    """A row as the probe writes it; ``source`` is the request's ``PrefixStatus.source`` (an engine counter)."""
     return {"repeat": 0, "case": case, "prompt_tokens": 129, "expected_reused": expected, "reported_reused": reported,
-            "engine_reused": engine, "granularity": granularity, "logits_max_abs_diff": diff, "logits_cold_std": std,
+            "reuse_source": source, "engine_reused": engine, "granularity": granularity, "logits_max_abs_diff": diff, "logits_cold_std": std,
             "engine_resident_after": 129 if holds else 100, "engine_holds_prompt": holds, "ttft_s": 0.001,
             "reported_vs_expected": classify(expected, reported, 129, granularity),
             "engine_vs_expected": classify(expected, engine, 129, granularity)}
@@ -97,18 +99,17 @@ def test_rule_confirms_exact_engine_checked_reuse():
 
 
 def test_rule_refutes_without_per_request_counters():
-    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
-          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    no = [_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")]
     assert verdict(no, [], "e", None, 0.05).verdict == "refuted"
 
 
 def test_audit_6_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_logits():
     """llama.cpp has no reuse counter; its n_p_eval was passed off as the engine's reuse and refuted the risk."""
-    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
-          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    no = [_row("cold", 0, 0, None, source="cell"), _row(engine=None, source="cell")]
     out = verdict(no, ["n_p_eval"], "llamacpp", "no counter in llama.h", 0.05)
     assert out.verdict == "not-applicable" and out.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
-    assert out.rests_on == ("logits_max_abs_diff",) and "engine_reuse_exact_fraction" not in out.metrics
+    assert [s.metric for s in out.rests_on] == ["logits_max_abs_diff"]
+    assert "engine_reuse_exact_fraction" not in out.metrics
     wrong = verdict([no[0], no[1] | {"logits_max_abs_diff": 0.9}], ["n_p_eval"], "llamacpp", "no counter", 0.05)
     assert wrong.verdict == "refuted" and wrong.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
 
