@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Figure, Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -230,7 +230,8 @@ def absence(rows: list[dict], why: str) -> Outcome:
         return Outcome("refuted", f"The engine lost {lost} of the {r['prefix_tokens']} pinned prefix tokens (read back "
                        f"from the engine) while the rest of the cache was filled, although the cell declares that it "
                        "never evicts: the prefix was not retained.", metrics, rows, notes,
-                       {"risk.retention_bias": "inconclusive"}, rests_on=("engine_resident_tokens",))
+                       {"risk.retention_bias": "inconclusive"},
+                       rests_on=(Support("engine_resident_tokens", "<", r["prefix_tokens"]),))
     return Outcome("not-applicable", f"The engine has no eviction to pin against: with the {r['prefix_tokens']}-token "
                    f"prefix resident it took {r['filler_taken']} more tokens and then refused the next batch itself, "
                    f"and all {r['resident_after']} prefix tokens were still held (read back from the engine). "
@@ -282,7 +283,6 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
         "silent_evictions": max(lost, default=0),
         "capacity_tokens": every_top[0]["free_tokens"] + p.prefix_tokens if every_top else None,
     }
-    rests = (survival_tag,)
 
     def where(k: int, a: Arm) -> str:
         return "survives all" if math.isinf(losses[k][a.label]) else f"lost from {losses[k][a.label]:g}×"
@@ -327,7 +327,7 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                    f"all {repeats}, with at least {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
         return Outcome("confirmed", summary, metrics, rows, notes,
                        {"risk.retention_bias": "refuted" if len(plain) > 1 and lower_lost else "inconclusive"},
-                       rests_on=rests)
+                       rests_on=(Support(survival_tag, ">=", 1.0),))
     first = min(losses[k][top.label] for k in top_lost)
     lost_in = (f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}" if n > 1
                else "in its one repeat")
@@ -349,4 +349,5 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                + ("orders eviction, it does not pin." if ordered else "neither pins nor orders." if tied
                   else "does not pin."))
     return Outcome("refuted", summary, metrics, rows, notes,
-                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"}, rests_on=rests)
+                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"},
+                   rests_on=(Support(survival_tag, "<", 1.0),))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..observe.survey import elf_defined_dynamic_symbols, survey
 from ..standing import natural
-from . import NotRunnable, Outcome, Probe, ProbeContext
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support
 
 _PACKAGE = {"trtllm": "tensorrt_llm", "llamacpp": "llama_cpp", "vllm": "vllm"}
 
@@ -131,14 +131,14 @@ class CppEntrypoint(Probe):
         if s.takes_model_code:
             return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
                            "the PyTorch-native path may exist; its documentation and stability are unverified.",
-                           metrics, rows, notes, rests_on=("executor_symbols",))
+                           metrics, rows, notes, rests_on=(Support("executor_symbols", ">", 0),))
         if s.constructors:
             return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
                            f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
                            "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
-                           rests_on=("executor_symbols",))
+                           rests_on=(Support("executor_symbols", ">", 0),))
         return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
-                       "exported symbols surveyed).", metrics, rows, notes, rests_on=("headers", "executor_symbols"))
+                       "exported symbols surveyed).", metrics, rows, notes, rests_on=(Support("executor_symbols", "==", 0),))
 
 
 def _llamacpp_entry(root: Path) -> Outcome:
@@ -158,7 +158,7 @@ def _llamacpp_entry(root: Path) -> Outcome:
     if missing:
         notes.append(f"missing C symbols: {', '.join(missing)}")
         return Outcome("partial", f"libllama exports {len(wanted) - len(missing)}/{len(wanted)} of the C functions "
-                       "the llama.cpp cell uses.", metrics, rows, notes, rests_on=("symbols_missing",))
+                       "the llama.cpp cell uses.", metrics, rows, notes, rests_on=(Support("symbols_missing", ">", 0),))
     return Outcome("not-applicable", f"The unknown is about TensorRT-LLM's PyTorch path, which llama.cpp does not "
                    f"have; as a reference, llama.cpp ships a C entry point: libllama exports all {len(wanted)} C "
                    "functions (llama.h) its cell uses, so a Go daemon can host it in-process without Python.",
@@ -180,10 +180,10 @@ def _vllm_entry(root: Path) -> Outcome:
     if standalone:
         return Outcome("partial", f"vLLM ships {len(standalone)} shared libraries that are not Python extension "
                        "modules; whether any is a documented C entry point is not established by their symbols.",
-                       metrics, rows, notes, rests_on=("symbols_present",))
+                       metrics, rows, notes, rests_on=(Support("symbols_present", ">", 0),))
     return Outcome("refuted", f"vLLM ships no C/C++ entry point: all {len(rows)} of its shared libraries are Python "
                    "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes,
-                   rests_on=("symbols_present",))
+                   rests_on=(Support("symbols_present", ">", 0),))
 
 
 class ContractMapping(Probe):
@@ -227,7 +227,7 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the {own_table}).",
-                       metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+                       metrics, rows, notes, per_claim, rests_on=(Support("rows_verified", "<", len(table)),))
     one = churn_verdict({str(rows[0].get("version")) if rows else "?": signature_table(rows)})  # one version
     notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
@@ -237,10 +237,12 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
                        "(behavioural probes say whether they work).", metrics, rows, notes,
-                       per_claim | {"entry.contract_table": "partial"}, rests_on=("rows_verified",))
+                       per_claim | {"entry.contract_table": "partial"},
+                       rests_on=(Support("rows_verified", "==", len(table)),))
     return Outcome("partial" if verified else "refuted", f"{len(verified)}/{len(table)} contract rows map onto the "
                    f"installed {engine} release; {len(broken)} rows name mechanisms that are missing or changed.",
-                   metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+                   metrics, rows, notes, per_claim,
+                   rests_on=(Support("rows_verified", "<", len(table)) if verified else Support("rows_verified", "==", 0),))
 
 
 def _llamacpp_rows() -> list[dict]:
