@@ -177,3 +177,47 @@ def test_classify_names_block_and_last_token_disagreements():
     assert classify(97, 96, 120, 32) == "block rounding"
     assert classify(97, 40, 120, 32) == "mismatch"
     assert classify(97, None, 120, 32) == "no channel"
+
+
+def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts():
+    """A TensorRT-LLM without perf metrics returns no count on any request: the branch named no metric, so the
+    guard always downgraded it and the risk could never be confirmed."""
+    from workbench.probes import at_most_inconclusive_without_engine
+
+    no = [_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")]
+    o = verdict(no, [], "e", None, 0.05)
+    out = at_most_inconclusive_without_engine(o)
+    assert out.verdict == "refuted" and out.claim_verdicts["risk.reuse_metrics"] == "confirmed"
+    assert o.metrics["engine_counted_requests"] == 0
+    assert o.metrics["reuse_exact_fraction"] is None and o.metrics["max_reuse_error_tokens"] is None  # not 0
+    assert any("missing, not 0" in n for n in o.notes)
+
+
+def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
+    from workbench import findings
+
+    o = verdict([COLD, _row()], ["num_cached_tokens"], "vllm", None, 0.05)
+    assert findings.metric_values(o.metrics, o.sources)["reuse_exact_fraction"]["source"] == "engine"
+    llama = verdict([_row("cold", 0, 0, None, source="cell"), _row(engine=None, source="cell")], ["n_p_eval"],
+                    "llamacpp", "no counter", 0.05)
+    assert findings.metric_values(llama.metrics, llama.sources)["reuse_exact_fraction"]["source"] == "cell"
+
+
+def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
+    from dataclasses import replace
+
+    from workbench.probes import at_most_inconclusive_without_engine as guard
+
+    cases = [  # (rows, tampered metric, a value that says otherwise)
+        ([COLD, _row()], "engine_reuse_exact_fraction", 0.5),  # confirmed: exact on every request
+        ([COLD, _row()], "logits_max_abs_diff", 5.0),  # confirmed: and the logits agreed
+        ([COLD, _row(diff=0.9)], "logits_max_abs_diff", 0.0),  # refuted: reuse changed the output
+        ([COLD, _row(engine=100)], "engine_reuse_exact_fraction", 1.0),  # partial: the engine disagreed
+        ([_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")],
+         "engine_counted_requests", 2),  # refuted: no count came back
+    ]
+    for rows, tag, value in cases:
+        o = verdict(rows, ["num_cached_tokens"], "e", None, 0.05)
+        assert guard(o).verdict == o.verdict != "inconclusive", (o.verdict, tag)
+        lie = guard(replace(o, metrics=o.metrics | {tag: value}))
+        assert lie.verdict == "inconclusive" and f"{tag} is {value!r}" in lie.summary, (o.verdict, tag)
