@@ -61,6 +61,16 @@ def test_isolation_is_enforced_by_the_engine(tmp_path):
     f = run("isolation.cache_salt", tmp_path, trials=8, prompt_tokens=4 * B)
     assert f.metrics["cross_manifest_reused_tokens"]["value"] == 0
     assert f.metrics["reused_tokens"]["value"] == 3 * B  # the engine's own count under the same key
+    # audit 17: those two hold num_cached_tokens, so the finding says engine, not the declared cell
+    assert f.metrics["cross_manifest_reused_tokens"]["source"] == f.metrics["reused_tokens"]["source"] == "engine"
+    # audit 17: the LoRA row is the engine's answer to real adapter requests (an adapter written from the
+    # model's geometry), never the cell's digest check: one engine, one key, base twice then adapter twice
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is False, arm["error"]
+    assert arm["reused"] == [0, 3 * B, 0, 3 * B]  # the base KV was there to reuse; the adapter's request took none
+    assert arm["base_tokens"] != arm["adapter_tokens"]  # the adapter reached the engine and changed its output
+    assert f.metrics["engine_lora_cross_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
+    assert f.claim_verdicts["contract.lora"] == "confirmed"
 
 
 def test_retention_curve_falls_under_pressure(tmp_path):
