@@ -289,7 +289,7 @@ class Support:
 
     metric: str
     op: Op
-    value: float
+    value: float  # a bool for a bool metric
 
     def __post_init__(self) -> None:
         get(self.metric)
@@ -300,13 +300,20 @@ class Support:
         return _OPS[self.op](v, self.value)
 
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {self.value:g}"
+        return f"{self.metric} {self.op} {_shown(self.value)}"
+
+
+def _shown(v: Any) -> str:
+    return repr(v) if isinstance(v, bool) else f"{v:g}"
 
 
 def source_of(tag: str, sources: Mapping[str, str] | None = None) -> str:
     """Where ``tag``'s value in one finding came from: the finding's own record of it (``sources``: the rows
     behind it were read from the engine, or were the cell's), else the declared source."""
-    return (sources or {}).get(tag) or get(tag).source
+    source = (sources or {}).get(tag) or get(tag).source
+    if source not in SOURCES:
+        raise ValueError(f"metric {tag}: source must be one of {SOURCES}, got {source!r}")
+    return source
 
 
 def unfit_to_rest_on(values: Mapping[str, Any], supports: Iterable[Support],
@@ -327,5 +334,5 @@ def unfit_to_rest_on(values: Mapping[str, Any], supports: Iterable[Support],
         elif not isinstance(v, bool) and not (isinstance(v, (int, float)) and math.isfinite(v)):
             out.append(f"{t} is {v!r}, not a finite reading")
         elif not s.holds(v):
-            out.append(f"{t} is {v!r}, which does not support it (needs {s.op} {s.value:g})")
+            out.append(f"{t} is {v!r}, which does not support it (needs {s.op} {_shown(s.value)})")
     return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
@@ -245,3 +246,22 @@ def test_the_effect_size_metrics_are_declared_with_units():
 def test_too_few_bootstrap_resamples_is_a_bad_parameter():
     with pytest.raises(probes.ParamError, match="resamples"):
         probes.parse_params(probes.get("isolation.cache_salt"), {"resamples": 50})
+
+
+def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
+    """The adapter requests reach the engine (the double records each ``lora_request``; it keys blocks by the
+    LoRA id as 1.2 does, tests/doubles/fake_tensorrt_llm/llmapi/llm.py ``_admit``), but its decode ignores the
+    adapter: with no sign that the adapter was applied, the LoRA row cannot be confirmed."""
+    from doubles.trtllm_fixture import model_dir
+
+    f = probes.run("isolation.cache_salt", engine="trtllm", isolated=False, model=str(model_dir(tmp_path, vocab_size=32000)),
+                   params={"trials": 8, "prompt_tokens": 64, "alpha": 0.05},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is False and arm["reused"] == [0, 48, 0, 48]  # kept apart by the engine's LoRA id
+    assert arm["base_tokens"] == arm["adapter_tokens"]
+    assert f.claim_verdicts["contract.lora"] == "inconclusive"
+    assert any("did not change the engine's greedy tokens" in n for n in f.evidence["notes"])
+    sent = [c[1]["lora_request"] for llm in fake_trt.llmapi.llm.LLM.instances for c in llm.calls
+            if c[0] == "generate_async"]
+    assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest

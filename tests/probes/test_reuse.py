@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
 from workbench.models import TOKEN_LO
 from workbench.probes.reuse import classify, verdict
@@ -221,3 +222,22 @@ def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_con
         assert guard(o).verdict == o.verdict != "inconclusive", (o.verdict, tag)
         lie = guard(replace(o, metrics=o.metrics | {tag: value}))
         assert lie.verdict == "inconclusive" and f"{tag} is {value!r}" in lie.summary, (o.verdict, tag)
+
+
+def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
+                                                                                                 monkeypatch):
+    """The double returns no ``request_perf_metrics`` (as 1.2 does without ``return_perf_metrics``): every count
+    is missing, never 0, and the refutation rests on the engine having counted none of the requests."""
+    from doubles.trtllm_fixture import model_dir
+    from workbench import probes
+
+    real = fake_trt.llmapi.llm.LLM._steps
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "_steps", lambda self, out, sp, perf, streaming:
+                        real(self, out, sp, None, streaming))
+    f = probes.run("reuse.per_request_metrics", engine="trtllm", isolated=False, params={"repeats": 1},
+                   model=str(model_dir(tmp_path, vocab_size=32000)),
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    assert f.verdict == "refuted" and f.claim_verdicts["risk.reuse_metrics"] == "confirmed", f.summary
+    assert f.metrics["engine_counted_requests"] == {"value": 0, "unit": "count", "source": "engine"}
+    assert f.metrics["reuse_exact_fraction"]["value"] is None
+    assert all(r["reported_reused"] is None and r["reuse_source"] == "none" for r in f.evidence["rows"])

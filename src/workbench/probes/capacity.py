@@ -37,7 +37,7 @@ class Params:
 
 
 class BudgetPolicy(Probe):
-    version = "3"
+    version = "4"
     claims = ("risk.memory_fraction", "contract.describe")
     figures = (Figure("capacity", "capacity"),)
     Params = Params

@@ -46,7 +46,9 @@ class Params:
     other_model: str | None = param(None, "a model with another manifest, for snapshot refusal; None: a synthetic "
                                           "model with the main model's KV shape (layers, KV heads, head size) and "
                                           "other weights, so only a key, never a size check, can refuse its state")
-    adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
+    adapter: str | None = param(None, "a LoRA adapter directory: the adapter-manifest arm, and the adapter the engine is "
+                                      "sent in requests where it has a salt; None there: one written from the "
+                                      "model's geometry (src/workbench/adapters.py)")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     resamples: int = param(2000, "bootstrap resamples (B) of the TTFT-ratio confidence intervals (level 1 − 2·alpha)")
     seed: int = param(0, "seed for the probe's own token ids and the bootstrap")
@@ -77,7 +79,7 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "4"
+    version = "5"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
@@ -301,7 +303,7 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     notes += lora_notes
     lora = {"contract.lora": lora_verdict}
     common = dict(sources=sources, claim_rests_on={"contract.lora": lora_rests})
-    extra = [engine] if engine else []
+    extra = [arm for arm in (engine, lora_arm) if arm]
     if no_salt:
         notes.append(f"the cell declares no engine-level salt: {no_salt}")
         if engine and engine["refused"] is False:

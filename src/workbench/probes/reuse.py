@@ -91,7 +91,7 @@ def classify(truth: int, reported: int | None, prompt: int, granularity: int) ->
 
 
 class PerRequestMetrics(Probe):
-    version = "4"
+    version = "5"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
     figures = (Figure("matrix", "reuse_matrix"),
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),

@@ -40,7 +40,7 @@ class Params:
 
 
 class WarmupMaterialization(Probe):
-    version = "3"
+    version = "4"
     claims = ("risk.warmup", "contract.ensure_prefix")
     figures = (Figure("warmup", "warmup"),
                Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
