@@ -9,7 +9,11 @@ Beside the tests, the effect sizes: median TTFT of repeat-under-A and of B, each
 with a percentile bootstrap CI (trials resampled in pairs, seeded, ``resamples`` draws, level 1 − 2α,
 the interval that matches a TOST at α); "no leak" needs B's interval inside the equivalence margin.
 Timed work runs on a fixed thread count. A snapshot taken under one manifest must be refused by a
-cell of another manifest (another model, or the same model with an adapter).
+cell of another manifest (another model, or the same model with an adapter); on a request cell that
+refusal is the cell's own digest check, so the LoRA row is read from the engine instead: one engine with
+the adapter loaded (``adapter``, or one written from the model's geometry) gets a prompt twice without the
+adapter and twice with it, all under one key (``adapter_requests``), and must change its output with the
+adapter and reuse none of the base model's KV for it while reusing its own.
 
 Where the engine itself has no salt (``Description.absent["engine_salt"]``, e.g. llama.cpp), any
 isolation is the cell's doing: the probe then bypasses the cell's manifest check and hands the
