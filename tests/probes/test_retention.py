@@ -253,3 +253,14 @@ def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival
     assert guard(gone).verdict == "refuted"
     held = replace(gone, metrics=gone.metrics | {"engine_resident_tokens": 64})
     assert guard(held).verdict == "inconclusive"
+
+
+def test_audit_17_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
+    """``engine_reused_tokens or 0``: a re-request without a count read as the whole prefix lost."""
+    from workbench.contract import PrefixStatus
+    from workbench.probes.retention import _reused
+
+    silent = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=0, computed_tokens=64, source="none")
+    assert _reused(silent, True) is None and _reused(silent, False) is None
+    counted = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=48, computed_tokens=16, source="num_cached_tokens")
+    assert _reused(counted, True) == 48

@@ -147,12 +147,17 @@ class PinningUnderPressure(Probe):
                     "baseline_reused": baseline, "reused_tokens": st.reused_tokens, "engine_resident": held,
                     "survival_source": "engine" if readback or counted else "cell",
                     "survival": (held / p.prefix_tokens if readback
-                                 else _reused(st, counted) / baseline if baseline else float("nan")),
+                                 else _survival(_reused(st, counted), baseline)),
                     "rerequest_s": elapsed,
                     "removed_blocks": len(removed) if has_events else None,
                     "pinned_blocks_removed": len(removed & pinned_hashes) if has_events else None,
                 })
         return rows
+
+
+def _survival(reused: int | None, baseline: int) -> float:
+    """Reuse over the baseline's; NaN (unmeasured, never a loss) without a baseline or without a count."""
+    return reused / baseline if baseline and reused is not None else float("nan")
 
 
 def _stored_hashes(events: list[KvEvent]) -> set[int]:
@@ -170,9 +175,10 @@ def first_loss(rows: list[dict], label: str) -> float:
     return min(lost) if lost else math.inf
 
 
-def _reused(st, counted: bool) -> int:
-    """Prefix tokens a re-request reused: the engine's count where the baseline read one, else the cell's."""
-    return (st.engine_reused_tokens or 0) if counted else st.reused_tokens
+def _reused(st, counted: bool) -> int | None:
+    """Prefix tokens a re-request reused: the engine's count where the baseline read one, else the cell's; None
+    where the engine gave this re-request no count (missing, never 0)."""
+    return st.engine_reused_tokens if counted else None if st.source == "none" else st.reused_tokens
 
 
 def by_repeat(rows: list[dict]) -> dict[int, list[dict]]:
