@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..contract import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest, ManifestMismatch,
-                        PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature, WorkbenchError,
-                        common_prefix, digest, split_prompt)
+from ..contract import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
+                        ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature,
+                        WorkbenchError, common_prefix, digest, split_prompt)
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the context a cell opens with where the model allows more
 _C = TypeVar("_C", bound="RequestCell")
@@ -381,7 +381,6 @@ class RequestCell(abc.ABC):
         finally:
             self._lora_request = loaded
         return AdapterReply(adapter, warm.engine_reused, tuple(out))
-
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""

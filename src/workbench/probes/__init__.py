@@ -268,7 +268,8 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         probe=probe.name, probe_version=probe.version, claims=list(dict.fromkeys([*probe.claims, *o.claim_verdicts])),
         verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
         params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
-        metrics=findings.metric_values(o.metrics, o.sources), evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
+        metrics=findings.metric_values(o.metrics, o.sources),
+        evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts),
     )
 
