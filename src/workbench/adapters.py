@@ -20,8 +20,9 @@ TARGETS = ("q_proj", "v_proj")
 LLAMA_LIKE = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")  # q/k/v/o_proj named alike
 
 
-def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: int = 0) -> Path:
-    """Write a LoRA adapter for the Hugging Face model in ``model_dir`` into ``out``; returns ``out``."""
+def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: int = 0, b_std: float = 1.0) -> Path:
+    """Write a LoRA adapter for the Hugging Face model in ``model_dir`` into ``out``; returns ``out``. ``b_std``
+    scales ``lora_B``; 0 is PEFT's own initialization, an adapter that changes nothing."""
     config = models.hf_config(Path(model_dir))
     cfg = config.get("text_config") or config
     arch = (config.get("architectures") or ["?"])[0]
@@ -37,7 +38,7 @@ def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: i
         for name in TARGETS:
             stem = f"base_model.model.model.layers.{layer}.self_attn.{name}"
             tensors[f"{stem}.lora_A.weight"] = rng.normal(0, hidden ** -0.5, (rank, hidden)).astype(np.float32)
-            tensors[f"{stem}.lora_B.weight"] = rng.normal(0, 1.0, (shapes[name], rank)).astype(np.float32)
+            tensors[f"{stem}.lora_B.weight"] = rng.normal(0, b_std, (shapes[name], rank)).astype(np.float32)
     from safetensors.numpy import save_file
 
     out = Path(out)
