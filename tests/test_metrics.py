@@ -42,10 +42,14 @@ def test_rendering_reads_the_same_everywhere():
 def test_only_finite_engine_read_numbers_can_carry_a_verdict():
     values = {"reused_tokens": 3, "engine_resident_tokens": 10, "ttft_cold_s": 0.1, "logits_max_abs_diff": float("nan"),
               "restored_identical": True}
-    assert metrics.unfit_to_rest_on(values, ["engine_resident_tokens", "restored_identical"]) == []
-    assert metrics.unfit_to_rest_on(values, ["reused_tokens", "ttft_cold_s", "logits_max_abs_diff", "state_bytes"]) == [
+    S = metrics.Support
+    assert metrics.unfit_to_rest_on(values, [S("engine_resident_tokens", ">", 0), S("restored_identical", "==", True)]) == []
+    assert metrics.unfit_to_rest_on(values, [S("reused_tokens", ">", 0), S("ttft_cold_s", ">", 0),
+                                             S("logits_max_abs_diff", "<", 1), S("state_bytes", ">", 0),
+                                             S("engine_resident_tokens", "<", 10)]) == [
         "reused_tokens is cell-sourced", "ttft_cold_s is timed-sourced", "logits_max_abs_diff is nan, not a finite reading",
-        "state_bytes was not measured"]
+        "state_bytes was not measured", "engine_resident_tokens is 10, which does not support it (needs < 10)"]
+    assert metrics.unfit_to_rest_on(values, [S("reused_tokens", ">", 0)], {"reused_tokens": "engine"}) == []
 
 
 def test_timings_echoes_and_cell_arithmetic_are_not_labelled_engine():

@@ -343,6 +343,25 @@ class Capacity(Protocol):
     def kv_memory(self) -> KvMemory: ...
 
 
+@dataclass(frozen=True)
+class AdapterReply:
+    """What the engine answered to one request sent with the cell's LoRA adapter or without it."""
+
+    adapter: bool
+    reused_tokens: int | None  # prompt tokens the engine's own counter served from cache; None: it gave no count
+    tokens: tuple[int, ...]  # the greedy tokens it decoded
+
+
+@runtime_checkable
+class AdapterRequests(Protocol):
+    """Requests to an engine that has the cell's LoRA adapter loaded, each carrying the adapter or not, under a
+    key the caller names (the cell's manifest salt bypassed): the engine's own handling of an adapter, i.e.
+    whether the adapter changes its output and whether it keeps the adapter's KV apart from the base model's."""
+
+    def adapter_request(self, tokens: Sequence[int], *, key: str, adapter: bool,
+                        max_tokens: int = 4) -> AdapterReply: ...
+
+
 @runtime_checkable
 class KvReadback(Protocol):
     """What the engine itself holds, read back from it rather than from the cell's token list: the run of
@@ -361,6 +380,7 @@ OBSERVERS: dict[str, type] = {
     "state_export": StateExport,
     "capacity": Capacity,
     "kv_readback": KvReadback,
+    "adapter_requests": AdapterRequests,
 }
 """Optional evidence channels, each declared as a Protocol. A cell lists the ones it really has in
 ``Description.observers``; probes ask for channels, never for an engine name."""

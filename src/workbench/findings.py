@@ -92,19 +92,14 @@ class Finding:
 
 
 def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> dict:
-    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail).
-
-    ``sources`` gives a tag the source of the values actually behind it where that is not the declared one
-    (a reuse count the engine did not report is the cell's, whatever the metric usually is)."""
+    """``{tag: value}`` → ``{tag: {"value", "unit", "source"}}`` from the declarations (unknown tags fail); the
+    source is the run's own where ``sources`` records one (the values behind it came from elsewhere)."""
     out = {}
     for tag, v in values.items():
         if hasattr(v, "item"):  # numpy scalars
             v = v.item()
         m = _metrics.get(tag)
-        source = (sources or {}).get(tag, m.source)
-        if source not in _metrics.SOURCES:
-            raise ValueError(f"metric {tag}: source must be one of {_metrics.SOURCES}, got {source!r}")
-        out[tag] = {"value": v, "unit": m.unit.value, "source": source}
+        out[tag] = {"value": v, "unit": m.unit.value, "source": _metrics.source_of(tag, sources)}
     return out
 
 

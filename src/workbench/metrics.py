@@ -5,16 +5,20 @@ them through :func:`render`, so a number reads the same everywhere. The source s
 number can be trusted: ``engine`` (read back from the engine itself: its KV cells, logits, its own
 reuse counters, refusals), ``timed`` (wall-clock time around the engine's work, measured by the
 workbench), ``cell`` (the cell's own bookkeeping or a parameter it was given, which cannot confirm
-anything) or ``derived`` (computed from other metrics). Only ``engine`` metrics can carry a verdict:
-each probe rule names the ones it rests on (:attr:`workbench.probes.Outcome.rests_on`).
+anything) or ``derived`` (computed from other metrics). A metric's declared source is where its values come
+from on every engine; where that differs by engine (vLLM's reported reuse is its own ``num_cached_tokens``,
+llama.cpp's the cell's arithmetic), the finding records the source of the values behind it, which wins
+(:func:`source_of`). Only ``engine`` values can carry a verdict, and only when they support it: each probe
+rule states the value of each metric it rests on (:class:`Support`, :attr:`workbench.probes.Outcome.rests_on`).
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import operator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Iterable, Literal, Mapping
 
 Source = Literal["engine", "timed", "cell", "derived"]
 SOURCES: tuple[str, ...] = ("engine", "timed", "cell", "derived")
@@ -109,6 +113,9 @@ _DECLARED = [
     _m("engine_reused_tokens", "engine reuse", "tokens", "engine",
        "prompt tokens the engine's own per-request counter reports as served from cache (vLLM num_cached_tokens, "
        "TensorRT-LLM perf_metrics)"),
+    _m("engine_counted_requests", "engine-counted requests", "count", "engine",
+       "requests whose result from the engine carried its own reuse count (vLLM num_cached_tokens, TensorRT-LLM "
+       "perf_metrics); 0 when the engine returned none"),
     _m("engine_reuse_exact_fraction", "engine counter exact", "ratio", "engine",
        "fraction of requests whose reuse, as the engine's own per-request counter reports it, equals the "
        "token-id expectation"),
@@ -167,6 +174,16 @@ _DECLARED = [
        "tokens the cell reported reused across manifests (must be 0)"),
     _m("engine_cross_manifest_reused_tokens", "engine cross-manifest reuse", "tokens", "engine",
        "tokens the engine's own per-request counter reported reused across manifests (must be 0)"),
+    _m("engine_lora_base_reused_tokens", "LoRA base repeat reuse", "tokens", "engine",
+       "prompt tokens the engine's own counter reported reused by a repeat of a base-model request (no adapter) in "
+       "the adapter-enabled engine: the base KV was there to be reused"),
+    _m("engine_lora_cross_reused_tokens", "LoRA cross reuse", "tokens", "engine",
+       "prompt tokens the engine's own counter reported reused by an adapter request right after the base model "
+       "cached the same prompt under the same key (the cell's salt bypassed); 0 when the engine keys KV by adapter"),
+    _m("engine_lora_reused_tokens", "LoRA repeat reuse", "tokens", "engine",
+       "prompt tokens the engine's own counter reported reused by a repeat of that adapter request"),
+    _m("lora_changed_output", "LoRA changed output", "bool", "engine",
+       "the engine's greedy tokens for one prompt differ with the adapter and without it (the adapter was applied)"),
     # capacity policy
     _m("budget_bytes", "KV budget", "bytes", "derived", "byte budget the policy set"),
     _m("budget_tokens", "KV budget", "tokens", "derived", "token budget derived from the byte budget"),
@@ -264,16 +281,64 @@ def render(tag: str, value: Any) -> str:
     return get(tag).unit.format(value)
 
 
-def unfit_to_rest_on(values: dict[str, Any], tags: Any) -> list[str]:
-    """Why each of ``tags`` cannot carry a verdict given the outcome's ``values``: missing, not read from the
-    engine, or not a finite number (a bool is a finite reading). Empty when all of them can."""
+Op = Literal[">", ">=", "==", "!=", "<=", "<"]
+_OPS = {">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne, "<=": operator.le,
+        "<": operator.lt}
+
+
+@dataclass(frozen=True)
+class Support:
+    """The value of one metric that supports a verdict: ``metric op value``, e.g. isolation's ``refuted``
+    rests on ``Support("engine_cross_manifest_reused_tokens", ">", 0)``. A rule states one per metric its
+    verdict rests on; the guard reads the outcome's values against them, so a verdict cannot stand on a
+    number that contradicts it."""
+
+    metric: str
+    op: Op
+    value: float  # a bool for a bool metric
+
+    def __post_init__(self) -> None:
+        get(self.metric)
+        if self.op not in _OPS:
+            raise ValueError(f"support for {self.metric}: op must be one of {', '.join(_OPS)}, got {self.op!r}")
+
+    def holds(self, v: Any) -> bool:
+        return _OPS[self.op](v, self.value)
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {_shown(self.value)}"
+
+
+def _shown(v: Any) -> str:
+    return repr(v) if isinstance(v, bool) else f"{v:g}"
+
+
+def source_of(tag: str, sources: Mapping[str, str] | None = None) -> str:
+    """Where ``tag``'s value in one finding came from: the finding's own record of it (``sources``: the rows
+    behind it were read from the engine, or were the cell's), else the declared source."""
+    source = (sources or {}).get(tag) or get(tag).source
+    if source not in SOURCES:
+        raise ValueError(f"metric {tag}: source must be one of {SOURCES}, got {source!r}")
+    return source
+
+
+def unfit_to_rest_on(values: Mapping[str, Any], supports: Iterable[Support],
+                     sources: Mapping[str, str] | None = None) -> list[str]:
+    """Why each support cannot carry the verdict given the outcome's ``values`` (and the finding's own
+    ``sources``): its metric missing, not read from the engine, not a finite number (a bool is a finite
+    reading), or holding a value that does not support the verdict. Empty when all of them can."""
     out = []
-    for t in tags:
-        v = values.get(t)
+    for s in supports:
+        if not isinstance(s, Support):
+            out.append(f"{s!r} names no value that supports the verdict")
+            continue
+        t, v = s.metric, values.get(s.metric)
         if t not in values:
             out.append(f"{t} was not measured")
-        elif get(t).source != "engine":
-            out.append(f"{t} is {get(t).source}-sourced")
+        elif source_of(t, sources) != "engine":
+            out.append(f"{t} is {source_of(t, sources)}-sourced")
         elif not isinstance(v, bool) and not (isinstance(v, (int, float)) and math.isfinite(v)):
             out.append(f"{t} is {v!r}, not a finite reading")
+        elif not s.holds(v):
+            out.append(f"{t} is {v!r}, which does not support it (needs {s.op} {_shown(s.value)})")
     return out

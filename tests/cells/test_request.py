@@ -308,3 +308,47 @@ def test_a_closed_cell_refuses_everything_and_a_failed_start_leaves_nothing_behi
 def test_the_connector_log_needs_the_recording_connector(cell):
     with pytest.raises(UnsupportedFeature, match="toy does not support connector log: open the cell with connector="):
         cell.connector_log()
+
+
+# ------------------------------------------------------------------ audit 17: missing counts, adapter requests
+
+
+class SilentToyCell(ToyCell):
+    """A toy engine that returns no reuse count (TensorRT-LLM without perf metrics, vLLM's None)."""
+
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+        self._llm.run(tokens, key)
+        return Warm.read(None, "toy_counter", {"cached": None}, 0.0)
+
+
+def test_audit_17_no_count_from_the_engine_is_no_reading_never_an_engine_count_of_0():
+    with SilentToyCell() as c:
+        c.ensure_prefix(P, salt="s")
+        st = c.ensure_prefix(P, salt="s")
+    assert st.source == "none" and st.engine_reused_tokens is None and st.computed_tokens == 12
+
+
+class LoraToyCell(ToyCell):
+    """A toy engine with the cell's adapter loaded; it keys blocks by the adapter a request carries."""
+
+    def _start(self) -> None:
+        super()._start()
+        self._lora_request = "toy-lora" if self.opts.adapters else None
+        self.carried: list[str | None] = []
+
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+        self.carried.append(self._lora_request)
+        return super()._warm(tokens, f"{key}|{self._lora_request}", retention)
+
+    def _manifest_for(self, adapters):
+        return super()._manifest_for(())
+
+
+def test_audit_17_adapter_requests_carry_the_adapter_or_not_under_the_callers_key():
+    with LoraToyCell(ToyOptions(adapters=("toy-adapter",))) as c:
+        base = [c.adapter_request(P, key="k", adapter=False, max_tokens=2) for _ in range(2)]
+        lora = [c.adapter_request(P, key="k", adapter=True, max_tokens=2) for _ in range(2)]
+        assert c.carried == [None, None, "toy-lora", "toy-lora"] and c._lora_request == "toy-lora"
+    assert [r.reused_tokens for r in base + lora] == [0, 8, 0, 8] and base[0].tokens == (22, 23)
+    with LoraToyCell() as c, pytest.raises(UnsupportedFeature, match="adapters"):
+        c.adapter_request(P, key="k", adapter=True)

@@ -89,6 +89,24 @@ def test_reuse_is_whole_blocks_and_never_the_last_token(cell, n, reused):
     assert warm.engine_counters["num_cached_tokens"] == reused
 
 
+def test_audit_17_a_request_the_engine_gave_no_count_for_is_no_reading_not_zero(cell, monkeypatch):
+    """``num_cached_tokens`` None (the engine's RequestOutput without a count) became an engine count of 0."""
+    real = cell._engine.step
+
+    def step():
+        outs = real()
+        for out in outs:
+            out.num_cached_tokens = None
+        return outs
+
+    p, a = prompt(4 * B, 17), salt()
+    cell.ensure_prefix(p, salt=a)
+    monkeypatch.setattr(cell._engine, "step", step)
+    st = cell.ensure_prefix(p, salt=a)
+    assert st.source == "none" and st.engine_reused_tokens is None
+    assert st.engine_counters["num_cached_tokens"] is None
+
+
 def test_another_salt_is_isolated_by_the_engine(cell):
     p, a = prompt(4 * B, 1), salt()
     cell.drain_kv_events()

@@ -86,10 +86,25 @@ def test_a_pool_the_engine_allocated_is_graded_apart_from_the_capacity_it_accept
 
 def test_the_verdict_rests_on_engine_read_bytes():
     out = _verdict([_row(256, 256), _row(300, 512)], Params())
-    assert set(out.rests_on) == {"engine_kv_bytes", "engine_kv_bytes_per_token", "measured_capacity_tokens"}
+    assert {s.metric for s in out.rests_on} <= {"engine_kv_bytes", "measured_capacity_tokens"}
     assert at_most_inconclusive_without_engine(out).verdict == "confirmed"
     out.metrics.pop("engine_kv_bytes")
     assert at_most_inconclusive_without_engine(out).verdict == "inconclusive"
+
+
+def test_audit_17_each_capacity_verdict_is_downgraded_when_the_engines_bytes_contradict_it():
+    """Each verdict states the engine-read value it rests on; the same verdict beside bytes that say otherwise
+    (a budget met while "confirmed" says it was missed, and the reverse) cannot stand."""
+    from dataclasses import replace
+
+    confirmed = _verdict([_row(256, 256), _row(300, 512)], Params())  # 512 tokens taken for a 300-token budget
+    met = replace(confirmed, metrics=confirmed.metrics | {"engine_kv_bytes": confirmed.metrics["budget_bytes"]})
+    assert at_most_inconclusive_without_engine(met).verdict == "inconclusive"
+    assert "does not support it" in at_most_inconclusive_without_engine(met).summary
+    refuted = _verdict([_row(256, 256), _row(1000, 1000)], Params())  # every budget met
+    assert refuted.verdict == "refuted" and at_most_inconclusive_without_engine(refuted).verdict == "refuted"
+    doubled = replace(refuted, metrics=refuted.metrics | {"engine_kv_bytes": 2 * refuted.metrics["budget_bytes"]})
+    assert at_most_inconclusive_without_engine(doubled).verdict == "inconclusive"
 
 
 def test_params_are_checked():

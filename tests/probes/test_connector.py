@@ -95,7 +95,7 @@ def test_the_connector_rule_reports_no_hard_coded_shifted_import_and_rests_on_th
     from workbench.probes.connector import connector_verdict
 
     out = connector_verdict(_offers((0, 0), (64, 64)), 32, {"export_unit_tokens": 32}, [])
-    assert "shifted_import_exact" not in out.metrics and out.rests_on == ("connector_calls",)
+    assert "shifted_import_exact" not in out.metrics and [s.metric for s in out.rests_on] == ["connector_calls"]
     assert out.metrics["connector_calls"] == 2
 
 
@@ -119,3 +119,19 @@ def test_the_connector_probe_reads_partial_block_reuse_from_the_trtllm_double(fa
     assert offers == [0, 40]  # one full block and 8 tokens of the next: not block-aligned
     out = connector_verdict(rows, d.block_tokens, {}, [])
     assert out.verdict == "refuted" and "partial-block reuse" in out.summary
+
+
+def test_audit_17_each_export_verdict_is_downgraded_beside_engine_readings_that_contradict_it():
+    from dataclasses import replace
+
+    from workbench.probes import at_most_inconclusive_without_engine as guard
+
+    p = Params(**PARAMS)
+    cases = [(_rows(), "shifted_import_exact", False), (_rows(), "subrange_export", False),
+             (_rows(shifted=False), "restored_identical", False), (_rows(sub_bytes=12000), "shifted_import_exact", False),
+             (_rows(shifted=False, sub_bytes=12000), "shifted_import_exact", True),
+             (_rows(restored=False), "restored_identical", True)]
+    for rows, tag, value in cases:
+        o = export_verdict(rows, p, "e", 256)
+        assert guard(o).verdict == o.verdict, (o.verdict, tag)
+        assert guard(replace(o, metrics=o.metrics | {tag: value})).verdict == "inconclusive", (o.verdict, tag)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from workbench import claims, metrics, probes
-from workbench.probes import Outcome, at_most_inconclusive_without_engine
+from workbench.probes import Outcome, Support, at_most_inconclusive_without_engine
 
 TINY = "synthetic:tiny"
 
@@ -60,26 +62,69 @@ def test_static_probes_refuse_a_model_or_cell_options():
 
 def test_an_answer_resting_only_on_cell_bookkeeping_is_at_most_inconclusive():
     cell_only = Outcome("confirmed", "The cell says so.", {"reused_tokens": 10}, claim_verdicts={"risk.warmup": "refuted"},
-                        rests_on=("reused_tokens",))
+                        rests_on=(Support("reused_tokens", ">", 0),))
     out = at_most_inconclusive_without_engine(cell_only)
     assert out.verdict == "inconclusive" and out.claim_verdicts == {"risk.warmup": "inconclusive"}
     assert "reused_tokens is cell-sourced" in out.summary
-    engine = Outcome("confirmed", "Read back.", {"engine_resident_tokens": 10}, rests_on=("engine_resident_tokens",))
+    engine = Outcome("confirmed", "Read back.", {"engine_resident_tokens": 10},
+                     rests_on=(Support("engine_resident_tokens", ">", 0),))
     assert at_most_inconclusive_without_engine(engine) is engine
 
 
 def test_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag():
     """Any engine-tagged metric used to pass an outcome, whatever its verdict rested on; NaN passed too."""
     beside = Outcome("confirmed", "Rests on the cell's count.", {"reused_tokens": 10, "engine_resident_tokens": 10},
-                     rests_on=("reused_tokens",))
+                     rests_on=(Support("reused_tokens", ">", 0),))
     assert at_most_inconclusive_without_engine(beside).verdict == "inconclusive"
     nan = Outcome("refuted", "NaN survival.", {"survival_at_max_pressure": float("nan")},
-                  rests_on=("survival_at_max_pressure",))
+                  rests_on=(Support("survival_at_max_pressure", "<", 1),))
     assert at_most_inconclusive_without_engine(nan).verdict == "inconclusive"
-    timed = Outcome("confirmed", "Faster.", {"ttft_cold_s": 0.2}, rests_on=("ttft_cold_s",))
+    timed = Outcome("confirmed", "Faster.", {"ttft_cold_s": 0.2}, rests_on=(Support("ttft_cold_s", ">", 0),))
     assert at_most_inconclusive_without_engine(timed).verdict == "inconclusive"
     undeclared = Outcome("confirmed", "Says nothing.", {"engine_resident_tokens": 10})
     assert "named no engine-read number" in at_most_inconclusive_without_engine(undeclared).summary
     na = Outcome("not-applicable", "Absent.", {})
     assert at_most_inconclusive_without_engine(na) is na
     assert metrics.get("reused_tokens").source == "cell"
+
+
+def test_audit_17_an_engine_reading_that_contradicts_the_verdict_cannot_carry_it():
+    """The guard once checked only that a named metric was engine-read and finite: isolation's "KV crossed
+    manifests" stood on engine cross-key reuse 0. Each support states the value that supports the verdict."""
+    leak = Outcome("refuted", "KV crossed manifests.", {"engine_cross_manifest_reused_tokens": 0},
+                   rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),))
+    out = at_most_inconclusive_without_engine(leak)
+    assert out.verdict == "inconclusive"
+    assert "engine_cross_manifest_reused_tokens is 0, which does not support it (needs > 0)" in out.summary
+    held = Outcome("refuted", "KV crossed manifests.", {"engine_cross_manifest_reused_tokens": 640},
+                   rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),))
+    assert at_most_inconclusive_without_engine(held) is held
+    named_only = Outcome("confirmed", "A bare name.", {"engine_resident_tokens": 10}, rests_on=("engine_resident_tokens",))
+    assert "names no value that supports the verdict" in at_most_inconclusive_without_engine(named_only).summary
+
+
+def test_audit_17_a_source_the_finding_records_overrides_the_declared_one():
+    """vLLM's reported reuse is its own num_cached_tokens: engine-read there though the tag is declared cell."""
+    o = Outcome("confirmed", "Counted.", {"reused_tokens": 64}, rests_on=(Support("reused_tokens", ">", 0),),
+                sources={"reused_tokens": "engine"})
+    assert at_most_inconclusive_without_engine(o) is o
+    assert at_most_inconclusive_without_engine(Outcome("confirmed", "Counted.", {"reused_tokens": 64},
+                                                       rests_on=o.rests_on)).verdict == "inconclusive"
+
+
+def test_audit_17_a_claim_row_with_its_own_evidence_is_judged_on_it():
+    lora = Outcome("inconclusive", "Isolation undecided.", {"engine_lora_cross_reused_tokens": 32},
+                   claim_verdicts={"contract.lora": "confirmed"},
+                   claim_rests_on={"contract.lora": (Support("engine_lora_cross_reused_tokens", "==", 0),)})
+    out = at_most_inconclusive_without_engine(lora)
+    assert out.claim_verdicts["contract.lora"] == "inconclusive" and out.verdict == "inconclusive"
+    assert "contract.lora: engine_lora_cross_reused_tokens is 32" in out.summary
+    kept = dataclasses.replace(lora, metrics={"engine_lora_cross_reused_tokens": 0})
+    assert at_most_inconclusive_without_engine(kept) is kept
+
+
+def test_audit_17_a_support_names_a_declared_metric_and_a_known_comparison():
+    with pytest.raises(KeyError, match="not declared"):
+        Support("no_such_metric", ">", 0)
+    with pytest.raises(ValueError, match="op must be one of"):
+        Support("engine_resident_tokens", "=>", 0)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench import probes
+from workbench.probes import at_most_inconclusive_without_engine
 from workbench.probes.isolation import Params, ks_floor, tost_log, ttft_ratio, verdict
 
 P = Params(trials=16)
@@ -47,14 +49,20 @@ def test_trial_counts_keep_the_ks_floor_far_below_alpha():
         probes.parse_params(probes.get("isolation.cache_salt"), {"trials": 6})
 
 
-def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0):
+def _rows(cold=1.0, repeat=0.1, other=1.0, cross=0, within=64, n=16, seed=0, source="cell"):
+    """Rows as the probe writes them; ``source`` is each request's ``PrefixStatus.source``."""
     rng = np.random.default_rng(seed)
     out = []
     for t in range(n):
         for proc, base, reused in (("cold A", cold, 0), ("repeat A", repeat, within), ("other B", other, cross)):
             out.append({"trial": t, "procedure": proc, "reused_tokens": reused, "computed_tokens": 64 - reused,
-                        "ttft_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
+                        "reuse_source": source, "ttft_s": base * (1 + 0.02 * rng.standard_normal()), "exact": True})
     return out
+
+
+def _engine_counted(rows):
+    """``rows`` as a request cell reports them: the reuse is the engine's own counter (vLLM num_cached_tokens)."""
+    return [r | {"engine_reused": r["reused_tokens"], "reuse_source": "num_cached_tokens"} for r in rows]
 
 
 REFUSED = [{"arm": "other model", "refused": True, "error": "manifest mismatch"}]
@@ -74,10 +82,81 @@ def test_rule_returns_each_of_its_verdicts():
     assert verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine).verdict == "not-applicable"
 
 
-def test_adapter_arm_decides_the_lora_row_and_its_absence_leaves_it_inconclusive():
-    adapter = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "mismatch"}]
-    assert verdict(_rows(), adapter, P).claim_verdicts["contract.lora"] == "confirmed"
-    assert verdict(_rows(), REFUSED, P).claim_verdicts["contract.lora"] == "inconclusive"
+ARM = {"arm": "adapter requests", "refused": False, "error": None, "adapter": "written from the model's geometry",
+       "reused": [0, 64, 0, 64], "base_tokens": [11, 12, 13, 14], "adapter_tokens": [21, 22, 23, 24]}
+ADAPTER = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "manifest mismatch"}]
+
+
+def test_audit_17_the_cells_own_adapter_refusal_no_longer_confirms_lora():
+    """RequestCell.restore's digest comparison confirmed contract.lora on vLLM; no adapter request had reached it."""
+    o = at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), ADAPTER, P))
+    assert o.verdict == "confirmed" and o.claim_verdicts["contract.lora"] == "inconclusive"
+    assert any("cell's own manifest check" in n for n in o.notes)
+    assert verdict(_rows(), REFUSED, P).claim_verdicts["contract.lora"] == "inconclusive"  # no adapter at all
+
+
+def test_audit_17_the_lora_row_is_the_engines_answer_to_adapter_requests():
+    counted = _engine_counted(_rows())
+
+    def lora(arm):
+        o = verdict(counted, ADAPTER, P, lora_arm=arm)
+        return o.claim_verdicts["contract.lora"], at_most_inconclusive_without_engine(o).claim_verdicts["contract.lora"]
+
+    assert lora(ARM) == ("confirmed", "confirmed")  # applied, and kept apart from the base KV under one key
+    o = verdict(counted, ADAPTER, P, lora_arm=ARM)
+    assert o.metrics["engine_lora_cross_reused_tokens"] == 0 and o.metrics["lora_changed_output"] is True
+    assert lora(ARM | {"reused": [0, 64, 64, 64]}) == ("partial", "partial")  # the base KV served the adapter
+    assert lora(ARM | {"adapter_tokens": ARM["base_tokens"]})[0] == "inconclusive"  # no sign it was applied
+    assert lora(ARM | {"reused": [0, 0, 0, 0]})[0] == "inconclusive"  # nothing cached: 0 across says nothing
+    assert lora(ARM | {"reused": [0, 64, None, 64]})[0] == "inconclusive"  # the engine gave no count
+    refused = ARM | {"refused": True, "error": "LoRA is not supported on this platform"}
+    o = verdict(counted, ADAPTER, P, lora_arm=refused)
+    assert o.claim_verdicts["contract.lora"] == "not-applicable" and any("not supported" in n for n in o.notes)
+    assert lora(ARM | {"refused": None, "error": "no adapter to send"})[0] == "inconclusive"
+
+
+def test_audit_17_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
+    from dataclasses import replace
+
+    o = verdict(_engine_counted(_rows()), ADAPTER, P, lora_arm=ARM)
+    crossed = replace(o, metrics=o.metrics | {"engine_lora_cross_reused_tokens": 32})
+    out = at_most_inconclusive_without_engine(crossed)
+    assert out.claim_verdicts["contract.lora"] == "inconclusive" and out.verdict == "confirmed"
+    assert "contract.lora: engine_lora_cross_reused_tokens is 32" in out.summary
+    same = replace(o, metrics=o.metrics | {"lora_changed_output": False})
+    assert at_most_inconclusive_without_engine(same).claim_verdicts["contract.lora"] == "inconclusive"
+
+
+def test_audit_17_timing_alone_cannot_refute_isolation_when_the_engine_counted_no_cross_key_reuse():
+    """The reported case: other-key requests as fast as a hit, the engine's own counters 0 across keys."""
+    o = verdict(_engine_counted(_rows(other=0.1)), REFUSED, P)
+    assert o.verdict == "refuted" and o.metrics["engine_cross_manifest_reused_tokens"] == 0
+    out = at_most_inconclusive_without_engine(o)
+    assert out.verdict == "inconclusive"
+    assert "engine_cross_manifest_reused_tokens is 0, which does not support it (needs > 0)" in out.summary
+    leak = at_most_inconclusive_without_engine(verdict(_engine_counted(_rows(cross=64, other=0.1)), REFUSED, P))
+    assert leak.verdict == "refuted"
+    accepted = [{"arm": "other model", "refused": False, "error": None}]  # the cell's restore, not the engine
+    assert at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), accepted, P)).verdict == "inconclusive"
+
+
+def test_audit_17_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_finding_says_so():
+    from workbench import findings
+
+    o = verdict(_engine_counted(_rows()), REFUSED, P)
+    m = findings.metric_values(o.metrics, o.sources)
+    assert m["cross_manifest_reused_tokens"]["source"] == m["reused_tokens"]["source"] == "engine"
+    cell = verdict(_rows(), REFUSED, P)
+    assert findings.metric_values(cell.metrics, cell.sources)["reused_tokens"]["source"] == "cell"
+
+
+def test_audit_17_a_missing_engine_count_is_missing_not_zero():
+    """TensorRT-LLM without perf metrics: the cell's reuse was 0 and read as 'no reuse even within one key'."""
+    rows = [r | {"reuse_source": "none"} for r in _rows(within=0)]
+    o = verdict(rows, REFUSED, P)
+    assert o.metrics["cross_manifest_reused_tokens"] is None and o.metrics["reused_tokens"] is None
+    assert o.verdict == "inconclusive" and "no reuse count" in o.summary
+    assert any("missing, not 0" in n for n in o.notes)
 
 
 def test_tost_tells_equal_from_different():
@@ -167,3 +246,22 @@ def test_the_effect_size_metrics_are_declared_with_units():
 def test_too_few_bootstrap_resamples_is_a_bad_parameter():
     with pytest.raises(probes.ParamError, match="resamples"):
         probes.parse_params(probes.get("isolation.cache_salt"), {"resamples": 50})
+
+
+def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
+    """The adapter requests reach the engine (the double records each ``lora_request``; it keys blocks by the
+    LoRA id as 1.2 does, tests/doubles/fake_tensorrt_llm/llmapi/llm.py ``_admit``), but its decode ignores the
+    adapter: with no sign that the adapter was applied, the LoRA row cannot be confirmed."""
+    from doubles.trtllm_fixture import model_dir
+
+    f = probes.run("isolation.cache_salt", engine="trtllm", isolated=False, model=str(model_dir(tmp_path, vocab_size=32000)),
+                   params={"trials": 8, "prompt_tokens": 64, "alpha": 0.05},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is False and arm["reused"] == [0, 48, 0, 48]  # kept apart by the engine's LoRA id
+    assert arm["base_tokens"] == arm["adapter_tokens"]
+    assert f.claim_verdicts["contract.lora"] == "inconclusive"
+    assert any("did not change the engine's greedy tokens" in n for n in f.evidence["notes"])
+    sent = [c[1]["lora_request"] for llm in fake_trt.llmapi.llm.LLM.instances for c in llm.calls
+            if c[0] == "generate_async"]
+    assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest

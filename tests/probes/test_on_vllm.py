@@ -61,6 +61,42 @@ def test_isolation_is_enforced_by_the_engine(tmp_path):
     f = run("isolation.cache_salt", tmp_path, trials=8, prompt_tokens=4 * B)
     assert f.metrics["cross_manifest_reused_tokens"]["value"] == 0
     assert f.metrics["reused_tokens"]["value"] == 3 * B  # the engine's own count under the same key
+    # audit 17: those two hold num_cached_tokens, so the finding says engine, not the declared cell
+    assert f.metrics["cross_manifest_reused_tokens"]["source"] == f.metrics["reused_tokens"]["source"] == "engine"
+    # audit 17: the LoRA row is the engine's answer to real adapter requests (an adapter written from the
+    # model's geometry), never the cell's digest check: one engine, one key, base twice then adapter twice
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is False, arm["error"]
+    assert arm["reused"] == [0, 3 * B, 0, 3 * B]  # the base KV was there to reuse; the adapter's request took none
+    assert arm["base_tokens"] != arm["adapter_tokens"]  # the adapter reached the engine and changed its output
+    assert f.metrics["engine_lora_cross_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
+    assert f.claim_verdicts["contract.lora"] == "confirmed"
+
+
+def test_audit_17_lora_is_not_confirmed_when_the_engine_lets_the_base_kv_serve_the_adapter(tmp_path, monkeypatch):
+    """Fault injection through vLLM's own block hashing: without the adapter in a block's extra keys
+    (vllm/v1/core/kv_cache_utils.py ``_gen_lora_extra_hash_keys``) the base model's KV serves an adapter
+    request under one key, and the engine's own count shows it."""
+    from vllm.v1.core import kv_cache_utils
+
+    monkeypatch.setattr(kv_cache_utils, "_gen_lora_extra_hash_keys", lambda request: [])
+    f = run("isolation.cache_salt", tmp_path, trials=8, prompt_tokens=4 * B)
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["reused"] == [0, 3 * B, 3 * B, 3 * B]
+    assert f.claim_verdicts["contract.lora"] == "partial" and f.metrics["engine_lora_cross_reused_tokens"]["value"] == 3 * B
+
+
+def test_audit_17_an_adapter_that_changes_nothing_leaves_lora_inconclusive(tmp_path):
+    """A PEFT adapter as initialized (lora_B = 0) reaches the engine and changes none of its tokens: nothing
+    shows the adapter was applied, so its KV being kept apart cannot confirm the row."""
+    from workbench import adapters
+
+    zero = adapters.write_lora(models.hf_directory(models.resolve(MODEL)), tmp_path / "zero-lora", b_std=0.0)
+    f = run("isolation.cache_salt", tmp_path / "out", trials=8, prompt_tokens=4 * B, adapter=str(zero))
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is False and arm["base_tokens"] == arm["adapter_tokens"]
+    assert f.claim_verdicts["contract.lora"] == "inconclusive"
+    assert any("did not change the engine's greedy tokens" in n for n in f.evidence["notes"])
 
 
 def test_retention_curve_falls_under_pressure(tmp_path):

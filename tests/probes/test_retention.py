@@ -237,3 +237,30 @@ def test_every_arm_runs_in_every_repeat_in_a_new_seeded_random_order(monkeypatch
 def test_an_engine_without_priorities_runs_one_repeat_its_baseline(monkeypatch):
     ran, out = _runs(monkeypatch, {"retention_priority": "no priorities in the block pool"}, repeats=5)
     assert {rep for rep, _ in ran} == {0} and out.verdict == "not-applicable"
+
+
+def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_contradicts_it():
+    from dataclasses import replace
+
+    from workbench.probes import at_most_inconclusive_without_engine as guard
+
+    pinned = verdict(_ramp({"p35": 2.0, "p60": 4.0, "p100": math.inf}), P, ARMS)
+    lost = verdict(_ramp(ORDERED), P, ARMS)
+    for o, value in ((pinned, 0.5), (lost, 1.0)):
+        assert o.verdict in ("confirmed", "refuted") and guard(o).verdict == o.verdict
+        assert guard(replace(o, metrics=o.metrics | {"survival_at_max_pressure": value})).verdict == "inconclusive"
+    gone = absence([_absence_row(after=10)], "no eviction")
+    assert guard(gone).verdict == "refuted"
+    held = replace(gone, metrics=gone.metrics | {"engine_resident_tokens": 64})
+    assert guard(held).verdict == "inconclusive"
+
+
+def test_audit_17_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
+    """``engine_reused_tokens or 0``: a re-request without a count read as the whole prefix lost."""
+    from workbench.contract import PrefixStatus
+    from workbench.probes.retention import _reused
+
+    silent = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=0, computed_tokens=64, source="none")
+    assert _reused(silent, True) is None and _reused(silent, False) is None
+    counted = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=48, computed_tokens=16, source="num_cached_tokens")
+    assert _reused(counted, True) == 48

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
 from workbench.models import TOKEN_LO
 from workbench.probes.reuse import classify, verdict
@@ -81,9 +82,11 @@ def test_kv_swapped_inside_the_engine_shows_as_reuse_that_changes_the_output(run
 # --------------------------------------------------------------------------- the rule, row by row
 
 
-def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0, holds=True):
+def _row(case="exact repeat", expected=129, reported=129, engine=129, granularity=1, diff=0.001, std=1.0, holds=True,
+         source="num_cached_tokens"):
+    """A row as the probe writes it; ``source`` is the request's ``PrefixStatus.source`` (an engine counter)."""
     return {"repeat": 0, "case": case, "prompt_tokens": 129, "expected_reused": expected, "reported_reused": reported,
-            "engine_reused": engine, "granularity": granularity, "logits_max_abs_diff": diff, "logits_cold_std": std,
+            "reuse_source": source, "engine_reused": engine, "granularity": granularity, "logits_max_abs_diff": diff, "logits_cold_std": std,
             "engine_resident_after": 129 if holds else 100, "engine_holds_prompt": holds, "ttft_s": 0.001,
             "reported_vs_expected": classify(expected, reported, 129, granularity),
             "engine_vs_expected": classify(expected, engine, 129, granularity)}
@@ -97,18 +100,17 @@ def test_rule_confirms_exact_engine_checked_reuse():
 
 
 def test_rule_refutes_without_per_request_counters():
-    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
-          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    no = [_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")]
     assert verdict(no, [], "e", None, 0.05).verdict == "refuted"
 
 
 def test_an_engine_without_a_reuse_counter_is_not_applicable_resting_on_logits():
     """llama.cpp has no reuse counter; its n_p_eval was passed off as the engine's reuse and refuted the risk."""
-    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
-          _row(engine=None) | {"engine_vs_expected": "no channel"}]
+    no = [_row("cold", 0, 0, None, source="cell"), _row(engine=None, source="cell")]
     out = verdict(no, ["n_p_eval"], "llamacpp", "no counter in llama.h", 0.05)
     assert out.verdict == "not-applicable" and out.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
-    assert out.rests_on == ("logits_max_abs_diff",) and "engine_reuse_exact_fraction" not in out.metrics
+    assert [s.metric for s in out.rests_on] == ["logits_max_abs_diff"]
+    assert "engine_reuse_exact_fraction" not in out.metrics
     wrong = verdict([no[0], no[1] | {"logits_max_abs_diff": 0.9}], ["n_p_eval"], "llamacpp", "no counter", 0.05)
     assert wrong.verdict == "refuted" and wrong.claim_verdicts["risk.reuse_metrics"] == "not-applicable"
 
@@ -176,3 +178,66 @@ def test_classify_names_block_and_last_token_disagreements():
     assert classify(97, 96, 120, 32) == "block rounding"
     assert classify(97, 40, 120, 32) == "mismatch"
     assert classify(97, None, 120, 32) == "no channel"
+
+
+def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts():
+    """A TensorRT-LLM without perf metrics returns no count on any request: the branch named no metric, so the
+    guard always downgraded it and the risk could never be confirmed."""
+    from workbench.probes import at_most_inconclusive_without_engine
+
+    no = [_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")]
+    o = verdict(no, [], "e", None, 0.05)
+    out = at_most_inconclusive_without_engine(o)
+    assert out.verdict == "refuted" and out.claim_verdicts["risk.reuse_metrics"] == "confirmed"
+    assert o.metrics["engine_counted_requests"] == 0
+    assert o.metrics["reuse_exact_fraction"] is None and o.metrics["max_reuse_error_tokens"] is None  # not 0
+    assert any("missing, not 0" in n for n in o.notes)
+
+
+def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
+    from workbench import findings
+
+    o = verdict([COLD, _row()], ["num_cached_tokens"], "vllm", None, 0.05)
+    assert findings.metric_values(o.metrics, o.sources)["reuse_exact_fraction"]["source"] == "engine"
+    llama = verdict([_row("cold", 0, 0, None, source="cell"), _row(engine=None, source="cell")], ["n_p_eval"],
+                    "llamacpp", "no counter", 0.05)
+    assert findings.metric_values(llama.metrics, llama.sources)["reuse_exact_fraction"]["source"] == "cell"
+
+
+def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
+    from dataclasses import replace
+
+    from workbench.probes import at_most_inconclusive_without_engine as guard
+
+    cases = [  # (rows, tampered metric, a value that says otherwise)
+        ([COLD, _row()], "engine_reuse_exact_fraction", 0.5),  # confirmed: exact on every request
+        ([COLD, _row()], "logits_max_abs_diff", 5.0),  # confirmed: and the logits agreed
+        ([COLD, _row(diff=0.9)], "logits_max_abs_diff", 0.0),  # refuted: reuse changed the output
+        ([COLD, _row(engine=100)], "engine_reuse_exact_fraction", 1.0),  # partial: the engine disagreed
+        ([_row("cold", 0, None, None, source="none"), _row(reported=None, engine=None, source="none")],
+         "engine_counted_requests", 2),  # refuted: no count came back
+    ]
+    for rows, tag, value in cases:
+        o = verdict(rows, ["num_cached_tokens"], "e", None, 0.05)
+        assert guard(o).verdict == o.verdict != "inconclusive", (o.verdict, tag)
+        lie = guard(replace(o, metrics=o.metrics | {tag: value}))
+        assert lie.verdict == "inconclusive" and f"{tag} is {value!r}" in lie.summary, (o.verdict, tag)
+
+
+def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
+                                                                                                 monkeypatch):
+    """The double returns no ``request_perf_metrics`` (as 1.2 does without ``return_perf_metrics``): every count
+    is missing, never 0, and the refutation rests on the engine having counted none of the requests."""
+    from doubles.trtllm_fixture import model_dir
+    from workbench import probes
+
+    real = fake_trt.llmapi.llm.LLM._steps
+    monkeypatch.setattr(fake_trt.llmapi.llm.LLM, "_steps", lambda self, out, sp, perf, streaming:
+                        real(self, out, sp, None, streaming))
+    f = probes.run("reuse.per_request_metrics", engine="trtllm", isolated=False, params={"repeats": 1},
+                   model=str(model_dir(tmp_path, vocab_size=32000)),
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    assert f.verdict == "refuted" and f.claim_verdicts["risk.reuse_metrics"] == "confirmed", f.summary
+    assert f.metrics["engine_counted_requests"] == {"value": 0, "unit": "count", "source": "engine"}
+    assert f.metrics["reuse_exact_fraction"]["value"] is None
+    assert all(r["reported_reused"] is None and r["reuse_source"] == "none" for r in f.evidence["rows"])

@@ -70,3 +70,25 @@ def test_an_empty_pressure_list_is_a_parameter_error():
 
     with pytest.raises(probes.ParamError, match="pressure"):
         probes.parse_params(probes.get("prefix.warmup_materialization"), {"pressure": ""})
+
+
+def test_audit_17_a_follow_up_without_an_engine_count_is_missing_not_a_loss():
+    """A request cell whose engine gave no count reported reuse 0: read as 'the warm-up kept nothing'."""
+    rows = [_row(0, 1.0), _row(2, 1.0) | {"followup_reused": None, "from_engine": False}]
+    o = _verdict(rows)
+    assert o.verdict == "inconclusive" and "missing, not 0" in o.summary
+
+
+def test_audit_17_each_warmup_verdict_is_downgraded_beside_an_engine_fraction_that_contradicts_it():
+    from dataclasses import replace
+
+    from workbench.probes import at_most_inconclusive_without_engine as guard
+
+    for rows, value in (([_row(0, 1.0), _row(2, 1.0)], 0.5), ([_row(0, 1.0), _row(2, 0.5)], 1.0),
+                        ([_row(0, 0.5)], 1.0)):
+        o = _verdict(rows)
+        assert guard(o).verdict == o.verdict
+        assert guard(replace(o, metrics=o.metrics | {"engine_reuse_fraction": value})).verdict == "inconclusive"
+    short = absence([{"prefix_tokens": 64, "engine_resident": 40, "boundary": "2·B"}], "no warm-up")
+    assert guard(short).verdict == "confirmed"
+    assert guard(replace(short, metrics=short.metrics | {"engine_resident_tokens": 64})).verdict == "inconclusive"

@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest, ManifestMismatch,
-                        PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature, WorkbenchError,
-                        common_prefix, digest, split_prompt)
+from ..contract import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
+                        ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature,
+                        WorkbenchError, common_prefix, digest, split_prompt)
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the context a cell opens with where the model allows more
 _C = TypeVar("_C", bound="RequestCell")
@@ -55,12 +55,22 @@ class Slot:
 
 @dataclass(frozen=True)
 class Warm:
-    """What one ``max_tokens=1`` request over a prefix reported."""
+    """What one ``max_tokens=1`` request over a prefix reported. Built by :meth:`read`, so an engine that gave
+    no count is source ``none`` (no reading), never an engine count of 0."""
 
     reused_tokens: int
     source: str  # PrefixStatus.source: the engine counter the reuse was read from, or "none"
     counters: dict
     elapsed_s: float
+
+    @classmethod
+    def read(cls, reused: int | None, counter: str, counters: dict, elapsed_s: float) -> "Warm":
+        """The engine's ``counter`` gave ``reused`` (None: the engine returned no count for this request)."""
+        return cls(0, "none", counters, elapsed_s) if reused is None else cls(int(reused), counter, counters, elapsed_s)
+
+    @property
+    def engine_reused(self) -> int | None:
+        return None if self.source == "none" else self.reused_tokens
 
 
 @dataclass(frozen=True)
@@ -352,6 +362,25 @@ class RequestCell(abc.ABC):
         return dataclasses.replace(status, prompt_tokens=len(snap.tokens), deferred_tokens=len(pending))
 
     # ------------------------------------------------------------------ observers
+
+    def adapter_request(self, tokens: Sequence[int], *, key: str, adapter: bool,
+                        max_tokens: int = 4) -> AdapterReply:
+        """One request of ``tokens`` under ``key``, carrying the cell's LoRA adapter or not (``adapter_requests``
+        observer; needs adapters at open): a ``max_tokens=1`` request for the engine's reuse count, then a greedy
+        decode of ``max_tokens``. The key is the caller's, so the engine's own keying is seen, not the salt's."""
+        self._check_open()
+        loaded = self._lora_request
+        if loaded is None:
+            raise UnsupportedFeature("adapter requests", self.engine, "open the cell with adapters=[a LoRA directory]")
+        self._lora_request = loaded if adapter else None
+        try:
+            warm = self._warm(list(tokens), key, None)
+            sampling = dict(max_tokens=max_tokens, temperature=0.0, top_p=1.0, top_k=0, seed=0, stop=(),
+                            json_schema=None)
+            out = [t for step in self._stream(list(tokens), Slot(list(tokens), key=key), sampling) for t in step.tokens]
+        finally:
+            self._lora_request = loaded
+        return AdapterReply(adapter, warm.engine_reused, tuple(out))
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""

@@ -378,7 +378,7 @@ class TrtLlmCell(RequestCell):
         elapsed = time.perf_counter() - t0
         counters = trtllm_metrics.request_counters(out.outputs[0].request_perf_metrics, self.opts.tokens_per_block)
         reused = trtllm_metrics.reused_tokens(counters, len(tokens))
-        return Warm(reused or 0, "perf_metrics" if reused is not None else "none", counters, elapsed)
+        return Warm.read(reused, "perf_metrics", counters, elapsed)
 
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         """``generate_async(streaming=True)``: each output carries the whole sequence so far."""
@@ -416,6 +416,8 @@ class TrtLlmCell(RequestCell):
         connector_ok = all(r.ok for r in self._guard if r.feature == "connector")
         if connector_ok and o.enable_block_reuse:  # recorded once the cell is opened with connector=True
             observers.append("connector")
+        if self._lora_request is not None:
+            observers.append("adapter_requests")
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
             geometry=g, context_tokens=self.context_tokens, kv_capacity_tokens=capacity,

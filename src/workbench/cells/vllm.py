@@ -517,8 +517,8 @@ class VllmCell(RequestCell):
             final = out
         if final is None:
             raise WorkbenchError("vLLM returned no output for the warm-up request")
-        return Warm(int(final.num_cached_tokens or 0), "num_cached_tokens", self._counters(final, len(tokens)),
-                    time.perf_counter() - t0)
+        return Warm.read(final.num_cached_tokens, "num_cached_tokens", self._counters(final, len(tokens)),
+                         time.perf_counter() - t0)
 
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         """``RequestOutputKind.DELTA``: each output carries only what is new."""
@@ -560,6 +560,8 @@ class VllmCell(RequestCell):
         if self._events is not None:
             observers += ["kv_events", "capacity"]
         observers.append("connector")  # recorded once the cell is opened with connector=True
+        if self._lora_request is not None:
+            observers.append("adapter_requests")
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..metrics import Support
 from ..params import parse_bool
 from ..registry import Registry, UnknownName
 
@@ -38,7 +39,9 @@ class Outcome:
     rows: list[dict] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     claim_verdicts: dict[str, str] = field(default_factory=dict)
-    rests_on: tuple[str, ...] = ()  # the metrics the verdict rests on: each must be engine-sourced and finite
+    rests_on: tuple[Support, ...] = ()  # the value of each metric the verdict rests on: engine-read, finite, holding
+    claim_rests_on: dict[str, tuple[Support, ...]] = field(default_factory=dict)  # a claim row with its own evidence
+    sources: dict[str, str] = field(default_factory=dict)  # a metric's source in this run, where not the declared one
 
 
 @dataclass(frozen=True)
@@ -233,20 +236,24 @@ RESTING = ("confirmed", "refuted", "partial")  # verdicts that must rest on a nu
 
 
 def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
-    """An answer is only as good as the metrics its rule says it rests on (``Outcome.rests_on``): unless each
-    of them is read from the engine and finite, it becomes inconclusive, and its summary says why. A count
-    the cell computed itself, a timing or a parameter echo cannot confirm anything."""
-    answers = o.verdict in RESTING or any(v in RESTING for v in o.claim_verdicts.values())
-    if not answers:
+    """An answer is only as good as the values its rule says it rests on (``Outcome.rests_on``, or a claim row's
+    own ``claim_rests_on``): unless each is read from the engine, finite and holds the value that supports the
+    verdict, the answer becomes inconclusive, and its summary says why. A count the cell computed itself, a
+    timing or a parameter echo cannot confirm anything, and neither can an engine reading that contradicts it."""
+    def unfit(supports: tuple[Support, ...]) -> list[str]:
+        return (metrics.unfit_to_rest_on(o.metrics, supports, o.sources) if supports
+                else ["the rule named no engine-read number it rests on"])
+
+    why = unfit(o.rests_on) if o.verdict in RESTING else []
+    rows = {c: unfit(o.claim_rests_on.get(c, o.rests_on)) for c, v in o.claim_verdicts.items() if v in RESTING}
+    rows = {c: w for c, w in rows.items() if w}
+    if not why and not rows:
         return o
-    why = (metrics.unfit_to_rest_on(o.metrics, o.rests_on) if o.rests_on
-           else ["the rule named no engine-read number it rests on"])
-    if not why:
-        return o
+    said = dict.fromkeys([*why, *(f"{c}: {w}" if c in o.claim_rests_on else w for c, ws in rows.items() for w in ws)])
     return dataclasses.replace(
-        o, verdict="inconclusive" if o.verdict in RESTING else o.verdict,
-        summary=o.summary + f" (At most inconclusive: {'; '.join(why)}.)",
-        claim_verdicts={c: "inconclusive" if v in RESTING else v for c, v in o.claim_verdicts.items()})
+        o, verdict="inconclusive" if why else o.verdict,
+        summary=o.summary + f" (At most inconclusive: {'; '.join(said)}.)",
+        claim_verdicts={c: "inconclusive" if c in rows else v for c, v in o.claim_verdicts.items()})
 
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
@@ -261,7 +268,8 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         probe=probe.name, probe_version=probe.version, claims=list(dict.fromkeys([*probe.claims, *o.claim_verdicts])),
         verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
         params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
-        metrics=findings.metric_values(o.metrics), evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
+        metrics=findings.metric_values(o.metrics, o.sources),
+        evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts),
     )
 

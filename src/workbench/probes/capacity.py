@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..contract import KvMemory, UnsupportedFeature
-from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, param
+from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 
 BUDGETS = (256, 300, 1000.5, 1536, 2500)
 """Budgets in tokens of the engine's own KV bytes: 300, 1000.5 and 2500 align to no power of two, 1000.5 not even
@@ -37,7 +37,7 @@ class Params:
 
 
 class BudgetPolicy(Probe):
-    version = "3"
+    version = "4"
     claims = ("risk.memory_fraction", "contract.describe")
     figures = (Figure("capacity", "capacity"),)
     Params = Params
@@ -144,22 +144,29 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
                        "workbench's arithmetic, so the byte budget cannot be graded.", metrics, rows, notes)
     over = max(rows, key=lambda r: r["overshoot"])
     short = min(rows, key=lambda r: r["capacity_error"])
+    unbounded = over["overshoot"] > p.max_overshoot or short["capacity_error"] < -p.max_overshoot
     worst = over if abs(over["overshoot"]) >= abs(short["capacity_error"]) else short
+    if unbounded:  # the budget that the engine missed beyond max_overshoot speaks for the verdict
+        worst = over if over["overshoot"] > p.max_overshoot else short
     metrics = {"budget_bytes": worst["budget_bytes"], "budget_tokens": worst["budget_tokens"],
                "engine_kv_bytes": worst["engine_kv_bytes"], "over_budget_bytes": worst["over_budget_bytes"],
                "measured_capacity_tokens": worst["measured_capacity_tokens"],
                "engine_kv_bytes_per_token": worst["engine_kv_bytes_per_token"],
                "kv_bytes_per_token": worst["kv_bytes_per_token"], "capacity_error": short["capacity_error"],
                "max_overshoot": over["overshoot"]}
-    rests = ("engine_kv_bytes", "engine_kv_bytes_per_token", "measured_capacity_tokens")
+    b, per_token = worst["budget_bytes"], worst["engine_kv_bytes_per_token"]
+
+    def within(share: float) -> tuple[Support, ...]:  # the engine's bytes and the capacity it took, near the budget
+        return (Support("engine_kv_bytes", "<=", b * (1 + share)),
+                Support("measured_capacity_tokens", ">=", b * (1 - share) / per_token))
     geometry_off = [r for r in rows if r["kv_bytes_per_token"] != r["engine_kv_bytes_per_token"]]
     if geometry_off:
         r = geometry_off[0]
         notes.append(f"the config's geometry says {r['kv_bytes_per_token']} B/token, the engine "
                      f"{r['engine_kv_bytes_per_token']:g}: Describe's geometry is not the engine's")
     n = len(rows)
-    if over["overshoot"] > p.max_overshoot or short["capacity_error"] < -p.max_overshoot:
-        if over["overshoot"] > p.max_overshoot:
+    if unbounded:
+        if worst is over:
             what = (f"the engine took {over['engine_kv_bytes']:,.0f} B of KV for a budget of {over['budget_bytes']:,} B "
                     f"({over['overshoot']:+.0%}, {over['budget_tokens']:g} tokens' worth)")
         else:
@@ -167,18 +174,20 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
                     f"{short['budget_bytes']:,} B ({short['capacity_error']:+.0%})")
         return Outcome("confirmed", f"A byte budget does not bound the engine's KV: {what}, beyond the "
                        f"{p.max_overshoot:.0%} a byte-based policy can absorb; a policy cannot set its capacity in bytes.",
-                       metrics, rows, notes, {"contract.describe": "refuted"}, rests_on=rests)
+                       metrics, rows, notes, {"contract.describe": "refuted"},
+                       rests_on=(Support("engine_kv_bytes", ">", b * (1 + p.max_overshoot)),) if worst is over else
+                       (Support("measured_capacity_tokens", "<", b * (1 - p.max_overshoot) / per_token),))
     missed = [r for r in rows if abs(r["overshoot"]) > p.tolerance or r["capacity_error"] < -p.tolerance]
     if missed:
         return Outcome("partial", f"The byte budget drives the engine's KV up to its allocation unit: {len(missed)}/{n} "
                        f"budgets missed by more than {p.tolerance:.0%} but at most {p.max_overshoot:.0%} (bytes over "
                        f"the budget at most {over['overshoot']:+.1%}, usable capacity at worst "
                        f"{short['capacity_error']:+.1%}); a policy must budget in the engine's unit.",
-                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=rests)
+                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=within(p.max_overshoot))
     return Outcome("refuted", f"Every byte budget ({n}, non-aligned ones included) got the KV bytes it asked for, "
                    f"within {p.tolerance:.0%}, read from the engine: capacity can be driven in bytes from the policy.",
                    metrics, rows, notes, {"contract.describe": "partial" if geometry_off else "confirmed"},
-                   rests_on=rests)
+                   rests_on=within(p.tolerance))
 
 
 def _note(r: dict) -> str:

@@ -10,11 +10,11 @@ import statistics
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..contract import Cell, ContextOverflow, Description, Retention
+from ..contract import CELL_SOURCES, Cell, ContextOverflow, Description, Retention
 from ..models import TOKEN_LO
 
 
@@ -32,6 +32,17 @@ def token_ids(rng: np.random.Generator, n: int, d: Description) -> list[int]:
 def fresh_salt(tag: str) -> str:
     """A salt no earlier request used: keeps warm-ups from polluting cold measurements."""
     return f"{tag}-{uuid.uuid4().hex}"
+
+
+def reported_source(prefix_sources: Iterable[str]) -> str | None:
+    """The metric source of reuse the cell reported (``PrefixStatus.reused_tokens``) over requests with these
+    ``PrefixStatus.source`` values: ``engine`` where every one was the engine's own counter (vLLM's
+    ``num_cached_tokens``), ``cell`` where any was bookkeeping (llama.cpp), None where any request came back with
+    no count at all (``none``): the value is then missing, never 0."""
+    seen = set(prefix_sources)
+    if "none" in seen:
+        return None
+    return "cell" if seen & CELL_SOURCES else "engine"
 
 
 @dataclass

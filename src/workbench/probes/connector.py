@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import common_prefix
-from . import NotRunnable, Outcome, Probe, ProbeContext, param
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, token_ids
 
 
@@ -174,8 +174,11 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     rows = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]
     if not restored:
         return Outcome("refuted", f"Exported state does not even restore identically on {engine}.", metrics, rows,
-                       notes, {"contract.snapshot": "confirmed"}, rests_on=("restored_identical",))
-    rests = ("restored_identical", "subrange_export", "shifted_import_exact")
+                       notes, {"contract.snapshot": "confirmed"}, rests_on=(Support("restored_identical", "==", False),))
+    held = Support("restored_identical", "==", True)
+    what = {"subrange_export": subrange, "shifted_import_exact": exact}  # each branch rests on the parts that held
+    rests = (held, *(Support(k, "==", True) for k, v in what.items() if v)) if subrange or exact else (
+        held, *(Support(k, "==", False) for k in what))
     snapshot = {"contract.snapshot": "refuted"}  # a KV blob was exported and restored
     if subrange and exact:
         return Outcome("confirmed", f"{engine} exports KV with positions: a trimmed sub-range of a sequence exports "
@@ -217,13 +220,13 @@ def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str])
         return Outcome("partial", f"The connector was offered {r['num_computed_tokens']} matched tokens for a request "
                        f"that shares only {r['shared_tokens']} with the one before it at the same positions: KV behind "
                        "a shifted lead-in reaches it, but no exact shifted import was shown.", metrics, rows, notes,
-                       snapshot, rests_on=("connector_calls",))
+                       snapshot, rests_on=(Support("connector_calls", ">", 0),))
     unit = (f"; offers inside a block ({len(partial_block)}) are partial-block reuse at the same positions"
             if partial_block else "")
     return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
                    "sequence order; import is offered only as a continuation of the device-matched prefix "
                    f"(get_num_new_matched_tokens){unit}, so the same prefix behind a shifted lead-in is not "
-                   "importable: whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=("connector_calls",))
+                   "importable: whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=(Support("connector_calls", ">", 0),))
 
 
 def _call_row(call: dict, shared: dict[int, int]) -> dict:

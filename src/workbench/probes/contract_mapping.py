@@ -10,7 +10,7 @@ calls, a reference. Behavioural probes say whether a mechanism *works*.
 from __future__ import annotations
 
 from .. import cells, claims
-from . import Outcome, Probe, ProbeContext, churn
+from . import Outcome, Probe, ProbeContext, Support, churn
 from .installed import NoParams, package_dir
 
 
@@ -49,7 +49,7 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the {own_table}).",
-                       metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+                       metrics, rows, notes, per_claim, rests_on=(Support("rows_verified", "<", len(table)),))
     one = churn.churn_verdict({str(rows[0].get("version")) if rows else "?": churn.signature_table(rows)})
     notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
@@ -59,7 +59,9 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
                        "(behavioural probes say whether they work).", metrics, rows, notes,
-                       per_claim | {"entry.contract_table": "partial"}, rests_on=("rows_verified",))
+                       per_claim | {"entry.contract_table": "partial"},
+                       rests_on=(Support("rows_verified", "==", len(table)),))
     return Outcome("partial" if verified else "refuted", f"{len(verified)}/{len(table)} contract rows map onto the "
                    f"installed {engine} release; {len(broken)} rows name mechanisms that are missing or changed.",
-                   metrics, rows, notes, per_claim, rests_on=("rows_verified",))
+                   metrics, rows, notes, per_claim,
+                   rests_on=(Support("rows_verified", "<", len(table)) if verified else Support("rows_verified", "==", 0),))

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import cells, claims
 from ..observe.survey import elf_defined_dynamic_symbols, survey
-from . import Outcome, Probe, ProbeContext
+from . import Outcome, Probe, ProbeContext, Support
 from .installed import NoParams, package_dir
 
 
@@ -41,14 +41,15 @@ class CppEntrypoint(Probe):
         if s.takes_model_code:
             return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
                            "the PyTorch-native path may exist; its documentation and stability are unverified.",
-                           metrics, rows, notes, rests_on=("executor_symbols",))
+                           metrics, rows, notes, rests_on=(Support("executor_symbols", ">", 0),))
         if s.constructors:
             return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
                            f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
                            "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
-                           rests_on=("executor_symbols",))
+                           rests_on=(Support("executor_symbols", ">", 0),))
         return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
-                       "exported symbols surveyed).", metrics, rows, notes, rests_on=("headers", "executor_symbols"))
+                       "exported symbols surveyed).", metrics, rows, notes, 
+                       rests_on=(Support("executor_symbols", "==", 0),))
 
 
 def _c_api(root: Path, cell: Any, claim: claims.Claim) -> Outcome:
@@ -70,7 +71,7 @@ def _c_api(root: Path, cell: Any, claim: claims.Claim) -> Outcome:
         notes.append(f"missing C symbols: {', '.join(missing)}")
         return Outcome("partial", f"{cell.label}'s libraries export {len(wanted) - len(missing)}/{len(wanted)} of "
                        f"the C functions the {cell.label} cell uses.", metrics, rows, notes,
-                       rests_on=("symbols_missing",))
+                       rests_on=(Support("symbols_missing", ">", 0),))
     return Outcome("not-applicable", f"The unknown is about {claim.about.name}'s PyTorch path, which {cell.label} "
                    f"does not have; as a reference, {cell.label} ships a C entry point: its libraries export all "
                    f"{len(wanted)} C functions its cell uses, so a Go daemon can host it in-process without Python.",
@@ -92,7 +93,7 @@ def _extension_modules(root: Path, label: str) -> Outcome:
     if standalone:
         return Outcome("partial", f"{label} ships {len(standalone)} shared libraries that are not Python extension "
                        "modules; whether any is a documented C entry point is not established by their symbols.",
-                       metrics, rows, notes, rests_on=("symbols_present",))
+                       metrics, rows, notes, rests_on=(Support("symbols_present", ">", 0),))
     return Outcome("refuted", f"{label} ships no C/C++ entry point: all {len(rows)} of its shared libraries are Python "
                    "extension modules (custom torch ops), so a host must embed Python to run it.", metrics, rows, notes,
-                   rests_on=("symbols_present",))
+                   rests_on=(Support("symbols_present", ">", 0),))

@@ -9,7 +9,11 @@ Beside the tests, the effect sizes: median TTFT of repeat-under-A and of B, each
 with a percentile bootstrap CI (trials resampled in pairs, seeded, ``resamples`` draws, level 1 − 2α,
 the interval that matches a TOST at α); "no leak" needs B's interval inside the equivalence margin.
 Timed work runs on a fixed thread count. A snapshot taken under one manifest must be refused by a
-cell of another manifest (another model, or the same model with an adapter).
+cell of another manifest (another model, or the same model with an adapter); on a request cell that
+refusal is the cell's own digest check, so the LoRA row is read from the engine instead: one engine with
+the adapter loaded (``adapter``, or one written from the model's geometry) gets a prompt twice without the
+adapter and twice with it, all under one key (``adapter_requests``), and must change its output with the
+adapter and reuse none of the base model's KV for it while reusing its own.
 
 Where the engine itself has no salt (``Description.absent["engine_salt"]``, e.g. llama.cpp), any
 isolation is the cell's doing: the probe then bypasses the cell's manifest check and hands the
@@ -20,14 +24,16 @@ the manifest claim is ``not-applicable`` to this engine (the cell's isolation is
 from __future__ import annotations
 
 import math
+import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
+from .. import adapters, models
 from ..contract import ManifestMismatch, WorkbenchError
-from . import Figure, Outcome, Probe, ProbeContext, param
-from .common import fresh_salt, spread, timed, token_ids
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from .common import fresh_salt, reported_source, spread, timed, token_ids
 
 
 def ks_floor(n: int) -> float:
@@ -44,7 +50,9 @@ class Params:
     other_model: str | None = param(None, "a model with another manifest, for snapshot refusal; None: a synthetic "
                                           "model with the main model's KV shape (layers, KV heads, head size) and "
                                           "other weights, so only a key, never a size check, can refuse its state")
-    adapter: str | None = param(None, "a LoRA adapter path: adds an adapter-manifest arm when given")
+    adapter: str | None = param(None, "a LoRA adapter directory: the adapter-manifest arm, and the adapter the engine is "
+                                      "sent in requests where it has a salt; None there: one written from the "
+                                      "model's geometry (src/workbench/adapters.py)")
     threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
     resamples: int = param(2000, "bootstrap resamples (B) of the TTFT-ratio confidence intervals (level 1 − 2·alpha)")
     seed: int = param(0, "seed for the probe's own token ids and the bootstrap")
@@ -75,7 +83,7 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "4"
+    version = "5"
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
@@ -97,7 +105,7 @@ class CacheSalt(Probe):
                     elapsed, st = timed(cell.ensure_prefix, prompt, salt=salt)
                     first = cell.decode(max_tokens=1)
                     rows.append({"trial": t, "procedure": proc, "reused_tokens": st.reused_tokens,
-                                 "engine_reused": st.engine_reused_tokens,
+                                 "reuse_source": st.source, "engine_reused": st.engine_reused_tokens,
                                  "computed_tokens": st.computed_tokens, "ttft_s": elapsed + first.ttft_s,
                                  "recomputed_last_token": first.engine_counters.get("recomputed_last_token"),
                                  "exact": st.exact})
@@ -106,10 +114,12 @@ class CacheSalt(Probe):
         refusals = [self._refusal(ctx, snap, other, {}, "other model")]
         if p.adapter:
             refusals.append(self._refusal(ctx, snap, ctx.model, {"adapters": [p.adapter]}, "same model + adapter"))
-        engine = None
+        engine = lora = None
         if "engine_salt" in d.absent and "state_export" in d.observers:
             engine = self._engine_accepts(ctx, snap, other)
-        return verdict(rows, refusals, p, d.absent.get("engine_salt"), engine)
+        elif "engine_salt" not in d.absent:
+            lora = self._adapter_requests(ctx, p, d, rng)
+        return verdict(rows, refusals, p, d.absent.get("engine_salt"), engine, lora)
 
     def _refusal(self, ctx: ProbeContext, snap, model: str, options: dict, label: str) -> dict:
         try:
@@ -120,6 +130,30 @@ class CacheSalt(Probe):
             return {"arm": label, "refused": True, "error": str(e)}
         except WorkbenchError as e:  # the other manifest cannot be opened on this engine
             return {"arm": label, "refused": None, "error": str(e)}
+
+    def _adapter_requests(self, ctx: ProbeContext, p: Params, d, rng: np.random.Generator) -> dict:
+        """One engine with the adapter loaded (``adapter``, else one written from the model's geometry): a prompt
+        twice without the adapter, then twice with it, all under one key, so only the engine can keep the
+        adapter's KV apart; each reply's reuse is the engine's own count."""
+        arm = {"arm": "adapter requests", "refused": None, "error": None}
+        with tempfile.TemporaryDirectory(prefix="workbench-lora-") as tmp:
+            try:
+                path = p.adapter or str(adapters.write_lora(models.hf_directory(ctx.resolved), tmp))
+            except WorkbenchError as e:
+                return arm | {"error": f"no adapter to send: {e}"}
+            try:
+                with ctx.open(adapters=[path]) as cell:
+                    if "adapter_requests" not in cell.describe().observers:
+                        return arm | {"error": "the cell sends no adapter requests on this engine"}
+                    prompt, key = token_ids(rng, p.prompt_tokens, d), fresh_salt("lora")
+                    replies = [cell.adapter_request(prompt, key=key, adapter=a) for a in (False, False, True, True)]
+            except models.ModelSpecError as e:  # the adapter given is not one: ours to fix, not the engine's answer
+                return arm | {"error": str(e)}
+            except WorkbenchError as e:  # the engine refused to start or serve with the adapter
+                return arm | {"refused": True, "error": str(e)}
+        return arm | {"refused": False, "adapter": p.adapter or "written from the model's geometry",
+                      "reused": [r.reused_tokens for r in replies], "base_tokens": list(replies[0].tokens),
+                      "adapter_tokens": list(replies[2].tokens)}
 
     def _engine_accepts(self, ctx: ProbeContext, snap, model: str) -> dict:
         """Hand the foreign state to the engine directly (the cell's manifest check bypassed) and decode."""
@@ -181,8 +215,52 @@ def ttft_ratio(rows: list[dict], proc: str, p: Params) -> Ratio:
                  level, p.resamples, len(pairs))
 
 
+def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tuple[str, dict, list[str], tuple]:
+    """The LoRA row from the engine's answers to adapter requests (:meth:`CacheSalt._adapter_requests`): its
+    verdict, metrics, notes and the values it rests on. Confirmed only when the adapter changed the engine's
+    output and the engine, with the base model's KV of the same prompt under the same key there to reuse
+    (a base repeat reused it), reused none of it for the adapter request, yet reused the adapter's own on a
+    repeat. The cell refusing a snapshot across the adapter manifest is its own digest check, never the answer."""
+    notes = []
+    if len(refusals) > 1:
+        notes.append("the adapter arm's snapshot refusal is the cell's own manifest check, not the engine's answer")
+    if no_salt and len(refusals) > 1:  # an engine without a salt has no key to fold an adapter's digest into
+        return "not-applicable", {}, notes + [
+            "the engine has no salt to key an adapter's KV apart, so the LoRA row is not-applicable here"], ()
+    if arm is None:
+        return "inconclusive", {}, notes + ["no adapter request reached the engine, so the LoRA row stays "
+                                            "inconclusive"], ()
+    if arm["refused"]:
+        return "not-applicable", {}, notes + [f"the engine refused the adapter: {arm['error']}"], ()
+    if arm["refused"] is None:
+        return "inconclusive", {}, notes + [f"the adapter arm did not run: {arm['error']}"], ()
+    base, base_repeat, cross, repeat = arm["reused"]
+    changed = arm["base_tokens"] != arm["adapter_tokens"]
+    counts = {"engine_lora_base_reused_tokens": base_repeat, "engine_lora_cross_reused_tokens": cross,
+              "engine_lora_reused_tokens": repeat}
+    metrics = {k: v for k, v in counts.items() if v is not None} | {"lora_changed_output": changed}
+    notes.append(f"adapter requests ({arm['adapter']}), one prompt under one key: engine reuse without the adapter "
+                 f"{base} then {base_repeat}, with it {cross} then {repeat}; greedy tokens {arm['base_tokens']} "
+                 f"without, {arm['adapter_tokens']} with")
+    if None in counts.values():
+        return "inconclusive", metrics, notes + ["the engine gave no reuse count for some adapter request"], ()
+    if not changed:
+        return "inconclusive", metrics, notes + ["the adapter did not change the engine's greedy tokens, so whether "
+                                                 "it was applied cannot be told"], ()
+    applied = Support("lora_changed_output", "==", True)
+    if cross > 0:
+        notes.append(f"the engine served an adapter request from {cross} tokens of the base model's KV under one key: "
+                     "it keys KV by salt only, so the adapter's digest must fold into cache_salt")
+        return "partial", metrics, notes, (applied, Support("engine_lora_cross_reused_tokens", ">", 0))
+    if base_repeat == 0 or repeat == 0:
+        return "inconclusive", metrics, notes + ["with nothing reused on a repeat, 0 across the adapter says nothing"], ()
+    return "confirmed", metrics, notes, (applied, Support("engine_lora_base_reused_tokens", ">", 0),
+                                         Support("engine_lora_cross_reused_tokens", "==", 0),
+                                         Support("engine_lora_reused_tokens", ">", 0))
+
+
 def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
-            engine: dict | None = None) -> Outcome:
+            engine: dict | None = None, lora_arm: dict | None = None) -> Outcome:
     by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
     t = {k: [r["ttft_s"] for r in v] for k, v in by.items()}
     # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
@@ -191,25 +269,34 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     tost = tost_log(t["other B"], t["cold A"], p.margin)
     floor = ks_floor(len(t["cold A"]))
     sc, sr = spread(t["cold A"]), spread(t["repeat A"])
-    counted = all(r.get("engine_reused") is not None for r in by["other B"] + by["repeat A"])
-    # The engine's own reuse counts decide wherever every request has one; the cell's only where none does.
+    timed_rows = by["other B"] + by["repeat A"]
+    counted = all(r.get("engine_reused") is not None for r in timed_rows)
+    # The cell's reported reuse is the engine's counter on vLLM, its arithmetic on llama.cpp, missing where the
+    # engine gave no count; the engine's own counts decide wherever every request has one.
+    source = reported_source(r["reuse_source"] for r in timed_rows)
     key = "engine_reused" if counted else "reused_tokens"
-    cross = sum(r[key] for r in by["other B"])
-    within = min(r[key] for r in by["repeat A"])
+    read = counted or source is not None
+    cross = sum(r[key] for r in by["other B"]) if read else None
+    within = min(r[key] for r in by["repeat A"]) if read else None
     engine_counts = ({"engine_cross_manifest_reused_tokens": cross, "engine_reused_tokens": within} if counted else {})
-    cell_cross = sum(r["reused_tokens"] for r in by["other B"])
+    cell_cross = sum(r["reused_tokens"] for r in by["other B"]) if source else None
     warm, other = ttft_ratio(rows, "repeat A", p), ttft_ratio(rows, "other B", p)
     so = spread(t["other B"])
     metrics = engine_counts | {"cross_manifest_reused_tokens": cell_cross,
-                               "reused_tokens": min(r["reused_tokens"] for r in by["repeat A"]),
+                               "reused_tokens": min(r["reused_tokens"] for r in by["repeat A"]) if source else None,
                "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
                "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"], "ttft_other_s": so["median"],
                "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"],
                "ttft_ratio": warm.value, "ttft_ratio_ci_low": warm.low, "ttft_ratio_ci_high": warm.high,
                "ttft_ratio_other": other.value, "ttft_ratio_other_ci_low": other.low,
                "ttft_ratio_other_ci_high": other.high}
+    sources = {"cross_manifest_reused_tokens": source, "reused_tokens": source} if source else {}
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
+    if not source:
+        missing = sum(r["reuse_source"] == "none" for r in timed_rows)
+        notes.append(f"the engine returned no reuse count on {missing} of {len(timed_rows)} timed requests: the "
+                     "reported reuse is missing, not 0")
     notes.append(f"time to first token: cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
                  f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
                  f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
@@ -217,17 +304,12 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     notes.append(f"effect sizes, median TTFT over median cold: repeat under A {warm}; other key B {other} "
                  f"(cold median {1e3 * sc['median']:.3g} ms, B median {1e3 * so['median']:.3g} ms); "
                  f"equivalence band {band}")
-    lora = {"contract.lora": "inconclusive"}
-    if len(refusals) > 1 and no_salt:  # the refusal is the cell's digest check: an engine without a salt has none
-        lora = {"contract.lora": "not-applicable"}
-        notes.append("the adapter arm's refusal is the cell's own manifest check; the engine has no salt to key "
-                     "an adapter's KV apart, so the LoRA row is not-applicable here")
-    elif len(refusals) > 1:
-        lora = {"contract.lora": "confirmed" if refusals[1]["refused"] else
-                "refuted" if refusals[1]["refused"] is False else "inconclusive"}
-    else:
-        notes.append("no adapter given: the adapter arm did not run, so the LoRA row stays inconclusive")
-    extra = [engine] if engine else []
+    lora_verdict, lora_metrics, lora_notes, lora_rests = lora_row(lora_arm, refusals, no_salt)
+    metrics |= lora_metrics
+    notes += lora_notes
+    lora = {"contract.lora": lora_verdict}
+    common = dict(sources=sources, claim_rests_on={"contract.lora": lora_rests})
+    extra = [arm for arm in (engine, lora_arm) if arm]
     if no_salt:
         notes.append(f"the cell declares no engine-level salt: {no_salt}")
         if engine and engine["refused"] is False:
@@ -236,7 +318,7 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                            f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
                            f"(cell-reported cross-key reuse {cell_cross}; B/cold median TTFT {other}), which cannot speak "
                            "for an engine-level salt.",
-                           metrics, rows + refusals + extra, notes, lora)
+                           metrics, rows + refusals + extra, notes, lora, **common)
         if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
             notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
                          "so this shows a size check, not a salt; give other_model of the same shape to show more")
@@ -244,7 +326,7 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
                            f"the cell's bookkeeping (cell-reported cross-key reuse {cell_cross}; B/cold median TTFT "
                            f"{other}). The other model's state "
                            "was refused by the engine for its shape, not for a key.",
-                           metrics, rows + refusals + extra, notes, lora)
+                           metrics, rows + refusals + extra, notes, lora, **common)
     leaks = []
     if cross:
         leaks.append(f"{cross} tokens reused across keys")
@@ -255,24 +337,30 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
         leaks.append("a snapshot was restored onto another manifest")
     if leaks:
         return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics,
-                       rows + refusals + extra, notes, lora, rests_on=("engine_cross_manifest_reused_tokens",))
+                       rows + refusals + extra, notes, lora, rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),),
+                       **common)
+    if within is None:
+        return Outcome("inconclusive", "The engine returned no reuse count, so whether KV crossed keys cannot be read "
+                       f"from it; timing alone cannot decide it (B/cold median TTFT {other}).",
+                       metrics, rows + refusals + extra, notes, lora, **common)
     if within == 0:
         return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
                        f"from no caching (repeat reuse 0, KS p={ks_same:.3g}; repeat/cold median TTFT {warm}).",
-                       metrics, rows + refusals + extra, notes, lora)
+                       metrics, rows + refusals + extra, notes, lora, **common)
     if ks_same >= p.alpha:
         return Outcome("inconclusive", f"Repeats under A reused {within} tokens and B reused 0, but a repeat was not "
                        f"measurably faster than cold (one-sided KS p={ks_same:.3g}; repeat/cold median TTFT {warm}), so "
                        "the timing side channel cannot show a cross-key hit either way at this prompt length; raise "
-                       "prompt_tokens.", metrics, rows + refusals + extra, notes, lora)
+                       "prompt_tokens.", metrics, rows + refusals + extra, notes, lora, **common)
     if tost >= p.alpha or not other.within(p.margin):
         return Outcome("inconclusive", f"Reuse stayed within one key by the counters, but other-key requests could not "
                        f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT "
                        f"{other}, equivalence band {band}); timing is too noisy to rule out a cross-key hit.",
-                       metrics, rows + refusals + extra, notes, lora)
+                       metrics, rows + refusals + extra, notes, lora, **common)
     return Outcome("confirmed", f"Reuse stayed within one key: repeats under A reused {within} tokens (faster than "
                    f"cold, one-sided KS p={ks_same:.2g}; repeat/cold median TTFT {warm}), B reused 0 and was as slow "
                    f"as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT {other}, inside {band}), "
                    "and snapshots were refused across manifests.", metrics,
-                   rows + refusals + extra, notes, lora,
-                   rests_on=("engine_cross_manifest_reused_tokens", "engine_reused_tokens"))
+                   rows + refusals + extra, notes, lora, **common,
+                   rests_on=(Support("engine_cross_manifest_reused_tokens", "==", 0),
+                             Support("engine_reused_tokens", ">", 0)))

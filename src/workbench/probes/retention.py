@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Figure, Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -147,12 +147,17 @@ class PinningUnderPressure(Probe):
                     "baseline_reused": baseline, "reused_tokens": st.reused_tokens, "engine_resident": held,
                     "survival_source": "engine" if readback or counted else "cell",
                     "survival": (held / p.prefix_tokens if readback
-                                 else _reused(st, counted) / baseline if baseline else float("nan")),
+                                 else _survival(_reused(st, counted), baseline)),
                     "rerequest_s": elapsed,
                     "removed_blocks": len(removed) if has_events else None,
                     "pinned_blocks_removed": len(removed & pinned_hashes) if has_events else None,
                 })
         return rows
+
+
+def _survival(reused: int | None, baseline: int) -> float:
+    """Reuse over the baseline's; NaN (unmeasured, never a loss) without a baseline or without a count."""
+    return reused / baseline if baseline and reused is not None else float("nan")
 
 
 def _stored_hashes(events: list[KvEvent]) -> set[int]:
@@ -170,9 +175,10 @@ def first_loss(rows: list[dict], label: str) -> float:
     return min(lost) if lost else math.inf
 
 
-def _reused(st, counted: bool) -> int:
-    """Prefix tokens a re-request reused: the engine's count where the baseline read one, else the cell's."""
-    return (st.engine_reused_tokens or 0) if counted else st.reused_tokens
+def _reused(st, counted: bool) -> int | None:
+    """Prefix tokens a re-request reused: the engine's count where the baseline read one, else the cell's; None
+    where the engine gave this re-request no count (missing, never 0)."""
+    return st.engine_reused_tokens if counted else None if st.source == "none" else st.reused_tokens
 
 
 def by_repeat(rows: list[dict]) -> dict[int, list[dict]]:
@@ -230,7 +236,8 @@ def absence(rows: list[dict], why: str) -> Outcome:
         return Outcome("refuted", f"The engine lost {lost} of the {r['prefix_tokens']} pinned prefix tokens (read back "
                        f"from the engine) while the rest of the cache was filled, although the cell declares that it "
                        "never evicts: the prefix was not retained.", metrics, rows, notes,
-                       {"risk.retention_bias": "inconclusive"}, rests_on=("engine_resident_tokens",))
+                       {"risk.retention_bias": "inconclusive"},
+                       rests_on=(Support("engine_resident_tokens", "<", r["prefix_tokens"]),))
     return Outcome("not-applicable", f"The engine has no eviction to pin against: with the {r['prefix_tokens']}-token "
                    f"prefix resident it took {r['filler_taken']} more tokens and then refused the next batch itself, "
                    f"and all {r['resident_after']} prefix tokens were still held (read back from the engine). "
@@ -282,7 +289,6 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
         "silent_evictions": max(lost, default=0),
         "capacity_tokens": every_top[0]["free_tokens"] + p.prefix_tokens if every_top else None,
     }
-    rests = (survival_tag,)
 
     def where(k: int, a: Arm) -> str:
         return "survives all" if math.isinf(losses[k][a.label]) else f"lost from {losses[k][a.label]:g}×"
@@ -327,7 +333,7 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                    f"all {repeats}, with at least {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
         return Outcome("confirmed", summary, metrics, rows, notes,
                        {"risk.retention_bias": "refuted" if len(plain) > 1 and lower_lost else "inconclusive"},
-                       rests_on=rests)
+                       rests_on=(Support(survival_tag, ">=", 1.0),))
     first = min(losses[k][top.label] for k in top_lost)
     lost_in = (f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}" if n > 1
                else "in its one repeat")
@@ -349,4 +355,5 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                + ("orders eviction, it does not pin." if ordered else "neither pins nor orders." if tied
                   else "does not pin."))
     return Outcome("refuted", summary, metrics, rows, notes,
-                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"}, rests_on=rests)
+                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"},
+                   rests_on=(Support(survival_tag, "<", 1.0),))

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from ..contract import common_prefix
-from .common import block_size, fresh_salt, median, spread, timed, token_ids
+from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def classify(truth: int, reported: int | None, prompt: int, granularity: int) ->
 
 
 class PerRequestMetrics(Probe):
-    version = "4"
+    version = "5"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
     figures = (Figure("matrix", "reuse_matrix"),
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
@@ -137,9 +137,10 @@ class PerRequestMetrics(Probe):
                         floor = float(np.max(np.abs(control - cold_logits)))
                         diff = float(np.max(np.abs(warm - cold_logits)))
                         scale = float(np.std(cold_logits))
+                    reported = None if st.source == "none" else st.reused_tokens  # no count is no reading
                     rows.append({
                         "repeat": rep, "case": case, "prompt_tokens": len(probe), "expected_reused": truth,
-                        "reported_reused": st.reused_tokens, "reported_exact": st.exact,
+                        "reported_reused": reported, "reuse_source": st.source, "reported_exact": st.exact,
                         "granularity": st.granularity_tokens, "engine_reused": engine_reused,
                         "engine_holds_prompt": holds, "recomputed_last_token": first.engine_counters.get(
                             "recomputed_last_token"),
@@ -150,7 +151,7 @@ class PerRequestMetrics(Probe):
                         "engine_counters": dict(c),
                         "stored_blocks": sum(len(e.block_hashes) for e in events if e.kind == "stored") if has_events else None,
                         "t_setup_s": t_setup, "t_probe_s": t_probe, "ttft_s": t_probe + first.ttft_s,
-                        "reported_vs_expected": classify(truth, st.reused_tokens, len(probe), st.granularity_tokens),
+                        "reported_vs_expected": classify(truth, reported, len(probe), st.granularity_tokens),
                         "engine_vs_expected": classify(truth, engine_reused, len(probe), st.granularity_tokens),
                     })
             fields = sorted({k for r in rows for k in r["engine_counters"]})
@@ -160,9 +161,14 @@ class PerRequestMetrics(Probe):
 NOISE_CEILING = 0.5  # a cold-to-cold floor above this × the logits' spread leaves nothing to judge reuse by
 
 
+def _bar(r: dict, tolerance: float, margin: float, floor: float) -> float:
+    """The logits difference a request may show: the tolerance and ``margin`` × the engine's cold-to-cold noise."""
+    return max(tolerance * r["logits_cold_std"], margin * floor)
+
+
 def _beyond(value: float | None, r: dict, tolerance: float, margin: float, floor: float) -> bool:
     """A logits difference past both the tolerance and ``margin`` × the engine's own cold-to-cold noise."""
-    return value is not None and value > max(tolerance * r["logits_cold_std"], margin * floor)
+    return value is not None and value > _bar(r, tolerance, margin, floor)
 
 
 def noise(rows: list[dict], tolerance: float, margin: float) -> tuple[float | None, list[dict], bool]:
@@ -197,6 +203,7 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     lost = [r for r in rows if r.get("engine_holds_prompt") is False]
     mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
     disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
+    reported = [r for r in rows if r["reported_reused"] is not None]
     diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
     floor, odd, too_noisy = noise(rows, tolerance, margin)
     wrong = [r for r in rows if _beyond(r["logits_max_abs_diff"], r, tolerance, margin, floor or 0.0)]
@@ -204,9 +211,13 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
     warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
     sc = spread(cold)
+    # the cell's report is the engine's counter on vLLM, its arithmetic on llama.cpp, missing where none came back
+    source = reported_source(r["reuse_source"] for r in rows)
     metrics = {
-        "reuse_exact_fraction": exact / n,
-        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["expected_reused"]) for r in rows),
+        "reuse_exact_fraction": exact / n if source else None,
+        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["expected_reused"]) for r in reported)
+        if source else None,
+        "engine_counted_requests": len(with_engine),
         "disagreements": len(mism) + len(disagree) + len(wrong),
         "granularity_tokens": granularity,
         "ttft_cold_s": median(cold), "ttft_warm_s": median(warm), "ttft_iqr_s": sc["q3"] - sc["q1"],
@@ -226,7 +237,9 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
              + (f"; logits against a cold recompute on {len(diffs)} requests" if diffs else "; no logits read-back")
              + (f"; cold against cold at other KV cells differs by {floor:.3g} (median over requests: the engine's "
                 f"noise floor; a difference counts beyond {margin:g} × it)" if floor is not None else ""),
-             f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests",
+             f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests"
+             + (f"; the engine returned no reuse count on {n - len(reported)} of {n} requests, so the reported reuse "
+                "is missing, not 0" if len(reported) < n else ""),
              f"TTFT (to the first decoded token) cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}], "
              f"exact repeat median {sw['median']:.4g}s IQR [{sw['q1']:.4g}, {sw['q3']:.4g}]"]
     notes += [f"disagreement: {r['case']} (repeat {r['repeat']}): expected {r['expected_reused']}, cell reported "
@@ -237,6 +250,14 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
               f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in wrong]
     notes += [f"cold computations disagree: {r['case']} (repeat {r['repeat']}) differs by "
               f"{r['logits_layout_floor']:.3g} between two cold runs of the same tokens" for r in odd]
+    sources = {"reuse_exact_fraction": source, "max_reuse_error_tokens": source} if source else {}
+
+    def bar(r: dict) -> float:
+        return _bar(r, tolerance, margin, floor or 0.0)
+
+    # every reused request within its bar: the largest difference stays under the largest bar
+    clean = ((Support("logits_max_abs_diff", "<=", max(bar(r) for r in rows if r["logits_max_abs_diff"] is not None)),)
+             if diffs else ())
     claim = "not-applicable" if no_counter else None
     if too_noisy or (odd and not wrong):
         why = (f"two cold computations of the same tokens differ by {floor:.3g} (median), more than "
@@ -246,14 +267,15 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
         return Outcome("inconclusive", f"The logits check cannot judge reuse on {engine}: {why}, so a reused "
                        "request's difference from a cold recompute says nothing (an engine computing one prompt two "
                        "ways is itself worth a look).", metrics, rows, notes,
-                       {"risk.reuse_metrics": claim or "inconclusive"}, rests_on=("logits_max_abs_diff",))
+                       {"risk.reuse_metrics": claim or "inconclusive"}, sources=sources)
     if wrong:
         return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
                        f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread"
                        + (f" and {margin:g} × the engine's noise floor {floor:.3g}" if floor is not None else "")
                        + "): the reuse "
                        "is not reuse of the prompt's KV.", metrics, rows, notes,
-                       {"risk.reuse_metrics": claim or "confirmed"}, rests_on=("logits_max_abs_diff",))
+                       {"risk.reuse_metrics": claim or "confirmed"}, sources=sources,
+                       rests_on=(Support("logits_max_abs_diff", ">", min(bar(r) for r in wrong)),))
     if no_counter:
         notes.insert(0, f"the cell declares no engine reuse counter: {no_counter}")
         checked = (f"every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}, "
@@ -263,24 +285,27 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
         return Outcome("not-applicable", f"{engine} has no per-request reuse counter to misreport, so the risk cannot "
                        f"occur here. As a reference, the cell's own reuse ({exact}/{n} requests equal the token-id "
                        f"expectation) was checked on the engine by output equivalence: {checked}.", metrics, rows,
-                       notes, {"risk.reuse_metrics": "not-applicable"}, rests_on=("logits_max_abs_diff",))
+                       notes, {"risk.reuse_metrics": "not-applicable"}, sources=sources, rests_on=clean)
     if not has_counters:
-        return Outcome("refuted", f"{engine} returned no per-request reuse counter on any request; reuse can only be "
-                       "estimated from events or timing.", metrics, rows, notes, {"risk.reuse_metrics": "confirmed"})
+        return Outcome("refuted", f"{engine} returned no per-request reuse counter on any of {n} requests; reuse can "
+                       "only be estimated from events or timing.", metrics, rows, notes,
+                       {"risk.reuse_metrics": "confirmed"}, sources=sources,
+                       rests_on=(Support("engine_counted_requests", "==", 0),))
     if mism or disagree or lost:
         return Outcome("partial", f"{engine} reports per-request reuse ({', '.join(fields)}) but "
                        f"{len({id(r) for r in mism + disagree + lost})} of {n} requests disagree across the cell, the "
                        "engine and the token-id expectation beyond its granularity.", metrics, rows, notes,
-                       {"risk.reuse_metrics": "partial"}, rests_on=("engine_reuse_exact_fraction",))
+                       {"risk.reuse_metrics": "partial"}, sources=sources,
+                       rests_on=(Support("engine_reuse_exact_fraction", "<", 1),))
     if granularity == 1 and exact == n and engine_exact == len(with_engine):
         checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}"
                    f"{_floor_text(floor, margin)})"
                    if diffs else "")
         return Outcome("confirmed", f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: "
                        f"its own counter ({', '.join(fields)}) agrees with the token-id expectation{checked}.",
-                       metrics, rows, notes, {"risk.reuse_metrics": "refuted"},
-                       rests_on=("engine_reuse_exact_fraction",))
+                       metrics, rows, notes, {"risk.reuse_metrics": "refuted"}, sources=sources,
+                       rests_on=(Support("engine_reuse_exact_fraction", "==", 1), *clean))
     return Outcome("partial", f"{engine} reports per-request reuse in {unit} ({', '.join(fields)}): {exact}/{n} "
                    "requests exact, the rest within block rounding or the last-token rule, so reuse counts are "
-                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"},
-                   rests_on=("engine_reuse_exact_fraction",))
+                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"}, sources=sources,
+                   rests_on=(Support("engine_reuse_exact_fraction", "<", 1),))

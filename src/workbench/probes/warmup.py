@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
@@ -40,7 +40,7 @@ class Params:
 
 
 class WarmupMaterialization(Probe):
-    version = "3"
+    version = "4"
     claims = ("risk.warmup", "contract.ensure_prefix")
     figures = (Figure("warmup", "warmup"),
                Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
@@ -80,7 +80,8 @@ class WarmupMaterialization(Probe):
                     rows.append({
                         "prefix_tokens": n, "boundary": _boundary(n, B), "pressure": ratio,
                         "warmup_computed": warm.computed_tokens, "fillers_sent": pr.submitted,
-                        "fillers_refused": pr.refused, "followup_reused": follow.reused_tokens,
+                        "fillers_refused": pr.refused,
+                        "followup_reused": None if follow.source == "none" else follow.reused_tokens,
                         "block_tokens": d.block_tokens, "exact": follow.exact,
                         "from_engine": follow.engine_reused_tokens is not None,
                         "t_warmup_s": t_warm, "t_followup_s": t_follow,
@@ -106,7 +107,7 @@ def absence(rows: list[dict], why: str) -> Outcome:
         return Outcome("confirmed", f"Right after the warm-up returned, the engine held only {r['engine_resident']} of "
                        f"{r['prefix_tokens']} prefix tokens ({r['boundary']}): the warm-up does not materialize the "
                        "whole prefix.", metrics, rows, notes, {"contract.ensure_prefix": "refuted"},
-                       rests_on=("engine_resident_tokens",))
+                       rests_on=(Support("engine_resident_tokens", "<", r["prefix_tokens"]),))
     return Outcome("not-applicable", f"This engine has no max_tokens=1 warm-up to fall short: the moment each warm-up "
                    f"returned, the engine held every prefix token ({', '.join(r['boundary'] for r in rows)}; read back "
                    "from the engine), so the risk cannot occur here.", metrics, rows, notes,
@@ -122,6 +123,10 @@ def expected_reuse(n: int, block_tokens: int) -> int:
 def _verdict(rows: list[dict]) -> Outcome:
     """Each row's fraction is the reuse over what a wholly materialized prefix would give (:func:`expected_reuse`);
     prefixes shorter than one block cannot show anything and are left out."""
+    uncounted = [r for r in rows if r["followup_reused"] is None]
+    if uncounted:
+        return Outcome("inconclusive", f"The engine returned no reuse count on {len(uncounted)} of {len(rows)} "
+                       "follow-ups, so what the warm-up left behind cannot be read (missing, not 0).", rows=rows)
     for r in rows:
         expected = expected_reuse(r["prefix_tokens"], r.get("block_tokens", 1))
         r["expected_reused"] = expected
@@ -142,12 +147,13 @@ def _verdict(rows: list[dict]) -> Outcome:
         return Outcome("refuted", f"The warm-up materialized and retained the whole prefix at every length "
                        f"({', '.join(sorted({r['boundary'] for r in rows}))}) and pressure up to "
                        f"{max(r['pressure'] for r in rows):g}× free capacity: the risk did not occur.",
-                       metrics, rows, notes, {"contract.ensure_prefix": "confirmed"}, rests_on=(fraction,))
+                       metrics, rows, notes, {"contract.ensure_prefix": "confirmed"},
+                       rests_on=(Support(fraction, ">=", 1.0),))
     if calm and min_calm >= 1.0:
         return Outcome("confirmed", f"Without pressure the warm-up materialized the whole prefix, but under pressure "
                        f"the follow-up reused as little as {min(r['fraction'] for r in pressed):.0%}: the prefix is "
                        "not retained.", metrics, rows, notes, {"contract.ensure_prefix": "partial"},
-                       rests_on=(fraction,))
+                       rests_on=(Support(fraction, "<", 1.0),))
     return Outcome("confirmed", f"Even without pressure the follow-up reused only {min_calm:.0%} of some prefixes "
                    f"(worst at {worst['boundary']}): the warm-up does not materialize the whole prefix.",
-                   metrics, rows, notes, {"contract.ensure_prefix": "refuted"}, rests_on=(fraction,))
+                   metrics, rows, notes, {"contract.ensure_prefix": "refuted"}, rests_on=(Support(fraction, "<", 1.0),))
