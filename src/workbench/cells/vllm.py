@@ -62,6 +62,8 @@ _ENV = {  # set while the engine starts: its processes inherit them
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared machine; threads from OMP_NUM_THREADS
     "HF_HUB_OFFLINE": "1",  # local directories only
     "TOKENIZERS_PARALLELISM": "false",
+    "VLLM_NO_USAGE_STATS": "1",  # vLLM reports usage to its collector unless told not to (vllm/usage/usage_lib.py)
+    "DO_NOT_TRACK": "1",
 }
 
 
