@@ -17,6 +17,7 @@ import ast
 import contextlib
 import functools
 import json
+import math
 import sys
 import os
 import tempfile
@@ -100,9 +101,12 @@ def _coerce(name: str, value: Any, default_src: str) -> Any:
         return parsed
     if isinstance(default, (int, float)):
         try:
-            return type(default)(value)
+            number = type(default)(value)
         except ValueError:
-            raise RunError(f"parameter {name} must be {type(default).__name__}, got {value!r}") from None
+            number = None
+        if number is None or not math.isfinite(number):
+            raise RunError(f"parameter {name} must be a finite {type(default).__name__}, got {value!r}")
+        return number
     return value  # strings, and tuples written as "a,b" (probes parse those)
 
 

@@ -12,6 +12,7 @@ refused with :class:`ContextOverflow` from token counts before anything is dispa
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import json
 import os
@@ -19,7 +20,7 @@ import re
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import cpu, models
 from ..contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
@@ -72,6 +73,28 @@ def _lib():
         _log_callback = _cb
     llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))  # again: other importers may have replaced it
     return llama_cpp
+
+
+@contextlib.contextmanager
+def _log_captured() -> Iterator[list[str]]:
+    """The llama.cpp log lines written while the block runs."""
+    lines: list[str] = []
+    _CAPTURE.append(lines)
+    try:
+        yield lines
+    finally:
+        _CAPTURE.remove(lines)
+
+
+def load_reason(lines: Sequence[str]) -> str:
+    """llama.cpp's own words for a failed model load (e.g. ``unknown model architecture: 'foo'``), from its log."""
+    said = [line.strip() for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    reasons = [s.split("error loading model: ", 1)[1] for s in said if "error loading model: " in s]
+    if reasons:
+        return reasons[-1] + " (llama.cpp); give a GGUF file llama.cpp can load"
+    if said:
+        return "; ".join(said[-2:]) + " (llama.cpp); give a GGUF file llama.cpp can load"
+    return "is it a valid GGUF file?"
 
 
 def decide_extra_buffers(override: bool | None = None) -> cpu.ExtraBuffers:
@@ -223,9 +246,10 @@ class LlamaCppCell:
         self._closed = True
         self.extra_buffers = decide_extra_buffers(extra_buffers)
         mparams = model_params(ll, gpu_layers=gpu_layers, extra=self.extra_buffers)
-        self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
+        with _log_captured() as lines:
+            self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
         if not self._model:
-            raise WorkbenchError(f"llama.cpp could not load {model.path}; is it a valid GGUF file?")
+            raise WorkbenchError(f"llama.cpp could not load {model.path}: " + load_reason(lines))
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._adapters = []
         try:
@@ -240,7 +264,9 @@ class LlamaCppCell:
                 raise ValueError(f"kv_budget_tokens must be at least 1, got {kv_budget_tokens}")
             n_ctx = kv_budget_tokens or context_tokens or train_ctx
             if n_ctx <= 0:
-                raise ValueError(f"KV budget gives {n_ctx} tokens; raise kv_budget_bytes/kv_budget_tokens")
+                given = ("kv_budget_bytes/kv_budget_tokens" if kv_budget_tokens else "context_tokens" if context_tokens
+                         else "context_tokens (the model declares no training context)")
+                raise ValueError(f"the KV cache would hold {n_ctx} tokens; raise {given}")
             threads = n_threads or os.cpu_count() or 1
             cparams = ll.llama_context_default_params()
             cparams.n_ctx = n_ctx
@@ -252,12 +278,8 @@ class LlamaCppCell:
             cparams.kv_unified = True
             cparams.type_k = cparams.type_v = _GGML_TYPE[kv_type]
             cparams.no_perf = False
-            lines: list[str] = []
-            _CAPTURE.append(lines)
-            try:
+            with _log_captured() as lines:
                 self._ctx = ll.llama_init_from_model(self._model, cparams)
-            finally:
-                _CAPTURE.remove(lines)
             self._kv_buffer_bytes = _kv_buffer_bytes(lines)
             if not self._ctx:
                 raise WorkbenchError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.name}")
@@ -374,12 +396,21 @@ class LlamaCppCell:
         def raise_exception(msg: str) -> None:
             raise WorkbenchError(f"chat template error: {msg}")
 
+        from jinja2 import TemplateError
+
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        tmpl = env.from_string(self._template)
         bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
         eos = self.detokenize([self._ll.llama_vocab_eos(self._vocab)])
-        return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
-                           bos_token=bos, eos_token=eos, raise_exception=raise_exception)
+        try:
+            tmpl = env.from_string(self._template)
+            return tmpl.render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                               bos_token=bos, eos_token=eos, raise_exception=raise_exception)
+        except TemplateError as e:  # an unknown filter or tag, or one this sandbox refuses
+            raise WorkbenchError(f"the chat template of {self.model.name} cannot be rendered ({type(e).__name__}: {e});"
+                                 " fix tokenizer.chat_template in the GGUF, or give the prompt as text or token ids")
+        except (TypeError, ValueError, AttributeError) as e:  # the messages are not what the template expects
+            raise WorkbenchError(f"the chat template of {self.model.name} failed on these messages "
+                                 f"({type(e).__name__}: {e}); each message needs a string role and string content")
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
         kind, value = split_prompt(prompt, self._ll.llama_vocab_n_tokens(self._vocab))

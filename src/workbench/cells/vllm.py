@@ -335,7 +335,7 @@ class VllmCell(RequestCell):
         self.model, self.path, self.opts = model, path, opts
         self.version = str(_import_vllm().__version__)
         self._config = dict(config)
-        self._vocab_size = int(config["vocab_size"])
+        self._vocab_size = models.hf_vocab_size(config)
         eos = config.get("eos_token_id")
         self._eos = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
         geometry, ceiling = models.hf_geometry(config, self._dtype_name(config, opts))
