@@ -3,6 +3,7 @@ regular files, so that a FIFO or a device named like a finding never hangs a rea
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -57,9 +58,11 @@ def read_regular(path: str | Path) -> bytes:
 
 
 def check_writable(directory: str | Path, what: str = "--out") -> Path:
-    """Create ``directory`` if needed and create, write, fsync and remove a probe file in it, so that an
-    experiment never runs only to lose its result; :class:`OutputError` names the folder and the reason."""
+    """Create, write, fsync and remove a probe file in ``directory`` (making the folder for the check, and
+    removing again what it made), so that an experiment never runs only to lose its result; :class:`OutputError`
+    names the folder and the reason."""
     d = Path(directory)
+    made = [p for p in (d, *d.parents) if not p.exists()]
     probe = d / f".workbench-write-check-{uuid.uuid4().hex[:8]}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -70,6 +73,9 @@ def check_writable(directory: str | Path, what: str = "--out") -> Path:
         finally:
             os.close(fd)
         os.unlink(probe)
+        for p in made:  # deepest first; a folder someone filled meanwhile stays
+            with contextlib.suppress(OSError):
+                p.rmdir()
     except OSError as e:
         reason = e.strerror or str(e)
         raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder "

@@ -234,6 +234,7 @@ def _one_writer(batch: Callable[..., int]) -> Callable[..., int]:
         out = Path(out).resolve()
         for sub in ("notebooks", "findings"):
             check_writable(out / sub, "run folder")
+        out.mkdir(parents=True, exist_ok=True)
         with runlock.writer(out, wait, lambda who: print(f"waiting: {out} is being written by {who}",
                                                           file=sys.stderr)):
             return batch(out, *args, **kwargs)

@@ -176,3 +176,18 @@ def test_classify_names_block_and_last_token_disagreements():
     assert classify(97, 96, 120, 32) == "block rounding"
     assert classify(97, 40, 120, 32) == "mismatch"
     assert classify(97, None, 120, 32) == "no channel"
+
+
+def test_issue_23_nan_logits_are_never_evidence():
+    """A model with NaN weights gave "every reused request computed the same logits as a cold recompute (max |Δ|
+    nan)": NaN compared as a pass."""
+    nan = float("nan")
+    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
+          _row(engine=None, diff=nan, std=nan) | {"engine_vs_expected": "no channel"}]
+    out = verdict(no, ["n_p_eval"], "llamacpp", "no counter in llama.h", 0.05)
+    assert out.verdict == "inconclusive" and "not finite" in out.summary
+    assert "same logits" not in out.summary
+    counted = verdict([COLD, _row(diff=nan)], ["num_cached_tokens"], "e", None, 0.05)
+    assert counted.verdict == "inconclusive" and counted.claim_verdicts["risk.reuse_metrics"] == "inconclusive"
+    inf_floor = verdict([COLD, _row() | {"logits_layout_floor": float("inf")}], ["num_cached_tokens"], "e", None, 0.05)
+    assert inf_floor.verdict == "inconclusive"
