@@ -554,7 +554,7 @@ def test_a_symlinked_blueprint_is_written_through_to_its_target(stale_blueprint,
 
 @pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
 def test_a_blueprint_not_in_utf8_is_refused_naming_the_fix(stale_blueprint, findings_updating_retention, encoding):
-    stale_blueprint.write_bytes(("Caf\u00e9 notes\n" + pristine()).encode(encoding))
+    stale_blueprint.write_bytes(("Caf\u00e9 notes\n" + pristine()).encode(encoding, errors="replace"))
     before = stale_blueprint.read_bytes()
     with pytest.raises(bp.BlueprintError, match="is not UTF-8 .*save it as UTF-8"):
         bp.run_writeback(stale_blueprint, [findings_updating_retention], "write")

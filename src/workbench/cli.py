@@ -10,12 +10,15 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from . import models
 from .contract import WorkbenchError
+
+if TYPE_CHECKING:
+    from .findings import FindingNotSaved
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
@@ -45,7 +48,7 @@ def _writable(out: Path) -> None:
         _fail(str(e))
 
 
-def _not_saved(e: "Exception") -> None:
+def _not_saved(e: "FindingNotSaved") -> None:
     """The experiment ran but its finding(s) could not be written: say where they are kept (or print them)."""
     lost = [doc for path, doc in zip(e.recovered, e.docs) if path is None]
     for doc in lost:
@@ -126,6 +129,8 @@ def probe(
         _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
     except FindingNotSaved as e:
         _not_saved(e)
+    except KeyboardInterrupt:  # the experiment's processes are already gone (workbench.isolate)
+        _fail("interrupted: the probe was stopped and no finding was written", 130)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")
@@ -258,6 +263,8 @@ def loop_cmd(
                            arm_models=arm_models, progress=progress)
     except FindingNotSaved as e:
         _not_saved(e)
+    except KeyboardInterrupt:
+        _fail("interrupted: the loop was stopped and no finding was written", 130)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "
