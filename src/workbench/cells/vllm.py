@@ -447,7 +447,7 @@ class VllmCell(RequestCell):
 
     def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
         tok = self._need_tokenizer("chat messages")
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continuation)
+        text = self._apply_template(messages, tokenize=False, add_generation_prompt=not continuation)
         bos = getattr(tok, "bos_token", None)
         # the template may write the BOS itself; the tokenizer adds it otherwise (never on a continuation)
         special = not continuation and not (bos and text.startswith(bos))
