@@ -130,15 +130,12 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
     import signal
     import subprocess
     import sys
-    import tempfile
     import time
     from pathlib import Path
 
     from conftest import descendants, gone_within
 
     require_engine("vllm")
-    temp = Path(tempfile.gettempdir())
-    before = set(temp.glob("workbench-child-*"))
     cmd = [sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics", "--engine", "vllm",
            "-m", MODEL, "-p", "repeats=50", "--out", str(tmp_path / "f")] + (["-c", "multiprocess=true"] * multiprocess)
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -159,11 +156,13 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
         below = descendants(p.pid)
         if multiprocess:
             assert any("EngineCore" in _cmdline(d) for d in below)
+        (child_tmp,) = {Path(os.readlink(f"/proc/{d}/fd/2")).parent for d in below  # the log isolate gave it
+                        if Path(os.readlink(f"/proc/{d}/fd/2")).parent.name.startswith("workbench-child-")}
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         left = gone_within(5, below)
         assert left == [], [(d, _cmdline(d)) for d in left]
-        assert set(temp.glob("workbench-child-*")) <= before
+        assert not child_tmp.exists()
         assert not list((tmp_path / "f").glob("*.json"))
     finally:
         if p.poll() is None:

@@ -62,9 +62,16 @@ _ENV = {  # set while the engine starts: its processes inherit them
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # no core pinning on a shared machine; threads from OMP_NUM_THREADS
     "HF_HUB_OFFLINE": "1",  # local directories only
     "TOKENIZERS_PARALLELISM": "false",
-    "VLLM_NO_USAGE_STATS": "1",  # vLLM reports usage to its collector unless told not to (vllm/usage/usage_lib.py)
-    "DO_NOT_TRACK": "1",
 }
+#: vLLM reports usage to its collector unless one of these says not to (vllm/usage/usage_lib.py,
+#: is_usage_stats_enabled). Set for the life of the process, not only while an engine starts: the answer is
+#: cached once asked, and every engine process started later inherits it.
+NO_USAGE_STATS = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def _usage_stats_off() -> None:
+    for k, v in NO_USAGE_STATS.items():
+        os.environ[k] = v
 
 
 def _import_vllm() -> ModuleType:
@@ -296,6 +303,7 @@ class VllmCell(RequestCell):
         if cls._availability is not None:
             return cls._availability
         details: dict[str, Any] = {"machine": platform.machine(), "system": platform.system()}
+        _usage_stats_off()
         try:
             with _environment({"VLLM_LOGGING_LEVEL": "ERROR"}):
                 vllm = _import_vllm()
@@ -405,6 +413,7 @@ class VllmCell(RequestCell):
             path = o.adapters[0]
             self._lora_request = LoRARequest(Path(path).name, 1, path)
         self._inprocess = not o.multiprocess and VllmCell._inprocess_open == 0
+        _usage_stats_off()
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
         with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")):
