@@ -83,3 +83,19 @@ def test_audit_5_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag()
     na = Outcome("not-applicable", "Absent.", {})
     assert at_most_inconclusive_without_engine(na) is na
     assert metrics.get("reused_tokens").source == "cell"
+
+
+def test_issue_23_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
+    """It was numpy's bare `low >= high`."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pytest
+
+    from workbench.contract import WorkbenchError
+    from workbench.probes.common import token_ids
+
+    rng = np.random.default_rng(0)
+    assert len(token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 512}))) == 5
+    with pytest.raises(WorkbenchError, match="vocabulary has 200 tokens.*more than 260 tokens"):
+        token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 200}))
