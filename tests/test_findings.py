@@ -158,3 +158,14 @@ def test_a_finding_that_cannot_be_written_is_kept_and_its_place_named(tmp_path, 
     (kept,) = e.value.recovered
     assert kept == findings.recovery_dir() / f"{f.id}.json" and str(kept) in str(e.value)
     assert findings.read(kept).id == f.id
+
+
+def test_write_all_keeps_every_finding_when_the_folder_fails(tmp_path, monkeypatch):
+    """The loop writes one finding per arm and the gate: the first failure must not cost the others."""
+    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "a-file").write_text("")
+    found = [make(), make(engine="vllm")]
+    with pytest.raises(findings.FindingNotSaved, match="2 finding\\(s\\) could not be written") as e:
+        findings.write_all(found, tmp_path / "a-file" / "f")
+    assert sorted(findings.read(p).id for p in e.value.recovered) == sorted(f.id for f in found)
