@@ -41,6 +41,45 @@ def crashing_llama(tmp_path):
     return os.environ | {"PYTHONPATH": str(inject)}
 
 
+def _stat(pid: int) -> tuple[str, int] | None:
+    """(state, ppid) of a process from /proc, or None when it is gone."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[1])
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a zombie holds no memory and runs nothing)."""
+    st = _stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid`` (children, grandchildren, …), read from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None and st[0] not in ("Z", "X"):
+            children.setdefault(st[1], []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def gone_within(seconds: float, pids) -> list[int]:
+    """The pids still alive after waiting up to ``seconds`` for them to end ([] when all ended)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 def ids(n: int, start: int = 300) -> list[int]:
     """Deterministic token ids inside the synthetic vocabulary."""
     return [start + (i * 37) % (500 - start) for i in range(n)]

@@ -519,3 +519,48 @@ def test_corrupt_finding_is_reported_and_skipped(stale_blueprint, findings_updat
     assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write") == 0
     assert "skipping corrupt finding" in capsys.readouterr().err
     assert "reference | confirmed" in block(stale_blueprint.read_text(encoding="utf-8"), "unknown.retention_pressure")
+
+
+# --------------------------------------------------------------------------- issue 23: a person's text is never lost
+
+
+def test_an_edit_made_during_the_writeback_is_kept_and_nothing_is_written(stale_blueprint, findings_updating_retention,
+                                                                           monkeypatch):
+    """The write-back takes seconds between reading the blueprint and replacing it; a line a person appended
+    meanwhile was lost while the tool printed `wrote`."""
+    real = bp.writeback
+
+    def slow_writeback(text, found, *, base):
+        out = real(text, found, base=base)
+        with open(stale_blueprint, "a", encoding="utf-8") as f:
+            f.write("A line a person appended meanwhile.\n")
+        return out
+
+    monkeypatch.setattr(bp, "writeback", slow_writeback)
+    with pytest.raises(bp.ChangedError, match="changed while the write-back was computed"):
+        bp.run_writeback(stale_blueprint, [findings_updating_retention], "write")
+    assert stale_blueprint.read_text(encoding="utf-8").endswith("A line a person appended meanwhile.\n")
+    assert "workbench:begin" not in stale_blueprint.read_text(encoding="utf-8")
+
+
+def test_a_symlinked_blueprint_is_written_through_to_its_target(stale_blueprint, findings_updating_retention, tmp_path):
+    link = tmp_path / "docs" / "blueprint.md"
+    link.parent.mkdir()
+    link.symlink_to(stale_blueprint)
+    assert bp.run_writeback(link, [findings_updating_retention], "write") == 0
+    assert link.is_symlink() and os.readlink(link) == str(stale_blueprint)
+    assert "workbench:begin risks-table" in stale_blueprint.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "utf-16"])
+def test_a_blueprint_not_in_utf8_is_refused_naming_the_fix(stale_blueprint, findings_updating_retention, encoding):
+    stale_blueprint.write_bytes(("Caf\u00e9 notes\n" + pristine()).encode(encoding, errors="replace"))
+    before = stale_blueprint.read_bytes()
+    with pytest.raises(bp.BlueprintError, match="is not UTF-8 .*save it as UTF-8"):
+        bp.run_writeback(stale_blueprint, [findings_updating_retention], "write")
+    assert stale_blueprint.read_bytes() == before
+
+
+def test_a_directory_given_as_the_blueprint_is_refused_naming_the_fix(findings_updating_retention, tmp_path):
+    with pytest.raises(bp.BlueprintError, match="is not a Markdown file .*give the blueprint's .md file"):
+        bp.run_writeback(tmp_path, [findings_updating_retention], "write")

@@ -79,3 +79,60 @@ def test_findings_command_lists_and_reports_corrupt(tmp_path):
     (tmp_path / "junk.json").write_text("{")
     r = wb("findings", str(tmp_path))
     assert r.returncode == 0 and "surface.contract_mapping" in r.stdout and "corrupt" in r.stderr
+
+
+# --------------------------------------------------------------------------- issue 23
+
+
+def test_issue_23_bad_options_exit_2_naming_the_fix(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    bp = tmp_path / "latin1.md"
+    bp.write_bytes("Caf\u00e9\n".encode("latin-1"))
+    cases = [
+        (("bench", "--rounds", "0"), "--rounds"),
+        (("bench", "--prompt-tokens", "-5"), "--prompt-tokens"),
+        (("loop", "--min-speedup", "nan", "--out", str(tmp_path)), "must be a finite number"),
+        (("loop", "--min-speedup", "inf", "--out", str(tmp_path)), "must be a finite number"),
+        (("loop", "--turns", "0", "--out", str(tmp_path)), "--turns"),
+        (("probe", "reuse.per_request_metrics", "-m", "synthetic:tiny", "--out", str(tmp_path / "a-file" / "f")),
+         "cannot be written"),
+        (("probe", "reuse.per_request_metrics", "-m", "synthetic:tiny", "--out", "/proc/workbench-findings"),
+         "cannot be written"),
+        (("loop", "--model", "synthetic:tiny", "--out", str(tmp_path / "a-file" / "f")), "cannot be written"),
+        (("run", "--out", str(tmp_path / "a-file" / "run")), "cannot be written"),
+        (("writeback", str(tmp_path), "--findings", str(tmp_path)), "is not a Markdown file"),
+        (("writeback", str(bp), "--findings", str(tmp_path)), "is not UTF-8"),
+    ]
+    for args, message in cases:
+        r = wb(*args, cwd=ROOT)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "latin1.md"]  # nothing written, nothing run
+
+
+def test_issue_23_a_second_run_into_a_folder_exits_2_naming_the_holder(tmp_path):
+    code = ("import sys, time; from pathlib import Path; from workbench import runlock\n"
+            "with runlock.writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = wb("run", "--out", str(tmp_path), "--only", "retention", cwd=ROOT)
+        assert r.returncode == 2 and f"being written by pid {holder.pid}" in r.stderr and "--wait" in r.stderr
+        assert not (tmp_path / "run.json").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_issue_23_findings_survives_a_fifo_and_deep_nesting(tmp_path):
+    import os
+
+    wb("probe", "surface.contract_mapping", "--out", str(tmp_path))
+    os.mkfifo(tmp_path / "pipe.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "findings", str(tmp_path)], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "surface.contract_mapping" in r.stdout
+    warned = [line for line in r.stderr.splitlines() if line.startswith("corrupt:")]
+    assert len(warned) == 2 and any("pipe.json" in w and "not a regular file" in w for w in warned)
+    assert any("deep.json" in w and "nested too deeply" in w for w in warned)

@@ -90,3 +90,82 @@ def test_engines_and_versions_sit_side_by_side(tmp_path):
     assert len(df) == 4
     pivot = df.pivot_table(index="probe", columns=["engine", "engine_version"], values="verdict", aggfunc="first")
     assert pivot.loc["reuse.per_request_metrics", ("trtllm", "1.2.1")] == "partial"
+
+
+# --------------------------------------------------------------------------- issue 23: nothing lost
+
+
+def test_a_fifo_named_like_a_finding_is_skipped_not_waited_on(tmp_path):
+    import os
+
+    good = findings.write(make(), tmp_path)
+    os.mkfifo(tmp_path / "pipe.json")  # nobody ever writes to it: reading it would block forever
+    s = findings.scan([tmp_path])
+    assert [p for p, _ in s.findings] == [good]
+    ((path, err),) = s.errors
+    assert path.name == "pipe.json" and "not a regular file" in err
+
+
+def test_deeply_nested_json_is_a_one_line_warning_not_a_crash(tmp_path):
+    good = findings.write(make(), tmp_path)
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    s = findings.scan([tmp_path])
+    assert [p for p, _ in s.findings] == [good]
+    ((path, err),) = s.errors
+    assert path.name == "deep.json" and "nested too deeply" in err and "\n" not in err
+
+
+def test_an_unknown_finding_schema_is_refused_with_a_message_not_skipped_silently(tmp_path):
+    doc = make().to_dict() | {"schema": "workbench.finding/v3"}
+    (tmp_path / "new.json").write_text(json.dumps(doc))
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "workbench.run/v1"}))  # not a finding: not an error
+    s = findings.scan([tmp_path])
+    assert s.findings == []
+    ((path, err),) = s.errors
+    assert path.name == "new.json" and "workbench.finding/v3" in err and "upgrade" in err
+
+
+def test_findings_are_strict_json_with_non_finite_numbers_as_null_and_a_note(tmp_path):
+    f = make()
+    f.metrics = findings.metric_values({"reused_tokens": float("nan")})
+    f.evidence = {"rows": [{"x": float("inf")}], "notes": []}
+    path = findings.write(f, tmp_path)
+    text = path.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    doc = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert doc["metrics"]["reused_tokens"]["value"] is None and doc["evidence"]["rows"][0]["x"] is None
+    (note,) = doc["evidence"]["notes"]
+    assert "metrics.reused_tokens.value (nan)" in note and "evidence.rows[0].x (inf)" in note
+
+
+def test_the_attempt_id_is_written_into_the_finding(tmp_path, monkeypatch):
+    monkeypatch.setenv(findings.ATTEMPT_ENV, "a1b2c3")
+    path = findings.write(make(), tmp_path)
+    assert json.loads(path.read_text())["attempt"] == "a1b2c3"
+    ((_, f),) = findings.scan([tmp_path]).findings
+    assert f.attempt == "a1b2c3"
+    monkeypatch.delenv(findings.ATTEMPT_ENV)
+    assert "attempt" not in make().to_dict()  # outside a run: no field, as before
+
+
+def test_a_finding_that_cannot_be_written_is_kept_and_its_place_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "a-file").write_text("")
+    f = make()
+    with pytest.raises(findings.FindingNotSaved) as e:
+        findings.write(f, tmp_path / "a-file" / "findings")  # a path under a file: no folder can be made there
+    (kept,) = e.value.recovered
+    assert kept == findings.recovery_dir() / f"{f.id}.json" and str(kept) in str(e.value)
+    assert findings.read(kept).id == f.id
+
+
+def test_write_all_keeps_every_finding_when_the_folder_fails(tmp_path, monkeypatch):
+    """The loop writes one finding per arm and the gate: the first failure must not cost the others."""
+    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "a-file").write_text("")
+    found = [make(), make(engine="vllm")]
+    with pytest.raises(findings.FindingNotSaved, match="2 finding\\(s\\) could not be written") as e:
+        findings.write_all(found, tmp_path / "a-file" / "f")
+    assert sorted(findings.read(p).id for p in e.value.recovered) == sorted(f.id for f in found)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
-from conftest import TINY
+from conftest import TINY, descendants, gone_within
 from workbench import isolate
 from workbench.contract import WorkbenchError
 
@@ -82,3 +85,64 @@ def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_
     assert "engine crashed with SIGSEGV (signal 11) during _eval (workbench/cells/llamacpp/llama.py" in r.stderr
     assert "last lines of the engine's log" in r.stderr and "no finding was written" in r.stderr
     assert not out.exists() or not list(out.glob("*.json"))
+
+
+# --------------------------------------------------------------------------- issue 23: no orphans
+
+
+def _spawn_and_hang(pidfile: str) -> None:
+    """Engine work that starts a process of its own (as vLLM starts EngineCore), then runs on and on."""
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    tmp = os.path.dirname(os.readlink("/proc/self/fd/2"))  # the log file isolate gave this child
+    Path(pidfile + ".tmp").write_text(json.dumps({"child": os.getpid(), "grandchild": grandchild.pid, "tmp": tmp}))
+    os.replace(pidfile + ".tmp", pidfile)
+    time.sleep(120)
+
+
+def _parent_calling_spawn_and_hang(tmp_path) -> tuple[subprocess.Popen, dict]:
+    pidfile = tmp_path / "pids.json"
+    code = ("import sys, test_isolate; from workbench import isolate; "
+            "isolate.call(test_isolate._spawn_and_hang, sys.argv[1])")
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.Popen([sys.executable, "-c", code, str(pidfile)], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists():
+        assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "slow"
+        time.sleep(0.1)
+    return p, json.loads(pidfile.read_text())
+
+
+def test_kill_9_of_the_parent_ends_the_child_what_it_started_and_its_temp_folder(tmp_path):
+    p, pids = _parent_calling_spawn_and_hang(tmp_path)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert gone_within(5, [pids["child"], pids["grandchild"]]) == []
+    assert not Path(pids["tmp"]).exists()
+
+
+def test_sigint_stops_the_call_at_once_and_ends_its_processes(tmp_path):
+    p, pids = _parent_calling_spawn_and_hang(tmp_path)
+    t0 = time.monotonic()
+    os.kill(p.pid, signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert time.monotonic() - t0 < 5 and "KeyboardInterrupt" in err
+    assert gone_within(1, [pids["child"], pids["grandchild"]]) == []
+    assert not Path(pids["tmp"]).exists()
+
+
+def test_sigint_to_a_probe_exits_130_promptly_with_no_finding_and_no_process_left(tmp_path):
+    out = tmp_path / "findings"
+    p = subprocess.Popen([sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics", "--model", TINY,
+                          "-p", "repeats=200", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not descendants(p.pid):
+        assert p.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(2)  # the child is inside the experiment now
+    below = descendants(p.pid)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=30)
+    assert p.returncode == 130 and time.monotonic() - t0 < 5
+    assert gone_within(2, below) == []
+    assert not list(out.glob("*.json"))

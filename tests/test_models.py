@@ -133,3 +133,9 @@ def test_kv_geometry_comes_from_config_json_and_its_text_model_first():
     assert models.hf_dtype({}) is None and models.hf_geometry({**cfg, "torch_dtype": None})[0].dtype_bytes == 2.0
     with pytest.raises(models.ModelSpecError, match="lacks the attention geometry"):
         models.hf_geometry({"num_hidden_layers": 2})
+
+
+def test_a_config_without_vocab_size_names_the_fix():
+    assert models.hf_vocab_size({"text_config": {"vocab_size": 512}}) == 512
+    with pytest.raises(models.ModelSpecError, match="no integer vocab_size; add the model's vocabulary size"):
+        models.hf_vocab_size({"num_hidden_layers": 2})

@@ -7,6 +7,7 @@ own kernel on the synthetic model, as a real batch does.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -100,9 +101,10 @@ def test_a_run_killed_after_writing_findings_but_before_ok_does_not_duplicate_th
 
 
 def test_two_runs_into_one_findings_folder_lose_nothing(tmp_path):
+    """Queued with wait=True, two runs with different parameters both run, one after the other."""
     code = ("import sys; from pathlib import Path; from workbench import runner; "
             "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {'seed': sys.argv[2]}, "
-            "['writes_finding'], progress=False, notebooks_dir=Path(sys.argv[3])))")
+            "['writes_finding'], progress=False, notebooks_dir=Path(sys.argv[3]), wait=True))")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(seed), str(FIXTURES)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for seed in (1, 2)]
     for p in procs:
@@ -167,3 +169,103 @@ def test_an_engine_crash_in_a_notebook_is_reported_with_its_cause(tmp_path, cras
     assert entry.error.startswith("EngineCrashed: engine crashed with SIGSEGV (signal 11) during _eval")
     assert "Kernel died" not in entry.error
     assert not (tmp_path / "findings").exists() or not list((tmp_path / "findings").glob("*.json"))
+
+
+# --------------------------------------------------------------------------- issue 23: resume, one writer
+
+
+def _unfinished_attempt(out: Path, key: str, attempt: str, parameters: dict, output: str) -> Path:
+    """What a `kill -9` mid-notebook leaves: a running entry with its attempt id, and a finding it wrote."""
+    manifest.record(out, manifest.NotebookRun(key, "running", parameters, output, "2026-01-01T00:00:00+00:00",
+                                              attempt=attempt))
+    env = {findings.ATTEMPT_ENV: attempt}
+    code = ("import sys; from workbench import probes; probes.run('reuse.per_request_metrics', engine='llamacpp', "
+            "model='synthetic:tiny', params={'repeats': 1}, out=sys.argv[1])")
+    subprocess.run([sys.executable, "-c", code, str(out / "findings")], check=True, env=os.environ | env, timeout=300)
+    (written,) = [p for p, f in findings.scan([out / "findings"]).findings if f.attempt == attempt]
+    return written
+
+
+def test_resume_sets_aside_only_what_the_interrupted_attempt_wrote(tmp_path):
+    """The issue's sequence: llama.cpp killed mid-notebook, a trtllm pass into the same folder, then the llama.cpp
+    resume. The resume used to move every finding newer than the unfinished notebook: trtllm's among them."""
+    (planned,) = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding"], FIXTURES)
+    partial = _unfinished_attempt(tmp_path, planned.key, "deadbeef0001", planned.parameters, planned.output)
+    assert runner.run_batch(tmp_path, engine="trtllm", model="synthetic:tiny", only=["writes_finding"],
+                            progress=False, notebooks_dir=FIXTURES, data_dir=tmp_path / "no-data") == 0
+    trtllm = {p.name for p, f in findings.scan([tmp_path / "findings"]).findings if f.engine == "trtllm"}
+    assert len(trtllm) == 1
+
+    assert batch(tmp_path, ["writes_finding"]) == 0  # the llama.cpp resume
+
+    kept = {p.name: f for p, f in findings.scan([tmp_path / "findings"]).findings}
+    assert trtllm <= kept.keys()  # the other engine's finished finding stays
+    assert partial.name not in kept
+    assert [p.name for p in (tmp_path / "superseded").rglob("*.json")] == [partial.name]  # set aside, not lost
+    assert sorted(f.engine for f in kept.values()) == ["llamacpp", "trtllm"]
+    m = manifest.load(tmp_path)
+    assert all(e.status == "ok" and e.attempt for e in m.notebooks.values())
+    (fresh,) = [f for f in kept.values() if f.engine == "llamacpp"]
+    assert fresh.attempt == m.notebooks[planned.key].attempt  # each finding names the attempt that wrote it
+
+
+def _hold_lock(out: Path, seconds: float) -> subprocess.Popen:
+    code = ("import sys, time; from pathlib import Path; from workbench import runlock\n"
+            "with runlock.writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(float(sys.argv[2]))")
+    out.mkdir(parents=True, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-c", code, str(out), str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_runs_nothing(tmp_path):
+    from workbench import runlock
+
+    holder = _hold_lock(tmp_path, 60)
+    try:
+        with pytest.raises(runlock.RunLocked, match=rf"pid {holder.pid} .*--wait"):
+            batch(tmp_path, ["writes_finding"])
+        assert finding_files(tmp_path) == set() and manifest.load(tmp_path).notebooks == {}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert batch(tmp_path, ["writes_finding"]) == 0  # the kernel released a dead holder's lock: taken over
+
+
+def test_wait_queues_behind_the_writer(tmp_path):
+    holder = _hold_lock(tmp_path, 3)
+    try:
+        assert runner.run_batch(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding"], progress=False,
+                                notebooks_dir=FIXTURES, data_dir=tmp_path / "no-data", wait=True) == 0
+        assert holder.poll() is not None  # it ran only after the holder let go
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_two_identical_runs_at_once_leave_one_finding(tmp_path):
+    code = ("import sys; from pathlib import Path; from workbench import runner; "
+            "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {}, ['writes_finding'], "
+            "progress=False, notebooks_dir=Path(sys.argv[2]), data_dir=Path(sys.argv[1]) / 'no-data', wait=True))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(FIXTURES)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT) for _ in range(2)]
+    logs = [p.communicate(timeout=300)[0].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    assert len(finding_files(tmp_path)) == 1 and not (tmp_path / "superseded").exists()  # the second one skipped
+
+
+def test_a_run_folder_that_cannot_be_written_fails_before_any_notebook(tmp_path):
+    from workbench.files import OutputError
+
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(OutputError, match="cannot be written"):
+        batch(tmp_path / "a-file" / "run", ["writes_finding"])
+
+
+def test_a_deeply_nested_or_fifo_file_in_findings_still_gets_a_report(tmp_path):
+    (tmp_path / "findings").mkdir()
+    (tmp_path / "findings" / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    os.mkfifo(tmp_path / "findings" / "pipe.json")
+    assert batch(tmp_path, ["writes_finding"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert "deep.json" in page and "pipe.json" in page

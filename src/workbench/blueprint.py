@@ -46,7 +46,7 @@ from markdown_it.token import Token
 from . import claims as _claims
 from . import standing as _standing
 from .contract import WorkbenchError
-from .files import atomic_write
+from .files import atomic_write, read_regular
 from .findings import Finding, scan
 from .standing import ANSWERS, ClaimState, Standing
 
@@ -550,16 +550,33 @@ def unknowns_table(text: str) -> list[dict]:
 # --------------------------------------------------------------------------- the command
 
 
+class ChangedError(BlueprintError):
+    """The file changed while the write-back was computed; writing would lose that edit."""
+
+
 def _read(path: Path) -> str:
     try:
-        return path.read_bytes().decode("utf-8")
+        raw = read_regular(path)
     except FileNotFoundError:
         raise BlueprintError(f"no blueprint at {path}") from None
+    except OSError as e:
+        raise BlueprintError(f"{path} is not a Markdown file ({e.strerror or e}); give the blueprint's .md file") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BlueprintError(f"{path} is not UTF-8 (byte {e.start} cannot be decoded); save it as UTF-8 and "
+                             "write back again (nothing was written)") from None
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Readers never see half a blueprint; a human's file keeps its mode."""
+def _write_atomic(path: Path, text: str, expected: str | None) -> None:
+    """Readers never see half a blueprint; a human's file keeps its mode. ``expected`` is the text the write-back
+    was computed from (``None``: the file did not exist): read again just before the replace, so a person's edit
+    made meanwhile is never overwritten."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    now = _read(path) if path.exists() else None
+    if now != expected:
+        raise ChangedError(f"{path} changed while the write-back was computed; nothing was written, so the edit "
+                           "is kept: run the write-back again")
     atomic_write(path, text, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o644)
 
 
@@ -571,8 +588,9 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     missing or holds no finding, or a blueprint that lacks what the claims need, raises
     :class:`BlueprintError` before anything is written.
     """
+    blueprint = Path(os.path.realpath(blueprint))  # a symlinked blueprint is written through, into its target
     source = _read(blueprint)
-    target = out or blueprint
+    target = Path(os.path.realpath(out)) if out else blueprint
     missing = [str(d) for d in finding_dirs if not Path(d).exists()]
     if missing:
         raise BlueprintError(f"no findings folder {', '.join(missing)}; nothing was written")
@@ -584,7 +602,8 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
                              "every verdict, so nothing was written")
     new = writeback(source, found.findings, base=target.parent)
     in_place = os.path.abspath(target) == os.path.abspath(blueprint)
-    current = source if in_place else (_read(target) if target.exists() else "")
+    existing = source if in_place else (_read(target) if target.exists() else None)
+    current = existing or ""
     if mode == "dry-run":
         sys.stdout.writelines(difflib.unified_diff(_split_lines(current), _split_lines(new),
                                                    f"{target} (current)", f"{target} (written back)"))
@@ -598,6 +617,6 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     if mode == "check":
         print(f"{target} is out of date with the findings; changed: {what}")
         return 1
-    _write_atomic(target, new)
+    _write_atomic(target, new, existing)
     print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
     return 0

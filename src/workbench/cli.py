@@ -7,15 +7,19 @@ names what to fix, never a traceback.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from . import models
 from .contract import WorkbenchError
 from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
+
+if TYPE_CHECKING:
+    from .findings import FindingNotSaved
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
@@ -24,6 +28,33 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    """Option callback: NaN or infinity is never a threshold (every comparison with NaN is false)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
+def _writable(out: Path) -> None:
+    """Exit 2 before any experiment runs when ``--out`` cannot take a finding."""
+    from .files import check_writable
+
+    if out.exists() and not out.is_dir():
+        _fail(f"--out {out} is a file; it must be a findings folder (nothing was run)")
+    try:
+        check_writable(out)
+    except WorkbenchError as e:
+        _fail(str(e))
+
+
+def _not_saved(e: "FindingNotSaved") -> None:
+    """The experiment ran but its finding(s) could not be written: say where they are kept (or print them)."""
+    lost = [doc for path, doc in zip(e.recovered, e.docs) if path is None]
+    for doc in lost:
+        typer.echo(doc)
+    _fail(str(e))
 
 
 def _kv(pairs: List[str], typed: bool = False) -> dict:
@@ -90,13 +121,17 @@ def probe(
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
     from . import isolate, metrics, probes
+    from .findings import FindingNotSaved
 
-    if out.exists() and not out.is_dir():
-        _fail(f"--out {out} is a file; it must be a findings folder (nothing was run)")
+    _writable(out)
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
     except isolate.EngineCrashed as e:
         _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
+    except FindingNotSaved as e:
+        _not_saved(e)
+    except KeyboardInterrupt:  # the experiment's processes are already gone (workbench.isolate)
+        _fail("interrupted: the probe was stopped and no finding was written", 130)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")
@@ -113,6 +148,7 @@ def run(
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
     param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value (repeatable)"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="run only these notebooks (names or stems)"),
+    wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
@@ -120,7 +156,7 @@ def run(
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
-        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None)
+        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None, wait=wait)
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)
@@ -169,9 +205,9 @@ def writeback(
 @app.command()
 def bench(
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
-    prompt_tokens: int = typer.Option(256, help="prefill tokens per round"),
-    decode_tokens: int = typer.Option(64, help="decoded tokens per round"),
-    rounds: int = typer.Option(9, help="alternating rounds (cell, raw, cell, raw, …)"),
+    prompt_tokens: int = typer.Option(256, min=1, help="prefill tokens per round"),
+    decode_tokens: int = typer.Option(64, min=1, help="decoded tokens per round"),
+    rounds: int = typer.Option(9, min=1, help="alternating rounds (cell, raw, cell, raw, …)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON"),
 ) -> None:
     """Cell vs direct llama-cpp-python on identical prefill+decode work; prints the median ratio."""
@@ -192,19 +228,19 @@ def loop_cmd(
     trace: str = typer.Option("taubench", "--trace", "-t", help="taubench | claude-code | mooncake, or a trace file"),
     arms: str = typer.Option("all", "--arms", "-a", help="comma-separated arms, or 'all' (see docs/loop.md)"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
-    turns: Optional[int] = typer.Option(None, "--turns", help="first N turns of each session (default: all)"),
-    sessions: Optional[int] = typer.Option(None, "--sessions", help="first N sessions (default: all)"),
+    turns: Optional[int] = typer.Option(None, "--turns", min=1, help="first N turns of each session (default: all)"),
+    sessions: Optional[int] = typer.Option(None, "--sessions", min=1, help="first N sessions (default: all)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="threads for every arm (default: all cores)"),
-    context: int = typer.Option(8192, "--context", help="context tokens of every arm; longer turns are left out"),
-    tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block",
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: all cores)"),
+    context: int = typer.Option(8192, "--context", min=1, help="context tokens of every arm; longer turns are left out"),
+    tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block", min=1,
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
-    min_speedup: float = typer.Option(CLAIM_MIN_SPEEDUP, "--min-speedup",
+    min_speedup: float = typer.Option(CLAIM_MIN_SPEEDUP, "--min-speedup", callback=_finite,
                                       help="gate: required speed-up over the best llama.cpp arm (below the claim's "
                                            f"{CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
     min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
                                   help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
-    token_tolerance: float = typer.Option(0.0, "--token-tolerance",
+    token_tolerance: float = typer.Option(0.0, "--token-tolerance", callback=_finite,
                                           help="share of a turn's output tokens an arm may differ in from the plain "
                                                "llama.cpp arm and still be compared (stated in every finding)"),
     on_target: bool = typer.Option(False, "--on-target",
@@ -220,8 +256,10 @@ def loop_cmd(
 
     from . import loop, metrics
     from .loop.equal import EqualWork
+    from .findings import FindingNotSaved
     from .loop.gate import GateRule
 
+    _writable(out)
     try:
         rule = GateRule(min_speedup=min_speedup, min_turns=min_turns)
         work = EqualWork(token_tolerance=token_tolerance)
@@ -237,6 +275,10 @@ def loop_cmd(
             res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
                            context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,
                            certified=certified, work=work, arm_models=arm_models, progress=progress)
+    except FindingNotSaved as e:
+        _not_saved(e)
+    except KeyboardInterrupt:
+        _fail("interrupted: the loop was stopped and no finding was written", 130)
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "

@@ -1,10 +1,20 @@
-"""Writing files so that a reader never sees half of one and a failure leaves nothing behind."""
+"""Writing files so that a reader never sees half of one and a failure leaves nothing behind; reading only
+regular files, so that a FIFO or a device named like a finding never hangs a reader."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import tempfile
+import uuid
 from pathlib import Path
+
+from .contract import WorkbenchError
+
+
+class OutputError(WorkbenchError):
+    """An output folder the workbench cannot write to; raised before any experiment runs."""
 
 
 def atomic_write(path: str | Path, data: str | bytes, *, mode: int = 0o644, overwrite: bool = True) -> Path:
@@ -29,3 +39,45 @@ def atomic_write(path: str | Path, data: str | bytes, *, mode: int = 0o644, over
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def read_regular(path: str | Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file (symlinks followed); :class:`OSError` otherwise.
+
+    Opened non-blocking and checked on the open descriptor, so a FIFO is refused instead of waited on.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"not a regular file: {path}")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def check_writable(directory: str | Path, what: str = "--out") -> Path:
+    """Create, write, fsync and remove a probe file in ``directory`` (making the folder for the check, and
+    removing again what it made), so that an experiment never runs only to lose its result; :class:`OutputError`
+    names the folder and the reason."""
+    d = Path(directory)
+    made = [p for p in (d, *d.parents) if not p.exists()]
+    probe = d / f".workbench-write-check-{uuid.uuid4().hex[:8]}"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"workbench write check\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.unlink(probe)
+        for p in made:  # deepest first; a folder someone filled meanwhile stays
+            with contextlib.suppress(OSError):
+                p.rmdir()
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder "
+                          "(nothing was run)") from None
+    return d

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
+import tempfile
 import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -27,15 +29,34 @@ import jsonschema
 from . import claims as _claims
 from . import metrics as _metrics
 from .contract import WorkbenchError
-from .files import atomic_write
+from .files import atomic_write, read_regular
 
 SCHEMA_ID = "workbench.finding/v2"
 OLD_SCHEMAS = ("workbench.finding/v1",)
+SCHEMA_FAMILY = "workbench.finding/"
+#: ``workbench run`` sets this for each notebook's attempt; every finding written under it carries the id, so a
+#: resume sets aside exactly what an unfinished attempt wrote (never another engine's or notebook's findings).
+ATTEMPT_ENV = "WORKBENCH_ATTEMPT"
 VERDICTS = ("confirmed", "refuted", "partial", "inconclusive", "not-applicable", "not-run")
 
 
 class FindingError(WorkbenchError):
     """A finding that does not satisfy the schema."""
+
+
+class FindingNotSaved(WorkbenchError):
+    """The experiment ran but its findings could not be written where asked. ``recovered`` lists where each one
+    was kept instead (``None``: nowhere, its JSON is in ``docs``, for the caller to print)."""
+
+    def __init__(self, folder: Path, reason: str, recovered: list[Path | None], docs: list[str]) -> None:
+        self.folder, self.reason, self.recovered, self.docs = folder, reason, recovered, docs
+        kept = [str(p) for p in recovered if p is not None]
+        where = (f"saved instead to {', '.join(kept)}: move {'it' if len(kept) == 1 else 'them'} into a findings folder"
+                 if kept else "")
+        lost = len(recovered) - len(kept)
+        if lost:
+            where += ("; " if where else "") + f"{lost} could be saved nowhere: its JSON follows, save it by hand"
+        super().__init__(f"{len(recovered)} finding(s) could not be written to {folder} ({reason}); {where}")
 
 
 @lru_cache(maxsize=1)
@@ -65,9 +86,11 @@ class Finding:
     id: str = ""
     created: str = ""
     schema: str = SCHEMA_ID
+    attempt: str | None = None  # the ``workbench run`` attempt that wrote it (ATTEMPT_ENV)
 
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
+        self.attempt = self.attempt or os.environ.get(ATTEMPT_ENV) or None
         if not self.id:
             stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
             self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"
@@ -82,8 +105,9 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if not d["claim_verdicts"]:
-            d.pop("claim_verdicts")
+        for optional in ("claim_verdicts", "attempt"):
+            if not d[optional]:
+                d.pop(optional)
         return d
 
     def validate(self) -> "Finding":
@@ -149,17 +173,72 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"cannot serialise {type(o).__name__} in a finding")
 
 
-def write(finding: Finding, directory: str | os.PathLike) -> Path:
-    """Validate and write atomically as ``<id>.json``; refuses to overwrite an existing finding."""
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(json.dumps(finding.to_dict(), default=_json_default))
+def strict(doc: Any, where: str = "") -> tuple[Any, list[str]]:
+    """``doc`` with every non-finite float (NaN, ±inf) as ``None``, and where each one was: strict JSON, which
+    strict parsers (JavaScript's ``JSON.parse``) accept and no reader can mistake for a measured number."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return None, [f"{where or '<root>'} ({doc})"]
+    if isinstance(doc, dict):
+        pairs = [(k, strict(v, f"{where}.{k}" if where else str(k))) for k, v in doc.items()]
+        return {k: v for k, (v, _) in pairs}, [w for _, (_, ws) in pairs for w in ws]
+    if isinstance(doc, list):
+        items = [strict(v, f"{where}[{i}]") for i, v in enumerate(doc)]
+        return [v for v, _ in items], [w for _, ws in items for w in ws]
+    return doc, []
+
+
+def to_json(finding: Finding) -> str:
+    """The finding as validated, strict JSON; non-finite numbers become ``null`` with a note in the evidence."""
+    doc, nonfinite = strict(json.loads(json.dumps(finding.to_dict(), default=_json_default)))
+    if nonfinite:
+        notes = doc.setdefault("evidence", {}).setdefault("notes", [])
+        notes.append(f"non-finite numbers written as null (not measurements): {', '.join(nonfinite)}")
     validate(doc)
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def recovery_dir() -> Path:
+    """Where a finding goes when its folder cannot take it (the system temp folder, per user)."""
+    return Path(tempfile.gettempdir()) / f"workbench-recovered-{os.getuid()}"
+
+
+def write(finding: Finding, directory: str | os.PathLike) -> Path:
+    """Validate and write atomically as ``<id>.json``; refuses to overwrite an existing finding.
+
+    When the folder cannot be written (read-only, full, gone), the finding is kept in :func:`recovery_dir` and
+    :class:`FindingNotSaved` names where: the experiment already ran, its result must not be lost."""
+    d = Path(directory)
+    text = to_json(finding)
     target = d / f"{finding.id}.json"
     try:
-        return atomic_write(target, json.dumps(doc, indent=2, sort_keys=True) + "\n", mode=0o600, overwrite=False)
+        d.mkdir(parents=True, exist_ok=True)
+        return atomic_write(target, text, mode=0o600, overwrite=False)
     except FileExistsError:
         raise FindingError(f"{target} already exists; findings are never overwritten") from None
+    except OSError as e:
+        reason = e.strerror or str(e)
+    try:
+        rescue = recovery_dir()
+        rescue.mkdir(mode=0o700, exist_ok=True)
+        recovered = atomic_write(rescue / target.name, text, mode=0o600, overwrite=False)
+    except OSError:
+        recovered = None
+    raise FindingNotSaved(d, reason, [recovered], [text])
+
+
+def write_all(found: Iterable[Finding], directory: str | os.PathLike) -> list[Path]:
+    """:func:`write` each finding; when some cannot be written, every one is still tried (and kept in the
+    recovery folder) before one :class:`FindingNotSaved` names them all."""
+    paths, failed = [], []
+    for f in found:
+        try:
+            paths.append(write(f, directory))
+        except FindingNotSaved as e:
+            failed.append(e)
+    if failed:
+        raise FindingNotSaved(Path(directory), failed[0].reason, [p for e in failed for p in e.recovered],
+                              [d for e in failed for d in e.docs])
+    return paths
 
 
 @dataclass
@@ -168,8 +247,36 @@ class Scan:
     errors: list[tuple[Path, str]]
 
 
+def read(path: str | os.PathLike) -> Finding | None:
+    """The finding in file ``path``; ``None`` for JSON that is not a finding (e.g. a run manifest).
+
+    Raises :class:`FindingError` (one line naming the problem) for a file that is not a regular file, is not
+    UTF-8 JSON, nests too deeply, or carries a finding schema this version does not know."""
+    try:
+        doc = json.loads(read_regular(path).decode("utf-8"))
+    except OSError as e:
+        raise FindingError(f"cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise FindingError(f"not UTF-8 ({e.reason} at byte {e.start})") from None
+    except RecursionError:
+        raise FindingError("JSON nested too deeply to be a finding") from None
+    except ValueError as e:
+        raise FindingError(f"not JSON: {e}") from None
+    schema_id = doc.get("schema") if isinstance(doc, dict) else None
+    if not isinstance(schema_id, str) or not schema_id.startswith(SCHEMA_FAMILY):
+        return None
+    if schema_id not in (SCHEMA_ID, *OLD_SCHEMAS):
+        raise FindingError(f"schema {schema_id} is not one this workbench reads ({', '.join((*OLD_SCHEMAS, SCHEMA_ID))});"
+                           " it was written by a newer workbench: upgrade to read it")
+    try:
+        return from_dict(doc)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise FindingError(f"not a valid finding: {type(e).__name__}: {e}") from None
+
+
 def scan(paths: Iterable[str | os.PathLike]) -> Scan:
-    """Read every ``*.json`` finding under the given files/directories; corrupt ones go to ``errors``."""
+    """Read every ``*.json`` finding under the given files/directories; files that cannot be read as a finding go
+    to ``errors`` (each with a one-line reason), so one bad file never hides the others."""
     found, errors, seen = [], [], set()
     for p in map(Path, paths):
         files = sorted(p.rglob("*.json")) if p.is_dir() else [p]
@@ -177,16 +284,14 @@ def scan(paths: Iterable[str | os.PathLike]) -> Scan:
             if f.name.startswith(".") or f.name in {"manifest.json", "run.json"}:
                 continue
             try:
-                doc = json.loads(f.read_text())
-                if not isinstance(doc, dict) or doc.get("schema") not in (SCHEMA_ID, *OLD_SCHEMAS):
-                    continue  # not a finding (e.g. a run manifest)
-                finding = from_dict(doc)
-                if finding.id in seen:
-                    continue  # the same finding given twice counts once
-                seen.add(finding.id)
-                found.append((f, finding))
-            except (OSError, ValueError, FindingError, TypeError) as e:
-                errors.append((f, str(e)))
+                finding = read(f)
+            except FindingError as e:
+                errors.append((f, " ".join(str(e).split())))
+                continue
+            if finding is None or finding.id in seen:
+                continue  # not a finding, or the same finding given twice (counts once)
+            seen.add(finding.id)
+            found.append((f, finding))
     return Scan(found, errors)
 
 

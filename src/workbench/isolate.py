@@ -6,17 +6,26 @@ where the engine's log and Python's ``faulthandler`` traceback go, is kept in a 
 dies by a signal, :class:`EngineCrashed` names the signal, the workbench function that was running
 (read from the faulthandler traceback) and the last lines of that log. Nothing the child was writing
 is kept: results come back to the parent only on success.
+
+No child outlives its parent. The child leads a process group of its own, which the engine's processes
+(vLLM's ``EngineCore`` and workers) join; the parent kills that group on every way out of :func:`call`
+(answer, exception, timeout, Ctrl-C). When the parent dies without a way out (SIGKILL), its end of a pipe
+the child watches closes, and the child removes its temp folder and kills its own group. A pipe rather
+than ``PR_SET_PDEATHSIG``: the signal would kill the child alone, leaving the engine's processes behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing
 import os
 import pickle
 import re
+import shutil
 import signal
 import tempfile
+import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +89,38 @@ class ChildError(WorkbenchError):
     """An exception from the child that could not be sent back as itself."""
 
 
-def _child(conn, log_path: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+#: seconds a child that answered gets to exit by itself (its engine shutting down) before its group is killed
+EXIT_GRACE_S = 30.0
+
+
+def _die_with_parent(alive, tmp: Path) -> None:
+    """Once the parent's end of ``alive`` closes (the parent is gone, however it died), remove the temp folder and
+    kill this process group: the child, and every engine process it started, instead of a result nobody reads."""
+
+    def watch() -> None:
+        try:
+            alive.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="workbench-parent-watch", daemon=True).start()
+
+
+def _kill_group(proc) -> None:
+    """SIGKILL the child's process group (the child and what it started); nothing when it is already gone."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # the group outlives a reaped leader while its members live
+        return
+    if proc.exitcode is None:  # not reaped yet, so its pid is still its own: it died before leading a group
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+def _child(conn, alive, log_path: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+    os.setpgid(0, 0)  # a group of its own: the parent (or the watcher) ends the engine's processes with it
+    _die_with_parent(alive, Path(log_path).parent)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 2)  # the engine's C-level log and faulthandler's traceback land in the log file
     os.environ["WORKBENCH_LLAMA_VERBOSE"] = "1"
@@ -122,19 +162,25 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, **kwargs: Any) 
         log_path = Path(tmp) / "stderr.log"
         log_path.touch()
         parent, child = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(child, str(log_path), fn, args, kwargs), daemon=False)
+        watched, alive = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(child, watched, str(log_path), fn, args, kwargs), daemon=False)
         proc.start()
         child.close()
+        watched.close()
         status = value = None
-        answered = parent.poll(timeout)
-        if answered:
-            try:
-                status, value = parent.recv()
-            except EOFError:  # the child died before it could answer
-                pass
-        else:
-            proc.kill()
-        proc.join()
+        try:
+            answered = parent.poll(timeout)
+            if answered:
+                try:
+                    status, value = parent.recv()
+                except EOFError:  # the child died before it could answer
+                    pass
+                proc.join(EXIT_GRACE_S)
+        finally:  # answered or not, interrupted or not: the child's group goes with this call
+            _kill_group(proc)
+            proc.join()
+            alive.close()
+            parent.close()
         log = log_path.read_text(errors="replace")
     if not answered:
         raise EngineTimeout(timeout, log_tail(log))

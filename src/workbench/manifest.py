@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from .files import atomic_write
+from .files import atomic_write, read_regular
 
 MANIFEST = "run.json"
 SCHEMA = "workbench.run/v1"
@@ -31,6 +31,7 @@ class NotebookRun:
     started: str
     duration_s: float | None = None
     error: str | None = None
+    attempt: str | None = None  # written into every finding of this attempt (findings.ATTEMPT_ENV)
 
 
 @dataclass
@@ -43,9 +44,9 @@ class Manifest:
 def load(out: Path) -> Manifest:
     """The run folder's manifest; an absent or unreadable one is empty (everything reruns)."""
     try:
-        doc = json.loads((Path(out) / MANIFEST).read_text())
+        doc = json.loads(read_regular(Path(out) / MANIFEST))
         return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return Manifest()
 
 

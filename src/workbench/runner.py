@@ -14,20 +14,24 @@ editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
+import math
 import sys
 import os
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import manifest, models
+from . import manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
-from .findings import now_iso
+from .files import check_writable
+from .findings import ATTEMPT_ENV, now_iso
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
 KERNEL = "python3"  # jupyter_client runs this spec's "python" as sys.executable: the runner's own venv
@@ -96,11 +100,19 @@ def _coerce(name: str, value: Any, default_src: str) -> Any:
             raise RunError(f"parameter {name} must be a JSON object, e.g. '{{\"dummy_weights\": true}}', got {value!r}")
         return parsed
     if isinstance(default, (int, float)):
-        try:
-            return type(default)(value)
-        except ValueError:
-            raise RunError(f"parameter {name} must be {type(default).__name__}, got {value!r}") from None
+        return _number(name, value, type(default))
     return value  # strings, and tuples written as "a,b" (probes parse those)
+
+
+def _number(name: str, value: str, kind: type) -> Any:
+    """A finite int or float from a ``-p`` string, or a RunError naming the parameter."""
+    try:
+        number = kind(value)
+    except ValueError:
+        number = None
+    if number is None or not math.isfinite(number):
+        raise RunError(f"parameter {name} must be a finite {kind.__name__}, got {value!r}")
+    return number
 
 
 def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = None, only: list[str] | None = None,
@@ -144,16 +156,31 @@ def _kernel_manager() -> type:
     return EncryptedKernelManager
 
 
-def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
-    """Run one notebook in its own kernel; (status, error)."""
+@contextlib.contextmanager
+def _attempt_env(attempt: str) -> Iterator[None]:
+    """The notebook's kernel (and each probe's child) inherits the attempt id, which every finding records."""
+    before = os.environ.get(ATTEMPT_ENV)
+    os.environ[ATTEMPT_ENV] = attempt
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(ATTEMPT_ENV, None)
+        else:
+            os.environ[ATTEMPT_ENV] = before
+
+
+def _execute(p: Planned, out: Path, attempt: str) -> tuple[str, str | None]:
+    """Run one notebook in its own kernel, its findings marked with ``attempt``; (status, error)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     try:
         (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-        papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
-                                   kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
-                                   kernel_manager_class=_kernel_manager())
+        with _attempt_env(attempt):
+            papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
+                                       kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
+                                       kernel_manager_class=_kernel_manager())
         return "ok", None
     except PapermillExecutionError as e:
         return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
@@ -177,23 +204,50 @@ def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
     return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")
 
 
-def set_aside(out: Path, since: str, key: str) -> int:
-    """Move the findings an unfinished attempt of notebook ``key`` wrote (created at or after ``since``;
-    notebooks run one at a time) to ``superseded/<key>/``, so its rerun does not count them twice and
-    nothing is deleted. Returns how many were moved."""
+def set_aside(out: Path, attempt: str, key: str) -> int:
+    """Move the findings that attempt ``attempt`` of notebook ``key`` wrote (each finding records its attempt id)
+    to ``superseded/<key>/``, so its rerun does not count them twice and nothing is deleted. Findings of other
+    notebooks, engines or runs are never touched. Returns how many were moved."""
     from .findings import scan
-    from .standing import when
 
     target = out / "superseded" / key.replace("/", "_")
     moved = 0
     for path, f in scan([out / "findings"]).findings:
-        if when(f.created) >= when(since):
+        if f.attempt == attempt:
             target.mkdir(parents=True, exist_ok=True)
             os.replace(path, target / path.name)
             moved += 1
     return moved
 
 
+def _resume_unfinished(out: Path, done: manifest.NotebookRun, say: Callable[[str], None]) -> None:
+    """Before rerunning a notebook whose last attempt did not finish, set aside what that attempt wrote."""
+    if done.attempt is None:  # recorded before attempt ids: nothing tells its findings apart, so all stay
+        say(f"[dim]kept[/] any findings of the unfinished {done.name} attempt (it predates attempt ids)")
+        return
+    moved = set_aside(out, done.attempt, done.name)
+    if moved:
+        say(f"[dim]set aside[/] {moved} finding(s) of the unfinished {done.name} attempt")
+
+
+def _one_writer(batch: Callable[..., int]) -> Callable[..., int]:
+    """``run_batch`` checks the run folder is writable and holds its writer lock (:mod:`workbench.runlock`)
+    for the whole batch; ``wait=True`` queues behind another writer instead of refusing."""
+
+    @functools.wraps(batch)
+    def locked(out: Path, *args: Any, wait: bool = False, **kwargs: Any) -> int:
+        out = Path(out).resolve()
+        for sub in ("notebooks", "findings"):
+            check_writable(out / sub, "run folder")
+        out.mkdir(parents=True, exist_ok=True)
+        with runlock.writer(out, wait, lambda who: print(f"waiting: {out} is being written by {who}",
+                                                          file=sys.stderr)):
+            return batch(out, *args, **kwargs)
+
+    return locked
+
+
+@_one_writer
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
               notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
@@ -202,7 +256,9 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
     executed notebooks under ``notebooks/<engine>/``, and one report and blueprint cover them all.
 
-    Notebooks already ``ok`` in ``run.json`` with the same parameters are skipped (resume). A failing
+    One batch writes a run folder at a time: another one raises :class:`~workbench.runlock.RunLocked` naming
+    it, unless ``wait=True`` (queue behind it). Notebooks already ``ok`` in ``run.json`` with the same
+    parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
     ``blueprint/blueprint.md`` for the write-back.
     """
@@ -228,14 +284,12 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
                 bar.advance(task)
                 continue
             if done and done.status != "ok":
-                moved = set_aside(out, done.started, p.key)
-                if moved:
-                    console.print(f"[dim]set aside[/] {moved} finding(s) of the unfinished {p.key} attempt")
+                _resume_unfinished(out, done, console.print)
             bar.update(task, description=f"running {p.key}")
-            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
+            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(), attempt=uuid.uuid4().hex[:12])
             manifest.record(out, entry)
             t0 = time.perf_counter()
-            entry.status, entry.error = _execute(p, out)
+            entry.status, entry.error = _execute(p, out, entry.attempt)
             entry.duration_s = round(time.perf_counter() - t0, 2)
             manifest.record(out, entry)
             if entry.status == "ok":

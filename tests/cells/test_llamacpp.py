@@ -378,3 +378,32 @@ def test_the_fast_read_back_still_sees_a_hole_once_calibrated(cell):
     assert cell.resident_tokens() == 64
     llama_cpp.llama_memory_seq_rm(cell._mem, 0, 10, 40)
     assert cell.resident_tokens() == 10
+
+
+# --------------------------------------------------------------------------- issue 23: messages keep the engine's reason
+
+
+def test_a_failed_load_keeps_llama_cpps_own_reason(tmp_path):
+    import gguf
+
+    path = tmp_path / "foo.gguf"
+    w = gguf.GGUFWriter(str(path), "foo")  # an architecture llama.cpp does not know
+    w.add_name("made up")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(WorkbenchError, match="unknown model architecture: 'foo'"):
+        open_cell("llamacpp", str(path))
+
+
+def test_a_chat_template_with_an_unknown_filter_names_the_fix(cell):
+    cell._template = "{{ messages | nosuchfilter }}"  # as a GGUF's tokenizer.chat_template may be written
+    with pytest.raises(WorkbenchError, match="chat template .* cannot be rendered .*nosuchfilter.*tokenizer.chat_template"):
+        cell.render([{"role": "user", "content": "hi"}])
+
+
+def test_a_bad_context_names_context_tokens_not_kv_budget():
+    with pytest.raises(ValueError, match="raise context_tokens") as e:
+        open_cell("llamacpp", TINY, context_tokens=-5)
+    assert "kv_budget" not in str(e.value)

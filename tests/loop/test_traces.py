@@ -79,3 +79,18 @@ def test_bad_trace_files_name_the_problem(tmp_path, content, message):
 def test_unknown_trace_lists_the_names():
     with pytest.raises(TraceError, match="taubench, claude-code, mooncake"):
         traces.load("no-such-trace")
+
+
+@pytest.mark.parametrize("content, message", [
+    (json.dumps([{"traj": ["hello", "world"]}]), "τ-bench run 0 message 0 is a str; each message must be an object"),
+    (json.dumps([{"traj": [{"role": "user", "content": {"nested": [1]}}]}]), "'content' must be a string or null"),
+    (json.dumps([{"traj": [{"content": "no role"}]}]), "no string 'role'"),
+    (json.dumps([{"traj": [{"role": "assistant", "content": "", "tool_calls": ["x"]}]}]), "'tool_calls' must be"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    (json.dumps({"requests": ["not an object"], "block_size": 16}), "malformed trace"),
+])
+def test_issue_23_malformed_messages_and_deep_nesting_name_the_problem(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(TraceError, match=message):
+        traces.load(str(p))

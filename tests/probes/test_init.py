@@ -128,3 +128,19 @@ def test_audit_17_a_support_names_a_declared_metric_and_a_known_comparison():
         Support("no_such_metric", ">", 0)
     with pytest.raises(ValueError, match="op must be one of"):
         Support("engine_resident_tokens", "=>", 0)
+
+
+def test_issue_23_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
+    """It was numpy's bare `low >= high`."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import pytest
+
+    from workbench.contract import WorkbenchError
+    from workbench.probes.common import token_ids
+
+    rng = np.random.default_rng(0)
+    assert len(token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 512}))) == 5
+    with pytest.raises(WorkbenchError, match="vocabulary has 200 tokens.*more than 260 tokens"):
+        token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 200}))

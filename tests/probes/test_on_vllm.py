@@ -138,3 +138,87 @@ def test_surface_probes_read_the_installed_package(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_cell, "SURFACE", broken)
     f = run("surface.contract_mapping", tmp_path)
     assert f.verdict == "partial" and any("no_such_key" in n for n in f.evidence["notes"])
+
+
+# --------------------------------------------------------------------------- issue 23: nothing left running
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        line = next(x for x in open(f"/proc/{pid}/status") if x.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return 0.0
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.parametrize("multiprocess", [False, True], ids=["in-process", "multiprocess"])
+def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_path, multiprocess):
+    """`kill -9` of `workbench probe … --engine vllm` left its experiment child running (ppid 1, ~0.9 GB), and
+    with multiprocess=true VLLM::EngineCore and VLLM::Worker as well."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import descendants, gone_within
+
+    require_engine("vllm")
+    cmd = [sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics", "--engine", "vllm",
+           "-m", MODEL, "-p", "repeats=50", "--out", str(tmp_path / "f")] + (["-c", "multiprocess=true"] * multiprocess)
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+
+        def engine_up() -> bool:
+            below = descendants(p.pid)
+            if multiprocess:
+                return any("EngineCore" in _cmdline(d) for d in below)
+            return any(_rss_mb(d) > 400 for d in below)  # the engine is loaded in the child
+
+        while not engine_up():
+            assert p.poll() is None, p.stderr.read()
+            assert time.monotonic() < deadline, "vLLM did not start"
+            time.sleep(0.5)
+        time.sleep(2)
+        below = descendants(p.pid)
+        if multiprocess:
+            assert any("EngineCore" in _cmdline(d) for d in below)
+        (child_tmp,) = {Path(os.readlink(f"/proc/{d}/fd/2")).parent for d in below  # the log isolate gave it
+                        if Path(os.readlink(f"/proc/{d}/fd/2")).parent.name.startswith("workbench-child-")}
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        left = gone_within(5, below)
+        assert left == [], [(d, _cmdline(d)) for d in left]
+        assert not child_tmp.exists()
+        assert not list((tmp_path / "f").glob("*.json"))
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_every_vllm_the_workbench_starts_has_usage_statistics_off(tmp_path):
+    """vLLM reports usage to its collector unless VLLM_NO_USAGE_STATS / DO_NOT_TRACK say no
+    (vllm/usage/usage_lib.py: is_usage_stats_enabled)."""
+    import os
+    import subprocess
+    import sys
+
+    require_engine("vllm")
+    code = ("from workbench import open_cell\n"
+            "with open_cell('vllm', 'synthetic:cpu', block_size=32, kv_budget_tokens=2048) as c:\n"
+            "    from vllm.usage import usage_lib\n"
+            "    print('usage stats enabled:', usage_lib.is_usage_stats_enabled())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")}
+    env["HOME"] = str(tmp_path)  # no ~/.config/vllm/do_not_track of the machine's own
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert "usage stats enabled: False" in r.stdout, r.stdout + r.stderr

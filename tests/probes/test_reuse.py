@@ -241,3 +241,18 @@ def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_
     assert f.metrics["engine_counted_requests"] == {"value": 0, "unit": "count", "source": "engine"}
     assert f.metrics["reuse_exact_fraction"]["value"] is None
     assert all(r["reported_reused"] is None and r["reuse_source"] == "none" for r in f.evidence["rows"])
+
+
+def test_issue_23_nan_logits_are_never_evidence():
+    """A model with NaN weights gave "every reused request computed the same logits as a cold recompute (max |Δ|
+    nan)": NaN compared as a pass."""
+    nan = float("nan")
+    no = [COLD | {"engine_reused": None, "engine_vs_expected": "no channel"},
+          _row(engine=None, diff=nan, std=nan) | {"engine_vs_expected": "no channel"}]
+    out = verdict(no, ["n_p_eval"], "llamacpp", "no counter in llama.h", 0.05)
+    assert out.verdict == "inconclusive" and "not finite" in out.summary
+    assert "same logits" not in out.summary
+    counted = verdict([COLD, _row(diff=nan)], ["num_cached_tokens"], "e", None, 0.05)
+    assert counted.verdict == "inconclusive" and counted.claim_verdicts["risk.reuse_metrics"] == "inconclusive"
+    inf_floor = verdict([COLD, _row() | {"logits_layout_floor": float("inf")}], ["num_cached_tokens"], "e", None, 0.05)
+    assert inf_floor.verdict == "inconclusive"

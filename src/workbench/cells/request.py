@@ -205,6 +205,17 @@ class RequestCell(abc.ABC):
                                      f"{self.model.name} is open without a tokenizer; pass token ids")
         return self._tokenizer
 
+    def _apply_template(self, messages: list, **kw: Any) -> Any:
+        """The tokenizer's chat template on ``messages``; one that cannot render (an unknown filter) names the fix."""
+        from jinja2 import TemplateError
+
+        try:
+            return self._need_tokenizer("chat messages").apply_chat_template(messages, **kw)
+        except TemplateError as e:
+            raise WorkbenchError(f"the chat template of {self.model.name} cannot be rendered ({type(e).__name__}: "
+                                 f"{e}); fix chat_template in its tokenizer_config.json, or give the prompt as text or "
+                                 "token ids") from None
+
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
         kind, value = split_prompt(prompt, self._vocab_size)
         if kind == "tokens":

@@ -327,7 +327,7 @@ class TrtLlmCell(RequestCell):
 
     def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
         tok = self._need_tokenizer("chat messages")
-        ids = list(tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=not continuation))
+        ids = list(self._apply_template(messages, tokenize=True, add_generation_prompt=not continuation))
         bos = getattr(getattr(tok, "tokenizer", tok), "bos_token_id", None)
         return ids[1:] if continuation and ids and ids[0] == bos else ids
 

@@ -63,6 +63,15 @@ _ENV = {  # set while the engine starts: its processes inherit them
     "HF_HUB_OFFLINE": "1",  # local directories only
     "TOKENIZERS_PARALLELISM": "false",
 }
+#: vLLM reports usage to its collector unless one of these says not to (vllm/usage/usage_lib.py,
+#: is_usage_stats_enabled). Set for the life of the process, not only while an engine starts: the answer is
+#: cached once asked, and every engine process started later inherits it.
+NO_USAGE_STATS = {"VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
+def _usage_stats_off() -> None:
+    for k, v in NO_USAGE_STATS.items():
+        os.environ[k] = v
 
 
 def _import_vllm() -> ModuleType:
@@ -297,6 +306,7 @@ class VllmCell(RequestCell):
         if cls._availability is not None:
             return cls._availability
         details: dict[str, Any] = {"machine": platform.machine(), "system": platform.system()}
+        _usage_stats_off()
         try:
             with _environment({"VLLM_LOGGING_LEVEL": "ERROR"}):
                 vllm = _import_vllm()
@@ -341,7 +351,7 @@ class VllmCell(RequestCell):
         self.model, self.path, self.opts = model, path, opts
         self.version = str(_import_vllm().__version__)
         self._config = dict(config)
-        self._vocab_size = int(config["vocab_size"])
+        self._vocab_size = models.hf_vocab_size(config)
         eos = config.get("eos_token_id")
         self._eos = [int(e) for e in (eos if isinstance(eos, list) else [eos])] if eos is not None else []
         geometry, ceiling = models.hf_geometry(config, self._dtype_name(config, opts))
@@ -413,6 +423,7 @@ class VllmCell(RequestCell):
             path = o.adapters[0]
             self._lora_request = LoRARequest(Path(path).name, 1, path)
         self._inprocess = not o.multiprocess and VllmCell._inprocess_open == 0
+        _usage_stats_off()
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
         with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")):
@@ -455,7 +466,7 @@ class VllmCell(RequestCell):
 
     def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
         tok = self._need_tokenizer("chat messages")
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=not continuation)
+        text = self._apply_template(messages, tokenize=False, add_generation_prompt=not continuation)
         bos = getattr(tok, "bos_token", None)
         # the template may write the BOS itself; the tokenizer adds it otherwise (never on a continuation)
         special = not continuation and not (bos and text.startswith(bos))

@@ -152,7 +152,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     found.append(_results.gate_finding(summaries, rule, params, workload, target))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
-        result.paths = [findings.write(f, out) for f in found]
+        result.paths = findings.write_all(found, out)  # a failure still keeps every finding
     return result
 
 

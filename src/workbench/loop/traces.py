@@ -131,6 +131,8 @@ def load(spec: str) -> Trace:
         doc = json.loads(text)
     except ValueError:
         doc = None
+    except RecursionError:
+        raise TraceError(f"{path}: JSON nested too deeply to be a trace") from None
     try:
         if isinstance(doc, list):
             return Trace(name, "taubench", path, sha, _taubench(doc))
@@ -141,7 +143,7 @@ def load(spec: str) -> Trace:
             return Trace(name, "kvcache-tester", path, sha, _kvcache(doc, block), block)
         if doc is None or isinstance(doc, dict):
             return Trace(name, "mooncake", path, sha, _mooncake(text, path), 512)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
         if isinstance(e, TraceError):
             raise
         raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
@@ -154,6 +156,8 @@ def _taubench(runs: list) -> tuple[Session, ...]:
         if not isinstance(run, Mapping) or not isinstance(run.get("traj"), list):
             raise TraceError(f"τ-bench run {i} has no 'traj' message list")
         traj = run["traj"]
+        for j, m in enumerate(traj):
+            _check_message(m, i, j)
         turns = tuple(ChatTurn(tuple(traj[:j]), m) for j, m in enumerate(traj)
                       if m.get("role") == "assistant" and j > 0)
         sid = f"task{run.get('task_id', i)}-trial{run.get('trial', 0)}"
@@ -161,6 +165,22 @@ def _taubench(runs: list) -> tuple[Session, ...]:
     if not sessions:
         raise TraceError("the τ-bench trace has no runs")
     return tuple(sessions)
+
+
+def _check_message(m: Any, run: int, j: int) -> None:
+    """A τ-bench message is an object with a string role and string (or null) content, as the rendering needs."""
+    where = f"τ-bench run {run} message {j}"
+    if not isinstance(m, Mapping):
+        raise TraceError(f"{where} is a {type(m).__name__}; each message must be an object with 'role' and 'content'")
+    if not isinstance(m.get("role"), str):
+        raise TraceError(f"{where} has no string 'role' (user, assistant, tool, system)")
+    if m.get("content") is not None and not isinstance(m["content"], str):
+        raise TraceError(f"{where}: 'content' must be a string or null, not a {type(m['content']).__name__}")
+    calls = m.get("tool_calls")
+    if calls is not None and not (isinstance(calls, list) and all(
+            isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
+            and isinstance(c["function"].get("name"), str) for c in calls)):
+        raise TraceError(f"{where}: 'tool_calls' must be a list of objects with a function name")
 
 
 def _block_turn(req: Mapping[str, Any], block: int, *, partial_last: bool) -> BlockTurn:

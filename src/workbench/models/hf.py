@@ -147,6 +147,16 @@ def hf_dtype(config: Mapping[str, Any]) -> str | None:
     return None
 
 
+def hf_vocab_size(config: Mapping[str, Any]) -> int:
+    """The vocabulary size a ``config.json`` declares (its ``text_config``'s where it has one)."""
+    cfg = config.get("text_config") or config
+    try:
+        return int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError):
+        raise ModelSpecError("config.json has no integer vocab_size; add the model's vocabulary size (the rows of "
+                             "its token embedding) to config.json") from None
+
+
 def hf_geometry(config: Mapping[str, Any], dtype: str | None = None) -> tuple[KvGeometry, int | None]:
     """KV geometry and context ceiling from a ``config.json`` (its ``text_config`` where it has one); the KV
     dtype is ``dtype``, else the model's own."""

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..contract import CELL_SOURCES, Cell, ContextOverflow, Description, Retention
+from ..contract import CELL_SOURCES, Cell, ContextOverflow, Description, Retention, WorkbenchError
 from ..models import TOKEN_LO
 
 
@@ -25,7 +25,12 @@ def block_size(d: Description, nominal: int) -> int:
 
 def token_ids(rng: np.random.Generator, n: int, d: Description) -> list[int]:
     """``n`` random token ids valid for the model (no control or byte tokens)."""
-    hi = int(min(d.extra.get("vocab_size", 32000), 30000))
+    vocab = d.extra.get("vocab_size")
+    hi = int(min(32000 if vocab is None else vocab, 30000))
+    if hi <= TOKEN_LO:
+        raise WorkbenchError(f"the model's vocabulary has {vocab} tokens, but probes draw prompt tokens above the "
+                             f"control and byte tokens (ids {TOKEN_LO} and up): use a model with more than {TOKEN_LO} "
+                             "tokens (e.g. synthetic:tiny)")
     return rng.integers(TOKEN_LO, hi, size=n).tolist()
 
 

@@ -28,6 +28,7 @@ run in a random order per repeat.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,14 +162,26 @@ class PerRequestMetrics(Probe):
 NOISE_CEILING = 0.5  # a cold-to-cold floor above this × the logits' spread leaves nothing to judge reuse by
 
 
+LOGITS = ("logits_max_abs_diff", "logits_cold_std", "logits_layout_floor")
+
+
 def _bar(r: dict, tolerance: float, margin: float, floor: float) -> float:
     """The logits difference a request may show: the tolerance and ``margin`` × the engine's cold-to-cold noise."""
     return max(tolerance * r["logits_cold_std"], margin * floor)
 
 
 def _beyond(value: float | None, r: dict, tolerance: float, margin: float, floor: float) -> bool:
-    """A logits difference past both the tolerance and ``margin`` × the engine's own cold-to-cold noise."""
-    return value is not None and value > _bar(r, tolerance, margin, floor)
+    """A logits difference past both the tolerance and ``margin`` × the engine's own cold-to-cold noise; a
+    non-finite difference or bound is never within (NaN compares false, so it must fail, not pass)."""
+    if value is None:
+        return False
+    bound = _bar(r, tolerance, margin, floor)
+    return not (math.isfinite(value) and math.isfinite(bound) and value <= bound)
+
+
+def nonfinite(rows: list[dict]) -> list[dict]:
+    """Requests whose logits read-back holds NaN or infinity: no comparison with them is evidence."""
+    return [r for r in rows if any(isinstance(r.get(k), float) and not math.isfinite(r[k]) for k in LOGITS)]
 
 
 def noise(rows: list[dict], tolerance: float, margin: float) -> tuple[float | None, list[dict], bool]:
@@ -259,6 +272,12 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     clean = ((Support("logits_max_abs_diff", "<=", max(bar(r) for r in rows if r["logits_max_abs_diff"] is not None)),)
              if diffs else ())
     claim = "not-applicable" if no_counter else None
+    broken = nonfinite(rows)
+    if broken:
+        return Outcome("inconclusive", f"The logits check cannot judge reuse on {engine}: on {len(broken)} of {n} "
+                       "requests the engine's logits (or their differences) were not finite (NaN or infinity), and "
+                       "a comparison with NaN is no evidence either way; check the model's weights.", metrics, rows,
+                       notes, {"risk.reuse_metrics": claim or "inconclusive"}, rests_on=("logits_max_abs_diff",))
     if too_noisy or (odd and not wrong):
         why = (f"two cold computations of the same tokens differ by {floor:.3g} (median), more than "
                f"{NOISE_CEILING:g} × the logits' spread" if too_noisy else

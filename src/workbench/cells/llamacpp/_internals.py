@@ -57,6 +57,17 @@ def captured() -> Iterator[list[str]]:
         _CAPTURE.remove(lines)
 
 
+def load_reason(lines: Sequence[str]) -> str:
+    """llama.cpp's own words for a failed model load (e.g. ``unknown model architecture: 'foo'``), from its log."""
+    said = [line.strip() for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    reasons = [s.split("error loading model: ", 1)[1] for s in said if "error loading model: " in s]
+    if reasons:
+        return reasons[-1] + " (llama.cpp); give a GGUF file llama.cpp can load"
+    if said:
+        return "; ".join(said[-2:]) + " (llama.cpp); give a GGUF file llama.cpp can load"
+    return "is it a valid GGUF file?"
+
+
 def decide_extra_buffers(override: bool | None = None) -> cpu.ExtraBuffers:
     """Whether this machine's llama.cpp may load weights into extra buffer types (see :mod:`workbench.cpu`)."""
     system_info = lib().llama_print_system_info().decode(errors="replace")

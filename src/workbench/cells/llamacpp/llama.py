@@ -25,7 +25,7 @@ from ...contract import (Capabilities, ContextExplanation, ContextOverflow, Deco
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from .. import Availability
 from . import llama_chat_format, surface
-from ._internals import captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, model_params
+from ._internals import captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params
 from .state import parse_state
 
 ENGINE = "llamacpp"
@@ -120,9 +120,10 @@ class LlamaCppCell:
         self._closed = True
         self.extra_buffers = decide_extra_buffers(extra_buffers)
         mparams = model_params(ll, gpu_layers=gpu_layers, extra=self.extra_buffers)
-        self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
+        with captured() as lines:
+            self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
         if not self._model:
-            raise WorkbenchError(f"llama.cpp could not load {model.path}; is it a valid GGUF file?")
+            raise WorkbenchError(f"llama.cpp could not load {model.path}: " + load_reason(lines))
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._adapters = []
         try:
@@ -137,7 +138,9 @@ class LlamaCppCell:
                 raise ValueError(f"kv_budget_tokens must be at least 1, got {kv_budget_tokens}")
             n_ctx = kv_budget_tokens or context_tokens or train_ctx
             if n_ctx <= 0:
-                raise ValueError(f"KV budget gives {n_ctx} tokens; raise kv_budget_bytes/kv_budget_tokens")
+                given = ("kv_budget_bytes/kv_budget_tokens" if kv_budget_tokens else "context_tokens" if context_tokens
+                         else "context_tokens (the model declares no training context)")
+                raise ValueError(f"the KV cache would hold {n_ctx} tokens; raise {given}")
             threads = n_threads or os.cpu_count() or 1
             cparams = ll.llama_context_default_params()
             cparams.n_ctx = n_ctx
