@@ -118,8 +118,9 @@ class RequestCell(abc.ABC):
         """Shut the engine down, if it runs; sets ``_llm`` to None."""
 
     @abc.abstractmethod
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
-        """Send ``tokens`` as one ``max_tokens=1`` request under ``key`` and read what the engine reused."""
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
+        """Send ``tokens`` as one ``max_tokens=1`` request under ``key`` and read what the engine reused;
+        ``slot``: the cell's slot, for an engine whose slots are its own (llama-server's ``id_slot``)."""
 
     @abc.abstractmethod
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
@@ -249,7 +250,7 @@ class RequestCell(abc.ABC):
         key = self.manifest.cache_key(salt)
         kept = common_prefix(st.tokens, tokens) if st.key == key else 0
         dropped = len(st.tokens) - kept + len(st.pending)
-        warm = self._warm(tokens, key, retention)
+        warm = self._warm(tokens, key, retention, slot=slot)
         st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = (
             tokens, [], key, salt, retention, warm.counters)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=warm.reused_tokens,
@@ -272,7 +273,7 @@ class RequestCell(abc.ABC):
                                 deferred_tokens=len(st.pending), exact=False, granularity_tokens=self._granularity,
                                 source="bookkeeping")
         seq = st.tokens + st.pending
-        warm = self._warm(seq, st.key, st.retention)
+        warm = self._warm(seq, st.key, st.retention, slot=slot)
         st.tokens, st.pending, st.counters = seq, [], warm.counters
         return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=warm.reused_tokens,
                             computed_tokens=total - warm.reused_tokens, exact=False,
