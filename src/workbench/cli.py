@@ -256,6 +256,7 @@ def serve(
     if engine not in _serve.ENGINES:
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
     try:
+        _serve.check_host(host, api_key)
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
                                server_args=tuple(ctx.args), log_dir=str(log_dir), kv_events=False)
     except isolate.EngineCrashed as e:
@@ -265,7 +266,7 @@ def serve(
     with cell:
         d = cell.describe()
         typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
-        typer.echo(f"log: {cell.server.log_path}\npress Ctrl-C to stop")
+        typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
         while (dead := cell.server.died()) is None:
             time.sleep(0.5)
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
