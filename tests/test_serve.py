@@ -34,6 +34,23 @@ def _gone(pid: int, within_s: float = 20.0) -> bool:
     return False
 
 
+def group_alive(pgid: int, settle_s: float = 0.0) -> int:
+    """How many live (not zombie) processes are in process group ``pgid``, after waiting up to ``settle_s``
+    for it to empty."""
+    t0 = time.monotonic()
+    while True:
+        n = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            n += fields[0] != "Z" and int(fields[2]) == pgid
+        if not n or time.monotonic() - t0 >= settle_s:
+            return n
+        time.sleep(0.2)
+
+
 def _request(**kw) -> serve.ServerRequest:
     return serve.ServerRequest("llamacpp-server", str(models.resolve(TINY).path), context_tokens=256, **kw)
 
@@ -64,7 +81,7 @@ def test_start_waits_until_ready_and_stop_ends_the_process_group(tmp_path):
         assert httpx.get(server.url + "/health").status_code == 200
         assert os.getpgid(server.pid) == server.pid  # its own group, which stop() ends
         pid = server.pid
-    assert _gone(pid)
+    assert _gone(pid) and not group_alive(pid, settle_s=10)
     assert server.log_path.parent == tmp_path and "llama-server" in server.log_path.read_text()
     assert server not in serve.live()
 
@@ -113,6 +130,7 @@ def test_no_server_outlives_the_process_that_started_it(tmp_path, sig):
         child.send_signal(sig)
         child.wait(30)
         assert _gone(pid), f"llama-server {pid} outlived its parent after {sig.name}"
+        assert not group_alive(pid, settle_s=10)
     finally:
         child.kill()
 
@@ -150,3 +168,35 @@ def test_workbench_serve_refuses_a_public_host_without_a_key(tmp_path):
     r = CliRunner().invoke(app, ["serve", "llamacpp-server", "--model", TINY, "--host", "0.0.0.0",
                                  "--log-dir", str(tmp_path)])
     assert r.exit_code == 2 and "API key" in r.output
+
+
+def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tmp_path):
+    import json
+
+    req = serve.ServerRequest("vllm-server", str(tmp_path), options={"kv_events_endpoint": "tcp://127.0.0.1:5999"})
+    argv = serve.ENGINES["vllm-server"](req, 8000, tmp_path).argv
+    assert "--enable-prompt-tokens-details" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
+    events = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5999"}
+
+
+def test_trtllm_serve_is_started_with_block_reuse_events_and_perf_metrics(tmp_path):
+    """Written against the 1.2-era trtllm-serve (``--extra_llm_api_options`` YAML of LlmArgs fields)."""
+    import yaml
+
+    req = serve.ServerRequest("trtllm-serve", str(tmp_path), options={"tokens_per_block": 32})
+    launch = serve.ENGINES["trtllm-serve"](req, 8000, tmp_path)
+    options = yaml.safe_load(launch.files[serve.TRTLLM_OPTIONS])
+    assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 1024,
+                                          "tokens_per_block": 32}
+    assert options["return_perf_metrics"] is True and options["perf_metrics_max_requests"] > 0
+    assert launch.argv[launch.argv.index("--extra_llm_api_options") + 1] == str(tmp_path / serve.TRTLLM_OPTIONS)
+
+
+def test_trtllm_serve_is_not_run_here_and_says_why():
+    from workbench import cells
+
+    a = cells.availability("trtllm-serve")
+    if a.available:
+        pytest.skip("tensorrt_llm is installed here")
+    assert "tensorrt_llm" in a.reason

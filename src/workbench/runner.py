@@ -16,8 +16,8 @@ from __future__ import annotations
 import ast
 import functools
 import json
-import sys
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -214,6 +214,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     out = Path(out).resolve()
     for sub in ("notebooks", "findings"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
     todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
     console = Console(stderr=True, quiet=not progress)

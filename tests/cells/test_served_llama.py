@@ -73,8 +73,14 @@ def test_decode_streams_tokens_and_matches_the_in_process_engine(cell):
     cell.ensure_prefix(p, slot=0)
     seen = []
     dec = cell.decode(slot=0, max_tokens=12, on_token=lambda t, piece, s: seen.append((t, s)))
-    assert len(dec.tokens) == 12 and dec.finish_reason == "length" and [t for t, _ in seen] == dec.tokens
+    assert len(dec.tokens) == 12 and dec.finish_reason == "length" and len(dec.token_times_s) == 12
     assert 0 < dec.ttft_s <= dec.token_times_s[-1]
+    # the synthetic vocabulary's byte tokens end inside UTF-8 characters: llama-server streams no id for them,
+    # and the cell asks again, unstreamed, for the request's every id
+    held = dec.engine_counters["stream_held_tokens"]
+    assert held > 0 and len(seen) == 12 - held
+    it = iter(dec.tokens)
+    assert all(t in it for t, _ in seen)  # what was streamed is in order among them
     assert dec.engine_counters["cache_n"] == 63  # the warm-up left the prompt in the slot
     with open_cell("llamacpp", TINY, context_tokens=512) as local:
         local.ensure_prefix(p)
@@ -126,5 +132,6 @@ def test_a_server_that_dies_is_reported_as_a_crash(tmp_path):
 
 
 def test_a_public_host_without_a_key_is_refused():
+    require_engine("llamacpp-server")
     with pytest.raises(ValueError, match="API key"):
         open_cell("llamacpp-server", TINY, host="0.0.0.0")

@@ -72,6 +72,8 @@ class Step:
     text: str  # the request's whole text so far
     finish_reason: str | None
     counters: dict  # the engine's counters as of this output (the last one's are the request's)
+    arrived: int | None = None  # tokens this output stands for, where the engine streamed fewer ids than that
+    complete: list[int] | None = None  # last output only: the request's every token id, where the stream lacked some
 
 
 class RequestCell(abc.ABC):
@@ -299,13 +301,17 @@ class RequestCell(abc.ABC):
         last: Step | None = None
         for last in self._stream(prompt, st, sampling):
             now = time.perf_counter() - t0
+            times.extend([now] * (len(last.tokens) if last.arrived is None else last.arrived))
             for i, tok in enumerate(last.tokens):
                 tokens.append(tok)
-                times.append(now)
                 if on_token is not None:
                     on_token(tok, last.piece if i == len(last.tokens) - 1 else "", now)
         if last is None:
             raise WorkbenchError(f"{self.label} returned no output for the decode request")
+        if last.complete is not None:  # ids the stream held back, each timed when its output arrived
+            tokens = list(last.complete)
+            if len(tokens) != len(times):
+                raise WorkbenchError(f"{self.label} streamed {len(times)} tokens but its request made {len(tokens)}")
         deferred = len(st.pending)
         st.tokens, st.pending, st.counters = prompt + tokens, [], last.counters
         return DecodeResult(

@@ -292,15 +292,25 @@ class LlamaServerCell(ServedCell):
                                      "llama-server runs GGUF files; use a .gguf path or a synthetic spec")
 
     def _server_options(self) -> dict[str, Any]:
-        from .. import cpu
-
-        return {"no_repack": not cpu.decide_extra_buffers().use}
+        return {"no_repack": self._no_repack}
 
     def _start(self) -> None:
+        """Start (or attach); a server whose build has AMX on an AMX CPU is restarted with ``--no-repack``,
+        the AMX workaround (:mod:`workbench.cpu`), decided from the system info the server logs."""
+        from .. import cpu
+
         o = self.opts
         if o.kv_budget_tokens is not None and o.context_tokens is None:
             self.context_tokens = max(o.kv_budget_tokens // o.slots, 1)
+        self._no_repack = False
         super()._start()
+        if self.server is not None:
+            info = next((x for x in serve.tail(self.server.log_path, 10_000) if "system_info" in x), "")
+            self.extra_buffers = cpu.extra_buffers(cpu.flags(), info)
+            if not self.extra_buffers.use:
+                self._stop()
+                self._no_repack = True
+                super()._start()
 
     def _read_server(self) -> None:
         self.props = self._get("/props")
@@ -310,6 +320,7 @@ class LlamaServerCell(ServedCell):
         self.version = str(self.props.get("build_info", "unknown"))
         self.slot_ctx = int(self.props["default_generation_settings"]["n_ctx"])
         self.context_tokens = self.slot_ctx
+        self.eog = self._end_tokens()
         total = int(self.props.get("total_slots", 1))
         if total < len(self._slots):
             raise WorkbenchError(f"the server at {self.url} has {total} slot(s), the cell asked for {len(self._slots)}; "
@@ -318,6 +329,19 @@ class LlamaServerCell(ServedCell):
     def _tokenize_remote(self, text: str, special: bool) -> list[int]:
         return [int(t) for t in self._post("/tokenize", {"content": text, "add_special": special,
                                                          "parse_special": True})["tokens"]]
+
+    END_PIECES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<end_of_turn>")
+
+    def _end_tokens(self) -> frozenset[int]:
+        """Token ids that end generation: the model's EOS (``/props`` ``eos_token``) and the usual end-of-turn
+        pieces where the vocabulary has them as one token. llama-server streams the end token it stopped
+        at; the contract's tokens (like the in-process cell's) leave it out."""
+        out = set()
+        for piece in {self.props.get("eos_token") or "", *self.END_PIECES} - {""}:
+            toks = self._tokenize_remote(piece, False)
+            if len(toks) == 1:
+                out.add(toks[0])
+        return frozenset(out)
 
     def _chat_tokens(self, messages: list, *, continuation: bool) -> list[int]:
         text = self._post("/apply-template", {"messages": messages, "add_generation_prompt": not continuation})["prompt"]
@@ -347,16 +371,30 @@ class LlamaServerCell(ServedCell):
         body.update({k: v for k, v in kw.items() if k in ("seed", "temperature", "top_p", "top_k", "stop")})
         if sampling.get("json_schema") is not None:
             body["json_schema"] = dict(sampling["json_schema"])
-        text = ""
+        text, seen, streamed, held = "", 0, 0, False
         for chunk in self._sse("/completion", body):
             piece = chunk.get("content") or ""
             text += piece
             done = bool(chunk.get("stop"))
-            finish = None
-            if done:
-                finish = "length" if chunk.get("stop_type") == "limit" else "stop"
-            yield Step([int(t) for t in chunk.get("tokens") or []], piece, text, finish,
-                       self._counters(chunk, len(prompt)) if done else {})
+            raw = [int(t) for t in chunk.get("tokens") or []]
+            tokens = [t for t in raw if t not in self.eog]
+            # tokens_predicted counts every token; a token that ends inside a UTF-8 character is not streamed
+            # (its id never comes: tools/server/server-context.cpp, process_token), so count what arrived
+            total = int(chunk.get("tokens_predicted", seen + len(raw)))
+            arrived = max(total - seen - (len(raw) - len(tokens)), len(tokens))
+            seen, streamed, held = total, streamed + len(tokens), held or arrived > len(tokens)
+            if not (tokens or arrived or done):
+                continue
+            if not done:
+                yield Step(tokens, piece, text, None, {}, arrived=arrived)
+                continue
+            finish = "length" if chunk.get("stop_type") == "limit" else "stop"
+            complete = None
+            if held:  # the same greedy (or seeded) request, not streamed, returns every id; the times stay the stream's
+                again = self._post("/completion", dict(body, stream=False))
+                complete = [int(t) for t in again.get("tokens") or [] if int(t) not in self.eog]
+            counters = self._counters(chunk, len(prompt)) | {"stream_held_tokens": seen - streamed - (len(raw) - len(tokens))}
+            yield Step(tokens, piece, text, finish, counters, arrived=arrived, complete=complete)
 
     @staticmethod
     def _counters(doc: Mapping[str, Any], prompt: int) -> dict:
@@ -402,6 +440,8 @@ class LlamaServerCell(ServedCell):
                 "reuse_counters": "timings.cache_n per request (prompt tokens served from the slot's cache)",
                 "kv_readback": "none: llama-server's HTTP API does not read KV back",
                 "speculation": _spec_args(self.server.argv if self.server else ()),
+                "extra_buffers": None if self.server is None else self.extra_buffers.use,
+                "extra_buffers_reason": None if self.server is None else self.extra_buffers.reason,
             })
 
 
