@@ -195,26 +195,29 @@ class ServedCell(RequestCell):
             raise ContextOverflow(int(m.group(1)), int(m.group(2)), "server context")
         raise WorkbenchError(f"{self.label} at {self.url} answered {r.status_code} to {path}: {text}")
 
-    def _get(self, path: str, **params: Any) -> Any:
+    def _send(self, method: str, path: str, **kw: Any) -> Any:
+        """One request; a kept-alive connection the server closed meanwhile is retried once on a new one
+        (the request never reached the server: httpx raises RemoteProtocolError before any response)."""
         import httpx
 
-        try:
-            r = self._http.get(path, params=params or None)
-        except httpx.HTTPError as e:
-            raise self._failed(path, e) from e
+        for attempt in (0, 1):
+            try:
+                r = self._http.request(method, path, **kw)
+                break
+            except httpx.RemoteProtocolError as e:
+                if attempt or (self.server is not None and not self.server.alive()):
+                    raise self._failed(path, e) from e
+            except httpx.HTTPError as e:
+                raise self._failed(path, e) from e
         self._check_status(path, r)
-        ctype = r.headers.get("content-type", "")
-        return r.json() if "json" in ctype else r.text
+        return r
+
+    def _get(self, path: str, **params: Any) -> Any:
+        r = self._send("GET", path, params=params or None)
+        return r.json() if "json" in r.headers.get("content-type", "") else r.text
 
     def _post(self, path: str, body: Mapping[str, Any]) -> Any:
-        import httpx
-
-        try:
-            r = self._http.post(path, json=dict(body))
-        except httpx.HTTPError as e:
-            raise self._failed(path, e) from e
-        self._check_status(path, r)
-        return r.json()
+        return self._send("POST", path, json=dict(body)).json()
 
     def _sse(self, path: str, body: Mapping[str, Any]) -> Iterator[dict]:
         """POST with ``stream: true``; each ``data:`` line as JSON, until ``[DONE]`` or the end."""

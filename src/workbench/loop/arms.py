@@ -170,15 +170,16 @@ class CellArm:
     def _computed(st: Any, dec: Any) -> tuple[int, str]:
         """Prompt tokens computed, from the engine's eval counters where it has them: those over
         EnsurePrefix plus the decode's evaluations beyond its own output tokens (the last prompt
-        token, recomputed when its logits were stale); on llama-server, the prompt tokens each of the two
-        requests evaluated. Otherwise the cell's own count."""
+        token, recomputed when its logits were stale); on llama-server, the prompt tokens the two requests
+        evaluated, the last one (which the decode request evaluates again) once. Otherwise the cell's own count."""
         c, d = st.engine_counters or {}, dec.engine_counters or {}
         if {"n_p_eval", "n_eval"} <= c.keys() and {"n_p_eval", "n_eval"} <= d.keys():
             fed = len(dec.tokens) - (1 if dec.finish_reason == "length" and dec.tokens else 0)
             extra = int(d["n_p_eval"]) + int(d["n_eval"]) - fed
             return int(c["n_p_eval"]) + int(c["n_eval"]) + extra, "engine"
-        if "prompt_n" in c and "prompt_n" in d:  # llama-server: tokens each request evaluated (timings.prompt_n)
-            return int(c["prompt_n"]) + int(d["prompt_n"]), "engine"
+        if "prompt_n" in c and "prompt_n" in d:  # llama-server: tokens each request evaluated (timings.prompt_n);
+            # the decode request evaluates the last prompt token again (the server always does), counted once
+            return int(c["prompt_n"]) + max(int(d["prompt_n"]) - 1, 0), "engine"
         return st.computed_tokens, st.source
 
     def close(self) -> None:
