@@ -374,7 +374,7 @@ class LlamaServerCell(ServedCell):
         body.update({k: v for k, v in kw.items() if k in ("seed", "temperature", "top_p", "top_k", "stop")})
         if sampling.get("json_schema") is not None:
             body["json_schema"] = dict(sampling["json_schema"])
-        text, seen, streamed, held = "", 0, 0, False
+        text, seen, streamed, ends, held = "", 0, 0, 0, False
         for chunk in self._sse("/completion", body):
             piece = chunk.get("content") or ""
             text += piece
@@ -386,6 +386,7 @@ class LlamaServerCell(ServedCell):
             total = int(chunk.get("tokens_predicted", seen + len(raw)))
             arrived = max(total - seen - (len(raw) - len(tokens)), len(tokens))
             seen, streamed, held = total, streamed + len(tokens), held or arrived > len(tokens)
+            ends += len(raw) - len(tokens)
             if not (tokens or arrived or done):
                 continue
             if not done:
@@ -396,7 +397,7 @@ class LlamaServerCell(ServedCell):
             if held:  # the same greedy (or seeded) request, not streamed, returns every id; the times stay the stream's
                 again = self._post("/completion", dict(body, stream=False))
                 complete = [int(t) for t in again.get("tokens") or [] if int(t) not in self.eog]
-            counters = self._counters(chunk, len(prompt)) | {"stream_held_tokens": seen - streamed - (len(raw) - len(tokens))}
+            counters = self._counters(chunk, len(prompt)) | {"stream_held_tokens": seen - streamed - ends}
             yield Step(tokens, piece, text, finish, counters, arrived=arrived, complete=complete)
 
     @staticmethod
