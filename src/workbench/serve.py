@@ -98,7 +98,8 @@ def llama_server_binary() -> str | None:
 
 def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     """llama-server (tools/server): ``-np`` slots of ``-c``/``-np`` tokens each, prompt cache on by default,
-    ``/slots`` and ``/metrics`` on. ``options``: ``no_repack`` (AMX builds on AMX CPUs, see cpu.py)."""
+    ``/slots`` and ``/metrics`` on, the host-RAM prompt cache off. ``options``: ``no_repack`` (AMX builds on AMX
+    CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off)."""
     binary = llama_server_binary()
     if binary is None:
         raise EngineUnavailable("llamacpp-server", "no llama-server binary: `make setup` builds it from the pinned "
@@ -106,6 +107,9 @@ def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     argv = [binary, "-m", req.model_path, "--host", req.host, "--port", str(port), "-np", str(req.slots),
             "-c", str(req.context_tokens * req.slots), "-t", str(req.threads), "-tb", str(req.threads),
             "--slots", "--metrics", "--no-webui"]
+    # the host-RAM prompt cache (--cache-ram, default 8 GiB) restores other requests' KV into a slot: off
+    # unless asked for, so a slot holds its own sequence and reuse can be predicted from the tokens sent
+    argv += ["--cache-ram", str(int(req.options.get("cache_ram_mib", 0)))]
     if req.options.get("no_repack"):
         argv.append("--no-repack")
     if req.api_key:

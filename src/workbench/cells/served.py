@@ -266,8 +266,9 @@ LLAMA_ABSENT = {
     "retention_priority": "llama-server has no retention priority: nothing is evicted, so there is nothing to order",
     "engine_salt": "llama-server's /completion has no cache salt: a slot reuses its longest common token prefix "
                    "whatever the request (tools/server/server-schema.cpp lists no salt field)",
-    "partial_warmup": "an n_predict 0 request returns after the server evaluated the whole prompt into the slot; "
-                      "there is no block store that could lag behind it (tools/server/server-context.cpp)",
+    "partial_warmup": "an n_predict 0 request returns after the server evaluated the whole prompt into the slot "
+                      "(it still samples one token, measured: tokens_cached is the prompt's length); there is no "
+                      "block store that could lag behind it (tools/server/server-context.cpp)",
 }
 
 
@@ -357,14 +358,17 @@ class LlamaServerCell(ServedCell):
     def _capacity_tokens(self) -> int:
         return self.slot_ctx
 
-    def _body(self, tokens: list[int], slot: int, n_predict: int) -> dict[str, Any]:
-        return {"prompt": list(tokens), "n_predict": n_predict, "cache_prompt": True, "id_slot": slot,
+    def _body(self, tokens: list[int], slot: int, n_predict: int, cache: bool = True) -> dict[str, Any]:
+        return {"prompt": list(tokens), "n_predict": n_predict, "cache_prompt": cache, "id_slot": slot,
                 "return_tokens": True, "temperature": 0.0}
 
     def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
-        """``n_predict: 0`` into the cell's slot; ``timings.cache_n`` is the prompt tokens the slot reused."""
+        """``n_predict: 0`` into the cell's slot; ``timings.cache_n`` is the prompt tokens the slot reused.
+
+        llama-server has no salt, so manifest-keyed validity is the cell's: when the slot's key changes, the
+        warm-up goes with ``cache_prompt: false`` and the server recomputes the whole prompt."""
         t0 = time.perf_counter()
-        doc = self._post("/completion", self._body(tokens, slot, 0))
+        doc = self._post("/completion", self._body(tokens, slot, 0, cache=self._slots[slot].key == key))
         counters = self._counters(doc, len(tokens))
         return Warm(int(counters["cache_n"]), "timings.cache_n", counters, time.perf_counter() - t0)
 
@@ -417,7 +421,7 @@ class LlamaServerCell(ServedCell):
     def _context_notes(self, st: Slot) -> list[str]:
         notes = ["reuse is llama-server's per-slot longest common token prefix (id_slot pins the slot); "
                  "the last prompt token is always evaluated again",
-                 "no cache salt: a slot reuses its prefix across salts"]
+                 "no cache salt in the server: the cell sends cache_prompt false when a slot's key changes"]
         if st.counters:
             notes.append(f"last request: timings.cache_n {st.counters.get('cache_n')} of {st.counters.get('prompt_tokens')}")
         return notes
