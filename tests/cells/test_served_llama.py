@@ -135,3 +135,19 @@ def test_a_public_host_without_a_key_is_refused():
     require_engine("llamacpp-server")
     with pytest.raises(ValueError, match="API key"):
         open_cell("llamacpp-server", TINY, host="0.0.0.0")
+
+
+def test_another_salt_never_reuses_the_slots_kv(cell):
+    """llama-server has no salt: the cell recomputes the prompt (cache_prompt false) when a slot's key changes."""
+    a = ids(90, start=308)
+    cell.ensure_prefix(a, slot=0, salt="tenant-a")
+    assert cell.ensure_prefix(a, slot=0, salt="tenant-b").engine_reused_tokens == 0
+    assert cell.ensure_prefix(a, slot=0, salt="tenant-b").engine_reused_tokens == 89
+
+
+def test_the_servers_ram_prompt_cache_does_not_restore_another_sequence(cell):
+    """With --cache-ram on (llama-server's default), a slot would load an earlier prompt's KV back."""
+    a, b = ids(100, start=309), ids(100, start=410)
+    cell.ensure_prefix(a, slot=0)
+    cell.ensure_prefix(b, slot=0)
+    assert cell.ensure_prefix(a, slot=0).engine_reused_tokens == 0
