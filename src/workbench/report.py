@@ -156,14 +156,14 @@ class ProbeFigures:
 
 
 def side_by_side(found: Found) -> list[ProbeFigures]:
-    """Per probe that declares figures, each figure with one panel per engine (every registered engine,
-    one with no finding here included), drawn from the findings that stand."""
+    """Per probe that declares figures, each figure with one panel per engine (every in-process engine,
+    one with no finding here included, and each served engine that has one), drawn from the findings that stand."""
     from . import cells
 
     out = []
     for probe in sorted({f.probe for _, f in found}):
         stood = standing_findings(found, probe)
-        figs = plots.side_by_side(probe, stood, cells.engines()) if stood else []
+        figs = plots.side_by_side(probe, stood, cells.engines(served=False)) if stood else []
         if figs:
             out.append(ProbeFigures(probe, [f for _, f in plots.columns(probe, stood)], figs))
     return out

@@ -18,8 +18,8 @@ import contextlib
 import functools
 import json
 import math
-import sys
 import os
+import sys
 import tempfile
 import time
 import uuid
@@ -270,6 +270,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     out = Path(out).resolve()
     for sub in ("notebooks", "findings"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
     todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
     console = Console(stderr=True, quiet=not progress)

@@ -76,7 +76,7 @@ class ToyCell(RequestCell):
     def _stop(self) -> None:
         self._llm = None
 
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
         reused = self._llm.run(tokens, key)
         return Warm(reused, "toy_counter", {"cached": reused}, 0.0)
 

@@ -2,7 +2,8 @@
 
 ``import workbench`` never imports an engine; ``open_cell("llamacpp", …)`` imports llama_cpp,
 ``open_cell("trtllm", …)`` imports tensorrt_llm and ``open_cell("vllm", …)`` imports vllm (or
-raises EngineUnavailable with the reason).
+raises EngineUnavailable with the reason). The served engines (``llamacpp-server``, ``vllm-server``,
+``trtllm-serve``) start a server process and talk HTTP to it, or attach to one (``endpoint=URL``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ ENGINES: Registry = Registry("engine", requires=("open", "availability"))
 ENGINES.register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell")
 ENGINES.register("trtllm", "workbench.cells.trtllm:TrtLlmCell")
 ENGINES.register("vllm", "workbench.cells.vllm:VllmCell")
+# Served engines: the same contract over each server's HTTP API (workbench.cells.served, workbench.serve).
+ENGINES.register("llamacpp-server", "workbench.cells.served:LlamaServerCell")
+ENGINES.register("vllm-server", "workbench.cells.served:VllmServerCell")
+ENGINES.register("trtllm-serve", "workbench.cells.served:TrtllmServeCell")
+SERVED = {"llamacpp-server": "llamacpp", "vllm-server": "vllm", "trtllm-serve": "trtllm"}
+"""Each served engine and the in-process engine its server runs."""
 
 
 @dataclass(frozen=True)
@@ -33,8 +40,9 @@ def register(name: str, target: str) -> None:
     ENGINES.register(name, target)
 
 
-def engines() -> list[str]:
-    return ENGINES.names()
+def engines(*, served: bool = True) -> list[str]:
+    """Every registered engine; ``served=False``: the in-process ones only (a report's empty panels)."""
+    return [e for e in ENGINES.names() if served or e not in SERVED]
 
 
 def cell_class(engine: str) -> Any:
@@ -55,4 +63,4 @@ def open_cell(engine: str, model: str, **options: Any) -> Cell:
     return cls.open(model, **options)
 
 
-__all__ = ["Availability", "availability", "cell_class", "engines", "open_cell", "register"]
+__all__ = ["SERVED", "Availability", "availability", "cell_class", "engines", "open_cell", "register"]

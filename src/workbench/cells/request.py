@@ -82,6 +82,8 @@ class Step:
     text: str  # the request's whole text so far
     finish_reason: str | None
     counters: dict  # the engine's counters as of this output (the last one's are the request's)
+    arrived: int | None = None  # tokens this output stands for, where the engine streamed fewer ids than that
+    complete: list[int] | None = None  # last output only: the request's every token id, where the stream lacked some
 
 
 class RequestCell(abc.ABC):
@@ -128,8 +130,9 @@ class RequestCell(abc.ABC):
         """Shut the engine down, if it runs; sets ``_llm`` to None."""
 
     @abc.abstractmethod
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
-        """Send ``tokens`` as one ``max_tokens=1`` request under ``key`` and read what the engine reused."""
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
+        """Send ``tokens`` as one ``max_tokens=1`` request under ``key`` and read what the engine reused;
+        ``slot``: the cell's slot, for an engine whose slots are its own (llama-server's ``id_slot``)."""
 
     @abc.abstractmethod
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
@@ -270,7 +273,7 @@ class RequestCell(abc.ABC):
         key = self.manifest.cache_key(salt)
         kept = common_prefix(st.tokens, tokens) if st.key == key else 0
         dropped = len(st.tokens) - kept + len(st.pending)
-        warm = self._warm(tokens, key, retention)
+        warm = self._warm(tokens, key, retention, slot=slot)
         st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = (
             tokens, [], key, salt, retention, warm.counters)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=warm.reused_tokens,
@@ -293,7 +296,7 @@ class RequestCell(abc.ABC):
                                 deferred_tokens=len(st.pending), exact=False, granularity_tokens=self._granularity,
                                 source="bookkeeping")
         seq = st.tokens + st.pending
-        warm = self._warm(seq, st.key, st.retention)
+        warm = self._warm(seq, st.key, st.retention, slot=slot)
         st.tokens, st.pending, st.counters = seq, [], warm.counters
         return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=warm.reused_tokens,
                             computed_tokens=total - warm.reused_tokens, exact=False,
@@ -319,13 +322,17 @@ class RequestCell(abc.ABC):
         last: Step | None = None
         for last in self._stream(prompt, st, sampling):
             now = time.perf_counter() - t0
+            times.extend([now] * (len(last.tokens) if last.arrived is None else last.arrived))
             for i, tok in enumerate(last.tokens):
                 tokens.append(tok)
-                times.append(now)
                 if on_token is not None:
                     on_token(tok, last.piece if i == len(last.tokens) - 1 else "", now)
         if last is None:
             raise WorkbenchError(f"{self.label} returned no output for the decode request")
+        if last.complete is not None:  # ids the stream held back, each timed when its output arrived
+            tokens = list(last.complete)
+            if len(tokens) != len(times):
+                raise WorkbenchError(f"{self.label} streamed {len(times)} tokens but its request made {len(tokens)}")
         deferred = len(st.pending)
         st.tokens, st.pending, st.counters = prompt + tokens, [], last.counters
         return DecodeResult(

@@ -370,7 +370,7 @@ class TrtLlmCell(RequestCell):
             tokens, sampling_params=sampling, lora_request=self._lora_request, streaming=streaming,
             kv_cache_retention_config=self._retention(*retain) if retain[0] else None, cache_salt=key)
 
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
         """A ``max_tokens=1`` request holding ``retention`` over ``tokens``; reuse from its perf metrics' blocks."""
         t0 = time.perf_counter()
         out = self._submit(tokens, self._sampling(1), streaming=False, key=key,

@@ -520,7 +520,7 @@ class VllmCell(RequestCell):
             self._engine.abort_request([rid])
             raise
 
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
         """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry)."""
         t0 = time.perf_counter()
         final = None

@@ -147,7 +147,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed, work=work)
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
-    found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if s.engine == "llamacpp" else None,
+    found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
                                   workload) for s in summaries if s.arm != rule.subject]
     found.append(_results.gate_finding(summaries, rule, params, workload, target))
     result = LoopRun(rows, summaries, found, workload)

@@ -32,6 +32,11 @@ class ArmSpec:
 VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 """vLLM's own n-gram speculation; measured to run on the CPU build."""
 
+LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                     "--spec-ngram-simple-min-hits", "1", "--spec-draft-n-max", "16", "--spec-draft-n-min", "0")
+"""llama-server's own speculation for the ``llamacpp-server-spec`` arm: among the n-gram types it offers,
+the one measured to draft and pay on copy-heavy τ-bench turns (docs/served.md, "Speculation")."""
+
 ARMS: dict[str, ArmSpec] = {a.name: a for a in (
     ArmSpec("llamacpp-cold", "llamacpp", False, "none", "llama.cpp, a fresh sequence every turn (no reuse)"),
     ArmSpec("llamacpp", "llamacpp", True, "none", "llama.cpp cell with prefix reuse"),
@@ -40,6 +45,12 @@ ARMS: dict[str, ArmSpec] = {a.name: a for a in (
     ArmSpec("vllm", "vllm", True, "none", "vLLM with prefix caching", {"enable_prefix_caching": True}),
     ArmSpec("vllm-spec", "vllm", True, "engine", "vLLM with prefix caching and its own n-gram speculation",
             {"enable_prefix_caching": True, "speculative_config": VLLM_NGRAM}),
+    ArmSpec("llamacpp-server", "llamacpp-server", True, "none",
+            "llama-server (llama.cpp's own server) over HTTP on loopback, its prompt cache on"),
+    ArmSpec("llamacpp-server-spec", "llamacpp-server", True, "engine",
+            "llama-server with its own n-gram speculation (acceptance read from its timings)",
+            {"server_args": LLAMA_SERVER_SPEC}),
+    ArmSpec("vllm-server", "vllm-server", True, "none", "vllm serve over HTTP on loopback with prefix caching"),
     ArmSpec("trtllm", "trtllm", True, "none", "TensorRT-LLM cell (KV reuse on), unchanged code"),
 )}
 
@@ -56,7 +67,9 @@ def get(name: str) -> ArmSpec:
 
 
 def is_llamacpp(name: str) -> bool:
-    return get(name).engine == "llamacpp"
+    """Whether arm ``name`` runs llama.cpp, in-process or served: the gate's "best llama.cpp arm" is chosen among these."""
+    engine = get(name).engine
+    return cells.SERVED.get(engine, engine) == "llamacpp"
 
 
 def unavailable(name: str) -> str | None:
@@ -91,7 +104,8 @@ class TurnResult:
 
 class CellArm:
     """An arm over any cell. On llama.cpp, reuse comes from the engine's own eval counters and
-    prompt-lookup speculation runs on the cell's batch verification."""
+    prompt-lookup speculation runs on the cell's batch verification; a served llama.cpp reports its
+    reuse (``timings.cache_n``) and its own speculation's drafted and accepted tokens per request."""
 
     def __init__(self, spec: ArmSpec, model: str, *, threads: int, context_tokens: int | None,
                  drafter: Drafter, extra_options: Mapping[str, Any] | None = None) -> None:
@@ -99,7 +113,7 @@ class CellArm:
         opts = dict(spec.cell_options) | dict(extra_options or {})
         if spec.engine == "llamacpp":
             opts |= {"n_threads": threads, "context_tokens": context_tokens}
-        elif spec.engine == "vllm":
+        elif spec.engine == "vllm" or spec.engine in cells.SERVED:
             opts |= {"threads": threads, "context_tokens": context_tokens}
         self.cell = cells.open_cell(spec.engine, model, **opts)
         self._held = Held(None, [])
@@ -144,6 +158,10 @@ class CellArm:
             if self.spec.speculation == "engine" and before is not None and (after := self._spec_counters()):
                 drafted, accepted, steps = (after[k] - before[k] for k in ("draft_tokens", "accepted_tokens", "drafts"))
                 spec_source = "engine"
+            elif self.spec.speculation == "engine" and "draft_n" in (dec.engine_counters or {}):  # llama-server
+                drafted = int(dec.engine_counters["draft_n"])
+                accepted = int(dec.engine_counters.get("draft_n_accepted", 0))
+                spec_source = "engine"
         e2e = time.perf_counter() - t0
         computed, source = self._computed(st, dec)
         resident, unfed = list(prompt) + tokens, None
@@ -167,12 +185,16 @@ class CellArm:
     def _computed(st: Any, dec: Any) -> tuple[int, str]:
         """Prompt tokens computed, from the engine's eval counters where it has them: those over
         EnsurePrefix plus the decode's evaluations beyond its own output tokens (the last prompt
-        token, recomputed when its logits were stale). Otherwise the cell's own count."""
+        token, recomputed when its logits were stale); on llama-server, the prompt tokens the two requests
+        evaluated, the last one (which the decode request evaluates again) once. Otherwise the cell's own count."""
         c, d = st.engine_counters or {}, dec.engine_counters or {}
         if {"n_p_eval", "n_eval"} <= c.keys() and {"n_p_eval", "n_eval"} <= d.keys():
             fed = len(dec.tokens) - (1 if dec.finish_reason == "length" and dec.tokens else 0)
             extra = int(d["n_p_eval"]) + int(d["n_eval"]) - fed
             return int(c["n_p_eval"]) + int(c["n_eval"]) + extra, "engine"
+        if "prompt_n" in c and "prompt_n" in d:  # llama-server: tokens each request evaluated (timings.prompt_n);
+            # the decode request evaluates the last prompt token again (the server always does), counted once
+            return int(c["prompt_n"]) + max(int(d["prompt_n"]) - 1, 0), "engine"
         return st.computed_tokens, st.source
 
     def close(self) -> None:

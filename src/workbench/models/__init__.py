@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .files import GGUF_MAGIC, SMOLLM2_FILE, SMOLLM2_SHA256, SMOLLM2_WHEEL, file_sha256, resolve
 from .hf import (DTYPE_BYTES, HF_DTYPE, hf_config, hf_config_for, hf_directory, hf_dtype, hf_geometry, hf_vocab_size,
+                 gguf_geometry,
                  write_synthetic_hf)
 from .specs import (DEFAULT_MODEL, PRESETS, TOKEN_LO, ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir,
                     parse_synthetic)
@@ -23,5 +24,5 @@ from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, write_synthet
 
 __all__ = ["DEFAULT_MODEL", "DTYPE_BYTES", "GGUF_MAGIC", "HF_DTYPE", "PRESETS", "SMOLLM2_FILE", "SMOLLM2_SHA256",
            "SMOLLM2_WHEEL", "SYNTHETIC_CHAT_TEMPLATE", "TOKEN_LO", "ModelSpecError", "ResolvedModel", "SyntheticSpec",
-           "cache_dir", "file_sha256", "hf_config", "hf_config_for", "hf_directory", "hf_dtype", "hf_geometry", "hf_vocab_size",
+           "cache_dir", "file_sha256", "gguf_geometry", "hf_config", "hf_config_for", "hf_directory", "hf_dtype", "hf_geometry", "hf_vocab_size",
            "parse_synthetic", "resolve", "synthetic_tensors", "write_synthetic", "write_synthetic_hf"]

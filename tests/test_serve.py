@@ -1,0 +1,202 @@
+"""The server launcher on the real llama-server (loopback): readiness, a server that dies, and no server
+process that outlives whatever started it (an exception, SIGTERM, SIGKILL of the parent, Ctrl-C of
+`workbench serve`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import TINY, require_engine
+from workbench import models, serve
+
+pytestmark = pytest.mark.slow
+
+
+def _gone(pid: int, within_s: float = 20.0) -> bool:
+    """Whether process ``pid`` has exited (a zombie counts as gone: it runs nothing) within the time."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < within_s:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def group_alive(pgid: int, settle_s: float = 0.0) -> int:
+    """How many live (not zombie) processes are in process group ``pgid``, after waiting up to ``settle_s``
+    for it to empty."""
+    t0 = time.monotonic()
+    while True:
+        n = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            n += fields[0] != "Z" and int(fields[2]) == pgid
+        if not n or time.monotonic() - t0 >= settle_s:
+            return n
+        time.sleep(0.2)
+
+
+def _request(**kw) -> serve.ServerRequest:
+    return serve.ServerRequest("llamacpp-server", str(models.resolve(TINY).path), context_tokens=256, **kw)
+
+
+@pytest.mark.parametrize("host, key, refused", [
+    ("127.0.0.1", None, False), ("localhost", None, False), ("::1", None, False),
+    ("0.0.0.0", None, True), ("192.168.1.7", None, True), ("0.0.0.0", "secret", False),
+])
+def test_a_non_loopback_host_needs_an_api_key(host, key, refused):
+    if refused:
+        with pytest.raises(ValueError, match="API key"):
+            serve.check_host(host, key)
+    else:
+        serve.check_host(host, key)
+
+
+def test_the_os_picks_a_free_loopback_port():
+    p = serve.free_port()
+    assert 0 < p < 65536
+
+
+def test_start_waits_until_ready_and_stop_ends_the_process_group(tmp_path):
+    require_engine("llamacpp-server")
+    with serve.start(_request(), tmp_path) as server:
+        assert server.url.startswith("http://127.0.0.1:") and server.alive()
+        import httpx
+
+        assert httpx.get(server.url + "/health").status_code == 200
+        assert os.getpgid(server.pid) == server.pid  # its own group, which stop() ends
+        pid = server.pid
+    assert _gone(pid) and not group_alive(pid, settle_s=10)
+    assert server.log_path.parent == tmp_path and "llama-server" in server.log_path.read_text()
+    assert server not in serve.live()
+
+
+def test_a_server_that_exits_before_it_is_ready_is_reported_with_its_status_and_log(tmp_path):
+    require_engine("llamacpp-server")
+    bogus = tmp_path / "not-a-model.gguf"
+    bogus.write_bytes(b"this is not a GGUF file")
+    req = serve.ServerRequest("llamacpp-server", str(bogus))
+    with pytest.raises(serve.ServerDied) as e:
+        serve.start(req, tmp_path / "logs", ready_timeout_s=120)
+    assert e.value.exitcode not in (None, 0) and e.value.log_tail
+    assert "server" in str(e.value) and str(tmp_path / "logs") in str(e.value)
+    assert not serve.live()
+
+
+def test_an_exception_in_the_caller_stops_the_server(tmp_path):
+    require_engine("llamacpp-server")
+    pid = None
+    with pytest.raises(RuntimeError):
+        with serve.start(_request(), tmp_path) as server:
+            pid = server.pid
+            raise RuntimeError("the probe failed")
+    assert _gone(pid)
+
+
+CHILD = textwrap.dedent("""
+    import sys, time
+    from workbench import models, serve
+    req = serve.ServerRequest("llamacpp-server", str(models.resolve("synthetic:tiny").path), context_tokens=256)
+    s = serve.start(req, sys.argv[1])
+    print(s.pid, flush=True)
+    time.sleep(600)
+""")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT])
+def test_no_server_outlives_the_process_that_started_it(tmp_path, sig):
+    """SIGKILL: the kernel's parent-death signal; SIGTERM: the launcher's handler; SIGINT: atexit."""
+    require_engine("llamacpp-server")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        pid = int(child.stdout.readline())
+        assert not _gone(pid, 0.5)
+        child.send_signal(sig)
+        child.wait(30)
+        assert _gone(pid), f"llama-server {pid} outlived its parent after {sig.name}"
+        assert not group_alive(pid, settle_s=10)
+    finally:
+        child.kill()
+
+
+def test_workbench_serve_prints_its_url_and_stops_the_server_on_ctrl_c(tmp_path):
+    require_engine("llamacpp-server")
+    cli = subprocess.Popen([sys.executable, "-m", "workbench.cli", "serve", "llamacpp-server", "--model", TINY,
+                            "--log-dir", str(tmp_path), "--", "--ctx-size", "512"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        line = cli.stdout.readline()
+        assert " at http://127.0.0.1:" in line, line + cli.stderr.read()
+        url = line.rsplit(" at ", 1)[1].strip()
+        import httpx
+
+        assert httpx.get(url + "/health").status_code == 200
+        log = cli.stdout.readline()
+        pid = int(log.rsplit("(pid ", 1)[1].rstrip(")\n"))
+        assert "--ctx-size 512" in Path(log.split()[1]).read_text()  # the arguments after -- reach the server
+        cli.send_signal(signal.SIGINT)
+        assert cli.wait(30) in (1, 130)  # click reports Ctrl-C as "Aborted!" (1)
+        assert _gone(pid)
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(url + "/health")
+    finally:
+        cli.kill()
+
+
+def test_workbench_serve_refuses_a_public_host_without_a_key(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    r = CliRunner().invoke(app, ["serve", "llamacpp-server", "--model", TINY, "--host", "0.0.0.0",
+                                 "--log-dir", str(tmp_path)])
+    assert r.exit_code == 2 and "API key" in r.output
+
+
+def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tmp_path):
+    import json
+
+    req = serve.ServerRequest("vllm-server", str(tmp_path), options={"kv_events_endpoint": "tcp://127.0.0.1:5999"})
+    argv = serve.ENGINES["vllm-server"](req, 8000, tmp_path).argv
+    assert "--enable-prompt-tokens-details" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
+    events = json.loads(argv[argv.index("--kv-events-config") + 1])
+    assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5999"}
+
+
+def test_trtllm_serve_is_started_with_block_reuse_events_and_perf_metrics(tmp_path):
+    """Written against the 1.2-era trtllm-serve (``--extra_llm_api_options`` YAML of LlmArgs fields)."""
+    import yaml
+
+    req = serve.ServerRequest("trtllm-serve", str(tmp_path), options={"tokens_per_block": 32})
+    launch = serve.ENGINES["trtllm-serve"](req, 8000, tmp_path)
+    options = yaml.safe_load(launch.files[serve.TRTLLM_OPTIONS])
+    assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 1024,
+                                          "tokens_per_block": 32}
+    assert options["return_perf_metrics"] is True and options["perf_metrics_max_requests"] > 0
+    assert launch.argv[launch.argv.index("--extra_llm_api_options") + 1] == str(tmp_path / serve.TRTLLM_OPTIONS)
+
+
+def test_trtllm_serve_is_not_run_here_and_says_why():
+    from workbench import cells
+
+    a = cells.availability("trtllm-serve")
+    if a.available:
+        pytest.skip("tensorrt_llm is installed here")
+    assert "tensorrt_llm" in a.reason
