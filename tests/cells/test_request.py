@@ -316,7 +316,7 @@ def test_the_connector_log_needs_the_recording_connector(cell):
 class SilentToyCell(ToyCell):
     """A toy engine that returns no reuse count (TensorRT-LLM without perf metrics, vLLM's None)."""
 
-    def _warm(self, tokens: list[int], key: str, retention: Retention | None) -> Warm:
+    def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
         self._llm.run(tokens, key)
         return Warm.read(None, "toy_counter", {"cached": None}, 0.0)
 

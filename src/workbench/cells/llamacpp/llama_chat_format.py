@@ -24,8 +24,8 @@ def render(template: str, messages: Sequence[Mapping[str, Any]], *, add_generati
                                                 bos_token=bos_token, eos_token=eos_token,
                                                 raise_exception=raise_exception)
     except TemplateError as e:  # an unknown filter or tag, or one this sandbox refuses
-        raise WorkbenchError(f"the chat template cannot be rendered ({type(e).__name__}: {e}); fix "
+        raise WorkbenchError(f"the chat template of this model cannot be rendered ({type(e).__name__}: {e}); fix "
                              "tokenizer.chat_template in the GGUF, or give the prompt as text or token ids") from None
     except (TypeError, ValueError, AttributeError) as e:  # the messages are not what the template expects
-        raise WorkbenchError(f"the chat template failed on these messages ({type(e).__name__}: {e}); each message "
+        raise WorkbenchError(f"the chat template of this model failed on these messages ({type(e).__name__}: {e}); each message "
                              "needs a string role and string content") from None
