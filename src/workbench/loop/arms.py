@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import cells
-from ..contract import Description
+from ..contract import Description, UnsupportedFeature
 from .attribution import Held
 from .spec import Drafter, continue_greedy
 
@@ -116,6 +116,11 @@ class CellArm:
         elif spec.engine == "vllm" or spec.engine in cells.SERVED:
             opts |= {"threads": threads, "context_tokens": context_tokens}
         self.cell = cells.open_cell(spec.engine, model, **opts)
+        have = self.cell.describe().context_tokens
+        if context_tokens and have < context_tokens:  # e.g. a server capped at the model's own ceiling
+            self.cell.close()
+            raise UnsupportedFeature(f"the loop's {context_tokens}-token context", spec.engine,
+                                     f"its cell holds {have} tokens; run the loop with --context {have}")
         self._held = Held(None, [])
         self._salt = "loop"
         self._warm_up()
