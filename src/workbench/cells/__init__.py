@@ -8,8 +8,8 @@ raises EngineUnavailable with the reason). The served engines (``llamacpp-server
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
 
 from ..contract import Cell, EngineUnavailable
 from ..registry import Registry
@@ -33,6 +33,14 @@ class Availability:
     version: str | None
     reason: str | None = None
     details: dict = field(default_factory=dict)
+
+
+def known_options(cls: type, engine: str, options: Mapping[str, Any]) -> dict:
+    """``options`` as a dict, refused with the valid names when one is not a field of the options dataclass ``cls``."""
+    names = {f.name for f in fields(cls)}
+    if unknown := sorted(set(options) - names):
+        raise TypeError(f"unknown {engine} cell option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
+    return dict(options)
 
 
 def register(name: str, target: str) -> None:
@@ -63,4 +71,4 @@ def open_cell(engine: str, model: str, **options: Any) -> Cell:
     return cls.open(model, **options)
 
 
-__all__ = ["SERVED", "Availability", "availability", "cell_class", "engines", "open_cell", "register"]
+__all__ = ["SERVED", "Availability", "availability", "cell_class", "known_options", "engines", "open_cell", "register"]

@@ -29,14 +29,14 @@ import json
 import os
 import re
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .. import models, serve
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, Retention,
                         UnsupportedFeature, WorkbenchError)
-from . import Availability
+from . import Availability, known_options
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
 
 TRANSPORT = "http"
@@ -72,11 +72,7 @@ class ServedOptions:
 
     @classmethod
     def from_options(cls, engine: str, options: Mapping[str, Any]) -> "ServedOptions":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"unknown {engine} cell option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-        values = dict(options)
+        values = known_options(cls, engine, options)
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
         return cls(**values)

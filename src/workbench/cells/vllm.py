@@ -38,7 +38,7 @@ import os
 import platform
 import tempfile
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -46,7 +46,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from .. import models
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
-from . import Availability
+from . import Availability, known_options
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
 
 ENGINE = "vllm"
@@ -236,11 +236,7 @@ class VllmOptions:
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "VllmOptions":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"unknown vllm cell option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
-        values = dict(options)
+        values = known_options(cls, "vllm", options)
         if "adapters" in values:
             values["adapters"] = tuple(os.fspath(a) for a in values["adapters"])
         return cls(**values)
