@@ -7,6 +7,11 @@ subprocess, via papermill), so one that crashes or leaks cannot disturb the next
 updated after every notebook under a file lock, so an interrupted run resumes where it stopped and
 two runs sharing a folder merge their entries; findings themselves are never overwritten.
 
+The console stays quiet: everything a notebook's kernel and the engines it starts print goes to
+``logs/<engine>/<notebook>.log`` in the run folder, and the console shows one line per notebook
+(status, time, verdicts) under a progress bar, with the log's last lines when a notebook fails.
+``verbose`` echoes the engine logs to the console as well.
+
 Committed notebooks carry no outputs except the small deterministic ones nbval checks; after
 editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb …`` (:func:`freeze`).
 """
@@ -14,15 +19,17 @@ editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
 import sys
 import os
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from . import manifest, models
 from .params import parse_bool
@@ -54,6 +61,11 @@ class Planned:
     def output(self) -> str:
         """The executed notebook, relative to the run folder."""
         return f"notebooks/{self.parameters['engine']}/{self.source.name}"
+
+    @property
+    def log(self) -> str:
+        """What the notebook's kernel and its engines printed, relative to the run folder."""
+        return f"logs/{self.parameters['engine']}/{self.name}.log"
 
 
 def notebooks(directory: Path) -> list[Path]:
@@ -144,16 +156,66 @@ def _kernel_manager() -> type:
     return EncryptedKernelManager
 
 
-def _execute(p: Planned, out: Path) -> tuple[str, str | None]:
-    """Run one notebook in its own kernel; (status, error)."""
+def _logged_kernel_manager(fd: int) -> type:
+    """The kernel manager with the kernel's stdout and stderr on ``fd``: every process it starts (an engine's
+    worker, a probe's child) inherits them, so engine logs land there and not on the runner's console."""
+
+    class LoggedKernelManager(_kernel_manager()):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            await super()._async_launch_kernel(kernel_cmd, **(kw | {"stdout": fd, "stderr": fd}))
+
+    return LoggedKernelManager
+
+
+@contextlib.contextmanager
+def engine_log(path: Path, echo: bool = False) -> Iterator[int]:
+    """A file descriptor for a kernel's output, written to ``path``; with ``echo`` copied to this
+    process's stderr too (``workbench run -v``), line by line, so a progress bar stays above it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as log:
+        if not echo:
+            yield log.fileno()
+            return
+        read, write = os.pipe()
+
+        def pump() -> None:
+            with os.fdopen(read, "rb") as src:
+                for line in src:
+                    log.write(line)
+                    log.flush()
+                    sys.stderr.write(line.decode(errors="replace"))
+
+        copier = threading.Thread(target=pump, name="engine-log", daemon=True)
+        copier.start()
+        try:
+            yield write
+        finally:
+            os.close(write)
+            copier.join(timeout=5)  # an engine process that outlives its kernel keeps the pipe open
+
+
+def tail(path: Path, lines: int = 15) -> list[str]:
+    """The last ``lines`` lines of a log (what a failure shows on the console)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 64 * 1024))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return text.splitlines()[-lines:]
+
+
+def _execute(p: Planned, out: Path, verbose: bool = False) -> tuple[str, str | None]:
+    """Run one notebook in its own kernel, its output in the notebook's log; (status, error)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     try:
         (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-        papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
-                                   kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
-                                   kernel_manager_class=_kernel_manager())
+        with engine_log(out / p.log, echo=verbose) as fd:
+            papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
+                                       kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
+                                       kernel_manager_class=_logged_kernel_manager(fd))
         return "ok", None
     except PapermillExecutionError as e:
         return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
@@ -194,9 +256,38 @@ def set_aside(out: Path, since: str, key: str) -> int:
     return moved
 
 
+def written_verdicts(out: Path, since: str, until: str) -> str:
+    """The verdicts of the findings a notebook wrote (created from ``since`` to ``until``; notebooks run one
+    at a time), in a few words: each probe family once with its verdicts, e.g. ``warmup not-applicable ·
+    isolation not-applicable``."""
+    from .findings import scan
+    from .standing import when
+
+    by: dict[str, set[str]] = {}
+    for _, f in scan([out / "findings"]).findings:
+        if when(since) <= when(f.created) <= when(until):
+            by.setdefault(f.probe.split(".")[0], set()).add(f.verdict)
+    return " · ".join(f"{family} {', '.join(sorted(v))}" for family, v in sorted(by.items()))
+
+
+def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
+    """The console's line for one notebook (rich markup): status, name, time and verdicts; for a failure
+    also the error, where its log is and the log's last lines."""
+    from rich.markup import escape
+
+    took = f"{entry.duration_s:6.1f} s" if entry.duration_s is not None else "      —"
+    if entry.status == "ok":
+        return f"[green]ok  [/] {escape(entry.name):<36} {took}  {escape(verdicts or 'no finding')}"
+    lines = [f"[red]fail[/] {escape(entry.name):<36} {took}  {escape(entry.error or '')}"]
+    if entry.log:
+        lines.append(f"     log: {out / entry.log}")
+        lines += [f"[dim]     │ {escape(line)}[/]" for line in tail(out / entry.log)]
+    return "\n".join(lines)
+
+
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
-              notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
+              notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False) -> int:
     """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
@@ -204,7 +295,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
 
     Notebooks already ``ok`` in ``run.json`` with the same parameters are skipped (resume). A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
-    ``blueprint/blueprint.md`` for the write-back.
+    ``blueprint/blueprint.md`` for the write-back. Engine logs go to each notebook's log file (and, with
+    ``verbose``, to the console too).
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -216,7 +308,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
         (out / sub).mkdir(parents=True, exist_ok=True)
     engines = [engine] if isinstance(engine, str) else list(engine)
     todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
-    console = Console(stderr=True, quiet=not progress)
+    console = Console(stderr=True, quiet=not progress, soft_wrap=True)
     failed = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -232,17 +324,15 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
                 if moved:
                     console.print(f"[dim]set aside[/] {moved} finding(s) of the unfinished {p.key} attempt")
             bar.update(task, description=f"running {p.key}")
-            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso())
+            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(), log=p.log)
             manifest.record(out, entry)
             t0 = time.perf_counter()
-            entry.status, entry.error = _execute(p, out)
+            entry.status, entry.error = _execute(p, out, verbose)
             entry.duration_s = round(time.perf_counter() - t0, 2)
             manifest.record(out, entry)
-            if entry.status == "ok":
-                console.print(f"[green]ok[/]   {p.key} ({entry.duration_s:.1f} s)")
-            else:
+            if entry.status != "ok":
                 failed.append(p.key)
-                console.print(f"[red]fail[/] {p.key} ({entry.duration_s:.1f} s): {entry.error}")
+            console.print(notebook_line(out, entry, written_verdicts(out, entry.started, now_iso())))
             bar.advance(task)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, manifest.load(out))
