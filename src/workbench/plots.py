@@ -34,6 +34,7 @@ VERDICT_COLOURS = {
     "not-run": "#9e9e9e",
 }
 TEMPLATE = "plotly_white"
+SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -50,6 +51,18 @@ def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
     fig = _figure(title, "", "")
     fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def slim(note: str) -> go.Figure:
+    """A panel that draws nothing (an engine that did not run, or rows without what the figure shows): one
+    line, set vertically so the panel can be a slim column beside the drawn ones."""
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE)
+    fig.add_annotation(text=note, textangle=-90, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       xanchor="center", yanchor="middle", font=dict(size=11, color="#757575"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -284,11 +297,21 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
 def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
     role = "subject" if engine == subject else "reference"
     if f is None:
-        return f"<b>{engine}</b> · {role}<br>no finding"
+        return f"<b>{engine}</b><br>{role}<br>no finding"
+    if f.verdict == "not-run":  # a slim column: short lines
+        return f"<b>{engine}</b><br>{role}<br>not-run"
     version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
     # the date and probe version say which run a panel shows (the standing finding need not be the newest)
     return (f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
             f"<br>{f.created[:10]} · probe v{f.probe_version}")
+
+
+def short_reason(reason: str | None, width: int = 60) -> str:
+    """A not-run reason in a few words: its head before the first colon or sentence end (the rest is how to
+    install), cut to ``width`` characters; what a slim panel and the report's one line per engine show."""
+    text = " ".join((reason or "no reason recorded").split())
+    head = re.split(r": |\. |; ", text, maxsplit=1)[0].rstrip(".")
+    return head if len(head) <= width else head[:width - 1].rstrip() + "…"
 
 
 def _wrapped(text: str, width: int = 42) -> str:
@@ -297,20 +320,19 @@ def _wrapped(text: str, width: int = 42) -> str:
 
 
 def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
-    """One engine's panel as a figure of its own: the builder's, or one that says why there is nothing.
-
-    A not-run finding's reason is said here once (not in the panel's title); a finding whose rows hold
-    nothing this figure draws (e.g. an engine with no eviction has no pressure sweep) says its verdict."""
+    """One engine's panel as a figure of its own: the builder's, or a slim one that says in one line why
+    there is nothing (a not-run finding's reason in a few words: the report gives it in full once; a finding
+    whose rows hold nothing this figure draws, e.g. an engine with no eviction has no pressure sweep, its
+    verdict: the report's line above the figure gives the summary)."""
     if f is None:
-        return empty("", f"no {engine} finding here<br>workbench probe {probe} --engine {engine}")
+        return slim(f"no {engine} finding here")
     rows = f.evidence.get("rows", [])
+    if f.verdict == "not-run":
+        return slim(f"not-run: {short_reason(f.reason, 36)}")
     if not rows:
-        return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
+        return slim(f"{f.verdict}: no evidence rows")
     fig = build(rows)
-    if not fig.data:
-        why = _wrapped(f"{f.verdict}: {f.reason or f.summary}")
-        return empty("", f"nothing in its rows for this figure<br><br>{why}")
-    return fig
+    return fig if fig.data else slim(f"{f.verdict}: nothing of this figure in its rows")
 
 
 def _moved(item: Any, fig: go.Figure, col: int) -> dict:
@@ -348,7 +370,8 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     drawn = [col for col, p in enumerate(panels, 1) if p.data]
     lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
     shared = len(drawn) > 1 and not lanes
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles),
+    widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
                         horizontal_spacing=0.13 if lanes else 0.07)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
@@ -372,9 +395,14 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
         if "line" in t:
             t.update(line_color=colours[t.name])
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
-    fig.update_layout(template=TEMPLATE, title=title, height=500, barmode=lead.barmode,
-                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=130),
-                      legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", title=None))
+    # the title at the top of the figure, the panels' three-line titles below it, the legend at the bottom:
+    # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
+    fig.update_layout(template=TEMPLATE, height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
+                      title=dict(text=title, x=0.5, xanchor="center", y=1, yref="container", yanchor="top",
+                                 pad=dict(t=12)),
+                      margin=dict(l=60, r=20, t=150, b=150),
+                      legend=dict(orientation="h", x=0, y=0, xref="container", yref="container", yanchor="bottom",
+                                  title=None))
     return fig
 
 
