@@ -226,6 +226,116 @@ def verdicts(table: Any) -> go.Figure:
     return fig
 
 
+# --------------------------------------------------------------------------- the agentic loop
+# Over the loop's arm findings' evidence rows (one row per turn and arm: loop/replay.py's columns),
+# every arm's rows together; an arm that did not run has no rows and is named in the figure's subtitle.
+
+
+def _by_arm(rows: Rows, *keys: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in _having(rows, "arm", "step", *keys):
+        out.setdefault(str(r["arm"]), []).append(r)
+    return {a: sorted(rs, key=lambda r: r["step"]) for a, rs in out.items()}
+
+
+def loop_ttft(rows: Rows) -> go.Figure:
+    """Time to first token per turn, one line per arm: reuse shows as a warm arm's flat line."""
+    title = "TTFT per turn, per arm"
+    arms = _by_arm(rows, "ttft_s")
+    if not arms:
+        return empty(title, "no timed turns")
+    fig = _figure(title, "turn (in replay order)", "time to first token (s)")
+    for arm, rs in arms.items():
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["ttft_s"] for r in rs], mode="lines+markers",
+                                 name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
+                                 hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
+                                               "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def loop_reuse(rows: Rows) -> go.Figure:
+    """Tokens each arm reused per turn against what could have been reused (the turn's theoretical reuse)."""
+    title = "Reused vs theoretically reusable tokens, per turn"
+    arms = _by_arm(rows, "reused", "theoretical")
+    if not arms:
+        return empty(title, "no evidence rows")
+    fig = _figure(title, "turn (in replay order)", "prompt tokens")
+    first = next(iter(arms.values()))
+    fig.add_trace(go.Scatter(x=[r["step"] for r in first], y=[r["theoretical"] for r in first], mode="lines",
+                             name="theoretical", line=dict(dash="dash", color="#212121")))
+    for arm, rs in arms.items():
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["reused"] for r in rs], mode="markers",
+                                 name=f"reused · {arm}"))
+    return fig
+
+
+def loop_attribution(rows: Rows) -> go.Figure:
+    """Per arm, where every prompt token went, summed over the loop: reused, or recomputed and why."""
+    from .loop.attribution import CATEGORIES
+
+    title = "Per-miss attribution, summed over the loop"
+    arms = _by_arm(rows, "reused")
+    if not arms:
+        return empty(title, "no evidence rows")
+    fig = _figure(title, "arm", "prompt tokens")
+    for col in ("reused", *CATEGORIES):
+        sums = [sum(r.get(col) or 0 for r in rs) for rs in arms.values()]
+        if any(sums) or col == "unexplained":
+            fig.add_trace(go.Bar(x=list(arms), y=sums, name=col.replace("_", " ")))
+    fig.update_layout(barmode="relative")
+    return fig
+
+
+def loop_speedup(rows: Rows) -> go.Figure:
+    """Each arm's loop-time speed-up over the best llama.cpp arm with its bootstrap CI (rows: one per arm)."""
+    title = "Speed-up over the best llama.cpp arm (loop time, 95% CI)"
+    ran = _having(rows, "arm", "speedup", "low", "high")
+    if not ran:
+        return empty(title, "no arm with a speed-up")
+    fig = _figure(title, "arm", "speed-up (×)")
+    fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r["speedup"] for r in ran], name="speed-up",
+                         marker_color="#1565c0",
+                         error_y=dict(type="data", symmetric=False, array=[r["high"] - r["speedup"] for r in ran],
+                                      arrayminus=[r["speedup"] - r["low"] for r in ran])))
+    fig.add_hline(y=1, line_dash="dot", line_color="#999")
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+LOOP = "loop"  # the loop's findings are named loop.<arm> and loop.gate
+
+
+def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
+    """The loop's figures from its arm findings (each arm's newest that ran; ``loop.gate`` carries none of
+    its own), titled with the trace, the machine and the findings' date."""
+    arms = [f for f in found if f.probe.startswith(LOOP + ".") and f.probe != f"{LOOP}.gate"]
+    ran = [f for f in arms if f.evidence.get("rows")]
+    if not ran:
+        return []
+    rows = [r for f in ran for r in f.evidence["rows"]]
+    speedups = [{"arm": f.params.get("arm", f.probe.split(".", 1)[1]),
+                 "speedup": (f.metrics.get("speedup_vs_best_llamacpp") or {}).get("value"),
+                 "low": (f.metrics.get("speedup_ci_low") or {}).get("value"),
+                 "high": (f.metrics.get("speedup_ci_high") or {}).get("value")} for f in ran]
+    workload = (ran[0].environment.get("loop") or {})
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
+    dates = sorted({f.created[:10] for f in ran})
+    missing = sorted(f.params.get("arm", f.probe) for f in arms if not f.evidence.get("rows"))
+    how = (f"workbench loop · {workload.get('trace', 'trace not recorded')} · {model_of(ran[0])} · "
+           f"{'; '.join(hardware)} · findings of {', '.join(dates)}"
+           + (f"<br>not run: {', '.join(missing)}" if missing else ""))
+    out = []
+    for name, build, data in (("ttft", loop_ttft, rows), ("reuse", loop_reuse, rows),
+                              ("attribution", loop_attribution, rows), ("speedup", loop_speedup, speedups)):
+        fig = build(data)
+        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>{how}</sup>", y=1, yref="container",
+                                     yanchor="top", pad=dict(t=12)),
+                          margin=dict(t=110), height=460)
+        out.append((name, fig))
+    return out
+
+
 BUILDERS: dict[str, Callable[..., go.Figure]] = {
     "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
     "latency": latency, "capacity": capacity,
@@ -299,7 +409,7 @@ def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
     if f is None:
         return f"<b>{engine}</b><br>{role}<br>no finding"
     if f.verdict == "not-run":  # a slim column: short lines
-        return f"<b>{engine}</b><br>{role}<br>not-run"
+        return f"<b>{engine}</b><br>{role} · not-run<br>{f.created[:10]} · probe v{f.probe_version}"
     version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
     # the date and probe version say which run a panel shows (the standing finding need not be the newest)
     return (f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"

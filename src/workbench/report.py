@@ -278,6 +278,18 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
+def loop_figures(found: Found) -> list[tuple[str, go.Figure]]:
+    """The agentic loop's figures, from the loop findings that stand on its claim (each arm's newest that
+    ran, :mod:`workbench.standing`'s rule), as (div id, figure)."""
+    mine = [(p, f) for p, f in found if f.probe.startswith(plots.LOOP + ".")]
+    if not mine:
+        return []
+    by_key = {(p, f.id): f for p, f in mine}
+    stood = [by_key[(s.path, s.finding_id)] for ss in _standing.standings(mine).values() for s in ss
+             if (s.path, s.finding_id) in by_key]
+    return [(f"wb-fig-loop-{name}", fig) for name, fig in plots.loop_figures(list(dict.fromkeys(stood)))]
+
+
 def _plotlyjs() -> str:
     import plotly.offline
 
@@ -294,6 +306,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     scan = _findings.scan([out / "findings"])
     found = scan.findings
     figures = side_by_side(found)
+    loop = [plots.to_div(fig, div_id) for div_id, fig in loop_figures(found)]
 
     def rel(p: object) -> str | None:
         """Links relative to the page, so a run folder can be moved or served as it is."""
@@ -317,7 +330,8 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        plotlyjs=_plotlyjs() if figures else "",
+        loop=loop,
+        plotlyjs=_plotlyjs() if figures or loop else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),
