@@ -329,9 +329,8 @@ def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
     for name, build, data in (("ttft", loop_ttft, rows), ("reuse", loop_reuse, rows),
                               ("attribution", loop_attribution, rows), ("speedup", loop_speedup, speedups)):
         fig = build(data)
-        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>{how}</sup>", y=1, yref="container",
-                                     yanchor="top", pad=dict(t=12)),
-                          margin=dict(t=110), height=460)
+        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>{how}</sup>", y=0.97, yref="container",
+                                     yanchor="top"), margin=dict(t=100), height=460)
         out.append((name, fig))
     return out
 
@@ -508,11 +507,9 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     # the title at the top of the figure, the panels' three-line titles below it, the legend at the bottom:
     # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
     fig.update_layout(template=TEMPLATE, height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
-                      title=dict(text=title, x=0.5, xanchor="center", y=1, yref="container", yanchor="top",
-                                 pad=dict(t=12)),
-                      margin=dict(l=60, r=20, t=150, b=150),
-                      legend=dict(orientation="h", x=0, y=0, xref="container", yref="container", yanchor="bottom",
-                                  title=None))
+                      title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
+                      margin=dict(l=60, r=20, t=125, b=140),
+                      legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
     return fig
 
 
