@@ -20,7 +20,7 @@ def run_dir(tmp_path_factory) -> Path:
         probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
                    params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
     finding = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny")
-    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm",
+    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm", claim_verdicts={},
                       summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
     findings.write(not_run, out / "findings")
     (out / "findings" / "broken.json").write_text("{not json")
