@@ -35,6 +35,7 @@ VERDICT_COLOURS = {
 }
 TEMPLATE = "plotly_white"
 SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
+LOG_TICKS = "D2"  # log axes label 1, 2 and 5 of each decade: every digit of a short range would collide
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -192,7 +193,7 @@ def latency(rows: Rows) -> go.Figure:
     for proc in dict.fromkeys(r["procedure"] for r in rows):
         fig.add_trace(go.Box(y=[r["ttft_s"] for r in rows if r["procedure"] == proc], name=str(proc),
                              boxpoints="all", jitter=0.3, pointpos=0))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", dtick=LOG_TICKS)
     fig.update_layout(showlegend=False)
     return fig
 
@@ -250,7 +251,8 @@ def loop_ttft(rows: Rows) -> go.Figure:
                                  name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
                                  hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
                                                "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_xaxes(dtick=1)
     return fig
 
 
@@ -261,6 +263,7 @@ def loop_reuse(rows: Rows) -> go.Figure:
     if not arms:
         return empty(title, "no evidence rows")
     fig = _figure(title, "turn (in replay order)", "prompt tokens")
+    fig.update_xaxes(dtick=1)
     first = next(iter(arms.values()))
     fig.add_trace(go.Scatter(x=[r["step"] for r in first], y=[r["theoretical"] for r in first], mode="lines",
                              name="theoretical", line=dict(dash="dash", color="#212121")))
@@ -321,7 +324,9 @@ def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
     workload = (ran[0].environment.get("loop") or {})
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
     dates = sorted({f.created[:10] for f in ran})
-    missing = sorted(f.params.get("arm", f.probe) for f in arms if not f.evidence.get("rows"))
+    missing = sorted({f.params.get("arm", f.probe) for f in arms if not f.evidence.get("rows")}
+                     | {str(r["arm"]) for f in found if f.probe == f"{LOOP}.gate"  # the subject's arm lives there
+                        for r in f.evidence.get("rows", []) if r.get("ran") is False and r.get("arm")})
     how = (f"workbench loop · {workload.get('trace', 'trace not recorded')} · {model_of(ran[0])} · "
            f"{'; '.join(hardware)} · findings of {', '.join(dates)}"
            + (f"<br>not run: {', '.join(missing)}" if missing else ""))

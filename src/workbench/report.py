@@ -205,8 +205,18 @@ def not_run_engines(found: Found) -> list[NotRun]:
         kept = sorted(((r, ps) for r, ps in kept.items() if ps), key=lambda rp: (-len(rp[1]), rp[0]))
         if kept:
             probes_ = tuple(sorted(p for _, ps in kept for p in ps))
-            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), tuple(kept)))
+            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), _once(kept)))
     return out
+
+
+def _once(reasons: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each reason's text once: one that begins with another (the loop gate's reason is the engine's reason,
+    then what a GPU run must add) keeps only what it adds."""
+    out = []
+    for reason, ps in reasons:
+        base = max((r for r, _ in reasons if r != reason and reason.startswith(r)), key=len, default=None)
+        out.append((f"(the reason above, then:) {reason[len(base):].lstrip(' .;:')}" if base else reason, ps))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -285,9 +295,9 @@ def loop_figures(found: Found) -> list[tuple[str, go.Figure]]:
     if not mine:
         return []
     by_key = {(p, f.id): f for p, f in mine}
-    stood = [by_key[(s.path, s.finding_id)] for ss in _standing.standings(mine).values() for s in ss
-             if (s.path, s.finding_id) in by_key]
-    return [(f"wb-fig-loop-{name}", fig) for name, fig in plots.loop_figures(list(dict.fromkeys(stood)))]
+    stood = {s.finding_id: by_key[(s.path, s.finding_id)] for ss in _standing.standings(mine).values() for s in ss
+             if (s.path, s.finding_id) in by_key}
+    return [(f"wb-fig-loop-{name}", fig) for name, fig in plots.loop_figures(list(stood.values()))]
 
 
 def _plotlyjs() -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from browser.pages import TEXT_BOXES, WIDTHS, overlapping
-from workbench import findings, manifest, probes, report
+from workbench import findings, loop, manifest, probes, report
 
 pytestmark = pytest.mark.slow
 
@@ -17,19 +17,22 @@ SMALL = {  # every figure kind, on the tiny synthetic model, sized for seconds
     "retention.pinning_under_pressure": {"pressure": "0.5,2", "expiry_ms": 0, "repeats": 1},
     "reuse.per_request_metrics": {"repeats": 1},
     "prefix.warmup_materialization": {"blocks": "2", "pressure": "0,2", "capacity_tokens": 256, "filler_slots": 2},
-    "isolation.cache_salt": {"prompt_tokens": 64, "trials": 4, "resamples": 200},
+    "isolation.cache_salt": {"prompt_tokens": 64, "trials": 16, "resamples": 200},
     "capacity.budget_policy": {},
 }
 
 
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory) -> Path:
-    """A run folder: each figure-declaring probe on the real llama.cpp, and TensorRT-LLM's not-run findings
-    (the real reason this machine gives)."""
+    """A run folder: each figure-declaring probe on the real llama.cpp, TensorRT-LLM's not-run findings (the
+    real reason this machine gives), and a three-turn agentic loop (llama.cpp's arms; TensorRT-LLM's not run)."""
     out = tmp_path_factory.mktemp("run")
     for name, params in SMALL.items():
-        probes.run(name, engine="llamacpp", model="synthetic:tiny", params=params, out=out / "findings")
-        probes.run(name, engine="trtllm", model="synthetic:tiny", out=out / "findings")
+        for engine in ("llamacpp", "trtllm"):  # in this process: no child per probe, the same findings
+            probes.run(name, engine=engine, model="synthetic:tiny", params=params if engine == "llamacpp" else {},
+                       out=out / "findings", isolated=False)
+    loop.run("claude-code", arms="llamacpp-cold,llamacpp,llamacpp-spec,trtllm", model="synthetic:tiny", sessions=1,
+             turns=3, threads=1, context_tokens=1024, out=out / "findings")
     report.write(out, manifest.load(out))
     return out
 
@@ -37,10 +40,10 @@ def small_run(tmp_path_factory) -> Path:
 def declared(run: Path) -> list[str]:
     """The div id of every figure the report should draw: each probe's declared figures."""
     found = findings.scan([run / "findings"]).findings
-    ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in sorted({f.probe for _, f in found})
+    ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in sorted({f.probe for _, f in found} & set(probes.names()))
            for fig in probes.get(p).figures]
     assert len(ids) == sum(len(pf.figures) for pf in report.side_by_side(found))
-    return ids
+    return ids + [f"wb-fig-loop-{name}" for name in ("ttft", "reuse", "attribution", "speedup")]
 
 
 def open_report(w, run: Path) -> None:
