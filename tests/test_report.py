@@ -20,7 +20,7 @@ def run_dir(tmp_path_factory) -> Path:
         probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
                    params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
     finding = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny")
-    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm",
+    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm", claim_verdicts={},
                       summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
     findings.write(not_run, out / "findings")
     (out / "findings" / "broken.json").write_text("{not json")
@@ -55,12 +55,37 @@ def test_report_content(run_dir):
     assert rendered.endswith("tok") and rendered in page
 
 
-def test_report_leads_with_what_is_unresolved_and_how_to_resolve_it(run_dir):
+def test_report_leads_with_the_matrix_then_what_did_not_run_and_how_to_resolve_it(run_dir):
     page = report.render(run_dir, manifest.load(run_dir))
-    assert page.index("Unresolved claims") < page.index("Verdicts")
+    assert page.index('class="matrix"') < page.index("Engines that did not run") < page.index("Unresolved claims") \
+        < page.index('id="verdicts"')
+    assert f"{len(claims.CLAIMS)} of {len(claims.CLAIMS)} claims unresolved" in page
     assert "unresolved — needs tensorrt_llm on an NVIDIA GPU" in page
     assert "workbench probe retention.pinning_under_pressure --engine trtllm" in page
-    assert page.count("no GPU here</p>") == 1  # the reason once per engine, not once per claim
+    text = re.sub(r"<script.*?</script>", "", page, flags=re.S)  # the page's words, not the figures' JSON
+    assert text.count("no GPU here") == 1  # the reason once per engine, not once per claim or probe
+
+
+def test_verdict_matrix_puts_the_subject_first_and_folds_versions_into_badges(run_dir):
+    found = findings.scan([run_dir / "findings"]).findings
+    m = report.verdict_matrix(found)
+    assert m.engines[0] == "trtllm" and "llamacpp" in m.engines
+    assert [r.claim.id for r in m.rows] == list(claims.CLAIMS)
+    row = next(r for r in m.rows if r.claim.id == "unknown.reuse_metrics")
+    by = dict(zip(m.engines, row.cells))
+    assert [b.verdict for b in by["trtllm"]] == ["not-run"] and not row.resolved
+    assert [b.verdict for b in by["llamacpp"]] == ["not-applicable"]
+    assert "reuse.per_request_metrics" in by["llamacpp"][0].detail
+
+
+def test_not_run_rows_fold_into_one_line_per_engine(run_dir):
+    found = findings.scan([run_dir / "findings"]).findings
+    (trt,) = report.not_run_engines(found)
+    assert (trt.engine, trt.probes, trt.short, trt.detailed) == ("trtllm", ("reuse.per_request_metrics",),
+                                                                 "no GPU here", ())
+    page = report.render(run_dir)
+    table = page[page.index('id="verdicts"'):page.index("</table>", page.index('id="verdicts"'))]
+    assert table.count('class="folded"') == 1 and table.count(">not-run<") == 1
 
 
 def test_claim_status_follows_the_blueprint_rule(run_dir):

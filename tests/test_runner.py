@@ -40,7 +40,7 @@ def test_plan_passes_engine_model_out_and_declared_parameters(tmp_path):
 
 
 def test_plan_rejects_unknown_names(tmp_path):
-    with pytest.raises(runner.RunError, match="valid: prints_parameters, raises_error, writes_finding"):
+    with pytest.raises(runner.RunError, match="valid: logs_like_an_engine, prints_parameters, raises_error, writes_finding"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["nope"], FIXTURES)
     with pytest.raises(runner.RunError, match="seeed"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"seeed": "1"}, None, FIXTURES)
@@ -269,3 +269,43 @@ def test_a_deeply_nested_or_fifo_file_in_findings_still_gets_a_report(tmp_path):
     assert batch(tmp_path, ["writes_finding"]) == 0
     page = (tmp_path / "report.html").read_text()
     assert "deep.json" in page and "pipe.json" in page
+
+
+def _console(tmp_path: Path, only: list[str], verbose: bool = False) -> subprocess.CompletedProcess:
+    """A batch in a child process, as ``workbench run`` prints it (progress on), its console captured."""
+    code = ("import sys; from pathlib import Path; from workbench import runner; "
+            "sys.exit(runner.run_batch(Path(sys.argv[1]), 'llamacpp', 'synthetic:tiny', {}, sys.argv[3].split(','), "
+            "notebooks_dir=Path(sys.argv[2]), data_dir=Path(sys.argv[1]) / 'no-data', verbose=sys.argv[4] == '1'))")
+    return subprocess.run([sys.executable, "-c", code, str(tmp_path), str(FIXTURES), ",".join(only), str(int(verbose))],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_engine_logs_go_to_the_notebooks_log_and_the_console_gets_one_line(tmp_path):
+    r = _console(tmp_path, ["logs_like_an_engine", "raises_error"])
+    console = r.stdout + r.stderr
+    assert r.returncode == 1, console
+    entry = manifest.load(tmp_path).notebooks["llamacpp/logs_like_an_engine"]
+    assert entry.log == "logs/llamacpp/logs_like_an_engine.log" and entry.duration_s > 0
+    log = (tmp_path / entry.log).read_text()
+    assert "ENGINE INFO loading weights" in log and "ENGINE WARNING from the kernel's own fd" in log
+    assert "ENGINE" not in console  # the engine's lines stay in the log
+    assert [line.split()[:2] for line in r.stderr.splitlines() if "llamacpp/" in line and "log:" not in line] == [
+        ["ok", "llamacpp/logs_like_an_engine"], ["fail", "llamacpp/raises_error"]]
+    failed = manifest.load(tmp_path).notebooks["llamacpp/raises_error"]
+    assert f"log: {tmp_path / failed.log}" in console  # where to look, then its last lines
+    assert "RuntimeError: this notebook fails on purpose" in console
+
+
+def test_verbose_brings_the_engine_logs_back_to_the_console(tmp_path):
+    r = _console(tmp_path, ["logs_like_an_engine"], verbose=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ENGINE INFO loading weights" in r.stderr
+    assert "ENGINE INFO loading weights" in (tmp_path / "logs/llamacpp/logs_like_an_engine.log").read_text()
+
+
+def test_the_console_line_names_the_verdicts_the_notebook_wrote(tmp_path):
+    r = _console(tmp_path, ["writes_finding"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if "llamacpp/writes_finding" in x]
+    (f,) = [f for _, f in findings.scan([tmp_path / "findings"]).findings]
+    assert line.split()[:2] == ["ok", "llamacpp/writes_finding"] and line.endswith(f"{f.probe.split('.')[0]} {f.verdict}")

@@ -149,6 +149,8 @@ def run(
     param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value (repeatable)"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="run only these notebooks (names or stems)"),
     wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v",
+                                 help="echo the engine logs to the console (always kept in the run folder's logs/)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
@@ -156,7 +158,8 @@ def run(
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
-        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None, wait=wait)
+        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None, wait=wait,
+                                verbose=verbose)
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)

@@ -81,3 +81,12 @@ def check_writable(directory: str | Path, what: str = "--out") -> Path:
         raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder "
                           "(nothing was run)") from None
     return d
+
+
+def tail(path: str | Path, n: int) -> list[str]:
+    """The last ``n`` non-blank lines of a log (what a failure shows); none when it cannot be read."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line for line in lines if line.strip()][-n:]

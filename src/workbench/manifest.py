@@ -29,9 +29,10 @@ class NotebookRun:
     parameters: dict
     output: str  # executed notebook, relative to the run folder
     started: str
-    duration_s: float | None = None
+    duration_s: float | None = None  # wall time of the notebook, kernel start included
     error: str | None = None
     attempt: str | None = None  # written into every finding of this attempt (findings.ATTEMPT_ENV)
+    log: str | None = None  # what its kernel and engines printed, relative to the run folder
 
 
 @dataclass

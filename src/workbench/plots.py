@@ -34,6 +34,8 @@ VERDICT_COLOURS = {
     "not-run": "#9e9e9e",
 }
 TEMPLATE = "plotly_white"
+SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
+LOG_TICKS = "D2"  # log axes label 1, 2 and 5 of each decade: every digit of a short range would collide
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -50,6 +52,18 @@ def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
     fig = _figure(title, "", "")
     fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    return fig
+
+
+def slim(note: str) -> go.Figure:
+    """A panel that draws nothing (an engine that did not run, or rows without what the figure shows): one
+    line, set vertically so the panel can be a slim column beside the drawn ones."""
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE)
+    fig.add_annotation(text=note, textangle=-90, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       xanchor="center", yanchor="middle", font=dict(size=11, color="#757575"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -179,7 +193,7 @@ def latency(rows: Rows) -> go.Figure:
     for proc in dict.fromkeys(r["procedure"] for r in rows):
         fig.add_trace(go.Box(y=[r["ttft_s"] for r in rows if r["procedure"] == proc], name=str(proc),
                              boxpoints="all", jitter=0.3, pointpos=0))
-    fig.update_yaxes(type="log")
+    fig.update_yaxes(type="log", dtick=LOG_TICKS)
     fig.update_layout(showlegend=False)
     return fig
 
@@ -211,6 +225,119 @@ def verdicts(table: Any) -> go.Figure:
     fig.update_layout(template=TEMPLATE, title="Verdicts", margin=dict(l=10, r=10, t=50, b=10),
                       height=120 + 60 * max(1, len(table)))
     return fig
+
+
+# --------------------------------------------------------------------------- the agentic loop
+# Over the loop's arm findings' evidence rows (one row per turn and arm: loop/replay.py's columns),
+# every arm's rows together; an arm that did not run has no rows and is named in the figure's subtitle.
+
+
+def _by_arm(rows: Rows, *keys: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for r in _having(rows, "arm", "step", *keys):
+        out.setdefault(str(r["arm"]), []).append(r)
+    return {a: sorted(rs, key=lambda r: r["step"]) for a, rs in out.items()}
+
+
+def loop_ttft(rows: Rows) -> go.Figure:
+    """Time to first token per turn, one line per arm: reuse shows as a warm arm's flat line."""
+    title = "TTFT per turn, per arm"
+    arms = _by_arm(rows, "ttft_s")
+    if not arms:
+        return empty(title, "no timed turns")
+    fig = _figure(title, "turn (in replay order)", "time to first token (s)")
+    for arm, rs in arms.items():
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["ttft_s"] for r in rs], mode="lines+markers",
+                                 name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
+                                 hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
+                                               "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
+    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_xaxes(dtick=1)
+    return fig
+
+
+def loop_reuse(rows: Rows) -> go.Figure:
+    """Tokens each arm reused per turn against what could have been reused (the turn's theoretical reuse)."""
+    title = "Reused vs theoretically reusable tokens, per turn"
+    arms = _by_arm(rows, "reused", "theoretical")
+    if not arms:
+        return empty(title, "no evidence rows")
+    fig = _figure(title, "turn (in replay order)", "prompt tokens")
+    fig.update_xaxes(dtick=1)
+    first = next(iter(arms.values()))
+    fig.add_trace(go.Scatter(x=[r["step"] for r in first], y=[r["theoretical"] for r in first], mode="lines",
+                             name="theoretical", line=dict(dash="dash", color="#212121")))
+    for arm, rs in arms.items():
+        fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["reused"] for r in rs], mode="markers",
+                                 name=f"reused · {arm}"))
+    return fig
+
+
+def loop_attribution(rows: Rows) -> go.Figure:
+    """Per arm, where every prompt token went, summed over the loop: reused, or recomputed and why."""
+    from .loop.attribution import CATEGORIES
+
+    title = "Per-miss attribution, summed over the loop"
+    arms = _by_arm(rows, "reused")
+    if not arms:
+        return empty(title, "no evidence rows")
+    fig = _figure(title, "arm", "prompt tokens")
+    for col in ("reused", *CATEGORIES):
+        sums = [sum(r.get(col) or 0 for r in rs) for rs in arms.values()]
+        if any(sums) or col == "unexplained":
+            fig.add_trace(go.Bar(x=list(arms), y=sums, name=col.replace("_", " ")))
+    fig.update_layout(barmode="relative")
+    return fig
+
+
+def loop_speedup(rows: Rows) -> go.Figure:
+    """Each arm's loop-time speed-up over the best llama.cpp arm with its bootstrap CI (rows: one per arm)."""
+    title = "Speed-up over the best llama.cpp arm (loop time, 95% CI)"
+    ran = _having(rows, "arm", "speedup", "low", "high")
+    if not ran:
+        return empty(title, "no arm with a speed-up")
+    fig = _figure(title, "arm", "speed-up (×)")
+    fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r["speedup"] for r in ran], name="speed-up",
+                         marker_color="#1565c0",
+                         error_y=dict(type="data", symmetric=False, array=[r["high"] - r["speedup"] for r in ran],
+                                      arrayminus=[r["speedup"] - r["low"] for r in ran])))
+    fig.add_hline(y=1, line_dash="dot", line_color="#999")
+    fig.update_layout(showlegend=False)
+    return fig
+
+
+LOOP = "loop"  # the loop's findings are named loop.<arm> and loop.gate
+
+
+def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
+    """The loop's figures from its arm findings (each arm's newest that ran; ``loop.gate`` carries none of
+    its own), titled with the trace, the machine and the findings' date."""
+    arms = [f for f in found if f.probe.startswith(LOOP + ".") and f.probe != f"{LOOP}.gate"]
+    ran = [f for f in arms if f.evidence.get("rows")]
+    if not ran:
+        return []
+    rows = [r for f in ran for r in f.evidence["rows"]]
+    speedups = [{"arm": f.params.get("arm", f.probe.split(".", 1)[1]),
+                 "speedup": (f.metrics.get("speedup_vs_best_llamacpp") or {}).get("value"),
+                 "low": (f.metrics.get("speedup_ci_low") or {}).get("value"),
+                 "high": (f.metrics.get("speedup_ci_high") or {}).get("value")} for f in ran]
+    workload = (ran[0].environment.get("loop") or {})
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
+    dates = sorted({f.created[:10] for f in ran})
+    missing = sorted({f.params.get("arm", f.probe) for f in arms if not f.evidence.get("rows")}
+                     | {str(r["arm"]) for f in found if f.probe == f"{LOOP}.gate"  # the subject's arm lives there
+                        for r in f.evidence.get("rows", []) if r.get("ran") is False and r.get("arm")})
+    how = (f"workbench loop · {workload.get('trace', 'trace not recorded')} · {model_of(ran[0])} · "
+           f"{'; '.join(hardware)} · findings of {', '.join(dates)}"
+           + (f"<br>not run: {', '.join(missing)}" if missing else ""))
+    out = []
+    for name, build, data in (("ttft", loop_ttft, rows), ("reuse", loop_reuse, rows),
+                              ("attribution", loop_attribution, rows), ("speedup", loop_speedup, speedups)):
+        fig = build(data)
+        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>{how}</sup>", y=0.97, yref="container",
+                                     yanchor="top"), margin=dict(t=100), height=460)
+        out.append((name, fig))
+    return out
 
 
 BUILDERS: dict[str, Callable[..., go.Figure]] = {
@@ -284,11 +411,21 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
 def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
     role = "subject" if engine == subject else "reference"
     if f is None:
-        return f"<b>{engine}</b> · {role}<br>no finding"
+        return f"<b>{engine}</b><br>{role}<br>no finding"
+    if f.verdict == "not-run":  # a slim column: short lines
+        return f"<b>{engine}</b><br>{role} · not-run<br>{f.created[:10]} · probe v{f.probe_version}"
     version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
     # the date and probe version say which run a panel shows (the standing finding need not be the newest)
     return (f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
             f"<br>{f.created[:10]} · probe v{f.probe_version}")
+
+
+def short_reason(reason: str | None, width: int = 60) -> str:
+    """A not-run reason in a few words: its head before the first colon or sentence end (the rest is how to
+    install), cut to ``width`` characters; what a slim panel and the report's one line per engine show."""
+    text = " ".join((reason or "no reason recorded").split())
+    head = re.split(r": |\. |; ", text, maxsplit=1)[0].rstrip(".")
+    return head if len(head) <= width else head[:width - 1].rstrip() + "…"
 
 
 def _wrapped(text: str, width: int = 42) -> str:
@@ -297,20 +434,19 @@ def _wrapped(text: str, width: int = 42) -> str:
 
 
 def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
-    """One engine's panel as a figure of its own: the builder's, or one that says why there is nothing.
-
-    A not-run finding's reason is said here once (not in the panel's title); a finding whose rows hold
-    nothing this figure draws (e.g. an engine with no eviction has no pressure sweep) says its verdict."""
+    """One engine's panel as a figure of its own: the builder's, or a slim one that says in one line why
+    there is nothing (a not-run finding's reason in a few words: the report gives it in full once; a finding
+    whose rows hold nothing this figure draws, e.g. an engine with no eviction has no pressure sweep, its
+    verdict: the report's line above the figure gives the summary)."""
     if f is None:
-        return empty("", f"no {engine} finding here<br>workbench probe {probe} --engine {engine}")
+        return slim(f"no {engine} finding here")
     rows = f.evidence.get("rows", [])
+    if f.verdict == "not-run":
+        return slim(f"not-run: {short_reason(f.reason, 36)}")
     if not rows:
-        return empty("", _wrapped(f"{f.verdict}: {f.reason or 'no evidence rows'}"))
+        return slim(f"{f.verdict}: no evidence rows")
     fig = build(rows)
-    if not fig.data:
-        why = _wrapped(f"{f.verdict}: {f.reason or f.summary}")
-        return empty("", f"nothing in its rows for this figure<br><br>{why}")
-    return fig
+    return fig if fig.data else slim(f"{f.verdict}: nothing of this figure in its rows")
 
 
 def _moved(item: Any, fig: go.Figure, col: int) -> dict:
@@ -348,7 +484,8 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     drawn = [col for col, p in enumerate(panels, 1) if p.data]
     lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
     shared = len(drawn) > 1 and not lanes
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles),
+    widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
                         horizontal_spacing=0.13 if lanes else 0.07)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
@@ -372,9 +509,12 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
         if "line" in t:
             t.update(line_color=colours[t.name])
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
-    fig.update_layout(template=TEMPLATE, title=title, height=500, barmode=lead.barmode,
-                      showlegend=lead.showlegend is not False, margin=dict(l=60, r=20, t=110, b=130),
-                      legend=dict(orientation="h", x=0, y=-0.3, yanchor="top", title=None))
+    # the title at the top of the figure, the panels' three-line titles below it, the legend at the bottom:
+    # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
+    fig.update_layout(template=TEMPLATE, height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
+                      title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
+                      margin=dict(l=60, r=20, t=125, b=140),
+                      legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
     return fig
 
 

@@ -3,8 +3,9 @@
 The same tables feed the notebooks, so a verdict reads the same in JupyterLab, in ``report.html``
 and in the blueprint: metrics always go through :func:`workbench.metrics.render`, and a claim's
 status follows :mod:`workbench.standing`, the blueprint's rule: only the claim's subject engine
-resolves it, other engines are references, and the page leads with what is unresolved and the
-command that resolves it.
+resolves it, other engines are references. The page leads with what the run found (a claims ×
+engines matrix of verdicts, the subject first), then one line per engine that did not run (each
+reason once; the full install text in one collapsible block) and the commands that resolve what is open.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import jinja2
 import pandas as pd
 
+from . import claims as _claims
 from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
@@ -122,6 +124,123 @@ def churn_frame(found: Found) -> pd.DataFrame:
     return df.pivot_table(index="probe", columns="engine", values="verdict", aggfunc="last").fillna("")
 
 
+# --------------------------------------------------------------------------- the first screen
+
+
+@dataclass(frozen=True)
+class Badge:
+    """One verdict in a matrix cell; ``count`` standings share it (versions, models, loop arms), ``detail``
+    names them (the badge's tooltip)."""
+
+    verdict: str
+    count: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    claim: _claims.Claim
+    state: str  # the subject's state in words (standing.ClaimState.headline)
+    resolved: bool
+    cells: tuple[tuple[Badge, ...], ...]  # per engine, in the matrix's column order; empty: no finding
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Claims × engines: what the run found, the claims' subject engine in the first column."""
+
+    engines: tuple[str, ...]
+    rows: tuple[MatrixRow, ...]
+
+    def sections(self) -> list[tuple[str, list[MatrixRow]]]:
+        return [(title, [r for r in self.rows if r.claim.section == key]) for key, title in _claims.SECTIONS.items()
+                if any(r.claim.section == key for r in self.rows)]
+
+
+def _badges(stood: Sequence[_standing.Standing]) -> tuple[Badge, ...]:
+    groups: dict[str, list[_standing.Standing]] = {}
+    for s in stood:
+        groups.setdefault(s.verdict, []).append(s)
+    return tuple(Badge(v, len(ss), "; ".join(" · ".join(x for x in (s.probe, s.engine_version, s.model) if x)
+                                             for s in ss)) for v, ss in groups.items())
+
+
+def verdict_matrix(found: Found) -> Matrix:
+    """Every claim against every engine (each registered one, and any a finding names): the verdicts that
+    stand (:mod:`workbench.standing`), grouped per verdict; the subject engine's column first."""
+    from . import cells
+
+    by_claim = _standing.standings(found)
+    subjects = list(dict.fromkeys(c.subject for c in _claims.CLAIMS.values()))
+    others = sorted((set(cells.engines()) | {s.engine for ss in by_claim.values() for s in ss}) - set(subjects))
+    engines = (*subjects, *others)
+    rows = tuple(MatrixRow(st.claim, st.headline, st.resolved,
+                           tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e]) for e in engines))
+                 for st in _standing.claim_states(found))
+    return Matrix(engines, rows)
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """An engine that did not run some probes here: its reason in a few words, then each full reason once."""
+
+    engine: str
+    probes: tuple[str, ...]
+    short: str
+    reasons: tuple[tuple[str, tuple[str, ...]], ...]  # (full reason, the probes that gave it), most probes first
+
+    @property
+    def detailed(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The reasons the short line does not already say in full (for the collapsible block)."""
+        return tuple((r, ps) for r, ps in self.reasons if r != self.short)
+
+
+def not_run_engines(found: Found) -> list[NotRun]:
+    """Per engine, the probes whose newest finding is not-run and that never ran on it here (a probe that ran
+    is not "not run", whatever came later), with :func:`workbench.standing.not_run_reasons`' reasons."""
+    ran = {(f.engine, f.probe) for _, f in found if f.verdict != "not-run"}
+    out = []
+    for engine, reasons in _standing.not_run_reasons(found).items():
+        kept = {r: tuple(p for p in ps if (engine, p) not in ran) for r, ps in reasons.items()}
+        kept = sorted(((r, ps) for r, ps in kept.items() if ps), key=lambda rp: (-len(rp[1]), rp[0]))
+        if kept:
+            probes_ = tuple(sorted(p for _, ps in kept for p in ps))
+            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), _once(kept)))
+    return out
+
+
+def _once(reasons: Sequence[tuple[str, tuple[str, ...]]]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each reason's text once: one that begins with another (the loop gate's reason is the engine's reason,
+    then what a GPU run must add) keeps only what it adds."""
+    out = []
+    for reason, ps in reasons:
+        base = max((r for r, _ in reasons if r != reason and reason.startswith(r)), key=len, default=None)
+        out.append((f"(the reason above, then:) {reason[len(base):].lstrip(' .;:')}" if base else reason, ps))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Open:
+    """The claims their subject has not settled: how many, in which state, and the commands that settle them."""
+
+    count: int
+    total: int
+    states: tuple[tuple[str, int], ...]  # (state in words, claims in it)
+    commands: tuple[tuple[str, tuple[str, ...]], ...]  # (command, the claims it settles)
+
+
+def open_summary(found: Found) -> Open:
+    states = _standing.claim_states(found)
+    unresolved = [st for st in states if not st.resolved]
+    by_state: dict[str, int] = {}
+    by_command: dict[str, list[str]] = {}
+    for st in unresolved:
+        by_state[st.headline] = by_state.get(st.headline, 0) + 1
+        by_command.setdefault(st.command, []).append(st.claim.id)
+    return Open(len(unresolved), len(states), tuple(by_state.items()),
+                tuple((c, tuple(ids)) for c, ids in by_command.items()))
+
+
 # --------------------------------------------------------------------------- the page
 
 
@@ -169,6 +288,18 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
+def loop_figures(found: Found) -> list[tuple[str, go.Figure]]:
+    """The agentic loop's figures, from the loop findings that stand on its claim (each arm's newest that
+    ran, :mod:`workbench.standing`'s rule), as (div id, figure)."""
+    mine = [(p, f) for p, f in found if f.probe.startswith(plots.LOOP + ".")]
+    if not mine:
+        return []
+    by_key = {(p, f.id): f for p, f in mine}
+    stood = {s.finding_id: by_key[(s.path, s.finding_id)] for ss in _standing.standings(mine).values() for s in ss
+             if (s.path, s.finding_id) in by_key}
+    return [(f"wb-fig-loop-{name}", fig) for name, fig in plots.loop_figures(list(stood.values()))]
+
+
 def _plotlyjs() -> str:
     import plotly.offline
 
@@ -185,27 +316,32 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     scan = _findings.scan([out / "findings"])
     found = scan.findings
     figures = side_by_side(found)
+    loop = [plots.to_div(fig, div_id) for div_id, fig in loop_figures(found)]
 
     def rel(p: object) -> str | None:
         """Links relative to the page, so a run folder can be moved or served as it is."""
         return Path(os.path.relpath(p, out)).as_posix() if isinstance(p, (str, os.PathLike)) else None
 
     verdicts = verdict_frame(found).assign(href=lambda d: d["path"].map(rel))
-    unknowns = claim_status(found).assign(href=lambda d: d["path"].map(rel))
-    unresolved = open_claims(found)
+    unknowns = claim_status(found, None).assign(href=lambda d: d["path"].map(rel))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
+                       if f.verdict != "not-run"} - {None})
     return template.render(
         title=f"workbench run — {out.name}",
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        hardware=hardware,
+        matrix=verdict_matrix(found),
+        not_run=not_run_engines(found),
+        open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
-        verdicts=_records(verdicts),
+        verdicts=[v for v in _records(verdicts) if v["verdict"] != "not-run"],
         unknowns=_records(unknowns),
-        unresolved=_records(unresolved),
-        not_run=_standing.not_run_reasons(found),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        plotlyjs=_plotlyjs() if figures else "",
+        loop=loop,
+        plotlyjs=_plotlyjs() if figures or loop else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),

@@ -7,6 +7,11 @@ subprocess, via papermill), so one that crashes or leaks cannot disturb the next
 updated after every notebook under a file lock, so an interrupted run resumes where it stopped and
 two runs sharing a folder merge their entries; findings themselves are never overwritten.
 
+The console stays quiet: everything a notebook's kernel and the engines it starts print goes to
+``logs/<engine>/<notebook>.log`` in the run folder, and the console shows one line per notebook
+(status, time, verdicts) under a progress bar, with the log's last lines when a notebook fails.
+``verbose`` echoes the engine logs to the console as well.
+
 Committed notebooks carry no outputs except the small deterministic ones nbval checks; after
 editing one, refresh them with ``python -m workbench.runner notebooks/NAME.ipynb …`` (:func:`freeze`).
 """
@@ -21,6 +26,7 @@ import math
 import os
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,7 +36,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from . import manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
-from .files import check_writable
+from .files import check_writable, tail
 from .findings import ATTEMPT_ENV, now_iso
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
@@ -58,6 +64,11 @@ class Planned:
     def output(self) -> str:
         """The executed notebook, relative to the run folder."""
         return f"notebooks/{self.parameters['engine']}/{self.source.name}"
+
+    @property
+    def log(self) -> str:
+        """What the notebook's kernel and its engines printed, relative to the run folder."""
+        return f"logs/{self.parameters['engine']}/{self.name}.log"
 
 
 def notebooks(directory: Path) -> list[Path]:
@@ -170,17 +181,53 @@ def _attempt_env(attempt: str) -> Iterator[None]:
             os.environ[ATTEMPT_ENV] = before
 
 
-def _execute(p: Planned, out: Path, attempt: str) -> tuple[str, str | None]:
-    """Run one notebook in its own kernel, its findings marked with ``attempt``; (status, error)."""
+def _logged_kernel_manager(fd: int) -> type:
+    """The kernel manager with the kernel's stdout and stderr on ``fd``: every process it starts (an engine's
+    worker, a probe's child) inherits them, so engine logs land there and not on the runner's console."""
+
+    class LoggedKernelManager(_kernel_manager()):
+        async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+            await super()._async_launch_kernel(kernel_cmd, **(kw | {"stdout": fd, "stderr": fd}))
+
+    return LoggedKernelManager
+
+
+@contextlib.contextmanager
+def engine_log(path: Path, echo: bool = False) -> Iterator[int]:
+    """A file descriptor for a kernel's output, written to ``path``; with ``echo`` copied to this
+    process's stderr too (``workbench run -v``), line by line, so a progress bar stays above it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as log:
+        if not echo:
+            yield log.fileno()
+            return
+        read, write = os.pipe()
+
+        def pump() -> None:
+            with os.fdopen(read, "rb") as src:
+                for line in src:
+                    log.write(line)
+                    log.flush()
+                    sys.stderr.write(line.decode(errors="replace"))
+
+        copier = threading.Thread(target=pump, name="engine-log", daemon=True)
+        copier.start()
+        try:
+            yield write
+        finally:
+            os.close(write)
+            copier.join(timeout=5)  # an engine process that outlives its kernel keeps the pipe open
+
+
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
     try:
         (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-        with _attempt_env(attempt):
+        with _attempt_env(attempt), engine_log(out / p.log, echo=verbose) as fd:
             papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                        kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
-                                       kernel_manager_class=_kernel_manager())
+                                       kernel_manager_class=_logged_kernel_manager(fd))
         return "ok", None
     except PapermillExecutionError as e:
         return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
@@ -247,10 +294,37 @@ def _one_writer(batch: Callable[..., int]) -> Callable[..., int]:
     return locked
 
 
+def written_verdicts(out: Path, attempt: str | None) -> str:
+    """The verdicts of the findings one notebook attempt wrote, in a few words: each probe family once with
+    its verdicts, e.g. ``warmup not-applicable · isolation not-applicable``."""
+    from .findings import scan
+
+    by: dict[str, set[str]] = {}
+    for _, f in scan([out / "findings"]).findings:
+        if attempt is not None and f.attempt == attempt:
+            by.setdefault(f.probe.split(".")[0], set()).add(f.verdict)
+    return " · ".join(f"{family} {', '.join(sorted(v))}" for family, v in sorted(by.items()))
+
+
+def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
+    """The console's line for one notebook (rich markup): status, name, time and verdicts; for a failure
+    also the error, where its log is and the log's last lines."""
+    from rich.markup import escape
+
+    took = f"{entry.duration_s:6.1f} s" if entry.duration_s is not None else "      —"
+    if entry.status == "ok":
+        return f"[green]ok  [/] {escape(entry.name):<36} {took}  {escape(verdicts or 'no finding')}"
+    lines = [f"[red]fail[/] {escape(entry.name):<36} {took}  {escape(entry.error or '')}"]
+    if entry.log:
+        lines.append(f"     log: {out / entry.log}")
+        lines += [f"[dim]     │ {escape(line)}[/]" for line in tail(out / entry.log, 15)]
+    return "\n".join(lines)
+
+
 @_one_writer
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
-              notebooks_dir: Path | None = None, data_dir: Path | None = None) -> int:
+              notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False) -> int:
     """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
@@ -260,7 +334,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     it, unless ``wait=True`` (queue behind it). Notebooks already ``ok`` in ``run.json`` with the same
     parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
-    ``blueprint/blueprint.md`` for the write-back.
+    ``blueprint/blueprint.md`` for the write-back. Engine logs go to each notebook's log file (and, with
+    ``verbose``, to the console too).
     """
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -273,7 +348,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
     todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
-    console = Console(stderr=True, quiet=not progress)
+    console = Console(stderr=True, quiet=not progress, soft_wrap=True)
     failed = []
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -287,17 +362,16 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
             if done and done.status != "ok":
                 _resume_unfinished(out, done, console.print)
             bar.update(task, description=f"running {p.key}")
-            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(), attempt=uuid.uuid4().hex[:12])
+            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(),
+                                         attempt=uuid.uuid4().hex[:12], log=p.log)
             manifest.record(out, entry)
             t0 = time.perf_counter()
-            entry.status, entry.error = _execute(p, out, entry.attempt)
+            entry.status, entry.error = _execute(p, out, entry.attempt, verbose)
             entry.duration_s = round(time.perf_counter() - t0, 2)
             manifest.record(out, entry)
-            if entry.status == "ok":
-                console.print(f"[green]ok[/]   {p.key} ({entry.duration_s:.1f} s)")
-            else:
+            if entry.status != "ok":
                 failed.append(p.key)
-                console.print(f"[red]fail[/] {p.key} ({entry.duration_s:.1f} s): {entry.error}")
+            console.print(notebook_line(out, entry, written_verdicts(out, entry.attempt)))
             bar.advance(task)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, manifest.load(out))

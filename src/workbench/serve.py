@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from .contract import EngineUnavailable, WorkbenchError
+from .files import tail
 from .isolate import EngineCrashed, TAIL_LINES
 
 LOOPBACK = "127.0.0.1"
@@ -247,14 +248,6 @@ def _install_hooks() -> None:
     _HOOKS = True
 
 
-def tail(path: Path, n: int = TAIL_LINES) -> list[str]:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [line for line in lines if line.strip()][-n:]
-
-
 class Server:
     """A running server. Use as a context manager, or call :meth:`stop`; ``url`` is its base URL."""
 
@@ -273,7 +266,7 @@ class Server:
         code = self.proc.poll()
         if code is None:
             return None
-        return ServerDied(-code if code < 0 else None, code, step or f"serving {self.url}", tail(self.log_path),
+        return ServerDied(-code if code < 0 else None, code, step or f"serving {self.url}", tail(self.log_path, TAIL_LINES),
                           str(self.log_path))
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> int | None:
@@ -362,7 +355,7 @@ def wait_ready(server: Server, timeout_s: float, on_wait: Callable[[float], None
         if waited > timeout_s:
             raise WorkbenchError(f"{server.request.engine} did not become ready within {timeout_s:g} s at "
                                  f"{server.url}; last lines of {server.log_path}:\n"
-                                 + "\n".join(f"  | {x}" for x in tail(server.log_path)))
+                                 + "\n".join(f"  | {x}" for x in tail(server.log_path, TAIL_LINES)))
         if on_wait:
             on_wait(waited)
         time.sleep(0.25)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .. import models, serve
+from ..files import tail
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, Retention,
                         UnsupportedFeature, WorkbenchError)
 from . import Availability, known_options
@@ -305,7 +306,7 @@ class LlamaServerCell(ServedCell):
         self._no_repack = False
         super()._start()
         if self.server is not None:
-            info = next((x for x in serve.tail(self.server.log_path, 10_000) if "system_info" in x), "")
+            info = next((x for x in tail(self.server.log_path, 10_000) if "system_info" in x), "")
             self.extra_buffers = cpu.extra_buffers(cpu.flags(), info)
             if not self.extra_buffers.use:
                 self._stop()

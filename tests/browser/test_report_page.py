@@ -1,0 +1,104 @@
+"""The report of a small run, opened in a real Chromium at the widths researchers use: every figure the
+probes declare renders, nothing is fetched from the network, no JavaScript error, and no two text boxes of a
+figure overlap (read from the DOM's bounding boxes). Screenshots stay in the test's temporary folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from browser.pages import TEXT_BOXES, WIDTHS, overlapping
+from workbench import findings, loop, manifest, probes, report
+
+pytestmark = pytest.mark.slow
+
+SMALL = {  # every figure kind, on the tiny synthetic model, sized for seconds
+    "retention.pinning_under_pressure": {"pressure": "0.5,2", "expiry_ms": 0, "repeats": 1},
+    "reuse.per_request_metrics": {"repeats": 1},
+    "prefix.warmup_materialization": {"blocks": "2", "pressure": "0,2", "capacity_tokens": 256, "filler_slots": 2},
+    "isolation.cache_salt": {"prompt_tokens": 64, "trials": 16, "resamples": 200},
+    "capacity.budget_policy": {},
+}
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory) -> Path:
+    """A run folder: each figure-declaring probe on the real llama.cpp, TensorRT-LLM's not-run findings (the
+    real reason this machine gives), and a three-turn agentic loop (llama.cpp's arms; TensorRT-LLM's not run)."""
+    out = tmp_path_factory.mktemp("run")
+    for name, params in SMALL.items():
+        for engine in ("llamacpp", "trtllm"):  # in this process: no child per probe, the same findings
+            probes.run(name, engine=engine, model="synthetic:tiny", params=params if engine == "llamacpp" else {},
+                       out=out / "findings", isolated=False)
+    loop.run("claude-code", arms="llamacpp-cold,llamacpp,llamacpp-spec,trtllm", model="synthetic:tiny", sessions=1,
+             turns=3, threads=1, context_tokens=1024, out=out / "findings")
+    report.write(out, manifest.load(out))
+    return out
+
+
+def declared(run: Path) -> list[str]:
+    """The div id of every figure the report should draw: each probe's declared figures."""
+    found = findings.scan([run / "findings"]).findings
+    ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in sorted({f.probe for _, f in found} & set(probes.names()))
+           for fig in probes.get(p).figures]
+    assert len(ids) == sum(len(pf.figures) for pf in report.side_by_side(found))
+    return ids + [f"wb-fig-loop-{name}" for name in ("ttft", "reuse", "attribution", "speedup")]
+
+
+def open_report(w, run: Path) -> None:
+    w.page.goto((run / "report.html").as_uri())
+    w.page.wait_for_function("() => [...document.querySelectorAll('.plotly-graph-div')]"
+                             ".every(d => d._fullLayout && d.querySelector('.main-svg'))", timeout=60_000)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_report_renders_every_figure_offline_without_overlapping_text(small_run, watched, tmp_path, width):
+    w = watched(width, 1000)
+    open_report(w, small_run)
+    w.page.screenshot(path=str(tmp_path / f"first-screen-{width}.png"))
+    w.shot(tmp_path / f"report-{width}.png")
+    divs = w.page.locator(".plotly-graph-div")
+    assert [d.get_attribute("id") for d in divs.all()] == declared(small_run)
+    drew = 0
+    for d in divs.all():
+        traces = d.evaluate("(d) => d.data.length")
+        assert d.locator("g.trace").count() >= traces, f"{d.get_attribute('id')}: traces not drawn"
+        drew += traces
+        clash = overlapping(d.evaluate(TEXT_BOXES))
+        if clash:
+            d.screenshot(path=str(tmp_path / f"{d.get_attribute('id')}-{width}.png"))
+        assert clash == [], f"{d.get_attribute('id')} at {width} px: text overlaps {clash[:5]}"
+    assert drew > 0  # llama.cpp's panels drew its evidence
+    assert w.refused == []
+    assert w.errors == []
+
+
+def test_first_screen_is_the_verdict_matrix(small_run, watched, tmp_path):
+    w = watched(1400, 900)
+    open_report(w, small_run)
+    w.page.screenshot(path=str(tmp_path / "first-screen.png"))
+    matrix = w.page.locator("table.matrix")
+    assert matrix.bounding_box()["y"] < 900  # it starts on the first screen
+    heads = matrix.locator("tr").first.locator("th").all_inner_texts()
+    assert heads[:2] == ["claim", "trtllm (subject)"] and "llamacpp" in heads
+    assert matrix.locator(".verdict").count() >= len(SMALL)
+    reason = next(f.reason for _, f in findings.scan([small_run / "findings"]).findings if f.verdict == "not-run")
+    text = w.page.locator("body").text_content()  # closed <details> and the figures' JSON included
+    assert text.count(reason) == 1  # the full install text once, in the collapsible block
+    assert w.page.locator("#install").evaluate("(d) => !d.open")
+
+
+def test_the_overlap_check_sees_overlapping_text(watched, tmp_path):
+    """The check the figures pass can fail: two notes drawn on top of each other are caught."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure(layout=dict(xaxis_visible=False, yaxis_visible=False))
+    for text in ("first note", "second note"):
+        fig.add_annotation(text=text, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False)
+    page = tmp_path / "clash.html"
+    page.write_text(fig.to_html(include_plotlyjs=True, full_html=True, div_id="clash"))
+    w = watched(1024, 800)
+    w.page.goto(page.as_uri())
+    w.page.wait_for_selector("#clash .main-svg")
+    assert overlapping(w.page.locator("#clash").evaluate(TEXT_BOXES)) == [("first note", "second note")]
