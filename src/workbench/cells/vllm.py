@@ -600,6 +600,8 @@ class VllmCell(RequestCell):
                 "threads": self.opts.threads,
                 "adapters": list(self.opts.adapters),
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
+                "kv_events_replay_endpoint": self._events.replay_endpoint if self._events is not None else None,
+                "kv_hash_seed": self.opts.hash_seed,
                 "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
                 "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
                 "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",

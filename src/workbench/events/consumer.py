@@ -40,6 +40,7 @@ class Consumer:
     sequencer: Sequencer = field(init=False)
     timeline: list[Mark] = field(default_factory=list)
     events: int = 0
+    removed_blocks: int = 0
     seqs: list[int] = field(default_factory=list)
     _t0: float = field(default_factory=time.monotonic)
 
@@ -74,6 +75,7 @@ class Consumer:
                 self._resync(gap)
             self.inventory.apply(e)
             self.events += 1
+            self.removed_blocks += len(e.block_hashes) if e.kind == "removed" else 0
             self.seqs.append(e.event_id)
 
     def _resync(self, gap: Gap) -> None:

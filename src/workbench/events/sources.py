@@ -104,3 +104,14 @@ class CellSource:
 
     def close(self) -> None:
         pass
+
+
+def subscribe(description: Any) -> EventSource | None:
+    """A new, independent consumer of a cell's published stream, where its publisher binds an endpoint others
+    can connect to (``kv_events_endpoint`` ``ipc://…``, with ``kv_events_replay_endpoint`` where it has one); None
+    where the stream has room for the cell's own consumer only."""
+    extra = getattr(description, "extra", {}) or {}
+    endpoint = extra.get("kv_events_endpoint")
+    if not endpoint or not str(endpoint).startswith("ipc://"):
+        return None
+    return vllm(connect=endpoint, replay=extra.get("kv_events_replay_endpoint"))
