@@ -70,3 +70,17 @@ def test_consumer_refuses_an_undeclared_policy(bad):
 
     with pytest.raises(ValueError, match="resync policy"):
         Consumer(None, Inventory(VllmHasher(4)), bad)
+
+
+def test_a_rekeyed_inventory_merges_salted_tenants_and_follows_removals():
+    h = VllmHasher(4, "sha256", "0")
+    toks = list(range(100, 109))
+    engine = Inventory(h)
+    rekeyed = Inventory(h, rekey=True)
+    stored = _stored(h, toks, 0, salt="tenant-A")
+    for inv in (engine, rekeyed):
+        inv.apply(stored)
+    assert engine.predict(toks, salt="tenant-B") == 0
+    assert rekeyed.predict(toks, salt="tenant-B") == 8  # its own token hash cannot tell the tenants apart
+    rekeyed.apply(KvEvent("removed", 1, (stored.block_hashes[1],)))  # removal by the engine's hash
+    assert rekeyed.predict(toks) == 4

@@ -80,15 +80,24 @@ class VllmHasher:
 
     def digests(self, tokens: Sequence[int], salt: str | None = None, lora: Lora | None = None) -> list[bytes]:
         """The full digest of every full block of ``tokens``, chained from ``NONE_HASH``."""
-        fn, B, parent = _VLLM_FN[self.algo], self.block_size, self.none_hash
+        B, parent = self.block_size, None
         out = []
         for i in range(len(tokens) // B):
             keys: list[tuple] = [("lora", lora.name, lora.path)] if lora else []
             if salt and i == 0:
                 keys.append(("cache_salt", salt))
-            parent = fn((parent, tuple(int(t) for t in tokens[i * B:(i + 1) * B]), tuple(keys) or None))
+            parent = self.block_digest(parent, tokens[i * B:(i + 1) * B], tuple(keys) or None)
             out.append(parent)
         return out
+
+    def block_digest(self, parent: bytes | None, tokens: Sequence[int], extra: tuple | None = None) -> bytes:
+        """One block's digest from its parent's (None: the first block) and its tokens."""
+        return _VLLM_FN[self.algo]((parent or self.none_hash, tuple(int(t) for t in tokens), extra))
+
+    def rekey(self, parent: bytes | None, tokens: Sequence[int]) -> tuple[bytes, int]:
+        """A gateway's own key for a stored block, from its tokens alone: (chain state, key)."""
+        d = self.block_digest(parent, tokens)
+        return d, int.from_bytes(d, "big") & _M64
 
     def chain(self, tokens: Sequence[int], salt: str | None = None, lora: Lora | None = None) -> list[int]:
         """Block hashes as vLLM's events carry them (the int form: the digest's last 8 bytes)."""
@@ -162,6 +171,10 @@ class TrtllmHasher:
 
     def reusable_blocks(self, n_tokens: int) -> int:
         return max(n_tokens - 1, 0) // self.block_size
+
+    def rekey(self, parent: int | None, tokens: Sequence[int]) -> tuple[int, int]:
+        key = trtllm_v1_block_key(tokens, parent or 0)
+        return key, key
 
 
 Hasher = VllmHasher | TrtllmHasher

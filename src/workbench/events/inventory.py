@@ -32,8 +32,13 @@ class Block:
 
 @dataclass
 class Inventory:
+    """``rekey=True`` keys blocks by the client's own hash of their tokens (a gateway that uses the engine's hash
+    only as a handle for parents and removals, e.g. LoxiLB's ``blockhash_trtllm``): it cannot see salts or LoRA."""
+
     hasher: Hasher
+    rekey: bool = False
     blocks: dict[int, Block] = field(default_factory=dict)
+    _alias: dict[int, tuple] = field(default_factory=dict)  # rekey: engine hash → (chain state, our key)
     applied: int = 0
     unknown_removals: int = 0  # a removed hash we never saw stored (events were lost)
     resets: int = 0
@@ -44,13 +49,17 @@ class Inventory:
             parent = event.parent_hash
             medium = event.raw.get("medium")
             for h, toks in zip(event.block_hashes, event.block_tokens or ((),) * len(event.block_hashes)):
-                if h in self.blocks:
-                    self.blocks[h].copies += 1
-                else:
-                    self.blocks[h] = Block(parent, tuple(toks), medium)
+                key = h
+                if self.rekey:
+                    state = self._alias[parent][0] if parent in self._alias else None
+                    self._alias[h] = self.hasher.rekey(state, toks)
+                    key = self._alias[h][1]
+                self._add(key, parent, toks, medium)
                 parent = h  # within one event, block i+1's parent is block i
         elif event.kind == "removed":
             for h in event.block_hashes:
+                if self.rekey:
+                    h = self._alias.pop(h, (None, None))[1]
                 b = self.blocks.get(h)
                 if b is None:
                     self.unknown_removals += 1
@@ -61,17 +70,26 @@ class Inventory:
         elif event.kind in ("cleared", "created"):
             self.clear()
 
+    def _add(self, h: int, parent: int | None, toks: tuple, medium: str | None) -> None:
+        if h in self.blocks:
+            self.blocks[h].copies += 1
+        else:
+            self.blocks[h] = Block(parent, tuple(toks), medium)
+
     def apply_all(self, events: Iterable[KvEvent]) -> None:
         for e in events:
             self.apply(e)
 
     def clear(self) -> None:
         self.blocks.clear()
+        self._alias.clear()
         self.resets += 1
 
     def predict(self, tokens: Sequence[int], salt: str | None = None, lora: Lora | int | None = None) -> int:
         """Cached tokens the engine should report for a request of ``tokens``: the leading blocks whose hashes
         the inventory holds, up to the most the engine reuses (never the last token)."""
+        if self.rekey:  # its own keys carry no salt or LoRA
+            salt = lora = None
         chain = self.hasher.chain(tokens, salt, lora)[:self.hasher.reusable_blocks(len(tokens))]
         n = 0
         for h in chain:

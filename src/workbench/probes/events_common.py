@@ -18,9 +18,10 @@ from .common import token_ids
 
 def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_tokens: int,
                      context_tokens: int) -> tuple[Cell | None, Outcome | None]:
-    """A cell publishing to an endpoint several consumers can join (with a replay buffer of ``buffer_steps``),
-    or, for an engine that takes no event options or has no ``kv_events`` observer, the not-applicable outcome
-    with the engine's own description as the evidence."""
+    """A cell whose stream several consumers can join (vLLM: a publisher bound on ``ipc://`` with a replay buffer
+    of ``buffer_steps`` and a fixed ``PYTHONHASHSEED``). An engine that takes none of these options is opened as
+    it is: its own ``kv_events`` drain is the stream (TensorRT-LLM 1.2: one destructive queue). Without a
+    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence."""
     folder = tempfile.mkdtemp(prefix="workbench-events-")
     options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
                    kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
@@ -30,8 +31,7 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
     except (ParamError, TypeError, ValueError) as e:
         if "option" not in str(e):
             raise
-        with ctx.open() as plain:
-            return None, absent(plain.describe(), f"it takes no event-stream options ({e})")
+        cell = ctx.open(kv_budget_tokens=budget_tokens)
     d = cell.describe()
     if "kv_events" not in d.observers:
         cell.close()
@@ -60,11 +60,10 @@ def hasher_for(d: Description, *, seed: str | None, block_size: int | None = Non
                       f"(extra: prefix_caching_hash_algo / kv_cache_hash_algo)")
 
 
-def new_consumer(cell: Cell) -> Any:
-    source = sources.subscribe(cell.describe())
-    if source is None:
-        raise NotRunnable("the engine's stream admits only the cell's own consumer")
-    return source
+def new_consumer(cell: Cell) -> sources.EventSource:
+    """An independent subscriber where the stream fans out, else the cell's own drain (each call another
+    consumer of the one queue)."""
+    return sources.subscribe(cell.describe()) or sources.CellSource(cell)
 
 
 def salt_of(cell: Cell, salt: str | None) -> str | None:

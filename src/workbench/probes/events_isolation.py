@@ -2,7 +2,8 @@
 
 Tenant A sends a prompt, then tenant B (another salt) sends the same tokens, then A again. The inventory keyed on
 the engine's hashes predicts B's and A's repeat; the engine reports both. ``client_salt=False`` is a client that
-re-hashes tokens alone (as a gateway whose own hash leaves the salt out): it merges the tenants.
+keys blocks on its own hash of their tokens (LoxiLB's ``blockhash_trtllm`` uses the engine's hash only as a handle):
+it merges the tenants.
 """
 
 from __future__ import annotations
@@ -41,14 +42,14 @@ class InventoryIsolation(Probe):
         rows = []
         with cell:
             d = cell.describe()
-            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)))
+            # client_salt=False: a gateway keying blocks on its own hash of their tokens (the salt unseen)
+            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed), rekey=not p.client_salt))
             try:
                 for i in range(p.prompts):
                     prompt = token_ids(rng, p.prompt_tokens, d)
                     for step, tenant in enumerate(("A", "B", "A")):
                         c.pump(0.3)
-                        salt = salt_of(cell, f"tenant-{tenant}-{i}") if p.client_salt else None
-                        predicted = c.inventory.predict(prompt, salt=salt)
+                        predicted = c.inventory.predict(prompt, salt=salt_of(cell, f"tenant-{tenant}-{i}"))
                         st = cell.ensure_prefix(prompt, salt=f"tenant-{tenant}-{i}")
                         rows.append({"prompt": i, "step": step, "tenant": tenant, "predicted": predicted,
                                      "reported": st.engine_reused_tokens})

@@ -89,6 +89,6 @@ def verdict(rows: list[dict], marks: list[dict]) -> Outcome:
     first = rows[0]
     return Outcome("confirmed", f"The bounded buffer dropped {lost} batches; the consumer saw the gap, cleared and "
                    f"rebuilt, and then predicted every new request exactly (the first, an early prompt, was "
-                   f"predicted {first['predicted']} against the engine's {first['reported']}: what a clear costs).",
+                   f"predicted {first['predicted']} against the engine's {first['reported']}).",
                    metrics, timeline, notes,
                    rests_on=(Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", ">=", 1.0)))
