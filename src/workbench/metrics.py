@@ -261,6 +261,7 @@ _DECLARED = [
        "median per-turn decode time of the plain llama.cpp arm over this arm's, on turns where this arm's own output "
        "is copy-heavy and identical to the plain arm's"),
     # the KV event plane (workbench.events)
+    _m("engine_block_tokens", "engine block", "tokens", "engine", "tokens per full block in the engine's stored events"),
     _m("inventory_exact_fraction", "inventory exact", "ratio", "engine",
        "fraction of requests whose engine-reported cached tokens equal what an inventory built from the engine's "
        "own events predicted"),

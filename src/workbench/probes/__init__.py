@@ -120,6 +120,7 @@ for _name, _target in {
     "events.one_consumer": "workbench.probes.events_ownership:OneConsumer",
     "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
+    "events.admission": "workbench.probes.events_admission:Admission",
 }.items():
     PROBES.register(_name, _target)
 

@@ -26,17 +26,23 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
     options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
                    kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
                                      "buffer_steps": buffer_steps})
-    try:
-        cell = ctx.open(**options)
-    except (ParamError, TypeError, ValueError) as e:
-        if "option" not in str(e):
-            raise
-        cell = ctx.open(kv_budget_tokens=budget_tokens)
+    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens))
     d = cell.describe()
     if "kv_events" not in d.observers:
         cell.close()
         return None, absent(d, "its cell announces no kv_events observer")
     return cell, None
+
+
+def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
+    """A cell opened with the first set of options the engine takes (the last choice: none at all)."""
+    for options in (*choices, {}):
+        try:
+            return ctx.open(**options)
+        except (ParamError, TypeError, ValueError) as e:
+            if "option" not in str(e):
+                raise
+    raise AssertionError("unreachable: a cell opens without options or raises")
 
 
 def absent(d: Description, why: str) -> Outcome:
