@@ -22,6 +22,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from . import metrics
+from .events import figures as _event_figures
 from .findings import Finding
 from .standing import model_of
 
@@ -216,6 +217,7 @@ def verdicts(table: Any) -> go.Figure:
 BUILDERS: dict[str, Callable[..., go.Figure]] = {
     "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
     "latency": latency, "capacity": capacity,
+    **_event_figures.BUILDERS,
 }
 """The figure kinds a probe may declare (``Probe.figures``); the probe says which, with what options."""
 

@@ -21,8 +21,10 @@ def test_events_from_vllm_serve_replay_and_predict_cached_tokens(tmp_path):
 
     hf = models.hf_directory(models.resolve("synthetic:cpu"))
     pub, rep = f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay"
-    req = serve.ServerRequest("vllm", str(hf), context_tokens=128, options={
-        "block_size": 32, "num_gpu_blocks": 16, "dtype": "float32", "hash_seed": "7", "kv_events_endpoint": pub,
+    per_token = models.hf_geometry(models.hf_config(hf))[0].bytes_per_token  # a byte budget, as the served cell sets
+    req = serve.ServerRequest("vllm-server", str(hf), context_tokens=128, options={
+        "block_size": 32, "num_gpu_blocks": 16, "kv_cache_memory_bytes": 16 * 32 * per_token,
+        "dtype": "float32", "hash_seed": "7", "kv_events_endpoint": pub,
         "kv_events_config": {"replay_endpoint": rep, "buffer_steps": 100}})
     with serve.start(req, tmp_path / "logs") as server:
         sub = vllm_events.Subscriber(connect=pub, replay=rep)
