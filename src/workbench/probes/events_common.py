@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
