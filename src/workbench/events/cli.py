@@ -9,6 +9,7 @@ from typing import List, Optional
 import typer
 
 from ..contract import WorkbenchError
+from .guide import GUIDE
 
 app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
 
@@ -82,7 +83,7 @@ def watch(
 def guide(
     findings_dirs: List[Path] = typer.Argument(..., help="findings folder(s)"),
     out: Optional[Path] = typer.Option(None, "--out", help="write here instead of data/guide/trtllm-gateway.md"),
-    source: Path = typer.Option(Path("data/guide/trtllm-gateway.md"), "--guide", help="the guide to write back"),
+    source: Path = typer.Option(Path("data") / GUIDE, "--guide", help="the guide to write back"),
     check: bool = typer.Option(False, "--check", help="exit 1 when the guide is out of date"),
 ) -> None:
     """Write the event-plane verdicts back into the gateway guide (managed blocks, as `workbench writeback`)."""

@@ -33,6 +33,9 @@ class Params:
     seed: int = param(0, "seed for the token ids")
 
 
+RIGHT = "engine's block size and seed"
+
+
 class InventoryFidelity(Probe):
     version = "1"
     claims = ("gateway.inventory", "gateway.diagnosis")
@@ -46,40 +49,38 @@ class InventoryFidelity(Probe):
             return absent
         with cell:
             d0 = cell.describe()
-            arms = {"engine's block size and seed": hasher_for(d0, seed=p.hash_seed)}
+            arms = {RIGHT: hasher_for(d0, seed=p.hash_seed)}
             if p.wrong_block:
                 arms[f"block size {p.wrong_block}"] = hasher_for(d0, seed=p.hash_seed, block_size=p.wrong_block)
             if p.wrong_seed:
                 arms[f"PYTHONHASHSEED {p.wrong_seed}"] = hasher_for(d0, seed=p.wrong_seed)
-            # the right arm is the gateway and holds the endpoint's lease; the wrong arms are its mis-configured
-            # twins, listening beside it (vLLM's stream fans out to every subscriber)
-            consumers = {name: (Consumer.open if i == 0 else Consumer)(new_consumer(cell), Inventory(h), policy="replay")
-                         for i, (name, h) in enumerate(arms.items())}
+            # the right arm is the gateway: it holds the endpoint's lease and drains the stream; its mis-configured
+            # twins are fed the same events (a second drain would take them from it on TensorRT-LLM)
+            gateway = Consumer.open(new_consumer(cell), Inventory(arms.pop(RIGHT)), policy="replay")
             try:
-                rows = _drive(cell, consumers, evicting_workload(
+                rows = _drive(cell, gateway, {name: Inventory(h) for name, h in arms.items()}, evicting_workload(
                     np.random.default_rng(p.seed), d0, prefixes=p.prefixes, prefix_tokens=p.prefix_tokens,
                     suffix_tokens=p.suffix_tokens, requests=p.requests))
-                evicted = consumers[next(iter(arms))].removed_blocks
             finally:
-                for c in consumers.values():
-                    c.close()
-        return verdict(rows, evicted, next(iter(arms)))
+                gateway.close()
+        return verdict(rows, gateway.removed_blocks, RIGHT)
 
 
-def _drive(cell, consumers: dict[str, Consumer], w) -> list[dict]:
+def _drive(cell, gateway: Consumer, twins: dict[str, Inventory], w) -> list[dict]:
     rows = []
     salt = salt_of(cell, None)
+    inventories = {RIGHT: gateway.inventory, **twins}
     for i, (prompt, prefix) in enumerate(zip(w.prompts, w.prefixes)):
-        for c in consumers.values():
-            c.pump(0.3)
-        predicted = {name: c.inventory.predict(prompt, salt=salt) for name, c in consumers.items()}
+        got = gateway.pump(0.3)
+        for inv in twins.values():
+            inv.apply_all(got)
+        predicted = {name: inv.predict(prompt, salt=salt) for name, inv in inventories.items()}
         st = cell.ensure_prefix(prompt)
         for name, pred in predicted.items():
             rows.append({"request": i, "arm": name, "prefix": prefix, "prompt_tokens": len(prompt),
                          "predicted": pred, "reported": st.engine_reused_tokens,
-                         "inventory_blocks": len(consumers[name].inventory)})
-    for c in consumers.values():
-        c.pump(0.3)
+                         "inventory_blocks": len(inventories[name])})
+    gateway.pump(0.3)
     return rows
 
 
