@@ -19,8 +19,9 @@ from .consumer import Consumer
 
 @dataclass
 class RequestFeed:
-    """Tails the gateway's request log; each new line becomes a (predicted, reported) row, predicted *before*
-    the line's events arrive would be ideal, so the watcher predicts on reading (a request already answered)."""
+    """Tails the gateway's request log; each new line becomes a (predicted, reported) row. The watcher predicts
+    when it reads the line, after the request was answered: its own stored blocks may already be in the
+    inventory, so a gateway's own prediction (made before dispatch) is the stricter figure."""
 
     path: Path | None
     offset: int = 0
