@@ -530,8 +530,8 @@ def test_an_edit_made_during_the_writeback_is_kept_and_nothing_is_written(stale_
     meanwhile was lost while the tool printed `wrote`."""
     real = bp.writeback
 
-    def slow_writeback(text, found, *, base):
-        out = real(text, found, base=base)
+    def slow_writeback(text, found, *, base, **sections):
+        out = real(text, found, base=base, **sections)
         with open(stale_blueprint, "a", encoding="utf-8") as f:
             f.write("A line a person appended meanwhile.\n")
         return out

@@ -127,6 +127,8 @@ def test_blueprint_is_written_back_into_the_run_folder(tmp_path):
     written = (tmp_path / "blueprint.md").read_text()
     assert "workbench:begin unknown.reuse_metrics" in written
     assert 'href="blueprint.md"' in (tmp_path / "report.html").read_text()
+    assert "workbench:begin gateway.inventory" in (tmp_path / "trtllm-gateway.md").read_text()  # the gateway guide
+    assert 'href="trtllm-gateway.md"' in (tmp_path / "report.html").read_text()
 
 
 def _one_finding(out: Path) -> Path:

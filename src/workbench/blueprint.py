@@ -447,25 +447,28 @@ def _apply(doc: _Doc, edits: list[_Edit]) -> str:
     return "".join(out)
 
 
-def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path) -> str:
+def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path,
+              items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> str:
     """The blueprint ``text`` with every managed block rewritten from ``findings`` (pure; idempotent).
 
     ``findings`` are ``(path, finding)`` pairs as :func:`workbench.findings.scan` returns them; links
     to the finding files are made relative to ``base``, the folder the result will be written to.
+    ``items`` and ``tables``: the claim sections the document holds (another document, e.g. the gateway
+    guide, holds others).
     """
     doc = _Doc(text)
     states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
-    edits = [e for key in ITEM_SECTIONS for e in _item_edits(doc, key, states, base, problems)]
-    edits += [e for key in TABLES if (e := _table_edit(doc, key, states, base, problems))]
+    edits = [e for key in items for e in _item_edits(doc, key, states, base, problems)]
+    edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems))]
     if problems:
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))
     edits.append(_log_edit(doc, findings, base))
     text = _apply(doc, edits)
     seen = _Doc(text).blocks
-    lost = [bid for bid in (*(c.id for k in ITEM_SECTIONS for c in _claims.in_section(k)),
-                            *(bid for bid, _ in TABLES.values()), LOG_ID) if bid not in seen]
+    lost = [bid for bid in (*(c.id for k in items for c in _claims.in_section(k)),
+                            *(TABLES[k][0] for k in tables), LOG_ID) if bid not in seen]
     if lost:  # e.g. an unclosed code fence above where a new block goes: it would be added again on every run
         raise ManagedBlockError(f"managed block(s) {', '.join(lost)} would not read as managed blocks once written "
                                 "(is a code fence or HTML block above them left open?); nothing was written")
@@ -580,7 +583,8 @@ def _write_atomic(path: Path, text: str, expected: str | None) -> None:
     atomic_write(path, text, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o644)
 
 
-def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None) -> int:
+def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None, *,
+                  items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> int:
     """``workbench writeback``: write (to ``out`` or in place), print a diff (dry-run) or check; the exit code.
 
     ``check`` returns 1 when the target differs from the write-back, naming the claims whose managed
@@ -600,7 +604,7 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     if not found.findings:
         raise BlueprintError(f"no findings in {', '.join(map(str, finding_dirs))}; writing back nothing would wipe "
                              "every verdict, so nothing was written")
-    new = writeback(source, found.findings, base=target.parent)
+    new = writeback(source, found.findings, base=target.parent, items=items, tables=tables)
     in_place = os.path.abspath(target) == os.path.abspath(blueprint)
     existing = source if in_place else (_read(target) if target.exists() else None)
     current = existing or ""

@@ -46,6 +46,7 @@ SECTIONS = {
     "risks": "Risks",
     "contract": "Contract Mapping Reference",
     "entry": "Admissible Future Shape",
+    "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
 }
 
 _CLAIMS = [
@@ -106,6 +107,30 @@ _CLAIMS = [
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release."),
+]
+
+# The cache-aware gateway's TensorRT-LLM guide (data/guide/trtllm-gateway.md): its premises about the engine.
+_CLAIMS += [
+    Claim("gateway.admission", "gateway", "Admission: `GET /server_info` reports the block size and hash contract",
+          "Admission: `GET /server_info` reports the block size and hash contract the routing rule must match "
+          "(\"Confirm each endpoint's /server_info reports the expected block size before relying on KV routing\")."),
+    Claim("gateway.one_consumer", "gateway", "Exactly one consumer: `POST /kv_cache_events` drains",
+          "Exactly one consumer: `POST /kv_cache_events` drains buffered events, so a second consumer takes events "
+          "from the first (\"The Gateway must be the sole consumer for each endpoint\")."),
+    Claim("gateway.inventory", "gateway", "The inventory built from the events predicts the engine's reuse",
+          "The inventory built from the events predicts the engine's reuse, the premise of KV-exact routing "
+          "(\"Per-endpoint KV inventory → KV-exact selection\")."),
+    Claim("gateway.hash_parity", "gateway", "Block hashes can be recomputed from token ids",
+          "Block hashes can be recomputed from token ids (hash parity: \"Correct parity, then warm the pool again "
+          "before measuring\")."),
+    Claim("gateway.overflow", "gateway", "A bounded event buffer drops events on overflow",
+          "A bounded event buffer drops events on overflow, and a consumer can detect the loss and resynchronise "
+          "(\"Subscriber repeatedly resynchronizes: another consumer drains events or the engine ring overflows\")."),
+    Claim("gateway.isolation", "gateway", "Isolation in the inventory: salted or LoRA requests do not merge",
+          "Isolation in the inventory: salted or LoRA requests do not merge in an inventory built from events."),
+    Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",
+          "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong (the guide's failure "
+          "diagnosis)."),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

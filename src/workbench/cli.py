@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop | serve.
+"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop | serve | events.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -329,6 +329,11 @@ def serve(
         while (dead := cell.server.died()) is None:
             time.sleep(0.5)
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
+
+
+from .events.cli import app as _events_app  # noqa: E402 - the sub-app after the commands it sits beside
+
+app.add_typer(_events_app, name="events")
 
 
 def main() -> None:

@@ -260,6 +260,26 @@ _DECLARED = [
     _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
        "median per-turn decode time of the plain llama.cpp arm over this arm's, on turns where this arm's own output "
        "is copy-heavy and identical to the plain arm's"),
+    # the KV event plane (workbench.events)
+    _m("engine_block_tokens", "engine block", "tokens", "engine", "tokens per full block in the engine's stored events"),
+    _m("inventory_exact_fraction", "inventory exact", "ratio", "engine",
+       "fraction of requests whose engine-reported cached tokens equal what an inventory built from the engine's "
+       "own events predicted"),
+    _m("inventory_predicted_hit_tokens", "predicted hits", "tokens", "derived",
+       "cached tokens the event inventory predicted, summed over requests"),
+    _m("engine_evicted_blocks", "evicted blocks", "blocks", "engine", "blocks the engine's removed events named"),
+    _m("hash_parity_fraction", "hash parity", "ratio", "engine",
+       "fraction of the engine's stored-block hashes that the client recomputed from token ids"),
+    _m("consumer_seen_fraction_min", "least seen", "ratio", "engine",
+       "smallest fraction of the engine's event stream that one of several consumers received"),
+    _m("consumer_overlap_fraction", "shared events", "ratio", "engine",
+       "fraction of the stream's sequence numbers that more than one consumer received"),
+    _m("engine_lost_events", "lost events", "count", "engine",
+       "sequence numbers the engine's stream skipped for a consumer (gaps)"),
+    _m("cross_tenant_predicted_tokens", "cross-tenant predicted", "tokens", "derived",
+       "cached tokens the inventory predicted for a request under another tenant's salt"),
+    _m("engine_cross_tenant_reused_tokens", "cross-tenant reuse", "tokens", "engine",
+       "cached tokens the engine reported for a request under another tenant's salt"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -22,6 +22,7 @@ import plotly.io as pio
 from plotly.subplots import make_subplots
 
 from . import metrics
+from .events import figures as _event_figures
 from .findings import Finding
 from .standing import model_of
 
@@ -343,6 +344,7 @@ def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
 BUILDERS: dict[str, Callable[..., go.Figure]] = {
     "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
     "latency": latency, "capacity": capacity,
+    **_event_figures.BUILDERS,
 }
 """The figure kinds a probe may declare (``Probe.figures``); the probe says which, with what options."""
 

@@ -344,6 +344,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
         plotlyjs=_plotlyjs() if figures or loop else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
+        guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
         history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),
     )
 

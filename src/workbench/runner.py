@@ -249,6 +249,11 @@ def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
         return None, None
     try:
         code = blueprint.run_writeback(source, [out / "findings"], "write", out / "blueprint.md")
+        from .events import guide as gateway_guide
+
+        guide = data_dir / gateway_guide.GUIDE
+        if guide.exists():  # the gateway guide's event-plane claims, written back the same way
+            code = code or gateway_guide.run_writeback(guide, [out / "findings"], "write", out / guide.name)
     except Exception as e:  # the write-back failing must not cost the run its report
         return None, f"{type(e).__name__}: {e}"
     return (out / "blueprint.md", None) if code == 0 else (None, f"write-back exited {code}")

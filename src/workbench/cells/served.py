@@ -729,9 +729,20 @@ class TrtllmServeCell(ServedCell):
             engine=self.engine, engine_version=self.version, model=self.model.name,
             manifest_digest=self.manifest.digest, geometry=self._geometry, context_tokens=self.context_tokens,
             kv_capacity_tokens=cap, kv_capacity_bytes=cap * self._geometry.bytes_per_token,
-            block_tokens=self._granularity, slots=len(self._slots), observers=("request_counters",),
+            block_tokens=self._granularity, slots=len(self._slots), observers=("request_counters", "kv_events"),
             extra=self._served_extra() | {"server_version": f"tensorrt_llm {self.version}",
-                                          "server_info": self.server_info})
+                                          "server_info": self.server_info,
+                                          # 1.2's one event hash; 1.3+ names it in /server_info
+                                          "kv_cache_hash_algo": self.server_info.get("kv_cache_hash_algo")
+                                          or "v1_block_key"})
+
+    def drain_kv_events(self, timeout_s: float = 30.0) -> list[KvEvent]:
+        """``POST /kv_cache_events`` (``kv_events`` observer): destructive, one shared queue (see
+        :mod:`workbench.events.sources`); needs ``event_buffer_max_size > 0`` in the server's options."""
+        from ..events.sources import TrtllmHttpSource
+
+        self._check_open()
+        return TrtllmHttpSource(self.url, client=self._http).poll(timeout_s)
 
 
 __all__ = ["LlamaServerCell", "ServedCell", "ServedOptions", "TrtllmServeCell", "VllmServerCell"]

@@ -439,6 +439,8 @@ class TrtLlmCell(RequestCell):
                 "enable_block_reuse": o.enable_block_reuse,
                 "enable_partial_reuse": o.enable_partial_reuse,
                 "event_buffer_max_size": o.event_buffer_max_size,
+                # the 1.2 line's one event hash: BlockKeyHasher (kvCacheManager.cpp); /server_info names none
+                "kv_cache_hash_algo": "v1_block_key",
                 "host_cache_size": o.host_cache_size,
                 "retention": {"priority": o.retention_priority, "duration_ms": o.retention_duration_ms},
                 "prefill": "deferred: prefill_suffix is bookkeeping that rides the next decode's prefill",

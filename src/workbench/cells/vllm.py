@@ -206,6 +206,11 @@ class VllmOptions:
     slots: int = 1  # the cell's sequences; also max_num_seqs
     enable_prefix_caching: bool = True
     kv_events: bool = True
+    # more KVEventsConfig fields (replay_endpoint, buffer_steps, hwm, endpoint): an ``endpoint`` the publisher
+    # binds (``ipc://…``) lets several consumers subscribe; the cell's own subscriber then connects to it
+    kv_events_config: Mapping[str, Any] | None = None
+    hash_seed: str | None = None  # PYTHONHASHSEED while the engine starts: vLLM derives NONE_HASH from it
+    hash_algo: str | None = None  # prefix_caching_hash_algo (None: vLLM's default, sha256)
     connector: bool | str = False  # True or "record": the recording KV connector
     adapters: tuple[str, ...] = ()
     max_lora_rank: int = 16
@@ -401,10 +406,13 @@ class VllmCell(RequestCell):
         if o.kv_events:
             from ..observe import vllm_events
 
-            self._events = vllm_events.Subscriber()
+            extra = dict(o.kv_events_config or {})
+            self._events = vllm_events.Subscriber(connect=extra.get("endpoint"), replay=extra.get("replay_endpoint"))
             # an endpoint without '*' makes vLLM's publisher connect to our bound loopback socket
-            args["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq",
-                                                      endpoint=self._events.endpoint)
+            args["kv_events_config"] = KVEventsConfig(**({"enable_kv_cache_events": True, "publisher": "zmq",
+                                                          "endpoint": self._events.endpoint} | extra))
+        if o.hash_algo:
+            args["prefix_caching_hash_algo"] = o.hash_algo
         if o.connector:
             from ..observe import vllm_connector
 
@@ -422,8 +430,11 @@ class VllmCell(RequestCell):
         _usage_stats_off()
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
-        with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING")):
+        seeded = ("PYTHONHASHSEED",) if o.hash_seed is not None else ()
+        with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", *seeded)):
             os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self._inprocess else "1"
+            if o.hash_seed is not None:  # the engine core derives NONE_HASH from it at start
+                os.environ["PYTHONHASHSEED"] = o.hash_seed
             try:
                 self._llm = vllm.LLM(**args)
             except Exception as e:  # noqa: BLE001 - the engine core reports its failures as anything
@@ -589,6 +600,8 @@ class VllmCell(RequestCell):
                 "threads": self.opts.threads,
                 "adapters": list(self.opts.adapters),
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
+                "kv_events_replay_endpoint": self._events.replay_endpoint if self._events is not None else None,
+                "kv_hash_seed": self.opts.hash_seed,
                 "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
                 "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
                 "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",

@@ -60,9 +60,16 @@ def _plain(value: Any) -> Any:
 
 
 class Subscriber:
-    """A SUB socket bound on 127.0.0.1 (free port) with a thread that buffers every decoded event."""
+    """A SUB socket with a thread that buffers every decoded event, and the replay client.
 
-    def __init__(self, host: str = "127.0.0.1") -> None:
+    By default the socket binds on 127.0.0.1 (free port) and the engine's publisher connects to it (one
+    consumer). With ``connect`` (a publisher that binds, e.g. ``ipc://…``) it connects instead, so several
+    consumers can subscribe to one engine. ``replay``: the publisher's ROUTER endpoint
+    (``KVEventsConfig.replay_endpoint``), asked by :meth:`replay` for buffered batches from a sequence number."""
+
+    engine = "vllm"
+
+    def __init__(self, host: str = "127.0.0.1", *, connect: str | None = None, replay: str | None = None) -> None:
         import msgspec
         import zmq
         from vllm.distributed.kv_events import KVEventBatch
@@ -73,8 +80,13 @@ class Subscriber:
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.SUBSCRIBE, b"")
         self._sock.setsockopt(zmq.LINGER, 0)
-        self._sock.bind(f"tcp://{host}:0")
-        self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        if connect:
+            self._sock.connect(connect)
+            self.endpoint = connect
+        else:
+            self._sock.bind(f"tcp://{host}:0")
+            self.endpoint = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.replay_endpoint = replay
         self._lock = threading.Lock()
         self._events: list[KvEvent] = []
         self._last = 0.0  # monotonic time of the last message
@@ -90,9 +102,7 @@ class Subscriber:
                 if not self._sock.poll(50):
                     continue
                 _topic, seq, payload = self._sock.recv_multipart()
-                batch = self._decoder.decode(payload)
-                n = int.from_bytes(seq, "big")
-                events = [normalize(e, n, batch.ts) for e in batch.events]
+                events = self._decode(seq, payload)
             except self._zmq.ZMQError:
                 break
             except Exception as e:  # noqa: BLE001 - a bad payload is kept as an error, the stream goes on
@@ -102,6 +112,40 @@ class Subscriber:
                 self._events.extend(events)
                 self._last = time.monotonic()
                 self.received += 1
+
+    def _decode(self, seq: bytes, payload: bytes) -> list[KvEvent]:
+        batch = self._decoder.decode(payload)
+        n = int.from_bytes(seq, "big")
+        return [normalize(e, n, batch.ts) for e in batch.events]
+
+    def poll(self, timeout_s: float = 2.0) -> list[KvEvent]:
+        """The event-source interface (:class:`workbench.events.sources.EventSource`): :meth:`drain`."""
+        return self.drain(timeout_s=timeout_s)
+
+    def replay(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
+        """Every batch the publisher still buffers from ``start_seq`` on (``ZmqEventPublisher._service_replay``:
+        a DEALER sends the 8-byte big-endian start, the ROUTER streams ``(topic, seq, payload)`` frames, then
+        ``END_SEQ`` = −1 with an empty payload). None without a replay endpoint."""
+        if not self.replay_endpoint:
+            return None
+        zmq = self._zmq
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.replay_endpoint)
+        out: list[KvEvent] = []
+        try:
+            sock.send_multipart((b"", int(start_seq).to_bytes(8, "big")))
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if not sock.poll(100):
+                    continue
+                _empty, _topic, seq, payload = sock.recv_multipart()
+                if int.from_bytes(seq, "big", signed=True) == -1:
+                    return out
+                out.extend(self._decode(seq, payload))
+            raise TimeoutError(f"vLLM's replay socket {self.replay_endpoint} sent no END_SEQ within {timeout_s:g} s")
+        finally:
+            sock.close(linger=0)
 
     def drain(self, settle_s: float = 0.1, timeout_s: float = 2.0) -> list[KvEvent]:
         """Every event since the last drain, oldest first, once the stream has been quiet ``settle_s``

@@ -115,6 +115,12 @@ for _name, _target in {
     "capacity.budget_policy": "workbench.probes.capacity:BudgetPolicy",
     "surface.cpp_entrypoint": "workbench.probes.cpp_entrypoint:CppEntrypoint",
     "surface.contract_mapping": "workbench.probes.contract_mapping:ContractMapping",
+    "events.inventory_fidelity": "workbench.probes.events_fidelity:InventoryFidelity",
+    "events.hash_parity": "workbench.probes.events_parity:HashParity",
+    "events.one_consumer": "workbench.probes.events_ownership:OneConsumer",
+    "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
+    "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
+    "events.admission": "workbench.probes.events_admission:Admission",
 }.items():
     PROBES.register(_name, _target)
 

@@ -1,0 +1,96 @@
+"""``workbench events``: watch an endpoint's event plane; write the verdicts back into the gateway guide."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..contract import WorkbenchError
+from .guide import GUIDE
+
+app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
+
+
+def _fail(msg: str) -> None:
+    typer.echo(f"error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _source(endpoint: str, replay: Optional[str]):
+    from . import sources
+
+    if endpoint.startswith(("http://", "https://")):
+        return sources.TrtllmHttpSource(endpoint)
+    if endpoint.startswith(("ipc://", "tcp://")):
+        return sources.vllm(connect=endpoint, replay=replay)
+    _fail(f"--endpoint {endpoint!r}: give trtllm-serve's URL (http://HOST:PORT) or vLLM's ZMQ publisher "
+          "(ipc://PATH or tcp://HOST:PORT, as its --kv-events-config endpoint binds it)")
+
+
+@app.command()
+def watch(
+    endpoint: str = typer.Option(..., "--endpoint", help="trtllm-serve URL, or vLLM's ZMQ publisher (ipc://, tcp://)"),
+    replay: Optional[str] = typer.Option(None, "--replay", help="vLLM's replay endpoint (KVEventsConfig.replay_endpoint)"),
+    block_size: int = typer.Option(32, "--block-size", help="the engine's tokens per block"),
+    hash_seed: Optional[str] = typer.Option(None, "--hash-seed", help="vLLM's PYTHONHASHSEED (unset: vLLM's default)"),
+    hash_algo: str = typer.Option("sha256", "--hash-algo", help="vLLM's prefix_caching_hash_algo"),
+    policy: str = typer.Option("replay", "--policy", help="resync on a gap: replay (where the engine keeps one) or clear"),
+    steal: bool = typer.Option(False, "--steal", help="take the endpoint's lease from its live holder"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON line per refresh instead of the live view"),
+    requests: Optional[Path] = typer.Option(None, "--requests", help="the gateway's JSONL request log to predict"),
+    duration: Optional[float] = typer.Option(None, "--duration", help="stop after this many seconds"),
+    interval: float = typer.Option(1.0, "--interval", help="seconds per refresh (vLLM) / drain timeout"),
+) -> None:
+    """Consume one endpoint's KV events (taking its lease) and show the inventory a gateway would hold."""
+    from . import lease as _lease
+    from . import watch as _watch
+    from .consumer import Consumer
+    from .hashing import TrtllmHasher, VllmHasher
+    from .inventory import RESYNC, Inventory
+
+    if policy not in RESYNC:
+        _fail(f"--policy {policy!r}: valid: {', '.join(RESYNC)}")
+    try:
+        held = _lease.acquire(endpoint, steal=steal)  # before anything is read from the endpoint
+    except _lease.LeaseHeld as e:
+        _fail(str(e))
+    if held.note:
+        typer.echo(held.note, err=True)
+    try:
+        source = _source(endpoint, replay)
+        hasher = TrtllmHasher(block_size) if source.engine == "trtllm" else VllmHasher(block_size, hash_algo, hash_seed)
+    except (ValueError, typer.Exit) as e:
+        held.release()
+        if isinstance(e, typer.Exit):
+            raise
+        _fail(str(e))
+    consumer = Consumer(source, Inventory(hasher), policy, None, held)
+    try:
+        _watch.watch(consumer, duration_s=duration, interval_s=interval, as_json=as_json, requests=requests,
+                     out=sys.stdout)
+    except _lease.LeaseLost as e:
+        _fail(str(e))
+    except WorkbenchError as e:
+        _fail(str(e))
+    finally:
+        consumer.close()
+
+
+@app.command()
+def guide(
+    findings_dirs: List[Path] = typer.Argument(..., help="findings folder(s)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="write here instead of data/guide/trtllm-gateway.md"),
+    source: Path = typer.Option(Path("data") / GUIDE, "--guide", help="the guide to write back"),
+    check: bool = typer.Option(False, "--check", help="exit 1 when the guide is out of date"),
+) -> None:
+    """Write the event-plane verdicts back into the gateway guide (managed blocks, as `workbench writeback`)."""
+    from . import guide as _guide
+
+    try:
+        code = _guide.run_writeback(source, list(findings_dirs), "check" if check else "write", out)
+    except WorkbenchError as e:
+        _fail(str(e))
+    raise typer.Exit(code)

@@ -1,0 +1,107 @@
+"""A gateway's consumer of one endpoint: source → sequence check → resync policy → inventory.
+
+It takes the endpoint's lease (:mod:`workbench.events.lease`) unless told it holds none (a probe measuring a
+second consumer on purpose), checks every event's sequence number and, on a gap, follows its declared policy
+(:data:`workbench.events.inventory.RESYNC`). Everything it does is kept as a timeline for the figures and the
+live view."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from ..contract import KvEvent
+from .inventory import RESYNC, Inventory
+from .lease import Lease, acquire
+from .sequence import Gap, Sequencer
+from .sources import EventSource
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One thing on the consumer's timeline: ``kind`` is ``events`` (a poll that got some), ``gap``,
+    ``replayed`` or ``cleared``."""
+
+    t: float  # seconds since the consumer started
+    kind: str
+    seq: int | None = None
+    count: int = 0
+    detail: str = ""
+
+
+@dataclass
+class Consumer:
+    source: EventSource
+    inventory: Inventory
+    policy: str = "replay"
+    start_seq: int | None = 0
+    lease: Lease | None = None
+    sequencer: Sequencer = field(init=False)
+    timeline: list[Mark] = field(default_factory=list)
+    events: int = 0
+    removed_blocks: int = 0
+    seqs: list[int] = field(default_factory=list)
+    _t0: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        if self.policy not in RESYNC:
+            raise ValueError(f"resync policy must be one of {', '.join(RESYNC)}, got {self.policy!r}")
+        self.sequencer = Sequencer(self.start_seq)
+
+    @classmethod
+    def open(cls, source: EventSource, inventory: Inventory, *, policy: str = "replay", steal: bool = False,
+             start_seq: int | None = 0) -> "Consumer":
+        """A consumer holding ``source``'s lease (:class:`~workbench.events.lease.LeaseHeld` if another has it)."""
+        return cls(source, inventory, policy, start_seq, acquire(source.endpoint, steal=steal))
+
+    def _mark(self, kind: str, seq: int | None = None, count: int = 0, detail: str = "") -> None:
+        self.timeline.append(Mark(time.monotonic() - self._t0, kind, seq, count, detail))
+
+    def pump(self, timeout_s: float = 2.0) -> list[KvEvent]:
+        """One poll: every new event applied to the inventory, gaps resolved by the policy."""
+        if self.lease is not None:
+            self.lease.check()
+        got = self.source.poll(timeout_s)
+        if got:
+            self._mark("events", got[-1].event_id, len(got))
+        self.feed(got)
+        return got
+
+    def feed(self, events: Sequence[KvEvent]) -> None:
+        for e in events:
+            gap = self.sequencer.see(e.event_id)
+            if gap is not None:
+                self._resync(gap)
+            self.inventory.apply(e)
+            self.events += 1
+            self.removed_blocks += len(e.block_hashes) if e.kind == "removed" else 0
+            self.seqs.append(e.event_id)
+
+    def _resync(self, gap: Gap) -> None:
+        self._mark("gap", gap.got, gap.missing, f"expected {gap.expected}, got {gap.got}")
+        if self.policy == "replay" and not gap.regression:
+            replayed = self.source.replay(gap.expected)
+            missed = [e for e in replayed or () if gap.expected <= e.event_id < gap.got]
+            if missed and missed[0].event_id == gap.expected and {e.event_id for e in missed} == set(
+                    range(gap.expected, gap.got)):
+                self.inventory.apply_all(missed)
+                self.events += len(missed)
+                self.seqs.extend(e.event_id for e in missed)
+                self._mark("replayed", gap.expected, len(missed), f"replayed {gap.expected}…{gap.got - 1}")
+                return
+            why = ("the source keeps no replay buffer" if replayed is None else
+                   f"the replay buffer starts at {min((e.event_id for e in replayed), default='nothing')}")
+        else:
+            why = "the sequence went backwards (engine restart)" if gap.regression else "policy: clear"
+        self.inventory.clear()
+        self._mark("cleared", gap.got, gap.missing, f"inventory cleared and rebuilt: {why}")
+
+    @property
+    def gaps(self) -> list[Gap]:
+        return self.sequencer.gaps
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        self.source.close()

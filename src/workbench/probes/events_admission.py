@@ -1,0 +1,117 @@
+"""events.admission — does ``GET /server_info`` report the block size and hash contract a routing rule must match?
+
+The probe reads the served engine's ``/server_info`` (``?config_format=json``: vLLM's dev router, present only
+with ``VLLM_SERVER_DEV_MODE=1``; TensorRT-LLM 1.2 answers only ``disaggregated_params``, 1.3+ adds
+``tokens_per_block`` and ``kv_cache_hash_algo``), learns the engine's real block size from its own stored
+events, and applies the gateway's admission gate (LoxiLB ``kvTrtllmAdmissionGate``: refuse a reported block
+size or hash that differs from the rule's; admit as "legacy" when neither is reported) to a rule with the
+engine's block size and to one with ``wrong_block``. An engine without HTTP or without events: not-applicable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import Outcome, Probe, ProbeContext, Support, param
+from ..events.sources import CellSource
+from .common import token_ids
+from .events_common import absent, open_with
+
+
+@dataclass(frozen=True)
+class Params:
+    wrong_block: int = param(16, "block size of the mismatched rule")
+    budget_tokens: int = param(1024, "KV budget of the cell, in tokens")
+    seed: int = param(0, "seed for the token ids")
+
+
+@dataclass(frozen=True)
+class Contract:
+    """What ``/server_info`` said: the block size and hash algorithm, where it names them."""
+
+    status: int
+    block_size: int | None
+    hash_algo: str | None
+
+
+def read_contract(status: int, doc: Mapping[str, Any] | None) -> Contract:
+    """TensorRT-LLM's top-level ``tokens_per_block``/``kv_cache_hash_algo``, or vLLM's
+    ``vllm_config.cache_config.block_size``/``prefix_caching_hash_algo``."""
+    doc = doc if isinstance(doc, Mapping) else {}
+    cache = (doc.get("vllm_config") or {}).get("cache_config") if isinstance(doc.get("vllm_config"), Mapping) else {}
+    cache = cache if isinstance(cache, Mapping) else {}
+    block = doc.get("tokens_per_block") or cache.get("block_size")
+    algo = doc.get("kv_cache_hash_algo") or cache.get("prefix_caching_hash_algo")
+    return Contract(status, int(block) if block else None, str(algo) if algo else None)
+
+
+def gate(c: Contract, rule_block: int) -> str:
+    """The gateway's admission decision for a rule of ``rule_block`` tokens per block."""
+    if c.block_size is None and c.hash_algo is None:
+        return "admitted (legacy: nothing reported)"
+    if c.block_size is not None and c.block_size != rule_block:
+        return "refused"
+    return "admitted"
+
+
+class Admission(Probe):
+    version = "1"
+    claims = ("gateway.admission",)
+    Params = Params
+
+    def run(self, ctx: ProbeContext, p: Params) -> Outcome:
+        rng = np.random.default_rng(p.seed)
+        with open_with(ctx, dict(kv_budget_tokens=p.budget_tokens, context_tokens=128)) as cell:
+            d = cell.describe()
+            url = d.extra.get("endpoint") if d.extra.get("transport") == "http" else None
+            if "kv_events" not in d.observers:
+                return absent(d, "its cell announces no kv_events observer")
+            if not url:
+                return Outcome("not-applicable", f"{d.engine} runs in-process: there is no /server_info for a gateway "
+                               "to admit it by; run the served engine.", notes=[f"transport: {d.extra.get('transport')}"])
+            import httpx
+
+            r = httpx.get(f"{url}/server_info", params={"config_format": "json"}, timeout=30.0)
+            doc = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+            contract = read_contract(r.status_code, doc)
+            source = CellSource(cell)
+            source.poll(0.3)
+            cell.ensure_prefix(token_ids(rng, 3 * d.block_tokens + 1, d))
+            sizes = {len(t) for e in source.poll(1.0) if e.kind == "stored" for t in e.block_tokens}
+        actual = max(sizes) if sizes else None
+        rows = [{"rule_block": b, "reported_block": contract.block_size, "reported_hash": contract.hash_algo,
+                 "engine_block": actual, "status": contract.status, "decision": gate(contract, b)}
+                for b in dict.fromkeys([actual or d.block_tokens, p.wrong_block])]
+        return verdict(rows)
+
+
+def verdict(rows: list[dict]) -> Outcome:
+    """Confirmed when ``/server_info`` names a hash and the block size the engine's own events show, so the gate
+    refuses a mismatched rule; refuted when it names none (the mismatched rule is admitted as legacy) or a wrong
+    one."""
+    r = rows[0]
+    metrics = {"engine_block_tokens": r["engine_block"] or 0}
+    wrong = [x for x in rows if x["rule_block"] != r["engine_block"]]
+    if r["engine_block"] is None:
+        return Outcome("inconclusive", "The engine stored no block, so its real block size is unknown.", metrics, rows)
+    if r["status"] >= 500:
+        return Outcome("inconclusive", f"/server_info failed ({r['status']}).", metrics, rows)
+    support = (Support("engine_block_tokens", ">", 0),)
+    if r["reported_block"] is None:
+        admitted = [x["rule_block"] for x in wrong if x["decision"].startswith("admitted")]
+        return Outcome("refuted", f"/server_info (HTTP {r['status']}) names no block size"
+                       f"{'' if r['reported_hash'] else ' and no hash'}: a rule of {admitted or '?'} tokens per block "
+                       f"is admitted against the engine's {r['engine_block']}.", metrics, rows, rests_on=support)
+    if r["reported_block"] != r["engine_block"]:
+        return Outcome("refuted", f"/server_info reports {r['reported_block']} tokens per block, but the engine's own "
+                       f"events store {r['engine_block']}.", metrics, rows, rests_on=support)
+    if not r["reported_hash"]:
+        return Outcome("partial", f"/server_info reports the block size ({r['reported_block']}) but no hash "
+                       "algorithm.", metrics, rows, rests_on=support)
+    return Outcome("confirmed", f"/server_info reports {r['reported_block']} tokens per block (as the engine's events "
+                   f"store) and hash {r['reported_hash']!r}: the gate refuses a rule of "
+                   f"{', '.join(str(x['rule_block']) for x in wrong) or 'another size'}.", metrics, rows,
+                   rests_on=support)

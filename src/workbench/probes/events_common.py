@@ -1,0 +1,93 @@
+"""What the event-plane probes share: a cell whose stream others can subscribe to, the hasher its description
+implies, an evicting workload, and the not-applicable answer for an engine with no event stream."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import NotRunnable, Outcome, ParamError, ProbeContext
+from ..contract import Cell, Description
+from ..events import sources
+from ..events.hashing import Hasher, TrtllmHasher, VllmHasher
+from .common import token_ids
+
+
+def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_tokens: int,
+                     context_tokens: int) -> tuple[Cell | None, Outcome | None]:
+    """A cell whose stream several consumers can join (vLLM: a publisher bound on ``ipc://`` with a replay buffer
+    of ``buffer_steps`` and a fixed ``PYTHONHASHSEED``). An engine that takes none of these options is opened as
+    it is: its own ``kv_events`` drain is the stream (TensorRT-LLM 1.2: one destructive queue). Without a
+    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence."""
+    folder = tempfile.mkdtemp(prefix="workbench-events-")
+    options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
+                   kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
+                                     "buffer_steps": buffer_steps})
+    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens))
+    d = cell.describe()
+    if "kv_events" not in d.observers:
+        cell.close()
+        return None, absent(d, "its cell announces no kv_events observer")
+    return cell, None
+
+
+def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
+    """A cell opened with the first set of options the engine takes (the last choice: none at all)."""
+    for options in (*choices, {}):
+        try:
+            return ctx.open(**options)
+        except (ParamError, TypeError, ValueError) as e:
+            if "option" not in str(e):
+                raise
+    raise AssertionError("unreachable: a cell opens without options or raises")
+
+
+def absent(d: Description, why: str) -> Outcome:
+    """The engine has no KV event stream: the event plane's claims cannot arise on it."""
+    return Outcome("not-applicable", f"{d.engine} {d.engine_version} has no KV event stream ({why}; observers: "
+                   f"{', '.join(d.observers) or 'none'}): reuse there is per-slot prefix matching, with nothing for "
+                   "a gateway to consume.", rows=[{"engine": d.engine, "observers": ", ".join(d.observers)}],
+                   notes=[f"observers announced: {list(d.observers)}", why])
+
+
+def hasher_for(d: Description, *, seed: str | None, block_size: int | None = None) -> Hasher:
+    """The client-side hasher for the engine's declared hash scheme (its description), at ``block_size`` (the
+    rule's; default the engine's)."""
+    B = block_size or d.block_tokens
+    algo = d.extra.get("prefix_caching_hash_algo")
+    if algo:
+        return VllmHasher(B, algo, seed)
+    if d.extra.get("kv_cache_hash_algo") == "v1_block_key":
+        return TrtllmHasher(B)
+    raise NotRunnable(f"{d.engine} declares no block-hash scheme this workbench reproduces "
+                      f"(extra: prefix_caching_hash_algo / kv_cache_hash_algo)")
+
+
+def new_consumer(cell: Cell) -> sources.EventSource:
+    """An independent subscriber where the stream fans out, else the cell's own drain (each call another
+    consumer of the one queue)."""
+    return sources.subscribe(cell.describe()) or sources.CellSource(cell)
+
+
+def salt_of(cell: Cell, salt: str | None) -> str | None:
+    """The cache salt the engine receives for a request under ``salt`` (the cell's manifest-keyed salt)."""
+    manifest = getattr(cell, "manifest", None)
+    return manifest.cache_key(salt) if manifest is not None else salt
+
+
+@dataclass(frozen=True)
+class Workload:
+    prompts: list[list[int]]
+    prefixes: list[int]  # which shared prefix each prompt starts with
+
+
+def evicting_workload(rng: np.random.Generator, d: Description, *, prefixes: int, prefix_tokens: int,
+                      suffix_tokens: int, requests: int) -> Workload:
+    """Requests that share a few prefixes, drawn Zipf-like, each with a fresh suffix: more distinct blocks than
+    the pool holds, so hits, partial hits and evictions all occur."""
+    shared = [token_ids(rng, prefix_tokens, d) for _ in range(prefixes)]
+    weights = 1.0 / np.arange(1, prefixes + 1)
+    which = rng.choice(prefixes, size=requests, p=weights / weights.sum()).tolist()
+    return Workload([shared[i] + token_ids(rng, suffix_tokens, d) for i in which], which)

@@ -1,0 +1,99 @@
+"""events.one_consumer — does a second consumer take events from the first?
+
+The gateway's consumer holds the endpoint's lease; a second consumer is refused by the lease (recorded) and then
+subscribes anyway, as an unmanaged monitoring job would. After a burst of requests each consumer's sequence
+numbers are compared with the stream's: a destructive drain splits them (disjoint, each with gaps), a fan-out
+stream gives each consumer all of them. The loss curve: the fraction each of 1…N consumers received.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from ..events.consumer import Consumer
+from ..events.inventory import Inventory
+from ..events.lease import LeaseHeld, acquire
+from .common import token_ids
+from .events_common import hasher_for, new_consumer, open_stream_cell
+
+
+@dataclass(frozen=True)
+class Params:
+    consumers: int = param(2, "consumers on the one endpoint (the first holds the lease)")
+    requests: int = param(6, "requests in the burst")
+    prompt_tokens: int = param(70, "tokens per request")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    seed: int = param(0, "seed for the token ids")
+
+    def __post_init__(self) -> None:
+        if self.consumers < 2:
+            raise ValueError("consumers must be at least 2")
+
+
+class OneConsumer(Probe):
+    version = "1"
+    claims = ("gateway.one_consumer",)
+    figures = (Figure("loss_curve", "events_loss_curve"),)
+    Params = Params
+
+    def run(self, ctx: ProbeContext, p: Params) -> Outcome:
+        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000, budget_tokens=32 * 32,
+                                        context_tokens=128)
+        if absent:
+            return absent
+        rng = np.random.default_rng(p.seed)
+        with cell:
+            d = cell.describe()
+            first = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)))
+            refused = []
+            others = []
+            for _ in range(p.consumers - 1):
+                try:
+                    acquire(first.source.endpoint).release()
+                except LeaseHeld as e:
+                    refused.append(str(e))
+                others.append(Consumer(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed))))
+            everyone = [first, *others]
+            try:
+                for c in everyone:
+                    c.pump(0.3)
+                for _ in range(p.requests):
+                    cell.ensure_prefix(token_ids(rng, p.prompt_tokens, d))
+                    for c in everyone:
+                        c.pump(0.3)
+            finally:
+                for c in everyone:
+                    c.close()
+        rows = [{"consumer": i + 1, "lease": "held" if i == 0 else "refused" if i - 1 < len(refused) else "taken",
+                 "seqs": sorted(set(c.seqs)), "gaps": len(c.gaps)} for i, c in enumerate(everyone)]
+        return verdict(rows, refused)
+
+
+def verdict(rows: list[dict], refused: list[str]) -> Outcome:
+    """Rows: each consumer's received sequence numbers. The stream is every number up to the highest seen."""
+    seen = [set(r["seqs"]) for r in rows]
+    union = set().union(*seen)
+    notes = [f"the lease refused consumer {i + 2}: {why}" for i, why in enumerate(refused)]
+    if not union:
+        return Outcome("inconclusive", "No consumer received any event.", rows=rows, notes=notes)
+    stream = max(union) + 1
+    shared = sum(sum(n in s for s in seen) > 1 for n in range(stream)) / stream
+    least = min(len(s) for s in seen) / stream
+    for r, s in zip(rows, seen):
+        r["seen_fraction"] = len(s) / stream
+        r.pop("seqs")
+    metrics = {"consumer_seen_fraction_min": least, "consumer_overlap_fraction": shared}
+    if shared == 0.0 and len(union) == stream:
+        return Outcome("confirmed", f"The {len(rows)} consumers split the stream's {stream} events between them "
+                       f"(none shared; the least saw {least:.0%}): a second consumer takes events from the first.",
+                       metrics, rows, notes, rests_on=(Support("consumer_overlap_fraction", "<=", 0.0),))
+    if least == 1.0:
+        return Outcome("refuted", f"Every one of {len(rows)} consumers received all {stream} events: the stream fans "
+                       "out, so a second consumer takes nothing from the first (the lease still names who owns it).",
+                       metrics, rows, notes, rests_on=(Support("consumer_seen_fraction_min", ">=", 1.0),))
+    return Outcome("partial", f"Consumers shared {shared:.0%} of the stream's {stream} events and the least saw "
+                   f"{least:.0%}: events were both duplicated and lost.", metrics, rows, notes,
+                   rests_on=(Support("consumer_seen_fraction_min", "<", 1.0),))

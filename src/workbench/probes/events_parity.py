@@ -1,0 +1,79 @@
+"""events.hash_parity — can a client recompute the engine's block hashes from the token ids it sent?
+
+Each request's stored events are compared with the hashes the client computes (:mod:`workbench.events.hashing`)
+from the prompt, the engine's block size and the ``PYTHONHASHSEED`` the client believes the engine has
+(``client_seed``; empty: the engine's). A different seed must break parity: that is the test that can fail.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import Outcome, Probe, ProbeContext, Support, param
+from .common import token_ids
+from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
+
+
+@dataclass(frozen=True)
+class Params:
+    requests: int = param(4, "requests, each with fresh tokens")
+    prompt_tokens: int = param(100, "tokens per request")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    client_seed: str = param("", "PYTHONHASHSEED the client hashes with ('': the engine's)")
+    salted: bool = param(True, "send each request under a salt (the client must mix it in)")
+    seed: int = param(0, "seed for the token ids")
+
+
+class HashParity(Probe):
+    version = "1"
+    claims = ("gateway.hash_parity",)
+    Params = Params
+
+    def run(self, ctx: ProbeContext, p: Params) -> Outcome:
+        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000, budget_tokens=32 * 32,
+                                        context_tokens=max(128, p.prompt_tokens + 32))
+        if absent:
+            return absent
+        rng = np.random.default_rng(p.seed)
+        rows = []
+        with cell:
+            d = cell.describe()
+            hasher = hasher_for(d, seed=p.client_seed or p.hash_seed)
+            source = new_consumer(cell)
+            try:
+                source.poll(0.3)
+                for i in range(p.requests):
+                    prompt = token_ids(rng, p.prompt_tokens, d)
+                    salt = f"parity-{i}" if p.salted else None
+                    cell.ensure_prefix(prompt, salt=salt)
+                    engine = [h for e in source.poll(0.5) if e.kind == "stored" for h in e.block_hashes]
+                    client = hasher.chain(prompt, salt=salt_of(cell, salt))
+                    rows.append({"request": i, "engine_blocks": len(engine), "client_blocks": len(client),
+                                 "equal": sum(a == b for a, b in zip(engine, client)), "salted": p.salted,
+                                 "first_engine": engine[0] if engine else None,
+                                 "first_client": client[0] if client else None})
+            finally:
+                source.close()
+        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed)
+
+
+def verdict(rows: list[dict], client_seed: str, engine_seed: str) -> Outcome:
+    blocks = sum(r["engine_blocks"] for r in rows)
+    equal = sum(r["equal"] for r in rows)
+    frac = equal / blocks if blocks else float("nan")
+    metrics = {"hash_parity_fraction": frac}
+    notes = [f"client PYTHONHASHSEED {client_seed!r}, engine {engine_seed!r}"]
+    if not blocks:
+        return Outcome("inconclusive", "The engine reported no stored block, so there was nothing to recompute.",
+                       metrics, rows, notes)
+    if frac == 1.0:
+        return Outcome("confirmed", f"All {blocks} stored-block hashes the engine published were recomputed from the "
+                       "token ids by the client.", metrics, rows, notes,
+                       rests_on=(Support("hash_parity_fraction", ">=", 1.0),))
+    return Outcome("refuted" if equal == 0 else "partial",
+                   f"The client recomputed {equal} of {blocks} of the engine's block hashes ({frac:.0%}); with "
+                   f"PYTHONHASHSEED {client_seed!r} against the engine's {engine_seed!r} the chains "
+                   f"{'never meet' if equal == 0 else 'diverge'}.", metrics, rows, notes,
+                   rests_on=(Support("hash_parity_fraction", "<", 1.0),))

@@ -1,0 +1,97 @@
+"""The endpoint lease (real files, real processes) and the consumer's resync policies."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from workbench.contract import KvEvent
+from workbench.events import lease
+from workbench.events.consumer import Consumer
+from workbench.events.hashing import VllmHasher
+from workbench.events.inventory import Inventory
+
+
+@pytest.fixture(autouse=True)
+def _state(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_STATE", str(tmp_path / "state"))
+
+
+def test_a_live_holder_is_refused_by_name_and_steal_takes_over():
+    first = lease.acquire("http://127.0.0.1:8000/")
+    with pytest.raises(lease.LeaseHeld, match=r"pid \d+ on .*--steal"):
+        lease.acquire("http://127.0.0.1:8000")  # the same endpoint, trailing slash or not
+    second = lease.acquire("http://127.0.0.1:8000", steal=True)
+    assert "--steal" in second.note and second.previous.token == first.holder.token
+    with pytest.raises(lease.LeaseLost, match="taken over"):
+        first.check()
+    second.check()
+    first.release()  # not ours any more: the new holder's file stays
+    assert lease.lease_path("http://127.0.0.1:8000").exists()
+    second.release()
+    assert not lease.lease_path("http://127.0.0.1:8000").exists()
+
+
+def test_a_holder_in_another_live_process_is_refused():
+    code = ("import sys, time; from workbench.events import lease; l = lease.acquire(sys.argv[1]); "
+            "print('held', flush=True); time.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code, "ipc:///tmp/x"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held"
+        with pytest.raises(lease.LeaseHeld, match=f"pid {p.pid} "):
+            lease.acquire("ipc:///tmp/x")
+    finally:
+        p.kill()
+        p.wait()
+    taken = lease.acquire("ipc:///tmp/x")  # its holder is dead now: a stale lease
+    assert "stale" in taken.note and str(p.pid) in taken.note
+    taken.release()
+
+
+def test_another_endpoint_has_its_own_lease():
+    a = lease.acquire("http://127.0.0.1:1")
+    b = lease.acquire("http://127.0.0.1:2")
+    assert json.loads(lease.lease_path("http://127.0.0.1:2").read_text())["endpoint"] == "http://127.0.0.1:2"
+    a.release(), b.release()
+
+
+class ScriptedSource:
+    """Delivers prepared KvEvents; ``buffer`` is what a replay returns, as vLLM's ZmqEventPublisher keeps the last
+    ``buffer_steps`` batches and answers a start seq with every buffered batch at or after it
+    (vllm/distributed/kv_events.py, ``_service_replay``). ``buffer=None``: no replay (TensorRT-LLM 1.2)."""
+
+    engine, endpoint = "scripted", "scripted://one"
+
+    def __init__(self, batches, buffer):
+        self.batches, self.buffer = list(batches), buffer
+
+    def poll(self, timeout_s=0.0):
+        return self.batches.pop(0) if self.batches else []
+
+    def replay(self, start_seq, timeout_s=0.0):
+        return None if self.buffer is None else [e for e in self.buffer if e.event_id >= start_seq]
+
+    def close(self):
+        pass
+
+
+def _ev(seq, toks, h):
+    return KvEvent("stored", seq, tuple(h.chain(toks)), None, (tuple(toks[:4]),))
+
+
+@pytest.mark.parametrize("policy,buffer_from,expect,kept", [
+    ("replay", 0, "replayed", True),   # the buffer still holds the missed batches
+    ("replay", 2, "cleared", False),   # it starts after the gap: rebuild
+    ("replay", None, "cleared", False),  # no replay at all
+    ("clear", 0, "cleared", False),
+])
+def test_a_gap_follows_the_declared_policy(policy, buffer_from, expect, kept):
+    h = VllmHasher(4)
+    evs = [_ev(i, list(range(10 * i, 10 * i + 5)), h) for i in range(4)]
+    buffer = None if buffer_from is None else evs[buffer_from:]
+    c = Consumer(ScriptedSource([[evs[0]], [evs[3]]], buffer), Inventory(h), policy)
+    c.pump(), c.pump()
+    assert [m.kind for m in c.timeline if m.kind != "events"] == ["gap", expect]
+    assert (c.inventory.predict(list(range(10, 15))) == 4) is kept
+    assert c.inventory.predict(list(range(30, 35))) == 4  # the event after the gap is always applied

@@ -1,0 +1,34 @@
+"""The event-plane probes on served engines: ``vllm serve`` admission with and without its ``/server_info``
+(vLLM's dev router, ``VLLM_SERVER_DEV_MODE=1``), and llama-server, which has no event stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import require_engine
+from workbench import probes
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+def test_vllm_serve_without_server_info_is_admitted_blind(tmp_path, monkeypatch):
+    require_engine("vllm-server")
+    monkeypatch.delenv("VLLM_SERVER_DEV_MODE", raising=False)
+    f = probes.run("events.admission", engine="vllm-server", model="synthetic:cpu", out=tmp_path, isolated=False)
+    assert f.verdict == "refuted", f.summary
+    assert {r["decision"] for r in f.evidence["rows"]} == {"admitted (legacy: nothing reported)"}
+    assert f.evidence["rows"][0]["status"] == 404 and f.evidence["rows"][0]["engine_block"] == 32
+
+
+def test_vllm_serve_server_info_names_the_block_size_so_a_wrong_rule_is_refused(tmp_path, monkeypatch):
+    require_engine("vllm-server")
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")  # the server inherits it
+    f = probes.run("events.admission", engine="vllm-server", model="synthetic:cpu", out=tmp_path, isolated=False)
+    assert f.verdict == "confirmed", f.summary
+    assert [r["decision"] for r in f.evidence["rows"]] == ["admitted", "refused"]
+
+
+def test_llama_server_has_no_event_stream(tmp_path):
+    require_engine("llamacpp-server")
+    f = probes.run("events.admission", engine="llamacpp-server", model="synthetic:tiny", out=tmp_path, isolated=False)
+    assert f.verdict == "not-applicable" and "no KV event stream" in f.summary
