@@ -258,8 +258,9 @@ _DECLARED = [
     _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
        "mean accepted tokens per verification that carried a draft"),
     _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
-       "median per-turn decode time of the plain llama.cpp arm over this arm's, on turns where this arm's own output "
-       "is copy-heavy and identical to the plain arm's"),
+       "median per-turn decode time of the plain arm on the same engine and transport (llamacpp-server for "
+       "llamacpp-server-spec) over this arm's, on turns where this arm's own output is copy-heavy and identical to "
+       "the plain arm's"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -68,8 +68,14 @@ def get(name: str) -> ArmSpec:
 
 def is_llamacpp(name: str) -> bool:
     """Whether arm ``name`` runs llama.cpp, in-process or served: the gate's "best llama.cpp arm" is chosen among these."""
+    return cells.runs(get(name).engine) == "llamacpp"
+
+
+def plain(name: str) -> str:
+    """The arm that serves turns as ``name`` does without speculation, on the same engine (with reuse): what a
+    speculation arm's decode speed-up is measured against (``llamacpp-server-spec`` → ``llamacpp-server``)."""
     engine = get(name).engine
-    return cells.SERVED.get(engine, engine) == "llamacpp"
+    return next(a.name for a in ARMS.values() if a.engine == engine and a.reuse and a.speculation == "none")
 
 
 def unavailable(name: str) -> str | None:
@@ -212,5 +218,5 @@ def open_arm(name: str, model: str, *, threads: int, context_tokens: int | None,
                    extra_options=extra_options)
 
 
-__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm",
+__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm", "plain",
            "unavailable"]
