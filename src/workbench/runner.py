@@ -219,6 +219,9 @@ def engine_log(path: Path, echo: bool = False) -> Iterator[int]:
             copier.join(timeout=5)  # an engine process that outlives its kernel keeps the pipe open
 
 
+def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False) -> tuple[str, str | None]:
+    """Run one notebook in its own kernel, its findings marked with ``attempt`` and its output in the
+    notebook's log; (status, error)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 

@@ -123,3 +123,13 @@ def test_vllm_server_without_prefix_caching_is_seen_by_the_warmup_probe(tmp_path
             cell_options={"server_args": ["--no-enable-prefix-caching"]}, blocks="2", pressure="0")
     assert f.verdict == "confirmed", f.summary
     assert all(r["from_engine"] and r["followup_reused"] == 0 for r in f.evidence["rows"])
+
+
+@pytest.mark.vllm
+def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path):
+    f = run("isolation.cache_salt", "vllm-server", tmp_path, trials=8, prompt_tokens=128)
+    served_by(f, "vllm-server")
+    assert f.metrics["cross_manifest_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
+    assert f.metrics["reused_tokens"]["value"] == 96  # cached_tokens under the same salt: 3 whole blocks of 32
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is None and "not mapped onto served engines" in arm["error"]  # the cell's, not the engine's

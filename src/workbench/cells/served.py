@@ -68,8 +68,6 @@ class ServedOptions:
     def __post_init__(self) -> None:
         if self.slots < 1 or self.threads < 1:
             raise ValueError("slots and threads must be at least 1")
-        if self.adapters:
-            raise ValueError("LoRA adapters are not mapped onto served engines; open the in-process cell")
         if self.kv_budget_bytes is not None and self.kv_budget_tokens is not None:
             raise ValueError("give kv_budget_bytes or kv_budget_tokens, not both")
         serve.check_host(self.host, self.api_key)
@@ -77,6 +75,9 @@ class ServedOptions:
     @classmethod
     def from_options(cls, engine: str, options: Mapping[str, Any]) -> "ServedOptions":
         values = known_options(cls, engine, options)
+        if values.get("adapters"):
+            raise UnsupportedFeature("LoRA adapters", engine, "they are not mapped onto served engines; open the "
+                                     "in-process cell")
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
         return cls(**values)
