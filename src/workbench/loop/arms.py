@@ -32,8 +32,8 @@ class ArmSpec:
 VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 """vLLM's own n-gram speculation; measured to run on the CPU build."""
 
-LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
-                     "--spec-ngram-simple-min-hits", "1", "--spec-draft-n-max", "16", "--spec-draft-n-min", "0")
+LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
+                     "--spec-ngram-simple-min-hits", "1", "--spec-draft-n-max", "8", "--spec-draft-n-min", "0")
 """llama-server's own speculation for the ``llamacpp-server-spec`` arm: among the n-gram types it offers,
 the one measured to draft and pay on copy-heavy τ-bench turns (docs/served.md, "Speculation")."""
 
