@@ -200,3 +200,46 @@ def test_trtllm_serve_is_not_run_here_and_says_why():
     if a.available:
         pytest.skip("tensorrt_llm is installed here")
     assert "tensorrt_llm" in a.reason
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_on_a_served_engine_leaves_no_server_and_no_partial_finding(tmp_path, sig):
+    """``workbench run --engine llamacpp-server`` stopped while a notebook's probe talks to its llama-server:
+    the server goes with the run, every finding on disk is whole, and the interrupted notebook is not `ok`."""
+    import json
+
+    from conftest import descendants, gone_within
+    from workbench import findings
+
+    require_engine("llamacpp-server")
+    out = tmp_path / "run"
+    run = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine", "llamacpp-server", "--model", TINY,
+                            "--only", "reuse_metrics", "-p", "repeats=200", "--out", str(out)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        deadline = time.monotonic() + 240
+        while not (servers := [p for p in descendants(run.pid) if "llama-server" in _cmdline(p)]):
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.poll() is not None else ""
+            time.sleep(0.2)
+        time.sleep(3)  # the probe is sending its requests now
+        below = descendants(run.pid)
+        run.send_signal(sig)
+        run.wait(60)
+        assert run.returncode != 0
+        assert gone_within(20, servers) == [], f"llama-server outlived the run after {sig.name}"
+        assert gone_within(20, below) == []
+        for path in (out / "findings").glob("*.json"):  # nothing half-written
+            findings.validate(json.loads(path.read_text()))
+        manifest = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+        entry = (manifest.get("notebooks") or {}).get("llamacpp-server/20_reuse_metrics", {})
+        assert entry.get("status") != "ok"
+    finally:
+        run.kill()

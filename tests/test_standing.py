@@ -29,6 +29,15 @@ def test_only_the_subject_engine_resolves_a_claim():
     assert state([f("not-applicable")]).resolved
 
 
+def test_the_subject_served_answers_like_the_subject_in_process():
+    served = state([f("confirmed", engine="trtllm-serve"), f("confirmed", engine="llamacpp-server", version="b1")])
+    assert served.resolved and [s.engine for s in served.answers] == ["trtllm-serve"]
+    assert [r.engine for r in served.references] == ["llamacpp-server"]  # another engine served is still a reference
+    waiting = state([f("not-run", engine="trtllm-serve", reason="needs tensorrt_llm")])
+    assert not waiting.resolved and [s.engine for s in waiting.subject] == ["trtllm-serve"]
+    assert waiting.command == "workbench probe prefix.warmup_materialization --engine trtllm"
+
+
 def test_newest_that_ran_stands_and_not_run_never_masks_it():
     found = [f("refuted", created="2026-07-01T00:00:00+00:00"), f("confirmed", created="2026-07-02T00:00:00Z"),
              f("not-run", created="2026-07-09T00:00:00+00:00", reason="no GPU")]

@@ -258,8 +258,9 @@ _DECLARED = [
     _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
        "mean accepted tokens per verification that carried a draft"),
     _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
-       "median per-turn decode time of the plain llama.cpp arm over this arm's, on turns where this arm's own output "
-       "is copy-heavy and identical to the plain arm's"),
+       "median per-turn decode time of the plain arm on the same engine and transport (llamacpp-server for "
+       "llamacpp-server-spec) over this arm's, on turns where this arm's own output is copy-heavy and identical to "
+       "the plain arm's"),
     # the KV event plane (workbench.events)
     _m("engine_block_tokens", "engine block", "tokens", "engine", "tokens per full block in the engine's stored events"),
     _m("inventory_exact_fraction", "inventory exact", "ratio", "engine",

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
+from . import cells as _cells
 from . import claims as _claims
 from .findings import Finding
 from .probes import churn
@@ -108,7 +109,7 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         out.setdefault(key[0], []).append(stood[key])
     across = version_churn(found)
     if across:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
-        out[across.claim] = [s for s in out.get(across.claim, []) if s.engine != across.engine] + [across]
+        out[across.claim] = [s for s in out.get(across.claim, []) if _cells.runs(s.engine) != across.engine] + [across]
     return out
 
 
@@ -119,7 +120,7 @@ def version_churn(found: Found) -> Standing | None:
     subject = _claims.get(churn.CLAIM).subject
     newest: dict[str, tuple[Path, Finding]] = {}
     for path, f in found:
-        if f.probe == churn.SURVEY and f.engine == subject and f.verdict != "not-run":
+        if f.probe == churn.SURVEY and _cells.runs(f.engine) == subject and f.verdict != "not-run":
             v = f.engine_version or "(version unknown)"
             if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
                 newest[v] = (path, f)
@@ -170,8 +171,9 @@ def claim_states(found: Found, section: str | None = None) -> list[ClaimState]:
     out = []
     for claim in (_claims.in_section(section) if section else _claims.CLAIMS.values()):
         mine = by_claim.get(claim.id, [])
-        subject = [s for s in mine if s.engine == claim.subject]
-        references = [s for s in mine if s.engine != claim.subject and s.verdict != "not-run"]
+        # the subject served (trtllm-serve) answers like the subject in-process (trtllm): the same engine
+        subject = [s for s in mine if _cells.runs(s.engine) == claim.subject]
+        references = [s for s in mine if _cells.runs(s.engine) != claim.subject and s.verdict != "not-run"]
         out.append(ClaimState(claim, subject, references, resolve_command(claim.id)))
     return out
 

@@ -18,6 +18,11 @@ def test_served_llamacpp_arms_count_as_llamacpp():
     assert arms.get("llamacpp-server-spec").speculation == "engine"
 
 
+def test_a_speculation_arm_is_measured_against_plain_decode_on_its_own_engine_and_transport():
+    assert arms.plain("llamacpp-server-spec") == "llamacpp-server" == arms.plain("llamacpp-server")
+    assert arms.plain("llamacpp-spec") == "llamacpp" and arms.plain("vllm-spec") == "vllm"
+
+
 def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path):
     require_engine("llamacpp-server")
     res = loop.run(str(hand_trace), arms="llamacpp,llamacpp-server,llamacpp-server-spec", model=TINY, threads=1,
@@ -33,6 +38,9 @@ def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path)
     assert (served.drafted == 0).all() and (spec.accepted <= spec.drafted).all()
     # the same greedy tokens as the in-process llama.cpp, with and without the server's speculation
     assert served.same_tokens_as_llamacpp.all() and spec.same_tokens_as_llamacpp.all()
+    by = {s.arm: s for s in res.summaries}
+    if "decode_speedup_copy_heavy" in by["llamacpp-server-spec"].ci:  # against the served plain arm, not in-process
+        assert by["llamacpp-server-spec"].ci["decode_speedup_copy_heavy"]["reference"] == "llamacpp-server"
     gate = next(f for f in res.findings if f.probe == "loop.gate")
     assert "llamacpp-server" in str(gate.reason) or "llamacpp-server" in str(gate.evidence)
 

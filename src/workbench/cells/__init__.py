@@ -26,6 +26,12 @@ SERVED = {"llamacpp-server": "llamacpp", "vllm-server": "vllm", "trtllm-serve": 
 """Each served engine and the in-process engine its server runs."""
 
 
+def runs(engine: str) -> str:
+    """The engine that does the work behind ``engine``: a served engine's in-process twin, else ``engine`` itself
+    (a claim about TensorRT-LLM is answered by ``trtllm`` and ``trtllm-serve`` alike)."""
+    return SERVED.get(engine, engine)
+
+
 @dataclass(frozen=True)
 class Availability:
     engine: str
@@ -71,4 +77,5 @@ def open_cell(engine: str, model: str, **options: Any) -> Cell:
     return cls.open(model, **options)
 
 
-__all__ = ["SERVED", "Availability", "availability", "cell_class", "known_options", "engines", "open_cell", "register"]
+__all__ = ["SERVED", "Availability", "availability", "cell_class", "known_options", "engines", "open_cell", "register",
+           "runs"]

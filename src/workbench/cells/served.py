@@ -51,6 +51,7 @@ class ServedOptions:
     slots: int = 1  # llama-server: -np (each its own id_slot); vLLM/TensorRT-LLM: the cell's bookkeeping
     context_tokens: int | None = None  # per slot; default min(model ceiling, 4096)
     kv_budget_tokens: int | None = None  # llama-server: -c; vLLM: whole blocks (--num-gpu-blocks-override)
+    kv_budget_bytes: int | None = None  # llama-server: -c of the GGUF's bytes per token; vLLM: --kv-cache-memory-bytes
     threads: int = 1
     host: str = serve.LOOPBACK
     port: int = 0  # 0: the OS picks
@@ -67,13 +68,16 @@ class ServedOptions:
     def __post_init__(self) -> None:
         if self.slots < 1 or self.threads < 1:
             raise ValueError("slots and threads must be at least 1")
-        if self.adapters:
-            raise ValueError("LoRA adapters are not mapped onto served engines; open the in-process cell")
+        if self.kv_budget_bytes is not None and self.kv_budget_tokens is not None:
+            raise ValueError("give kv_budget_bytes or kv_budget_tokens, not both")
         serve.check_host(self.host, self.api_key)
 
     @classmethod
     def from_options(cls, engine: str, options: Mapping[str, Any]) -> "ServedOptions":
         values = known_options(cls, engine, options)
+        if values.get("adapters"):
+            raise UnsupportedFeature("LoRA adapters", engine, "they are not mapped onto served engines; open the "
+                                     "in-process cell")
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
         return cls(**values)
@@ -125,9 +129,10 @@ class ServedCell(RequestCell):
         o = self.opts
         if o.endpoint is None:
             self._prepare_model()
+            options = self._server_options()  # first: it may cap the context to what the KV budget holds
             req = serve.ServerRequest(self.engine, str(self._model_path()), host=o.host, port=o.port, api_key=o.api_key,
                                       threads=o.threads, slots=o.slots, context_tokens=self.context_tokens,
-                                      extra_args=o.server_args, options=self._server_options())
+                                      extra_args=o.server_args, options=options)
             self.server = serve.start(req, o.log_dir or default_log_dir(), ready_timeout_s=o.ready_timeout_s)
             self.url = self.server.url
         headers = {"Authorization": f"Bearer {o.api_key}"} if o.api_key else {}
@@ -301,8 +306,11 @@ class LlamaServerCell(ServedCell):
         from .. import cpu
 
         o = self.opts
-        if o.kv_budget_tokens is not None and o.context_tokens is None:
-            self.context_tokens = max(o.kv_budget_tokens // o.slots, 1)
+        budget = o.kv_budget_tokens
+        if o.kv_budget_bytes is not None:  # llama-server takes -c in tokens: the bytes in the GGUF's KV per token
+            budget = o.kv_budget_bytes // models.gguf_geometry(self.model.path)[0].bytes_per_token
+        if budget is not None and o.context_tokens is None:
+            self.context_tokens = max(budget // o.slots, 1)
         self._no_repack = False
         super()._start()
         if self.server is not None:
@@ -501,11 +509,18 @@ class VllmServerCell(ServedCell):
         # the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16), as in-process
         out: dict[str, Any] = {"block_size": o.block_size, "dtype": models.hf_dtype(config) or "bfloat16"}
         geometry, ceiling = models.hf_geometry(config)
-        self.context_tokens = o.context_tokens or min(ceiling or DEFAULT_CONTEXT_TOKENS, DEFAULT_CONTEXT_TOKENS)
-        blocks = (o.kv_budget_tokens // o.block_size if o.kv_budget_tokens
-                  else -(-self.context_tokens * o.slots // o.block_size) + 1)
-        out["num_gpu_blocks"] = max(blocks, 2)
-        out["kv_cache_memory_bytes"] = out["num_gpu_blocks"] * o.block_size * geometry.bytes_per_token
+        budget = o.kv_budget_bytes // geometry.bytes_per_token if o.kv_budget_bytes is not None else o.kv_budget_tokens
+        # vLLM refuses to start when one max_model_len sequence would not fit the pool: a budget caps the context
+        fit = None if budget is None else max((budget // o.block_size - 1) * o.block_size, o.block_size)
+        self.context_tokens = o.context_tokens or min(ceiling or DEFAULT_CONTEXT_TOKENS, DEFAULT_CONTEXT_TOKENS,
+                                                      fit or DEFAULT_CONTEXT_TOKENS)
+        if o.kv_budget_bytes is not None:  # a byte budget is the engine's to divide into blocks
+            out["kv_cache_memory_bytes"] = int(o.kv_budget_bytes)
+        else:
+            blocks = (o.kv_budget_tokens // o.block_size if o.kv_budget_tokens
+                      else -(-self.context_tokens * o.slots // o.block_size) + 1)
+            out["num_gpu_blocks"] = max(blocks, 2)
+            out["kv_cache_memory_bytes"] = out["num_gpu_blocks"] * o.block_size * geometry.bytes_per_token
         if o.speculative_config:
             out["speculative_config"] = dict(o.speculative_config)
         if o.kv_events:

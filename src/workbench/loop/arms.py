@@ -32,8 +32,8 @@ class ArmSpec:
 VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 """vLLM's own n-gram speculation; measured to run on the CPU build."""
 
-LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
-                     "--spec-ngram-simple-min-hits", "1", "--spec-draft-n-max", "16", "--spec-draft-n-min", "0")
+LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3", "--spec-ngram-simple-size-m", "8",
+                     "--spec-ngram-simple-min-hits", "1", "--spec-draft-n-max", "8", "--spec-draft-n-min", "0")
 """llama-server's own speculation for the ``llamacpp-server-spec`` arm: among the n-gram types it offers,
 the one measured to draft and pay on copy-heavy τ-bench turns (docs/served.md, "Speculation")."""
 
@@ -68,8 +68,14 @@ def get(name: str) -> ArmSpec:
 
 def is_llamacpp(name: str) -> bool:
     """Whether arm ``name`` runs llama.cpp, in-process or served: the gate's "best llama.cpp arm" is chosen among these."""
+    return cells.runs(get(name).engine) == "llamacpp"
+
+
+def plain(name: str) -> str:
+    """The arm that serves turns as ``name`` does without speculation, on the same engine (with reuse): what a
+    speculation arm's decode speed-up is measured against (``llamacpp-server-spec`` → ``llamacpp-server``)."""
     engine = get(name).engine
-    return cells.SERVED.get(engine, engine) == "llamacpp"
+    return next(a.name for a in ARMS.values() if a.engine == engine and a.reuse and a.speculation == "none")
 
 
 def unavailable(name: str) -> str | None:
@@ -212,5 +218,5 @@ def open_arm(name: str, model: str, *, threads: int, context_tokens: int | None,
                    extra_options=extra_options)
 
 
-__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm",
+__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm", "plain",
            "unavailable"]

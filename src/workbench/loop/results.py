@@ -104,18 +104,20 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
-    plain = equal.REFERENCE
+    if name != equal.REFERENCE and equal.REFERENCE in set(rows.arm):
+        same = rows[rows.arm == name]["same_tokens_as_llamacpp"]
+        s.notes.append(f"output token-identical to the {equal.REFERENCE} arm on {int(same.sum())}/{len(same)} turns")
+    # plain decode on the same engine and transport: the served speculation arm against the served plain arm
+    plain = _arms.plain(name)
     if name == plain or plain not in set(rows.arm):
         return
-    same = rows[rows.arm == name]["same_tokens_as_llamacpp"]
-    s.notes.append(f"output token-identical to the {plain} arm on {int(same.sum())}/{len(same)} turns")
     mine = rows[(rows.arm == name) & (rows.own_copy_fraction >= COPY_HEAVY)]["step"]  # judged on its own output
     steps = [t for t in equal.common_turns(rows, [plain, name]) if t in set(mine)]
     if steps:
         base, arm = paired(rows, plain, name, "decode_s", steps)
         est = stats.bootstrap([base, arm], stats.median_ratio, seed=seed)
         s.metrics["decode_speedup_copy_heavy"] = est.value
-        s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": len(steps)}
+        s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": len(steps), "reference": plain}
 
 
 def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str], seed: int = 0,

@@ -22,9 +22,13 @@ class ContractMapping(Probe):
 
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         package_dir(ctx.engine)  # not installed → not-run, before any import
-        cell = cells.cell_class(ctx.engine)
-        own = None if ctx.engine == self.claim.subject else cell.surface_table  # another engine: its own table
-        return mapping_verdict(cell.surface_rows(), ctx.engine, own_table=own)
+        engine = cells.runs(ctx.engine)  # served: the package its server runs
+        cell = cells.cell_class(engine)
+        own = None if engine == self.claim.subject else cell.surface_table  # another engine: its own table
+        out = mapping_verdict(cell.surface_rows(), ctx.engine, own_table=own)
+        if engine != ctx.engine:
+            out.notes.append(f"{ctx.engine} is {engine} behind a server: this survey reads {engine}'s installed package")
+        return out
 
 
 def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None) -> Outcome:

@@ -26,8 +26,8 @@ class CppEntrypoint(Probe):
 
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         root = package_dir(ctx.engine)
-        cell = cells.cell_class(ctx.engine)
-        if ctx.engine != self.claim.subject:  # another engine: a reference, by what its cell would call
+        cell = cells.cell_class(cells.runs(ctx.engine))  # served: the package its server runs
+        if cells.runs(ctx.engine) != self.claim.subject:  # another engine: a reference, by what its cell would call
             return _c_api(root, cell, self.claim) if cell.c_functions else _extension_modules(root, cell.label)
         s = survey(root)
         rows = [{"kind": "constructor", "where": c.where, "source": c.source, "takes": c.takes,

@@ -16,8 +16,10 @@ class NoParams:
 
 
 def package_dir(engine: str) -> Path:
-    """The engine package's installed directory (the cell's ``package``), found without importing it."""
-    name = cells.cell_class(engine).package
+    """The engine package's installed directory (the cell's ``package``), found without importing it. A served
+    engine's is the package of the engine its server runs (``vllm serve`` is vllm, ``trtllm-serve`` is
+    tensorrt_llm; llama-server is built from the llama.cpp that llama_cpp vendors)."""
+    name = cells.cell_class(cells.runs(engine)).package
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         raise NotRunnable(f"{name} is not installed; this static survey needs the package (not a GPU)")

@@ -31,7 +31,7 @@ import numpy as np
 from scipy import stats
 
 from .. import adapters, models
-from ..contract import ManifestMismatch, WorkbenchError
+from ..contract import ManifestMismatch, UnsupportedFeature, WorkbenchError
 from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, reported_source, spread, timed, token_ids
 
@@ -147,8 +147,8 @@ class CacheSalt(Probe):
                         return arm | {"error": "the cell sends no adapter requests on this engine"}
                     prompt, key = token_ids(rng, p.prompt_tokens, d), fresh_salt("lora")
                     replies = [cell.adapter_request(prompt, key=key, adapter=a) for a in (False, False, True, True)]
-            except models.ModelSpecError as e:  # the adapter given is not one: ours to fix, not the engine's answer
-                return arm | {"error": str(e)}
+            except (models.ModelSpecError, UnsupportedFeature) as e:  # not the engine's answer: the adapter given is
+                return arm | {"error": str(e)}  # not one, or the cell cannot send adapters (a served engine)
             except WorkbenchError as e:  # the engine refused to start or serve with the adapter
                 return arm | {"refused": True, "error": str(e)}
         return arm | {"refused": False, "adapter": p.adapter or "written from the model's geometry",
