@@ -71,6 +71,7 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
         source.write_bytes(notebook)
         (run / "findings").mkdir(parents=True)
         os.environ["WORKBENCH_SERVER_LOGS"] = str(run / "servers")
+        os.environ["JUPYTER_PATH"] = _own_kernel(Path(tmp) / "jupyter")
         p = runner.Planned(name, source, parameters | {"out": str(run / "findings")}, variant)
         t0 = time.perf_counter()
         status, error = runner._execute(p, run, attempt, verbose)
@@ -94,6 +95,20 @@ def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> Non
                                     "`ray start --head` and pass --address") from None
 
 
+def _own_kernel(where: Path) -> str:
+    """A ``python3`` kernel spec on this task's own interpreter, first on JUPYTER_PATH: the installed spec names
+    the driver's venv, and the kernel must see the job's runtime_env (its pip packages, its conda)."""
+    import json
+    import sys
+
+    spec = where / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({"argv": [sys.executable, "-m", "ipykernel_launcher", "-f",
+                                                           "{connection_file}"], "display_name": "Python 3",
+                                                  "language": "python"}))
+    return os.pathsep.join(filter(None, (str(where), os.environ.get("JUPYTER_PATH"))))
+
+
 class RayExecutor(Executor):
     """Jobs as Ray tasks on the cluster at ``address`` (None: a local head with ``num_cpus`` cores, stopped
     when the run ends)."""
@@ -103,6 +118,9 @@ class RayExecutor(Executor):
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         self.address, self.num_cpus = address, num_cpus
         self._probe = check_address(address) if address else None
+
+    def check(self, jobs: Sequence[Job]) -> None:
+        """Ray provides every runtime_env the matrix checked (:func:`environment_problems`)."""
 
     def __enter__(self) -> "RayExecutor":
         try:
