@@ -11,6 +11,7 @@ binds 127.0.0.1 and stops with the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import socket
@@ -80,19 +81,42 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
     return {"status": status, "error": error, "duration_s": took, "node": node(), "files": files}
 
 
-def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> None:
-    """A one-machine cluster on 127.0.0.1. Its raylet gives the dashboard agent 15 s to report its ports and
-    aborts otherwise, which a busy machine can miss (``import ray.dashboard.agent`` took 12 s on 2 shared
-    cores here): start it again, up to ``tries`` times."""
+def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str:
+    """A one-machine cluster on 127.0.0.1 in its own temp folder (under RAY_TMPDIR), which it returns. Its raylet
+    gives the dashboard agent 15 s to report its ports and aborts otherwise, which a busy machine can miss
+    (``import ray.dashboard.agent`` took 12 s on 2 shared cores here): a failed start is cleaned up and tried
+    again, up to ``tries`` times."""
     for n in range(1, tries + 1):
+        temp = tempfile.mkdtemp(prefix="wbray-", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
         try:
-            ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", **kw)
-            return
+            ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=temp, **kw)
+            return temp
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node times out at start
             ray.shutdown()
+            stop_session(temp)
             if n == tries or "timed out during startup" not in str(e):
                 raise ExecutorError(f"the local Ray head did not start ({e}); free some CPU, or start one with "
                                     "`ray start --head` and pass --address") from None
+    raise AssertionError("unreachable")
+
+
+def stop_session(temp: str, grace_s: float = 20.0) -> list[int]:
+    """End every process of the local head whose temp folder is ``temp`` (its command line names it): given
+    ``grace_s`` to exit after ``ray.shutdown()``, then killed. Returns the pids that had to be killed."""
+    import psutil
+
+    mine = []
+    for proc in psutil.process_iter(["cmdline"]):
+        try:
+            if any(temp in part for part in proc.info["cmdline"] or []):
+                mine.append(proc)
+        except (psutil.Error, TypeError):
+            continue
+    _, left = psutil.wait_procs(mine, timeout=grace_s)
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    return [proc.pid for proc in left]
 
 
 def _own_kernel(where: Path) -> str:
@@ -117,6 +141,7 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
         self.address, self.num_cpus = address, num_cpus
+        self._head: str | None = None  # the local head's temp folder, while it runs
         self._probe = check_address(address) if address else None
 
     def check(self, jobs: Sequence[Job]) -> None:
@@ -135,7 +160,7 @@ class RayExecutor(Executor):
             if self.address:
                 ray.init(address=self.address, **kw)
             else:
-                _local_head(ray, self.num_cpus, kw)
+                self._head = _local_head(ray, self.num_cpus, kw)
         except ConnectionError as e:
             raise ExecutorError(f"cannot join the Ray cluster at {self.address}: {e}; start it with "
                                 "`ray start --head`, or fix --address") from None
@@ -144,7 +169,10 @@ class RayExecutor(Executor):
     def __exit__(self, *exc: object) -> None:
         import ray
 
-        ray.shutdown()  # a local head's processes stop with it
+        ray.shutdown()
+        if self._head:  # nothing of the local head outlives the run
+            stop_session(self._head)
+            self._head = None
 
     def _submit(self, job: Job, attempt: str, verbose: bool) -> Any:
         import ray
