@@ -136,3 +136,25 @@ def test_two_environments_run_side_by_side_into_one_folder_and_churn_reads_both(
     assert sorted(f.engine_version for _, f in found) == ["1.0", "2.0"]
     churn = standing.version_churn(found)
     assert churn.verdict == "confirmed" and churn.engine_version == "1.0 → 2.0", churn.summary
+
+
+def test_a_bad_or_unreachable_address_exits_2_naming_the_fix(tmp_path):
+    import socket
+
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    _ray()
+    run = ["run", "-o", str(tmp_path / "run"), "--only", "00_environment", "--executor", "ray"]
+    r = CliRunner().invoke(app, run + ["--address", "head.example:port"])
+    assert r.exit_code == 2 and "is not HOST:PORT" in r.output and "ray start --head" in r.output
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = CliRunner().invoke(app, run + ["--address", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and f"no Ray cluster answers at 127.0.0.1:{port}" in r.output
+    assert f"ray start --head --port={port}" in r.output
+    assert not (tmp_path / "run" / "run.json").exists()
+    r = CliRunner().invoke(app, run[:-2] + ["--address", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and "--address is for --executor ray" in r.output
