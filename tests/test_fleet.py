@@ -61,8 +61,10 @@ def ray_tmp(monkeypatch):
     assert not left, f"Ray processes outlived the test: {[(p.pid, p.info['cmdline'][:2]) for p in left]}"
 
 
-def _verdicts(out: Path) -> dict:
-    return {(f.engine, f.probe, f.params.get("seed")): f.verdict for _, f in findings.scan([out / "findings"]).findings}
+def _verdicts(out: Path) -> list:
+    """(engine, probe, parameters, verdict, reason) of every finding, in one order."""
+    return sorted((f.engine, f.probe, repr(sorted(f.params.items())), f.verdict, f.reason or "")
+                  for _, f in findings.scan([out / "findings"]).findings)
 
 
 def _run(out: Path, m: matrix.Matrix, books: Path, executor=None) -> int:
