@@ -75,16 +75,18 @@ def _run(out: Path, m: matrix.Matrix, books: Path, executor=None) -> int:
 def test_a_local_head_gives_the_local_executors_verdicts(tmp_path, ray_tmp):
     from workbench.fleet import RayExecutor
 
-    fixtures = matrix.Matrix(("llamacpp", "vllm"), ("synthetic:tiny",), ("writes_finding",),
-                             resources={"vllm": matrix.Resources(2, 0)})
+    llama = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("writes_finding",))
+    vllm = matrix.Matrix(("vllm",), ("synthetic:cpu",), ("writes_finding",), resources={"vllm": matrix.Resources(2, 0)})
     probe = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("20_reuse_metrics",))
     local, fleet = tmp_path / "local", tmp_path / "fleet"
     for out, executor in ((local, None), (fleet, RayExecutor(num_cpus=2))):
-        assert _run(out, fixtures, FIXTURES, executor) == 0
+        assert _run(out, llama, FIXTURES, executor) == 0
+        assert _run(out, vllm, FIXTURES, executor) == 0
     assert _run(local, probe, runner.REPO_ROOT / "notebooks") == 0
     assert _run(fleet, probe, runner.REPO_ROOT / "notebooks", RayExecutor(num_cpus=2)) == 0
 
     assert _verdicts(fleet) == _verdicts(local) and len(_verdicts(fleet)) == 3
+    assert "not-run" not in {v[3] for v in _verdicts(fleet)}  # vLLM ran (synthetic:cpu: a head size it runs)
     m = manifest.load(fleet)
     assert set(m.notebooks) == set(manifest.load(local).notebooks)
     for e in m.notebooks.values():
