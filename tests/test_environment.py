@@ -28,7 +28,7 @@ def _yaml_deps() -> dict[str, str]:
 def test_environment_yml_matches_pyproject():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     wanted = dict(_norm(r) for r in project["dependencies"])
-    for extra in ("notebooks", "llamacpp", "vllm", "dev"):
+    for extra in ("notebooks", "llamacpp", "vllm", "fleet", "dev"):
         wanted |= dict(_norm(r) for r in project["optional-dependencies"][extra])
     have = _yaml_deps()
     have.pop("python", None)

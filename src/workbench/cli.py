@@ -151,6 +151,12 @@ def run(
     wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="echo the engine logs to the console (always kept in the run folder's logs/)"),
+    executor: str = typer.Option("local", "--executor", help="local (this machine, one notebook at a time) or ray "
+                                 "(every job a Ray task on a cluster; docs/fleet.md)"),
+    address: Optional[str] = typer.Option(None, "--address", help="with --executor ray: the head's HOST:PORT "
+                                          "(`ray start --head` prints it); default a local head"),
+    matrix: Optional[Path] = typer.Option(None, "--matrix", help="YAML run matrix: engines × models × cell options "
+                                          "× environments (replaces --engine, --model, -p, --only)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
@@ -158,11 +164,33 @@ def run(
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
+        runs_on = _executor(executor, address)
+        jobs = None
+        if matrix:
+            from . import matrix as _matrix
+
+            if param or only:
+                _fail("--matrix names the notebooks and parameters: put -p and --only in the matrix file")
+            plan = _matrix.load(matrix)
+            jobs = plan.jobs
         code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None, wait=wait,
-                                verbose=verbose)
+                                verbose=verbose, jobs=jobs, executor=runs_on)
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)
+
+
+def _executor(name: str, address: Optional[str]):
+    """The executor ``--executor`` names (None: the runner's local default)."""
+    if name == "local":
+        if address:
+            _fail("--address is for --executor ray")
+        return None
+    if name != "ray":
+        _fail(f"--executor {name!r}: use local or ray")
+    from .fleet import RayExecutor
+
+    return RayExecutor(address)
 
 
 @app.command("findings")

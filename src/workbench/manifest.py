@@ -33,6 +33,9 @@ class NotebookRun:
     error: str | None = None
     attempt: str | None = None  # written into every finding of this attempt (findings.ATTEMPT_ENV)
     log: str | None = None  # what its kernel and engines printed, relative to the run folder
+    environment: str | None = None  # the run matrix's environment it ran in (workbench.matrix)
+    node: dict | None = None  # where a remote executor ran it: hostname, GPU, driver (workbench.fleet)
+    retried: str | None = None  # why an earlier attempt was given up (a node lost mid-job)
 
 
 @dataclass

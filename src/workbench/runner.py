@@ -37,6 +37,7 @@ from . import manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import check_writable, tail
+from .executors import Executor, Job, Ran, Start, resources_for
 from .findings import ATTEMPT_ENV, now_iso
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
@@ -54,21 +55,26 @@ class Planned:
     name: str
     source: Path
     parameters: dict
+    variant: str = ""  # a run matrix's model / options / environment, where it has several (workbench.matrix)
+
+    @property
+    def _folder(self) -> str:
+        return "/".join(filter(None, (self.parameters["engine"], self.variant)))
 
     @property
     def key(self) -> str:
-        """Manifest key: one entry per (engine, notebook), so engines share a run folder side by side."""
-        return f"{self.parameters['engine']}/{self.name}"
+        """Manifest key: one entry per (engine, variant, notebook), so engines share a run folder side by side."""
+        return f"{self._folder}/{self.name}"
 
     @property
     def output(self) -> str:
         """The executed notebook, relative to the run folder."""
-        return f"notebooks/{self.parameters['engine']}/{self.source.name}"
+        return f"notebooks/{self._folder}/{self.source.name}"
 
     @property
     def log(self) -> str:
         """What the notebook's kernel and its engines printed, relative to the run folder."""
-        return f"logs/{self.parameters['engine']}/{self.name}.log"
+        return f"logs/{self._folder}/{self.name}.log"
 
 
 def notebooks(directory: Path) -> list[Path]:
@@ -329,10 +335,37 @@ def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
     return "\n".join(lines)
 
 
+class LocalExecutor(Executor):
+    """Today's executor: each job in turn on this machine, in its own kernel (:func:`_execute`)."""
+
+    name = "local"
+
+    def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
+        for job in jobs:
+            attempt = start(job)
+            t0 = time.perf_counter()
+            status, error = _execute(job.planned, out, attempt, verbose)
+            yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
+
+
+def land(out: Path, files: Mapping[str, bytes]) -> None:
+    """Write what a remote job brought back into the run folder: a finding never replaces another (ids are
+    unique), an executed notebook or log replaces the earlier attempt's; a path outside the folder is refused."""
+    from .files import atomic_write
+
+    for rel, data in files.items():
+        path = (out / rel).resolve()
+        if out not in path.parents:
+            raise RunError(f"a job sent back {rel!r}, outside the run folder")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, data, overwrite=not rel.startswith("findings/"))
+
+
 @_one_writer
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
-              notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False) -> int:
+              notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False,
+              jobs: Callable[[Path], list[Job]] | None = None, executor: Executor | None = None) -> int:
     """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
@@ -343,11 +376,9 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
     ``blueprint/blueprint.md`` for the write-back. Engine logs go to each notebook's log file (and, with
-    ``verbose``, to the console too).
+    ``verbose``, to the console too). ``jobs`` (a run matrix's plan, :mod:`workbench.matrix`) replaces
+    engine × model × params; ``executor`` (default :class:`LocalExecutor`) is where the jobs run.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from . import report
 
     out = Path(out).resolve()
@@ -355,32 +386,12 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
         (out / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
-    todo = [p for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
-    console = Console(stderr=True, quiet=not progress, soft_wrap=True)
-    failed = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("notebooks", total=len(todo))
-        for p in todo:
-            done = manifest.load(out).notebooks.get(p.key)
-            if done and done.status == "ok" and done.parameters == p.parameters:
-                console.print(f"[dim]skip[/] {p.key} (done in an earlier run)")
-                bar.advance(task)
-                continue
-            if done and done.status != "ok":
-                _resume_unfinished(out, done, console.print)
-            bar.update(task, description=f"running {p.key}")
-            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(),
-                                         attempt=uuid.uuid4().hex[:12], log=p.log)
-            manifest.record(out, entry)
-            t0 = time.perf_counter()
-            entry.status, entry.error = _execute(p, out, entry.attempt, verbose)
-            entry.duration_s = round(time.perf_counter() - t0, 2)
-            manifest.record(out, entry)
-            if entry.status != "ok":
-                failed.append(p.key)
-            console.print(notebook_line(out, entry, written_verdicts(out, entry.attempt)))
-            bar.advance(task)
+    todo = jobs(out) if jobs else [Job(p, resources_for(e, p.parameters.get("cell_options")))
+                                   for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
+    executor = executor or LocalExecutor()
+    executor.check(todo)
+    with executor:
+        failed = _run_jobs(out, todo, executor, progress, verbose)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, manifest.load(out))
     print(f"report:    {page}")
@@ -391,6 +402,59 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     if failed:
         print(f"failed:    {', '.join(failed)} (see {out / manifest.MANIFEST})")
     return 1 if failed or bp_error else 0
+
+
+def _running(running: Mapping[str, manifest.NotebookRun]) -> str:
+    """The progress bar's label: what runs now (one job locally, many across a fleet)."""
+    names = [e.name for e in running.values()]
+    return f"running {names[0]}" if len(names) == 1 else f"running {len(names)}: {', '.join(names)[:80]}"
+
+
+def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, verbose: bool) -> list[str]:
+    """Skip what is done, set aside what an unfinished attempt wrote, run the rest; the keys that failed."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True, quiet=not progress, soft_wrap=True)
+    failed, running = [], {}
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("notebooks", total=len(todo))
+        pending = []
+        for job in todo:
+            p = job.planned
+            done = manifest.load(out).notebooks.get(p.key)
+            if done and done.status == "ok" and done.parameters == p.parameters:
+                console.print(f"[dim]skip[/] {p.key} (done in an earlier run)")
+                bar.advance(task)
+                continue
+            if done and done.status != "ok":
+                _resume_unfinished(out, done, console.print)
+            pending.append(job)
+
+        def start(job: Job) -> str:
+            p = job.planned
+            entry = manifest.NotebookRun(p.key, "running", p.parameters, p.output, now_iso(),
+                                         attempt=uuid.uuid4().hex[:12], log=p.log, environment=job.environment)
+            manifest.record(out, entry)
+            for given_up in [a for a, e in running.items() if e.name == p.key]:  # a retry replaces its attempt
+                del running[given_up]
+            running[entry.attempt] = entry
+            bar.update(task, description=_running(running))
+            return entry.attempt
+
+        for job, attempt, ran in executor.run(pending, out, start, verbose):
+            land(out, ran.files)
+            entry = running.pop(attempt)
+            entry.status, entry.error, entry.duration_s = ran.status, ran.error, ran.duration_s
+            entry.node, entry.retried = dict(ran.node) if ran.node else None, ran.retried
+            manifest.record(out, entry)
+            if entry.status != "ok":
+                failed.append(entry.name)
+            console.print(notebook_line(out, entry, written_verdicts(out, entry.attempt)))
+            bar.update(task, description=_running(running))
+            bar.advance(task)
+    return failed
 
 
 CHECKED = "# NBVAL_CHECK_OUTPUT"

@@ -1,0 +1,164 @@
+"""Fleet runs on a real Ray cluster on this machine: a local head (2 CPUs) and `ray start` head + worker.
+
+Skipped with the reason where Ray is absent (the `fleet` extra); WORKBENCH_REQUIRE_FLEET=1 (set by .ci/run)
+makes that a failure. Every Ray process these tests start is gone when they end (checked by session folder).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import base64
+import os
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from workbench import findings, manifest, matrix, runner, standing
+
+pytestmark = pytest.mark.slow
+FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
+FLEET = Path(__file__).parent / "fixtures" / "fleet"
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("WORKBENCH_REQUIRE_FLEET") == "1":
+            pytest.fail("ray is not installed (WORKBENCH_REQUIRE_FLEET=1 requires it): pip install -e '.[fleet]'",
+                        pytrace=False)
+        pytest.skip("ray is not installed: the fleet extra (pip install -e '.[fleet]') runs these tests")
+    return ray
+
+
+@pytest.fixture
+def ray_tmp(monkeypatch):
+    """A short, private Ray temp folder (unix socket paths are short); no process using it survives the test."""
+    import tempfile
+
+    import psutil
+
+    _ray()
+    tmp = tempfile.mkdtemp(prefix="wbr-", dir="/tmp")
+    monkeypatch.setenv("RAY_TMPDIR", tmp)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    yield tmp
+
+    def ours():
+        found = []
+        for p in psutil.process_iter(["cmdline"]):
+            try:
+                if any(tmp in part for part in p.info["cmdline"] or []):
+                    found.append(p)
+            except (psutil.Error, TypeError):
+                pass
+        return found
+
+    _, left = psutil.wait_procs(ours(), timeout=20)  # ray.shutdown() / ray stop let them exit on their own
+    for p in left:
+        p.kill()
+    assert not left, f"Ray processes outlived the test: {[(p.pid, p.info['cmdline'][:2]) for p in left]}"
+
+
+def _verdicts(out: Path) -> list:
+    """(engine, probe, parameters, verdict, reason) of every finding, in one order."""
+    return sorted((f.engine, f.probe, repr(sorted(f.params.items())), f.verdict, f.reason or "")
+                  for _, f in findings.scan([out / "findings"]).findings)
+
+
+def _run(out: Path, m: matrix.Matrix, books: Path, executor=None) -> int:
+    return runner.run_batch(out, progress=False, notebooks_dir=books, data_dir=out / "no-data",
+                            jobs=lambda o: m.jobs(o, books), executor=executor)
+
+
+def test_a_local_head_gives_the_local_executors_verdicts(tmp_path, ray_tmp):
+    from workbench.fleet import RayExecutor
+
+    llama = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("writes_finding",))
+    vllm = matrix.Matrix(("vllm",), ("synthetic:cpu",), ("writes_finding",), resources={"vllm": matrix.Resources(2, 0)})
+    probe = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("20_reuse_metrics",))
+    local, fleet = tmp_path / "local", tmp_path / "fleet"
+    for out, executor in ((local, None), (fleet, RayExecutor(num_cpus=2))):
+        assert _run(out, llama, FIXTURES, executor) == 0
+        assert _run(out, vllm, FIXTURES, executor) == 0
+    assert _run(local, probe, runner.REPO_ROOT / "notebooks") == 0
+    assert _run(fleet, probe, runner.REPO_ROOT / "notebooks", RayExecutor(num_cpus=2)) == 0
+
+    assert _verdicts(fleet) == _verdicts(local) and len(_verdicts(fleet)) == 3
+    assert "not-run" not in {v[3] for v in _verdicts(fleet)}  # vLLM ran (synthetic:cpu: a head size it runs)
+    m = manifest.load(fleet)
+    assert set(m.notebooks) == set(manifest.load(local).notebooks)
+    for e in m.notebooks.values():
+        assert e.status == "ok" and e.node["hostname"] and e.node["ray_node"] and "driver" in e.node
+        assert (fleet / e.output).is_file() and (fleet / e.log).is_file()  # came back as bytes
+    assert (fleet / "report.html").is_file()
+    scan = findings.scan([fleet / "findings"])
+    assert {f.attempt for _, f in scan.findings} <= {e.attempt for e in m.notebooks.values()}
+
+    assert _run(fleet, probe, runner.REPO_ROOT / "notebooks", RayExecutor(num_cpus=2)) == 0  # resume: all skipped
+    assert len(findings.scan([fleet / "findings"]).findings) == len(scan.findings)
+
+
+def _wheel(where: Path, version: str) -> str:
+    """A tiny wheel of package ``wbrelease`` at ``version``: two environments that differ in one package."""
+    dist = f"wbrelease-{version}"
+    files = {"wbrelease/__init__.py": f"__version__ = {version!r}\n",
+             f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: wbrelease\nVersion: {version}\n",
+             f"{dist}.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{p},sha256={base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b'=').decode()},"
+              f"{len(t.encode())}" for p, t in files.items()]
+    files[f"{dist}.dist-info/RECORD"] = "\n".join(record + [f"{dist}.dist-info/RECORD,,"]) + "\n"
+    path = where / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for p, t in files.items():
+            z.writestr(p, t)
+    return str(path)
+
+
+def test_two_environments_run_side_by_side_into_one_folder_and_churn_reads_both(tmp_path, ray_tmp):
+    """Two runtime_envs that differ in one package's version; each job's fixture survey records that version
+    as its release, and the churn rule reads both releases from the one run folder."""
+    from workbench.fleet import RayExecutor
+
+    doc = {"engines": ["trtllm"], "models": ["synthetic:tiny"], "notebooks": ["writes_survey"],
+           "resources": {"trtllm": {"num_cpus": 1, "num_gpus": 0}},
+           "environments": {f"rel-{v}": {"pip": {"packages": [_wheel(tmp_path, v)], "pip_install_options": ["--no-index"]}}
+                            for v in ("1.0", "2.0")}}
+    assert matrix.check(doc) == []
+    path = tmp_path / "m.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "run"
+    assert _run(out, matrix.load(path), FLEET, RayExecutor(num_cpus=2)) == 0
+
+    m = manifest.load(out)
+    assert {k: e.environment for k, e in m.notebooks.items()} == {
+        "trtllm/rel-1.0/writes_survey": "rel-1.0", "trtllm/rel-2.0/writes_survey": "rel-2.0"}
+    found = findings.scan([out / "findings"]).findings
+    assert sorted(f.engine_version for _, f in found) == ["1.0", "2.0"]
+    churn = standing.version_churn(found)
+    assert churn.verdict == "confirmed" and churn.engine_version == "1.0 → 2.0", churn.summary
+
+
+def test_a_bad_or_unreachable_address_exits_2_naming_the_fix(tmp_path):
+    import socket
+
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    _ray()
+    run = ["run", "-o", str(tmp_path / "run"), "--only", "00_environment", "--executor", "ray"]
+    r = CliRunner().invoke(app, run + ["--address", "head.example:port"])
+    assert r.exit_code == 2 and "is not HOST:PORT" in r.output and "ray start --head" in r.output
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = CliRunner().invoke(app, run + ["--address", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and f"no Ray cluster answers at 127.0.0.1:{port}" in r.output
+    assert f"ray start --head --port={port}" in r.output
+    assert not (tmp_path / "run" / "run.json").exists()
+    r = CliRunner().invoke(app, run[:-2] + ["--address", f"127.0.0.1:{port}"])
+    assert r.exit_code == 2 and "--address is for --executor ray" in r.output

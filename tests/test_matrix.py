@@ -1,0 +1,79 @@
+"""The run matrix: every bad entry named before anything runs; jobs per engine × model × options × environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from workbench import matrix, runner
+from workbench.executors import ExecutorError, Job, Resources, resources_for
+
+FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
+
+
+@pytest.mark.parametrize("doc, says", [
+    ([1], "must be a mapping"),
+    ({"models": ["m"]}, "engines: required"),
+    ({"engines": ["nope"]}, "unknown engine 'nope'"),
+    ({"engines": ["llamacpp", "llamacpp"]}, "listed twice"),
+    ({"engines": ["llamacpp"], "typo": 1}, "typo: unknown key"),
+    ({"engines": ["llamacpp"], "cell_options": [3]}, "cell_options: a list of mappings"),
+    ({"engines": ["llamacpp"], "environments": {"a": {"pip": "x==1"}}}, "environments.a.pip: a list"),
+    ({"engines": ["llamacpp"], "environments": {"a": {"pip": ["x"], "conda": "c"}}}, "exclusive"),
+    ({"engines": ["llamacpp"], "environments": {"a": {"docker": "x"}}}, "environments.a.docker: unknown"),
+    ({"engines": ["llamacpp"], "environments": {"a b": {}}}, "environments.a b: a name"),
+    ({"engines": ["llamacpp"], "resources": {"vllm": {"num_gpus": -1}}}, "resources.vllm.num_gpus"),
+    ({"engines": ["llamacpp"], "resources": {"vllm": {"gpus": 1}}}, "only num_cpus and num_gpus"),
+])
+def test_each_bad_entry_is_named(doc, says):
+    assert any(says in p for p in matrix.check(doc)), matrix.check(doc)
+
+
+def test_a_good_matrix_has_no_problem():
+    assert matrix.check({"engines": ["llamacpp", "vllm"], "models": ["synthetic:tiny"], "params": {"seed": 1},
+                         "cell_options": [{}], "environments": {"a": {"pip": ["x==1"]}, "b": {"conda": "c"}},
+                         "resources": {"vllm": {"num_cpus": 2}}}) == []
+
+
+def test_malformed_file_exits_2_naming_every_entry(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    bad = tmp_path / "m.yaml"
+    bad.write_text("engines: [llamacpp, nope]\ncell_options: 3\n")
+    r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--matrix", str(bad)])
+    assert r.exit_code == 2
+    assert "unknown engine 'nope'" in r.output and "cell_options: a list of mappings" in r.output
+    assert not (tmp_path / "run" / "run.json").exists()
+    (tmp_path / "n.yaml").write_text("engines: [llamacpp\n")
+    r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--matrix", str(tmp_path / "n.yaml")])
+    assert r.exit_code == 2 and "is not YAML" in r.output
+
+
+def test_jobs_cover_the_axes_and_only_varying_axes_name_the_folder(tmp_path):
+    m = matrix.Matrix(("llamacpp", "trtllm"), ("synthetic:tiny",), ("writes_finding",), {"seed": 2}, ({},),
+                      {"rel-1": {"pip": ["p==1"]}, "rel-2": {"pip": ["p==2"]}}, {"trtllm": Resources(1, 1)})
+    jobs = m.jobs(tmp_path, FIXTURES)
+    assert sorted(j.planned.key for j in jobs) == ["llamacpp/rel-1/writes_finding", "llamacpp/rel-2/writes_finding",
+                                                   "trtllm/rel-1/writes_finding", "trtllm/rel-2/writes_finding"]
+    assert {j.planned.output for j in jobs} >= {"notebooks/trtllm/rel-2/writes_finding.ipynb"}
+    assert all(j.planned.parameters["seed"] == 2 for j in jobs)
+    assert {j.planned.key: j.resources.num_gpus for j in jobs}["trtllm/rel-1/writes_finding"] == 1
+    assert {j.runtime_env["pip"][0] for j in jobs if j.environment == "rel-2"} == {"p==2"}
+    with pytest.raises(matrix.MatrixError, match="no selected notebook takes parameter"):
+        matrix.Matrix(("llamacpp",), cell_options=({"n_ctx": 64},), notebooks=("writes_finding",)).jobs(tmp_path, FIXTURES)
+
+
+@pytest.mark.parametrize("engine, options, gpus", [
+    ("trtllm", {}, 1), ("trtllm-serve", {}, 1), ("llamacpp", {"gpu_layers": 99}, 1), ("llamacpp", {}, 0),
+    ("llamacpp-server", {"gpu_layers": 0}, 0), ("vllm", {}, 0)])
+def test_resources_rule(engine, options, gpus):
+    assert resources_for(engine, options) == Resources(1.0, float(gpus))
+
+
+def test_the_local_executor_refuses_environments_before_running(tmp_path):
+    (p,) = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding"], FIXTURES)
+    with pytest.raises(ExecutorError, match="--executor ray"):
+        runner.LocalExecutor().check([Job(p, environment="a", runtime_env={"pip": ["x"]})])
