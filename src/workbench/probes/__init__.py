@@ -45,6 +45,17 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Decision:
+    """What a rule's decision ladder returns (summarise → decide → explain): the verdict, the rung that gave it
+    (the key the rule's wording reads), the claim rows it settles beside, and the metric values it rests on."""
+
+    verdict: str
+    case: str
+    claim_verdicts: Mapping[str, str] = field(default_factory=dict)
+    rests_on: tuple[Support, ...] = ()
+
+
+@dataclass(frozen=True)
 class Figure:
     """A figure of the probe's evidence: ``kind`` names a builder in :mod:`workbench.plots`."""
 
