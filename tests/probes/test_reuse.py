@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
 from workbench.models import TOKEN_LO
@@ -256,3 +257,40 @@ def test_issue_23_nan_logits_are_never_evidence():
     assert counted.verdict == "inconclusive" and counted.claim_verdicts["risk.reuse_metrics"] == "inconclusive"
     inf_floor = verdict([COLD, _row() | {"logits_layout_floor": float("inf")}], ["num_cached_tokens"], "e", None, 0.05)
     assert inf_floor.verdict == "inconclusive"
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _reconciled(**kw):
+    from workbench.probes.reuse import Reconciliation
+
+    base = dict(engine="vllm", fields=("num_cached_tokens",), rows=6, exact=6, counted=6, engine_exact=6, reported=6,
+                mismatched=(), disagreeing=(), lost=(), diffs=(0.01,) * 6, floor=0.01, odd=(), too_noisy=False,
+                wrong=(), wrong_bar=None, clean_bar=0.05, nonfinite=0, granularity=1, cold=(0.2,), warm=(0.1,),
+                source="engine")
+    return Reconciliation(**(base | kw))
+
+
+ROW = {"case": "cold"}
+
+
+@pytest.mark.parametrize("summary, verdict_, risk", [
+    (_reconciled(), "confirmed", "refuted"),  # the engine's own counter exact per token, output unchanged
+    (_reconciled(granularity=16, exact=4, engine_exact=4), "partial", "partial"),  # block rounding
+    (_reconciled(disagreeing=(ROW,)), "partial", "partial"),
+    (_reconciled(lost=(ROW,)), "partial", "partial"),
+    (_reconciled(counted=0, engine_exact=0), "refuted", "confirmed"),  # no counter at all
+    (_reconciled(wrong=(ROW,), wrong_bar=0.05), "refuted", "confirmed"),  # the reused KV changed the output
+    (_reconciled(wrong=(ROW,), wrong_bar=0.05, no_counter="none"), "refuted", "not-applicable"),
+    (_reconciled(counted=0, no_counter="llama.cpp counts what the cell sent"), "not-applicable", "not-applicable"),
+    (_reconciled(nonfinite=1), "inconclusive", "inconclusive"),  # NaN is no evidence either way
+    (_reconciled(too_noisy=True), "inconclusive", "inconclusive"),
+    (_reconciled(odd=(ROW,)), "inconclusive", "inconclusive"),  # cold runs disagree, nothing judged
+    (_reconciled(odd=(ROW,), wrong=(ROW,), wrong_bar=0.05), "refuted", "confirmed"),  # a wrong output still counts
+])
+def test_the_reuse_ladder_gives_each_verdict_from_its_summary(summary, verdict_, risk):
+    from workbench.probes.reuse import decide
+
+    d = decide(summary)
+    assert d.verdict == verdict_ and d.claim_verdicts["risk.reuse_metrics"] == risk, d.case
