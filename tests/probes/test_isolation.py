@@ -8,7 +8,7 @@ from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.probes.isolation import Params, ks_floor, tost_log, ttft_ratio, verdict
+from workbench.probes.isolation import Params, Ratio, ks_floor, tost_log, ttft_ratio, verdict
 
 P = Params(trials=16)
 
@@ -265,3 +265,38 @@ def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_lea
     sent = [c[1]["lora_request"] for llm in fake_trt.llmapi.llm.LLM.instances for c in llm.calls
             if c[0] == "generate_async"]
     assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _separation(**kw):
+    from workbench.probes.isolation import Separation
+
+    inside = Ratio(1.0, 0.95, 1.05, 0.98, 2000, 16)
+    base = dict(within=64, cross=0, cell_cross=0, counted=True, source="engine", ks_same=1e-6, ks_other=0.9,
+                ks_floor=1e-9, tost=1e-4, warm=Ratio(0.5, 0.45, 0.55, 0.98, 2000, 16), other=inside, alpha=0.01,
+                margin=0.25, snapshot_crossed=False)
+    return Separation(**(base | kw))
+
+
+@pytest.mark.parametrize("summary, verdict_", [
+    (_separation(), "confirmed"),
+    (_separation(cross=64), "refuted"),  # counted across keys
+    (_separation(ks_other=1e-4), "refuted"),  # B faster than cold: a timing leak
+    (_separation(snapshot_crossed=True), "refuted"),  # a snapshot restored onto another manifest
+    (_separation(within=None, cross=None), "inconclusive"),  # no count: timing alone cannot decide
+    (_separation(within=0), "inconclusive"),  # no reuse at all is not isolation
+    (_separation(ks_same=0.5), "inconclusive"),  # a repeat no faster than cold
+    (_separation(tost=0.2), "inconclusive"),  # B not shown as slow as cold
+    (_separation(other=Ratio(1.0, 0.7, 1.4, 0.98, 2000, 16)), "inconclusive"),  # B's interval leaves the equivalence band
+    (_separation(no_salt="no salt", engine_took=True, cross=64), "not-applicable"),  # no salt: the engine took it
+    (_separation(no_salt="no salt", engine_took=False), "not-applicable"),  # refused for its shape, not a key
+    (_separation(no_salt="no salt", cross=64), "refuted"),  # no salt, nothing handed over: the ladder as usual
+])
+def test_the_isolation_ladder_gives_each_verdict_from_its_summary(summary, verdict_):
+    from workbench.probes.isolation import decide
+
+    d = decide(summary)
+    assert d.verdict == verdict_, d.case
+    assert bool(d.rests_on) == (verdict_ in ("confirmed", "refuted"))
