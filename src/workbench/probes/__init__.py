@@ -171,34 +171,43 @@ def parse_params(probe: Probe, raw: Mapping[str, Any]) -> Any:
         raise ParamError(f"probe {probe.name}: {e}") from None
 
 
+def _is_none(t: Any, v: Any) -> bool:
+    """``v`` spells None and ``t`` is an optional type that allows it."""
+    spelled = v is None or (isinstance(v, str) and v.lower() in {"none", "null", ""})
+    return spelled and type(None) in typing.get_args(t)
+
+
+def _scalar(t: Any, v: Any) -> Any:
+    """``v`` as the scalar type ``t`` (ValueError where it is not one); other types pass ``v`` through."""
+    if t is bool:
+        return parse_bool(v) if isinstance(v, str) else bool(v)
+    if t not in (int, float, str):
+        return v
+    if t is int and isinstance(v, float) and not v.is_integer():
+        raise ValueError(v)
+    out = t(v)
+    if t is float and not math.isfinite(out):
+        raise ValueError(v)
+    return out
+
+
 def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
-    origin, args = typing.get_origin(t), typing.get_args(t)
+    origin = typing.get_origin(t)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        if v is None or (isinstance(v, str) and v.lower() in {"none", "null", ""}):
-            if type(None) in args:
-                return None
-        t = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(t), typing.get_args(t)
+        if _is_none(t, v):
+            return None
+        t = next(a for a in typing.get_args(t) if a is not type(None))
     try:
-        if origin is tuple:
+        if typing.get_origin(t) is tuple:
             items = v.split(",") if isinstance(v, str) else list(v)
-            return tuple(_convert(probe, key, args[0], x.strip() if isinstance(x, str) else x)
+            return tuple(_convert(probe, key, typing.get_args(t)[0], x.strip() if isinstance(x, str) else x)
                          for x in items if not (isinstance(x, str) and not x.strip()))
-        if t is bool:
-            return parse_bool(v) if isinstance(v, str) else bool(v)
-        if t in (int, float, str):
-            if t is int and isinstance(v, float) and not v.is_integer():
-                raise ValueError(v)
-            out = t(v)
-            if t is float and not math.isfinite(out):
-                raise ValueError(v)
-            return out
+        return _scalar(t, v)
     except ParamError:
         raise  # an element of a tuple, already named
     except (ValueError, TypeError):
         finite = " (finite)" if t is float else ""
         raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}{finite}, got {v!r}") from None
-    return v
 
 
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
