@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
-from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
 from ..params import parse_bool
 from ..registry import Registry, UnknownName
@@ -42,6 +42,10 @@ class Outcome:
     rests_on: tuple[Support, ...] = ()  # the value of each metric the verdict rests on: engine-read, finite, holding
     claim_rests_on: dict[str, tuple[Support, ...]] = field(default_factory=dict)  # a claim row with its own evidence
     sources: dict[str, str] = field(default_factory=dict)  # a metric's source in this run, where not the declared one
+
+    def __post_init__(self) -> None:  # a misspelt verdict fails where the rule returns it, not at the schema
+        self.verdict = Verdict.check(self.verdict, "a probe's verdict")
+        self.claim_verdicts = {c: Verdict.check(v, f"the verdict on {c}") for c, v in self.claim_verdicts.items()}
 
 
 @dataclass(frozen=True)
@@ -252,7 +256,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
-RESTING = ("confirmed", "refuted", "partial")  # verdicts that must rest on a number read from the engine
+RESTING = (Verdict.CONFIRMED, Verdict.REFUTED, Verdict.PARTIAL)  # verdicts that must rest on a number read from the engine
 
 
 def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
