@@ -30,7 +30,7 @@ from . import target as _target
 from . import traces as _traces
 from .spec import Drafter
 
-DEFAULT_CONTEXT = 8192
+DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
 
 
 @dataclass
