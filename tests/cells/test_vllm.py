@@ -89,7 +89,7 @@ def test_reuse_is_whole_blocks_and_never_the_last_token(cell, n, reused):
     assert warm.engine_counters["num_cached_tokens"] == reused
 
 
-def test_audit_17_a_request_the_engine_gave_no_count_for_is_no_reading_not_zero(cell, monkeypatch):
+def test_a_request_the_engine_gave_no_count_for_is_no_reading_not_zero(cell, monkeypatch):
     """``num_cached_tokens`` None (the engine's RequestOutput without a count) became an engine count of 0."""
     real = cell._engine.step
 

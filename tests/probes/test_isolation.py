@@ -87,7 +87,7 @@ ARM = {"arm": "adapter requests", "refused": False, "error": None, "adapter": "w
 ADAPTER = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "manifest mismatch"}]
 
 
-def test_audit_17_the_cells_own_adapter_refusal_no_longer_confirms_lora():
+def test_the_cells_own_adapter_refusal_never_confirms_lora():
     """RequestCell.restore's digest comparison confirmed contract.lora on vLLM; no adapter request had reached it."""
     o = at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), ADAPTER, P))
     assert o.verdict == "confirmed" and o.claim_verdicts["contract.lora"] == "inconclusive"
@@ -95,7 +95,7 @@ def test_audit_17_the_cells_own_adapter_refusal_no_longer_confirms_lora():
     assert verdict(_rows(), REFUSED, P).claim_verdicts["contract.lora"] == "inconclusive"  # no adapter at all
 
 
-def test_audit_17_the_lora_row_is_the_engines_answer_to_adapter_requests():
+def test_the_lora_row_is_the_engines_answer_to_adapter_requests():
     counted = _engine_counted(_rows())
 
     def lora(arm):
@@ -115,7 +115,7 @@ def test_audit_17_the_lora_row_is_the_engines_answer_to_adapter_requests():
     assert lora(ARM | {"refused": None, "error": "no adapter to send"})[0] == "inconclusive"
 
 
-def test_audit_17_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
+def test_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
     from dataclasses import replace
 
     o = verdict(_engine_counted(_rows()), ADAPTER, P, lora_arm=ARM)
@@ -127,7 +127,7 @@ def test_audit_17_a_lora_verdict_beside_engine_counts_that_contradict_it_is_down
     assert at_most_inconclusive_without_engine(same).claim_verdicts["contract.lora"] == "inconclusive"
 
 
-def test_audit_17_timing_alone_cannot_refute_isolation_when_the_engine_counted_no_cross_key_reuse():
+def test_timing_alone_cannot_refute_isolation_when_the_engine_counted_no_cross_key_reuse():
     """The reported case: other-key requests as fast as a hit, the engine's own counters 0 across keys."""
     o = verdict(_engine_counted(_rows(other=0.1)), REFUSED, P)
     assert o.verdict == "refuted" and o.metrics["engine_cross_manifest_reused_tokens"] == 0
@@ -140,7 +140,7 @@ def test_audit_17_timing_alone_cannot_refute_isolation_when_the_engine_counted_n
     assert at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), accepted, P)).verdict == "inconclusive"
 
 
-def test_audit_17_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_finding_says_so():
+def test_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_finding_says_so():
     from workbench import findings
 
     o = verdict(_engine_counted(_rows()), REFUSED, P)
@@ -150,7 +150,7 @@ def test_audit_17_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_find
     assert findings.metric_values(cell.metrics, cell.sources)["reused_tokens"]["source"] == "cell"
 
 
-def test_audit_17_a_missing_engine_count_is_missing_not_zero():
+def test_a_missing_engine_count_is_missing_not_zero():
     """TensorRT-LLM without perf metrics: the cell's reuse was 0 and read as 'no reuse even within one key'."""
     rows = [r | {"reuse_source": "none"} for r in _rows(within=0)]
     o = verdict(rows, REFUSED, P)
@@ -248,7 +248,7 @@ def test_too_few_bootstrap_resamples_is_a_bad_parameter():
         probes.parse_params(probes.get("isolation.cache_salt"), {"resamples": 50})
 
 
-def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
+def test_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
     """The adapter requests reach the engine (the double records each ``lora_request``; it keys blocks by the
     LoRA id as 1.2 does, tests/doubles/fake_tensorrt_llm/llmapi/llm.py ``_admit``), but its decode ignores the
     adapter: with no sign that the adapter was applied, the LoRA row cannot be confirmed."""

@@ -241,7 +241,7 @@ def test_an_engine_without_priorities_runs_one_repeat_its_baseline(monkeypatch):
     assert {rep for rep, _ in ran} == {0} and out.verdict == "not-applicable"
 
 
-def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_contradicts_it():
+def test_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_contradicts_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard
@@ -257,7 +257,7 @@ def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival
     assert guard(held).verdict == "inconclusive"
 
 
-def test_audit_17_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
+def test_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
     """``engine_reused_tokens or 0``: a re-request without a count read as the whole prefix lost."""
     from workbench.contract import PrefixStatus
     from workbench.probes.retention import _reused

@@ -181,7 +181,7 @@ def test_classify_names_block_and_last_token_disagreements():
     assert classify(97, None, 120, 32) == "no channel"
 
 
-def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts():
+def test_the_no_counter_refutation_stands_on_the_engines_missing_counts():
     """A TensorRT-LLM without perf metrics returns no count on any request: the branch named no metric, so the
     guard always downgraded it and the risk could never be confirmed."""
     from workbench.probes import at_most_inconclusive_without_engine
@@ -195,7 +195,7 @@ def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts
     assert any("missing, not 0" in n for n in o.notes)
 
 
-def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
+def test_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
     from workbench import findings
 
     o = verdict([COLD, _row()], ["num_cached_tokens"], "vllm", None, 0.05)
@@ -205,7 +205,7 @@ def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_c
     assert findings.metric_values(llama.metrics, llama.sources)["reuse_exact_fraction"]["source"] == "cell"
 
 
-def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
+def test_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard
@@ -225,7 +225,7 @@ def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_con
         assert lie.verdict == "inconclusive" and f"{tag} is {value!r}" in lie.summary, (o.verdict, tag)
 
 
-def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
+def test_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
                                                                                                  monkeypatch):
     """The double returns no ``request_perf_metrics`` (as 1.2 does without ``return_perf_metrics``): every count
     is missing, never 0, and the refutation rests on the engine having counted none of the requests."""
@@ -244,7 +244,7 @@ def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_
     assert all(r["reported_reused"] is None and r["reuse_source"] == "none" for r in f.evidence["rows"])
 
 
-def test_issue_23_nan_logits_are_never_evidence():
+def test_nan_logits_are_never_evidence():
     """A model with NaN weights gave "every reused request computed the same logits as a cold recompute (max |Δ|
     nan)": NaN compared as a pass."""
     nan = float("nan")
