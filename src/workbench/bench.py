@@ -150,7 +150,7 @@ def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds
     res = BenchResult(m.name, prompt_tokens, decode_tokens, rounds, threads, {a: [] for a in arms},
                       environment.hardware()["summary"], llama_cpp.__version__, extra.use, extra.reason,
                       sorted(f for f in cpu.flags() if f in cpu.SHOWN_FLAGS))
-    opts = dict(kv_budget_tokens=n_ctx, n_batch=n_batch, n_threads=threads)
+    opts = dict(kv_budget_tokens=n_ctx, n_batch=n_batch, threads=threads)
     served = _Arms(open_cell("llamacpp", model, **opts, extra_buffers=extra.use), None)
     try:
         served.raw = _Raw(llama_cpp, str(m.path), n_ctx, n_batch, threads, extra)

@@ -25,7 +25,7 @@ def subject(monkeypatch):
 
     def use(engine: str) -> None:
         monkeypatch.setitem(arms.ARMS._loaded, "trtllm", arms.ArmSpec(
-            "trtllm", engine, True, "none", f"stand-in subject ({engine})", {"n_threads": 1, "context_tokens": 1024}))
+            "trtllm", engine, True, "none", f"stand-in subject ({engine})", {"threads": 1, "context_tokens": 1024}))
     return use
 
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .. import models, serve
+from .options import CellOptions
 from ..files import tail
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, Retention,
                         UnsupportedFeature, WorkbenchError)
@@ -44,7 +45,7 @@ TRANSPORT = "http"
 
 
 @dataclass(frozen=True)
-class ServedOptions:
+class ServedOptions(CellOptions):
     """``open_cell("llamacpp-server" | "vllm-server" | "trtllm-serve", model, **options)`` keywords."""
 
     endpoint: str | None = None  # attach to a server someone else runs (its URL); None: start one
@@ -69,6 +70,8 @@ class ServedOptions:
             raise ValueError("slots and threads must be at least 1")
         if self.adapters:
             raise ValueError("LoRA adapters are not mapped onto served engines; open the in-process cell")
+        if self.connector:
+            raise ValueError("the recording KV connector is not mapped onto served engines; open the in-process cell")
         serve.check_host(self.host, self.api_key)
 
     @classmethod

@@ -145,7 +145,7 @@ def _render(tr: _traces.Trace, model: str, threads: int, context_tokens: int,
             tokens_per_block: int | None) -> tuple[_replay.Workload, int]:
     """The trace's turns as token ids (tokenized by ``model`` on llama.cpp) and that vocabulary's size; no turn
     that fits the context is an error naming the fix."""
-    with cells.open_cell("llamacpp", model, context_tokens=256, n_threads=threads) as tok:
+    with cells.open_cell("llamacpp", model, context_tokens=256, threads=threads) as tok:
         vocab = tok.describe().extra["vocab_size"]
         rendered = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
     if not rendered.turns:

@@ -112,10 +112,7 @@ class CellArm:
                  drafter: Drafter, extra_options: Mapping[str, Any] | None = None) -> None:
         self.spec, self.drafter = spec, drafter
         opts = dict(spec.cell_options) | dict(extra_options or {})
-        if spec.engine == "llamacpp":
-            opts |= {"n_threads": threads, "context_tokens": context_tokens}
-        elif spec.engine == "vllm" or spec.engine in cells.SERVED:
-            opts |= {"threads": threads, "context_tokens": context_tokens}
+        opts |= {"threads": threads, "context_tokens": context_tokens}  # CellOptions: one name on every engine
         self.cell = cells.open_cell(spec.engine, model, **opts)
         have = self.cell.describe().context_tokens
         if context_tokens and have < context_tokens:  # e.g. a server capped at the model's own ceiling

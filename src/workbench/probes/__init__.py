@@ -101,12 +101,9 @@ class ProbeContext:
         self.resolved: models.ResolvedModel | None = None
 
     def fixed_threads(self, threads: int) -> dict:
-        """Cell options that fix the thread count for timed work, where the engine's cell takes one
-        (read from its ``open`` signature, never from its name) and the run did not set it already."""
-        import inspect
-
-        takes = inspect.signature(cells.cell_class(self.engine).open).parameters
-        return {"n_threads": threads} if "n_threads" in takes and "n_threads" not in self.cell_options else {}
+        """Cell options that fix the thread count for timed work (``CellOptions.threads``, which every engine's
+        options have), unless the run set it already."""
+        return {} if "threads" in self.cell_options else {"threads": threads}
 
     def open(self, model: str | None = None, **options: Any) -> Cell:
         """A fresh cell (``options`` override the run's cell options). Records the first description."""
