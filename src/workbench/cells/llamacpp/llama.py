@@ -446,37 +446,8 @@ class LlamaCppCell:
         t0 = time.perf_counter()
         before = self._perf()
         try:
-            deferred, recomputed = len(seq.pending), 0
-            if seq.pending:
-                todo, seq.pending = seq.pending, []
-                self._eval(slot, todo)
-            elif self._logits_at != (slot, len(seq.tokens)):
-                last = seq.tokens[-1]  # logits are stale: recompute the last prompt token
-                self._truncate(slot, len(seq.tokens) - 1)
-                self._eval(slot, [last])
-                recomputed = 1
-            out: list[int] = []
-            times: list[float] = []
-            text = b""
-            finish = "length"
-            while True:
-                tok = ll.llama_sampler_sample(smpl, self._ctx, -1)
-                now = time.perf_counter() - t0
-                if ll.llama_vocab_is_eog(self._vocab, tok):
-                    finish = "stop"
-                    break
-                out.append(tok)
-                times.append(now)
-                piece = self._piece(tok)
-                text += piece
-                if on_token is not None:
-                    on_token(tok, piece.decode(errors="replace"), now)
-                if stop and any(s.encode() in text for s in stop):
-                    finish = "stop"
-                    break
-                if len(out) >= max_tokens:
-                    break
-                self._eval(slot, [tok])
+            deferred, recomputed = self._fresh_logits(slot, seq)
+            out, times, text, finish = self._sample(smpl, slot, max_tokens, stop, on_token, t0)
         finally:
             ll.llama_sampler_free(smpl)
         decoded = text.decode(errors="replace")
@@ -487,6 +458,46 @@ class LlamaCppCell:
                             ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
                             prompt_tokens=prompt_len, deferred_prefill_tokens=deferred,
                             engine_counters=self._counters(before) | {"recomputed_last_token": recomputed})
+
+    def _fresh_logits(self, slot: int, seq: _Seq) -> tuple[int, int]:
+        """Make the logits the slot's last prompt token's: evaluate a deferred prefill, or recompute the last token
+        when the logits belong to something else. (deferred tokens evaluated, tokens recomputed)"""
+        deferred = len(seq.pending)
+        if seq.pending:
+            todo, seq.pending = seq.pending, []
+            self._eval(slot, todo)
+            return deferred, 0
+        if self._logits_at != (slot, len(seq.tokens)):
+            last = seq.tokens[-1]  # logits are stale: recompute the last prompt token
+            self._truncate(slot, len(seq.tokens) - 1)
+            self._eval(slot, [last])
+            return 0, 1
+        return 0, 0
+
+    def _sample(self, smpl: Any, slot: int, max_tokens: int, stop: Sequence[str], on_token: TokenCallback | None,
+                t0: float) -> tuple[list[int], list[float], bytes, str]:
+        """Sample until end of generation, a stop string or ``max_tokens``: (tokens, seconds since ``t0`` of each,
+        the text's bytes, finish reason)."""
+        ll = self._ll
+        out: list[int] = []
+        times: list[float] = []
+        text = b""
+        while True:
+            tok = ll.llama_sampler_sample(smpl, self._ctx, -1)
+            now = time.perf_counter() - t0
+            if ll.llama_vocab_is_eog(self._vocab, tok):
+                return out, times, text, "stop"
+            out.append(tok)
+            times.append(now)
+            piece = self._piece(tok)
+            text += piece
+            if on_token is not None:
+                on_token(tok, piece.decode(errors="replace"), now)
+            if stop and any(s.encode() in text for s in stop):
+                return out, times, text, "stop"
+            if len(out) >= max_tokens:
+                return out, times, text, "length"
+            self._eval(slot, [tok])
 
     def _sampler(self, temperature: float, top_p: float, top_k: int, seed: int,
                  json_schema: Mapping[str, Any] | None):
