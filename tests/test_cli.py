@@ -84,7 +84,7 @@ def test_findings_command_lists_and_reports_corrupt(tmp_path):
 # --------------------------------------------------------------------------- issue 23
 
 
-def test_issue_23_bad_options_exit_2_naming_the_fix(tmp_path):
+def test_bad_options_exit_2_naming_the_fix(tmp_path):
     (tmp_path / "a-file").write_text("")
     bp = tmp_path / "latin1.md"
     bp.write_bytes("Caf\u00e9\n".encode("latin-1"))
@@ -110,7 +110,7 @@ def test_issue_23_bad_options_exit_2_naming_the_fix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "latin1.md"]  # nothing written, nothing run
 
 
-def test_issue_23_a_second_run_into_a_folder_exits_2_naming_the_holder(tmp_path):
+def test_a_second_run_into_a_folder_exits_2_naming_the_holder(tmp_path):
     code = ("import sys, time; from pathlib import Path; from workbench import runlock\n"
             "with runlock.writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)")
     holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
@@ -124,7 +124,7 @@ def test_issue_23_a_second_run_into_a_folder_exits_2_naming_the_holder(tmp_path)
         holder.wait()
 
 
-def test_issue_23_findings_survives_a_fifo_and_deep_nesting(tmp_path):
+def test_findings_survives_a_fifo_and_deep_nesting(tmp_path):
     import os
 
     wb("probe", "surface.contract_mapping", "--out", str(tmp_path))

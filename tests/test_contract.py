@@ -47,3 +47,32 @@ def test_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
     assert status("perf_metrics").engine_reused_tokens == 64
     for own in ("cell", "bookkeeping", "restore", "none"):
         assert status(own).engine_reused_tokens is None
+
+
+def test_verdicts_and_event_kinds_are_closed_vocabularies_that_read_as_their_strings():
+    from workbench.contract import EventKind, KvEvent, Verdict
+
+    assert Verdict.NOT_RUN == "not-run" and f"{Verdict.NOT_RUN}" == str(Verdict.NOT_RUN) == "not-run"
+    assert {"not-run": 1}.get(Verdict.NOT_RUN) == 1 and {Verdict.REFUTED: 2}["refuted"] == 2
+    assert KvEvent("cleared").kind == EventKind.CLEARED  # vLLM's AllBlocksCleared
+    with pytest.raises(ValueError, match="stored"):
+        KvEvent("evicted")
+
+
+def test_a_misspelt_verdict_fails_where_the_rule_returns_it():
+    from workbench.probes import Outcome
+
+    assert Outcome("not-applicable", "s").verdict == "not-applicable"
+    with pytest.raises(ValueError, match="not-applicable"):
+        Outcome("not applicable", "s")
+    with pytest.raises(ValueError, match="risk.x"):
+        Outcome("refuted", "s", claim_verdicts={"risk.x": "confirm"})
+
+
+def test_the_finding_schema_reads_its_verdicts_and_sources_from_their_one_home():
+    from workbench import findings, metrics
+    from workbench.contract import Verdict
+
+    doc = findings.schema()
+    assert doc["$defs"]["verdict"]["enum"] == [v.value for v in Verdict]
+    assert doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] == list(metrics.SOURCES)

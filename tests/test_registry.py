@@ -61,3 +61,26 @@ def test_listing_engines_imports_no_engine():
 def test_every_registered_probe_loads_as_a_probe():
     for name in probes.names():
         assert isinstance(probes.get(name), probes.Probe)
+
+
+def test_loop_arms_live_in_the_registry_with_did_you_mean_and_keep_their_declared_order():
+    from workbench.loop import arms
+
+    assert isinstance(arms.ARMS, Registry) and arms.names()[:3] == ["llamacpp-cold", "llamacpp", "llamacpp-spec"]
+    assert arms.get("vllm-spec").engine == "vllm"
+    with pytest.raises(UnknownName, match="did you mean 'llamacpp-spec'"):
+        arms.get("llamacpp-spek")
+
+
+def test_an_added_entry_must_be_of_the_base_and_cannot_be_replaced():
+    from workbench.loop.arms import ArmSpec
+
+    r = Registry("arm", base=ArmSpec)
+    a = ArmSpec("x", "llamacpp", True, "none", "an arm")
+    r.add("x", a)
+    r.add("x", a)  # the same entry again is harmless
+    assert r.get("x") is a and r.declared() == ["x"]
+    with pytest.raises(ValueError, match="already registered"):
+        r.add("x", ArmSpec("x", "vllm", True, "none", "another"))
+    with pytest.raises(TypeError, match="not a ArmSpec"):
+        r.add("y", object())

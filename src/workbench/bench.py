@@ -17,6 +17,7 @@ import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from . import cpu, environment, models
 from .models import TOKEN_LO
@@ -90,6 +91,53 @@ class _Raw:
         self.ll.llama_model_free(self.model)
 
 
+@dataclass
+class _Arms:
+    """The benchmark's arms, each one way of serving the same prompt: the cell, raw llama.cpp calls and, where
+    extra buffers are in use, llama-cpp-python's high-level ``Llama`` and the cell with extra buffers off."""
+
+    cell: Any
+    raw: Any
+    llama: Any = None
+    cell_xb_off: Any = None
+
+    def work(self, arm: str, prompt: list[int], r: int, decode_tokens: int) -> list[int]:
+        if arm == "raw":
+            return self.raw.work(prompt, decode_tokens)
+        if arm == "llama":
+            self.llama.reset()
+            out: list[int] = []
+            for tok in self.llama.generate(prompt, temp=0.0, top_k=1, reset=True):
+                out.append(tok)
+                if len(out) == decode_tokens:
+                    break
+            return out
+        c = self.cell if arm == "cell" else self.cell_xb_off
+        c.ensure_prefix(prompt, salt=f"bench-{r}")
+        return c.decode(max_tokens=decode_tokens).tokens
+
+    def close(self) -> None:
+        for c in (self.cell, self.raw, self.llama, self.cell_xb_off):
+            if c is not None:
+                c.close()
+
+
+def _rounds(res: BenchResult, served: _Arms, arms: list[str], hi: int) -> None:
+    """``res.rounds`` timed rounds after one warm-up (discarded), arms rotated each round; the cell and raw
+    calls must decode the same tokens."""
+    for r in range(res.rounds + 1):  # round 0 warms every arm up and is discarded
+        prompt = [TOKEN_LO + (r * 7919 + i * 104729) % (hi - TOKEN_LO) for i in range(res.prompt_tokens)]
+        tokens = {}
+        for arm in arms[r % len(arms):] + arms[: r % len(arms)]:  # rotate, so no arm always goes first
+            t0 = time.perf_counter()
+            tokens[arm] = served.work(arm, prompt, r, res.decode_tokens)
+            if r:
+                res.seconds[arm].append(time.perf_counter() - t0)
+        if tokens["cell"] != tokens["raw"][: len(tokens["cell"])]:
+            raise RuntimeError(f"cell and raw decoded different tokens in round {r}: "
+                               f"{tokens['cell'][:8]} vs {tokens['raw'][:8]}")
+
+
 def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds: int = 9) -> BenchResult:
     import llama_cpp
     from llama_cpp import Llama
@@ -102,47 +150,17 @@ def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds
     res = BenchResult(m.name, prompt_tokens, decode_tokens, rounds, threads, {a: [] for a in arms},
                       environment.hardware()["summary"], llama_cpp.__version__, extra.use, extra.reason,
                       sorted(f for f in cpu.flags() if f in cpu.SHOWN_FLAGS))
-    opts = dict(kv_budget_tokens=n_ctx, n_batch=n_batch, n_threads=threads)
-    cell = open_cell("llamacpp", model, **opts, extra_buffers=extra.use)
-    raw = _Raw(llama_cpp, str(m.path), n_ctx, n_batch, threads, extra)
-    hl = xb_off = None
-    if extra.use:
-        hl = Llama(str(m.path), n_ctx=n_ctx, n_batch=n_batch, n_threads=threads, n_threads_batch=threads,
-                   verbose=False)
-        xb_off = open_cell("llamacpp", model, **opts, extra_buffers=False)
-
-    def work(arm: str, prompt: list[int], r: int) -> list[int]:
-        if arm == "raw":
-            return raw.work(prompt, decode_tokens)
-        if arm == "llama":
-            hl.reset()
-            out: list[int] = []
-            for tok in hl.generate(prompt, temp=0.0, top_k=1, reset=True):
-                out.append(tok)
-                if len(out) == decode_tokens:
-                    break
-            return out
-        c = cell if arm == "cell" else xb_off
-        c.ensure_prefix(prompt, salt=f"bench-{r}")
-        return c.decode(max_tokens=decode_tokens).tokens
-
+    opts = dict(kv_budget_tokens=n_ctx, n_batch=n_batch, threads=threads)
+    served = _Arms(open_cell("llamacpp", model, **opts, extra_buffers=extra.use), None)
     try:
-        hi = min(cell.describe().extra["vocab_size"], 30000)
-        for r in range(rounds + 1):  # round 0 warms every arm up and is discarded
-            prompt = [TOKEN_LO + (r * 7919 + i * 104729) % (hi - TOKEN_LO) for i in range(prompt_tokens)]
-            tokens = {}
-            for arm in arms[r % len(arms):] + arms[: r % len(arms)]:  # rotate, so no arm always goes first
-                t0 = time.perf_counter()
-                tokens[arm] = work(arm, prompt, r)
-                if r:
-                    res.seconds[arm].append(time.perf_counter() - t0)
-            if tokens["cell"] != tokens["raw"][: len(tokens["cell"])]:
-                raise RuntimeError(f"cell and raw decoded different tokens in round {r}: "
-                                   f"{tokens['cell'][:8]} vs {tokens['raw'][:8]}")
+        served.raw = _Raw(llama_cpp, str(m.path), n_ctx, n_batch, threads, extra)
+        if extra.use:
+            served.llama = Llama(str(m.path), n_ctx=n_ctx, n_batch=n_batch, n_threads=threads,
+                                 n_threads_batch=threads, verbose=False)
+            served.cell_xb_off = open_cell("llamacpp", model, **opts, extra_buffers=False)
+        _rounds(res, served, arms, min(served.cell.describe().extra["vocab_size"], 30000))
     finally:
-        for c in (cell, raw, hl, xb_off):
-            if c is not None:
-                c.close()
+        served.close()
     return res
 
 

@@ -37,7 +37,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 from urllib.parse import quote, unquote
 
 from markdown_it import MarkdownIt
@@ -364,47 +364,56 @@ def _closed(text: str) -> str:
     return text if p and p[-1] == len(text) - 1 else text + " |"
 
 
-def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> _Edit | None:
-    bid, column = TABLES[key]
-    claims = _claims.in_section(key)
-    blk = doc.blocks.get(bid)
+def _first_cell(line: str) -> str:
+    cells = _cells(_body(line))
+    return _norm(cells[0]) if cells else ""
 
-    def first_cell(line: str) -> str:
-        cells = _cells(_body(line))
-        return _norm(cells[0]) if cells else ""
 
+def _claims_table(doc: _Doc, key: str, blk: Any, problems: list[str]) -> tuple[int, int] | None:
+    """The lines of section ``key``'s claims table: the one inside its managed block, else the one table of the
+    section whose rows start with its claims' text (None, with the problem named, where there is not one)."""
+    bid, claims = TABLES[key][0], _claims.in_section(key)
     sec = doc.section(key, problems)
     if blk:
         tables = [t for t in doc.tables if blk.begin < t[0] < blk.end]
         if len(tables) != 1:
             raise ManagedBlockError(f"managed block {bid!r} (lines {blk.begin + 1}-{blk.end + 1}) must hold exactly "
                                     f"one table, it holds {len(tables)}")
-    elif sec is None:
+        return tables[0]
+    if sec is None:
         return None
-    else:
-        tables = [t for t in doc.tables if sec.start <= t[0] < sec.end and not doc.inside(t[0])
-                  and any(first_cell(doc.lines[i]).startswith(_norm(c.match)) for c in claims for i in range(*t))]
-        if len(tables) != 1:
-            problems.append(f"section '{sec.name}' has {len(tables) or 'no'} table{'s' if len(tables) > 1 else ''} "
-                            f"whose rows start with its claims' text; it needs exactly one")
-            return None
-    a, b = tables[0]
-    texts = [_body(doc.lines[i]) for i in range(a, b)]
+    tables = [t for t in doc.tables if sec.start <= t[0] < sec.end and not doc.inside(t[0])
+              and any(_first_cell(doc.lines[i]).startswith(_norm(c.match)) for c in claims for i in range(*t))]
+    if len(tables) != 1:
+        problems.append(f"section '{sec.name}' has {len(tables) or 'no'} table{'s' if len(tables) > 1 else ''} "
+                        f"whose rows start with its claims' text; it needs exactly one")
+        return None
+    return tables[0]
+
+
+def _human_parts(key: str, blk: Any, texts: list[str], a: int, problems: list[str]) -> list[str | None]:
+    """Each row's human-written part (None: a row of another width, kept as it is)."""
+    bid, column = TABLES[key]
     width = len(_cells(texts[0]))
     if blk:
         last = _cells(texts[0])[-1].strip() if width else ""
         if width < 2 or last != column:
             raise ManagedBlockError(f"managed block {bid!r}: the table's last column is {last!r}, not {column!r}; "
                                     "restore the column or delete the block's markers to start over")
-        human = [_human_part(t) if len(_cells(t)) == width else None for t in texts]
-    else:
-        human = [_closed(t) if len(_cells(t)) == width else None for t in texts]
-        problems += [f"line {a + i + 1}: a row of the '{_claims.SECTIONS[key]}' table has more cells than its header "
-                     "(Markdown drops the extra ones); merge them before write-back adds a column"
-                     for i, t in enumerate(texts) if len(_cells(t)) > width]
-    cells: dict[int, str] = {0: column, 1: "---"}
-    for claim in claims:
-        hits = [i for i in range(2, len(texts)) if first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
+        return [_human_part(t) if len(_cells(t)) == width else None for t in texts]
+    problems += [f"line {a + i + 1}: a row of the '{_claims.SECTIONS[key]}' table has more cells than its header "
+                 "(Markdown drops the extra ones); merge them before write-back adds a column"
+                 for i, t in enumerate(texts) if len(_cells(t)) > width]
+    return [_closed(t) if len(_cells(t)) == width else None for t in texts]
+
+
+def _status_cells(key: str, texts: list[str], human: list[str | None], states: dict[str, ClaimState], base: Path,
+                  problems: list[str]) -> dict[int, str]:
+    """The status column's cell per row index: the header, the rule, and one per claim whose row is found once."""
+    width = len(_cells(texts[0]))
+    cells: dict[int, str] = {0: TABLES[key][1], 1: "---"}
+    for claim in _claims.in_section(key):
+        hits = [i for i in range(2, len(texts)) if _first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
         if len(hits) == 1 and human[hits[0]] is not None:
             cells[hits[0]] = _status_cell(states[claim.id], base)
             continue
@@ -412,6 +421,19 @@ def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, 
         problems.append(f"{table} has no row {row}" if not hits else
                         f"{table} has {len(hits)} rows {row}; it needs exactly one" if len(hits) > 1 else
                         f"{table}'s row {row} has {len(_cells(texts[hits[0]]))} cells but its header has {width}")
+    return cells
+
+
+def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> _Edit | None:
+    bid = TABLES[key][0]
+    blk = doc.blocks.get(bid)
+    found = _claims_table(doc, key, blk, problems)
+    if found is None:
+        return None
+    a, b = found
+    texts = [_body(doc.lines[i]) for i in range(a, b)]
+    human = _human_parts(key, blk, texts, a, problems)
+    cells = _status_cells(key, texts, human, states, base, problems)
     rows = []
     for i, text in enumerate(texts):
         end = doc.lines[a + i][len(text):] or doc.nl

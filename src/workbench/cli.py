@@ -16,6 +16,7 @@ import typer
 
 from . import models
 from .contract import WorkbenchError
+from .loop import DEFAULT_CONTEXT
 from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
 
 if TYPE_CHECKING:
@@ -263,7 +264,7 @@ def loop_cmd(
     sessions: Optional[int] = typer.Option(None, "--sessions", min=1, help="first N sessions (default: all)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: all cores)"),
-    context: int = typer.Option(8192, "--context", min=1, help="context tokens of every arm; longer turns are left out"),
+    context: int = typer.Option(DEFAULT_CONTEXT, "--context", min=1, help="context tokens of every arm; longer turns are left out"),
     tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block", min=1,
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
     min_speedup: float = typer.Option(CLAIM_MIN_SPEEDUP, "--min-speedup", callback=_finite,

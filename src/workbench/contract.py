@@ -11,7 +11,49 @@ from __future__ import annotations
 import hashlib
 import inspect
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, Union, runtime_checkable
+
+class _Words(str, Enum):
+    """A closed vocabulary of plain strings: members equal, hash and print as their values, so a member and
+    the string it stands for are interchangeable in comparisons, dict keys, JSON and f-strings."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    @classmethod
+    def check(cls, value: str, what: str) -> str:
+        """``value`` as the plain string of one member; a ValueError naming the members where it is none."""
+        try:
+            return cls(value).value
+        except ValueError:
+            raise ValueError(f"{what} must be one of {', '.join(m.value for m in cls)}, got {value!r}") from None
+
+
+class Verdict(_Words):
+    """What a finding (and each claim row) can say; the finding schema's enum is read from here."""
+
+    CONFIRMED = "confirmed"
+    REFUTED = "refuted"
+    PARTIAL = "partial"
+    INCONCLUSIVE = "inconclusive"
+    NOT_APPLICABLE = "not-applicable"
+    NOT_RUN = "not-run"
+
+
+class EventKind(_Words):
+    """A normalised KV event's kind: TensorRT-LLM's created/stored/removed/updated, and vLLM's cleared
+    (``AllBlocksCleared``, src/workbench/observe/vllm_events.py)."""
+
+    CREATED = "created"
+    STORED = "stored"
+    REMOVED = "removed"
+    UPDATED = "updated"
+    CLEARED = "cleared"
+
 
 Message = Mapping[str, Any]
 """One chat message (``{"role": ..., "content": ...}``), rendered through the model's template."""
@@ -262,9 +304,9 @@ class Description:
 
 @dataclass(frozen=True)
 class KvEvent:
-    """One engine KV-cache event, normalised (TensorRT-LLM's created/stored/removed/updated)."""
+    """One engine KV-cache event, normalised (:class:`EventKind`)."""
 
-    kind: str  # "created" | "stored" | "removed" | "updated"
+    kind: str  # an EventKind value
     event_id: int = 0
     block_hashes: tuple[int, ...] = ()
     parent_hash: int | None = None
@@ -274,6 +316,9 @@ class KvEvent:
     num_blocks: tuple[int, ...] = ()  # created: blocks per cache level
     window_size: int | None = None
     raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", EventKind.check(self.kind, "a KV event's kind"))
 
 
 TokenCallback = Callable[[int, str, float], None]

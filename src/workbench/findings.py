@@ -28,7 +28,7 @@ import jsonschema
 
 from . import claims as _claims
 from . import metrics as _metrics
-from .contract import WorkbenchError
+from .contract import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
 SCHEMA_ID = "workbench.finding/v2"
@@ -37,7 +37,6 @@ SCHEMA_FAMILY = "workbench.finding/"
 #: ``workbench run`` sets this for each notebook's attempt; every finding written under it carries the id, so a
 #: resume sets aside exactly what an unfinished attempt wrote (never another engine's or notebook's findings).
 ATTEMPT_ENV = "WORKBENCH_ATTEMPT"
-VERDICTS = ("confirmed", "refuted", "partial", "inconclusive", "not-applicable", "not-run")
 
 
 class FindingError(WorkbenchError):
@@ -61,7 +60,12 @@ class FindingNotSaved(WorkbenchError):
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
-    return json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
+    """The finding schema, its closed vocabularies filled from their one home: verdicts from
+    :class:`~workbench.contract.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`."""
+    doc = json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
+    doc["$defs"]["verdict"]["enum"] = [v.value for v in Verdict]
+    doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] = list(_metrics.SOURCES)
+    return doc
 
 
 def now_iso() -> str:

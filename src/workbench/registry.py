@@ -36,8 +36,22 @@ class Registry(Generic[T]):
                              f"cannot register it again as {target}")
         self._targets[name] = target
 
+    def add(self, name: str, entry: T) -> None:
+        """Register an entry that is already an object (a loop arm's frozen spec): nothing to import later. It
+        must be an instance of ``base`` (when given); adding a name twice with another entry is an error."""
+        if self.base is not None and not isinstance(entry, self.base):
+            raise TypeError(f"{self.kind} {name!r}: {entry!r} is not a {self.base.__name__}")
+        if self._loaded.get(name, entry) != entry:
+            raise ValueError(f"{self.kind} {name!r} is already registered as {self._loaded[name]!r}")
+        self._targets[name] = f"{type(entry).__module__}:{name}"
+        self._loaded[name] = entry
+
     def names(self) -> list[str]:
         return sorted(self._targets)
+
+    def declared(self) -> list[str]:
+        """The names in the order they were registered (the loop runs its arms in this order)."""
+        return list(self._targets)
 
     def __contains__(self, name: object) -> bool:
         return name in self._targets
@@ -50,7 +64,7 @@ class Registry(Generic[T]):
             raise UnknownName(f"unknown {self.kind} {name!r}{hint}; valid {self.kind}s: {', '.join(self.names())}")
 
     def get(self, name: str) -> type[T]:
-        """The registered class, imported on first use and checked against the base."""
+        """The registered class, imported on first use and checked against the base (or the added entry)."""
         self.check(name)
         if name not in self._loaded:
             module, _, attr = self._targets[name].partition(":")

@@ -54,8 +54,94 @@ class _Failed(WorkbenchError):
     """A path ran but did not give what the probes need."""
 
 
-def run(engine: str, model: str | None) -> SmokeReport:
-    """Smoke-test ``engine`` on the Hugging Face directory ``model``; bad input raises with what to fix."""
+def _timed(path: str, fn: Callable[[], str]) -> Step:
+    """Run one path: pass with what it gave, or fail with whatever it raised."""
+    t0 = time.perf_counter()
+    try:
+        detail = fn()
+    except Exception as e:  # noqa: BLE001 - the point is to name whatever a path raises
+        return Step(path, "fail", time.perf_counter() - t0, f"{type(e).__name__}: {e}")
+    return Step(path, "pass", time.perf_counter() - t0, detail)
+
+
+class _Smoke:
+    """One cell and the paths run on it, in order; each path after the open reads what earlier ones left."""
+
+    def __init__(self, engine: str, model: str, connector: bool) -> None:
+        self.engine, self.model, self.connector = engine, model, connector
+        self.cell: Any = None
+        self.decoded: Any = None
+
+    def steps(self) -> list[Step]:
+        steps = [_timed("open with dummy weights", self.open_cell)]
+        paths = [("ensure_prefix with retention", self.ensure_prefix), ("decode streaming", self.decode),
+                 ("perf metrics", self.perf_metrics), ("kv events drain", self.kv_events),
+                 ("iteration stats drain", self.stats)] + ([("connector log", self.connector_log)]
+                                                            if self.connector else [])
+        for path, fn in paths:
+            steps.append(_timed(path, fn) if steps[0].status == "pass"
+                         else Step(path, "not-run", None, "the cell did not open"))
+        if not self.connector:
+            steps.append(Step("connector log", "not-run", None, "the install's connector guard rows fail"))
+        return steps
+
+    def close(self) -> None:
+        if self.cell is not None:
+            self.cell.close()
+
+    def open_cell(self) -> str:
+        self.cell = cells.open_cell(self.engine, self.model, dummy_weights=True, connector=self.connector,
+                                    context_tokens=256, kv_budget_tokens=1024)
+        d = self.cell.describe()
+        return f"{d.engine_version}; KV capacity {d.kv_capacity_tokens} tokens from {d.extra['kv_capacity_source']}"
+
+    def ensure_prefix(self) -> str:
+        vocab = self.cell.describe().extra.get("vocab_size") or 1000
+        prefix = [(100 + 7 * i) % vocab for i in range(PREFIX_TOKENS)]
+        status = self.cell.ensure_prefix(prefix, retention=RETENTION)
+        if status.source != "perf_metrics":
+            raise _Failed(f"no reuse counters came back (source {status.source!r})")
+        return f"{status.prompt_tokens} tokens, reused {status.reused_tokens}, retention priority {RETENTION.priority}"
+
+    def decode(self) -> str:
+        streamed: list[int] = []
+        self.decoded = out = self.cell.decode(max_tokens=DECODE_TOKENS,
+                                              on_token=lambda tok, piece, t: streamed.append(tok))
+        if not out.tokens or streamed != out.tokens:
+            raise _Failed(f"streamed {streamed} but the result holds {out.tokens}")
+        return f"{len(out.tokens)} tokens streamed, finish {out.finish_reason}, TTFT {out.ttft_s:.3f} s"
+
+    def perf_metrics(self) -> str:
+        counters = self.decoded.engine_counters if self.decoded is not None else {}
+        missing = [k for k in ("num_reused_blocks", "num_missed_blocks", "engine_ttft_s") if k not in counters]
+        if missing:
+            raise _Failed(f"request_perf_metrics lack {', '.join(missing)}")
+        return f"reused {counters['num_reused_blocks']} blocks, engine TTFT {counters['engine_ttft_s']:.3f} s"
+
+    def kv_events(self) -> str:
+        events = self.cell.drain_kv_events()
+        kinds = [e.kind for e in events]
+        if "stored" not in kinds:
+            raise _Failed(f"no stored event after two requests (got {kinds or 'nothing'})")
+        return f"{len(events)} events: {', '.join(sorted(set(kinds)))}"
+
+    def stats(self) -> str:
+        got = self.cell.drain_iteration_stats()
+        if not got or "kvCacheStats" not in got[-1]:
+            raise _Failed(f"no iteration stats with kvCacheStats ({len(got)} entries)")
+        return f"{len(got)} entries, kvCacheStats {got[-1]['kvCacheStats']}"
+
+    def connector_log(self) -> str:
+        log = self.cell.connector_log()
+        methods = {e.get("method") for e in log}
+        if "update_state_after_alloc" not in methods:
+            raise _Failed(f"the recording connector did not record an allocation ({len(log)} calls: "
+                          f"{', '.join(sorted(filter(None, methods))) or 'none'})")
+        return f"{len(log)} calls: {', '.join(sorted(filter(None, methods)))}"
+
+
+def _checked(engine: str, model: str | None) -> str:
+    """``model`` when the input can be smoke-tested; bad input raises with what to fix."""
     if engine not in ENGINES:
         raise WorkbenchError(f"doctor --smoke supports --engine {' | '.join(ENGINES)}, not {engine!r}")
     if not model:
@@ -64,90 +150,21 @@ def run(engine: str, model: str | None) -> SmokeReport:
     if resolved.kind != "hf":
         raise models.ModelSpecError(f"doctor --smoke --engine {engine} needs a Hugging Face model directory "
                                     f"(config.json); {model!r} is a {resolved.kind} model")
+    return model
+
+
+def run(engine: str, model: str | None) -> SmokeReport:
+    """Smoke-test ``engine`` on the Hugging Face directory ``model``; bad input raises with what to fix."""
+    model = _checked(engine, model)
     avail = cells.availability(engine)
     if not avail.available:
         return SmokeReport(engine, model, "not-run", avail.reason)
     connector = not any(r["feature"] == "connector" and not r["ok"] for r in avail.details.get("guard", []))
-    steps: list[Step] = []
-    state: dict[str, Any] = {}
-
-    def step(path: str, fn: Callable[[], str]) -> None:
-        if steps and steps[0].status != "pass":
-            steps.append(Step(path, "not-run", None, "the cell did not open"))
-            return
-        t0 = time.perf_counter()
-        try:
-            detail = fn()
-        except Exception as e:  # noqa: BLE001 - the point is to name whatever a path raises
-            steps.append(Step(path, "fail", time.perf_counter() - t0, f"{type(e).__name__}: {e}"))
-            return
-        steps.append(Step(path, "pass", time.perf_counter() - t0, detail))
-
-    def open_cell() -> str:
-        state["cell"] = cells.open_cell(engine, model, dummy_weights=True, connector=connector,
-                                        context_tokens=256, kv_budget_tokens=1024)
-        d = state["cell"].describe()
-        return f"{d.engine_version}; KV capacity {d.kv_capacity_tokens} tokens from {d.extra['kv_capacity_source']}"
-
-    def ensure_prefix() -> str:
-        cell = state["cell"]
-        vocab = cell.describe().extra.get("vocab_size") or 1000
-        prefix = [(100 + 7 * i) % vocab for i in range(PREFIX_TOKENS)]
-        status = cell.ensure_prefix(prefix, retention=RETENTION)
-        if status.source != "perf_metrics":
-            raise _Failed(f"no reuse counters came back (source {status.source!r})")
-        return f"{status.prompt_tokens} tokens, reused {status.reused_tokens}, retention priority {RETENTION.priority}"
-
-    def decode() -> str:
-        streamed: list[int] = []
-        state["decode"] = out = state["cell"].decode(max_tokens=DECODE_TOKENS,
-                                                     on_token=lambda tok, piece, t: streamed.append(tok))
-        if not out.tokens or streamed != out.tokens:
-            raise _Failed(f"streamed {streamed} but the result holds {out.tokens}")
-        return f"{len(out.tokens)} tokens streamed, finish {out.finish_reason}, TTFT {out.ttft_s:.3f} s"
-
-    def perf_metrics() -> str:
-        counters = state["decode"].engine_counters if "decode" in state else {}
-        missing = [k for k in ("num_reused_blocks", "num_missed_blocks", "engine_ttft_s") if k not in counters]
-        if missing:
-            raise _Failed(f"request_perf_metrics lack {', '.join(missing)}")
-        return f"reused {counters['num_reused_blocks']} blocks, engine TTFT {counters['engine_ttft_s']:.3f} s"
-
-    def kv_events() -> str:
-        events = state["cell"].drain_kv_events()
-        kinds = [e.kind for e in events]
-        if "stored" not in kinds:
-            raise _Failed(f"no stored event after two requests (got {kinds or 'nothing'})")
-        return f"{len(events)} events: {', '.join(sorted(set(kinds)))}"
-
-    def stats() -> str:
-        got = state["cell"].drain_iteration_stats()
-        if not got or "kvCacheStats" not in got[-1]:
-            raise _Failed(f"no iteration stats with kvCacheStats ({len(got)} entries)")
-        return f"{len(got)} entries, kvCacheStats {got[-1]['kvCacheStats']}"
-
-    def connector_log() -> str:
-        log = state["cell"].connector_log()
-        methods = {e.get("method") for e in log}
-        if "update_state_after_alloc" not in methods:
-            raise _Failed(f"the recording connector did not record an allocation ({len(log)} calls: "
-                          f"{', '.join(sorted(filter(None, methods))) or 'none'})")
-        return f"{len(log)} calls: {', '.join(sorted(filter(None, methods)))}"
-
+    smoke = _Smoke(engine, model, connector)
     try:
-        step("open with dummy weights", open_cell)
-        step("ensure_prefix with retention", ensure_prefix)
-        step("decode streaming", decode)
-        step("perf metrics", perf_metrics)
-        step("kv events drain", kv_events)
-        step("iteration stats drain", stats)
-        if connector:
-            step("connector log", connector_log)
-        else:
-            steps.append(Step("connector log", "not-run", None, "the install's connector guard rows fail"))
+        steps = smoke.steps()
     finally:
-        if "cell" in state:
-            state["cell"].close()
+        smoke.close()
     status = "fail" if any(s.status == "fail" for s in steps) else "pass"
     return SmokeReport(engine, model, status, None, tuple(steps))
 

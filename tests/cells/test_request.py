@@ -321,7 +321,7 @@ class SilentToyCell(ToyCell):
         return Warm.read(None, "toy_counter", {"cached": None}, 0.0)
 
 
-def test_audit_17_no_count_from_the_engine_is_no_reading_never_an_engine_count_of_0():
+def test_no_count_from_the_engine_is_no_reading_never_an_engine_count_of_0():
     with SilentToyCell() as c:
         c.ensure_prefix(P, salt="s")
         st = c.ensure_prefix(P, salt="s")
@@ -344,7 +344,7 @@ class LoraToyCell(ToyCell):
         return super()._manifest_for(())
 
 
-def test_audit_17_adapter_requests_carry_the_adapter_or_not_under_the_callers_key():
+def test_adapter_requests_carry_the_adapter_or_not_under_the_callers_key():
     with LoraToyCell(ToyOptions(adapters=("toy-adapter",))) as c:
         base = [c.adapter_request(P, key="k", adapter=False, max_tokens=2) for _ in range(2)]
         lora = [c.adapter_request(P, key="k", adapter=True, max_tokens=2) for _ in range(2)]

@@ -89,7 +89,7 @@ def test_reuse_is_whole_blocks_and_never_the_last_token(cell, n, reused):
     assert warm.engine_counters["num_cached_tokens"] == reused
 
 
-def test_audit_17_a_request_the_engine_gave_no_count_for_is_no_reading_not_zero(cell, monkeypatch):
+def test_a_request_the_engine_gave_no_count_for_is_no_reading_not_zero(cell, monkeypatch):
     """``num_cached_tokens`` None (the engine's RequestOutput without a count) became an engine count of 0."""
     real = cell._engine.step
 
@@ -183,7 +183,7 @@ def test_decode_streams_the_same_tokens_as_llama_cpp(cell):
     r = cell.decode(max_tokens=6, on_token=lambda tok, piece, t: seen.append((tok, t)))
     assert [t for t, _ in seen] == r.tokens and len(r.tokens) == 6
     assert r.token_times_s == sorted(r.token_times_s) and r.finish_reason == "length"
-    with open_cell("llamacpp", MODEL, kv_budget_tokens=256, n_threads=1) as ll:
+    with open_cell("llamacpp", MODEL, kv_budget_tokens=256, threads=1) as ll:
         ll.ensure_prefix(p)
         assert ll.decode(max_tokens=6).tokens[:4] == r.tokens[:4]
 

@@ -24,8 +24,8 @@ def subject(monkeypatch):
     standins.register(monkeypatch)
 
     def use(engine: str) -> None:
-        monkeypatch.setitem(arms.ARMS, "trtllm", arms.ArmSpec(
-            "trtllm", engine, True, "none", f"stand-in subject ({engine})", {"n_threads": 1, "context_tokens": 1024}))
+        monkeypatch.setitem(arms.ARMS._loaded, "trtllm", arms.ArmSpec(
+            "trtllm", engine, True, "none", f"stand-in subject ({engine})", {"threads": 1, "context_tokens": 1024}))
     return use
 
 

@@ -19,7 +19,7 @@ def smollm2():
         spec = models.resolve(models.DEFAULT_MODEL)
     except models.ModelSpecError as e:  # pragma: no cover - make setup installs it
         pytest.skip(str(e))
-    with open_cell("llamacpp", models.DEFAULT_MODEL, context_tokens=256, n_threads=1) as tok:
+    with open_cell("llamacpp", models.DEFAULT_MODEL, context_tokens=256, threads=1) as tok:
         yield tok, spec
 
 

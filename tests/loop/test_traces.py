@@ -89,7 +89,7 @@ def test_unknown_trace_lists_the_names():
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     (json.dumps({"requests": ["not an object"], "block_size": 16}), "malformed trace"),
 ])
-def test_issue_23_malformed_messages_and_deep_nesting_name_the_problem(tmp_path, content, message):
+def test_malformed_messages_and_deep_nesting_name_the_problem(tmp_path, content, message):
     p = tmp_path / "bad.json"
     p.write_text(content)
     with pytest.raises(TraceError, match=message):

@@ -92,7 +92,7 @@ def test_the_verdict_rests_on_engine_read_bytes():
     assert at_most_inconclusive_without_engine(out).verdict == "inconclusive"
 
 
-def test_audit_17_each_capacity_verdict_is_downgraded_when_the_engines_bytes_contradict_it():
+def test_each_capacity_verdict_is_downgraded_when_the_engines_bytes_contradict_it():
     """Each verdict states the engine-read value it rests on; the same verdict beside bytes that say otherwise
     (a budget met while "confirmed" says it was missed, and the reverse) cannot stand."""
     from dataclasses import replace

@@ -121,7 +121,7 @@ def test_the_connector_probe_reads_partial_block_reuse_from_the_trtllm_double(fa
     assert out.verdict == "refuted" and "partial-block reuse" in out.summary
 
 
-def test_audit_17_each_export_verdict_is_downgraded_beside_engine_readings_that_contradict_it():
+def test_each_export_verdict_is_downgraded_beside_engine_readings_that_contradict_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard

@@ -88,7 +88,7 @@ def test_the_guard_checks_what_the_verdict_rests_on_not_any_engine_tag():
     assert metrics.get("reused_tokens").source == "cell"
 
 
-def test_audit_17_an_engine_reading_that_contradicts_the_verdict_cannot_carry_it():
+def test_an_engine_reading_that_contradicts_the_verdict_cannot_carry_it():
     """The guard once checked only that a named metric was engine-read and finite: isolation's "KV crossed
     manifests" stood on engine cross-key reuse 0. Each support states the value that supports the verdict."""
     leak = Outcome("refuted", "KV crossed manifests.", {"engine_cross_manifest_reused_tokens": 0},
@@ -103,7 +103,7 @@ def test_audit_17_an_engine_reading_that_contradicts_the_verdict_cannot_carry_it
     assert "names no value that supports the verdict" in at_most_inconclusive_without_engine(named_only).summary
 
 
-def test_audit_17_a_source_the_finding_records_overrides_the_declared_one():
+def test_a_source_the_finding_records_overrides_the_declared_one():
     """vLLM's reported reuse is its own num_cached_tokens: engine-read there though the tag is declared cell."""
     o = Outcome("confirmed", "Counted.", {"reused_tokens": 64}, rests_on=(Support("reused_tokens", ">", 0),),
                 sources={"reused_tokens": "engine"})
@@ -112,7 +112,7 @@ def test_audit_17_a_source_the_finding_records_overrides_the_declared_one():
                                                        rests_on=o.rests_on)).verdict == "inconclusive"
 
 
-def test_audit_17_a_claim_row_with_its_own_evidence_is_judged_on_it():
+def test_a_claim_row_with_its_own_evidence_is_judged_on_it():
     lora = Outcome("inconclusive", "Isolation undecided.", {"engine_lora_cross_reused_tokens": 32},
                    claim_verdicts={"contract.lora": "confirmed"},
                    claim_rests_on={"contract.lora": (Support("engine_lora_cross_reused_tokens", "==", 0),)})
@@ -123,14 +123,14 @@ def test_audit_17_a_claim_row_with_its_own_evidence_is_judged_on_it():
     assert at_most_inconclusive_without_engine(kept) is kept
 
 
-def test_audit_17_a_support_names_a_declared_metric_and_a_known_comparison():
+def test_a_support_names_a_declared_metric_and_a_known_comparison():
     with pytest.raises(KeyError, match="not declared"):
         Support("no_such_metric", ">", 0)
     with pytest.raises(ValueError, match="op must be one of"):
         Support("engine_resident_tokens", "=>", 0)
 
 
-def test_issue_23_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
+def test_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
     """It was numpy's bare `low >= high`."""
     from types import SimpleNamespace
 

@@ -8,7 +8,7 @@ from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.probes.isolation import Params, ks_floor, tost_log, ttft_ratio, verdict
+from workbench.probes.isolation import Params, Ratio, ks_floor, tost_log, ttft_ratio, verdict
 
 P = Params(trials=16)
 
@@ -87,7 +87,7 @@ ARM = {"arm": "adapter requests", "refused": False, "error": None, "adapter": "w
 ADAPTER = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "manifest mismatch"}]
 
 
-def test_audit_17_the_cells_own_adapter_refusal_no_longer_confirms_lora():
+def test_the_cells_own_adapter_refusal_never_confirms_lora():
     """RequestCell.restore's digest comparison confirmed contract.lora on vLLM; no adapter request had reached it."""
     o = at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), ADAPTER, P))
     assert o.verdict == "confirmed" and o.claim_verdicts["contract.lora"] == "inconclusive"
@@ -95,7 +95,7 @@ def test_audit_17_the_cells_own_adapter_refusal_no_longer_confirms_lora():
     assert verdict(_rows(), REFUSED, P).claim_verdicts["contract.lora"] == "inconclusive"  # no adapter at all
 
 
-def test_audit_17_the_lora_row_is_the_engines_answer_to_adapter_requests():
+def test_the_lora_row_is_the_engines_answer_to_adapter_requests():
     counted = _engine_counted(_rows())
 
     def lora(arm):
@@ -115,7 +115,7 @@ def test_audit_17_the_lora_row_is_the_engines_answer_to_adapter_requests():
     assert lora(ARM | {"refused": None, "error": "no adapter to send"})[0] == "inconclusive"
 
 
-def test_audit_17_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
+def test_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
     from dataclasses import replace
 
     o = verdict(_engine_counted(_rows()), ADAPTER, P, lora_arm=ARM)
@@ -127,7 +127,7 @@ def test_audit_17_a_lora_verdict_beside_engine_counts_that_contradict_it_is_down
     assert at_most_inconclusive_without_engine(same).claim_verdicts["contract.lora"] == "inconclusive"
 
 
-def test_audit_17_timing_alone_cannot_refute_isolation_when_the_engine_counted_no_cross_key_reuse():
+def test_timing_alone_cannot_refute_isolation_when_the_engine_counted_no_cross_key_reuse():
     """The reported case: other-key requests as fast as a hit, the engine's own counters 0 across keys."""
     o = verdict(_engine_counted(_rows(other=0.1)), REFUSED, P)
     assert o.verdict == "refuted" and o.metrics["engine_cross_manifest_reused_tokens"] == 0
@@ -140,7 +140,7 @@ def test_audit_17_timing_alone_cannot_refute_isolation_when_the_engine_counted_n
     assert at_most_inconclusive_without_engine(verdict(_engine_counted(_rows()), accepted, P)).verdict == "inconclusive"
 
 
-def test_audit_17_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_finding_says_so():
+def test_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_finding_says_so():
     from workbench import findings
 
     o = verdict(_engine_counted(_rows()), REFUSED, P)
@@ -150,7 +150,7 @@ def test_audit_17_on_vllm_the_reported_reuse_is_the_engines_counter_and_the_find
     assert findings.metric_values(cell.metrics, cell.sources)["reused_tokens"]["source"] == "cell"
 
 
-def test_audit_17_a_missing_engine_count_is_missing_not_zero():
+def test_a_missing_engine_count_is_missing_not_zero():
     """TensorRT-LLM without perf metrics: the cell's reuse was 0 and read as 'no reuse even within one key'."""
     rows = [r | {"reuse_source": "none"} for r in _rows(within=0)]
     o = verdict(rows, REFUSED, P)
@@ -248,7 +248,7 @@ def test_too_few_bootstrap_resamples_is_a_bad_parameter():
         probes.parse_params(probes.get("isolation.cache_salt"), {"resamples": 50})
 
 
-def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
+def test_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_inconclusive(fake_trt, tmp_path):
     """The adapter requests reach the engine (the double records each ``lora_request``; it keys blocks by the
     LoRA id as 1.2 does, tests/doubles/fake_tensorrt_llm/llmapi/llm.py ``_admit``), but its decode ignores the
     adapter: with no sign that the adapter was applied, the LoRA row cannot be confirmed."""
@@ -265,3 +265,38 @@ def test_audit_17_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_lea
     sent = [c[1]["lora_request"] for llm in fake_trt.llmapi.llm.LLM.instances for c in llm.calls
             if c[0] == "generate_async"]
     assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _separation(**kw):
+    from workbench.probes.isolation import Separation
+
+    inside = Ratio(1.0, 0.95, 1.05, 0.98, 2000, 16)
+    base = dict(within=64, cross=0, cell_cross=0, counted=True, source="engine", ks_same=1e-6, ks_other=0.9,
+                ks_floor=1e-9, tost=1e-4, warm=Ratio(0.5, 0.45, 0.55, 0.98, 2000, 16), other=inside, alpha=0.01,
+                margin=0.25, snapshot_crossed=False)
+    return Separation(**(base | kw))
+
+
+@pytest.mark.parametrize("summary, verdict_", [
+    (_separation(), "confirmed"),
+    (_separation(cross=64), "refuted"),  # counted across keys
+    (_separation(ks_other=1e-4), "refuted"),  # B faster than cold: a timing leak
+    (_separation(snapshot_crossed=True), "refuted"),  # a snapshot restored onto another manifest
+    (_separation(within=None, cross=None), "inconclusive"),  # no count: timing alone cannot decide
+    (_separation(within=0), "inconclusive"),  # no reuse at all is not isolation
+    (_separation(ks_same=0.5), "inconclusive"),  # a repeat no faster than cold
+    (_separation(tost=0.2), "inconclusive"),  # B not shown as slow as cold
+    (_separation(other=Ratio(1.0, 0.7, 1.4, 0.98, 2000, 16)), "inconclusive"),  # B's interval leaves the equivalence band
+    (_separation(no_salt="no salt", engine_took=True, cross=64), "not-applicable"),  # no salt: the engine took it
+    (_separation(no_salt="no salt", engine_took=False), "not-applicable"),  # refused for its shape, not a key
+    (_separation(no_salt="no salt", cross=64), "refuted"),  # no salt, nothing handed over: the ladder as usual
+])
+def test_the_isolation_ladder_gives_each_verdict_from_its_summary(summary, verdict_):
+    from workbench.probes.isolation import decide
+
+    d = decide(summary)
+    assert d.verdict == verdict_, d.case
+    assert bool(d.rests_on) == (verdict_ in ("confirmed", "refuted"))

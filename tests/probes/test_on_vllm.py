@@ -73,7 +73,7 @@ def test_isolation_is_enforced_by_the_engine(tmp_path):
     assert f.claim_verdicts["contract.lora"] == "confirmed"
 
 
-def test_audit_17_lora_is_not_confirmed_when_the_engine_lets_the_base_kv_serve_the_adapter(tmp_path, monkeypatch):
+def test_lora_is_not_confirmed_when_the_engine_lets_the_base_kv_serve_the_adapter(tmp_path, monkeypatch):
     """Fault injection through vLLM's own block hashing: without the adapter in a block's extra keys
     (vllm/v1/core/kv_cache_utils.py ``_gen_lora_extra_hash_keys``) the base model's KV serves an adapter
     request under one key, and the engine's own count shows it."""
@@ -86,7 +86,7 @@ def test_audit_17_lora_is_not_confirmed_when_the_engine_lets_the_base_kv_serve_t
     assert f.claim_verdicts["contract.lora"] == "partial" and f.metrics["engine_lora_cross_reused_tokens"]["value"] == 3 * B
 
 
-def test_audit_17_an_adapter_that_changes_nothing_leaves_lora_inconclusive(tmp_path):
+def test_an_adapter_that_changes_nothing_leaves_lora_inconclusive(tmp_path):
     """A PEFT adapter as initialized (lora_B = 0) reaches the engine and changes none of its tokens: nothing
     shows the adapter was applied, so its KV being kept apart cannot confirm the row."""
     from workbench import adapters

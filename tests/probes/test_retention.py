@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
 from workbench import probes
@@ -239,7 +241,7 @@ def test_an_engine_without_priorities_runs_one_repeat_its_baseline(monkeypatch):
     assert {rep for rep, _ in ran} == {0} and out.verdict == "not-applicable"
 
 
-def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_contradicts_it():
+def test_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_contradicts_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard
@@ -255,7 +257,7 @@ def test_audit_17_each_retention_verdict_is_downgraded_beside_an_engine_survival
     assert guard(held).verdict == "inconclusive"
 
 
-def test_audit_17_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
+def test_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
     """``engine_reused_tokens or 0``: a re-request without a count read as the whole prefix lost."""
     from workbench.contract import PrefixStatus
     from workbench.probes.retention import _reused
@@ -264,3 +266,43 @@ def test_audit_17_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost()
     assert _reused(silent, True) is None and _reused(silent, False) is None
     counted = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=48, computed_tokens=16, source="num_cached_tokens")
     assert _reused(counted, True) == 48
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _summary(**kw):
+    from workbench.probes.retention import Ramp
+
+    base = dict(top=Arm(100, None), arms=tuple(ARMS), plain=tuple(ARMS), repeats=3, max_ratio=4.0, has_top=True,
+                refused=0, admitted=4.0, unmeasured=0, survival_max=1.0, survival_tag="survival_at_max_pressure",
+                held_upto=4.0, silent_evictions=0, capacity_tokens=256,
+                losses={k: {"p35": 2.0, "p60": 4.0, "p100": math.inf} for k in range(3)}, top_lost=(),
+                orders={k: "ordered" for k in range(3)}, lower_lost=True)
+    return Ramp(**(base | kw))
+
+
+LOST = dict(top_lost=(0, 1, 2), survival_max=0.0)
+
+
+@pytest.mark.parametrize("summary, verdict_, bias", [
+    (_summary(), "confirmed", "refuted"),  # pinned, and lower priorities were lost: priority does something
+    (_summary(lower_lost=False), "confirmed", "inconclusive"),  # pinned, but so was everything
+    (_summary(plain=(Arm(100, None),), orders={}), "confirmed", "inconclusive"),  # one arm shows no effect
+    (_summary(**LOST), "refuted", "confirmed"),  # lost, in order in every repeat: orders, does not pin
+    (_summary(**LOST, orders={k: "tied" for k in range(3)}), "refuted", "confirmed"),
+    (_summary(**LOST, orders={0: "ordered", 1: "crossed", 2: "ordered"}), "refuted", "inconclusive"),
+    (_summary(**LOST, repeats=1, orders={0: "ordered"}), "refuted", "inconclusive"),  # one repeat: no order
+    (_summary(max_ratio=1.0), "inconclusive", None),  # never past free capacity
+    (_summary(has_top=False), "inconclusive", None),
+    (_summary(unmeasured=2), "inconclusive", None),  # unmeasured is not survival
+    (_summary(admitted=0.5), "inconclusive", None),  # the engine refused the load
+    (_summary(no_priority="no priorities"), "not-applicable", "not-applicable"),
+    (_summary(no_priority="no priorities", unmeasured=1), "inconclusive", None),  # measured first, then asked
+])
+def test_the_pinning_ladder_gives_each_verdict_from_its_summary(summary, verdict_, bias):
+    from workbench.probes.retention import decide
+
+    d = decide(summary)
+    assert d.verdict == verdict_ and d.claim_verdicts.get("risk.retention_bias") == bias, d.case
+    assert bool(d.rests_on) == (verdict_ in ("confirmed", "refuted"))

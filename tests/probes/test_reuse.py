@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
 from workbench.models import TOKEN_LO
@@ -180,7 +181,7 @@ def test_classify_names_block_and_last_token_disagreements():
     assert classify(97, None, 120, 32) == "no channel"
 
 
-def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts():
+def test_the_no_counter_refutation_stands_on_the_engines_missing_counts():
     """A TensorRT-LLM without perf metrics returns no count on any request: the branch named no metric, so the
     guard always downgraded it and the risk could never be confirmed."""
     from workbench.probes import at_most_inconclusive_without_engine
@@ -194,7 +195,7 @@ def test_audit_17_the_no_counter_refutation_stands_on_the_engines_missing_counts
     assert any("missing, not 0" in n for n in o.notes)
 
 
-def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
+def test_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_cells():
     from workbench import findings
 
     o = verdict([COLD, _row()], ["num_cached_tokens"], "vllm", None, 0.05)
@@ -204,7 +205,7 @@ def test_audit_17_on_vllm_the_reported_reuse_is_engine_sourced_on_llamacpp_the_c
     assert findings.metric_values(llama.metrics, llama.sources)["reuse_exact_fraction"]["source"] == "cell"
 
 
-def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
+def test_each_reuse_verdict_is_downgraded_beside_engine_values_that_contradict_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard
@@ -224,7 +225,7 @@ def test_audit_17_each_reuse_verdict_is_downgraded_beside_engine_values_that_con
         assert lie.verdict == "inconclusive" and f"{tag} is {value!r}" in lie.summary, (o.verdict, tag)
 
 
-def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
+def test_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_refutation_stands(fake_trt, tmp_path,
                                                                                                  monkeypatch):
     """The double returns no ``request_perf_metrics`` (as 1.2 does without ``return_perf_metrics``): every count
     is missing, never 0, and the refutation rests on the engine having counted none of the requests."""
@@ -243,7 +244,7 @@ def test_audit_17_tensorrt_llm_without_perf_metrics_refutes_the_counter_and_the_
     assert all(r["reported_reused"] is None and r["reuse_source"] == "none" for r in f.evidence["rows"])
 
 
-def test_issue_23_nan_logits_are_never_evidence():
+def test_nan_logits_are_never_evidence():
     """A model with NaN weights gave "every reused request computed the same logits as a cold recompute (max |Δ|
     nan)": NaN compared as a pass."""
     nan = float("nan")
@@ -256,3 +257,40 @@ def test_issue_23_nan_logits_are_never_evidence():
     assert counted.verdict == "inconclusive" and counted.claim_verdicts["risk.reuse_metrics"] == "inconclusive"
     inf_floor = verdict([COLD, _row() | {"logits_layout_floor": float("inf")}], ["num_cached_tokens"], "e", None, 0.05)
     assert inf_floor.verdict == "inconclusive"
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _reconciled(**kw):
+    from workbench.probes.reuse import Reconciliation
+
+    base = dict(engine="vllm", fields=("num_cached_tokens",), rows=6, exact=6, counted=6, engine_exact=6, reported=6,
+                mismatched=(), disagreeing=(), lost=(), diffs=(0.01,) * 6, floor=0.01, odd=(), too_noisy=False,
+                wrong=(), wrong_bar=None, clean_bar=0.05, nonfinite=0, granularity=1, cold=(0.2,), warm=(0.1,),
+                source="engine")
+    return Reconciliation(**(base | kw))
+
+
+ROW = {"case": "cold"}
+
+
+@pytest.mark.parametrize("summary, verdict_, risk", [
+    (_reconciled(), "confirmed", "refuted"),  # the engine's own counter exact per token, output unchanged
+    (_reconciled(granularity=16, exact=4, engine_exact=4), "partial", "partial"),  # block rounding
+    (_reconciled(disagreeing=(ROW,)), "partial", "partial"),
+    (_reconciled(lost=(ROW,)), "partial", "partial"),
+    (_reconciled(counted=0, engine_exact=0), "refuted", "confirmed"),  # no counter at all
+    (_reconciled(wrong=(ROW,), wrong_bar=0.05), "refuted", "confirmed"),  # the reused KV changed the output
+    (_reconciled(wrong=(ROW,), wrong_bar=0.05, no_counter="none"), "refuted", "not-applicable"),
+    (_reconciled(counted=0, no_counter="llama.cpp counts what the cell sent"), "not-applicable", "not-applicable"),
+    (_reconciled(nonfinite=1), "inconclusive", "inconclusive"),  # NaN is no evidence either way
+    (_reconciled(too_noisy=True), "inconclusive", "inconclusive"),
+    (_reconciled(odd=(ROW,)), "inconclusive", "inconclusive"),  # cold runs disagree, nothing judged
+    (_reconciled(odd=(ROW,), wrong=(ROW,), wrong_bar=0.05), "refuted", "confirmed"),  # a wrong output still counts
+])
+def test_the_reuse_ladder_gives_each_verdict_from_its_summary(summary, verdict_, risk):
+    from workbench.probes.reuse import decide
+
+    d = decide(summary)
+    assert d.verdict == verdict_ and d.claim_verdicts["risk.reuse_metrics"] == risk, d.case

@@ -72,14 +72,14 @@ def test_an_empty_pressure_list_is_a_parameter_error():
         probes.parse_params(probes.get("prefix.warmup_materialization"), {"pressure": ""})
 
 
-def test_audit_17_a_follow_up_without_an_engine_count_is_missing_not_a_loss():
+def test_a_follow_up_without_an_engine_count_is_missing_not_a_loss():
     """A request cell whose engine gave no count reported reuse 0: read as 'the warm-up kept nothing'."""
     rows = [_row(0, 1.0), _row(2, 1.0) | {"followup_reused": None, "from_engine": False}]
     o = _verdict(rows)
     assert o.verdict == "inconclusive" and "missing, not 0" in o.summary
 
 
-def test_audit_17_each_warmup_verdict_is_downgraded_beside_an_engine_fraction_that_contradicts_it():
+def test_each_warmup_verdict_is_downgraded_beside_an_engine_fraction_that_contradicts_it():
     from dataclasses import replace
 
     from workbench.probes import at_most_inconclusive_without_engine as guard

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from ..contract import Cell, EngineUnavailable
+from ..contract import Cell, EngineUnavailable, observer_mismatches
 from ..registry import Registry
 
 ENGINES: Registry = Registry("engine", requires=("open", "availability"))
@@ -74,7 +74,29 @@ def open_cell(engine: str, model: str, **options: Any) -> Cell:
     avail = cls.availability()
     if not avail.available:
         raise EngineUnavailable(engine, avail.reason or "unknown reason")
-    return cls.open(model, **options)
+    cell = cls.open(model, **options)
+    try:
+        _check_observers(engine, cls, cell)
+    except BaseException:
+        cell.close()
+        raise
+    return cell
+
+
+_CHECKED: set[tuple[type, tuple[str, ...]]] = set()  # (cell class, observers it announced) already checked
+
+
+def _check_observers(engine: str, cls: type, cell: Cell) -> None:
+    """Check the observers a cell announces against their Protocols once per class and announced set (as pluggy
+    checks a hook implementation at ``register()``), so a drifted method fails at open, not inside a probe."""
+    announced = tuple(cell.describe().observers)
+    if (cls, announced) in _CHECKED:
+        return
+    problems = observer_mismatches(cell, announced)
+    if problems:
+        raise TypeError(f"the {engine} cell ({cls.__qualname__}) announces observers it does not implement as "
+                        f"declared in workbench.contract: {'; '.join(problems)}")
+    _CHECKED.add((cls, announced))
 
 
 __all__ = ["SERVED", "Availability", "availability", "cell_class", "known_options", "engines", "open_cell", "register",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .. import models, serve
+from .options import CellOptions
 from ..files import tail
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, Retention,
                         UnsupportedFeature, WorkbenchError)
@@ -44,7 +45,7 @@ TRANSPORT = "http"
 
 
 @dataclass(frozen=True)
-class ServedOptions:
+class ServedOptions(CellOptions):
     """``open_cell("llamacpp-server" | "vllm-server" | "trtllm-serve", model, **options)`` keywords."""
 
     endpoint: str | None = None  # attach to a server someone else runs (its URL); None: start one
@@ -70,6 +71,10 @@ class ServedOptions:
             raise ValueError("slots and threads must be at least 1")
         if self.kv_budget_bytes is not None and self.kv_budget_tokens is not None:
             raise ValueError("give kv_budget_bytes or kv_budget_tokens, not both")
+        if self.adapters:
+            raise ValueError("LoRA adapters are not mapped onto served engines; open the in-process cell")
+        if self.connector:
+            raise ValueError("the recording KV connector is not mapped onto served engines; open the in-process cell")
         serve.check_host(self.host, self.api_key)
 
     @classmethod

@@ -61,6 +61,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import environment, models
+from .options import CellOptions
 from ..contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
 from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
 from . import Availability, trtllm_guard
@@ -76,7 +77,7 @@ OPEN_SALT = "workbench-open-request"  # + a fresh id per open: the open request'
 
 
 @dataclass(frozen=True)
-class TrtLlmOptions:
+class TrtLlmOptions(CellOptions):
     """``open_cell("trtllm", model, **options)`` keywords."""
 
     tokens_per_block: int = 32

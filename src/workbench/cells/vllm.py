@@ -44,6 +44,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import models
+from .options import CellOptions
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
 from . import Availability, known_options
@@ -196,7 +197,7 @@ keys reuse on ``cache_salt`` and answers a ``max_tokens=1`` warm-up."""
 
 
 @dataclass(frozen=True)
-class VllmOptions:
+class VllmOptions(CellOptions):
     """``open_cell("vllm", model, **options)`` keywords."""
 
     block_size: int = 32  # the CPU backend wants a multiple of 32

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -30,7 +30,7 @@ from . import target as _target
 from . import traces as _traces
 from .spec import Drafter
 
-DEFAULT_CONTEXT = 8192
+DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
 
 
 @dataclass
@@ -101,26 +101,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     not_run = {n: r for n in names if (r := _arms.unavailable(n))}
     opened: list[_arms.CellArm] = []
     try:
-        tok = cells.open_cell("llamacpp", model, context_tokens=256, n_threads=threads)
-        with tok:
-            vocab = tok.describe().extra["vocab_size"]
-            rendered = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
-        if not rendered.turns:
-            raise WorkbenchError(f"no turn of {tr.name} fits the {context_tokens}-token context "
-                                 f"({rendered.dropped} dropped); select other turns or a longer context")
-        for n in names:
-            if n in not_run:
-                continue
-            try:
-                opened.append(_arms.open_arm(n, arm_models.get(n, model), threads=threads,
-                                             context_tokens=context_tokens, drafter=drafter))
-                _check_vocab(opened[-1], arm_models.get(n, model), vocab, model)
-            except (EngineUnavailable, UnsupportedFeature) as e:
-                not_run[n] = getattr(e, "reason", None) or str(e)
-            except TypeError as e:  # the engine's cell does not take this arm's options yet
-                not_run[n] = f"the {_arms.get(n).engine} cell does not take this arm's options: {e}"
-        total = len(rendered.turns) * len(opened)
-        done = 0
+        rendered, vocab = _render(tr, model, threads, context_tokens, tokens_per_block)
+        opened = _open_arms([n for n in names if n not in not_run], not_run, arm_models, model, vocab,
+                            threads=threads, context_tokens=context_tokens, drafter=drafter)
+        total, done = len(rendered.turns) * len(opened), 0
 
         def step(row: dict) -> None:
             nonlocal done
@@ -134,17 +118,18 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     finally:
         for a in opened:
             a.close()
-    ran = [a.spec.name for a in opened]
     workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
                 "turns": len(rendered.turns), "dropped_turns": rendered.dropped, "rule": rendered.rule,
                 "equal_work": work.as_dict(), "equal_work_rule": work.describe(),
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}
-    params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}), "turns": turns, "sessions": sessions, "threads": threads,
-              "context_tokens": context_tokens, "tokens_per_block": tokens_per_block, "on_target": on_target,
+    params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}), "turns": turns,
+              "sessions": sessions, "threads": threads, "context_tokens": context_tokens,
+              "tokens_per_block": tokens_per_block, "on_target": on_target,
               **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict()}
-    summaries = _results.summarise(rows, ran, {n: not_run[n] for n in names if n in not_run}, seed=seed, work=work)
+    summaries = _results.summarise(rows, [a.spec.name for a in opened], {n: not_run[n] for n in names if n in not_run},
+                                   seed=seed, work=work)
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
@@ -154,6 +139,40 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if out is not None:
         result.paths = findings.write_all(found, out)  # a failure still keeps every finding
     return result
+
+
+def _render(tr: _traces.Trace, model: str, threads: int, context_tokens: int,
+            tokens_per_block: int | None) -> tuple[_replay.Workload, int]:
+    """The trace's turns as token ids (tokenized by ``model`` on llama.cpp) and that vocabulary's size; no turn
+    that fits the context is an error naming the fix."""
+    with cells.open_cell("llamacpp", model, context_tokens=256, threads=threads) as tok:
+        vocab = tok.describe().extra["vocab_size"]
+        rendered = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
+    if not rendered.turns:
+        raise WorkbenchError(f"no turn of {tr.name} fits the {context_tokens}-token context "
+                             f"({rendered.dropped} dropped); select other turns or a longer context")
+    return rendered, vocab
+
+
+def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[str, str], model: str, vocab: int,
+               **options: Any) -> list[_arms.CellArm]:
+    """Open each arm of ``names``; one that cannot open here goes to ``not_run`` with its reason. On any other
+    error the arms already open are closed before it propagates."""
+    opened: list[_arms.CellArm] = []
+    try:
+        for n in names:
+            try:
+                opened.append(_arms.open_arm(n, arm_models.get(n, model), **options))
+                _check_vocab(opened[-1], arm_models.get(n, model), vocab, model)
+            except (EngineUnavailable, UnsupportedFeature) as e:
+                not_run[n] = getattr(e, "reason", None) or str(e)
+            except TypeError as e:  # the engine's cell does not take this arm's options yet
+                not_run[n] = f"the {_arms.get(n).engine} cell does not take this arm's options: {e}"
+    except BaseException:
+        for a in opened:
+            a.close()
+        raise
+    return opened
 
 
 def _verified_target(on_target: bool, certified: str | Path | None, specs: list[str]) -> dict | None:

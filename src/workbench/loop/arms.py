@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from .. import cells
 from ..contract import Description, UnsupportedFeature
+from ..registry import Registry
 from .attribution import Held
 from .spec import Drafter, continue_greedy
 
@@ -37,7 +38,8 @@ LLAMA_SERVER_SPEC = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n"
 """llama-server's own speculation for the ``llamacpp-server-spec`` arm: among the n-gram types it offers,
 the one measured to draft and pay on copy-heavy τ-bench turns (docs/served.md, "Speculation")."""
 
-ARMS: dict[str, ArmSpec] = {a.name: a for a in (
+ARMS: Registry = Registry("arm", base=ArmSpec)  # the one registry's shape: "did you mean" on an unknown arm
+for _arm in (
     ArmSpec("llamacpp-cold", "llamacpp", False, "none", "llama.cpp, a fresh sequence every turn (no reuse)"),
     ArmSpec("llamacpp", "llamacpp", True, "none", "llama.cpp cell with prefix reuse"),
     ArmSpec("llamacpp-spec", "llamacpp", True, "prompt-lookup",
@@ -52,18 +54,17 @@ ARMS: dict[str, ArmSpec] = {a.name: a for a in (
             {"server_args": LLAMA_SERVER_SPEC}),
     ArmSpec("vllm-server", "vllm-server", True, "none", "vllm serve over HTTP on loopback with prefix caching"),
     ArmSpec("trtllm", "trtllm", True, "none", "TensorRT-LLM cell (KV reuse on), unchanged code"),
-)}
+):
+    ARMS.add(_arm.name, _arm)
 
 
 def names() -> list[str]:
-    return list(ARMS)
+    return ARMS.declared()
 
 
 def get(name: str) -> ArmSpec:
-    try:
-        return ARMS[name]
-    except KeyError:
-        raise ValueError(f"unknown arm {name!r}; valid arms: {', '.join(ARMS)}") from None
+    """The arm's spec; an unknown name raises :class:`~workbench.registry.UnknownName` with close matches."""
+    return ARMS.get(name)
 
 
 def is_llamacpp(name: str) -> bool:
@@ -117,10 +118,7 @@ class CellArm:
                  drafter: Drafter, extra_options: Mapping[str, Any] | None = None) -> None:
         self.spec, self.drafter = spec, drafter
         opts = dict(spec.cell_options) | dict(extra_options or {})
-        if spec.engine == "llamacpp":
-            opts |= {"n_threads": threads, "context_tokens": context_tokens}
-        elif spec.engine == "vllm" or spec.engine in cells.SERVED:
-            opts |= {"threads": threads, "context_tokens": context_tokens}
+        opts |= {"threads": threads, "context_tokens": context_tokens}  # CellOptions: one name on every engine
         self.cell = cells.open_cell(spec.engine, model, **opts)
         have = self.cell.describe().context_tokens
         if context_tokens and have < context_tokens:  # e.g. a server capped at the model's own ceiling

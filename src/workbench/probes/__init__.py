@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
-from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
 from ..params import parse_bool
 from ..registry import Registry, UnknownName
@@ -42,6 +42,21 @@ class Outcome:
     rests_on: tuple[Support, ...] = ()  # the value of each metric the verdict rests on: engine-read, finite, holding
     claim_rests_on: dict[str, tuple[Support, ...]] = field(default_factory=dict)  # a claim row with its own evidence
     sources: dict[str, str] = field(default_factory=dict)  # a metric's source in this run, where not the declared one
+
+    def __post_init__(self) -> None:  # a misspelt verdict fails where the rule returns it, not at the schema
+        self.verdict = Verdict.check(self.verdict, "a probe's verdict")
+        self.claim_verdicts = {c: Verdict.check(v, f"the verdict on {c}") for c, v in self.claim_verdicts.items()}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a rule's decision ladder returns (summarise → decide → explain): the verdict, the rung that gave it
+    (the key the rule's wording reads), the claim rows it settles beside, and the metric values it rests on."""
+
+    verdict: str
+    case: str
+    claim_verdicts: Mapping[str, str] = field(default_factory=dict)
+    rests_on: tuple[Support, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,12 +101,9 @@ class ProbeContext:
         self.resolved: models.ResolvedModel | None = None
 
     def fixed_threads(self, threads: int) -> dict:
-        """Cell options that fix the thread count for timed work, where the engine's cell takes one
-        (read from its ``open`` signature, never from its name) and the run did not set it already."""
-        import inspect
-
-        takes = inspect.signature(cells.cell_class(self.engine).open).parameters
-        return {"n_threads": threads} if "n_threads" in takes and "n_threads" not in self.cell_options else {}
+        """Cell options that fix the thread count for timed work (``CellOptions.threads``, which every engine's
+        options have), unless the run set it already."""
+        return {} if "threads" in self.cell_options else {"threads": threads}
 
     def open(self, model: str | None = None, **options: Any) -> Cell:
         """A fresh cell (``options`` override the run's cell options). Records the first description."""
@@ -166,34 +178,43 @@ def parse_params(probe: Probe, raw: Mapping[str, Any]) -> Any:
         raise ParamError(f"probe {probe.name}: {e}") from None
 
 
+def _is_none(t: Any, v: Any) -> bool:
+    """``v`` spells None and ``t`` is an optional type that allows it."""
+    spelled = v is None or (isinstance(v, str) and v.lower() in {"none", "null", ""})
+    return spelled and type(None) in typing.get_args(t)
+
+
+def _scalar(t: Any, v: Any) -> Any:
+    """``v`` as the scalar type ``t`` (ValueError where it is not one); other types pass ``v`` through."""
+    if t is bool:
+        return parse_bool(v) if isinstance(v, str) else bool(v)
+    if t not in (int, float, str):
+        return v
+    if t is int and isinstance(v, float) and not v.is_integer():
+        raise ValueError(v)
+    out = t(v)
+    if t is float and not math.isfinite(out):
+        raise ValueError(v)
+    return out
+
+
 def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
-    origin, args = typing.get_origin(t), typing.get_args(t)
+    origin = typing.get_origin(t)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
-        if v is None or (isinstance(v, str) and v.lower() in {"none", "null", ""}):
-            if type(None) in args:
-                return None
-        t = next(a for a in args if a is not type(None))
-        origin, args = typing.get_origin(t), typing.get_args(t)
+        if _is_none(t, v):
+            return None
+        t = next(a for a in typing.get_args(t) if a is not type(None))
     try:
-        if origin is tuple:
+        if typing.get_origin(t) is tuple:
             items = v.split(",") if isinstance(v, str) else list(v)
-            return tuple(_convert(probe, key, args[0], x.strip() if isinstance(x, str) else x)
+            return tuple(_convert(probe, key, typing.get_args(t)[0], x.strip() if isinstance(x, str) else x)
                          for x in items if not (isinstance(x, str) and not x.strip()))
-        if t is bool:
-            return parse_bool(v) if isinstance(v, str) else bool(v)
-        if t in (int, float, str):
-            if t is int and isinstance(v, float) and not v.is_integer():
-                raise ValueError(v)
-            out = t(v)
-            if t is float and not math.isfinite(out):
-                raise ValueError(v)
-            return out
+        return _scalar(t, v)
     except ParamError:
         raise  # an element of a tuple, already named
     except (ValueError, TypeError):
         finite = " (finite)" if t is float else ""
         raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}{finite}, got {v!r}") from None
-    return v
 
 
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
@@ -238,7 +259,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
-RESTING = ("confirmed", "refuted", "partial")  # verdicts that must rest on a number read from the engine
+RESTING = (Verdict.CONFIRMED, Verdict.REFUTED, Verdict.PARTIAL)  # verdicts that must rest on a number read from the engine
 
 
 def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:

@@ -35,16 +35,14 @@ def signature_changes(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[
             changes.append(f"{key}: found at {b['at'] or 'nowhere'}, was {a['at'] or 'nowhere'}")
         if a["at"] is None or b["at"] is None:
             continue
-        for n in sorted(a["names"].keys() | b["names"].keys()):
-            if n not in a["names"] or n not in b["names"]:
-                apart.append(f"{key}: {n} (checked in one survey only)")
-            elif a["names"][n] != b["names"][n]:
-                changes.append(f"{key}: {n} {'added' if b['names'][n] else 'gone'}")
-        for f in sorted(a["defaults"].keys() | b["defaults"].keys()):
-            if f not in a["defaults"] or f not in b["defaults"]:
-                apart.append(f"{key}: default of {f} (checked in one survey only)")
-            elif a["defaults"][f] != b["defaults"][f]:
-                changes.append(f"{key}: {f} defaults to {b['defaults'][f]}, was {a['defaults'][f]}")
+        for was, now, label, changed in (
+                (a["names"], b["names"], "{}", lambda n, x, y: f"{n} {'added' if y else 'gone'}"),
+                (a["defaults"], b["defaults"], "default of {}", lambda f, x, y: f"{f} defaults to {y}, was {x}")):
+            for n in sorted(was.keys() | now.keys()):
+                if n not in was or n not in now:
+                    apart.append(f"{key}: {label.format(n)} (checked in one survey only)")
+                elif was[n] != now[n]:
+                    changes.append(f"{key}: {changed(n, was[n], now[n])}")
     return changes, apart
 
 

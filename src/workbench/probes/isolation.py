@@ -32,7 +32,7 @@ from scipy import stats
 
 from .. import adapters, models
 from ..contract import ManifestMismatch, UnsupportedFeature, WorkbenchError
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, reported_source, spread, timed, token_ids
 
 
@@ -259,108 +259,176 @@ def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tup
                                          Support("engine_lora_reused_tokens", ">", 0))
 
 
-def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
-            engine: dict | None = None, lora_arm: dict | None = None) -> Outcome:
-    by = {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
+@dataclass(frozen=True)
+class Separation:
+    """What the isolation rule reads, summarised from the A, A, B trials: reuse within and across keys (the
+    engine's counts where every timed request has one), the timing tests, snapshot refusals and, where the
+    engine has no salt, what it did with a foreign state handed to it directly."""
+
+    within: int | None  # the least reuse of a repeat under A; None: no count came back
+    cross: int | None  # reuse of B's requests, across keys
+    cell_cross: int | None  # the same, as the cell reported it
+    counted: bool  # every timed request has the engine's own count
+    source: str | None  # where the reported reuse came from
+    ks_same: float  # one-sided KS p that a repeat under A is faster than cold
+    ks_other: float  # the same for B
+    ks_floor: float
+    tost: float  # TOST p that B is as slow as cold
+    warm: Ratio  # median repeat / median cold TTFT
+    other: Ratio  # median B / median cold TTFT
+    alpha: float
+    margin: float
+    snapshot_crossed: bool  # a snapshot was restored onto another manifest
+    no_salt: str | None = None  # why the engine has no salt of its own
+    engine_took: bool | None = None  # a foreign state handed to a salt-less engine: taken, refused, not tried
+
+    @property
+    def leaked(self) -> bool:
+        return bool(self.cross) or self.ks_other < self.alpha or self.snapshot_crossed
+
+    @property
+    def band(self) -> str:
+        return f"[{1 / (1 + self.margin):.3g}, {1 + self.margin:.3g}]"
+
+
+def _by_procedure(rows: list[dict]) -> dict[str, list[dict]]:
+    return {proc: [r for r in rows if r["procedure"] == proc] for proc in ("cold A", "repeat A", "other B")}
+
+
+def summarise(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
+              engine: dict | None = None) -> Separation:
+    by = _by_procedure(rows)
     t = {k: [r["ttft_s"] for r in v] for k, v in by.items()}
-    # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
-    ks_same = stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue
-    ks_other = stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue
-    tost = tost_log(t["other B"], t["cold A"], p.margin)
-    floor = ks_floor(len(t["cold A"]))
-    sc, sr = spread(t["cold A"]), spread(t["repeat A"])
     timed_rows = by["other B"] + by["repeat A"]
     counted = all(r.get("engine_reused") is not None for r in timed_rows)
     # The cell's reported reuse is the engine's counter on vLLM, its arithmetic on llama.cpp, missing where the
     # engine gave no count; the engine's own counts decide wherever every request has one.
     source = reported_source(r["reuse_source"] for r in timed_rows)
-    key = "engine_reused" if counted else "reused_tokens"
-    read = counted or source is not None
-    cross = sum(r[key] for r in by["other B"]) if read else None
-    within = min(r[key] for r in by["repeat A"]) if read else None
-    engine_counts = ({"engine_cross_manifest_reused_tokens": cross, "engine_reused_tokens": within} if counted else {})
-    cell_cross = sum(r["reused_tokens"] for r in by["other B"]) if source else None
-    warm, other = ttft_ratio(rows, "repeat A", p), ttft_ratio(rows, "other B", p)
-    so = spread(t["other B"])
-    metrics = engine_counts | {"cross_manifest_reused_tokens": cell_cross,
-                               "reused_tokens": min(r["reused_tokens"] for r in by["repeat A"]) if source else None,
-               "ks_p_same_manifest": ks_same, "ks_p_other_manifest": ks_other, "tost_p_other_manifest": tost,
-               "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"], "ttft_other_s": so["median"],
-               "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"],
-               "ttft_ratio": warm.value, "ttft_ratio_ci_low": warm.low, "ttft_ratio_ci_high": warm.high,
-               "ttft_ratio_other": other.value, "ttft_ratio_other_ci_low": other.low,
-               "ttft_ratio_other_ci_high": other.high}
-    sources = {"cross_manifest_reused_tokens": source, "reused_tokens": source} if source else {}
+    key, read = ("engine_reused" if counted else "reused_tokens"), counted or source is not None
+    return Separation(
+        within=min(r[key] for r in by["repeat A"]) if read else None,
+        cross=sum(r[key] for r in by["other B"]) if read else None,
+        cell_cross=sum(r["reused_tokens"] for r in by["other B"]) if source else None, counted=counted, source=source,
+        # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
+        ks_same=stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue,
+        ks_other=stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue,
+        ks_floor=ks_floor(len(t["cold A"])), tost=tost_log(t["other B"], t["cold A"], p.margin),
+        warm=ttft_ratio(rows, "repeat A", p), other=ttft_ratio(rows, "other B", p), alpha=p.alpha, margin=p.margin,
+        snapshot_crossed=any(r["refused"] is False for r in refusals), no_salt=no_salt,
+        engine_took=None if not (no_salt and engine) else engine["refused"] is False)
+
+
+def decide(s: Separation) -> Decision:
+    """The ladder: a salt to test → no leak by counts, timing or snapshots → a count read → reuse within a key →
+    a repeat measurably faster → B shown as slow as cold."""
+    if s.engine_took is not None:  # no salt: the engine took the foreign state, or refused it for its shape
+        return Decision("not-applicable", "no-salt-took" if s.engine_took else "no-salt-shape")
+    if s.leaked:
+        return Decision("refuted", "leak", rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),))
+    if s.within is None:
+        return Decision("inconclusive", "no-count")
+    if s.within == 0:
+        return Decision("inconclusive", "no-reuse")
+    if s.ks_same >= s.alpha:
+        return Decision("inconclusive", "repeat-not-faster")
+    if s.tost >= s.alpha or not s.other.within(s.margin):
+        return Decision("inconclusive", "not-equivalent")
+    return Decision("confirmed", "isolated", rests_on=(Support("engine_cross_manifest_reused_tokens", "==", 0),
+                                                       Support("engine_reused_tokens", ">", 0)))
+
+
+def explain(d: Decision, s: Separation, engine: dict | None) -> str:
+    """The verdict's summary in words."""
+    warm, other = s.warm, s.other
+    if d.case == "no-salt-took":
+        return ("The engine has no cache salt of its own: handed a state saved under another manifest with the "
+                f"cell's check bypassed, it took it and decoded {len(engine['decoded'] or [])} tokens from it. "
+                f"Isolation here is the cell's bookkeeping (cell-reported cross-key reuse {s.cell_cross}; B/cold "
+                f"median TTFT {other}), which cannot speak for an engine-level salt.")
+    if d.case == "no-salt-shape":
+        return (f"The engine has no cache salt of its own ({s.no_salt}); isolation here is the cell's bookkeeping "
+                f"(cell-reported cross-key reuse {s.cell_cross}; B/cold median TTFT {other}). The other model's "
+                "state was refused by the engine for its shape, not for a key.")
+    if d.case == "leak":
+        leaks = [why for bad, why in (
+            (bool(s.cross), f"{s.cross} tokens reused across keys"),
+            (s.ks_other < s.alpha, f"other-key requests are faster than cold (one-sided KS p={s.ks_other:.3g}; "
+                                   f"B/cold median TTFT {other})"),
+            (s.snapshot_crossed, "a snapshot was restored onto another manifest")) if bad]
+        return "KV crossed manifests: " + "; ".join(leaks) + "."
+    if d.case == "no-count":
+        return ("The engine returned no reuse count, so whether KV crossed keys cannot be read from it; timing alone "
+                f"cannot decide it (B/cold median TTFT {other}).")
+    if d.case == "no-reuse":
+        return ("No reuse was observed even within one key, so isolation cannot be told apart from no caching "
+                f"(repeat reuse 0, KS p={s.ks_same:.3g}; repeat/cold median TTFT {warm}).")
+    if d.case == "repeat-not-faster":
+        return (f"Repeats under A reused {s.within} tokens and B reused 0, but a repeat was not measurably faster "
+                f"than cold (one-sided KS p={s.ks_same:.3g}; repeat/cold median TTFT {warm}), so the timing side "
+                "channel cannot show a cross-key hit either way at this prompt length; raise prompt_tokens.")
+    if d.case == "not-equivalent":
+        return (f"Reuse stayed within one key by the counters, but other-key requests could not be shown as slow as "
+                f"cold within ±{s.margin:.0%} (TOST p={s.tost:.2g}; B/cold median TTFT {other}, equivalence band "
+                f"{s.band}); timing is too noisy to rule out a cross-key hit.")
+    return (f"Reuse stayed within one key: repeats under A reused {s.within} tokens (faster than cold, one-sided KS "
+            f"p={s.ks_same:.2g}; repeat/cold median TTFT {warm}), B reused 0 and was as slow as cold within "
+            f"±{s.margin:.0%} (TOST p={s.tost:.2g}; B/cold median TTFT {other}, inside {s.band}), and snapshots "
+            "were refused across manifests.")
+
+
+def _metrics(s: Separation, rows: list[dict]) -> dict:
+    by = _by_procedure(rows)
+    sc, sr, so = (spread([r["ttft_s"] for r in by[k]]) for k in ("cold A", "repeat A", "other B"))
+    engine_counts = ({"engine_cross_manifest_reused_tokens": s.cross, "engine_reused_tokens": s.within}
+                     if s.counted else {})
+    return engine_counts | {
+        "cross_manifest_reused_tokens": s.cell_cross,
+        "reused_tokens": min(r["reused_tokens"] for r in by["repeat A"]) if s.source else None,
+        "ks_p_same_manifest": s.ks_same, "ks_p_other_manifest": s.ks_other, "tost_p_other_manifest": s.tost,
+        "ttft_cold_s": sc["median"], "ttft_warm_s": sr["median"], "ttft_other_s": so["median"],
+        "ttft_iqr_s": sc["q3"] - sc["q1"], "ttft_warm_iqr_s": sr["q3"] - sr["q1"],
+        "ttft_ratio": s.warm.value, "ttft_ratio_ci_low": s.warm.low, "ttft_ratio_ci_high": s.warm.high,
+        "ttft_ratio_other": s.other.value, "ttft_ratio_other_ci_low": s.other.low,
+        "ttft_ratio_other_ci_high": s.other.high}
+
+
+def _notes(s: Separation, rows: list[dict], refusals: list[dict]) -> list[str]:
+    by = _by_procedure(rows)
+    timed_rows = by["other B"] + by["repeat A"]
+    sc, sr, so = (spread([r["ttft_s"] for r in by[k]]) for k in ("cold A", "repeat A", "other B"))
     notes = [f"snapshot onto {r['arm']}: " + ("refused" if r["refused"] else "ACCEPTED" if r["refused"] is False
                                               else f"not testable ({r['error']})") for r in refusals]
-    if not source:
+    if not s.source:
         missing = sum(r["reuse_source"] == "none" for r in timed_rows)
         notes.append(f"the engine returned no reuse count on {missing} of {len(timed_rows)} timed requests: the "
                      "reported reuse is missing, not 0")
     notes.append(f"time to first token: cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}]; repeat median "
-                 f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(t['cold A'])} trials "
-                 f"{floor:.2g}" + (" (same-key p is at its floor: perfect separation)" if ks_same <= floor * 1.0001 else ""))
-    band = f"[{1 / (1 + p.margin):.3g}, {1 + p.margin:.3g}]"
-    notes.append(f"effect sizes, median TTFT over median cold: repeat under A {warm}; other key B {other} "
+                 f"{sr['median']:.4g}s IQR [{sr['q1']:.4g}, {sr['q3']:.4g}]; KS floor for {len(by['cold A'])} trials "
+                 f"{s.ks_floor:.2g}" + (" (same-key p is at its floor: perfect separation)"
+                                        if s.ks_same <= s.ks_floor * 1.0001 else ""))
+    notes.append(f"effect sizes, median TTFT over median cold: repeat under A {s.warm}; other key B {s.other} "
                  f"(cold median {1e3 * sc['median']:.3g} ms, B median {1e3 * so['median']:.3g} ms); "
-                 f"equivalence band {band}")
+                 f"equivalence band {s.band}")
+    return notes
+
+
+def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | None = None,
+            engine: dict | None = None, lora_arm: dict | None = None) -> Outcome:
+    """Confirmed: reuse within one key (the engine's counts), none across keys by counts or timing (a one-sided
+    KS that a repeat is faster, a TOST and a bootstrap interval that B is as slow as cold), and snapshots
+    refused across manifests. An engine without a salt that takes or refuses a foreign state handed to it
+    directly is not-applicable. The LoRA row is its own rule (:func:`lora_row`)."""
+    s = summarise(rows, refusals, p, no_salt, engine)
+    d = decide(s)
     lora_verdict, lora_metrics, lora_notes, lora_rests = lora_row(lora_arm, refusals, no_salt)
-    metrics |= lora_metrics
-    notes += lora_notes
-    lora = {"contract.lora": lora_verdict}
-    common = dict(sources=sources, claim_rests_on={"contract.lora": lora_rests})
-    extra = [arm for arm in (engine, lora_arm) if arm]
+    notes = _notes(s, rows, refusals) + lora_notes
     if no_salt:
         notes.append(f"the cell declares no engine-level salt: {no_salt}")
-        if engine and engine["refused"] is False:
-            return Outcome("not-applicable", "The engine has no cache salt of its own: handed a state saved under "
-                           "another manifest with the cell's check bypassed, it took it and decoded "
-                           f"{len(engine['decoded'] or [])} tokens from it. Isolation here is the cell's bookkeeping "
-                           f"(cell-reported cross-key reuse {cell_cross}; B/cold median TTFT {other}), which cannot speak "
-                           "for an engine-level salt.",
-                           metrics, rows + refusals + extra, notes, lora, **common)
-        if engine:  # refused: another shape, a size check rather than a key; the API still has no salt
-            notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
-                         "so this shows a size check, not a salt; give other_model of the same shape to show more")
-            return Outcome("not-applicable", f"The engine has no cache salt of its own ({no_salt}); isolation here is "
-                           f"the cell's bookkeeping (cell-reported cross-key reuse {cell_cross}; B/cold median TTFT "
-                           f"{other}). The other model's state "
-                           "was refused by the engine for its shape, not for a key.",
-                           metrics, rows + refusals + extra, notes, lora, **common)
-    leaks = []
-    if cross:
-        leaks.append(f"{cross} tokens reused across keys")
-    if ks_other < p.alpha:
-        leaks.append(f"other-key requests are faster than cold (one-sided KS p={ks_other:.3g}; B/cold median TTFT "
-                     f"{other})")
-    if any(r["refused"] is False for r in refusals):
-        leaks.append("a snapshot was restored onto another manifest")
-    if leaks:
-        return Outcome("refuted", "KV crossed manifests: " + "; ".join(leaks) + ".", metrics,
-                       rows + refusals + extra, notes, lora, rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),),
-                       **common)
-    if within is None:
-        return Outcome("inconclusive", "The engine returned no reuse count, so whether KV crossed keys cannot be read "
-                       f"from it; timing alone cannot decide it (B/cold median TTFT {other}).",
-                       metrics, rows + refusals + extra, notes, lora, **common)
-    if within == 0:
-        return Outcome("inconclusive", "No reuse was observed even within one key, so isolation cannot be told apart "
-                       f"from no caching (repeat reuse 0, KS p={ks_same:.3g}; repeat/cold median TTFT {warm}).",
-                       metrics, rows + refusals + extra, notes, lora, **common)
-    if ks_same >= p.alpha:
-        return Outcome("inconclusive", f"Repeats under A reused {within} tokens and B reused 0, but a repeat was not "
-                       f"measurably faster than cold (one-sided KS p={ks_same:.3g}; repeat/cold median TTFT {warm}), so "
-                       "the timing side channel cannot show a cross-key hit either way at this prompt length; raise "
-                       "prompt_tokens.", metrics, rows + refusals + extra, notes, lora, **common)
-    if tost >= p.alpha or not other.within(p.margin):
-        return Outcome("inconclusive", f"Reuse stayed within one key by the counters, but other-key requests could not "
-                       f"be shown as slow as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT "
-                       f"{other}, equivalence band {band}); timing is too noisy to rule out a cross-key hit.",
-                       metrics, rows + refusals + extra, notes, lora, **common)
-    return Outcome("confirmed", f"Reuse stayed within one key: repeats under A reused {within} tokens (faster than "
-                   f"cold, one-sided KS p={ks_same:.2g}; repeat/cold median TTFT {warm}), B reused 0 and was as slow "
-                   f"as cold within ±{p.margin:.0%} (TOST p={tost:.2g}; B/cold median TTFT {other}, inside {band}), "
-                   "and snapshots were refused across manifests.", metrics,
-                   rows + refusals + extra, notes, lora, **common,
-                   rests_on=(Support("engine_cross_manifest_reused_tokens", "==", 0),
-                             Support("engine_reused_tokens", ">", 0)))
+    if d.case == "no-salt-shape":
+        notes.append(f"the engine refused the other model's state ({engine['error']}): its KV shape differs, "
+                     "so this shows a size check, not a salt; give other_model of the same shape to show more")
+    sources = {"cross_manifest_reused_tokens": s.source, "reused_tokens": s.source} if s.source else {}
+    return Outcome(d.verdict, explain(d, s, engine), _metrics(s, rows) | lora_metrics,
+                   rows + refusals + [arm for arm in (engine, lora_arm) if arm], notes,
+                   {"contract.lora": lora_verdict} | dict(d.claim_verdicts), rests_on=d.rests_on,
+                   claim_rests_on={"contract.lora": lora_rests}, sources=sources)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -245,6 +246,166 @@ def absence(rows: list[dict], why: str) -> Outcome:
                    {"risk.retention_bias": "not-applicable"})
 
 
+@dataclass(frozen=True)
+class Ramp:
+    """What the pinning rule reads, summarised from the ramp's rows: the top arm's survival per repeat, the load
+    the engine admitted, each arm's first loss and each repeat's order of the priority arms."""
+
+    top: Arm
+    arms: tuple[Arm, ...]
+    plain: tuple[Arm, ...]  # the arms without expiry, by priority
+    repeats: int
+    max_ratio: float  # the highest requested load, × free capacity
+    has_top: bool  # the top arm has rows
+    refused: int  # top-priority fillers the engine refused, over every repeat
+    admitted: float  # load the engine admitted, × free capacity, in the weakest repeat
+    unmeasured: int  # pressure steps whose survival could not be measured
+    survival_max: float  # the top arm's survival at the highest pressure, in the worst repeat
+    survival_tag: str  # survival_at_max_pressure (engine-read) or reported_survival_at_max_pressure
+    held_upto: float  # the highest pressure the top arm fully held in every repeat
+    silent_evictions: int
+    capacity_tokens: int | None
+    losses: Mapping[int, Mapping[str, float]]  # repeat → arm label → first-loss pressure (inf: never lost)
+    top_lost: tuple[int, ...]  # repeats in which the top arm was lost
+    orders: Mapping[int, str]  # repeat → the priority arms' order there (none with one priority arm)
+    lower_lost: bool  # in every repeat some lower priority was lost
+    no_priority: str | None = None  # why the cell has no retention priorities
+
+    @property
+    def consistent(self) -> bool:
+        return self.repeats >= MIN_REPEATS and len(set(self.orders.values())) == 1
+
+    @property
+    def ordered(self) -> bool:
+        return self.consistent and set(self.orders.values()) == {"ordered"}
+
+    @property
+    def tied(self) -> bool:
+        return self.consistent and set(self.orders.values()) == {"tied"}
+
+    @property
+    def survived(self) -> bool:
+        return self.has_top and not self.top_lost
+
+    def where(self, k: int, a: Arm) -> str:
+        loss = self.losses[k][a.label]
+        return "survives all" if math.isinf(loss) else f"lost from {loss:g}×"
+
+
+def summarise(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None) -> Ramp:
+    top = Arm(100, None) if 100 in p.priorities else Arm(max(p.priorities), None)
+    reps = by_repeat(rows)
+    top_rows = {k: sorted((r for r in v if r["arm"] == top.label), key=lambda r: r["pressure"])
+                for k, v in reps.items()}
+    top_rows = {k: v for k, v in top_rows.items() if v}
+    every_top = [r for v in top_rows.values() for r in v]
+    losses = {k: {a.label: first_loss(v, a.label) for a in arms} for k, v in reps.items()}
+    plain = tuple(sorted((a for a in arms if a.duration_ms is None), key=lambda a: a.priority))
+    from_engine = bool(every_top) and all(r.get("survival_source") == "engine" for r in every_top)
+    return Ramp(
+        top=top, arms=tuple(arms), plain=plain, repeats=len(reps), max_ratio=max(p.pressure), has_top=bool(every_top),
+        refused=sum(r["fillers_refused"] for r in every_top),
+        admitted=min((sum(r.get("fillers_admitted_tokens", 0) for r in v) / v[0]["free_tokens"]
+                      if v[0]["free_tokens"] else 0.0 for v in top_rows.values()), default=0.0),
+        unmeasured=sum(1 for r in rows if not math.isfinite(r["survival"])),
+        survival_max=min((v[-1]["survival"] for v in top_rows.values()), default=float("nan")),
+        survival_tag="survival_at_max_pressure" if from_engine else "reported_survival_at_max_pressure",
+        held_upto=min((max((r["pressure"] for r in v if r["pressure"] < losses[k][top.label] and r["survival"] >= 1.0),
+                           default=0.0) for k, v in top_rows.items()), default=0.0),
+        silent_evictions=max((round(r["baseline_reused"] * (1 - r["survival"])) for r in every_top
+                              if math.isfinite(r["survival"])), default=0),
+        capacity_tokens=every_top[0]["free_tokens"] + p.prefix_tokens if every_top else None,
+        losses=losses, top_lost=tuple(k for k in top_rows if not math.isinf(losses[k][top.label])),
+        orders={k: repeat_order(v, list(plain)) for k, v in reps.items()} if len(plain) > 1 else {},
+        lower_lost=all(any(not math.isinf(losses[k][a.label]) for a in plain if a != top) for k in reps),
+        no_priority=no_priority)
+
+
+def decide(s: Ramp) -> Decision:
+    """The ladder: pressure sustained → survival measured → priorities exist → load admitted → pinned or lost."""
+    if not s.has_top or s.max_ratio <= 1.0:
+        return Decision("inconclusive", "no-pressure")
+    if s.unmeasured:
+        return Decision("inconclusive", "unmeasured")
+    if s.no_priority:
+        return Decision("not-applicable", "no-priority", {"risk.retention_bias": "not-applicable"})
+    if s.admitted <= 1.0:
+        return Decision("inconclusive", "not-admitted")
+    if s.survived:
+        bias = "refuted" if len(s.plain) > 1 and s.lower_lost else "inconclusive"
+        return Decision("confirmed", "pinned", {"risk.retention_bias": bias}, (Support(s.survival_tag, ">=", 1.0),))
+    bias = "confirmed" if s.ordered or s.tied else "inconclusive"
+    return Decision("refuted", "lost", {"risk.retention_bias": bias}, (Support(s.survival_tag, "<", 1.0),))
+
+
+def explain(d: Decision, s: Ramp, p: Params) -> str:
+    """The verdict's summary in words."""
+    repeats = f"{s.repeats} repeat{'s' if s.repeats > 1 else ''}"
+    if d.case == "no-pressure":
+        return (f"The ramp never exceeded free capacity (max {s.max_ratio:g}×), so pressure was not sustained; "
+                "raise `pressure`.")
+    if d.case == "unmeasured":
+        return (f"Survival could not be measured at {s.unmeasured} pressure step(s) (no baseline reuse and no "
+                "read-back), and an unmeasured prefix is not a surviving one.")
+    if d.case == "no-priority":
+        held = ("held at every step" if s.survived
+                else f"lost from {min(s.losses[k][s.top.label] for k in s.losses):g}×")
+        return (f"The engine has no retention priority to pin or order with ({s.no_priority}); as a reference, the "
+                f"prefix under plain eviction was {held} ({s.admitted:.2f}× free capacity admitted).")
+    if d.case == "not-admitted":
+        return (f"Requested load reached {s.max_ratio:g}× free capacity, but the engine admitted only "
+                f"{s.admitted:.2f}× ({s.refused} filler(s) refused): the prefix was never under pressure beyond free "
+                "capacity, so its survival says nothing about pinning.")
+    if d.case == "pinned":
+        how = (f"{s.refused} filler request(s) beyond capacity were refused with an explicit overflow error"
+               if s.refused else "no filler was refused")
+        effect = ("" if len(s.plain) < 2 or s.lower_lost else
+                  (" In some repeat no lower priority was lost either, so the ramp did not show what priority "
+                   "adds over plain eviction."))
+        return (f"Priority-{s.top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure in "
+                f"all {repeats}, with at least {s.admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
+    first = min(s.losses[k][s.top.label] for k in s.top_lost)
+    lost_in = (f"in {len(s.top_lost)} of {repeats}" if len(s.top_lost) < s.repeats
+               else f"in every one of {repeats}" if s.repeats > 1 else "in its one repeat")
+    return (f"Priority-{s.top.priority} prefix was lost {lost_in} (from {first:g}× free capacity at the earliest; "
+            f"{s.survival_max:.0%} held at {s.max_ratio:g}× in the worst repeat), {_order_words(s, repeats)}: "
+            "retention " + ("orders eviction, it does not pin." if s.ordered else "neither pins nor orders."
+                            if s.tied else "does not pin."))
+
+
+def _order_words(s: Ramp, repeats: str) -> str:
+    if len(s.plain) < 2:
+        return "with one priority arm only, so no order is shown"
+    if s.ordered:
+        return f"and each higher priority's survival curve dominated the lower's in all {repeats}"
+    if s.tied:
+        return (f"and every priority ({', '.join(a.label for a in s.plain)}) fell alike in all {repeats}: "
+                "no effect of priority")
+    if s.repeats < MIN_REPEATS:
+        return (f"and one repeat ({s.orders[next(iter(s.orders))]}) cannot show a consistent order between "
+                f"priorities; raise `repeats` to at least {MIN_REPEATS}")
+    return ("and the priorities were in no consistent order across the repeats ("
+            + ", ".join(s.orders[k] for k in s.losses) + "): no order shown")
+
+
+def _notes(d: Decision, s: Ramp) -> list[str]:
+    notes = [f"repeat {k}: first-loss pressure per arm (cumulative filler load sent, × free capacity): "
+             + "; ".join(f"{a.label}: {s.where(k, a)}" for a in s.arms)
+             + (f" → priorities {s.orders[k]}" if s.orders else "") for k in s.losses]
+    notes.append(f"load the engine admitted over the ramp: {s.admitted:.2f}× free capacity in the weakest of "
+                 f"{s.repeats} repeat(s) ({s.refused} top-priority filler(s) refused in all)")
+    expiry = [a for a in s.arms if a.duration_ms]
+    if expiry:
+        e = expiry[0]
+        notes.append(f"expiry arm {e.label}, per repeat: " + "; ".join(
+            f"{s.where(k, e)} (priority-100 without expiry: {s.where(k, s.top)})" for k in s.losses)
+            + (" — never lost, so expiry is not observable on this engine"
+               if all(math.isinf(s.losses[k][e.label]) for k in s.losses) else ""))
+    if d.case == "no-priority":
+        notes.insert(0, f"the cell declares no retention priority: {s.no_priority}")
+    return notes
+
+
 def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None) -> Outcome:
     """Pins: the top priority survives the whole ramp in every repeat. Orders: the top priority is lost, and
     in every one of at least :data:`MIN_REPEATS` repeats each priority's survival curve dominates the one
@@ -254,106 +415,10 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
     (a refused filler adds none; the weakest repeat counts), and survival that could not be measured (NaN)
     is no survival. An engine without retention priorities (``no_priority``) is not-applicable to the
     priority claims."""
-    top = Arm(100, None) if 100 in p.priorities else Arm(max(p.priorities), None)
-    reps = by_repeat(rows)
-    n = len(reps)
-    top_rows = {k: sorted((r for r in v if r["arm"] == top.label), key=lambda r: r["pressure"])
-                for k, v in reps.items()}
-    top_rows = {k: v for k, v in top_rows.items() if v}
-    every_top = [r for v in top_rows.values() for r in v]
-    max_ratio = max(p.pressure)
-    refused = sum(r["fillers_refused"] for r in every_top)
-    admitted = min((sum(r.get("fillers_admitted_tokens", 0) for r in v) / v[0]["free_tokens"]
-                    if v[0]["free_tokens"] else 0.0 for v in top_rows.values()), default=0.0)
-    unmeasured = [r for r in rows if not math.isfinite(r["survival"])]
-    lost = [round(r["baseline_reused"] * (1 - r["survival"])) for r in every_top if math.isfinite(r["survival"])]
-    survival_max = min((v[-1]["survival"] for v in top_rows.values()), default=float("nan"))
-    from_engine = bool(every_top) and all(r.get("survival_source") == "engine" for r in every_top)
-    losses = {k: {a.label: first_loss(v, a.label) for a in arms} for k, v in reps.items()}
-    top_lost = [k for k in top_rows if not math.isinf(losses[k][top.label])]
-    plain = sorted((a for a in arms if a.duration_ms is None), key=lambda a: a.priority)
-    orders = {k: repeat_order(v, plain) for k, v in reps.items()} if len(plain) > 1 else {}
-    consistent = n >= MIN_REPEATS and len(set(orders.values())) == 1
-    ordered = consistent and set(orders.values()) == {"ordered"}
-    tied = consistent and set(orders.values()) == {"tied"}
-    survived = bool(top_rows) and not top_lost
-    lower_lost = all(any(not math.isinf(losses[k][a.label]) for a in plain if a != top) for k in reps)
-    survival_tag = "survival_at_max_pressure" if from_engine else "reported_survival_at_max_pressure"
-    held_upto = min((max((r["pressure"] for r in v if r["pressure"] < losses[k][top.label] and r["survival"] >= 1.0),
-                         default=0.0) for k, v in top_rows.items()), default=0.0)
-    metrics = {
-        "pinned_survival_max_pressure": held_upto,
-        survival_tag: survival_max,
-        "admitted_load": admitted,
-        "overflow_errors": refused,
-        "silent_evictions": max(lost, default=0),
-        "capacity_tokens": every_top[0]["free_tokens"] + p.prefix_tokens if every_top else None,
-    }
-
-    def where(k: int, a: Arm) -> str:
-        return "survives all" if math.isinf(losses[k][a.label]) else f"lost from {losses[k][a.label]:g}×"
-
-    notes = [f"repeat {k}: first-loss pressure per arm (cumulative filler load sent, × free capacity): "
-             + "; ".join(f"{a.label}: {where(k, a)}" for a in arms)
-             + (f" → priorities {orders[k]}" if orders else "") for k in reps]
-    notes.append(f"load the engine admitted over the ramp: {admitted:.2f}× free capacity in the weakest of {n} "
-                 f"repeat(s) ({refused} top-priority filler(s) refused in all)")
-    expiry = [a for a in arms if a.duration_ms]
-    if expiry:
-        e = expiry[0]
-        notes.append(f"expiry arm {e.label}, per repeat: " + "; ".join(
-            f"{where(k, e)} (priority-100 without expiry: {where(k, top)})" for k in reps)
-            + (" — never lost, so expiry is not observable on this engine"
-               if all(math.isinf(losses[k][e.label]) for k in reps) else ""))
-    if not every_top or max_ratio <= 1.0:
-        return Outcome("inconclusive", f"The ramp never exceeded free capacity (max {max_ratio:g}×), so pressure "
-                       "was not sustained; raise `pressure`.", metrics, rows, notes)
-    if unmeasured:
-        return Outcome("inconclusive", f"Survival could not be measured at {len(unmeasured)} pressure step(s) (no "
-                       "baseline reuse and no read-back), and an unmeasured prefix is not a surviving one.",
-                       metrics, rows, notes)
-    if no_priority:
-        notes.insert(0, f"the cell declares no retention priority: {no_priority}")
-        held = "held at every step" if survived else f"lost from {min(losses[k][top.label] for k in reps):g}×"
-        return Outcome("not-applicable", f"The engine has no retention priority to pin or order with ({no_priority}); "
-                       f"as a reference, the prefix under plain eviction was {held} ({admitted:.2f}× free capacity "
-                       "admitted).", metrics, rows, notes, {"risk.retention_bias": "not-applicable"})
-    if admitted <= 1.0:
-        return Outcome("inconclusive", f"Requested load reached {max_ratio:g}× free capacity, but the engine admitted "
-                       f"only {admitted:.2f}× ({refused} filler(s) refused): the prefix was never under pressure "
-                       "beyond free capacity, so its survival says nothing about pinning.", metrics, rows, notes)
-    repeats = f"{n} repeat{'s' if n > 1 else ''}"
-    if survived:
-        how = (f"{refused} filler request(s) beyond capacity were refused with an explicit overflow error"
-               if refused else "no filler was refused")
-        effect = ("" if len(plain) < 2 or lower_lost else
-                  (" In some repeat no lower priority was lost either, so the ramp did not show what priority "
-                   "adds over plain eviction."))
-        summary = (f"Priority-{top.priority} prefix ({p.prefix_tokens} tokens) was fully held at every pressure in "
-                   f"all {repeats}, with at least {admitted:.2f}× free capacity of filler admitted; {how}.{effect}")
-        return Outcome("confirmed", summary, metrics, rows, notes,
-                       {"risk.retention_bias": "refuted" if len(plain) > 1 and lower_lost else "inconclusive"},
-                       rests_on=(Support(survival_tag, ">=", 1.0),))
-    first = min(losses[k][top.label] for k in top_lost)
-    lost_in = (f"in {len(top_lost)} of {repeats}" if len(top_lost) < n else f"in every one of {repeats}" if n > 1
-               else "in its one repeat")
-    if len(plain) < 2:
-        order = "with one priority arm only, so no order is shown"
-    elif ordered:
-        order = f"and each higher priority's survival curve dominated the lower's in all {repeats}"
-    elif tied:
-        order = (f"and every priority ({', '.join(a.label for a in plain)}) fell alike in all {repeats}: "
-                 "no effect of priority")
-    elif n < MIN_REPEATS:
-        order = (f"and one repeat ({orders[next(iter(orders))]}) cannot show a consistent order between priorities; "
-                 f"raise `repeats` to at least {MIN_REPEATS}")
-    else:
-        order = ("and the priorities were in no consistent order across the repeats ("
-                 + ", ".join(orders[k] for k in reps) + "): no order shown")
-    summary = (f"Priority-{top.priority} prefix was lost {lost_in} (from {first:g}× free capacity at the earliest; "
-               f"{survival_max:.0%} held at {max_ratio:g}× in the worst repeat), {order}: retention "
-               + ("orders eviction, it does not pin." if ordered else "neither pins nor orders." if tied
-                  else "does not pin."))
-    return Outcome("refuted", summary, metrics, rows, notes,
-                   {"risk.retention_bias": "confirmed" if ordered or tied else "inconclusive"},
-                   rests_on=(Support(survival_tag, "<", 1.0),))
+    s = summarise(rows, p, arms, no_priority)
+    d = decide(s)
+    metrics = {"pinned_survival_max_pressure": s.held_upto, s.survival_tag: s.survival_max,
+               "admitted_load": s.admitted, "overflow_errors": s.refused, "silent_evictions": s.silent_evictions,
+               "capacity_tokens": s.capacity_tokens}
+    return Outcome(d.verdict, explain(d, s, p), metrics, rows, _notes(d, s), dict(d.claim_verdicts),
+                   rests_on=d.rests_on)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
 from ..contract import common_prefix
 from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
@@ -201,6 +201,183 @@ def _floor_text(floor: float | None, margin: float) -> str:
     return f"; within {margin:g} × the engine's own noise floor {floor:.2g}" if floor is not None else ""
 
 
+@dataclass(frozen=True)
+class Reconciliation:
+    """What the reuse rule reads, summarised from the matrix rows: how each channel stood to the token-id
+    expectation, the logits check against the engine's own noise, and the TTFTs."""
+
+    engine: str
+    fields: tuple[str, ...]
+    rows: int
+    exact: int  # requests whose reported reuse equals the expectation
+    counted: int  # requests the engine gave a reuse count for
+    engine_exact: int  # of those, counts equal to the expectation
+    reported: int  # requests with a reported reuse at all
+    mismatched: tuple[dict, ...]  # rows where the cell or the engine missed the expectation beyond granularity
+    disagreeing: tuple[dict, ...]  # rows where the engine's count is not the cell's
+    lost: tuple[dict, ...]  # rows after which the engine did not hold the prompt
+    diffs: tuple[float, ...]  # logits differences from a cold recompute
+    floor: float | None  # the engine's cold-to-cold noise floor
+    odd: tuple[dict, ...]  # rows whose two cold computations disagree beyond the floor
+    too_noisy: bool  # the floor is above NOISE_CEILING × the logits' spread
+    wrong: tuple[dict, ...]  # rows whose reused KV changed the output
+    wrong_bar: float | None  # the lowest bar a wrong row passed
+    clean_bar: float | None  # the highest bar of a reused request
+    nonfinite: int  # rows whose logits hold NaN or infinity
+    granularity: int
+    cold: tuple[float, ...]
+    warm: tuple[float, ...]
+    source: str | None  # where the reported reuse came from (the engine's counter, the cell's arithmetic)
+    no_counter: str | None = None  # why the engine has no reuse counter
+
+
+def summarise(rows: list[dict], fields: list[str], engine: str, no_counter: str | None, tolerance: float,
+              margin: float = 2.0) -> Reconciliation:
+    with_engine = [r for r in rows if r["engine_vs_expected"] != "no channel"]
+    floor, odd, too_noisy = noise(rows, tolerance, margin)
+    wrong = [r for r in rows if _beyond(r["logits_max_abs_diff"], r, tolerance, margin, floor or 0.0)]
+    bars = [_bar(r, tolerance, margin, floor or 0.0) for r in rows if r["logits_max_abs_diff"] is not None]
+    return Reconciliation(
+        engine=engine, fields=tuple(fields), rows=len(rows),
+        exact=sum(r["reported_vs_expected"] == "exact" for r in rows), counted=len(with_engine),
+        engine_exact=sum(r["engine_vs_expected"] == "exact" for r in with_engine),
+        reported=sum(r["reported_reused"] is not None for r in rows),
+        mismatched=tuple(r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])),
+        disagreeing=tuple(r for r in with_engine if r["engine_reused"] != r["reported_reused"]),
+        lost=tuple(r for r in rows if r.get("engine_holds_prompt") is False),
+        diffs=tuple(r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None),
+        floor=floor, odd=tuple(odd), too_noisy=too_noisy, wrong=tuple(wrong),
+        wrong_bar=min((_bar(r, tolerance, margin, floor or 0.0) for r in wrong), default=None),
+        clean_bar=max(bars, default=None), nonfinite=len(nonfinite(rows)),
+        granularity=max(r["granularity"] for r in rows),
+        cold=tuple(r["ttft_s"] for r in rows if r["case"] == "cold"),
+        warm=tuple(r["ttft_s"] for r in rows if r["case"] == "exact repeat"),
+        # the cell's report is the engine's counter on vLLM, its arithmetic on llama.cpp, missing where none came back
+        source=reported_source(r["reuse_source"] for r in rows), no_counter=no_counter)
+
+
+RISK = "risk.reuse_metrics"
+
+
+def decide(s: Reconciliation) -> Decision:
+    """The ladder: logits finite → cold runs agree → reuse kept the output → a counter exists → it agrees →
+    it is exact per token."""
+    na = "not-applicable" if s.no_counter else None
+    clean = (Support("logits_max_abs_diff", "<=", s.clean_bar),) if s.clean_bar is not None else ()
+    if s.nonfinite:
+        return Decision("inconclusive", "nonfinite", {RISK: na or "inconclusive"})
+    if s.too_noisy or (s.odd and not s.wrong):
+        return Decision("inconclusive", "noisy", {RISK: na or "inconclusive"})
+    if s.wrong:
+        return Decision("refuted", "wrong-kv", {RISK: na or "confirmed"},
+                        (Support("logits_max_abs_diff", ">", s.wrong_bar),))
+    if s.no_counter:
+        return Decision("not-applicable", "no-counter", {RISK: "not-applicable"}, clean)
+    if not s.counted:
+        return Decision("refuted", "no-counts", {RISK: "confirmed"}, (Support("engine_counted_requests", "==", 0),))
+    inexact = (Support("engine_reuse_exact_fraction", "<", 1),)
+    if s.mismatched or s.disagreeing or s.lost:
+        return Decision("partial", "disagree", {RISK: "partial"}, inexact)
+    if s.granularity == 1 and s.exact == s.rows and s.engine_exact == s.counted:
+        return Decision("confirmed", "exact", {RISK: "refuted"},
+                        (Support("engine_reuse_exact_fraction", "==", 1), *clean))
+    return Decision("partial", "rounded", {RISK: "partial"}, inexact)
+
+
+def explain(d: Decision, s: Reconciliation, tolerance: float, margin: float) -> str:
+    """The verdict's summary in words."""
+    engine, n, fields = s.engine, s.rows, ", ".join(s.fields)
+    if d.case == "nonfinite":
+        return (f"The logits check cannot judge reuse on {engine}: on {s.nonfinite} of {n} requests the engine's "
+                "logits (or their differences) were not finite (NaN or infinity), and a comparison with NaN is no "
+                "evidence either way; check the model's weights.")
+    if d.case == "noisy":
+        why = (f"two cold computations of the same tokens differ by {s.floor:.3g} (median), more than "
+               f"{NOISE_CEILING:g} × the logits' spread" if s.too_noisy else
+               f"on {len(s.odd)} of {n} requests two cold computations of the same tokens disagreed beyond the "
+               f"engine's noise floor {s.floor:.3g}")
+        return (f"The logits check cannot judge reuse on {engine}: {why}, so a reused request's difference from a "
+                "cold recompute says nothing (an engine computing one prompt two ways is itself worth a look).")
+    if d.case == "wrong-kv":
+        return (f"On {len(s.wrong)} of {n} requests the reused KV changed the output (logits up to "
+                f"{max(s.diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread"
+                + (f" and {margin:g} × the engine's noise floor {s.floor:.3g}" if s.floor is not None else "")
+                + "): the reuse is not reuse of the prompt's KV.")
+    if d.case == "no-counter":
+        checked = (f"every reused request computed the same logits as a cold recompute (max |Δ| {max(s.diffs):.2g}, "
+                   f"{len(s.diffs)} requests{_floor_text(s.floor, margin)})" if s.diffs
+                   else "no logits could be read back")
+        if s.lost:
+            checked += f"; the engine did not hold the prompt after {len(s.lost)} request(s)"
+        return (f"{engine} has no per-request reuse counter to misreport, so the risk cannot occur here. As a "
+                f"reference, the cell's own reuse ({s.exact}/{n} requests equal the token-id expectation) was "
+                f"checked on the engine by output equivalence: {checked}.")
+    if d.case == "no-counts":
+        return (f"{engine} returned no per-request reuse counter on any of {n} requests; reuse can only be "
+                "estimated from events or timing.")
+    if d.case == "disagree":
+        off = len({id(r) for r in s.mismatched + s.disagreeing + s.lost})
+        return (f"{engine} reports per-request reuse ({fields}) but {off} of {n} requests disagree across the cell, "
+                "the engine and the token-id expectation beyond its granularity.")
+    if d.case == "exact":
+        checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| "
+                   f"{max(s.diffs):.2g}{_floor_text(s.floor, margin)})" if s.diffs else "")
+        return (f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: its own counter "
+                f"({fields}) agrees with the token-id expectation{checked}.")
+    unit = "tokens" if s.granularity == 1 else f"blocks of {s.granularity} tokens"
+    return (f"{engine} reports per-request reuse in {unit} ({fields}): {s.exact}/{n} requests exact, the rest "
+            "within block rounding or the last-token rule, so reuse counts are labelled estimates.")
+
+
+def _metrics(s: Reconciliation, rows: list[dict]) -> dict:
+    sc, sw = spread(list(s.cold)), spread(list(s.warm))
+    reported = [r for r in rows if r["reported_reused"] is not None]
+    out = {
+        "reuse_exact_fraction": s.exact / s.rows if s.source else None,
+        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["expected_reused"]) for r in reported)
+        if s.source else None,
+        "engine_counted_requests": s.counted,
+        "disagreements": len(s.mismatched) + len(s.disagreeing) + len(s.wrong),
+        "granularity_tokens": s.granularity,
+        "ttft_cold_s": median(s.cold), "ttft_warm_s": median(s.warm), "ttft_iqr_s": sc["q3"] - sc["q1"],
+        "ttft_warm_iqr_s": sw["q3"] - sw["q1"],
+        "ttft_ratio": median(s.warm) / median(s.cold) if s.cold and median(s.cold) > 0 else None,
+    }
+    if s.counted:
+        out["engine_reuse_exact_fraction"] = s.engine_exact / s.counted
+    if s.diffs:
+        out["logits_max_abs_diff"] = max(s.diffs)
+    if s.floor is not None:
+        out["logits_layout_floor"] = s.floor
+    return out
+
+
+def _notes(d: Decision, s: Reconciliation, margin: float) -> list[str]:
+    sc, sw, n, floor = spread(list(s.cold)), spread(list(s.warm)), s.rows, s.floor
+    notes = ["channels: " + (f"engine per-request counters [{', '.join(s.fields)}]" if s.counted else
+                              "no engine per-request counters")
+             + (f"; logits against a cold recompute on {len(s.diffs)} requests" if s.diffs
+                else "; no logits read-back")
+             + (f"; cold against cold at other KV cells differs by {floor:.3g} (median over requests: the engine's "
+                f"noise floor; a difference counts beyond {margin:g} × it)" if floor is not None else ""),
+             f"engine accounting agreed with the token-id expectation on {s.engine_exact}/{s.counted} requests"
+             + (f"; the engine returned no reuse count on {n - s.reported} of {n} requests, so the reported reuse "
+                "is missing, not 0" if s.reported < n else ""),
+             f"TTFT (to the first decoded token) cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}], "
+             f"exact repeat median {sw['median']:.4g}s IQR [{sw['q1']:.4g}, {sw['q3']:.4g}]"]
+    notes += [f"disagreement: {r['case']} (repeat {r['repeat']}): expected {r['expected_reused']}, cell reported "
+              f"{r['reported_reused']}, engine accounting {r['engine_reused']}" for r in s.mismatched + s.disagreeing]
+    notes += [f"engine does not hold the prompt after {r['case']} (repeat {r['repeat']}): "
+              f"{r['engine_resident_after']} of {r['prompt_tokens']} tokens read back" for r in s.lost]
+    notes += [f"output changed by reuse: {r['case']} (repeat {r['repeat']}) logits differ by up to "
+              f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in s.wrong]
+    notes += [f"cold computations disagree: {r['case']} (repeat {r['repeat']}) differs by "
+              f"{r['logits_layout_floor']:.3g} between two cold runs of the same tokens" for r in s.odd]
+    if d.case == "no-counter":
+        notes.insert(0, f"the cell declares no engine reuse counter: {s.no_counter}")
+    return notes
+
+
 def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | None, tolerance: float,
             margin: float = 2.0) -> Outcome:
     """Confirmed: the engine's own reuse counter is exact per token and every reused request computes the
@@ -208,123 +385,8 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     output (the KV reused was not the prompt's), or no per-request counter. Not-applicable: the engine
     declares it has no reuse counter (``no_counter``), so the counter risk cannot occur; the logits check
     then stands as the reference that the cell's reuse is sound."""
-    n = len(rows)
-    exact = sum(r["reported_vs_expected"] == "exact" for r in rows)
-    with_engine = [r for r in rows if r["engine_vs_expected"] != "no channel"]
-    engine_exact = sum(r["engine_vs_expected"] == "exact" for r in with_engine)
-    has_counters = bool(with_engine)
-    lost = [r for r in rows if r.get("engine_holds_prompt") is False]
-    mism = [r for r in rows if "mismatch" in (r["reported_vs_expected"], r["engine_vs_expected"])]
-    disagree = [r for r in with_engine if r["engine_reused"] != r["reported_reused"]]
-    reported = [r for r in rows if r["reported_reused"] is not None]
-    diffs = [r["logits_max_abs_diff"] for r in rows if r["logits_max_abs_diff"] is not None]
-    floor, odd, too_noisy = noise(rows, tolerance, margin)
-    wrong = [r for r in rows if _beyond(r["logits_max_abs_diff"], r, tolerance, margin, floor or 0.0)]
-    granularity = max(r["granularity"] for r in rows)
-    cold = [r["ttft_s"] for r in rows if r["case"] == "cold"]
-    warm = [r["ttft_s"] for r in rows if r["case"] == "exact repeat"]
-    sc = spread(cold)
-    # the cell's report is the engine's counter on vLLM, its arithmetic on llama.cpp, missing where none came back
-    source = reported_source(r["reuse_source"] for r in rows)
-    metrics = {
-        "reuse_exact_fraction": exact / n if source else None,
-        "max_reuse_error_tokens": max(abs(r["reported_reused"] - r["expected_reused"]) for r in reported)
-        if source else None,
-        "engine_counted_requests": len(with_engine),
-        "disagreements": len(mism) + len(disagree) + len(wrong),
-        "granularity_tokens": granularity,
-        "ttft_cold_s": median(cold), "ttft_warm_s": median(warm), "ttft_iqr_s": sc["q3"] - sc["q1"],
-        "ttft_warm_iqr_s": spread(warm)["q3"] - spread(warm)["q1"],
-        "ttft_ratio": median(warm) / median(cold) if cold and median(cold) > 0 else None,
-    }
-    if with_engine:
-        metrics["engine_reuse_exact_fraction"] = engine_exact / len(with_engine)
-    if diffs:
-        metrics["logits_max_abs_diff"] = max(diffs)
-    if floor is not None:
-        metrics["logits_layout_floor"] = floor
-    unit = "tokens" if granularity == 1 else f"blocks of {granularity} tokens"
-    sw = spread(warm)
-    notes = ["channels: " + (f"engine per-request counters [{', '.join(fields)}]" if has_counters else
-                              "no engine per-request counters")
-             + (f"; logits against a cold recompute on {len(diffs)} requests" if diffs else "; no logits read-back")
-             + (f"; cold against cold at other KV cells differs by {floor:.3g} (median over requests: the engine's "
-                f"noise floor; a difference counts beyond {margin:g} × it)" if floor is not None else ""),
-             f"engine accounting agreed with the token-id expectation on {engine_exact}/{len(with_engine)} requests"
-             + (f"; the engine returned no reuse count on {n - len(reported)} of {n} requests, so the reported reuse "
-                "is missing, not 0" if len(reported) < n else ""),
-             f"TTFT (to the first decoded token) cold median {sc['median']:.4g}s IQR [{sc['q1']:.4g}, {sc['q3']:.4g}], "
-             f"exact repeat median {sw['median']:.4g}s IQR [{sw['q1']:.4g}, {sw['q3']:.4g}]"]
-    notes += [f"disagreement: {r['case']} (repeat {r['repeat']}): expected {r['expected_reused']}, cell reported "
-              f"{r['reported_reused']}, engine accounting {r['engine_reused']}" for r in mism + disagree]
-    notes += [f"engine does not hold the prompt after {r['case']} (repeat {r['repeat']}): "
-              f"{r['engine_resident_after']} of {r['prompt_tokens']} tokens read back" for r in lost]
-    notes += [f"output changed by reuse: {r['case']} (repeat {r['repeat']}) logits differ by up to "
-              f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in wrong]
-    notes += [f"cold computations disagree: {r['case']} (repeat {r['repeat']}) differs by "
-              f"{r['logits_layout_floor']:.3g} between two cold runs of the same tokens" for r in odd]
-    sources = {"reuse_exact_fraction": source, "max_reuse_error_tokens": source} if source else {}
-
-    def bar(r: dict) -> float:
-        return _bar(r, tolerance, margin, floor or 0.0)
-
-    # every reused request within its bar: the largest difference stays under the largest bar
-    clean = ((Support("logits_max_abs_diff", "<=", max(bar(r) for r in rows if r["logits_max_abs_diff"] is not None)),)
-             if diffs else ())
-    claim = "not-applicable" if no_counter else None
-    broken = nonfinite(rows)
-    if broken:
-        return Outcome("inconclusive", f"The logits check cannot judge reuse on {engine}: on {len(broken)} of {n} "
-                       "requests the engine's logits (or their differences) were not finite (NaN or infinity), and "
-                       "a comparison with NaN is no evidence either way; check the model's weights.", metrics, rows,
-                       notes, {"risk.reuse_metrics": claim or "inconclusive"}, rests_on=("logits_max_abs_diff",))
-    if too_noisy or (odd and not wrong):
-        why = (f"two cold computations of the same tokens differ by {floor:.3g} (median), more than "
-               f"{NOISE_CEILING:g} × the logits' spread" if too_noisy else
-               f"on {len(odd)} of {n} requests two cold computations of the same tokens disagreed beyond the "
-               f"engine's noise floor {floor:.3g}")
-        return Outcome("inconclusive", f"The logits check cannot judge reuse on {engine}: {why}, so a reused "
-                       "request's difference from a cold recompute says nothing (an engine computing one prompt two "
-                       "ways is itself worth a look).", metrics, rows, notes,
-                       {"risk.reuse_metrics": claim or "inconclusive"}, sources=sources)
-    if wrong:
-        return Outcome("refuted", f"On {len(wrong)} of {n} requests the reused KV changed the output (logits up to "
-                       f"{max(diffs):.3g} from a cold recompute, tolerance {tolerance:g} × the logits' spread"
-                       + (f" and {margin:g} × the engine's noise floor {floor:.3g}" if floor is not None else "")
-                       + "): the reuse "
-                       "is not reuse of the prompt's KV.", metrics, rows, notes,
-                       {"risk.reuse_metrics": claim or "confirmed"}, sources=sources,
-                       rests_on=(Support("logits_max_abs_diff", ">", min(bar(r) for r in wrong)),))
-    if no_counter:
-        notes.insert(0, f"the cell declares no engine reuse counter: {no_counter}")
-        checked = (f"every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}, "
-                   f"{len(diffs)} requests{_floor_text(floor, margin)})" if diffs else "no logits could be read back")
-        if lost:
-            checked += f"; the engine did not hold the prompt after {len(lost)} request(s)"
-        return Outcome("not-applicable", f"{engine} has no per-request reuse counter to misreport, so the risk cannot "
-                       f"occur here. As a reference, the cell's own reuse ({exact}/{n} requests equal the token-id "
-                       f"expectation) was checked on the engine by output equivalence: {checked}.", metrics, rows,
-                       notes, {"risk.reuse_metrics": "not-applicable"}, sources=sources, rests_on=clean)
-    if not has_counters:
-        return Outcome("refuted", f"{engine} returned no per-request reuse counter on any of {n} requests; reuse can "
-                       "only be estimated from events or timing.", metrics, rows, notes,
-                       {"risk.reuse_metrics": "confirmed"}, sources=sources,
-                       rests_on=(Support("engine_counted_requests", "==", 0),))
-    if mism or disagree or lost:
-        return Outcome("partial", f"{engine} reports per-request reuse ({', '.join(fields)}) but "
-                       f"{len({id(r) for r in mism + disagree + lost})} of {n} requests disagree across the cell, the "
-                       "engine and the token-id expectation beyond its granularity.", metrics, rows, notes,
-                       {"risk.reuse_metrics": "partial"}, sources=sources,
-                       rests_on=(Support("engine_reuse_exact_fraction", "<", 1),))
-    if granularity == 1 and exact == n and engine_exact == len(with_engine):
-        checked = (f"; every reused request computed the same logits as a cold recompute (max |Δ| {max(diffs):.2g}"
-                   f"{_floor_text(floor, margin)})"
-                   if diffs else "")
-        return Outcome("confirmed", f"{engine} accounts per-request reuse exactly, per token, on all {n} requests: "
-                       f"its own counter ({', '.join(fields)}) agrees with the token-id expectation{checked}.",
-                       metrics, rows, notes, {"risk.reuse_metrics": "refuted"}, sources=sources,
-                       rests_on=(Support("engine_reuse_exact_fraction", "==", 1), *clean))
-    return Outcome("partial", f"{engine} reports per-request reuse in {unit} ({', '.join(fields)}): {exact}/{n} "
-                   "requests exact, the rest within block rounding or the last-token rule, so reuse counts are "
-                   "labelled estimates.", metrics, rows, notes, {"risk.reuse_metrics": "partial"}, sources=sources,
-                   rests_on=(Support("engine_reuse_exact_fraction", "<", 1),))
+    s = summarise(rows, fields, engine, no_counter, tolerance, margin)
+    d = decide(s)
+    sources = {"reuse_exact_fraction": s.source, "max_reuse_error_tokens": s.source} if s.source else {}
+    return Outcome(d.verdict, explain(d, s, tolerance, margin), _metrics(s, rows), rows, _notes(d, s, margin),
+                   dict(d.claim_verdicts), rests_on=d.rests_on, sources=sources)

@@ -12,8 +12,8 @@ Importing this package never imports llama_cpp: :func:`._internals.lib` does, wh
 from __future__ import annotations
 
 from ._internals import decide_extra_buffers, model_params
-from .llama import ABSENT, ENGINE, LlamaCppCell
+from .llama import ABSENT, ENGINE, LlamaCppCell, LlamaCppOptions
 from .surface import C_SIGNATURES, EXPECTED_AGAINST, SURFACE, surface_rows
 
-__all__ = ["ABSENT", "C_SIGNATURES", "ENGINE", "EXPECTED_AGAINST", "LlamaCppCell", "SURFACE",
+__all__ = ["ABSENT", "C_SIGNATURES", "ENGINE", "EXPECTED_AGAINST", "LlamaCppCell", "LlamaCppOptions", "SURFACE",
            "decide_extra_buffers", "model_params", "surface_rows"]

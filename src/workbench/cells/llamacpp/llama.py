@@ -23,7 +23,8 @@ from ... import models
 from ...contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
                          KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
-from .. import Availability
+from .. import Availability, known_options
+from ..options import CellOptions
 from . import llama_chat_format, surface
 from ._internals import captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params
 from .state import parse_state
@@ -44,6 +45,27 @@ ABSENT = {
 }
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
+
+
+@dataclass(frozen=True)
+class LlamaCppOptions(CellOptions):
+    """``open_cell("llamacpp", model, **options)`` keywords: the shared ones and llama.cpp's own."""
+
+    kv_budget_bytes: int | None = None  # the KV pool in bytes, read in this model's bytes per token
+    n_batch: int = 512
+    kv_type: str = "f16"
+    gpu_layers: int = 0
+    # load weights into llama.cpp's extra buffer types (repacked/AMX); None decides by this machine's CPU and
+    # build (workbench.cpu.extra_buffers)
+    extra_buffers: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_type not in _GGML_TYPE:
+            raise ValueError(f"kv_type must be one of {', '.join(_GGML_TYPE)}, got {self.kv_type!r}")
+        if self.slots < 1:
+            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        if self.connector:
+            raise ValueError("llama.cpp has no KV connector; its sequence state is the state_export observer")
 
 
 @dataclass
@@ -84,81 +106,37 @@ class LlamaCppCell:
                              "extra_buffers": eb.use, "extra_buffers_reason": eb.reason})
 
     @classmethod
-    def open(
-        cls,
-        model: str,
-        *,
-        context_tokens: int | None = None,
-        kv_budget_tokens: int | None = None,
-        kv_budget_bytes: int | None = None,
-        slots: int = 1,
-        n_threads: int | None = None,
-        n_batch: int = 512,
-        kv_type: str = "f16",
-        adapters: Sequence[str] = (),
-        gpu_layers: int = 0,
-        extra_buffers: bool | None = None,
-    ) -> "LlamaCppCell":
-        """``extra_buffers``: load weights into llama.cpp's extra buffer types (repacked/AMX); ``None`` decides by
-        this machine's CPU and build (:func:`workbench.cpu.extra_buffers`)."""
-        return cls(models.resolve(model), context_tokens=context_tokens, kv_budget_tokens=kv_budget_tokens,
-                   kv_budget_bytes=kv_budget_bytes, slots=slots, n_threads=n_threads, n_batch=n_batch,
-                   kv_type=kv_type, adapters=adapters, gpu_layers=gpu_layers, extra_buffers=extra_buffers)
+    def open(cls, model: str, **options: Any) -> "LlamaCppCell":
+        """``options``: :class:`LlamaCppOptions` keywords; an unknown one is refused with the valid names."""
+        return cls(models.resolve(model), LlamaCppOptions(**known_options(LlamaCppOptions, ENGINE, options)))
 
-    def __init__(self, model: models.ResolvedModel, *, context_tokens: int | None, kv_budget_tokens: int | None,
-                 kv_budget_bytes: int | None, slots: int, n_threads: int | None, n_batch: int, kv_type: str,
-                 adapters: Sequence[str], gpu_layers: int, extra_buffers: bool | None = None) -> None:
+    def __init__(self, model: models.ResolvedModel, o: LlamaCppOptions | None = None) -> None:
+        o = o or LlamaCppOptions()
         if not model.is_gguf:
             raise WorkbenchError(f"llama.cpp needs a GGUF model; {model.spec!r} is a {model.kind} model")
-        if kv_type not in _GGML_TYPE:
-            raise ValueError(f"kv_type must be one of {', '.join(_GGML_TYPE)}, got {kv_type!r}")
-        if slots < 1:
-            raise ValueError(f"slots must be at least 1, got {slots}")
         ll = self._ll = lib()
         ll.llama_backend_init()
         self.model = model
         self._closed = True
-        self.extra_buffers = decide_extra_buffers(extra_buffers)
-        mparams = model_params(ll, gpu_layers=gpu_layers, extra=self.extra_buffers)
+        self.extra_buffers = decide_extra_buffers(o.extra_buffers)
+        mparams = model_params(ll, gpu_layers=o.gpu_layers, extra=self.extra_buffers)
         with captured() as lines:
             self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
         if not self._model:
             raise WorkbenchError(f"llama.cpp could not load {model.path}: " + load_reason(lines))
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._adapters = []
+        threads = o.threads or os.cpu_count() or 1
         try:
-            self.geometry = self._geometry(kv_type)
-            train_ctx = ll.llama_model_n_ctx_train(self._model)
-            if kv_budget_bytes is not None:
-                kv_budget_tokens = kv_budget_bytes // self.geometry.bytes_per_token
-                if kv_budget_tokens < 1:
-                    raise ValueError(f"kv_budget_bytes={kv_budget_bytes} is below one token of KV "
-                                     f"({self.geometry.bytes_per_token} bytes for this model)")
-            if kv_budget_tokens is not None and kv_budget_tokens < 1:
-                raise ValueError(f"kv_budget_tokens must be at least 1, got {kv_budget_tokens}")
-            n_ctx = kv_budget_tokens or context_tokens or train_ctx
-            if n_ctx <= 0:
-                given = ("kv_budget_bytes/kv_budget_tokens" if kv_budget_tokens else "context_tokens" if context_tokens
-                         else "context_tokens (the model declares no training context)")
-                raise ValueError(f"the KV cache would hold {n_ctx} tokens; raise {given}")
-            threads = n_threads or os.cpu_count() or 1
-            cparams = ll.llama_context_default_params()
-            cparams.n_ctx = n_ctx
-            cparams.n_batch = min(n_batch, n_ctx)
-            cparams.n_ubatch = min(n_batch, n_ctx)
-            cparams.n_seq_max = slots
-            cparams.n_threads = threads
-            cparams.n_threads_batch = threads
-            cparams.kv_unified = True
-            cparams.type_k = cparams.type_v = _GGML_TYPE[kv_type]
-            cparams.no_perf = False
+            self.geometry = self._geometry(o.kv_type)
+            cparams = self._context_params(o, self._kv_tokens(o, ll.llama_model_n_ctx_train(self._model)), threads)
             with captured() as lines:
                 self._ctx = ll.llama_init_from_model(self._model, cparams)
             self._kv_buffer_bytes = kv_buffer_bytes(lines)
             if not self._ctx:
-                raise WorkbenchError(f"llama.cpp could not create a context of {n_ctx} tokens for {model.name}")
+                raise WorkbenchError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {model.name}")
             self._mem = ll.llama_get_memory(self._ctx)
-            adapter_digests = tuple(self._load_adapter(p) for p in adapters)
+            adapter_digests = tuple(self._load_adapter(p) for p in o.adapters)
         except BaseException:
             self._free()
             raise
@@ -167,15 +145,46 @@ class LlamaCppCell:
         self._n_batch = cparams.n_batch
         self._n_ctx = ll.llama_n_ctx(self._ctx)
         self._n_ctx_seq = ll.llama_n_ctx_seq(self._ctx)
-        self._slots = slots
+        self._slots = o.slots
         self._batch = ll.llama_batch_init(self._n_batch, 0, 1)
-        self._seqs = [_Seq() for _ in range(slots)]
+        self._seqs = [_Seq() for _ in range(o.slots)]
         self._logits_at: tuple[int, int] | None = None  # (slot, n tokens) the current logits belong to
         self._state_samples: dict[int, int] = {}  # cells -> sequence state bytes, from full reads
         self._state_size: tuple[int, int] | None = None  # (header bytes, bytes per cell), once calibrated
         self._embed_ctx = None
         self.manifest = Manifest(model.sha256, adapter_digests)
         self._template = self._meta("tokenizer.chat_template")
+
+    def _kv_tokens(self, o: LlamaCppOptions, train_ctx: int) -> int:
+        """The KV cache's size in tokens: the budget (bytes read in this model's bytes per token), else the context,
+        else the model's training context."""
+        budget = o.kv_budget_tokens
+        if o.kv_budget_bytes is not None:
+            budget = o.kv_budget_bytes // self.geometry.bytes_per_token
+            if budget < 1:
+                raise ValueError(f"kv_budget_bytes={o.kv_budget_bytes} is below one token of KV "
+                                 f"({self.geometry.bytes_per_token} bytes for this model)")
+        if budget is not None and budget < 1:
+            raise ValueError(f"kv_budget_tokens must be at least 1, got {budget}")
+        n_ctx = budget or o.context_tokens or train_ctx
+        if n_ctx <= 0:
+            given = ("kv_budget_bytes/kv_budget_tokens" if budget else "context_tokens" if o.context_tokens
+                     else "context_tokens (the model declares no training context)")
+            raise ValueError(f"the KV cache would hold {n_ctx} tokens; raise {given}")
+        return n_ctx
+
+    def _context_params(self, o: LlamaCppOptions, n_ctx: int, threads: int) -> Any:
+        cparams = self._ll.llama_context_default_params()
+        cparams.n_ctx = n_ctx
+        cparams.n_batch = min(o.n_batch, n_ctx)
+        cparams.n_ubatch = min(o.n_batch, n_ctx)
+        cparams.n_seq_max = o.slots
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = True
+        cparams.type_k = cparams.type_v = _GGML_TYPE[o.kv_type]
+        cparams.no_perf = False
+        return cparams
 
     def _load_adapter(self, path: str) -> str:
         ll = self._ll
@@ -437,37 +446,8 @@ class LlamaCppCell:
         t0 = time.perf_counter()
         before = self._perf()
         try:
-            deferred, recomputed = len(seq.pending), 0
-            if seq.pending:
-                todo, seq.pending = seq.pending, []
-                self._eval(slot, todo)
-            elif self._logits_at != (slot, len(seq.tokens)):
-                last = seq.tokens[-1]  # logits are stale: recompute the last prompt token
-                self._truncate(slot, len(seq.tokens) - 1)
-                self._eval(slot, [last])
-                recomputed = 1
-            out: list[int] = []
-            times: list[float] = []
-            text = b""
-            finish = "length"
-            while True:
-                tok = ll.llama_sampler_sample(smpl, self._ctx, -1)
-                now = time.perf_counter() - t0
-                if ll.llama_vocab_is_eog(self._vocab, tok):
-                    finish = "stop"
-                    break
-                out.append(tok)
-                times.append(now)
-                piece = self._piece(tok)
-                text += piece
-                if on_token is not None:
-                    on_token(tok, piece.decode(errors="replace"), now)
-                if stop and any(s.encode() in text for s in stop):
-                    finish = "stop"
-                    break
-                if len(out) >= max_tokens:
-                    break
-                self._eval(slot, [tok])
+            deferred, recomputed = self._fresh_logits(slot, seq)
+            out, times, text, finish = self._sample(smpl, slot, max_tokens, stop, on_token, t0)
         finally:
             ll.llama_sampler_free(smpl)
         decoded = text.decode(errors="replace")
@@ -478,6 +458,46 @@ class LlamaCppCell:
                             ttft_s=times[0] if times else time.perf_counter() - t0, token_times_s=times,
                             prompt_tokens=prompt_len, deferred_prefill_tokens=deferred,
                             engine_counters=self._counters(before) | {"recomputed_last_token": recomputed})
+
+    def _fresh_logits(self, slot: int, seq: _Seq) -> tuple[int, int]:
+        """Make the logits the slot's last prompt token's: evaluate a deferred prefill, or recompute the last token
+        when the logits belong to something else. (deferred tokens evaluated, tokens recomputed)"""
+        deferred = len(seq.pending)
+        if seq.pending:
+            todo, seq.pending = seq.pending, []
+            self._eval(slot, todo)
+            return deferred, 0
+        if self._logits_at != (slot, len(seq.tokens)):
+            last = seq.tokens[-1]  # logits are stale: recompute the last prompt token
+            self._truncate(slot, len(seq.tokens) - 1)
+            self._eval(slot, [last])
+            return 0, 1
+        return 0, 0
+
+    def _sample(self, smpl: Any, slot: int, max_tokens: int, stop: Sequence[str], on_token: TokenCallback | None,
+                t0: float) -> tuple[list[int], list[float], bytes, str]:
+        """Sample until end of generation, a stop string or ``max_tokens``: (tokens, seconds since ``t0`` of each,
+        the text's bytes, finish reason)."""
+        ll = self._ll
+        out: list[int] = []
+        times: list[float] = []
+        text = b""
+        while True:
+            tok = ll.llama_sampler_sample(smpl, self._ctx, -1)
+            now = time.perf_counter() - t0
+            if ll.llama_vocab_is_eog(self._vocab, tok):
+                return out, times, text, "stop"
+            out.append(tok)
+            times.append(now)
+            piece = self._piece(tok)
+            text += piece
+            if on_token is not None:
+                on_token(tok, piece.decode(errors="replace"), now)
+            if stop and any(s.encode() in text for s in stop):
+                return out, times, text, "stop"
+            if len(out) >= max_tokens:
+                return out, times, text, "length"
+            self._eval(slot, [tok])
 
     def _sampler(self, temperature: float, top_p: float, top_k: int, seed: int,
                  json_schema: Mapping[str, Any] | None):
@@ -758,4 +778,4 @@ class LlamaCppCell:
         return out
 
 
-__all__ = ["LlamaCppCell"]
+__all__ = ["LlamaCppCell", "LlamaCppOptions"]

@@ -1,0 +1,45 @@
+"""open_cell checks the observers a cell announces against their Protocols, once per class, at open."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench import cells
+from workbench.cells.llamacpp import LlamaCppCell
+
+CLOSED: list[str] = []
+
+
+class DriftedCell(LlamaCppCell):
+    """llama.cpp's cell with a kv_readback method whose parameters drifted from the Protocol's."""
+
+    def resident_tokens(self, slot: int = 0) -> int:  # the spec's slot is keyword-only
+        return super().resident_tokens(slot=slot)
+
+    def close(self) -> None:
+        CLOSED.append("closed")
+        super().close()
+
+
+def _register(monkeypatch, cls) -> None:
+    monkeypatch.setitem(cells.ENGINES._targets, "drifted", f"{__name__}:{cls.__name__}")
+    monkeypatch.setitem(cells.ENGINES._loaded, "drifted", cls)
+
+
+def test_a_cell_announcing_a_drifted_observer_fails_at_open_and_is_closed(monkeypatch):
+    _register(monkeypatch, DriftedCell)
+    CLOSED.clear()
+    with pytest.raises(TypeError, match=r"kv_readback: resident_tokens\(slot=0\) differs from the spec"):
+        cells.open_cell("drifted", "synthetic:tiny")
+    assert CLOSED == ["closed"]  # nothing the workbench started is left open
+
+
+def test_a_sound_cell_is_checked_once_per_class_and_announced_set(monkeypatch):
+    seen = []
+    real = cells.observer_mismatches
+    monkeypatch.setattr(cells, "observer_mismatches", lambda cell, names: seen.append(names) or real(cell, names))
+    monkeypatch.setattr(cells, "_CHECKED", set())
+    for _ in range(2):
+        with cells.open_cell("llamacpp", "synthetic:tiny"):
+            pass
+    assert len(seen) == 1 and "kv_readback" in seen[0]
