@@ -76,7 +76,8 @@ def plain(name: str) -> str:
     """The arm that serves turns as ``name`` does without speculation, on the same engine (with reuse): what a
     speculation arm's decode speed-up is measured against (``llamacpp-server-spec`` → ``llamacpp-server``)."""
     engine = get(name).engine
-    return next(a.name for a in ARMS.values() if a.engine == engine and a.reuse and a.speculation == "none")
+    specs = (get(n) for n in names())
+    return next(a.name for a in specs if a.engine == engine and a.reuse and a.speculation == "none")
 
 
 def unavailable(name: str) -> str | None:
