@@ -28,6 +28,10 @@ LLAMA_SERVER  := $(HOME)/.cache/workbench/llama-server/$(LLAMA_KEY)/llama-server
 
 setup: $(STAMP)
 
+# rfc3987-syntax (jsonschema's optional IRI format checker, pulled in by jupyter-events' `format-nongpl`
+# extra) compiles 38 lark grammars when jsonschema is imported: 2.7 s added to every process that imports
+# it (each notebook's kernel, each probe's child, vLLM, Ray). Nothing here checks IRI formats, so it goes.
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -45,6 +49,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(MAKE) --no-print-directory setup-vllm
 	$(MAKE) --no-print-directory setup-browser
+	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
 	touch $@
 
 # The browser tests drive Debian's chromium with Playwright's Python API (Playwright's own browser

@@ -146,3 +146,34 @@ def test_sigint_to_a_probe_exits_130_promptly_with_no_finding_and_no_process_lef
     assert p.returncode == 130 and time.monotonic() - t0 < 5
     assert gone_within(2, below) == []
     assert not list(out.glob("*.json"))
+
+
+def _seen() -> dict:
+    return {"preloaded": "colorsys" in sys.modules, "env": os.environ.get("WB_ISOLATE_PROBE"), "cwd": os.getcwd()}
+
+
+def test_a_preloaded_child_starts_with_the_modules_and_the_callers_env_and_cwd(tmp_path):
+    """A forkserver imports the engine once per process; each child still gets the environment and working folder
+    of its call (not of the forkserver's start), and a crash in it is still reported with its signal."""
+    code = textwrap.dedent(f"""
+        import json, os, sys
+        import test_isolate
+        from workbench import isolate
+        first = isolate.call(test_isolate._seen, preload=("colorsys",))
+        os.environ["WB_ISOLATE_PROBE"] = "later"
+        os.chdir({str(tmp_path)!r})
+        second = isolate.call(test_isolate._seen, preload=("colorsys",))
+        spawned = isolate.call(test_isolate._seen)
+        try:
+            isolate.call(test_isolate._segfault, preload=("colorsys",))
+        except isolate.EngineCrashed as e:
+            crash = e.signum
+        print(json.dumps([first, second, spawned, crash]))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+    assert r.returncode == 0, r.stderr
+    first, second, spawned, crash = json.loads(r.stdout.splitlines()[-1])
+    assert first["preloaded"] and second["preloaded"] and not spawned["preloaded"]
+    assert first["env"] is None and second["env"] == "later" and second["cwd"] == str(tmp_path)
+    assert crash == signal.SIGSEGV

@@ -7,6 +7,11 @@ dies by a signal, :class:`EngineCrashed` names the signal, the workbench functio
 (read from the faulthandler traceback) and the last lines of that log. Nothing the child was writing
 is kept: results come back to the parent only on success.
 
+A child is spawned fresh, or, where the caller names the modules its work imports anyway (``preload``: an
+engine such as vLLM takes ~15 s to import on 2 cores), forked from a multiprocessing forkserver that imported
+them once for this process: every later child starts with them loaded. The forkserver ends with this process.
+Either way the child gets the caller's environment and working directory as they are at the call.
+
 No child outlives its parent. The child leads a process group of its own, which the engine's processes
 (vLLM's ``EngineCore`` and workers) join; the parent kills that group on every way out of :func:`call`
 (answer, exception, timeout, Ctrl-C). When the parent dies without a way out (SIGKILL), its end of a pipe
@@ -29,7 +34,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from .contract import WorkbenchError
 
@@ -118,7 +123,10 @@ def _kill_group(proc) -> None:
             os.kill(proc.pid, signal.SIGKILL)
 
 
-def _child(conn, alive, log_path: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+def _child(conn, alive, log_path: str, env: dict, cwd: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+    os.environ.clear()  # a forkserver started earlier holds the environment of then, not of this call
+    os.environ.update(env)
+    os.chdir(cwd)
     os.setpgid(0, 0)  # a group of its own: the parent (or the watcher) ends the engine's processes with it
     _die_with_parent(alive, Path(log_path).parent)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
@@ -152,18 +160,36 @@ def log_tail(log: str, n: int = TAIL_LINES) -> list[str]:
     return [line for line in log[: cut if cut >= 0 else None].splitlines() if line.strip()][-n:]
 
 
-def call(fn: Callable, *args: Any, timeout: float | None = None, **kwargs: Any) -> Any:
-    """``fn(*args, **kwargs)`` in a fresh (spawned) process; its result, its exception, or :class:`EngineCrashed`.
+_PRELOADED: tuple[str, ...] | None = None  # what this process's forkserver imports, once it is set
 
-    ``timeout`` (seconds) kills a child that has not answered by then (:class:`EngineTimeout`).
+
+def _context(preload: Sequence[str]) -> Any:
+    """The forkserver when ``preload`` is what it imports (the first such call sets it), else a fresh spawn."""
+    global _PRELOADED
+    want = tuple(dict.fromkeys(preload))
+    if not want:
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    if _PRELOADED is None:
+        ctx.set_forkserver_preload([__name__, *want])
+        _PRELOADED = want
+    return ctx if want == _PRELOADED else multiprocessing.get_context("spawn")
+
+
+def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequence[str] = (), **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a child process; its result, its exception, or :class:`EngineCrashed`.
+
+    ``timeout`` (seconds) kills a child that has not answered by then (:class:`EngineTimeout`). ``preload``
+    names modules the work imports anyway; the child then forks from a forkserver that has them loaded.
     """
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context(preload)
     with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
         log_path = Path(tmp) / "stderr.log"
         log_path.touch()
         parent, child = ctx.Pipe(duplex=False)
         watched, alive = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(child, watched, str(log_path), fn, args, kwargs), daemon=False)
+        proc = ctx.Process(target=_child, daemon=False,
+                           args=(child, watched, str(log_path), dict(os.environ), os.getcwd(), fn, args, kwargs))
         proc.start()
         child.close()
         watched.close()

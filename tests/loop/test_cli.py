@@ -79,6 +79,15 @@ def test_default_arms_per_engine():
     assert default_arms("trtllm") == []  # not runnable here: the llama.cpp pass already reported it
 
 
+def test_a_reference_engine_is_compared_with_plain_llamacpp_only(monkeypatch):
+    """The gate's best llama.cpp arm is chosen in the llama.cpp pass (and beside the subject); a reference engine's
+    pass repeats only the plain arm it is compared with, not every llama.cpp arm."""
+    monkeypatch.setattr(arms, "unavailable", lambda name: None)  # as if every engine ran here
+    assert default_arms("vllm") == ["vllm", "vllm-spec", "llamacpp"]
+    subject = default_arms("trtllm")
+    assert subject[0] == "trtllm" and {n for n in arms.names() if arms.is_llamacpp(n)} <= set(subject)
+
+
 def test_subject_alone_gives_the_gate_its_not_run_reason(hand_trace):
     from workbench import loop
 

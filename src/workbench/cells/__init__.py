@@ -63,6 +63,16 @@ def cell_class(engine: str) -> Any:
     return ENGINES.get(engine)
 
 
+def preload(engine: str) -> tuple[str, ...]:
+    """The modules a child working ``engine`` imports anyway (its cell's module and the cell's ``preload``), for
+    :func:`workbench.isolate.call`; none for an engine whose cell cannot be imported here."""
+    try:
+        cls = cell_class(engine)
+    except Exception:  # noqa: BLE001 - an unknown or broken engine is reported by the call itself
+        return ()
+    return (cls.__module__, *getattr(cls, "preload", ()))
+
+
 def availability(engine: str) -> Availability:
     """Whether ``engine`` can run here, without opening a model. Never raises for a known engine."""
     return cell_class(engine).availability()

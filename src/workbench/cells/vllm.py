@@ -294,6 +294,7 @@ class VllmCell(RequestCell):
     """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
 
     engine = ENGINE
+    preload = ("vllm.entrypoints.llm", "vllm.v1.attention.backends.cpu_attn")  # ~15 s of imports on 2 cores
     label = "vLLM"
     package = "vllm"
     c_functions: tuple[str, ...] = ()  # no C entry point: its shared libraries are Python extension modules

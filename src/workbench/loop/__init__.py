@@ -58,10 +58,12 @@ def parse_arms(spec: str | Sequence[str]) -> list[str]:
 def default_arms(engine: str) -> list[str]:
     """The arms a notebook runs for ``engine`` (``workbench run`` runs each notebook once per engine).
 
-    llama.cpp: every arm (the others report not-run with their reason, the gate included). Any
-    other engine: its own arms plus the llama.cpp references (they must share the machine to be
-    compared) when it can run here; otherwise none, since the llama.cpp pass already reported it
-    not-run and a second, reference-less gate finding would only mask that one.
+    llama.cpp: every arm (the others report not-run with their reason, the gate included). The subject
+    (TensorRT-LLM, where it can run): its arms plus every llama.cpp arm, since the gate compares it with the
+    best of them and they must share the machine. Another engine (a reference, e.g. vLLM): its own arms plus
+    plain ``llamacpp`` to be compared with; the llama.cpp pass already measured the other llama.cpp arms.
+    An engine that cannot run here: none, since the llama.cpp pass already reported it not-run and a
+    second, reference-less gate finding would only mask that one.
     """
     if engine == "llamacpp":
         return _arms.names()
@@ -70,6 +72,8 @@ def default_arms(engine: str) -> list[str]:
         raise ValueError(f"no arm runs on engine {engine!r}; arms: {', '.join(_arms.names())}")
     if _arms.unavailable(own[0]) is not None:
         return []
+    if _gate.GateRule().subject not in own:
+        return own + [_arms.plain("llamacpp")]
     return own + [n for n in _arms.names() if _arms.is_llamacpp(n)]
 
 

@@ -228,7 +228,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     """
     if isolated:
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
-                               isolated=False)
+                               isolated=False, preload=(__name__, *cells.preload(engine)))
         if out is not None:
             findings.write(finding, out)
         return finding

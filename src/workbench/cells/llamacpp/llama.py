@@ -81,6 +81,7 @@ class LlamaCppCell:
     """A real llama.cpp cell. Open with :func:`workbench.cells.open_cell` ("llamacpp", spec, …)."""
 
     engine = ENGINE
+    preload = ("llama_cpp",)
     label = "llama.cpp"
     package = "llama_cpp"
     c_functions = tuple(sorted(surface.C_SIGNATURES))  # its C entry point: what a host without Python would call
