@@ -162,6 +162,7 @@ def _rss_mb(pid: int) -> float:
 def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_path, multiprocess):
     """`kill -9` of `workbench probe … --engine vllm` left its experiment child running (ppid 1, ~0.9 GB), and
     with multiprocess=true VLLM::EngineCore and VLLM::Worker as well."""
+    import contextlib
     import os
     import signal
     import subprocess
@@ -178,11 +179,17 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
     try:
         deadline = time.monotonic() + 240
 
+        def child_log(d: int) -> Path | None:  # the log isolate gave the experiment's child (not the forkserver)
+            with contextlib.suppress(OSError):
+                log = Path(os.readlink(f"/proc/{d}/fd/2"))
+                return log.parent if log.parent.name.startswith("workbench-child-") else None
+            return None
+
         def engine_up() -> bool:
             below = descendants(p.pid)
             if multiprocess:
                 return any("EngineCore" in _cmdline(d) for d in below)
-            return any(_rss_mb(d) > 400 for d in below)  # the engine is loaded in the child
+            return any(child_log(d) and _rss_mb(d) > 400 for d in below)  # the engine is loaded in the child
 
         while not engine_up():
             assert p.poll() is None, p.stderr.read()
@@ -192,8 +199,7 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
         below = descendants(p.pid)
         if multiprocess:
             assert any("EngineCore" in _cmdline(d) for d in below)
-        (child_tmp,) = {Path(os.readlink(f"/proc/{d}/fd/2")).parent for d in below  # the log isolate gave it
-                        if Path(os.readlink(f"/proc/{d}/fd/2")).parent.name.startswith("workbench-child-")}
+        (child_tmp,) = {t for d in below if (t := child_log(d))}
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         left = gone_within(5, below)
