@@ -348,7 +348,8 @@ def _plain(d: dict) -> dict:
 def _cell_doc(d: Description) -> dict:
     return {"context_tokens": d.context_tokens, "kv_capacity_tokens": d.kv_capacity_tokens,
             "kv_capacity_bytes": d.kv_capacity_bytes, "block_tokens": d.block_tokens, "slots": d.slots,
-            "observers": list(d.observers), "extra": dict(d.extra), "absent": dict(d.absent)}
+            "observers": list(d.observers), "switchable": dict(d.switchable), "extra": dict(d.extra),
+            "absent": dict(d.absent)}
 
 
 def param(default: Any, help: str) -> Any:
