@@ -76,3 +76,13 @@ def test_the_finding_schema_reads_its_verdicts_and_sources_from_their_one_home()
     doc = findings.schema()
     assert doc["$defs"]["verdict"]["enum"] == [v.value for v in Verdict]
     assert doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] == list(metrics.SOURCES)
+
+
+def test_a_description_says_an_observer_is_on_or_can_be_turned_on_never_both():
+    def described(**kw):
+        return contract.Description("e", "1", "m", "d", contract.KvGeometry(1, 1, 1, 2.0), 8, 8, 32, 1, 1, **kw)
+
+    off = described(observers=("request_counters",), switchable={"connector": "connector=True"})
+    assert off.offers("connector") and "connector" not in off.observers and not off.offers("kv_events")
+    with pytest.raises(ValueError, match="announced as on and as switchable"):
+        described(observers=("connector",), switchable={"connector": "connector=True"})

@@ -237,3 +237,26 @@ def test_summary_view_shows_each_probes_figures_side_by_side(shown):
     widgets.side_by_side([(Path(f"{i}.json"), f) for i, f in enumerate(fs)])
     assert [type(o).__name__ for o in shown] == ["Markdown", "Shown", "Shown"]
     assert all(len(panels(o.fig)) == 3 for o in shown[1:])
+
+
+def test_the_loop_is_declared_like_a_probe_and_its_figures_are_figure_kinds():
+    """The loop's arm and gate findings resolve to one declaration (claims, version, figures) whose kinds are
+    builders of this module: the report draws them through the probes' path."""
+    from workbench.loop import results
+
+    arm, gate = probes.declared("loop.llamacpp"), probes.declared("loop.gate")
+    assert isinstance(arm, probes.Declared) and type(arm) is type(gate) is results.Loop
+    assert probes.family("loop.llamacpp-spec") == "loop" and probes.family("not.a.probe") is None
+    assert probes.family("retention.pinning_under_pressure") == "retention.pinning_under_pressure"
+    assert [n for n, _ in plots.figures_of("loop.llamacpp")] == ["ttft", "reuse", "attribution", "speedup"]
+    assert all(fig.kind in plots.BUILDERS for fig in arm.figures)
+    assert not hasattr(plots, "loop_figures")  # one figure path
+
+
+def test_a_metrics_figure_draws_one_row_per_finding():
+    f = finding("retention.pinning_under_pressure", RETENTION_ROWS)
+    f = findings.Finding(**{**f.__dict__, "params": {"arm": "a", "model": "m"},
+                            "metrics": {"speedup_vs_best_llamacpp": {"value": 2.0, "source": "derived"}}})
+    rows = plots.rows_of(probes.Figure("s", "loop_speedup", rows="metrics"), [f, f])
+    assert rows == [{"arm": "a", "model": "m", "speedup_vs_best_llamacpp": 2.0}] * 2
+    assert plots.rows_of(probes.Figure("s", "survival"), [f]) == RETENTION_ROWS

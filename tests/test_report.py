@@ -218,3 +218,43 @@ def test_three_real_engines_side_by_side(run_dir, tmp_path):
     assert "not-run" in titles[0] and "partial" in titles[2]  # vLLM reports reuse in whole blocks
     assert "x3" in {t["xaxis"] for t in matrix["data"] if t["name"] == "engine accounting"}  # vLLM's own count
     assert {t["xaxis"] for t in matrix["data"]} == {"x2", "x3"}
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory) -> Path:
+    """A two-turn agentic loop on the real llama.cpp (two arms) with TensorRT-LLM's arm not run (no GPU here)."""
+    from workbench import loop
+
+    out = tmp_path_factory.mktemp("loop")
+    loop.run("claude-code", arms="llamacpp-cold,llamacpp,trtllm", model="synthetic:tiny", sessions=1, turns=2,
+             threads=1, context_tokens=1024, out=out / "findings")
+    return out
+
+
+def test_the_loop_draws_its_declared_figures_through_the_probes_figure_path(loop_run):
+    """The loop's findings are declared like a probe's (``probes.declared``): the report draws its figures in the
+    same section, one panel per engine, each engine's arms in its panel, TensorRT-LLM's slim with its reason."""
+    found = findings.scan([loop_run / "findings"]).findings
+    decl = probes.declared("loop.llamacpp")
+    assert type(decl) is type(probes.declared("loop.gate")) and decl.claims == ("entry.step_function",)
+    assert [f.probe for _, f in found if probes.family(f.probe) != "loop"] == []
+    (pf,) = report.side_by_side(found)
+    assert pf.probe == "loop" and [n for n, _ in pf.figures] == [fig.name for fig in decl.figures]
+    assert {f.probe for f in pf.findings} == {"loop.llamacpp-cold", "loop.llamacpp", "loop.gate"}
+    gate = next(f for f in pf.findings if f.probe == "loop.gate")
+    assert gate.params["arm"] == "trtllm"  # the subject's arm: its speed-up (on a GPU) is drawn with the others
+    page = report.render(loop_run)
+    figs = plotted(page)
+    assert sorted(k for k in figs if k.startswith("wb-fig-loop-")) == sorted(
+        f"wb-fig-loop-{fig.name}" for fig in decl.figures)
+    ttft = figs["wb-fig-loop-ttft"]
+    titles = panel_titles(ttft)
+    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles][:2] == ["trtllm", "llamacpp"]
+    assert "not-run" in titles[0] and "workbench loop · claude-code" in ttft["layout"]["title"]["text"]
+    assert {t["name"] for t in ttft["data"] if t["xaxis"] == "x2"} == {"llamacpp-cold", "llamacpp"}
+    speedup = figs["wb-fig-loop-speedup"]  # drawn from each arm finding's metrics
+    bars = {a: y for t in speedup["data"] for a, y in zip(t["x"], t["y"])}
+    by_arm = {f.params["arm"]: f for _, f in found}
+    assert set(bars) == {a for a, f in by_arm.items() if "speedup_vs_best_llamacpp" in f.metrics} != set()
+    assert all(bars[a] == pytest.approx(by_arm[a].metric("speedup_vs_best_llamacpp")) for a in bars)
+    assert page.index('id="figures"') < page.index("<h3>loop</h3>")  # in the figures' section, beside the probes'

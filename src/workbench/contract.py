@@ -292,14 +292,22 @@ class Description:
     kv_capacity_bytes: int
     block_tokens: int
     slots: int
-    observers: tuple[str, ...] = ()
+    observers: tuple[str, ...] = ()  # the observers that are on in this cell: each one a probe may call
     extra: Mapping[str, Any] = field(default_factory=dict)
     absent: Mapping[str, str] = field(default_factory=dict)  # MECHANISMS key -> evidence of absence
+    switchable: Mapping[str, str] = field(default_factory=dict)  # an observer off here -> the cell option that turns it on
 
     def __post_init__(self) -> None:
         unknown = set(self.absent) - set(MECHANISMS)
         if unknown:
             raise ValueError(f"unknown mechanism(s) {sorted(unknown)}; declared: {', '.join(MECHANISMS)}")
+        both = set(self.switchable) & set(self.observers)
+        if both:
+            raise ValueError(f"observer(s) {sorted(both)} announced as on and as switchable: a cell says one")
+
+    def offers(self, observer: str) -> bool:
+        """Whether ``observer`` is on here or a cell of this engine can be opened with it on (``switchable``)."""
+        return observer in self.observers or observer in self.switchable
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from plotly.subplots import make_subplots
 from . import metrics
 from .events import figures as _event_figures
 from .findings import Finding
+from .probes import Figure
 from .standing import model_of
 
 VERDICT_COLOURS = {
@@ -229,8 +230,8 @@ def verdicts(table: Any) -> go.Figure:
 
 
 # --------------------------------------------------------------------------- the agentic loop
-# Over the loop's arm findings' evidence rows (one row per turn and arm: loop/replay.py's columns),
-# every arm's rows together; an arm that did not run has no rows and is named in the figure's subtitle.
+# Over the loop's arm findings (loop.results.Loop declares them): evidence rows are one per turn and arm
+# (loop/replay.py's columns), an engine's arms together in its panel; the speed-ups are one row per arm.
 
 
 def _by_arm(rows: Rows, *keys: str) -> dict[str, list[dict]]:
@@ -292,133 +293,124 @@ def loop_attribution(rows: Rows) -> go.Figure:
 
 
 def loop_speedup(rows: Rows) -> go.Figure:
-    """Each arm's loop-time speed-up over the best llama.cpp arm with its bootstrap CI (rows: one per arm)."""
+    """Each arm's loop-time speed-up over the best llama.cpp arm with its bootstrap CI (rows: one per arm, its
+    parameters and metrics)."""
     title = "Speed-up over the best llama.cpp arm (loop time, 95% CI)"
-    ran = _having(rows, "arm", "speedup", "low", "high")
+    value, low, high = "speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high"
+    ran = _having(rows, "arm", value, low, high)
     if not ran:
         return empty(title, "no arm with a speed-up")
     fig = _figure(title, "arm", "speed-up (×)")
-    fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r["speedup"] for r in ran], name="speed-up",
+    fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r[value] for r in ran], name="speed-up",
                          marker_color="#1565c0",
-                         error_y=dict(type="data", symmetric=False, array=[r["high"] - r["speedup"] for r in ran],
-                                      arrayminus=[r["speedup"] - r["low"] for r in ran])))
+                         error_y=dict(type="data", symmetric=False, array=[r[high] - r[value] for r in ran],
+                                      arrayminus=[r[value] - r[low] for r in ran])))
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
     fig.update_layout(showlegend=False)
     return fig
 
 
-LOOP = "loop"  # the loop's findings are named loop.<arm> and loop.gate
-
-
-def loop_figures(found: Sequence[Finding]) -> list[tuple[str, go.Figure]]:
-    """The loop's figures from its arm findings (each arm's newest that ran; ``loop.gate`` carries none of
-    its own), titled with the trace, the machine and the findings' date."""
-    arms = [f for f in found if f.probe.startswith(LOOP + ".") and f.probe != f"{LOOP}.gate"]
-    ran = [f for f in arms if f.evidence.get("rows")]
-    if not ran:
-        return []
-    rows = [r for f in ran for r in f.evidence["rows"]]
-    speedups = [{"arm": f.params.get("arm", f.probe.split(".", 1)[1]),
-                 "speedup": (f.metrics.get("speedup_vs_best_llamacpp") or {}).get("value"),
-                 "low": (f.metrics.get("speedup_ci_low") or {}).get("value"),
-                 "high": (f.metrics.get("speedup_ci_high") or {}).get("value")} for f in ran]
-    workload = (ran[0].environment.get("loop") or {})
-    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
-    dates = sorted({f.created[:10] for f in ran})
-    missing = sorted({f.params.get("arm", f.probe) for f in arms if not f.evidence.get("rows")}
-                     | {str(r["arm"]) for f in found if f.probe == f"{LOOP}.gate"  # the subject's arm lives there
-                        for r in f.evidence.get("rows", []) if r.get("ran") is False and r.get("arm")})
-    how = (f"workbench loop · {workload.get('trace', 'trace not recorded')} · {model_of(ran[0])} · "
-           f"{'; '.join(hardware)} · findings of {', '.join(dates)}"
-           + (f"<br>not run: {', '.join(missing)}" if missing else ""))
-    out = []
-    for name, build, data in (("ttft", loop_ttft, rows), ("reuse", loop_reuse, rows),
-                              ("attribution", loop_attribution, rows), ("speedup", loop_speedup, speedups)):
-        fig = build(data)
-        fig.update_layout(title=dict(text=f"{fig.layout.title.text}<br><sup>{how}</sup>", y=0.97, yref="container",
-                                     yanchor="top"), margin=dict(t=100), height=460)
-        out.append((name, fig))
-    return out
-
-
 BUILDERS: dict[str, Callable[..., go.Figure]] = {
     "survival": survival, "warmup": warmup, "reuse_matrix": reuse_matrix, "timeline": timeline,
     "latency": latency, "capacity": capacity,
+    "loop_ttft": loop_ttft, "loop_reuse": loop_reuse, "loop_attribution": loop_attribution, "loop_speedup": loop_speedup,
     **_event_figures.BUILDERS,
 }
-"""The figure kinds a probe may declare (``Probe.figures``); the probe says which, with what options."""
+"""The figure kinds a declaration may name (``probes.Declared.figures``: a probe's, the loop's), with its options."""
+
+
+Panels = Sequence[tuple[str, Sequence[Finding]]]
+
+
+def _declared(probe: str) -> list[tuple[Figure, Builder]]:
+    from . import probes
+
+    decl = probes.declared(probe)
+    return [(fig, partial(BUILDERS[fig.kind], **fig.options)) for fig in (decl.figures if decl else ())]
 
 
 def figures_of(probe: str) -> list[tuple[str, Builder]]:
-    """The figures probe ``probe`` declares, as (name, builder over evidence rows); none for an unknown probe."""
-    from . import probes
+    """The figures behind findings named ``probe`` (a probe's, or a loop arm's: ``probes.declared``), as (name,
+    builder over rows); none for a name nothing declares."""
+    return [(fig.name, build) for fig, build in _declared(probe)]
 
-    try:
-        declared = probes.get(probe).figures
-    except probes.ParamError:
-        return []
-    return [(fig.name, partial(BUILDERS[fig.kind], **fig.options)) for fig in declared]
+
+def rows_of(fig: Figure, found: Sequence[Finding]) -> list[dict]:
+    """What ``fig`` draws of ``found``: their evidence rows, or one row per finding of its parameters and metric
+    values (``Figure.rows``)."""
+    if fig.rows == "metrics":
+        return [dict(f.params) | {k: m.get("value") for k, m in f.metrics.items()} for f in found]
+    return [r for f in found for r in f.evidence.get("rows", [])]
 
 
 def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figure]]:
-    """The figures of ``f`` (over ``rows`` when given, e.g. a filtered subset of its evidence)."""
-    rows = f.evidence.get("rows", []) if rows is None else rows
+    """The figures of ``f`` (its evidence ``rows`` when given, e.g. a filtered subset)."""
     figs = []
-    for name, build in figures_of(f.probe):
-        fig = build(rows) if rows else empty(name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
+    for decl, build in _declared(f.probe):
+        data = rows_of(decl, [f]) if rows is None or decl.rows != "evidence" else rows
+        fig = build(data) if data else empty(decl.name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
-        figs.append((name, fig))
+        figs.append((decl.name, fig))
     return figs
 
 
 def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, go.Figure]]:
-    """Each figure ``probe`` declares, as one figure with a panel per finding: the engines side by side.
+    """Each figure ``probe`` declares, as one figure with a panel per engine: the engines side by side.
 
     ``findings`` are the ones that stand (:func:`workbench.report.standing_findings` picks them by
-    :mod:`workbench.standing`'s rule); each of ``engines`` without one still gets a panel that says so, so
-    the reader sees every engine, and a not-run finding's panel gives its reason. Panels run the claims'
-    subject engine first, then the references by name; each is drawn by the probe's own builder.
+    :mod:`workbench.standing`'s rule); a panel draws an engine's (version's, model's) findings together (one for
+    a probe, one per arm for the loop). Each of ``engines`` without one still gets a panel that says so, so the
+    reader sees every engine, and a not-run panel gives its reason. Panels run the claims' subject engine first,
+    then the references by name; each is drawn by the declared builder.
     """
     from . import probes
 
-    declared = figures_of(probe)
+    declared = _declared(probe)
     if not declared:
         return []
-    subject = probes.get(probe).claim.subject
+    decl = probes.declared(probe)
     cols = columns(probe, findings, engines)
-    titles = [_panel_title(engine, f, subject) for engine, f in cols]
-    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded"
-                       for _, f in cols if f is not None and f.evidence.get("rows")})
-    how = f"workbench probe {probe} · " + ("; ".join(hardware) if hardware else "nothing ran")
+    titles = [_panel_title(engine, fs, decl.claim.subject) for engine, fs in cols]
+    ran = [f for _, fs in cols for f in fs if f.evidence.get("rows")]
+    hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
+    how = f"{decl.obtained(ran)} · " + ("; ".join(hardware) if hardware else "nothing ran")
     out = []
-    for name, build in declared:
-        panels = [_panel(build, probe, engine, f) for engine, f in cols]
+    for fig, build in declared:
+        panels = [_panel(build, fig, engine, fs) for engine, fs in cols]
         title = build([]).layout.title.text  # every builder titles even an empty figure
-        out.append((name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
+        out.append((fig.name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
     return out
 
 
-def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, Finding | None]]:
-    """The panels of ``probe``'s side-by-side figures, left to right, as (engine, finding or None): the
-    claims' subject engine first, then the references by name; an engine's versions and models keep the
-    order given; each of ``engines`` without a finding gets None."""
+def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, list[Finding]]]:
+    """The panels of ``probe``'s side-by-side figures, left to right, as (engine, its findings): one panel per
+    engine, version and model (the loop's arms of one engine share it); the claims' subject engine first, then
+    the references by name; an engine's versions and models keep the order given; each of ``engines`` without a
+    finding gets a panel with none."""
     from . import probes
 
-    subject = probes.get(probe).claim.subject
+    subject = probes.declared(probe).claim.subject
+    groups: dict[tuple[str, str | None, str], list[Finding]] = {}
+    for f in findings:
+        groups.setdefault((f.engine, f.engine_version, model_of(f)), []).append(f)
     present = {f.engine for f in findings}
-    return sorted([(f.engine, f) for f in findings] + [(e, None) for e in dict.fromkeys(engines) if e not in present],
+    return sorted([(k[0], fs) for k, fs in groups.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
                   key=lambda c: (c[0] != subject, c[0]))
 
 
-def _panel_title(engine: str, f: Finding | None, subject: str) -> str:
+def _panel_title(engine: str, found: Sequence[Finding], subject: str) -> str:
     role = "subject" if engine == subject else "reference"
-    if f is None:
+    if not found:
         return f"<b>{engine}</b><br>{role}<br>no finding"
-    if f.verdict == "not-run":  # a slim column: short lines
+    ran = [f for f in found if f.verdict != "not-run"]
+    if not ran:  # a slim column: short lines
+        f = found[0]
         return f"<b>{engine}</b><br>{role} · not-run<br>{f.created[:10]} · probe v{f.probe_version}"
-    version = f.engine_version or ("" if f.verdict == "not-run" else "(version unknown)")
+    f = max(ran, key=lambda f: f.created)
+    version = f.engine_version or "(version unknown)"
+    verdicts = " · ".join(dict.fromkeys(f.verdict for f in ran))
     # the date and probe version say which run a panel shows (the standing finding need not be the newest)
-    return (f"<b>{engine}</b>{' ' + version if version else ''} · {role}<br>{model_of(f)} · {f.verdict}"
+    return (f"<b>{engine}</b> {version} · {role}<br>{model_of(f)} · {verdicts}"
             f"<br>{f.created[:10]} · probe v{f.probe_version}")
 
 
@@ -435,20 +427,21 @@ def _wrapped(text: str, width: int = 42) -> str:
     return "<br>".join(textwrap.wrap(text, width))
 
 
-def _panel(build: Builder, probe: str, engine: str, f: Finding | None) -> go.Figure:
-    """One engine's panel as a figure of its own: the builder's, or a slim one that says in one line why
-    there is nothing (a not-run finding's reason in a few words: the report gives it in full once; a finding
-    whose rows hold nothing this figure draws, e.g. an engine with no eviction has no pressure sweep, its
-    verdict: the report's line above the figure gives the summary)."""
-    if f is None:
+def _panel(build: Builder, fig: Figure, engine: str, found: Sequence[Finding]) -> go.Figure:
+    """One engine's panel as a figure of its own: the builder's over its findings that ran, or a slim one that
+    says in one line why there is nothing (a not-run finding's reason in a few words: the report gives it in
+    full once; findings whose rows hold nothing this figure draws, e.g. an engine with no eviction has no
+    pressure sweep, their verdict: the report's line above the figure gives the summary)."""
+    if not found:
         return slim(f"no {engine} finding here")
-    rows = f.evidence.get("rows", [])
-    if f.verdict == "not-run":
-        return slim(f"not-run: {short_reason(f.reason, 36)}")
-    if not rows:
-        return slim(f"{f.verdict}: no evidence rows")
-    fig = build(rows)
-    return fig if fig.data else slim(f"{f.verdict}: nothing of this figure in its rows")
+    ran = [f for f in found if f.verdict != "not-run"]
+    if not ran:
+        return slim(f"not-run: {short_reason(found[0].reason, 36)}")
+    verdicts = ", ".join(dict.fromkeys(f.verdict for f in ran))
+    if not any(f.evidence.get("rows") for f in ran):
+        return slim(f"{verdicts}: no evidence rows")
+    drawn = build(rows_of(fig, [f for f in ran if f.evidence.get("rows")]))
+    return drawn if drawn.data else slim(f"{verdicts}: nothing of this figure in its rows")
 
 
 def _moved(item: Any, fig: go.Figure, col: int) -> dict:

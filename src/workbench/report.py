@@ -245,16 +245,18 @@ def open_summary(found: Found) -> Open:
 
 
 def standing_findings(found: Found, probe: str) -> list[Finding]:
-    """The finding of ``probe`` that stands per engine, engine version and model: :mod:`workbench.standing`'s
-    rule on the probe's own claim (anything that ran beats not-run, then the newest), over its findings only."""
+    """The findings of ``probe`` (a probe, or the loop: ``probes.family``) that stand per engine, engine version,
+    model and arm: :mod:`workbench.standing`'s rule on its own claim (anything that ran beats not-run, then the
+    newest), over its findings only."""
     from . import probes
 
-    mine = [(p, f) for p, f in found if f.probe == probe]
-    if not mine or probe not in probes.PROBES:
+    decl = probes.declared(probe)
+    mine = [(p, f) for p, f in found if probes.family(f.probe) == probe]
+    if not mine or decl is None:
         return []
     by_key = {(p, f.id): f for p, f in mine}
-    return [by_key[(s.path, s.finding_id)]
-            for s in _standing.standings(mine).get(probes.get(probe).claims[0], [])]
+    return [by_key[(s.path, s.finding_id)] for s in _standing.standings(mine).get(decl.claims[0], [])
+            if (s.path, s.finding_id) in by_key]
 
 
 def _slug(s: str) -> str:
@@ -263,7 +265,8 @@ def _slug(s: str) -> str:
 
 @dataclass(frozen=True)
 class ProbeFigures:
-    """One probe's figures, each with every engine side by side, and the standing findings they draw."""
+    """One probe's (or the loop's) figures, each with every engine side by side, and the standing findings
+    they draw."""
 
     probe: str
     findings: list[Finding]  # in the panels' order
@@ -275,29 +278,18 @@ class ProbeFigures:
 
 
 def side_by_side(found: Found) -> list[ProbeFigures]:
-    """Per probe that declares figures, each figure with one panel per engine (every in-process engine,
-    one with no finding here included, and each served engine that has one), drawn from the findings that stand."""
-    from . import cells
+    """Per probe that declares figures (the loop included: ``probes.declared``), each figure with one panel per
+    engine (every in-process engine, one with no finding here included, and each served engine that has one),
+    drawn from the findings that stand."""
+    from . import cells, probes
 
     out = []
-    for probe in sorted({f.probe for _, f in found}):
+    for probe in sorted({probes.family(f.probe) for _, f in found} - {None}):
         stood = standing_findings(found, probe)
         figs = plots.side_by_side(probe, stood, cells.engines(served=False)) if stood else []
         if figs:
-            out.append(ProbeFigures(probe, [f for _, f in plots.columns(probe, stood)], figs))
+            out.append(ProbeFigures(probe, [f for _, fs in plots.columns(probe, stood) for f in fs], figs))
     return out
-
-
-def loop_figures(found: Found) -> list[tuple[str, go.Figure]]:
-    """The agentic loop's figures, from the loop findings that stand on its claim (each arm's newest that
-    ran, :mod:`workbench.standing`'s rule), as (div id, figure)."""
-    mine = [(p, f) for p, f in found if f.probe.startswith(plots.LOOP + ".")]
-    if not mine:
-        return []
-    by_key = {(p, f.id): f for p, f in mine}
-    stood = {s.finding_id: by_key[(s.path, s.finding_id)] for ss in _standing.standings(mine).values() for s in ss
-             if (s.path, s.finding_id) in by_key}
-    return [(f"wb-fig-loop-{name}", fig) for name, fig in plots.loop_figures(list(stood.values()))]
 
 
 def _plotlyjs() -> str:
@@ -316,7 +308,6 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     scan = _findings.scan([out / "findings"])
     found = scan.findings
     figures = side_by_side(found)
-    loop = [plots.to_div(fig, div_id) for div_id, fig in loop_figures(found)]
 
     def rel(p: object) -> str | None:
         """Links relative to the page, so a run folder can be moved or served as it is."""
@@ -340,8 +331,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        loop=loop,
-        plotlyjs=_plotlyjs() if figures or loop else "",
+        plotlyjs=_plotlyjs() if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,

@@ -38,12 +38,13 @@ def small_run(tmp_path_factory) -> Path:
 
 
 def declared(run: Path) -> list[str]:
-    """The div id of every figure the report should draw: each probe's declared figures."""
+    """The div id of every figure the report should draw: each probe's declared figures and the loop's."""
     found = findings.scan([run / "findings"]).findings
-    ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in sorted({f.probe for _, f in found} & set(probes.names()))
-           for fig in probes.get(p).figures]
+    families = sorted({probes.family(f.probe) for _, f in found} - {None})
+    assert "loop" in families
+    ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in families for fig in probes.declared(p).figures]
     assert len(ids) == sum(len(pf.figures) for pf in report.side_by_side(found))
-    return ids + [f"wb-fig-loop-{name}" for name in ("ttft", "reuse", "attribution", "speedup")]
+    return ids
 
 
 def open_report(w, run: Path) -> None:

@@ -43,3 +43,15 @@ def test_a_sound_cell_is_checked_once_per_class_and_announced_set(monkeypatch):
         with cells.open_cell("llamacpp", "synthetic:tiny"):
             pass
     assert len(seen) == 1 and "kv_readback" in seen[0]
+
+
+def test_a_cell_announces_only_the_observers_that_are_on():
+    """llama.cpp has no KV connector: a cell neither announces one nor offers to switch one on, and asking for
+    it fails at open with what to do instead (the vLLM and TensorRT-LLM cells: tests/cells/test_vllm.py,
+    test_trtllm.py)."""
+    with cells.open_cell("llamacpp", "synthetic:tiny") as cell:
+        d = cell.describe()
+    assert "connector" not in d.observers and not d.offers("connector") and dict(d.switchable) == {}
+    assert cells.observer_mismatches(cell, d.observers) == []
+    with pytest.raises(ValueError, match="no KV connector"):
+        cells.open_cell("llamacpp", "synthetic:tiny", connector=True)

@@ -459,8 +459,9 @@ def test_close_is_idempotent_and_final(fake_trt, hf_dir):
 
 def test_observers_are_announced_and_drain(fake_trt, cell):
     d = cell.describe()
-    assert d.observers == ("request_counters", "kv_events", "iteration_stats", "connector")
+    assert d.observers == ("request_counters", "kv_events", "iteration_stats")  # only what is on
     assert set(d.observers) <= set(OBSERVERS) and d.extra["connector"].startswith("off")
+    assert "connector=True" in d.switchable["connector"] and d.offers("connector")  # it can be turned on
     assert observer_mismatches(cell, d.observers) == []  # each announced observer matches its Protocol
     assert d.extra["open_request"]["created_events"] == 1
     cell.ensure_prefix([3] * 70)
@@ -490,6 +491,7 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
         assert (cfg.connector_module, cfg.connector_scheduler_class, cfg.connector_worker_class) == (
             "workbench.observe.trtllm_connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
         assert "connector" in c.describe().observers and c.describe().extra["connector"] == "recording"
+        assert "connector" not in c.describe().switchable
         log_path = os.environ[trtllm_connector.LOG_ENV]
         assert c.describe().extra["open_request"]["connector_calls_kept_out"] > 0
         c.ensure_prefix([3] * 70)

@@ -95,7 +95,7 @@ def test_a_missing_optional_feature_does_not_block_open(fake_trt, tmp_path, monk
     monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
     monkeypatch.delattr(fake_trt.llmapi.llm_args, "KvCacheConnectorConfig")
     with trtllm_cell.TrtLlmCell.open(str(hf_dir)) as c:
-        assert "connector" not in c.describe().observers  # announced only where it can be had
+        assert not c.describe().offers("connector")  # neither announced nor switchable where it cannot be had
     with pytest.raises(EngineUnavailable, match="KvCacheConnectorConfig not found"):
         trtllm_cell.TrtLlmCell.open(str(hf_dir), connector=True)
 

@@ -67,6 +67,18 @@ def test_cell_satisfies_the_contract_protocol(cell):
     assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol
 
 
+def test_a_cell_opened_without_the_connector_does_not_announce_it():
+    """The connector observer is announced only when the cell was opened with it on; otherwise the cell says it
+    can be turned on (``switchable``) and ``connector_log`` says how."""
+    require_engine("vllm")
+    with open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B) as plain:
+        d = plain.describe()
+        assert "connector" not in d.observers and "connector=True" in d.switchable["connector"]
+        assert observer_mismatches(plain, d.observers) == []
+        with pytest.raises(UnsupportedFeature, match="connector=True"):
+            plain.connector_log()
+
+
 def test_describe_reads_blocks_and_geometry_from_the_engine(cell):
     d = cell.describe()
     assert d.block_tokens == B and d.extra["num_gpu_blocks"] == BLOCKS
@@ -74,6 +86,7 @@ def test_describe_reads_blocks_and_geometry_from_the_engine(cell):
     g = d.geometry
     assert (g.layers, g.kv_heads, g.head_dim, g.dtype_bytes) == (2, 2, 64, 4.0)
     assert {"request_counters", "kv_events", "capacity", "connector"} <= set(d.observers)
+    assert "connector" not in d.switchable  # on: opened with connector=True
     assert d.extra["kv_events_endpoint"].startswith("tcp://127.0.0.1:")
 
 

@@ -414,16 +414,18 @@ class TrtLlmCell(RequestCell):
         observers = ["request_counters", "iteration_stats"]
         if self._events_on:
             observers.insert(1, "kv_events")
-        connector_ok = all(r.ok for r in self._guard if r.feature == "connector")
-        if connector_ok and o.enable_block_reuse:  # recorded once the cell is opened with connector=True
+        switchable = {}
+        if self._connector is not None:
             observers.append("connector")
+        elif all(r.ok for r in self._guard if r.feature == "connector") and o.enable_block_reuse:
+            switchable["connector"] = "connector=True (the recording KV connector)"
         if self._lora_request is not None:
             observers.append("adapter_requests")
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
             geometry=g, context_tokens=self.context_tokens, kv_capacity_tokens=capacity,
             kv_capacity_bytes=capacity * g.bytes_per_token, block_tokens=o.tokens_per_block, slots=len(self._slots),
-            observers=tuple(observers),
+            observers=tuple(observers), switchable=switchable,
             extra={
                 "vocab_size": self._vocab_size,
                 "kv_budget_tokens": self.kv_budget_tokens,

@@ -579,14 +579,18 @@ class VllmCell(RequestCell):
         observers = ["request_counters"]
         if self._events is not None:
             observers += ["kv_events", "capacity"]
-        observers.append("connector")  # recorded once the cell is opened with connector=True
+        switchable = {}
+        if self._connector is not None:
+            observers.append("connector")
+        else:
+            switchable["connector"] = "connector=True (the recording KV connector)"
         if self._lora_request is not None:
             observers.append("adapter_requests")
         return Description(
             engine=ENGINE, engine_version=self.version, model=self.model.name, manifest_digest=self.manifest.digest,
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
             kv_capacity_bytes=capacity * geometry.bytes_per_token, block_tokens=B, slots=len(self._slots),
-            observers=tuple(observers),
+            observers=tuple(observers), switchable=switchable,
             absent=ABSENT,
             extra={
                 "vocab_size": self._vocab_size,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import cells, claims, environment, findings, metrics
+from ..probes import Declared, Figure
 from . import arms as _arms
 from . import attribution as attr
 from . import equal
@@ -22,8 +23,21 @@ from . import gate as _gate
 from . import stats
 
 COPY_HEAVY = 0.5  # a turn is copy-heavy for an arm when at least this share of its own output's 4-grams is in the prompt
-PROBE = "loop"
-PROBE_VERSION = "2"  # bump when what the loop measures changes (2: equal work, engine-read losses)
+PROBE = "loop"  # the loop's findings are loop.<arm> and loop.gate; probes.SOURCES registers it under this name
+
+
+class Loop(Declared):
+    """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
+    each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
+
+    version = "2"  # bump when what the loop measures changes (2: equal work, engine-read losses)
+    claims = (_gate.CLAIM,)
+    figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
+               Figure("speedup", "loop_speedup", rows="metrics"))
+
+    def obtained(self, found: Sequence[findings.Finding]) -> str:
+        traces = sorted({(f.environment.get("loop") or {}).get("trace") or "trace not recorded" for f in found})
+        return f"workbench loop · {', '.join(traces) or 'no trace'}"
 
 
 @dataclass
@@ -229,7 +243,7 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
              f"equal work: {workload_doc['equal_work_rule']}", *s.notes]
     evidence_rows = df.replace({np.nan: None}).to_dict("records")
     return findings.Finding(
-        probe=f"{PROBE}.{s.arm}", probe_version=PROBE_VERSION, claims=[claim.id], verdict=verdict, summary=summary,
+        probe=f"{PROBE}.{s.arm}", probe_version=Loop.version, claims=[claim.id], verdict=verdict, summary=summary,
         engine=s.engine, environment=_environment(s.engine, description, resolved, {"loop": workload_doc}),
         params=params | {"arm": s.arm}, cell_options=dict(_arms.get(s.arm).cell_options),
         metrics=_metric_values(s),
@@ -259,8 +273,8 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
                  target: dict | None) -> findings.Finding:
-    """The subject's finding on the claim: its figures, the verdict of :func:`.gate.decide`, and the
-    reference arms beside it. ``target``: the verified target evidence (:func:`.target.verify`), or None."""
+    """The subject's finding on the claim: its arm's metrics (so its speed-up is drawn beside the references'),
+    the verdict of :func:`.gate.decide`, and the reference arms beside it. ``target``: the verified target evidence (:func:`.target.verify`), or None."""
     claim = claims.get(_gate.CLAIM)
     subject = next((s for s in summaries if s.arm == rule.subject), None)
     outcome = _gate.decide(rule, gate_evidence(summaries, rule, target))
@@ -279,9 +293,9 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     notes = [rule.describe(), f"equal work: {workload_doc['equal_work_rule']}", must_add,
              f"workload: {workload_doc['rule']}", *(subject.notes if subject else [])]
     return findings.Finding(
-        probe=f"{PROBE}.gate", probe_version=PROBE_VERSION, claims=[claim.id], verdict=outcome.verdict, summary=summary,
+        probe=f"{PROBE}.gate", probe_version=Loop.version, claims=[claim.id], verdict=outcome.verdict, summary=summary,
         engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc, "target": target}),
-        params=params | {"rule": rule.as_dict()}, metrics=_metric_values(subject),
+        params=params | {"arm": rule.subject, "rule": rule.as_dict()}, metrics=_metric_values(subject),
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows, "notes": notes,
                   "ci": subject.ci if subject else {}},
         reason=reason)
@@ -291,5 +305,5 @@ def _nan(v: Any) -> bool:
     return isinstance(v, float) and v != v
 
 
-__all__ = ["ArmSummary", "COPY_HEAVY", "arm_finding", "attribution_totals", "best_reference", "gate_evidence",
+__all__ = ["ArmSummary", "COPY_HEAVY", "Loop", "arm_finding", "attribution_totals", "best_reference", "gate_evidence",
            "gate_finding", "paired", "summarise", "ttft_fit"]

@@ -69,58 +69,66 @@ def _request_data(rd: Any, new: bool) -> dict:
             "num_scheduled_tokens": rd.num_scheduled_tokens}
 
 
+class _SchedulerRecording:
+    """The scheduler side's methods, recording each call (mixed in before the installed base class)."""
+
+    def build_connector_meta(self, scheduler_output: Any) -> dict:
+        rows = ([_request_data(r, True) for r in scheduler_output.new_requests]
+                + [_request_data(r, False) for r in scheduler_output.cached_requests])
+        for row in rows or [{"request_id": None}]:
+            record("scheduler", "build_connector_meta", **row)
+        return {"new_requests": [r["request_id"] for r in rows if r["new"]]}
+
+    def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
+        record("scheduler", "get_num_new_matched_tokens", num_computed_tokens=num_computed_tokens,
+               **_request(request))
+        return 0, False
+
+    def update_state_after_alloc(self, request: Any, block_ids: Any) -> None:
+        record("scheduler", "update_state_after_alloc", block_ids=list(block_ids), **_request(request))
+
+    def request_finished(self, request: Any, cache_block_ids: Any) -> bool:
+        record("scheduler", "request_finished", cache_block_ids=list(cache_block_ids), **_request(request))
+        return False
+
+
+class _WorkerRecording:
+    """The worker side's methods, recording each call (mixed in before the installed base class)."""
+
+    _metadata: Any  # set by the base class
+
+    def register_kv_caches(self, kv_cache_tensor: Any) -> None:
+        # the unique primary pool (``kv_cache_manager.get_unique_primary_pool()``): its bytes as torch counts them
+        size = (int(kv_cache_tensor.numel() * kv_cache_tensor.element_size())
+                if hasattr(kv_cache_tensor, "numel") and hasattr(kv_cache_tensor, "element_size") else None)
+        record("worker", "register_kv_caches", shape=list(getattr(kv_cache_tensor, "shape", ())),
+               dtype=str(getattr(kv_cache_tensor, "dtype", "")), bytes=size)
+
+    def start_load_kv(self, stream: Any) -> None:
+        record("worker", "start_load_kv", metadata=self._metadata)
+
+    def wait_for_layer_load(self, layer_idx: int, stream: Any) -> None:
+        record("worker", "wait_for_layer_load", layer_idx=layer_idx)
+
+    def save_kv_layer(self, layer_idx: int, stream: Any) -> None:
+        record("worker", "save_kv_layer", layer_idx=layer_idx)
+
+    def wait_for_save(self, stream: Any) -> None:
+        record("worker", "wait_for_save")
+
+    def get_finished(self, finished_gen_req_ids: Any, started_loading_req_ids: Any) -> tuple[list, list]:
+        record("worker", "get_finished", finished_gen_req_ids=list(finished_gen_req_ids),
+               started_loading_req_ids=list(started_loading_req_ids))
+        return [], []
+
+
 def recording_classes(base: ModuleType) -> tuple[type, type]:
     """Subclasses of ``base.KvCacheConnectorScheduler`` / ``KvCacheConnectorWorker`` that record every call."""
     key = id(base)
-    if key in _built:
-        return _built[key]
-
-    class RecordingConnectorScheduler(base.KvCacheConnectorScheduler):
-        def build_connector_meta(self, scheduler_output: Any) -> dict:
-            rows = ([_request_data(r, True) for r in scheduler_output.new_requests]
-                    + [_request_data(r, False) for r in scheduler_output.cached_requests])
-            for row in rows or [{"request_id": None}]:
-                record("scheduler", "build_connector_meta", **row)
-            return {"new_requests": [r["request_id"] for r in rows if r["new"]]}
-
-        def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int, bool]:
-            record("scheduler", "get_num_new_matched_tokens", num_computed_tokens=num_computed_tokens,
-                   **_request(request))
-            return 0, False
-
-        def update_state_after_alloc(self, request: Any, block_ids: Any) -> None:
-            record("scheduler", "update_state_after_alloc", block_ids=list(block_ids), **_request(request))
-
-        def request_finished(self, request: Any, cache_block_ids: Any) -> bool:
-            record("scheduler", "request_finished", cache_block_ids=list(cache_block_ids), **_request(request))
-            return False
-
-    class RecordingConnectorWorker(base.KvCacheConnectorWorker):
-        def register_kv_caches(self, kv_cache_tensor: Any) -> None:
-            # the unique primary pool (``kv_cache_manager.get_unique_primary_pool()``): its bytes as torch counts them
-            size = (int(kv_cache_tensor.numel() * kv_cache_tensor.element_size())
-                    if hasattr(kv_cache_tensor, "numel") and hasattr(kv_cache_tensor, "element_size") else None)
-            record("worker", "register_kv_caches", shape=list(getattr(kv_cache_tensor, "shape", ())),
-                   dtype=str(getattr(kv_cache_tensor, "dtype", "")), bytes=size)
-
-        def start_load_kv(self, stream: Any) -> None:
-            record("worker", "start_load_kv", metadata=self._metadata)
-
-        def wait_for_layer_load(self, layer_idx: int, stream: Any) -> None:
-            record("worker", "wait_for_layer_load", layer_idx=layer_idx)
-
-        def save_kv_layer(self, layer_idx: int, stream: Any) -> None:
-            record("worker", "save_kv_layer", layer_idx=layer_idx)
-
-        def wait_for_save(self, stream: Any) -> None:
-            record("worker", "wait_for_save")
-
-        def get_finished(self, finished_gen_req_ids: Any, started_loading_req_ids: Any) -> tuple[list, list]:
-            record("worker", "get_finished", finished_gen_req_ids=list(finished_gen_req_ids),
-                   started_loading_req_ids=list(started_loading_req_ids))
-            return [], []
-
-    _built[key] = (RecordingConnectorScheduler, RecordingConnectorWorker)
+    if key not in _built:
+        _built[key] = (
+            type(SCHEDULER_CLASS, (_SchedulerRecording, base.KvCacheConnectorScheduler), {"__module__": __name__}),
+            type(WORKER_CLASS, (_WorkerRecording, base.KvCacheConnectorWorker), {"__module__": __name__}))
     return _built[key]
 
 

@@ -13,7 +13,7 @@ import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
@@ -61,27 +61,41 @@ class Decision:
 
 @dataclass(frozen=True)
 class Figure:
-    """A figure of the probe's evidence: ``kind`` names a builder in :mod:`workbench.plots`."""
+    """A figure of a finding's evidence: ``kind`` names a builder in :mod:`workbench.plots`. ``rows`` says what
+    the builder draws: ``evidence`` (each finding's evidence rows) or ``metrics`` (one row per finding: its
+    parameters and metric values, e.g. one loop arm's speed-up with its interval)."""
 
     name: str
     kind: str
     options: Mapping[str, Any] = field(default_factory=dict)
+    rows: Literal["evidence", "metrics"] = "evidence"
 
 
-class Probe:
-    """Base class. Subclasses set ``version``, ``claims`` (ids in :mod:`workbench.claims`, the only home of claim
-    text; the first is the one the probe is about) and ``Params``. Its ``name`` is the one it is registered
-    under in :data:`PROBES` (its only home), given to the instance by :func:`get`."""
+class Declared:
+    """What every writer of findings declares, so the report, the notebooks and standing read one shape: the
+    claims (ids in :mod:`workbench.claims`, the only home of claim text; the first is the one it is about), the
+    version its findings carry and the figures drawn of them. A probe is one (:class:`Probe`); the agentic loop
+    is another (:data:`SOURCES`). ``name`` is the one it is registered under, given by :func:`declared`."""
 
     name: str = ""
     version: str = "1"  # bump when the experiment or its verdict rule changes
     claims: tuple[str, ...] = ()
-    needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
     figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
 
     @property
     def claim(self) -> claims.Claim:
         return claims.get(self.claims[0])
+
+    def obtained(self, found: Sequence[findings.Finding]) -> str:
+        """How ``found`` (its findings) were obtained, in the words a figure's subtitle gives."""
+        return f"workbench probe {self.name}"
+
+
+class Probe(Declared):
+    """Base class. Subclasses set ``version``, ``claims``, ``figures`` (:class:`Declared`) and ``Params``. Its
+    ``name`` is the one it is registered under in :data:`PROBES` (its only home), given by :func:`get`."""
+
+    needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
 
     @dataclass(frozen=True)
     class Params:
@@ -137,8 +151,34 @@ for _name, _target in {
     PROBES.register(_name, _target)
 
 
+SOURCES: Registry = Registry("finding source", base=Declared)
+"""Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``)."""
+SOURCES.register("loop", "workbench.loop.results:Loop")
+
+
 def names() -> list[str]:
     return PROBES.names()
+
+
+def family(probe: str) -> str | None:
+    """The declared name behind findings named ``probe``: the probe's own, or its source's (``loop`` for
+    ``loop.llamacpp``); None for a name nothing here declares (a finding from a newer workbench)."""
+    if probe in PROBES:
+        return probe
+    head = probe.split(".", 1)[0]
+    return head if head in SOURCES else None
+
+
+def declared(probe: str) -> Declared | None:
+    """The declaration (claims, version, figures) behind findings named ``probe``, or None (:func:`family`)."""
+    name = family(probe)
+    if name is None:
+        return None
+    if name in PROBES:
+        return get(name)
+    source = SOURCES.get(name)()
+    source.name = name
+    return source
 
 
 def get(name: str) -> Probe:
@@ -308,7 +348,8 @@ def _plain(d: dict) -> dict:
 def _cell_doc(d: Description) -> dict:
     return {"context_tokens": d.context_tokens, "kv_capacity_tokens": d.kv_capacity_tokens,
             "kv_capacity_bytes": d.kv_capacity_bytes, "block_tokens": d.block_tokens, "slots": d.slots,
-            "observers": list(d.observers), "extra": dict(d.extra), "absent": dict(d.absent)}
+            "observers": list(d.observers), "switchable": dict(d.switchable), "extra": dict(d.extra),
+            "absent": dict(d.absent)}
 
 
 def param(default: Any, help: str) -> Any:

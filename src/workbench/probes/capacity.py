@@ -47,7 +47,7 @@ class BudgetPolicy(Probe):
             d = probe_cell.describe()
             memory = _memory(probe_cell, d)
         # without a capacity observer, the pool tensor the engine hands a KV connector states its bytes
-        opts = {"connector": "record"} if "capacity" not in d.observers and "connector" in d.observers else {}
+        opts = {"connector": "record"} if "capacity" not in d.observers and d.offers("connector") else {}
         if opts:
             with ctx.open(kv_budget_tokens=int(min(BUDGETS)), **opts) as probe_cell:
                 memory = _memory(probe_cell, probe_cell.describe())

@@ -46,10 +46,10 @@ class ExportGranularity(Probe):
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         with ctx.open() as cell:
-            observers = cell.describe().observers
-        if "state_export" in observers:
+            d = cell.describe()
+        if "state_export" in d.observers:
             return self._state_export(ctx, p)
-        if "connector" in observers:
+        if d.offers("connector"):  # on, or switchable: _connector opens its cells with it on
             return self._connector(ctx, p)
         raise NotRunnable("the cell offers neither per-sequence state export nor a KV connector")
 
