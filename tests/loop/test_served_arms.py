@@ -37,12 +37,39 @@ def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path)
     assert (served.set_index("step").reused == inproc.reused).all()
     assert (served.drafted == 0).all() and (spec.accepted <= spec.drafted).all()
     # the same greedy tokens as the in-process llama.cpp, with and without the server's speculation
-    assert served.same_tokens_as_llamacpp.all() and spec.same_tokens_as_llamacpp.all()
+    assert served.same_tokens_as_reference.all() and spec.same_tokens_as_reference.all()
     by = {s.arm: s for s in res.summaries}
     if "decode_speedup_copy_heavy" in by["llamacpp-server-spec"].ci:  # against the served plain arm, not in-process
         assert by["llamacpp-server-spec"].ci["decode_speedup_copy_heavy"]["reference"] == "llamacpp-server"
     gate = next(f for f in res.findings if f.probe == "loop.gate")
     assert "llamacpp-server" in str(gate.reason) or "llamacpp-server" in str(gate.evidence)
+
+
+def test_served_arms_alone_are_checked_against_the_served_plain_arm(hand_trace, tmp_path):
+    """No in-process llama.cpp in the run: the reference is the served plain arm, named in every finding, and the
+    served arms are compared rather than all disqualified for want of a ``llamacpp`` arm."""
+    require_engine("llamacpp-server")
+    res = loop.run(str(hand_trace), arms="llamacpp-server-spec,llamacpp-server", model=TINY, threads=1,
+                   context_tokens=1024, tokens_per_block=4, out=tmp_path)
+    assert res.workload["equal_work"]["reference"] == "llamacpp-server"
+    by = {s.arm: s for s in res.summaries}
+    assert by["llamacpp-server"].disqualified is None and by["llamacpp-server-spec"].disqualified is None
+    assert res.rows.comparable.all() and res.rows.same_tokens_as_reference.all()
+    assert any(s.is_best for s in res.summaries)
+    assert "speedup_vs_best_llamacpp" in by["llamacpp-server-spec"].metrics
+    for f in res.findings:
+        assert "with output token-identical to llamacpp-server (the reference arm: " in " ".join(f.evidence["notes"])
+
+
+def test_an_arm_set_without_a_plain_arm_exits_2_naming_the_arm_to_add(hand_trace, tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    r = CliRunner().invoke(app, ["loop", "--trace", str(hand_trace), "--arms", "llamacpp-server-spec", "--model", TINY,
+                                 "--out", str(tmp_path / "f")])
+    assert r.exit_code == 2 and "add llamacpp-server" in r.output and "--reference" in r.output
+    assert not (tmp_path / "f").exists() or not any((tmp_path / "f").iterdir())
 
 
 def test_the_speculation_arm_reads_drafted_and_accepted_tokens_from_the_server():

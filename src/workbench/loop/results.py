@@ -97,16 +97,17 @@ def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
         s.notes.append("no token was drafted on any turn")
 
 
-def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int) -> None:
+def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int, work: equal.EqualWork) -> None:
     """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
     if best is not None and (steps := equal.common_turns(rows, [best, name])):
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
-    if name != equal.REFERENCE and equal.REFERENCE in set(rows.arm):
-        same = rows[rows.arm == name]["same_tokens_as_llamacpp"]
-        s.notes.append(f"output token-identical to the {equal.REFERENCE} arm on {int(same.sum())}/{len(same)} turns")
+    if name != work.reference and work.reference in set(rows.arm):
+        same = rows[rows.arm == name]["same_tokens_as_reference"]
+        s.notes.append(f"output token-identical to the reference arm {work.reference} on {int(same.sum())}/{len(same)} "
+                       "turns")
     # plain decode on the same engine and transport: the served speculation arm against the served plain arm
     plain = _arms.plain(name)
     if name == plain or plain not in set(rows.arm):
@@ -149,7 +150,7 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
         if s.disqualified:
             s.notes.append(f"disqualified from every comparison: {s.disqualified}")
         else:
-            _speedups(rows, name, best, s, seed)
+            _speedups(rows, name, best, s, seed, work)
         fit = ttft_fit(df)
         if fit:
             s.metrics |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"],
