@@ -273,8 +273,12 @@ def loop_cmd(
     min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
                                   help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
     token_tolerance: float = typer.Option(0.0, "--token-tolerance", callback=_finite,
-                                          help="share of a turn's output tokens an arm may differ in from the plain "
-                                               "llama.cpp arm and still be compared (stated in every finding)"),
+                                          help="share of a turn's output tokens an arm may differ in from the "
+                                               "reference arm and still be compared (stated in every finding)"),
+    reference: Optional[str] = typer.Option(None, "--reference",
+                                            help="the plain arm every arm's output is checked against (default: the "
+                                                 "run's first plain arm that ran, llama.cpp first; named in every "
+                                                 "finding)"),
     on_target: bool = typer.Option(False, "--on-target",
                                    help="declare target hardware with a certified model: needs a GPU here and "
                                         "--certified"),
@@ -294,7 +298,7 @@ def loop_cmd(
     _writable(out)
     try:
         rule = GateRule(min_speedup=min_speedup, min_turns=min_turns)
-        work = EqualWork(token_tolerance=token_tolerance)
+        work = EqualWork(reference=reference, token_tolerance=token_tolerance)
         arm_models = _kv(arm_model or [])
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=True) as bar:

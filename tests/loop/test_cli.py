@@ -32,7 +32,7 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     assert sum(r["eviction"] for r in rows) > 0 and all(r["unexplained"] == 0 for r in rows)
     assert found["loop.llamacpp"].metric("reuse_efficiency") == pytest.approx(
         sum(r["reused"] for r in rows) / sum(r["theoretical"] for r in rows))
-    assert {"drafted", "accepted", "same_tokens_as_llamacpp"} <= set(found["loop.llamacpp-spec"].evidence["columns"])
+    assert {"drafted", "accepted", "same_tokens_as_reference"} <= set(found["loop.llamacpp-spec"].evidence["columns"])
     # vLLM's CPU attention cannot run the tiny model's head dim 16: its arms say so instead of failing the loop
     assert found["loop.vllm"].verdict == "not-run" and "head dim 16" in found["loop.vllm"].reason
     g = found["loop.gate"]

@@ -37,12 +37,45 @@ def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path)
     assert (served.set_index("step").reused == inproc.reused).all()
     assert (served.drafted == 0).all() and (spec.accepted <= spec.drafted).all()
     # the same greedy tokens as the in-process llama.cpp, with and without the server's speculation
-    assert served.same_tokens_as_llamacpp.all() and spec.same_tokens_as_llamacpp.all()
+    assert served.same_tokens_as_reference.all() and spec.same_tokens_as_reference.all()
     by = {s.arm: s for s in res.summaries}
     if "decode_speedup_copy_heavy" in by["llamacpp-server-spec"].ci:  # against the served plain arm, not in-process
         assert by["llamacpp-server-spec"].ci["decode_speedup_copy_heavy"]["reference"] == "llamacpp-server"
     gate = next(f for f in res.findings if f.probe == "loop.gate")
     assert "llamacpp-server" in str(gate.reason) or "llamacpp-server" in str(gate.evidence)
+
+
+def test_served_arms_alone_are_checked_against_the_served_plain_arm(hand_trace, tmp_path):
+    """No in-process llama.cpp in the run: the reference is the served plain arm, named in every finding, and the
+    served arms are compared rather than all disqualified for want of a ``llamacpp`` arm."""
+    require_engine("llamacpp-server")
+    res = loop.run(str(hand_trace), arms="llamacpp-server-spec,llamacpp-server", model=TINY, threads=1,
+                   context_tokens=1024, tokens_per_block=4, out=tmp_path)
+    assert res.workload["equal_work"]["reference"] == "llamacpp-server"
+    by = {s.arm: s for s in res.summaries}
+    assert by["llamacpp-server"].disqualified is None and by["llamacpp-server-spec"].disqualified is None
+    assert res.rows.comparable.all() and res.rows.same_tokens_as_reference.all()
+    assert any(s.is_best for s in res.summaries)
+    assert "speedup_vs_best_llamacpp" in by["llamacpp-server-spec"].metrics
+    for f in res.findings:
+        assert "with output token-identical to llamacpp-server (the reference arm: " in " ".join(f.evidence["notes"])
+    # the gate finding names the best llama.cpp arm, and the speculation arm's acceptance as the server counted it
+    gate = next(f for f in res.findings if f.probe == "loop.gate")
+    best = next(s.arm for s in res.summaries if s.is_best)
+    assert f"Best llama.cpp arm: {best}." in gate.summary
+    if by["llamacpp-server-spec"].sources.get("acceptance_rate") == "engine":
+        assert "read from llama-server's timings.draft_n, draft_n_accepted" in gate.summary
+
+
+def test_an_arm_set_without_a_plain_arm_exits_2_naming_the_arm_to_add(hand_trace, tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    r = CliRunner().invoke(app, ["loop", "--trace", str(hand_trace), "--arms", "llamacpp-server-spec", "--model", TINY,
+                                 "--out", str(tmp_path / "f")])
+    assert r.exit_code == 2 and "add llamacpp-server" in r.output and "--reference" in r.output
+    assert not (tmp_path / "f").exists() or not any((tmp_path / "f").iterdir())
 
 
 def test_the_speculation_arm_reads_drafted_and_accepted_tokens_from_the_server():
@@ -63,3 +96,17 @@ def test_the_speculation_arm_reads_drafted_and_accepted_tokens_from_the_server()
     plain, spec = out["llamacpp-server"], out["llamacpp-server-spec"]
     assert plain.drafted == 0 and spec.drafted > 0 and 0 <= spec.accepted <= spec.drafted
     assert spec.tokens == plain.tokens  # greedy verification: speculation changes no token
+
+
+def test_a_served_speculation_arms_acceptance_is_named_as_read_from_llama_server():
+    from workbench.loop import results
+
+    m = {"loop_time_s": 10.0, "ttft_p50_s": 1.0, "reuse_efficiency": 1.0, "compared_turns": 4, "turns": 4,
+         "acceptance_rate": 0.5, "drafted_tokens": 40, "accepted_tokens": 20}
+    served = results.ArmSummary("llamacpp-server-spec", "llamacpp-server", None, dict(m),
+                                sources={"acceptance_rate": "engine"}, is_best=True)
+    ours = results.ArmSummary("llamacpp-spec", "llamacpp", None, dict(m), sources={"acceptance_rate": "cell"})
+    assert results._summary_line(served).startswith("llamacpp-server-spec (best llama.cpp): ")
+    assert "20 of 40 drafted tokens, read from llama-server's timings.draft_n, draft_n_accepted" in \
+        results._summary_line(served)
+    assert "20 of 40 drafted tokens, the cell's count" in results._summary_line(ours)

@@ -90,12 +90,14 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     ``on_target`` declares target hardware with a certified model, checked before any turn runs: this
     machine's fingerprint must show a GPU and every arm's model must be in the ``certified`` list
     (:mod:`.target`); without it a measured TensorRT-LLM result is at most ``inconclusive``. ``work``
-    says which turns are compared (:mod:`.equal`): equal work and the reference arm's output.
+    says which turns are compared (:mod:`.equal`): equal work and the output of its reference arm, declared or
+    chosen by its stated rule (an arm set with no plain arm to check against is a ``ValueError``).
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
     Hugging Face directory, llama.cpp a GGUF); ``model`` (a llama.cpp model) tokenizes the trace for every
     arm, so an arm whose vocabulary differs is refused before any turn runs.
     """
     names = parse_arms(arms)
+    work.for_arms(names, rule.subject)  # an arm set without a reference fails here, before anything runs
     arm_models = dict(arm_models or {})
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
@@ -116,7 +118,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
             if progress:
                 progress(row, done, total)
 
-        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, step)), work)
+        work = work.for_arms(names, rule.subject, ran=[a.spec.name for a in opened])
+        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, work.reference, step)), work)
         descriptions = {a.spec.name: a.describe() for a in opened}
         resolved = opened[0].cell.model if opened and hasattr(opened[0].cell, "model") else None
     finally:

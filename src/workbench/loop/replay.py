@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from . import attribution as attr
 from .arms import CellArm
-from .equal import REFERENCE, output_match
+from .equal import output_match
 from .render import BlockRenderer, ChatRenderer, Rendered, fit_scale
 from .traces import ChatTurn, Trace
 
@@ -84,8 +84,10 @@ def build(trace: Trace, tok, context_tokens: int, vocab_size: int, tokens_per_bl
     return Workload(trace, turns, rule, dropped, context_tokens)
 
 
-def replay(work: Workload, arms: Sequence[CellArm], on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Serve every turn on every arm, interleaved; one row per (turn, arm)."""
+def replay(work: Workload, arms: Sequence[CellArm], reference: str | None,
+           on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Serve every turn on every arm, interleaved; one row per (turn, arm), its output matched against the
+    ``reference`` arm's (:mod:`.equal`)."""
     seen = {a.spec.name: attr.Seen() for a in arms}
     rows: list[dict] = []
     for i, wt in enumerate(work.turns):
@@ -118,9 +120,9 @@ def replay(work: Workload, arms: Sequence[CellArm], on_row: Callable[[dict], Non
                 "speculation_source": res.speculation_source,
                 "copy_fraction": wt.copy_fraction, "own_copy_fraction": copy_fraction(prompt, res.tokens),
             })
-        plain = outputs.get(REFERENCE)
+        plain = outputs.get(reference) if reference else None
         for row in rows[-len(order):]:
-            row["same_tokens_as_llamacpp"] = None if plain is None else outputs[row["arm"]] == plain
+            row["same_tokens_as_reference"] = None if plain is None else outputs[row["arm"]] == plain
             row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:
                 on_row(row)

@@ -107,20 +107,22 @@ def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
     s.metrics["acceptance_rate"] = df["accepted"].sum() / drafted if drafted else float("nan")
     s.metrics["mean_accepted_tokens"] = df["accepted"].sum() / steps if steps else float("nan")
     s.sources |= {"acceptance_rate": source, "mean_accepted_tokens": source}
+    s.metrics |= {"drafted_tokens": drafted, "accepted_tokens": int(df["accepted"].sum())}
     if not drafted:
         s.notes.append("no token was drafted on any turn")
 
 
-def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int) -> None:
+def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int, work: equal.EqualWork) -> None:
     """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
     if best is not None and (steps := equal.common_turns(rows, [best, name])):
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
-    if name != equal.REFERENCE and equal.REFERENCE in set(rows.arm):
-        same = rows[rows.arm == name]["same_tokens_as_llamacpp"]
-        s.notes.append(f"output token-identical to the {equal.REFERENCE} arm on {int(same.sum())}/{len(same)} turns")
+    if name != work.reference and work.reference in set(rows.arm):
+        same = rows[rows.arm == name]["same_tokens_as_reference"]
+        s.notes.append(f"output token-identical to the reference arm {work.reference} on {int(same.sum())}/{len(same)} "
+                       "turns")
     # plain decode on the same engine and transport: the served speculation arm against the served plain arm
     plain = _arms.plain(name)
     if name == plain or plain not in set(rows.arm):
@@ -163,7 +165,7 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
         if s.disqualified:
             s.notes.append(f"disqualified from every comparison: {s.disqualified}")
         else:
-            _speedups(rows, name, best, s, seed)
+            _speedups(rows, name, best, s, seed, work)
         fit = ttft_fit(df)
         if fit:
             s.metrics |= {"ttft_per_suffix_token_s": fit["per_suffix_token_s"],
@@ -211,7 +213,11 @@ def _summary_line(s: ArmSummary) -> str:
         parts.append(f"{m['speedup_vs_best_llamacpp']:.3g}× [{m['speedup_ci_low']:.3g}, {m['speedup_ci_high']:.3g}] "
                      "vs best llama.cpp")
     if "acceptance_rate" in m:
-        parts.append(f"acceptance {metrics.render('acceptance_rate', m['acceptance_rate'])}")
+        counted = ("the cell's count" if s.sources.get("acceptance_rate") != "engine" else
+                   "read from llama-server's timings.draft_n, draft_n_accepted" if s.engine == "llamacpp-server"
+                   else "the engine's count")
+        parts.append(f"acceptance {metrics.render('acceptance_rate', m['acceptance_rate'])} "
+                     f"({m.get('accepted_tokens', 0)} of {m.get('drafted_tokens', 0)} drafted tokens, {counted})")
     if s.disqualified:
         parts.append("disqualified")
     return f"{s.arm}{' (best llama.cpp)' if s.is_best else ''}: " + ", ".join(parts)
@@ -283,7 +289,9 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
              f"{environment.hardware().get('summary')}")
     must_add = "A GPU run must add: " + "; ".join(_gate.GPU_RUN_MUST_ADD) + "."
     reason = None
-    summary = f"{outcome.summary}. Rule: {rule.describe()}. References ({where}): {references}."
+    best = next((x.arm for x in summaries if x.is_best), None)
+    named = f"Best llama.cpp arm: {best}" if best else "No llama.cpp arm qualified as the best"
+    summary = f"{outcome.summary}. {named}. Rule: {rule.describe()}. References ({where}): {references}."
     if outcome.verdict == "not-run":
         reason = f"{outcome.reason}. {must_add} References measured here ({where}): {references}."
     rows = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason, "best_llamacpp": s.is_best,
