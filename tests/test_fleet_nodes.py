@@ -11,7 +11,10 @@ it stops every Ray process of this user on the machine, other people's included.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,8 +33,9 @@ from workbench.executors import TIMEOUT, timed_out
 pytestmark = pytest.mark.slow
 FLEET = Path(__file__).parent / "fixtures" / "fleet"
 #: The test cluster and its drivers: no usage stats; no token auth (Ray 2.60 turns it on for `ray start` when
-#: ~/.ray/auth_token exists, and this private loopback cluster must not depend on a file of the user's).
-OWN_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+#: ~/.ray/auth_token exists, and this private loopback cluster must not depend on a file of the user's); the raylet
+#: waits 90 s, not 15, for its dashboard agent's ports (its import alone takes 12 s on 2 shared cores).
+OWN_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_raylet_start_wait_time_s": "90"}
 
 
 class Cluster:
@@ -53,7 +57,7 @@ class Cluster:
         for its raylet (whose dashboard agent takes ~12 s to import): its group is killed and it starts again."""
         ray = str(Path(sys.executable).parent / "ray")
         for _ in range(tries):
-            log = Path(self.tmp, f"{name}.log")
+            log = Path(self.tmp, f"{name}.{len(list(Path(self.tmp).glob(f'{name}.*.log')))}.log")
             log.write_bytes(b"")
             proc = subprocess.Popen(
                 [ray, "start", "--block", "--node-ip-address", "127.0.0.1", "--temp-dir", f"{self.tmp}/{name}",
@@ -139,6 +143,7 @@ def cluster():
     finally:
         left = c.stop()
         mp.undo()
+        shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"Ray processes outlived the cluster: {left}"
 
 
@@ -210,3 +215,45 @@ def test_a_job_over_its_timeout_is_stopped_and_nothing_of_it_is_kept(tmp_path, c
     assert marker.stem == entry.attempt and not gone_within(15, [int(marker.read_text())])  # its kernel is gone
     assert findings.scan([out / "findings"]).findings == []  # and that finding never came back
     assert not (out / entry.output).exists()
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "workbench.cli", "run", *args], capture_output=True, text=True,
+                          env=os.environ | OWN_ENV, timeout=900)
+
+
+def _masked(text: str) -> str:
+    """A written-back blueprint without what differs between two runs of the same jobs: finding ids, numbers."""
+    return re.sub(r"\d+", "N", re.sub(r"[0-9a-f]{8,}", "ID", text))
+
+
+def test_the_cli_runs_a_matrix_on_the_cluster_into_the_run_folder_the_local_executor_makes(tmp_path, cluster):
+    """`workbench run --executor ray --address … --matrix FILE --out DIR`, against the same matrix run locally:
+    the same jobs, verdicts, report and written-back blueprint, and each job's node in run.json."""
+    from test_fleet import _verdicts
+
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({"engines": ["llamacpp"], "models": ["synthetic:tiny"],
+                                    "notebooks": ["00_environment", "20_reuse_metrics"]}))
+    local, fleet = tmp_path / "local", tmp_path / "fleet"
+    r = _cli("--matrix", str(path), "--out", str(local))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = _cli("--executor", "ray", "--address", cluster.address, "--matrix", str(path), "--out", str(fleet))
+    assert r.returncode == 0, r.stdout + r.stderr
+
+    ran = manifest.load(fleet).notebooks
+    assert set(ran) == set(manifest.load(local).notebooks) == {"llamacpp/00_environment", "llamacpp/20_reuse_metrics"}
+    workers = {n["NodeID"] for n in _nodes(cluster) if n["Resources"].get("CPU")}
+    for e in ran.values():
+        assert e.status == "ok" and e.node["ray_node"] in workers and e.node["hostname"]
+    assert _verdicts(fleet) == _verdicts(local) and _verdicts(fleet)
+    for out in (local, fleet):
+        assert (out / "report.html").is_file() and (out / "blueprint.md").is_file()
+    assert _masked((fleet / "blueprint.md").read_text()) == _masked((local / "blueprint.md").read_text())
+
+
+def _nodes(cluster: Cluster) -> list:
+    out = subprocess.run([sys.executable, "-c", "import json, ray; ray.init(address=%r, log_to_driver=False); "
+                          "print(json.dumps(ray.nodes()))" % cluster.address], capture_output=True, text=True,
+                         env=cluster.env, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
