@@ -3,9 +3,11 @@
 Each job is one Ray task asking for the engine's resources (:func:`workbench.executors.resources_for`) in
 its matrix environment (a Ray ``runtime_env``). The task runs the local executor's papermill execution
 (:func:`workbench.runner._execute`) in a temporary folder on whichever node takes it, and returns the
-executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. A task whose
-node or worker is lost mid-job is submitted once more under a new attempt id; the lost attempt brought
-nothing back, so no finding is ever counted twice. Ray's dashboard and usage stats stay off; a local head
+executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. The task is a
+generator whose first item is the node it started on: a task whose node or worker is lost mid-job is
+submitted once more under a new attempt id, never on that node (Ray's ``ray.io/node-id`` label selector);
+the lost attempt brought nothing back, so no finding is ever counted twice. A task over ``job_timeout_s``
+is cancelled (``ray.cancel(force=True)``) and brings nothing back either. Ray's dashboard and usage stats stay off; a local head
 binds 127.0.0.1 and stops with the run.
 """
 
