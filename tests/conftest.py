@@ -70,6 +70,20 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def naming(text: str) -> list:
+    """The processes (psutil) whose command line names ``text``: a Ray session's processes name its temp folder."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if any(text in part for part in p.info["cmdline"] or []):
+                found.append(p)
+        except (psutil.Error, TypeError):
+            pass
+    return found
+
+
 def gone_within(seconds: float, pids) -> list[int]:
     """The pids still alive after waiting up to ``seconds`` for them to end ([] when all ended)."""
     import time

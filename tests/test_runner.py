@@ -17,6 +17,7 @@ import pytest
 from workbench import findings, manifest, runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
+FLEET = Path(__file__).parent / "fixtures" / "fleet"
 pytestmark = pytest.mark.slow
 
 
@@ -311,3 +312,37 @@ def test_the_console_line_names_the_verdicts_the_notebook_wrote(tmp_path):
     (line,) = [x for x in r.stderr.splitlines() if "llamacpp/writes_finding" in x]
     (f,) = [f for _, f in findings.scan([tmp_path / "findings"]).findings]
     assert line.split()[:2] == ["ok", "llamacpp/writes_finding"] and line.endswith(f"{f.probe.split('.')[0]} {f.verdict}")
+
+
+# --------------------------------------------------------------------------- issue 22: a time limit per job
+
+
+def test_a_notebook_over_its_timeout_is_killed_and_nothing_it_wrote_counts(tmp_path):
+    """The fixture writes its finding, then holds; --job-timeout kills its kernel, the run records ``timeout`` in the
+    words every executor uses, and the finding is set aside (kept, never counted)."""
+    from conftest import gone_within
+
+    from workbench.executors import TIMEOUT, timed_out
+
+    hold, out = tmp_path / "hold", tmp_path / "run"
+    hold.mkdir()
+    code = runner.run_batch(out, engine="llamacpp", model="synthetic:tiny", params={"hold_dir": str(hold)},
+                            only=["holds"], progress=False, notebooks_dir=FLEET, data_dir=out / "no-data",
+                            executor=runner.LocalExecutor(job_timeout_s=45))
+    assert code == 1
+    (marker,) = hold.glob("*.pid")  # it got as far as holding: its finding was written
+    entry = manifest.load(out).notebooks["llamacpp/holds"]
+    assert entry.status == TIMEOUT and entry.error == timed_out(45) and 45 <= entry.duration_s < 90
+    assert marker.stem == entry.attempt and not gone_within(10, [int(marker.read_text())])  # its kernel is gone
+    assert findings.scan([out / "findings"]).findings == []
+    assert [f.attempt for _, f in findings.scan([out / "superseded"]).findings] == [entry.attempt]
+
+
+def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--job-timeout", "0"])
+    assert r.exit_code == 2 and "--job-timeout 0: give a number of seconds above 0" in r.output
+    assert not (tmp_path / "run" / "run.json").exists()

@@ -158,6 +158,8 @@ def run(
                                           "(`ray start --head` prints it); default a local head"),
     matrix: Optional[Path] = typer.Option(None, "--matrix", help="YAML run matrix: engines × models × cell options "
                                           "× environments (replaces --engine, --model, -p, --only)"),
+    job_timeout: Optional[float] = typer.Option(None, "--job-timeout", metavar="S", help="stop a notebook still "
+                                                "running after S seconds: it ends as timeout, nothing it wrote kept"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
@@ -165,7 +167,7 @@ def run(
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:
-        runs_on = _executor(executor, address)
+        runs_on = _executor(executor, address, job_timeout)
         jobs = None
         if matrix:
             from . import matrix as _matrix
@@ -181,17 +183,19 @@ def run(
     raise typer.Exit(code)
 
 
-def _executor(name: str, address: Optional[str]):
-    """The executor ``--executor`` names (None: the runner's local default)."""
+def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = None):
+    """The executor ``--executor`` names, with ``--job-timeout``."""
+    from .runner import LocalExecutor
+
     if name == "local":
         if address:
             _fail("--address is for --executor ray")
-        return None
+        return LocalExecutor(job_timeout)
     if name != "ray":
         _fail(f"--executor {name!r}: use local or ray")
     from .fleet import RayExecutor
 
-    return RayExecutor(address)
+    return RayExecutor(address, job_timeout_s=job_timeout)
 
 
 @app.command("findings")

@@ -55,7 +55,7 @@ class Ran:
     """How one job ended. ``files`` (run-folder path → bytes) are what a remote executor brings back for the
     driver to write; the local executor writes into the run folder itself and returns none."""
 
-    status: str  # ok | error
+    status: str  # ok | error | timeout
     error: str | None
     duration_s: float
     node: Mapping[str, Any] | None = None  # where it ran: hostname, GPU, driver
@@ -63,14 +63,34 @@ class Ran:
     files: Mapping[str, bytes] = field(default_factory=dict)
 
 
+TIMEOUT = "timeout"
+
+
+def timed_out(seconds: float) -> str:
+    """Why a job over ``--job-timeout`` ended, in every executor's words (``Type: message``, as failures read)."""
+    return f"JobTimeout: still running after {seconds:g} s (--job-timeout); stopped, and nothing it wrote is kept"
+
+
+def node_lost(where: str, why: str) -> str:
+    """Why a remote job's attempt was given up: the node or worker running it went away (``where``)."""
+    return f"NodeLost: {where} was lost mid-job ({why})"
+
+
 #: Records a job as running under a fresh attempt id (findings.ATTEMPT_ENV) and returns that id.
 Start = Callable[[Job], str]
 
 
 class Executor(abc.ABC):
-    """Runs jobs; entering it connects to whatever it runs on, leaving it lets go (nothing outlives it)."""
+    """Runs jobs; entering it connects to whatever it runs on, leaving it lets go (nothing outlives it).
+    ``job_timeout_s``: a job still running after that long is stopped and ends as ``timeout``
+    (:func:`timed_out`); None: no limit."""
 
     name: ClassVar[str]
+
+    def __init__(self, job_timeout_s: float | None = None) -> None:
+        if job_timeout_s is not None and not job_timeout_s > 0:
+            raise ExecutorError(f"--job-timeout {job_timeout_s:g}: give a number of seconds above 0")
+        self.job_timeout_s = job_timeout_s
 
     def check(self, jobs: Sequence[Job]) -> None:
         """Refuse, before anything runs, jobs this executor cannot honour (:class:`ExecutorError`)."""

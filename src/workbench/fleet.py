@@ -3,9 +3,11 @@
 Each job is one Ray task asking for the engine's resources (:func:`workbench.executors.resources_for`) in
 its matrix environment (a Ray ``runtime_env``). The task runs the local executor's papermill execution
 (:func:`workbench.runner._execute`) in a temporary folder on whichever node takes it, and returns the
-executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. A task whose
-node or worker is lost mid-job is submitted once more under a new attempt id; the lost attempt brought
-nothing back, so no finding is ever counted twice. Ray's dashboard and usage stats stay off; a local head
+executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. The task is a
+generator whose first item is the node it started on: a task whose node or worker is lost mid-job is
+submitted once more under a new attempt id, never on that node (Ray's ``ray.io/node-id`` label selector);
+the lost attempt brought nothing back, so no finding is ever counted twice. A task over ``job_timeout_s``
+is cancelled (``ray.cancel(force=True)``) and brings nothing back either. Ray's dashboard and usage stats stay off; a local head
 binds 127.0.0.1 and stops with the run.
 """
 
@@ -17,10 +19,11 @@ import re
 import socket
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from .executors import Executor, ExecutorError, Job, Ran, Start
+from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_lost, timed_out
 
 INSTALL = "pip install 'workbench[fleet]' (ray==2.60.0)"
 _ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
@@ -62,10 +65,13 @@ def node() -> dict:
 
 
 def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, variant: str, attempt: str,
-            verbose: bool) -> dict:
-    """The Ray task: the local executor's execution in a scratch run folder; everything it wrote as bytes."""
+            verbose: bool) -> Iterator[dict]:
+    """The Ray task, a generator: first where it runs (so the driver knows the node before anything can go
+    wrong, and starts the job's clock), then the local executor's execution in a scratch run folder and
+    everything it wrote, as bytes."""
     from . import runner
 
+    yield node()
     with tempfile.TemporaryDirectory(prefix="wb-job-") as tmp:
         source, run = Path(tmp) / "src" / file_name, Path(tmp) / "run"
         source.parent.mkdir()
@@ -78,7 +84,7 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
         status, error = runner._execute(p, run, attempt, verbose)
         took = round(time.perf_counter() - t0, 2)
         files = {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*")) if f.is_file()}
-    return {"status": status, "error": error, "duration_s": took, "node": node(), "files": files}
+    yield {"status": status, "error": error, "duration_s": took, "files": files}
 
 
 def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str:
@@ -133,13 +139,28 @@ def _own_kernel(where: Path) -> str:
     return os.pathsep.join(filter(None, (str(where), os.environ.get("JUPYTER_PATH"))))
 
 
+@dataclass
+class _Attempt:
+    """One submitted attempt of a job: its task (a streaming generator), where it started and since when."""
+
+    job: Job
+    attempt: str
+    task: Any
+    submitted: float
+    lost: str | None = None  # why the attempt before this one was given up
+    node: Mapping[str, Any] | None = None  # set by the task's first yield
+    deadline: float | None = None
+
+
 class RayExecutor(Executor):
     """Jobs as Ray tasks on the cluster at ``address`` (None: a local head with ``num_cpus`` cores, stopped
-    when the run ends)."""
+    when the run ends, and with the driver however it ends)."""
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, num_cpus: int | None = None) -> None:
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 job_timeout_s: float | None = None) -> None:
+        super().__init__(job_timeout_s)
         self.address, self.num_cpus = address, num_cpus
         self._head: str | None = None  # the local head's temp folder, while it runs
         self._probe = check_address(address) if address else None
@@ -174,44 +195,98 @@ class RayExecutor(Executor):
             stop_session(self._head)
             self._head = None
 
-    def _submit(self, job: Job, attempt: str, verbose: bool) -> Any:
+    def _submit(self, job: Job, attempt: str, verbose: bool, lost: str | None = None,
+                avoid: str | None = None) -> _Attempt:
+        """Submit one attempt; ``avoid``: a Ray node id it must not run on (the node the last attempt lost)."""
         import ray
 
         p = job.planned
-        task = ray.remote(run_job).options(num_cpus=job.resources.num_cpus, num_gpus=job.resources.num_gpus,
-                                           runtime_env=dict(job.runtime_env) if job.runtime_env else None,
-                                           max_retries=0, name=p.key)
-        return task.remote(p.name, p.source.name, p.source.read_bytes(), p.parameters, p.variant, attempt, verbose)
+        options: dict[str, Any] = dict(num_cpus=job.resources.num_cpus, num_gpus=job.resources.num_gpus,
+                                       runtime_env=dict(job.runtime_env) if job.runtime_env else None,
+                                       max_retries=0, name=p.key)
+        if avoid:  # Ray's default node label; '!' is its not-equal selector
+            options["label_selector"] = {"ray.io/node-id": f"!{avoid}"}
+        task = ray.remote(run_job).options(**options)
+        gen = task.remote(p.name, p.source.name, p.source.read_bytes(), p.parameters, p.variant, attempt, verbose)
+        return _Attempt(job, attempt, gen, time.perf_counter(), lost)
 
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
         import ray
 
-        waiting = {}
+        live = {}
         for job in jobs:
-            attempt = start(job)
-            waiting[self._submit(job, attempt, verbose)] = (job, attempt, None, time.perf_counter())
-        while waiting:
-            (ref,), _ = ray.wait(list(waiting), num_returns=1)
-            job, attempt, lost, t0 = waiting.pop(ref)
-            try:
-                got = ray.get(ref)
-            except Exception as e:  # noqa: BLE001 - Ray wraps each way a task can fail in its own type
-                reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                if type(e).__name__ in _LOST and lost is None:  # once more, on whichever node is left
-                    retry = start(job)
-                    waiting[self._submit(job, retry, verbose)] = (job, retry, f"node lost mid-job ({reason})", t0)
-                    continue
-                yield job, attempt, Ran("error", _words(e, lost), round(time.perf_counter() - t0, 2), retried=lost)
+            a = self._submit(job, start(job), verbose)
+            live[a.task] = a
+        while live:
+            deadlines = [a.deadline for a in live.values() if a.deadline is not None]
+            wait_s = max(0.0, min(deadlines) - time.perf_counter()) if deadlines else None
+            ready, _ = ray.wait(list(live), num_returns=1, timeout=wait_s)
+            if not ready:  # a job's time is up: its worker is killed, and nothing of it comes back
+                for a in [a for a in live.values() if a.deadline is not None and a.deadline <= time.perf_counter()]:
+                    ray.cancel(a.task, force=True)
+                    del live[a.task]
+                    yield a.job, a.attempt, Ran(TIMEOUT, timed_out(self.job_timeout_s), self._took(a), a.node,
+                                                a.lost)
                 continue
-            yield job, attempt, Ran(got["status"], got["error"], got["duration_s"], got["node"], lost, got["files"])
+            a = live.pop(ready[0])
+            try:
+                got = ray.get(next(a.task))
+            except Exception as e:  # noqa: BLE001 - Ray wraps each way a task can fail in its own type
+                retry = self._retry(a, e, start, verbose)
+                if retry is not None:
+                    live[retry.task] = retry
+                    continue
+                yield a.job, a.attempt, Ran("error", self._failed(a, e), self._took(a), a.node, a.lost)
+                continue
+            if a.node is None:  # the first yield: the job started on a.node; its clock runs from now
+                a.node = got
+                if self.job_timeout_s:
+                    a.deadline = time.perf_counter() + self.job_timeout_s
+                live[a.task] = a
+                continue
+            yield a.job, a.attempt, Ran(got["status"], got["error"], got["duration_s"], a.node, a.lost, got["files"])
+
+    def _retry(self, a: _Attempt, e: Exception, start: Start, verbose: bool) -> _Attempt | None:
+        """The job's second attempt, on another node, when its first one's node or worker was lost; else None."""
+        if type(e).__name__ not in _LOST or a.lost is not None:
+            return None
+        avoid = (a.node or {}).get("ray_node")
+        if avoid and not _other_node(avoid, a.job):
+            return None
+        return self._submit(a.job, start(a.job), verbose, node_lost(_where(a.node), _why(e)), avoid)
+
+    def _failed(self, a: _Attempt, e: Exception) -> str:
+        """A task that did not finish, in the local executor's words: ``Type: message``."""
+        if type(e).__name__ not in _LOST:
+            return _why(e)
+        words = node_lost(_where(a.node), _why(e))
+        if a.lost:
+            return f"{words}; retried once already after {a.lost}"
+        return f"{words}; no other node has the resources to retry it"
+
+    @staticmethod
+    def _took(a: _Attempt) -> float:
+        return round(time.perf_counter() - a.submitted, 2)
 
 
-def _words(e: Exception, lost: str | None) -> str:
-    """A task that did not finish, in the local executor's words: ``Type: message``."""
+def _other_node(avoid: str, job: Job) -> bool:
+    """Another live node of the cluster could take ``job`` (its CPUs and GPUs), so a retry is not left waiting."""
+    import ray
+
+    need = {"CPU": job.resources.num_cpus, "GPU": job.resources.num_gpus}
+    return any(n["Alive"] and n["NodeID"] != avoid and all(n["Resources"].get(k, 0) >= v for k, v in need.items() if v)
+               for n in ray.nodes())
+
+
+def _where(node_: Mapping[str, Any] | None) -> str:
+    if not node_:
+        return "the node (not yet known: the job had not started)"
+    return f"node {node_['ray_node']} ({node_['hostname']})"
+
+
+def _why(e: Exception) -> str:
     first = next((line for line in str(e).splitlines() if line.strip()), "")
-    if type(e).__name__ in _LOST:
-        return f"NodeLost: {type(e).__name__}: {first}" + (f" (after {lost}; retried once)" if lost else "")
-    return f"{type(e).__name__}: {first}"
+    return f"{type(e).__name__}: {first}".rstrip(": ")
 
 
 def environment_problems(name: str, env: Any) -> list[str]:

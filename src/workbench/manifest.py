@@ -22,7 +22,7 @@ SCHEMA = "workbench.run/v1"
 
 @dataclass
 class NotebookRun:
-    """One notebook's entry in the manifest. ``status`` is running, ok or error."""
+    """One notebook's entry in the manifest. ``status`` is running, ok, error or timeout."""
 
     name: str
     status: str

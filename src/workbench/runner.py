@@ -24,6 +24,7 @@ import functools
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -37,7 +38,7 @@ from . import manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import check_writable, tail
-from .executors import Executor, Job, Ran, Start, resources_for
+from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, timed_out
 from .findings import ATTEMPT_ENV, now_iso
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
@@ -187,15 +188,41 @@ def _attempt_env(attempt: str) -> Iterator[None]:
             os.environ[ATTEMPT_ENV] = before
 
 
-def _logged_kernel_manager(fd: int) -> type:
+def _logged_kernel_manager(fd: int, launched: list[int] | None = None) -> type:
     """The kernel manager with the kernel's stdout and stderr on ``fd``: every process it starts (an engine's
-    worker, a probe's child) inherits them, so engine logs land there and not on the runner's console."""
+    worker, a probe's child) inherits them, so engine logs land there and not on the runner's console. The
+    kernel's pid goes into ``launched`` (it leads a session of its own: jupyter_client starts it so)."""
 
     class LoggedKernelManager(_kernel_manager()):
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             await super()._async_launch_kernel(kernel_cmd, **(kw | {"stdout": fd, "stderr": fd}))
+            if launched is not None:
+                launched.append(self.provisioner.pid)
 
     return LoggedKernelManager
+
+
+@contextlib.contextmanager
+def _deadline(timeout_s: float | None, kernels: list[int]) -> Iterator[threading.Event]:
+    """After ``timeout_s``, SIGKILL the session of each kernel in ``kernels`` (the kernel and what it started);
+    the event says it happened. papermill then fails the notebook, which :func:`_execute` reports as a timeout."""
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        for pid in kernels:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout_s, expire) if timeout_s else None
+    if timer:
+        timer.daemon = True
+        timer.start()
+    try:
+        yield fired
+    finally:
+        if timer:
+            timer.cancel()
 
 
 @contextlib.contextmanager
@@ -225,23 +252,30 @@ def engine_log(path: Path, echo: bool = False) -> Iterator[int]:
             copier.join(timeout=5)  # an engine process that outlives its kernel keeps the pipe open
 
 
-def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False) -> tuple[str, str | None]:
+def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
+             timeout_s: float | None = None) -> tuple[str, str | None]:
     """Run one notebook in its own kernel, its findings marked with ``attempt`` and its output in the
-    notebook's log; (status, error)."""
+    notebook's log; (status, error). A notebook still running after ``timeout_s`` has its kernel killed and
+    ends as ``timeout``."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    try:
-        (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-        with _attempt_env(attempt), engine_log(out / p.log, echo=verbose) as fd:
-            papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
-                                       kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
-                                       kernel_manager_class=_logged_kernel_manager(fd))
-        return "ok", None
-    except PapermillExecutionError as e:
-        return "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
-    except Exception as e:  # a kernel that dies or never starts fails this notebook, not the batch
-        return "error", f"{type(e).__name__}: {e}"
+    kernels: list[int] = []
+    with _deadline(timeout_s, kernels) as expired:
+        try:
+            (out / p.output).parent.mkdir(parents=True, exist_ok=True)
+            with _attempt_env(attempt), engine_log(out / p.log, echo=verbose) as fd:
+                papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
+                                           kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
+                                           kernel_manager_class=_logged_kernel_manager(fd, kernels))
+            status, error = "ok", None
+        except PapermillExecutionError as e:
+            status, error = "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
+        except Exception as e:  # a kernel that dies or never starts fails this notebook, not the batch
+            status, error = "error", f"{type(e).__name__}: {e}"
+    if expired.is_set():
+        return TIMEOUT, timed_out(timeout_s)
+    return status, error
 
 
 def _writeback(out: Path, data_dir: Path) -> tuple[Path | None, str | None]:
@@ -344,7 +378,7 @@ class LocalExecutor(Executor):
         for job in jobs:
             attempt = start(job)
             t0 = time.perf_counter()
-            status, error = _execute(job.planned, out, attempt, verbose)
+            status, error = _execute(job.planned, out, attempt, verbose, self.job_timeout_s)
             yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
 
 
@@ -448,6 +482,8 @@ def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, ve
             entry = running.pop(attempt)
             entry.status, entry.error, entry.duration_s = ran.status, ran.error, ran.duration_s
             entry.node, entry.retried = dict(ran.node) if ran.node else None, ran.retried
+            if entry.status == TIMEOUT:  # nothing a stopped job wrote counts (a remote one sent nothing back)
+                set_aside(out, attempt, entry.name)
             manifest.record(out, entry)
             if entry.status != "ok":
                 failed.append(entry.name)
