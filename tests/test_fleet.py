@@ -155,9 +155,6 @@ def test_a_bad_or_unreachable_address_exits_2_naming_the_fix(tmp_path):
     assert r.exit_code == 2 and "--address is for --executor ray" in r.output
 
 
-@pytest.mark.xfail(strict=True, reason="issue 22 item 4, not fixed yet: Ray's fate-sharing ends gcs_server and the raylet "
-                   "with a SIGKILLed driver, but ray::DashboardAgent and ray::RuntimeEnvAgent (re-parented to init) "
-                   "outlive it by more than 30 s; the fix is a watchdog on serve.py's parent-death mechanism")
 def test_a_driver_killed_outright_takes_its_local_head_and_jobs_with_it(tmp_path, ray_tmp):
     """SIGKILL leaves the driver no way out: its local head (gcs_server, raylet, agents, workers) and the job's
     kernel must still go, on their own, within a bounded time."""

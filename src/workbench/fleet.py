@@ -106,23 +106,62 @@ def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str
     raise AssertionError("unreachable")
 
 
-def stop_session(temp: str, grace_s: float = 20.0) -> list[int]:
-    """End every process of the local head whose temp folder is ``temp`` (its command line names it): given
-    ``grace_s`` to exit after ``ray.shutdown()``, then killed. Returns the pids that had to be killed."""
+def session_processes(temp: str) -> list[Any]:
+    """The local head's processes (their command line names ``temp``) and everything below them (a job's kernel)."""
     import psutil
 
     mine = []
     for proc in psutil.process_iter(["cmdline"]):
         try:
             if any(temp in part for part in proc.info["cmdline"] or []):
-                mine.append(proc)
+                mine += [proc, *proc.children(recursive=True)]
         except (psutil.Error, TypeError):
             continue
-    _, left = psutil.wait_procs(mine, timeout=grace_s)
+    return [proc for pid, proc in {proc.pid: proc for proc in mine}.items() if pid != os.getpid()]  # not the watchdog
+
+
+def _end(procs: Sequence[Any], grace_s: float) -> list[int]:
+    """Give ``procs`` ``grace_s`` to exit, then kill them; the pids that had to be killed."""
+    import psutil
+
+    _, left = psutil.wait_procs(list(procs), timeout=grace_s)
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     return [proc.pid for proc in left]
+
+
+def stop_session(temp: str, grace_s: float = 20.0) -> list[int]:
+    """End every process of the local head whose temp folder is ``temp``: given ``grace_s`` to exit after
+    ``ray.shutdown()``, then killed. Returns the pids that had to be killed."""
+    return _end(session_processes(temp), grace_s)
+
+
+def watch_session(temp: str) -> Any:
+    """A watchdog that ends the local head in ``temp`` once this process is gone, however it died (SIGKILL
+    included: Ray's own fate-sharing ends gcs_server and the raylet, but its agents, re-parented to init, and a
+    job's kernel outlive the driver). It polls its parent, in a session of its own so a Ctrl-C meant for the
+    driver leaves it to do its job; the driver's normal exit ends it after its own cleanup."""
+    import subprocess
+    import sys
+
+    code = f"from workbench.fleet import _watch; _watch({temp!r}, {os.getpid()})"
+    return subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _watch(temp: str, driver: int, every_s: float = 1.0) -> None:
+    """Keep a roll of the head's processes while the driver lives (Ray renames its agents, ``ray::…``, so their
+    command lines stop naming ``temp``), then end every one still alive."""
+    import psutil
+
+    seen: dict[tuple[int, float], Any] = {}
+    while os.getppid() == driver:
+        for proc in session_processes(temp):
+            with contextlib.suppress(psutil.Error):
+                seen.setdefault((proc.pid, proc.create_time()), proc)  # a pid with its start: never a reused one
+        time.sleep(every_s)
+    _end([p for p in seen.values() if p.is_running()] + session_processes(temp), 0)
 
 
 def _own_kernel(where: Path) -> str:
@@ -163,6 +202,7 @@ class RayExecutor(Executor):
         super().__init__(job_timeout_s)
         self.address, self.num_cpus = address, num_cpus
         self._head: str | None = None  # the local head's temp folder, while it runs
+        self._watchdog: Any = None  # the process that ends the local head if this one dies (watch_session)
         self._probe = check_address(address) if address else None
 
     def check(self, jobs: Sequence[Job]) -> None:
@@ -182,6 +222,7 @@ class RayExecutor(Executor):
                 ray.init(address=self.address, **kw)
             else:
                 self._head = _local_head(ray, self.num_cpus, kw)
+                self._watchdog = watch_session(self._head)
         except ConnectionError as e:
             raise ExecutorError(f"cannot join the Ray cluster at {self.address}: {e}; start it with "
                                 "`ray start --head`, or fix --address") from None
@@ -194,6 +235,8 @@ class RayExecutor(Executor):
         if self._head:  # nothing of the local head outlives the run
             stop_session(self._head)
             self._head = None
+            self._watchdog.kill()
+            self._watchdog.wait()
 
     def _submit(self, job: Job, attempt: str, verbose: bool, lost: str | None = None,
                 avoid: str | None = None) -> _Attempt:
