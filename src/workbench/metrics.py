@@ -273,6 +273,8 @@ _DECLARED = [
        "fraction of the engine's stored-block hashes that the client recomputed from token ids"),
     _m("consumer_seen_fraction_min", "least seen", "ratio", "engine",
        "smallest fraction of the engine's event stream that one of several consumers received"),
+    _m("lease_holder_seen_fraction", "lease holder saw", "ratio", "engine",
+       "fraction of the engine's event stream that the consumer holding the endpoint's lease received"),
     _m("consumer_overlap_fraction", "shared events", "ratio", "engine",
        "fraction of the stream's sequence numbers that more than one consumer received"),
     _m("engine_lost_events", "lost events", "count", "engine",

@@ -29,7 +29,7 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
     d = cell.describe()
     if "kv_events" not in d.observers:
         cell.close()
-        return None, absent(d, "its cell announces no kv_events observer")
+        return None, absent(d)
     return cell, None
 
 
@@ -44,8 +44,17 @@ def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
     raise AssertionError("unreachable: a cell opens without options or raises")
 
 
-def absent(d: Description, why: str) -> Outcome:
-    """The engine has no KV event stream: the event plane's claims cannot arise on it."""
+def absent(d: Description) -> Outcome:
+    """The engine has no KV event stream (its description declares the mechanism absent, with the evidence): the
+    event plane's claims cannot arise on it. An engine that has one, but whose cell was opened with it off
+    (TensorRT-LLM with ``event_buffer_max_size=0`` or no block reuse, vLLM with ``kv_events=False``), is not a
+    not-applicable: that is this run's configuration, so it is not run (NotRunnable)."""
+    why = d.absent.get("kv_events")
+    if why is None:
+        raise NotRunnable(f"{d.engine} {d.engine_version} has a KV event stream, but this cell announces no kv_events "
+                          f"observer (observers: {', '.join(d.observers) or 'none'}): its events are off in the "
+                          "cell's options; turn them on (TensorRT-LLM: event_buffer_max_size > 0 and "
+                          "enable_block_reuse; vLLM: kv_events)")
     return Outcome("not-applicable", f"{d.engine} {d.engine_version} has no KV event stream ({why}; observers: "
                    f"{', '.join(d.observers) or 'none'}): reuse there is per-slot prefix matching, with nothing for "
                    "a gateway to consume.", rows=[{"engine": d.engine, "observers": ", ".join(d.observers)}],
@@ -65,10 +74,20 @@ def hasher_for(d: Description, *, seed: str | None, block_size: int | None = Non
                       f"(extra: prefix_caching_hash_algo / kv_cache_hash_algo)")
 
 
-def new_consumer(cell: Cell) -> sources.EventSource:
+def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
     """An independent subscriber where the stream fans out, else the cell's own drain (each call another
-    consumer of the one queue)."""
-    return sources.subscribe(cell.describe()) or sources.CellSource(cell)
+    consumer of the one queue). ``joined``: a consumer beside the first, which must be the engine's to hand out:
+    where the engine publishes a stream (``kv_events_endpoint``) that only the cell's own subscriber receives,
+    sharing that subscriber would split the workbench's bookkeeping, not the engine's stream (NotRunnable)."""
+    d = cell.describe()
+    source = sources.subscribe(d)
+    if source is not None:
+        return source
+    if joined and d.extra.get("kv_events_endpoint"):
+        raise NotRunnable(f"{d.engine} publishes its KV events to {d.extra['kv_events_endpoint']}, a socket only the "
+                          "cell's own subscriber receives: a second consumer cannot join it, and sharing the cell's "
+                          "subscriber would measure the workbench, not the engine (open the stream on ipc://)")
+    return sources.CellSource(cell)
 
 
 def salt_of(cell: Cell, salt: str | None) -> str | None:
