@@ -268,6 +268,9 @@ _DECLARED = [
        "own events predicted"),
     _m("inventory_predicted_hit_tokens", "predicted hits", "tokens", "derived",
        "cached tokens the event inventory predicted, summed over requests"),
+    _m("removal_tested_requests", "eviction tested", "count", "derived",
+       "requests on which the engine reported fewer cached tokens than an inventory ignoring removed events "
+       "predicted (eviction touched the workload)"),
     _m("engine_evicted_blocks", "evicted blocks", "blocks", "engine", "blocks the engine's removed events named"),
     _m("hash_parity_fraction", "hash parity", "ratio", "engine",
        "fraction of the engine's stored-block hashes that the client recomputed from token ids"),

@@ -20,12 +20,19 @@ def _guarded(o):
     return at_most_inconclusive_without_engine(o)
 
 
-def _fid(pairs, arm=RIGHT):
-    return [{"request": i, "arm": arm, "predicted": p, "reported": r} for i, (p, r) in enumerate(pairs)]
+def _fid(pairs, arm=RIGHT, blind=None):
+    """Rows of one arm; ``blind``: what an inventory ignoring removals predicted (default: request 0 asked for an
+    evicted block, so the engine reported less than it)."""
+    blind = blind or [64] + [p for p, _ in pairs[1:]]
+    return [{"request": i, "arm": arm, "predicted": p, "reported": r}
+            | ({"predicted_ignoring_removals": b} if arm == RIGHT else {})
+            for i, ((p, r), b) in enumerate(zip(pairs, blind))]
 
 
 @pytest.mark.parametrize("rows,evicted,verdict,diagnosis", [
     (_fid([(0, 0), (64, 64)]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "confirmed", "confirmed"),
+    # evictions happened, but no request asked for an evicted block: ignoring removals predicts the same
+    (_fid([(0, 0), (64, 64)], blind=[0, 64]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "inconclusive", "confirmed"),
     (_fid([(0, 0), (64, 64), (32, 64)]) + _fid([(0, 0), (32, 64), (0, 0)], "wrong"), 3, "partial", "refuted"),
     (_fid([(64, 0), (0, 64)]), 3, "refuted", "inconclusive"),
     (_fid([(0, 0), (64, 64)]), 0, "inconclusive", "inconclusive"),  # nothing evicted
@@ -86,10 +93,10 @@ def test_overflow_rule(marks, rows, verdict):
     assert _guarded(events_overflow.verdict(rows, marks)).verdict == verdict
 
 
-def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep):
-    return [{"prompt": 0, "step": 0, "tenant": "A", "predicted": 0, "reported": 0},
-            {"prompt": 0, "step": 1, "tenant": "B", "predicted": cross_pred, "reported": cross_rep},
-            {"prompt": 0, "step": 2, "tenant": "A", "predicted": repeat_pred, "reported": repeat_rep}]
+def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep, arm="salt"):
+    return [{"arm": arm, "prompt": 0, "step": 0, "tenant": "A", "predicted": 0, "reported": 0},
+            {"arm": arm, "prompt": 0, "step": 1, "tenant": "B", "predicted": cross_pred, "reported": cross_rep},
+            {"arm": arm, "prompt": 0, "step": 2, "tenant": "A", "predicted": repeat_pred, "reported": repeat_rep}]
 
 
 @pytest.mark.parametrize("rows,verdict", [
@@ -99,6 +106,9 @@ def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep):
     (_iso(64, 64, 64, 64), "refuted"),  # the engine itself merges them
     (_iso(0, 0, 0, 0), "inconclusive"),
     (_iso(0, None, 64, 64), "inconclusive"),
+    (_iso(0, 0, 64, 64) + _iso(0, 0, 64, 64, "lora"), "confirmed"),
+    (_iso(0, 0, 64, 64) + _iso(64, 0, 64, 64, "lora"), "refuted"),  # salts kept apart, the adapter merged
+    (_iso(0, 0, 64, 64) + _iso(64, 64, 64, 64, "lora"), "refuted"),  # the engine reuses base KV for the adapter
 ])
 def test_isolation_rule(rows, verdict):
     assert _guarded(events_isolation.verdict(rows)).verdict == verdict

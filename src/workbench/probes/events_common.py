@@ -5,27 +5,29 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from . import NotRunnable, Outcome, ParamError, ProbeContext
 from ..contract import Cell, Description
 from ..events import sources
-from ..events.hashing import Hasher, TrtllmHasher, VllmHasher
+from ..events.hashing import Hasher, Lora, TrtllmHasher, VllmHasher
 from .common import token_ids
 
 
 def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_tokens: int,
-                     context_tokens: int) -> tuple[Cell | None, Outcome | None]:
+                     context_tokens: int, **more: object) -> tuple[Cell | None, Outcome | None]:
     """A cell whose stream several consumers can join (vLLM: a publisher bound on ``ipc://`` with a replay buffer
     of ``buffer_steps`` and a fixed ``PYTHONHASHSEED``). An engine that takes none of these options is opened as
     it is: its own ``kv_events`` drain is the stream (TensorRT-LLM 1.2: one destructive queue). Without a
-    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence."""
+    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence.
+    ``more``: options every choice carries (``adapters``), so an engine that takes none of them refuses."""
     folder = tempfile.mkdtemp(prefix="workbench-events-")
     options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
                    kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
-                                     "buffer_steps": buffer_steps})
-    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens))
+                                     "buffer_steps": buffer_steps}, **more)
+    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, **more), more)
     d = cell.describe()
     if "kv_events" not in d.observers:
         cell.close()
@@ -34,14 +36,14 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
 
 
 def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
-    """A cell opened with the first set of options the engine takes (the last choice: none at all)."""
-    for options in (*choices, {}):
+    """A cell opened with the first set of options the engine takes; the last choice's refusal is raised."""
+    for options in choices[:-1]:
         try:
             return ctx.open(**options)
         except (ParamError, TypeError, ValueError) as e:
             if "option" not in str(e):
                 raise
-    raise AssertionError("unreachable: a cell opens without options or raises")
+    return ctx.open(**choices[-1])
 
 
 def absent(d: Description) -> Outcome:
@@ -88,6 +90,17 @@ def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
                           "cell's own subscriber receives: a second consumer cannot join it, and sharing the cell's "
                           "subscriber would measure the workbench, not the engine (open the stream on ipc://)")
     return sources.CellSource(cell)
+
+
+def lora_key(cell: Cell) -> Lora | int:
+    """How the engine keys the blocks of a request carrying the cell's loaded adapter: vLLM by the adapter's
+    ``lora_name`` and ``lora_path`` (``LoRARequest(Path(path).name, 1, path)``), TensorRT-LLM by its LoRA task id
+    (``lora_int_id=1``; cells/trtllm.py)."""
+    d = cell.describe()
+    path = (d.extra.get("adapters") or [None])[0]
+    if d.extra.get("prefix_caching_hash_algo"):
+        return Lora(Path(path).name, path)
+    return 1
 
 
 def salt_of(cell: Cell, salt: str | None) -> str | None:
