@@ -55,6 +55,16 @@ def test_parity_rule(rows, verdict):
     assert _guarded(events_parity.verdict(rows, "0", "0")).verdict == verdict
 
 
+def test_parity_compares_full_blocks_and_leaves_a_partial_tail_apart():
+    h = events_parity.compare  # TensorRT-LLM: three context blocks, then the partial tail stored on release
+    stored = [KvEvent("stored", 1, (7, 8, 9), None, ((1,) * 4,) * 3), KvEvent("stored", 2, (10,), 9, ((2,),))]
+    assert h(stored, [7, 8, 9], 4) | {"first_engine": None} == {
+        "engine_blocks": 3, "partial_blocks": 1, "client_blocks": 3, "equal": 3, "first_engine": None,
+        "first_client": 7}
+    assert h(stored, [7, 5, 6], 4)["equal"] == 1  # a chain that diverges after block 0
+    assert h(stored, [], 4)["equal"] == 0
+
+
 @pytest.mark.parametrize("seqs,verdict", [
     ([[0, 2, 4], [1, 3]], "confirmed"),  # a destructive drain splits the stream
     ([[0, 1, 2], [0, 1, 2]], "refuted"),  # fan-out: each sees all
@@ -66,6 +76,12 @@ def test_parity_rule(rows, verdict):
 def test_one_consumer_rule(seqs, verdict):
     rows = [{"consumer": i, "seqs": s, "gaps": 0} for i, s in enumerate(seqs)]
     assert _guarded(events_ownership.verdict(rows, [])).verdict == verdict
+
+
+def test_numbers_the_cell_drained_itself_are_not_part_of_the_split():
+    rows = [{"consumer": i, "seqs": s, "gaps": 0} for i, s in enumerate([[0, 3, 5], [4, 6]])]
+    assert events_ownership.verdict([dict(r) for r in rows], [], frozenset({1, 2})).verdict == "confirmed"
+    assert events_ownership.verdict(rows, []).verdict == "partial"  # 1 and 2 would read as lost
 
 
 def _marks(*kinds):

@@ -44,6 +44,7 @@ class Consumer:
     policy: str = "replay"
     start_seq: int | None = 0
     lease: Lease | None = None
+    skip: frozenset[int] = frozenset()  # sequence numbers another accounted-for reader took (no gap)
     sequencer: Sequencer = field(init=False)
     timeline: list[Mark] = field(default_factory=list)
     events: int = 0
@@ -54,13 +55,13 @@ class Consumer:
     def __post_init__(self) -> None:
         if self.policy not in RESYNC:
             raise ValueError(f"resync policy must be one of {', '.join(RESYNC)}, got {self.policy!r}")
-        self.sequencer = Sequencer(self.start_seq)
+        self.sequencer = Sequencer(self.start_seq, self.skip)
 
     @classmethod
     def open(cls, source: EventSource, inventory: Inventory, *, policy: str = "replay", steal: bool = False,
-             start_seq: int | None = 0) -> "Consumer":
+             start_seq: int | None = 0, skip: frozenset[int] = frozenset()) -> "Consumer":
         """A consumer holding ``source``'s lease (:class:`~workbench.events.lease.LeaseHeld` if another has it)."""
-        return cls(source, inventory, policy, start_seq, acquire(source.endpoint, steal=steal))
+        return cls(source, inventory, policy, start_seq, acquire(source.endpoint, steal=steal), skip)
 
     def _mark(self, kind: str, seq: int | None = None, count: int = 0, detail: str = "", cause: str = "") -> None:
         self.timeline.append(Mark(time.monotonic() - self._t0, kind, seq, count, detail, cause))

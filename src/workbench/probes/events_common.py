@@ -92,6 +92,13 @@ def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
     return sources.CellSource(cell)
 
 
+def kept_out(cell: Cell) -> frozenset[int]:
+    """Event ids the cell itself drained before any consumer could (TensorRT-LLM in-process: its open request's
+    events, ``describe().extra["open_request"]``): numbers the stream skips that no engine lost."""
+    opened = cell.describe().extra.get("open_request") or {}
+    return frozenset(int(i) for i in opened.get("kv_event_ids_kept_out") or ())
+
+
 def lora_key(cell: Cell) -> Lora | int:
     """How the engine keys the blocks of a request carrying the cell's loaded adapter: vLLM by the adapter's
     ``lora_name`` and ``lora_path`` (``LoRARequest(Path(path).name, 1, path)``), TensorRT-LLM by its LoRA task id

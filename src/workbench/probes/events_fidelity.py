@@ -24,7 +24,7 @@ from .. import models
 from ..contract import WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
-from .events_common import evicting_workload, hasher_for, new_consumer, open_stream_cell, salt_of
+from .events_common import evicting_workload, hasher_for, kept_out, new_consumer, open_stream_cell, salt_of
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class InventoryFidelity(Probe):
             # the right arm is the gateway: it holds the endpoint's lease and drains the stream; its mis-configured
             # twins, and one that ignores removals, are fed the same events (a second drain would take them from
             # it on TensorRT-LLM)
-            gateway = Consumer.open(new_consumer(cell), Inventory(right), policy="replay")
+            gateway = Consumer.open(new_consumer(cell), Inventory(right), policy="replay", skip=kept_out(cell))
             try:
                 rows = _drive(cell, gateway, Inventory(right), arms, w)
             finally:

@@ -21,7 +21,7 @@ from ..contract import UnsupportedFeature, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import fresh_salt, token_ids
-from .events_common import hasher_for, lora_key, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, kept_out, lora_key, new_consumer, open_stream_cell, salt_of
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ class InventoryIsolation(Probe):
         with cell:
             d = cell.describe()
             # client_salt=False: a gateway keying blocks on its own hash of their tokens (the salt unseen)
-            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed), rekey=not p.client_salt))
+            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed), rekey=not p.client_salt),
+                              skip=kept_out(cell))
             try:
                 for i in range(p.prompts):
                     prompt = token_ids(rng, p.prompt_tokens, d)
@@ -83,7 +84,7 @@ class InventoryIsolation(Probe):
             with cell:
                 d = cell.describe()
                 c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed),
-                                                                rekey=not p.client_salt))
+                                                                rekey=not p.client_salt), skip=kept_out(cell))
                 try:
                     for i in range(p.prompts):
                         prompt, key = token_ids(rng, p.prompt_tokens, d), fresh_salt("lora")

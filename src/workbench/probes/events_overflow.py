@@ -16,7 +16,7 @@ from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import token_ids
-from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, kept_out, new_consumer, open_stream_cell, salt_of
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,8 @@ class OverflowResync(Probe):
             early = [token_ids(rng, p.prompt_tokens, d) for _ in range(p.before)]
             for prompt in early:
                 cell.ensure_prefix(prompt)
-            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)), policy=p.policy)
+            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)), policy=p.policy,
+                              skip=kept_out(cell))
             try:
                 fresh = [token_ids(rng, p.prompt_tokens, d) for _ in range(p.after // 2)]
                 # an early prompt (cached before the consumer joined), then each fresh prompt twice (a hit)
