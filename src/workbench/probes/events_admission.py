@@ -66,8 +66,8 @@ class Admission(Probe):
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
-        with open_with(ctx, dict(kv_budget_tokens=p.budget_tokens, context_tokens=128, hash_seed=HASH_SEED),
-                       dict(kv_budget_tokens=p.budget_tokens, context_tokens=128), {}) as cell:
+        with open_with(ctx, dict(kv_budget_tokens=p.budget_tokens, context_tokens=256, hash_seed=HASH_SEED),
+                       dict(kv_budget_tokens=p.budget_tokens, context_tokens=256), {}) as cell:
             d = cell.describe()
             url = d.extra.get("endpoint") if d.extra.get("transport") == "http" else None
             if "kv_events" not in d.observers:
