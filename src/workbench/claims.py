@@ -113,7 +113,9 @@ _CLAIMS = [
 _CLAIMS += [
     Claim("gateway.admission", "gateway", "Admission: `GET /server_info` reports the block size and hash contract",
           "Admission: `GET /server_info` reports the block size and hash contract the routing rule must match "
-          "(\"Confirm each endpoint's /server_info reports the expected block size before relying on KV routing\")."),
+          "(\"Confirm each endpoint's /server_info reports the expected block size before relying on KV routing\").",
+          # in-process there is no /server_info (the probe says not-applicable): the served engine answers it
+          resolve="workbench probe events.admission --engine trtllm-serve"),
     Claim("gateway.one_consumer", "gateway", "Exactly one consumer: `POST /kv_cache_events` drains",
           "Exactly one consumer: `POST /kv_cache_events` drains buffered events, so a second consumer takes events "
           "from the first (\"The Gateway must be the sole consumer for each endpoint\")."),
@@ -125,7 +127,9 @@ _CLAIMS += [
           "before measuring\")."),
     Claim("gateway.overflow", "gateway", "A bounded event buffer drops events on overflow",
           "A bounded event buffer drops events on overflow, and a consumer can detect the loss and resynchronise "
-          "(\"Subscriber repeatedly resynchronizes: another consumer drains events or the engine ring overflows\")."),
+          "(\"Subscriber repeatedly resynchronizes: another consumer drains events or the engine ring overflows\").",
+          # the cell's default buffer (1024 events) never overflows on the probe's few requests: shrink it
+          resolve="workbench probe events.overflow_resync --engine trtllm -c event_buffer_max_size=4"),
     Claim("gateway.isolation", "gateway", "Isolation in the inventory: salted or LoRA requests do not merge",
           "Isolation in the inventory: salted or LoRA requests do not merge in an inventory built from events."),
     Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",

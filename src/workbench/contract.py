@@ -274,6 +274,7 @@ MECHANISMS = {
     "engine_salt": "the engine itself keys prefix reuse on a per-request salt (cache_salt)",
     "partial_warmup": "a warm-up request (max_tokens=1) can finish before every prefix block is stored",
     "reuse_counter": "the engine itself reports, per request, how many prompt tokens it served from cache",
+    "kv_events": "the engine publishes KV-cache events (blocks stored, removed, cleared) a gateway can consume",
 }
 """Engine mechanisms that claims are about. A cell lists the ones its engine lacks in
 ``Description.absent`` (mechanism -> the evidence, with the engine source it rests on), so a verdict

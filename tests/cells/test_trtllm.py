@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
+from workbench.events.sequence import Sequencer
 from workbench import cells, environment
 from workbench.cells import trtllm as trtllm_cell
 from workbench.cells import trtllm_guard
@@ -469,6 +470,11 @@ def test_observers_are_announced_and_drain(fake_trt, cell):
     assert [e.kind for e in events] == ["created", "stored"] and all(isinstance(e, KvEvent) for e in events)
     assert events[0].num_blocks == (cell.kv_budget_tokens // 32, 0)
     assert len(events[1].block_hashes) == 2 and events[1].block_tokens[0] == (3,) * 32 and events[1].priority == 100
+    # the open request's events, kept out of the drain, are named by id (a consumer must not read them as lost);
+    # its one token stores no block (len - 1 = 0 tokens), so the stream a consumer sees has no hole
+    kept = d.extra["open_request"]["kv_event_ids_kept_out"]
+    s = Sequencer(0, frozenset(kept))
+    assert kept == [] and [s.see(e.event_id) for e in events] == [None, None] and not s.gaps
     assert cell.drain_kv_events() == []
     assert _calls(_llm(fake_trt), "get_kv_cache_events")[-1] == {"timeout": trtllm_cell.MIN_DRAIN_TIMEOUT_S}
     stats = cell.drain_iteration_stats(timeout_s=0.01)

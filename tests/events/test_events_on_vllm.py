@@ -39,9 +39,15 @@ def test_the_inventory_predicts_every_request_exactly_under_eviction(tmp_path):
     rows = [r for r in f.evidence["rows"] if r["arm"] == "engine's block size and seed"]
     assert all(r["predicted"] == r["reported"] for r in rows)
     assert {r["reported"] for r in rows} >= {0, 64}  # hits and misses both
-    assert f.claim_verdicts["gateway.diagnosis"] == "confirmed"  # wrong block size / seed: hits stay zero
+    assert f.metrics["removal_tested_requests"]["value"] > 0  # some request asked for an evicted block
+    assert f.claim_verdicts["gateway.diagnosis"] == "confirmed"  # wrong block size / seed / tokenizer: hits stay 0
     wrong = [r for r in f.evidence["rows"] if r["arm"] != "engine's block size and seed"]
-    assert wrong and all(r["predicted"] == 0 for r in wrong)
+    assert {r["arm"] for r in wrong} == {"block size 16", "PYTHONHASHSEED 1", "tokenizer of synthetic:vocab=384"}
+    assert all(r["predicted"] == 0 for r in wrong)
+    # the engine's own tokenizer read the same text: the arm is the tokenizer, not a broken re-encoding
+    same = run("events.inventory_fidelity", tmp_path, requests=8, wrong_block=0, wrong_seed="",
+               wrong_tokenizer=MODEL)
+    assert same.claim_verdicts["gateway.diagnosis"] == "refuted", same.summary
 
 
 def test_a_workload_that_never_evicts_is_inconclusive(tmp_path):
@@ -64,8 +70,13 @@ def test_a_small_replay_buffer_loses_a_gap_and_the_consumer_rebuilds(tmp_path):
     assert big.verdict == "inconclusive" and "replayed all" in big.summary
 
 
-def test_salted_tenants_stay_apart_unless_the_client_drops_the_salt(tmp_path):
+def test_salted_and_lora_requests_stay_apart_unless_the_client_drops_salt_and_adapter(tmp_path):
     f = run("events.inventory_isolation", tmp_path, prompts=2)
     assert f.verdict == "confirmed", f.summary
+    lora = [r for r in f.evidence["rows"] if r["arm"] == "lora"]
+    assert len(lora) == 6 and "LoRA requests" in f.summary
+    assert [r["reported"] for r in lora if r["step"] == 1] == [0, 0]  # the engine keys blocks on the adapter
+    assert all(r["predicted"] == r["reported"] > 0 for r in lora if r["step"] == 2)
     merged = run("events.inventory_isolation", tmp_path, prompts=2, client_salt=False)
     assert merged.verdict == "refuted" and merged.metrics["cross_tenant_predicted_tokens"]["value"] > 0
+    assert all(r["predicted"] > 0 for r in merged.evidence["rows"] if r["arm"] == "lora" and r["step"] == 1)

@@ -80,18 +80,19 @@ def _ev(seq, toks, h):
     return KvEvent("stored", seq, tuple(h.chain(toks)), None, (tuple(toks[:4]),))
 
 
-@pytest.mark.parametrize("policy,buffer_from,expect,kept", [
-    ("replay", 0, "replayed", True),   # the buffer still holds the missed batches
-    ("replay", 2, "cleared", False),   # it starts after the gap: rebuild
-    ("replay", None, "cleared", False),  # no replay at all
-    ("clear", 0, "cleared", False),
+@pytest.mark.parametrize("policy,buffer_from,expect,kept,cause", [
+    ("replay", 0, "replayed", True, ""),   # the buffer still holds the missed batches
+    ("replay", 2, "cleared", False, "beyond-buffer"),   # it starts after the gap: rebuild
+    ("replay", None, "cleared", False, "no-replay"),  # no replay at all
+    ("clear", 0, "cleared", False, "policy"),  # never asked: the loss is the consumer's choice
 ])
-def test_a_gap_follows_the_declared_policy(policy, buffer_from, expect, kept):
+def test_a_gap_follows_the_declared_policy(policy, buffer_from, expect, kept, cause):
     h = VllmHasher(4)
     evs = [_ev(i, list(range(10 * i, 10 * i + 5)), h) for i in range(4)]
     buffer = None if buffer_from is None else evs[buffer_from:]
     c = Consumer(ScriptedSource([[evs[0]], [evs[3]]], buffer), Inventory(h), policy)
     c.pump(), c.pump()
     assert [m.kind for m in c.timeline if m.kind != "events"] == ["gap", expect]
+    assert c.timeline[-1].cause == cause
     assert (c.inventory.predict(list(range(10, 15))) == 4) is kept
     assert c.inventory.predict(list(range(30, 35))) == 4  # the event after the gap is always applied

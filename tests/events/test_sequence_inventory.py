@@ -18,6 +18,8 @@ def test_sequencer_table():
     late = Sequencer(None)
     assert late.see(9) is None and late.see(11) == Gap(10, 11)
     assert Sequencer(0).see(4) == Gap(0, 4)  # a consumer that joined late
+    kept = Sequencer(0, frozenset({1, 2}))  # ids a cell drained itself (its open request): no gap
+    assert [kept.see(n) for n in (0, 3)] == [None, None] and kept.see(6) == Gap(4, 6)
 
 
 def _stored(h: VllmHasher, toks, seq, salt=None, parent=None):

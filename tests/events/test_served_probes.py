@@ -32,3 +32,13 @@ def test_llama_server_has_no_event_stream(tmp_path):
     require_engine("llamacpp-server")
     f = probes.run("events.admission", engine="llamacpp-server", model="synthetic:tiny", out=tmp_path, isolated=False)
     assert f.verdict == "not-applicable" and "no KV event stream" in f.summary
+
+
+def test_vllm_serve_fans_out_to_a_second_consumer_it_publishes_to(tmp_path):
+    # the server's publisher binds ipc:// (kv_events_config), so the second consumer is the engine's own
+    # subscriber, not a share of the cell's: before, the two split the cell's one subscriber and read "confirmed"
+    require_engine("vllm-server")
+    f = probes.run("events.one_consumer", engine="vllm-server", model="synthetic:cpu", params={"requests": 3},
+                   out=tmp_path, isolated=False)
+    assert f.verdict == "refuted", f.summary
+    assert f.metrics["consumer_seen_fraction_min"]["value"] == 1.0

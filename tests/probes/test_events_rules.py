@@ -7,7 +7,9 @@ import pytest
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.probes import events_fidelity, events_isolation, events_overflow, events_ownership, events_parity
+from workbench.contract import KvEvent
+from workbench.probes import (events_admission, events_fidelity, events_isolation, events_overflow, events_ownership,
+                              events_parity)
 
 EVENT_PROBES = ("events.inventory_fidelity", "events.hash_parity", "events.one_consumer", "events.overflow_resync",
                 "events.inventory_isolation")
@@ -18,12 +20,19 @@ def _guarded(o):
     return at_most_inconclusive_without_engine(o)
 
 
-def _fid(pairs, arm=RIGHT):
-    return [{"request": i, "arm": arm, "predicted": p, "reported": r} for i, (p, r) in enumerate(pairs)]
+def _fid(pairs, arm=RIGHT, blind=None):
+    """Rows of one arm; ``blind``: what an inventory ignoring removals predicted (default: request 0 asked for an
+    evicted block, so the engine reported less than it)."""
+    blind = blind or [64] + [p for p, _ in pairs[1:]]
+    return [{"request": i, "arm": arm, "predicted": p, "reported": r}
+            | ({"predicted_ignoring_removals": b} if arm == RIGHT else {})
+            for i, ((p, r), b) in enumerate(zip(pairs, blind))]
 
 
 @pytest.mark.parametrize("rows,evicted,verdict,diagnosis", [
     (_fid([(0, 0), (64, 64)]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "confirmed", "confirmed"),
+    # evictions happened, but no request asked for an evicted block: ignoring removals predicts the same
+    (_fid([(0, 0), (64, 64)], blind=[0, 64]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "inconclusive", "confirmed"),
     (_fid([(0, 0), (64, 64), (32, 64)]) + _fid([(0, 0), (32, 64), (0, 0)], "wrong"), 3, "partial", "refuted"),
     (_fid([(64, 0), (0, 64)]), 3, "refuted", "inconclusive"),
     (_fid([(0, 0), (64, 64)]), 0, "inconclusive", "inconclusive"),  # nothing evicted
@@ -46,10 +55,22 @@ def test_parity_rule(rows, verdict):
     assert _guarded(events_parity.verdict(rows, "0", "0")).verdict == verdict
 
 
+def test_parity_compares_full_blocks_and_leaves_a_partial_tail_apart():
+    h = events_parity.compare  # TensorRT-LLM: three context blocks, then the partial tail stored on release
+    stored = [KvEvent("stored", 1, (7, 8, 9), None, ((1,) * 4,) * 3), KvEvent("stored", 2, (10,), 9, ((2,),))]
+    assert h(stored, [7, 8, 9], 4) | {"first_engine": None} == {
+        "engine_blocks": 3, "partial_blocks": 1, "client_blocks": 3, "equal": 3, "first_engine": None,
+        "first_client": 7}
+    assert h(stored, [7, 5, 6], 4)["equal"] == 1  # a chain that diverges after block 0
+    assert h(stored, [], 4)["equal"] == 0
+
+
 @pytest.mark.parametrize("seqs,verdict", [
     ([[0, 2, 4], [1, 3]], "confirmed"),  # a destructive drain splits the stream
     ([[0, 1, 2], [0, 1, 2]], "refuted"),  # fan-out: each sees all
     ([[0, 1], [1, 2]], "partial"),
+    ([[0, 1, 2], []], "inconclusive"),  # the second received nothing: it took nothing from the first
+    ([[0, 2], []], "inconclusive"),
     ([[], []], "inconclusive"),
 ])
 def test_one_consumer_rule(seqs, verdict):
@@ -57,13 +78,29 @@ def test_one_consumer_rule(seqs, verdict):
     assert _guarded(events_ownership.verdict(rows, [])).verdict == verdict
 
 
+def test_numbers_the_cell_drained_itself_are_not_part_of_the_split():
+    rows = [{"consumer": i, "seqs": s, "gaps": 0} for i, s in enumerate([[0, 3, 5], [4, 6]])]
+    assert events_ownership.verdict([dict(r) for r in rows], [], frozenset({1, 2})).verdict == "confirmed"
+    assert events_ownership.verdict(rows, []).verdict == "partial"  # 1 and 2 would read as lost
+
+
 def _marks(*kinds):
-    return [{"mark": k, "count": n, "seq": 0, "detail": k, "t_s": 0.0} for k, n in kinds]
+    return [{"mark": k, "count": n, "seq": 0, "detail": k, "t_s": 0.0, "cause": cause}
+            for k, n, cause in (x if len(x) == 3 else (*x, "") for x in kinds)]
+
+
+LOST = ("cleared", 5, "beyond-buffer")
 
 
 @pytest.mark.parametrize("marks,rows,verdict", [
-    (_marks(("gap", 5), ("cleared", 5)), [(0, 64), (64, 64)], "confirmed"),
-    (_marks(("gap", 5), ("cleared", 5)), [(0, 64), (0, 64)], "refuted"),
+    (_marks(("gap", 5), LOST), [(0, 64), (64, 64)], "confirmed"),
+    (_marks(("gap", 5), ("cleared", 5, "no-replay")), [(0, 0), (64, 64)], "confirmed"),  # TensorRT-LLM: no replay
+    (_marks(("gap", 5), LOST), [(0, 64), (0, 64)], "refuted"),
+    # the consumer cleared by its own policy, never asking the buffer: no loss of the engine's is shown
+    (_marks(("gap", 5), ("cleared", 5, "policy")), [(0, 64), (64, 64)], "inconclusive"),
+    # nothing after the resync hit: an empty inventory would predict the same zeros
+    (_marks(("gap", 5), LOST), [(0, 64), (0, 0), (0, 0)], "inconclusive"),
+    (_marks(("gap", 5), LOST), [(0, 64), (64, None)], "inconclusive"),  # no engine count
     (_marks(("gap", 5), ("replayed", 5)), [(64, 64), (64, 64)], "inconclusive"),  # the buffer held it all
     (_marks(("events", 1)), [(64, 64)], "inconclusive"),  # no gap
 ])
@@ -72,10 +109,10 @@ def test_overflow_rule(marks, rows, verdict):
     assert _guarded(events_overflow.verdict(rows, marks)).verdict == verdict
 
 
-def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep):
-    return [{"prompt": 0, "step": 0, "tenant": "A", "predicted": 0, "reported": 0},
-            {"prompt": 0, "step": 1, "tenant": "B", "predicted": cross_pred, "reported": cross_rep},
-            {"prompt": 0, "step": 2, "tenant": "A", "predicted": repeat_pred, "reported": repeat_rep}]
+def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep, arm="salt"):
+    return [{"arm": arm, "prompt": 0, "step": 0, "tenant": "A", "predicted": 0, "reported": 0},
+            {"arm": arm, "prompt": 0, "step": 1, "tenant": "B", "predicted": cross_pred, "reported": cross_rep},
+            {"arm": arm, "prompt": 0, "step": 2, "tenant": "A", "predicted": repeat_pred, "reported": repeat_rep}]
 
 
 @pytest.mark.parametrize("rows,verdict", [
@@ -85,6 +122,9 @@ def _iso(cross_pred, cross_rep, repeat_pred, repeat_rep):
     (_iso(64, 64, 64, 64), "refuted"),  # the engine itself merges them
     (_iso(0, 0, 0, 0), "inconclusive"),
     (_iso(0, None, 64, 64), "inconclusive"),
+    (_iso(0, 0, 64, 64) + _iso(0, 0, 64, 64, "lora"), "confirmed"),
+    (_iso(0, 0, 64, 64) + _iso(64, 0, 64, 64, "lora"), "refuted"),  # salts kept apart, the adapter merged
+    (_iso(0, 0, 64, 64) + _iso(64, 64, 64, 64, "lora"), "refuted"),  # the engine reuses base KV for the adapter
 ])
 def test_isolation_rule(rows, verdict):
     assert _guarded(events_isolation.verdict(rows)).verdict == verdict
@@ -101,3 +141,37 @@ def test_llamacpp_has_no_event_stream(run_probe, name):
 def test_trtllm_is_not_run_here(name, tmp_path):
     f = probes.run(name, engine="trtllm", model="synthetic:tiny", out=tmp_path, isolated=False)
     assert f.verdict == "not-run" and "tensorrt_llm" in f.reason
+
+
+def _adm(reported_block, reported_hash, reproduces, engine_block=32, status=200, decisions=("admitted", "refused")):
+    return [{"rule_block": b, "reported_block": reported_block, "reported_hash": reported_hash,
+             "reported_hash_reproduces": reproduces, "engine_block": engine_block, "status": status, "decision": dec}
+            for b, dec in zip((engine_block or 32, 16), decisions)]
+
+
+LEGACY = ("admitted (legacy: nothing reported)",) * 2
+
+
+@pytest.mark.parametrize("rows,verdict", [
+    (_adm(32, "sha256", True), "confirmed"),
+    (_adm(None, None, None, status=404, decisions=LEGACY), "refuted"),  # TensorRT-LLM 1.2's shape: admitted blind
+    (_adm(64, "sha256", True, decisions=("refused", "refused")), "refuted"),  # a block size the events contradict
+    (_adm(32, "sha256", False), "refuted"),  # a hash that does not recompute the engine's stored hashes
+    (_adm(32, None, None), "partial"),
+    (_adm(32, "xxhash", None), "partial"),  # named, but not reproducible here: unchecked
+    (_adm(32, "sha256", True)[:1], "partial"),  # no mismatched rule in the rows: no refusal was seen
+    (_adm(32, "sha256", True, engine_block=None), "inconclusive"),
+    (_adm(32, "sha256", True, status=503), "inconclusive"),
+])
+def test_admission_rule(rows, verdict):
+    assert _guarded(events_admission.verdict(rows)).verdict == verdict
+
+
+def test_the_engine_block_size_is_read_from_chained_blocks_not_a_partial_tail():
+    full = KvEvent("stored", 1, (11, 12), None, ((1,) * 32, (2,) * 32))
+    tail = KvEvent("stored", 2, (13,), 12, ((3,) * 7,))  # TensorRT-LLM stores a request's partial tail on release
+    assert events_admission.engine_block_size([tail]) is None  # a lone block: no parent, so not known to be full
+    assert events_admission.engine_block_size([full, tail]) == 32
+    lone = KvEvent("stored", 3, (14,), None, ((4,) * 64,))
+    child = KvEvent("stored", 4, (15,), 14, ((5,) * 64,))
+    assert events_admission.engine_block_size([lone, child]) == 64  # a parent in an earlier event is full

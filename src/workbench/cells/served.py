@@ -60,6 +60,10 @@ class ServedOptions(CellOptions):
     server_args: tuple[str, ...] = ()  # passed to the server as they are (e.g. llama-server's --spec-type)
     speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config
     kv_events: bool = True  # vLLM: KV events on a loopback ZMQ socket the cell binds
+    # vLLM: more KVEventsConfig fields; an ``endpoint`` the publisher binds (``ipc://…``, with ``replay_endpoint``,
+    # ``buffer_steps``) lets several consumers subscribe, and the cell's own subscriber then connects to it
+    kv_events_config: Mapping[str, Any] | None = None
+    hash_seed: str | None = None  # vLLM: the server's PYTHONHASHSEED (the root of every block hash)
     block_size: int = 32  # vLLM's CPU backend wants a multiple of 32
     log_dir: str | None = None  # where the server's log goes; default $WORKBENCH_SERVER_LOGS or a cache folder
     ready_timeout_s: float = 600.0
@@ -276,6 +280,8 @@ LLAMA_ABSENT = {
     "partial_warmup": "an n_predict 0 request returns after the server evaluated the whole prompt into the slot "
                       "(it still samples one token, measured: tokens_cached is the prompt's length); there is no "
                       "block store that could lag behind it (tools/server/server-context.cpp)",
+    "kv_events": "llama-server has no KV event stream and no block hashes: a slot reuses its longest common token "
+                 "prefix, seen only as timings.cache_n per request (tools/server/server-task.h, result_timings)",
 }
 
 
@@ -531,8 +537,12 @@ class VllmServerCell(ServedCell):
         if o.kv_events:
             from ..observe import vllm_events
 
-            self._events = vllm_events.Subscriber()
+            extra = dict(o.kv_events_config or {})
+            self._events = vllm_events.Subscriber(connect=extra.get("endpoint"), replay=extra.get("replay_endpoint"))
             out["kv_events_endpoint"] = self._events.endpoint
+            out["kv_events_config"] = extra
+        if o.hash_seed is not None:
+            out["hash_seed"] = o.hash_seed
         return out
 
     def _stop(self) -> None:
@@ -633,6 +643,8 @@ class VllmServerCell(ServedCell):
                 "kv_capacity_source": "/metrics vllm:cache_config_info num_gpu_blocks − 1 (the null block) × block_size",
                 "prefix_caching_hash_algo": self.cache_info.get("prefix_caching_hash_algo"),
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
+                "kv_events_replay_endpoint": self._events.replay_endpoint if self._events is not None else None,
+                "kv_hash_seed": self.opts.hash_seed,
                 "reuse_counters": "usage.prompt_tokens_details.cached_tokens (--enable-prompt-tokens-details)",
             })
 

@@ -301,6 +301,8 @@ class TrtLlmCell(RequestCell):
         self._open = {"salt": salt, "prompt_tokens": [token],
                       "created_events": sum(e.kind == "created" for e in events),
                       "kv_events_kept_out": [e.kind for e in events if e.kind != "created"],
+                      # their event ids: a consumer must not read the cell's own drain as events the engine lost
+                      "kv_event_ids_kept_out": [e.event_id for e in events if e.kind != "created"],
                       "iteration_stats_kept_out": len(stats)}
         if self._connector:
             span = (log_start, len(self._connector.read()))

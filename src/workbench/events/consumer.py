@@ -28,6 +28,13 @@ class Mark:
     seq: int | None = None
     count: int = 0
     detail: str = ""
+    cause: str = ""  # cleared: why (one of CAUSES)
+
+
+CAUSES = ("no-replay", "beyond-buffer", "policy", "regression")
+"""Why a consumer cleared its inventory on a gap: the source keeps no replay buffer, the buffer no longer reached
+back to the gap (both: events the engine lost), the declared policy never asked (the loss is the consumer's own
+choice, not the engine's), or the sequence went backwards (engine restart)."""
 
 
 @dataclass
@@ -37,6 +44,7 @@ class Consumer:
     policy: str = "replay"
     start_seq: int | None = 0
     lease: Lease | None = None
+    skip: frozenset[int] = frozenset()  # sequence numbers another accounted-for reader took (no gap)
     sequencer: Sequencer = field(init=False)
     timeline: list[Mark] = field(default_factory=list)
     events: int = 0
@@ -47,16 +55,16 @@ class Consumer:
     def __post_init__(self) -> None:
         if self.policy not in RESYNC:
             raise ValueError(f"resync policy must be one of {', '.join(RESYNC)}, got {self.policy!r}")
-        self.sequencer = Sequencer(self.start_seq)
+        self.sequencer = Sequencer(self.start_seq, self.skip)
 
     @classmethod
     def open(cls, source: EventSource, inventory: Inventory, *, policy: str = "replay", steal: bool = False,
-             start_seq: int | None = 0) -> "Consumer":
+             start_seq: int | None = 0, skip: frozenset[int] = frozenset()) -> "Consumer":
         """A consumer holding ``source``'s lease (:class:`~workbench.events.lease.LeaseHeld` if another has it)."""
-        return cls(source, inventory, policy, start_seq, acquire(source.endpoint, steal=steal))
+        return cls(source, inventory, policy, start_seq, acquire(source.endpoint, steal=steal), skip)
 
-    def _mark(self, kind: str, seq: int | None = None, count: int = 0, detail: str = "") -> None:
-        self.timeline.append(Mark(time.monotonic() - self._t0, kind, seq, count, detail))
+    def _mark(self, kind: str, seq: int | None = None, count: int = 0, detail: str = "", cause: str = "") -> None:
+        self.timeline.append(Mark(time.monotonic() - self._t0, kind, seq, count, detail, cause))
 
     def pump(self, timeout_s: float = 2.0) -> list[KvEvent]:
         """One poll: every new event applied to the inventory, gaps resolved by the policy."""
@@ -90,12 +98,14 @@ class Consumer:
                 self.seqs.extend(e.event_id for e in missed)
                 self._mark("replayed", gap.expected, len(missed), f"replayed {gap.expected}…{gap.got - 1}")
                 return
+            cause = "no-replay" if replayed is None else "beyond-buffer"
             why = ("the source keeps no replay buffer" if replayed is None else
                    f"the replay buffer starts at {min((e.event_id for e in replayed), default='nothing')}")
         else:
+            cause = "regression" if gap.regression else "policy"
             why = "the sequence went backwards (engine restart)" if gap.regression else "policy: clear"
         self.inventory.clear()
-        self._mark("cleared", gap.got, gap.missing, f"inventory cleared and rebuilt: {why}")
+        self._mark("cleared", gap.got, gap.missing, f"inventory cleared and rebuilt: {why}", cause)
 
     @property
     def gaps(self) -> list[Gap]:

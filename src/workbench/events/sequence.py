@@ -30,15 +30,19 @@ class Sequencer:
     """Tracks the last sequence number seen. ``start``: the number the stream must begin at (0 for a consumer
     that was there from the engine's start), or None to take the first one seen as the start."""
 
-    def __init__(self, start: int | None = 0) -> None:
+    def __init__(self, start: int | None = 0, skip: frozenset[int] = frozenset()) -> None:
         self.next: int | None = start
+        self.skip = skip  # numbers known to be taken by someone accounted for (a cell's own open request)
         self.gaps: list[Gap] = []
 
     def see(self, seq: int) -> Gap | None:
-        """Record ``seq``; the gap before it, if any. A repeat of the last number (one vLLM batch) is no gap."""
+        """Record ``seq``; the gap before it, if any. A repeat of the last number (one vLLM batch) is no gap,
+        and neither is a run of skipped numbers."""
         if self.next is not None and seq == self.next - 1:
             return None
         gap = Gap(self.next, seq) if self.next is not None and seq != self.next else None
+        if gap and not gap.regression and set(range(gap.expected, gap.got)) <= self.skip:
+            gap = None
         self.next = seq + 1
         if gap:
             self.gaps.append(gap)

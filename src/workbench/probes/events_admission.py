@@ -16,9 +16,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import Outcome, Probe, ProbeContext, Support, param
+from ..contract import KvEvent
+from ..events.hashing import TrtllmHasher, VllmHasher
 from ..events.sources import CellSource
 from .common import token_ids
-from .events_common import absent, open_with
+from .events_common import absent, open_with, salt_of
 
 
 @dataclass(frozen=True)
@@ -58,17 +60,18 @@ def gate(c: Contract, rule_block: int) -> str:
 
 
 class Admission(Probe):
-    version = "1"
+    version = "2"
     claims = ("gateway.admission",)
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
-        with open_with(ctx, dict(kv_budget_tokens=p.budget_tokens, context_tokens=128)) as cell:
+        with open_with(ctx, dict(kv_budget_tokens=p.budget_tokens, context_tokens=256, hash_seed=HASH_SEED),
+                       dict(kv_budget_tokens=p.budget_tokens, context_tokens=256), {}) as cell:
             d = cell.describe()
             url = d.extra.get("endpoint") if d.extra.get("transport") == "http" else None
             if "kv_events" not in d.observers:
-                return absent(d, "its cell announces no kv_events observer")
+                return absent(d)
             if not url:
                 return Outcome("not-applicable", f"{d.engine} runs in-process: there is no /server_info for a gateway "
                                "to admit it by; run the served engine.", notes=[f"transport: {d.extra.get('transport')}"])
@@ -79,24 +82,56 @@ class Admission(Probe):
             contract = read_contract(r.status_code, doc)
             source = CellSource(cell)
             source.poll(0.3)
-            cell.ensure_prefix(token_ids(rng, 3 * d.block_tokens + 1, d))
-            sizes = {len(t) for e in source.poll(1.0) if e.kind == "stored" for t in e.block_tokens}
-        actual = max(sizes) if sizes else None
+            prompt = token_ids(rng, 4 * d.block_tokens + 1, d)
+            cell.ensure_prefix(prompt)
+            stored = [e for e in source.poll(1.0) if e.kind == "stored"]
+            reproduces = _reproduces(contract, d, prompt, salt_of(cell, None), stored)
+        actual = engine_block_size(stored)
+        wrong = p.wrong_block if p.wrong_block != actual else 2 * (actual or p.wrong_block)
         rows = [{"rule_block": b, "reported_block": contract.block_size, "reported_hash": contract.hash_algo,
-                 "engine_block": actual, "status": contract.status, "decision": gate(contract, b)}
-                for b in dict.fromkeys([actual or d.block_tokens, p.wrong_block])]
+                 "reported_hash_reproduces": reproduces, "engine_block": actual, "status": contract.status,
+                 "decision": gate(contract, b)} for b in (actual or d.block_tokens, wrong)]
         return verdict(rows)
 
 
+HASH_SEED = "0"  # the PYTHONHASHSEED a served vLLM starts with, so the reported hash can be recomputed
+
+
+def engine_block_size(stored: list[KvEvent]) -> int | None:
+    """Tokens per block as the engine's own stored events show them: the size of a block another block chains
+    onto (a full one; TensorRT-LLM also stores a request's partial tail, which is never a parent)."""
+    sizes = {len(toks) for e in stored for toks in e.block_tokens[:-1]}
+    parents = {e.parent_hash for e in stored}
+    sizes |= {len(toks) for e in stored for h, toks in zip(e.block_hashes[-1:], e.block_tokens[-1:]) if h in parents}
+    return max(sizes) if sizes else None
+
+
+def _reproduces(c: Contract, d, prompt: list[int], salt: str | None, stored: list[KvEvent]) -> bool | None:
+    """Whether the hash ``/server_info`` names, at the block size it names, recomputes the engine's stored hashes
+    from the prompt (None: nothing named, or a hash this workbench does not reproduce)."""
+    if not c.hash_algo or not stored:
+        return None
+    B = c.block_size or d.block_tokens
+    try:
+        hasher = TrtllmHasher(B) if c.hash_algo == "v1_block_key" else VllmHasher(B, c.hash_algo,
+                                                                                  d.extra.get("kv_hash_seed"))
+    except ValueError:  # a hash this workbench does not reproduce
+        return None
+    engine = {h for e in stored for h in e.block_hashes}
+    return bool(engine) and set(hasher.chain(prompt, salt=salt)) <= engine
+
+
 def verdict(rows: list[dict]) -> Outcome:
-    """Confirmed when ``/server_info`` names a hash and the block size the engine's own events show, so the gate
-    refuses a mismatched rule; refuted when it names none (the mismatched rule is admitted as legacy) or a wrong
-    one."""
+    """Confirmed when ``/server_info`` names the block size the engine's own events show and a hash that
+    recomputes the engine's stored hashes, so the gate refuses the mismatched rule (seen in its row); refuted
+    when it names none (the mismatched rule is admitted as legacy), a wrong size or a hash that does not
+    reproduce the engine's."""
     r = rows[0]
     metrics = {"engine_block_tokens": r["engine_block"] or 0}
     wrong = [x for x in rows if x["rule_block"] != r["engine_block"]]
     if r["engine_block"] is None:
-        return Outcome("inconclusive", "The engine stored no block, so its real block size is unknown.", metrics, rows)
+        return Outcome("inconclusive", "The engine stored no block another block chains onto, so its real block "
+                       "size is unknown; send a longer prompt.", metrics, rows)
     if r["status"] >= 500:
         return Outcome("inconclusive", f"/server_info failed ({r['status']}).", metrics, rows)
     support = (Support("engine_block_tokens", ">", 0),)
@@ -108,10 +143,17 @@ def verdict(rows: list[dict]) -> Outcome:
     if r["reported_block"] != r["engine_block"]:
         return Outcome("refuted", f"/server_info reports {r['reported_block']} tokens per block, but the engine's own "
                        f"events store {r['engine_block']}.", metrics, rows, rests_on=support)
-    if not r["reported_hash"]:
-        return Outcome("partial", f"/server_info reports the block size ({r['reported_block']}) but no hash "
-                       "algorithm.", metrics, rows, rests_on=support)
+    if r["reported_hash"] and r.get("reported_hash_reproduces") is False:
+        return Outcome("refuted", f"/server_info names hash {r['reported_hash']!r}, but that hash does not recompute "
+                       "the engine's stored block hashes from the prompt: a rule matching it routes on keys the "
+                       "engine never publishes.", metrics, rows, rests_on=support)
+    refused = [x["rule_block"] for x in wrong if x["decision"] == "refused"]
+    if not r["reported_hash"] or not refused or r.get("reported_hash_reproduces") is None:
+        what = ("no hash algorithm" if not r["reported_hash"] else
+                "no mismatched rule was refused" if not refused else
+                f"a hash ({r['reported_hash']!r}) that could not be recomputed here")
+        return Outcome("partial", f"/server_info reports the block size ({r['reported_block']}) but {what}.",
+                       metrics, rows, rests_on=support)
     return Outcome("confirmed", f"/server_info reports {r['reported_block']} tokens per block (as the engine's events "
-                   f"store) and hash {r['reported_hash']!r}: the gate refuses a rule of "
-                   f"{', '.join(str(x['rule_block']) for x in wrong) or 'another size'}.", metrics, rows,
-                   rests_on=support)
+                   f"store) and hash {r['reported_hash']!r} (it recomputes the engine's stored hashes): the gate "
+                   f"refuses a rule of {', '.join(map(str, refused))}.", metrics, rows, rests_on=support)

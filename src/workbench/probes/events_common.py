@@ -5,47 +5,58 @@ from __future__ import annotations
 
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from . import NotRunnable, Outcome, ParamError, ProbeContext
 from ..contract import Cell, Description
 from ..events import sources
-from ..events.hashing import Hasher, TrtllmHasher, VllmHasher
+from ..events.hashing import Hasher, Lora, TrtllmHasher, VllmHasher
 from .common import token_ids
 
 
 def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_tokens: int,
-                     context_tokens: int) -> tuple[Cell | None, Outcome | None]:
+                     context_tokens: int, **more: object) -> tuple[Cell | None, Outcome | None]:
     """A cell whose stream several consumers can join (vLLM: a publisher bound on ``ipc://`` with a replay buffer
     of ``buffer_steps`` and a fixed ``PYTHONHASHSEED``). An engine that takes none of these options is opened as
     it is: its own ``kv_events`` drain is the stream (TensorRT-LLM 1.2: one destructive queue). Without a
-    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence."""
+    ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence.
+    ``more``: options every choice carries (``adapters``), so an engine that takes none of them refuses."""
     folder = tempfile.mkdtemp(prefix="workbench-events-")
     options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
                    kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
-                                     "buffer_steps": buffer_steps})
-    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens))
+                                     "buffer_steps": buffer_steps}, **more)
+    cell = open_with(ctx, options, dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, **more), more)
     d = cell.describe()
     if "kv_events" not in d.observers:
         cell.close()
-        return None, absent(d, "its cell announces no kv_events observer")
+        return None, absent(d)
     return cell, None
 
 
 def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
-    """A cell opened with the first set of options the engine takes (the last choice: none at all)."""
-    for options in (*choices, {}):
+    """A cell opened with the first set of options the engine takes; the last choice's refusal is raised."""
+    for options in choices[:-1]:
         try:
             return ctx.open(**options)
         except (ParamError, TypeError, ValueError) as e:
             if "option" not in str(e):
                 raise
-    raise AssertionError("unreachable: a cell opens without options or raises")
+    return ctx.open(**choices[-1])
 
 
-def absent(d: Description, why: str) -> Outcome:
-    """The engine has no KV event stream: the event plane's claims cannot arise on it."""
+def absent(d: Description) -> Outcome:
+    """The engine has no KV event stream (its description declares the mechanism absent, with the evidence): the
+    event plane's claims cannot arise on it. An engine that has one, but whose cell was opened with it off
+    (TensorRT-LLM with ``event_buffer_max_size=0`` or no block reuse, vLLM with ``kv_events=False``), is not a
+    not-applicable: that is this run's configuration, so it is not run (NotRunnable)."""
+    why = d.absent.get("kv_events")
+    if why is None:
+        raise NotRunnable(f"{d.engine} {d.engine_version} has a KV event stream, but this cell announces no kv_events "
+                          f"observer (observers: {', '.join(d.observers) or 'none'}): its events are off in the "
+                          "cell's options; turn them on (TensorRT-LLM: event_buffer_max_size > 0 and "
+                          "enable_block_reuse; vLLM: kv_events)")
     return Outcome("not-applicable", f"{d.engine} {d.engine_version} has no KV event stream ({why}; observers: "
                    f"{', '.join(d.observers) or 'none'}): reuse there is per-slot prefix matching, with nothing for "
                    "a gateway to consume.", rows=[{"engine": d.engine, "observers": ", ".join(d.observers)}],
@@ -65,10 +76,38 @@ def hasher_for(d: Description, *, seed: str | None, block_size: int | None = Non
                       f"(extra: prefix_caching_hash_algo / kv_cache_hash_algo)")
 
 
-def new_consumer(cell: Cell) -> sources.EventSource:
+def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
     """An independent subscriber where the stream fans out, else the cell's own drain (each call another
-    consumer of the one queue)."""
-    return sources.subscribe(cell.describe()) or sources.CellSource(cell)
+    consumer of the one queue). ``joined``: a consumer beside the first, which must be the engine's to hand out:
+    where the engine publishes a stream (``kv_events_endpoint``) that only the cell's own subscriber receives,
+    sharing that subscriber would split the workbench's bookkeeping, not the engine's stream (NotRunnable)."""
+    d = cell.describe()
+    source = sources.subscribe(d)
+    if source is not None:
+        return source
+    if joined and d.extra.get("kv_events_endpoint"):
+        raise NotRunnable(f"{d.engine} publishes its KV events to {d.extra['kv_events_endpoint']}, a socket only the "
+                          "cell's own subscriber receives: a second consumer cannot join it, and sharing the cell's "
+                          "subscriber would measure the workbench, not the engine (open the stream on ipc://)")
+    return sources.CellSource(cell)
+
+
+def kept_out(cell: Cell) -> frozenset[int]:
+    """Event ids the cell itself drained before any consumer could (TensorRT-LLM in-process: its open request's
+    events, ``describe().extra["open_request"]``): numbers the stream skips that no engine lost."""
+    opened = cell.describe().extra.get("open_request") or {}
+    return frozenset(int(i) for i in opened.get("kv_event_ids_kept_out") or ())
+
+
+def lora_key(cell: Cell) -> Lora | int:
+    """How the engine keys the blocks of a request carrying the cell's loaded adapter: vLLM by the adapter's
+    ``lora_name`` and ``lora_path`` (``LoRARequest(Path(path).name, 1, path)``), TensorRT-LLM by its LoRA task id
+    (``lora_int_id=1``; cells/trtllm.py)."""
+    d = cell.describe()
+    path = (d.extra.get("adapters") or [None])[0]
+    if d.extra.get("prefix_caching_hash_algo"):
+        return Lora(Path(path).name, path)
+    return 1
 
 
 def salt_of(cell: Cell, salt: str | None) -> str | None:

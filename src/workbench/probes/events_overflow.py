@@ -16,7 +16,7 @@ from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import token_ids
-from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, kept_out, new_consumer, open_stream_cell, salt_of
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Params:
 
 
 class OverflowResync(Probe):
-    version = "1"
+    version = "2"
     claims = ("gateway.overflow",)
     figures = (Figure("timeline", "events_timeline"),)
     Params = Params
@@ -48,7 +48,8 @@ class OverflowResync(Probe):
             early = [token_ids(rng, p.prompt_tokens, d) for _ in range(p.before)]
             for prompt in early:
                 cell.ensure_prefix(prompt)
-            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)), policy=p.policy)
+            c = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)), policy=p.policy,
+                              skip=kept_out(cell))
             try:
                 fresh = [token_ids(rng, p.prompt_tokens, d) for _ in range(p.after // 2)]
                 # an early prompt (cached before the consumer joined), then each fresh prompt twice (a hit)
@@ -60,35 +61,53 @@ class OverflowResync(Probe):
                 c.pump(0.3)
             finally:
                 c.close()
-        marks = [{"t_s": m.t, "mark": m.kind, "seq": m.seq, "count": m.count, "detail": m.detail} for m in c.timeline]
+        marks = [{"t_s": m.t, "mark": m.kind, "seq": m.seq, "count": m.count, "detail": m.detail, "cause": m.cause}
+                 for m in c.timeline]
         return verdict(rows, marks)
 
 
 def verdict(rows: list[dict], marks: list[dict]) -> Outcome:
+    """Confirmed when the engine itself lost events (its buffer kept none, or no longer reached back to the gap),
+    the consumer saw the gap, and the rebuilt inventory then predicted every later request, hits included. A
+    clear the consumer chose without asking the buffer shows no loss of the engine's."""
     gaps = [m for m in marks if m["mark"] == "gap"]
     replayed = sum(m["count"] for m in marks if m["mark"] == "replayed")
     cleared = [m for m in marks if m["mark"] == "cleared"]
-    lost = sum(m["count"] for m in cleared)
+    lost = sum(m["count"] for m in cleared if m.get("cause") in ("no-replay", "beyond-buffer"))
     after = rows[1:]  # fresh prompts after the resync
-    exact = all(r["predicted"] == r["reported"] for r in after if r["reported"] is not None)
-    metrics = {"engine_lost_events": lost, "inventory_exact_fraction":
-               sum(r["predicted"] == r["reported"] for r in after) / len(after) if after else float("nan")}
+    counted = [r for r in after if r["reported"] is not None]
+    exact = sum(r["predicted"] == r["reported"] for r in counted) / len(counted) if counted else float("nan")
+    rebuilt_hits = sum(r["reported"] for r in counted if r["predicted"] == r["reported"])
+    metrics = {"engine_lost_events": lost, "inventory_exact_fraction": exact, "engine_reused_tokens":
+               sum(r["reported"] for r in counted)}
     timeline = marks + [{"mark": "request", **r} for r in rows]
     notes = [m["detail"] for m in marks if m["mark"] != "events"]
     if not gaps:
         return Outcome("inconclusive", "The consumer saw no gap: nothing was missed, so loss and resync were not "
                        "exercised.", metrics, timeline, notes)
+    if not lost and cleared:
+        return Outcome("inconclusive", f"The consumer missed {sum(m['count'] for m in gaps)} batches and cleared "
+                       "without asking the engine's buffer (its policy), so whether the engine lost them is not "
+                       "shown; use the replay policy.", metrics, timeline, notes)
     if not lost:
         return Outcome("inconclusive", f"The consumer missed {sum(m['count'] for m in gaps)} batches and the engine's "
                        f"buffer replayed all {replayed}: nothing overflowed, so no loss could be shown.",
                        metrics, timeline, notes)
-    if not exact:
+    if len(counted) < len(after) or not after:
+        return Outcome("inconclusive", "The engine returned no cached-token count for the requests after the "
+                       "resync, so the rebuilt inventory has nothing to be compared with.", metrics, timeline, notes)
+    if exact < 1.0:
         return Outcome("refuted", f"{lost} batches were lost past the buffer and the gap was seen, but after the "
                        "resync the inventory still mispredicted new requests.", metrics, timeline, notes,
                        rests_on=(Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", "<", 1.0)))
+    if not rebuilt_hits:
+        return Outcome("inconclusive", f"{lost} batches were lost and the gap was seen, but no request after the "
+                       "resync hit the cache, so the rebuilt inventory was never put to the test (an empty one "
+                       "predicts the same zeros).", metrics, timeline, notes)
     first = rows[0]
     return Outcome("confirmed", f"The bounded buffer dropped {lost} batches; the consumer saw the gap, cleared and "
-                   f"rebuilt, and then predicted every new request exactly (the first, an early prompt, was "
-                   f"predicted {first['predicted']} against the engine's {first['reported']}).",
+                   f"rebuilt, and then predicted every new request exactly ({rebuilt_hits} cached tokens; the first, "
+                   f"an early prompt, was predicted {first['predicted']} against the engine's {first['reported']}).",
                    metrics, timeline, notes,
-                   rests_on=(Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", ">=", 1.0)))
+                   rests_on=(Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", ">=", 1.0),
+                             Support("engine_reused_tokens", ">", 0)))

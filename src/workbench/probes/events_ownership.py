@@ -17,7 +17,7 @@ from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from ..events.lease import LeaseHeld, acquire
 from .common import token_ids
-from .events_common import hasher_for, new_consumer, open_stream_cell
+from .events_common import hasher_for, kept_out, new_consumer, open_stream_cell
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class Params:
 
 
 class OneConsumer(Probe):
-    version = "1"
+    version = "2"
     claims = ("gateway.one_consumer",)
     figures = (Figure("loss_curve", "events_loss_curve"),)
     Params = Params
@@ -47,53 +47,67 @@ class OneConsumer(Probe):
         rng = np.random.default_rng(p.seed)
         with cell:
             d = cell.describe()
-            first = Consumer.open(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed)))
+            sources = [new_consumer(cell, joined=i > 0) for i in range(p.consumers)]
+            skip = kept_out(cell)
+            first = Consumer.open(sources[0], Inventory(hasher_for(d, seed=p.hash_seed)), skip=skip)
             refused = []
-            others = []
             for _ in range(p.consumers - 1):
                 try:
                     acquire(first.source.endpoint).release()
                 except LeaseHeld as e:
                     refused.append(str(e))
-                others.append(Consumer(new_consumer(cell), Inventory(hasher_for(d, seed=p.hash_seed))))
-            everyone = [first, *others]
+            everyone = [first, *(Consumer(s, Inventory(hasher_for(d, seed=p.hash_seed)), skip=skip)
+                                 for s in sources[1:])]
             try:
                 for c in everyone:
                     c.pump(0.3)
-                for _ in range(p.requests):
+                for i in range(p.requests):
                     cell.ensure_prefix(token_ids(rng, p.prompt_tokens, d))
-                    for c in everyone:
+                    # each request's events are first offered to another consumer: a destructive drain then splits
+                    # them, whatever order the consumers happen to poll in
+                    for c in everyone[i % len(everyone):] + everyone[:i % len(everyone)]:
                         c.pump(0.3)
             finally:
                 for c in everyone:
                     c.close()
         rows = [{"consumer": i + 1, "lease": "held" if i == 0 else "refused" if i - 1 < len(refused) else "taken",
                  "seqs": sorted(set(c.seqs)), "gaps": len(c.gaps)} for i, c in enumerate(everyone)]
-        return verdict(rows, refused)
+        return verdict(rows, refused, skip)
 
 
-def verdict(rows: list[dict], refused: list[str]) -> Outcome:
-    """Rows: each consumer's received sequence numbers. The stream is every number up to the highest seen."""
+def verdict(rows: list[dict], refused: list[str], skip: frozenset[int] = frozenset()) -> Outcome:
+    """Rows: each consumer's received sequence numbers, the lease holder first. The stream is every number up to
+    the highest seen. Confirmed only when the others took numbers the lease holder never received: consumers
+    that received nothing show no taking (a fan-out they never joined, or a drain polled too late)."""
     seen = [set(r["seqs"]) for r in rows]
     union = set().union(*seen)
     notes = [f"the lease refused consumer {i + 2}: {why}" for i, why in enumerate(refused)]
     if not union:
         return Outcome("inconclusive", "No consumer received any event.", rows=rows, notes=notes)
-    stream = max(union) + 1
-    shared = sum(sum(n in s for s in seen) > 1 for n in range(stream)) / stream
+    numbers = [n for n in range(max(union) + 1) if n not in skip]  # skip: taken by the cell itself, not a consumer
+    stream = len(numbers)
+    shared = sum(sum(n in s for s in seen) > 1 for n in numbers) / stream
     least = min(len(s) for s in seen) / stream
+    taken = len(union - seen[0])
     for r, s in zip(rows, seen):
         r["seen_fraction"] = len(s) / stream
         r.pop("seqs")
-    metrics = {"consumer_seen_fraction_min": least, "consumer_overlap_fraction": shared}
-    if shared == 0.0 and len(union) == stream:
+    metrics = {"consumer_seen_fraction_min": least, "consumer_overlap_fraction": shared,
+               "lease_holder_seen_fraction": len(seen[0]) / stream}
+    if shared == 0.0 and union >= set(numbers) and taken:
         return Outcome("confirmed", f"The {len(rows)} consumers split the stream's {stream} events between them "
-                       f"(none shared; the least saw {least:.0%}): a second consumer takes events from the first.",
-                       metrics, rows, notes, rests_on=(Support("consumer_overlap_fraction", "<=", 0.0),))
+                       f"(none shared; the others took {taken} the lease holder never received): a second consumer "
+                       "takes events from the first.", metrics, rows, notes,
+                       rests_on=(Support("consumer_overlap_fraction", "<=", 0.0),
+                                 Support("lease_holder_seen_fraction", "<", 1.0)))
     if least == 1.0:
         return Outcome("refuted", f"Every one of {len(rows)} consumers received all {stream} events: the stream fans "
                        "out, so a second consumer takes nothing from the first (the lease still names who owns it).",
                        metrics, rows, notes, rests_on=(Support("consumer_seen_fraction_min", ">=", 1.0),))
+    if not taken:
+        return Outcome("inconclusive", f"The lease holder received {len(seen[0])} of the stream's {stream} events "
+                       f"and the other consumers took none of what it missed (the least saw {least:.0%}): nothing "
+                       "shows one consumer taking events from another.", metrics, rows, notes)
     return Outcome("partial", f"Consumers shared {shared:.0%} of the stream's {stream} events and the least saw "
                    f"{least:.0%}: events were both duplicated and lost.", metrics, rows, notes,
                    rests_on=(Support("consumer_seen_fraction_min", "<", 1.0),))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Outcome, Probe, ProbeContext, Support, param
+from ..contract import KvEvent
 from .common import token_ids
 from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
 
@@ -27,7 +28,7 @@ class Params:
 
 
 class HashParity(Probe):
-    version = "1"
+    version = "2"
     claims = ("gateway.hash_parity",)
     Params = Params
 
@@ -48,15 +49,24 @@ class HashParity(Probe):
                     prompt = token_ids(rng, p.prompt_tokens, d)
                     salt = f"parity-{i}" if p.salted else None
                     cell.ensure_prefix(prompt, salt=salt)
-                    engine = [h for e in source.poll(0.5) if e.kind == "stored" for h in e.block_hashes]
+                    stored = [e for e in source.poll(0.5) if e.kind == "stored"]
                     client = hasher.chain(prompt, salt=salt_of(cell, salt))
-                    rows.append({"request": i, "engine_blocks": len(engine), "client_blocks": len(client),
-                                 "equal": sum(a == b for a, b in zip(engine, client)), "salted": p.salted,
-                                 "first_engine": engine[0] if engine else None,
-                                 "first_client": client[0] if client else None})
+                    rows.append({"request": i, **compare(stored, client, hasher.block_size), "salted": p.salted})
             finally:
                 source.close()
         return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed)
+
+
+def compare(stored: list[KvEvent], client: list[int], block_size: int) -> dict:
+    """One request's stored blocks against the client's chain. Only full blocks are compared: TensorRT-LLM also
+    stores a request's partial tail when it finishes (``releaseBlocks``), a block no prompt-side chain predicts;
+    those are counted apart, never as a mismatch. A block counts as recomputed when its hash is in the chain."""
+    pairs = [(h, toks) for e in stored for h, toks in zip(e.block_hashes, e.block_tokens or ((),) * len(e.block_hashes))]
+    full = [h for h, toks in pairs if not toks or len(toks) == block_size]
+    mine = set(client)
+    return {"engine_blocks": len(full), "partial_blocks": len(pairs) - len(full), "client_blocks": len(client),
+            "equal": sum(h in mine for h in full), "first_engine": full[0] if full else None,
+            "first_client": client[0] if client else None}
 
 
 def verdict(rows: list[dict], client_seed: str, engine_seed: str) -> Outcome:

@@ -42,6 +42,8 @@ ABSENT = {
                      "reports is its own common-prefix arithmetic (include/llama.h)",
     "partial_warmup": "llama_decode evaluates every token of the batch before it returns; there is no "
                       "max_tokens=1 request whose prefix blocks could be stored later (include/llama.h)",
+    "kv_events": "llama.h publishes no KV-cache events and has no block hashes: reuse is the caller's own "
+                 "common-prefix bookkeeping over llama_memory_seq_* (include/llama.h)",
 }
 _TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 _GGML_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}
