@@ -31,7 +31,6 @@ import json
 import os
 import random
 import re
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -300,10 +299,6 @@ class LlamaServerCell(ServedCell):
     server_engine = "llamacpp"
     prefill_now = True
 
-    def __init__(self, model: models.ResolvedModel, opts: ServedOptions) -> None:
-        self._save_dir: str | None = None  # the --slot-save-path of a server this cell starts (kv_memory reads it)
-        super().__init__(model, opts)
-
     @classmethod
     def availability(cls) -> Availability:
         binary = serve.llama_server_binary()
@@ -319,14 +314,13 @@ class LlamaServerCell(ServedCell):
                                      "llama-server runs GGUF files; use a .gguf path or a synthetic spec")
 
     def _server_options(self) -> dict[str, Any]:
-        self._save_dir = self._save_dir or tempfile.mkdtemp(prefix="llama-slots-")
-        return {"no_repack": self._no_repack, "slot_save_path": self._save_dir}
-
-    def _stop(self) -> None:
-        super()._stop()
-        if self._save_dir is not None:
-            shutil.rmtree(self._save_dir, ignore_errors=True)
-            self._save_dir = None
+        # the server's --slot-save-path (kv_memory reads the slot files there): beside its log, so that even a
+        # driver killed outright leaves it where the logs are; close() removes it (RequestCell._tmp)
+        if self._tmp is None:
+            logs = Path(self.opts.log_dir or default_log_dir())
+            logs.mkdir(parents=True, exist_ok=True)
+            self._tmp = tempfile.mkdtemp(prefix="llama-slots-", dir=logs)
+        return {"no_repack": self._no_repack, "slot_save_path": self._tmp}
 
     def _start(self) -> None:
         """Start (or attach); a server whose build has AMX on an AMX CPU is restarted with ``--no-repack``,
