@@ -87,6 +87,20 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
     yield {"status": status, "error": error, "duration_s": took, "files": files}
 
 
+@contextlib.contextmanager
+def _loopback() -> Iterator[None]:
+    """Ray 2.60 binds its servers (gcs_server, raylet, core workers, agents) to loopback only when the node's IP is
+    exactly 127.0.0.1, yet ``ray.init`` rewrites 127.0.0.1 into the machine's routable IP
+    (``ray/_private/services.py: resolve_ip_for_localhost``, called from ``ray/_private/worker.py``): seen here,
+    the local head listened on every interface. While the head starts, 127.0.0.1 stays 127.0.0.1."""
+    from unittest import mock
+
+    from ray._private import services
+
+    with mock.patch.object(services, "resolve_ip_for_localhost", lambda host: host):
+        yield
+
+
 def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str:
     """A one-machine cluster on 127.0.0.1 in its own temp folder (under RAY_TMPDIR), which it returns. Its raylet
     gives the dashboard agent 15 s to report its ports and aborts otherwise, which a busy machine can miss
@@ -95,7 +109,8 @@ def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str
     for n in range(1, tries + 1):
         temp = tempfile.mkdtemp(prefix="wbray-", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
         try:
-            ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=temp, **kw)
+            with _loopback():
+                ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=temp, **kw)
             return temp
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node times out at start
             ray.shutdown()
