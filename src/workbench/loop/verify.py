@@ -13,6 +13,7 @@ unchecked drafts, another model) does not. The scorer's time is outside every ar
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -42,6 +43,7 @@ class Scorer:
         self.cell = cells.open_cell("llamacpp", model, context_tokens=context_tokens, threads=threads)
         self.model = self.cell.model
         self.vocab = int(self.cell.describe().extra["vocab_size"])
+        self.elapsed_s = 0.0  # wall time spent scoring, outside every arm's timing (recorded in the workload)
 
     def score(self, prompt: Sequence[int], output: Sequence[int]) -> Greedy:
         """``output`` scored after ``prompt`` (token ids; a prompt has at least two, a BOS and more)."""
@@ -50,15 +52,18 @@ class Scorer:
         bad = next((i for i, t in enumerate(output) if not 0 <= t < self.vocab), None)
         if bad is not None:  # no model picks a token it does not have: infinitely far from greedy
             return Greedy(math.inf, bad, math.inf)
+        t0 = time.perf_counter()
         self.cell.ensure_prefix(list(prompt[:-1]))
         gaps, stop = self.cell.greedy_gaps([prompt[-1], *output])  # gaps[i]: output[i] after prompt + output[:i]
+        self.elapsed_s += time.perf_counter() - t0
         if not gaps:
             return Greedy(0.0, None, stop)
         at = max(range(len(gaps)), key=gaps.__getitem__)
         return Greedy(gaps[at], at, stop)
 
     def describe(self) -> dict:
-        return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256}
+        return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256,
+                "elapsed_s": self.elapsed_s}
 
     def close(self) -> None:
         self.cell.close()
