@@ -100,7 +100,8 @@ def llama_server_binary() -> str | None:
 def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     """llama-server (tools/server): ``-np`` slots of ``-c``/``-np`` tokens each, prompt cache on by default,
     ``/slots`` and ``/metrics`` on, the host-RAM prompt cache off. ``options``: ``no_repack`` (AMX builds on AMX
-    CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off)."""
+    CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off), ``slot_save_path`` (a folder: the
+    slot save, restore and erase routes on, each saved slot a sequence state file there)."""
     binary = llama_server_binary()
     if binary is None:
         raise EngineUnavailable("llamacpp-server", "no llama-server binary: `make setup` builds it from the pinned "
@@ -113,6 +114,8 @@ def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     argv += ["--cache-ram", str(int(req.options.get("cache_ram_mib", 0)))]
     if req.options.get("no_repack"):
         argv.append("--no-repack")
+    if req.options.get("slot_save_path"):
+        argv += ["--slot-save-path", str(req.options["slot_save_path"])]
     if req.api_key:
         argv += ["--api-key", req.api_key]
     return Launch(tuple(argv + list(req.extra_args)))

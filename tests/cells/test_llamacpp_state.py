@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from workbench.cells.llamacpp._internals import fill_batch, kv_buffer_bytes
-from workbench.cells.llamacpp.state import STATE_IO_MAGIC, parse_state
+from workbench.cells.llamacpp.state import STATE_IO_MAGIC, STATE_SEQ_MAGIC, parse_seq_file, parse_state
 from workbench.contract import WorkbenchError
 
 
@@ -53,6 +53,27 @@ def test_layers_without_a_v_tensor_write_nothing():
 def test_a_cell_shared_with_another_sequence_is_seen():
     s = parse_state(blob((0, 1), seq_ids={1: [0, 3]}))
     assert s.positions == (0, 1) and s.shared
+
+
+def test_a_cache_split_per_sequence_writes_the_other_streams_empty_after_it():
+    """llama-server -np 2 (no unified KV): slot 0's state is its own stream's cells, then stream 1's count 0."""
+    head = blob((0, 1))
+    split = head[:8] + struct.pack("<I", 2) + head[12:] + struct.pack("<I", 0)
+    assert parse_state(split).row_bytes == 2 * (8 + 6)
+    twice = head[:8] + struct.pack("<I", 2) + head[12:] + head[12:]
+    with pytest.raises(WorkbenchError, match="two streams"):
+        parse_state(twice)
+
+
+def test_a_saved_slot_file_is_its_header_and_tokens_then_the_state_without_its_io_header():
+    """``llama_state_seq_save_file`` (llama-server's slot save): 'ggsq', version 3, the token ids, the state."""
+    state = blob((0, 1, 2))[8:]  # the file has no io magic and seq id
+    file = struct.pack("<III", STATE_SEQ_MAGIC, 3, 3) + struct.pack("<3i", 7, 8, 9) + state
+    assert parse_seq_file(file).positions == (0, 1, 2) and parse_seq_file(file).row_bytes == 2 * (8 + 6)
+    with pytest.raises(WorkbenchError, match="version 3"):
+        parse_seq_file(struct.pack("<III", STATE_SEQ_MAGIC, 2, 0) + state)
+    with pytest.raises(WorkbenchError, match="header"):
+        parse_seq_file(b"ggsq")
 
 
 def test_an_empty_sequence_holds_no_cell_and_no_rows():

@@ -120,12 +120,12 @@ def test_on_tensorrt_llm_the_pool_tensor_handed_to_the_connector_states_the_byte
 
     with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)), kv_budget_tokens=256, connector="record") as c:
         d = c.describe()
-        m = _memory(c, d)
+        m, _ = _memory(c, d)
         pool = next(x["args"] for x in c.connector_log() if x["method"] == "register_kv_caches")
     assert "capacity" not in d.observers and m.pool_bytes == pool["bytes"] == math.prod(pool["shape"]) * 2
     assert m.bytes_per_token == m.pool_bytes / (pool["shape"][0] * d.block_tokens)
     with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path, name="plain")), kv_budget_tokens=256) as c:
-        assert _memory(c, c.describe()) is None  # without the recording connector there is no channel
+        assert _memory(c, c.describe())[0] is None  # without the recording connector there is no channel
 
 
 def test_pool_memory_needs_exactly_one_pool_with_its_bytes():

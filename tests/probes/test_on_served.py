@@ -4,7 +4,7 @@ Each probe runs for real over HTTP: its finding records the transport, the endpo
 version, and each gives a verdict read from the server (``timings.cache_n``, vLLM's
 ``usage.prompt_tokens_details.cached_tokens`` and KV events) or says why it cannot (``not-run`` with the reason).
 One probe per server is driven to a non-happy verdict through the server's own API: llama-server's slot erase
-(``POST /slots/{id}?action=erase``) and vLLM's ``--no-enable-prefix-caching``.
+(``POST /slots/{id}?action=erase``) and ``-np``, and vLLM's ``--no-enable-prefix-caching``.
 """
 
 from __future__ import annotations
@@ -80,13 +80,44 @@ def test_llama_server_isolation_rests_on_the_servers_counts(tmp_path):
     assert f.verdict in ("confirmed", "inconclusive", "not-applicable")
 
 
-@pytest.mark.parametrize("name, why", [
-    ("capacity.budget_policy", "neither a capacity measurement nor KV events"),
-    ("connector.export_granularity", "neither per-sequence state export nor a KV connector"),
-])
-def test_llama_server_lacks_what_some_probes_read_and_says_so(tmp_path, name, why):
-    f = run(name, "llamacpp-server", tmp_path)
-    assert f.verdict == "not-run" and why in f.reason
+def test_llama_server_lacks_what_the_connector_probe_reads_and_says_so(tmp_path):
+    f = run("connector.export_granularity", "llamacpp-server", tmp_path)
+    assert f.verdict == "not-run" and "neither per-sequence state export nor a KV connector" in f.reason
+
+
+def test_llama_server_capacity_is_filled_until_the_server_refuses_and_graded_in_its_saved_slot_bytes(tmp_path):
+    """The real server, non-happy: llama.cpp pads -c to 256 cells, so 300 tokens' worth of bytes gets a slot that
+    takes 511 prompt tokens (the server refuses n_ctx and more), +70 %; the bytes per token are the K/V rows of the
+    slot file the server saved."""
+    f = run("capacity.budget_policy", "llamacpp-server", tmp_path)
+    served_by(f, "llamacpp-server")
+    rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
+    assert rows[256]["measured_capacity_tokens"] == 255 and rows[256]["reported_capacity_tokens"] == 256
+    assert rows[300]["measured_capacity_tokens"] == 511 and rows[300]["reported_capacity_tokens"] == 512
+    assert rows[300]["engine_kv_bytes"] == 511 * rows[300]["engine_kv_bytes_per_token"]
+    assert "state file llama-server wrote" in rows[300]["engine_kv_bytes_how"] and "refused" in rows[300]["measured_by"]
+    assert f.verdict == "confirmed" and f.claim_verdicts == {"contract.describe": "refuted"}
+    assert f.metrics["measured_capacity_tokens"]["source"] == f.metrics["engine_kv_bytes"]["source"] == "engine"
+
+
+def test_llama_server_capacity_follows_the_servers_own_slot_split(tmp_path):
+    """Fault through the server's command line: ``-np 2`` after the cell's own (the last one counts), so each slot
+    gets half of -c; the measured slot is half the budget, read from the server's refusal, and /props agrees."""
+    f = run("capacity.budget_policy", "llamacpp-server", tmp_path, cell_options={"server_args": ["-np", "2"]})
+    rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
+    assert rows[1536]["measured_capacity_tokens"] == 767 and rows[1536]["reported_capacity_tokens"] == 2 * 768
+    assert f.verdict == "confirmed" and f.metric("capacity_error") < -0.45
+
+
+def test_llama_server_kv_bytes_of_an_attached_server_are_not_read_and_it_says_why(tmp_path):
+    from workbench.probes.capacity import _memory
+
+    require_engine("llamacpp-server")
+    with cells.open_cell("llamacpp-server", TINY) as owner, \
+            cells.open_cell("llamacpp-server", TINY, endpoint=owner.url) as attached:
+        memory, why = _memory(attached, attached.describe())
+        assert memory is None and "--slot-save-path" in why
+        assert attached.measure_capacity() == owner.describe().context_tokens - 1  # the refusal reads over HTTP
 
 
 def test_llama_server_retention_is_a_verdict_with_its_reason(tmp_path):
@@ -130,3 +161,15 @@ def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path):
     assert f.metrics["reused_tokens"]["value"] == 96  # cached_tokens under the same salt: 3 whole blocks of 32
     arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
     assert arm["refused"] is None and "not mapped onto served engines" in arm["error"]  # the cell's, not the engine's
+
+
+@pytest.mark.vllm
+def test_vllm_server_capacity_is_filled_until_it_evicts_but_its_kv_bytes_are_not_over_http(tmp_path):
+    """The pool measured from the server's own KV events (stored blocks before the first removed one), graded
+    nowhere: vllm serve states no KV bytes over HTTP, so the verdict is inconclusive and says what it could not read."""
+    f = run("capacity.budget_policy", "vllm-server", tmp_path)
+    served_by(f, "vllm-server")
+    rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
+    assert rows[256]["measured_capacity_tokens"] == rows[256]["reported_capacity_tokens"] == 256 - 32  # null block
+    assert all(r["engine_kv_bytes"] is None for r in rows.values())
+    assert f.verdict == "inconclusive" and any("never a block's bytes" in n for n in f.evidence["notes"])

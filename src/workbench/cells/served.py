@@ -18,16 +18,20 @@ requests:
   died is :class:`~workbench.serve.ServerDied` (an engine crash: exit status and log tail).
 
 What a server's HTTP surface lacks, the cell does not pretend to have: llama-server has no KV read-back
-and no cache salt, so those observers are absent and the mechanisms listed in ``Description.absent``.
+and no cache salt, so those observers are absent and the mechanisms listed in ``Description.absent``; vLLM
+states no KV bytes over HTTP, so its ``kv_memory`` refuses with the reason.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import itertools
 import json
 import os
+import random
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,10 +40,11 @@ from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 from .. import models, serve
 from .options import CellOptions
 from ..files import tail
-from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, Retention,
+from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
 from . import Availability, known_options
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
+from .vllm import EventCapacity
 
 TRANSPORT = "http"
 
@@ -309,7 +314,13 @@ class LlamaServerCell(ServedCell):
                                      "llama-server runs GGUF files; use a .gguf path or a synthetic spec")
 
     def _server_options(self) -> dict[str, Any]:
-        return {"no_repack": self._no_repack}
+        # the server's --slot-save-path (kv_memory reads the slot files there): beside its log, so that even a
+        # driver killed outright leaves it where the logs are; close() removes it (RequestCell._tmp)
+        if self._tmp is None:
+            logs = Path(self.opts.log_dir or default_log_dir())
+            logs.mkdir(parents=True, exist_ok=True)
+            self._tmp = tempfile.mkdtemp(prefix="llama-slots-", dir=logs)
+        return {"no_repack": self._no_repack, "slot_save_path": self._tmp}
 
     def _start(self) -> None:
         """Start (or attach); a server whose build has AMX on an AMX CPU is restarted with ``--no-repack``,
@@ -442,6 +453,85 @@ class LlamaServerCell(ServedCell):
             notes.append(f"last request: timings.cache_n {st.counters.get('cache_n')} of {st.counters.get('prompt_tokens')}")
         return notes
 
+    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
+        """Prompt tokens slot ``slot`` really takes (``capacity`` observer), filled over HTTP until the server refuses.
+
+        A prompt of seeded token ids is sent with ``n_predict: 0``, doubled from ``step`` (default 256) until the
+        server refuses it (400 ``exceed_context_size_error``: a prompt of the slot's n_ctx tokens or more,
+        tools/server/server-context.cpp), then halved back to the longest it takes; each prompt extends the one
+        before, so the slot evaluates only the new tokens. The count is the server's ``tokens_cached``; the slot
+        is erased after (``POST /slots/{id}?action=erase``), where the server has a --slot-save-path."""
+        self._check_open()
+        if self._slots[slot].tokens:
+            raise WorkbenchError(f"measure_capacity needs slot {slot} empty")
+        if not self._vocab_size:
+            raise UnsupportedFeature("capacity measurement", self.engine, "/v1/models states no n_vocab to draw ids from")
+        rng = random.Random(12345)
+        fresh = (t for t in iter(lambda: rng.randrange(self._vocab_size), None) if t not in self.eog)
+        ids: list[int] = []
+
+        def taken(n: int) -> int | None:
+            ids.extend(itertools.islice(fresh, max(n - len(ids), 0)))
+            return self._taken(ids[:n], slot)
+
+        lo, hi, held = 0, max(step or 256, 1), 0
+        while (got := taken(hi)) is not None:
+            if hi > 1 << 24:
+                raise WorkbenchError(f"{self.url} took {hi:,} prompt tokens into one slot and never refused")
+            lo, hi, held = hi, 2 * hi, got
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            got = taken(mid)
+            lo, hi, held = (mid, hi, got) if got is not None else (lo, mid, held)
+        if self._slot_folder() is not None:
+            self._post(f"/slots/{slot}?action=erase", {})
+        return held
+
+    def _taken(self, prompt: list[int], slot: int) -> int | None:
+        """The server's ``tokens_cached`` after it evaluated ``prompt`` into ``slot``; None: it refused the prompt."""
+        try:
+            return int(self._post("/completion", self._body(prompt, slot, 0))["tokens_cached"])
+        except ContextOverflow:
+            return None
+
+    def _slot_folder(self) -> Path | None:
+        """Where the server writes saved slots: the last --slot-save-path it was started with (the cell's own, or
+        one in ``server_args``); None for a server the cell attached to, whose disk is not this cell's."""
+        args = list(self.server.argv) if self.server is not None else []
+        at = [i for i, a in enumerate(args[:-1]) if a == "--slot-save-path"]
+        return Path(args[at[-1] + 1]) if at else None
+
+    def kv_memory(self) -> KvMemory:
+        """The engine's own K and V row sizes (``capacity`` observer): the server saves slot 0
+        (``POST /slots/0?action=save``, ``llama_state_seq_save_file`` into its --slot-save-path) and the one state
+        reader walks that file (:func:`.llamacpp.state.parse_seq_file`); an empty slot first takes one token and is
+        erased again. No pool bytes: llama-server states none (its log's "KV buffer size" is rounded to 0.01 MiB)."""
+        from .llamacpp.state import parse_seq_file
+
+        self._check_open()
+        folder = self._slot_folder()
+        if folder is None:
+            raise UnsupportedFeature("KV bytes", self.engine, "llama-server states them only in a saved slot file, "
+                                     "written to its own --slot-save-path; an attached server's disk is not readable "
+                                     "here (open the cell without endpoint=)")
+        scratch = not self._slots[0].tokens
+        if scratch:
+            self._post("/completion", self._body([next(t for t in range(self._vocab_size or 2) if t not in self.eog)],
+                                                 0, 0, cache=False))
+        name = f"workbench-kv-{os.getpid()}-{time.time_ns()}.bin"
+        try:
+            self._post("/slots/0?action=save", {"filename": name})
+            state = parse_seq_file((folder / name).read_bytes())
+        finally:
+            (folder / name).unlink(missing_ok=True)
+            if scratch:
+                self._post("/slots/0?action=erase", {})
+        if state.row_bytes is None:
+            raise WorkbenchError(f"the slot file {self.url} saved for slot 0 holds no K/V rows; cannot read their sizes")
+        return KvMemory(bytes_per_token=state.row_bytes, pool_bytes=None,
+                        how="the K and V row sizes (every layer) in the sequence state file llama-server wrote for "
+                            "slot 0 (POST /slots/0?action=save, llama_state_seq_save_file)")
+
     def slots(self) -> list[dict]:
         """The server's own view of its slots (``GET /slots``)."""
         self._check_open()
@@ -456,7 +546,7 @@ class LlamaServerCell(ServedCell):
             engine=self.engine, engine_version=self.version, model=self.model.name,
             manifest_digest=self.manifest.digest, geometry=geometry, context_tokens=self.slot_ctx,
             kv_capacity_tokens=self.slot_ctx * total, kv_capacity_bytes=self.slot_ctx * total * geometry.bytes_per_token,
-            block_tokens=1, slots=len(self._slots), observers=("request_counters",), absent=LLAMA_ABSENT,
+            block_tokens=1, slots=len(self._slots), observers=("request_counters", "capacity"), absent=LLAMA_ABSENT,
             extra=self._served_extra() | {
                 "server_version": f"llama-server {self.version}", "build_info": self.version, "total_slots": total,
                 "slot_n_ctx": self.slot_ctx, "model_path": self.props.get("model_path"),
@@ -481,7 +571,7 @@ def _spec_args(argv: Sequence[str]) -> dict[str, str]:
 # --------------------------------------------------------------------------- vLLM
 
 
-class VllmServerCell(ServedCell):
+class VllmServerCell(EventCapacity, ServedCell):
     """``vllm serve`` (the CPU build here): the engine-global block pool keyed by ``cache_salt``, as the
     in-process vLLM cell maps it; KV events arrive on a loopback ZMQ socket the cell binds."""
 
@@ -576,8 +666,30 @@ class VllmServerCell(ServedCell):
         return int(self.cache_info.get("block_size") or self.opts.block_size)
 
     def _capacity_tokens(self) -> int:
-        blocks = int(self.cache_info.get("num_gpu_blocks") or 0)
-        return max(blocks - 1, 0) * self._granularity
+        return self._usable_blocks() * self._granularity
+
+    def _usable_blocks(self) -> int:
+        return max(int(self.cache_info.get("num_gpu_blocks") or 0) - 1, 0)
+
+    def reset_prefix_cache(self) -> bool:
+        """Whether the pool holds no cached block now: ``POST /reset_prefix_cache`` where the server has it (a dev
+        route, VLLM_SERVER_DEV_MODE=1: vllm/entrypoints/serve/dev/cache/api_router.py); otherwise only a server
+        that never looked a prompt up (``vllm:prefix_cache_queries_total`` 0 in ``/metrics``) is known empty."""
+        self._check_open()
+        try:
+            self._post("/reset_prefix_cache", {})
+            return True
+        except WorkbenchError as e:
+            if "answered 404" not in str(e):
+                raise
+        return _prometheus_sum(self._get("/metrics"), "vllm:prefix_cache_queries_total") == 0
+
+    def kv_memory(self) -> KvMemory:
+        """Not over HTTP (``capacity`` observer): vllm serve states no KV bytes of its own there."""
+        raise UnsupportedFeature("KV bytes", self.engine, "vllm serve states none over HTTP: /metrics "
+                                 "vllm:cache_config_info gives num_gpu_blocks and block_size and echoes "
+                                 "--kv-cache-memory-bytes (the budget the cell sent), never a block's bytes; the worker's "
+                                 "KV tensors are read only in-process (open the vllm cell)")
 
     def _body(self, tokens: list[int], key: str | None, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.served_model, "prompt": list(tokens), "max_tokens": max_tokens,
@@ -631,7 +743,7 @@ class VllmServerCell(ServedCell):
         from .vllm import ABSENT
 
         B, capacity = self._granularity, self._capacity_tokens()
-        observers = ["request_counters"] + (["kv_events"] if self._events is not None else [])
+        observers = ["request_counters"] + (["kv_events", "capacity"] if self._events is not None else [])
         return Description(
             engine=self.engine, engine_version=self.version, model=self.model.name,
             manifest_digest=self.manifest.digest, geometry=self._geometry, context_tokens=self.context_tokens,
@@ -654,6 +766,12 @@ class VllmServerCell(ServedCell):
         if self._events is None:
             raise UnsupportedFeature("KV events", self.engine, "open the cell with kv_events=True (and not attached)")
         return self._events.drain(timeout_s=timeout_s)
+
+
+def _prometheus_sum(text: str, metric: str) -> float:
+    """The sum of one Prometheus metric's samples (every label set); 0 when it is absent."""
+    pattern = r"^" + re.escape(metric) + r"(?:\{[^}]*\})?\s+(\S+)"
+    return sum(float(v) for v in re.findall(pattern, text if isinstance(text, str) else "", re.M))
 
 
 def _prometheus_labels(text: str, metric: str) -> dict[str, str]:

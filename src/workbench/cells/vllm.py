@@ -290,7 +290,47 @@ def _worker_kv_memory(worker: Any) -> dict:
 # --------------------------------------------------------------------------- the cell
 
 
-class VllmCell(RequestCell):
+class EventCapacity:
+    """The capacity measurement from vLLM's own KV events, shared by the in-process cell and ``vllm serve``'s
+    (:class:`~workbench.cells.served.VllmServerCell`): both warm under a salt, drain events and know the pool's
+    usable blocks."""
+
+    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
+        """Tokens the engine's pool really holds, read from its KV events (``capacity`` observer).
+
+        Clears the prefix cache (``reset_prefix_cache`` must say the pool holds no cached block), then sends
+        fillers of ``step`` fresh tokens (default: one block, so the count is exact) under fresh salts until the
+        engine evicts: the blocks it stored before its first ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Every slot is cleared, so
+        ``slot`` (the Protocol's) names nothing here: the pool is shared.
+        """
+        self._check_open()
+        if self._events is None:
+            raise UnsupportedFeature("capacity measurement", self.engine, "it reads KV events; open with kv_events=True")
+        import numpy as np
+
+        B = self.opts.block_size
+        n = min(step or B, self.context_tokens - 1)
+        rng = np.random.default_rng(12345)
+        if not self.reset_prefix_cache():
+            raise WorkbenchError("the engine kept cached blocks (reset_prefix_cache refused): a fill would count "
+                                 "only the blocks it had free, not its pool")
+        self.drain_kv_events()
+        stored: set[int] = set()
+        limit = 4 * (self._usable_blocks() + 1) // max(n // B, 1) + 4
+        for i in range(limit):
+            self._warm(rng.integers(260, self._vocab_size, size=n).tolist(), f"capacity-{i}-{time.time_ns()}", None)
+            events = self.drain_kv_events()
+            for e in events:
+                if e.kind == "removed":
+                    self._clear_slots()
+                    self.reset_prefix_cache()
+                    return len(stored) * B
+                if e.kind == "stored":
+                    stored.update(e.block_hashes)
+        raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
+
+
+class VllmCell(EventCapacity, RequestCell):
     """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
 
     engine = ENGINE
@@ -641,38 +681,6 @@ class VllmCell(RequestCell):
             raise UnsupportedFeature("KV events", ENGINE, "open the cell with kv_events=True")
         return self._events.drain(timeout_s=timeout_s)
 
-    def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
-        """Tokens the engine's pool really holds, read from its KV events (``capacity`` observer).
-
-        Clears the prefix cache, then sends fillers of ``step`` fresh tokens (default: one block, so the
-        count is exact) under fresh salts until the engine evicts: the blocks it stored before its first
-        ``removed`` event are the pool. vLLM evicts where llama.cpp refuses. Every slot is cleared, so
-        ``slot`` (the Protocol's) names nothing here: the pool is shared.
-        """
-        self._check_open()
-        if self._events is None:
-            raise UnsupportedFeature("capacity measurement", ENGINE, "it reads KV events; open with kv_events=True")
-        import numpy as np
-
-        B = self.opts.block_size
-        n = min(step or B, self.context_tokens - 1)
-        rng = np.random.default_rng(12345)
-        self.reset_prefix_cache()
-        self.drain_kv_events()
-        stored: set[int] = set()
-        limit = 4 * (self._usable_blocks() + 1) // max(n // B, 1) + 4
-        for i in range(limit):
-            self._warm(rng.integers(260, self._vocab_size, size=n).tolist(), f"capacity-{i}-{time.time_ns()}", None)
-            events = self.drain_kv_events()
-            for e in events:
-                if e.kind == "removed":
-                    self._clear_slots()
-                    self.reset_prefix_cache()
-                    return len(stored) * B
-                if e.kind == "stored":
-                    stored.update(e.block_hashes)
-        raise WorkbenchError(f"the engine never evicted after {limit} fillers; capacity could not be measured")
-
     def kv_memory(self) -> KvMemory:
         """The KV bytes the engine allocated and its bytes per token (``capacity`` observer), from each worker
         (``LLM.collective_rpc``, :func:`_worker_kv_memory`), never from config.json's geometry."""
@@ -695,4 +703,4 @@ class VllmCell(RequestCell):
         return self._connector.read()
 
 
-__all__ = ["SURFACE", "VllmCell", "VllmOptions", "surface_rows"]
+__all__ = ["EventCapacity", "SURFACE", "VllmCell", "VllmOptions", "surface_rows"]

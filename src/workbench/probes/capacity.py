@@ -45,12 +45,12 @@ class BudgetPolicy(Probe):
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         with ctx.open(kv_budget_tokens=int(min(BUDGETS))) as probe_cell:
             d = probe_cell.describe()
-            memory = _memory(probe_cell, d)
+            memory, unread = _memory(probe_cell, d)
         # without a capacity observer, the pool tensor the engine hands a KV connector states its bytes
         opts = {"connector": "record"} if "capacity" not in d.observers and d.offers("connector") else {}
         if opts:
             with ctx.open(kv_budget_tokens=int(min(BUDGETS)), **opts) as probe_cell:
-                memory = _memory(probe_cell, probe_cell.describe())
+                memory, unread = _memory(probe_cell, probe_cell.describe())
         # the budgets are sized in the engine's own bytes per token where it states them
         bpt = memory.bytes_per_token if memory is not None else d.geometry.bytes_per_token
         rows = []
@@ -60,8 +60,11 @@ class BudgetPolicy(Probe):
                 d = cell.describe()
                 measured, how = _capacity(cell, d)
                 rows.append(budget_row(budget, tokens, d.kv_capacity_tokens, measured, how,
-                                       d.geometry.bytes_per_token, _memory(cell, d), d.extra.get("kv_buffer_bytes")))
-        return _verdict(rows, p)
+                                       d.geometry.bytes_per_token, _memory(cell, d)[0], d.extra.get("kv_buffer_bytes")))
+        out = _verdict(rows, p)
+        if unread:  # what the cell could not read, in its own words
+            out.notes.append(f"engine KV bytes unread: {unread}")
+        return out
 
 
 def _capacity(cell, d) -> tuple[int, str]:
@@ -75,16 +78,16 @@ def _capacity(cell, d) -> tuple[int, str]:
     raise NotRunnable("the cell offers neither a capacity measurement nor KV events; capacity would be a config echo")
 
 
-def _memory(cell, d) -> KvMemory | None:
-    """The engine's statement of its KV bytes, or None where the cell has no channel to it."""
+def _memory(cell, d) -> tuple[KvMemory | None, str | None]:
+    """The engine's statement of its KV bytes, or None and why the cell has no channel to it."""
     try:
         if "capacity" in d.observers:
-            return cell.kv_memory()
+            return cell.kv_memory(), None
         if "connector" in d.observers:
-            return pool_memory(cell.connector_log(), d.block_tokens)
-    except UnsupportedFeature:
-        return None
-    return None
+            return pool_memory(cell.connector_log(), d.block_tokens), None
+    except UnsupportedFeature as e:
+        return None, str(e)
+    return None, "the cell offers neither the capacity observer's KV bytes nor a KV connector's pool"
 
 
 def pool_memory(log: list[dict], block_tokens: int) -> KvMemory | None:
@@ -192,6 +195,8 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
 
 def _note(r: dict) -> str:
     head = f"budget {r['budget_bytes']:,} B ({r['budget_tokens']:g} tok) → {r['measured_capacity_tokens']} tok ({r['measured_by']})"
+    if r["measured_capacity_tokens"] != r["reported_capacity_tokens"]:
+        head += f", the engine declares {r['reported_capacity_tokens']}"
     if r["engine_kv_bytes"] is None:
         return head + "; the engine stated no KV bytes"
     log = r["log_kv_buffer_bytes_rounded"]

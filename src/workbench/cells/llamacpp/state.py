@@ -5,7 +5,8 @@ The layout (ggml-org/llama.cpp src/llama-context.cpp ``state_seq_write_data``; s
 count; per stream u32 cell count and, when it is not 0, per cell i32 pos, u32 seq-id count, those i32 ids; then
 u32 v_trans, u32 n_layer; per layer i32 K type, u64 K row size and cells × that many bytes; then per layer with a
 V tensor either i32 V type, u64 V row size and its rows, or (V transposed) i32 V type, u32 element size,
-u32 n_embd_v_gqa and cells × n_embd_v_gqa elements. A sequence lives in one stream of a unified cache. The walk
+u32 n_embd_v_gqa and cells × n_embd_v_gqa elements. A sequence lives in one stream (the one stream of a
+unified cache, or its own of a cache split per sequence; the others write a cell count of 0). The walk
 must end exactly at the blob's end; any other layout is an error, never a guess.
 """
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from ...contract import WorkbenchError
 
 STATE_IO_MAGIC = 0xAF143CD8  # src/llama-context.cpp: io_magic, first word of a sequence state blob
+STATE_SEQ_MAGIC, STATE_SEQ_VERSION = 0x67677371, 3  # include/llama.h: LLAMA_STATE_SEQ_MAGIC ('ggsq'), _VERSION
 
 
 @dataclass(frozen=True)
@@ -84,18 +86,32 @@ def parse_state(blob: bytes) -> SeqState:
         raise WorkbenchError(f"llama.cpp's sequence state has an unknown layout (first word {magic:#x})")
     positions: list[int] = []
     shared, row = False, None
-    for _ in range(streams):
+    for _ in range(streams):  # every stream writes its cell count; only the sequence's own stream has cells
         (count,) = w.take("<I")
         if not count:
             continue
+        if row is not None:
+            raise WorkbenchError("llama.cpp's sequence state holds cells in two streams; cannot read its KV cells")
         for _ in range(count):
             pos, n_ids = w.take("<iI")
             positions.append(pos)
             shared |= n_ids != 1
             w.skip(4 * n_ids)
         row = _row_bytes(w, count)
-        break  # a sequence lives in one stream of a unified cache
     if w.at != len(blob):
         raise WorkbenchError(f"llama.cpp's sequence state does not parse as K/V rows ({w.at} of {len(blob)} bytes "
                              f"walked, {len(positions)} cells); cannot read its KV cells")
     return SeqState(tuple(positions), shared, row)
+
+
+def parse_seq_file(data: bytes, seq_id: int = 0) -> SeqState:
+    """A sequence state *file* (``llama_state_seq_save_file``, which llama-server's ``POST /slots/{id}?action=save``
+    writes): u32 'ggsq' magic, u32 version, u32 token count and those i32 tokens, then the blob above without its
+    io magic and seq id (src/llama-context.cpp ``state_seq_save_file``)."""
+    if len(data) < 12:
+        raise WorkbenchError("llama.cpp's sequence state file ends before its header")
+    magic, version, n_tokens = struct.unpack_from("<III", data)
+    if (magic, version) != (STATE_SEQ_MAGIC, STATE_SEQ_VERSION):
+        raise WorkbenchError(f"not a llama.cpp sequence state file of version {STATE_SEQ_VERSION} "
+                             f"(magic {magic:#x}, version {version})")
+    return parse_state(struct.pack("<Ii", STATE_IO_MAGIC, seq_id) + data[12 + 4 * n_tokens:])
