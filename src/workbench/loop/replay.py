@@ -92,6 +92,7 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, score
     consistency by ``scorer`` once the turn's arms are done (:mod:`.verify`) and shown beside the ``reference``
     arm's (:mod:`.equal`)."""
     seen = {a.spec.name: attr.Seen() for a in arms}
+    blocks = {a.spec.name: a.describe().block_tokens for a in arms}  # fixed while the arm is open
     rows: list[dict] = []
     for i, wt in enumerate(work.turns):
         order = list(arms[i % len(arms):]) + list(arms[:i % len(arms)]) if arms else []
@@ -102,8 +103,7 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, score
             prompt = wt.rendered.prompt
             res = arm.turn(prompt, wt.rendered.max_tokens)
             held = kept.as_engine_held(res.engine_resident_before)  # a loss the engine reported is its loss
-            block = arm.describe().block_tokens
-            ledger = attr.attribute(prompt, seen[name], res.key, held, res.reused, block_tokens=block,
+            ledger = attr.attribute(prompt, seen[name], res.key, held, res.reused, block_tokens=blocks[name],
                                     previous=wt.previous)
             seen[name].add(res.key, prompt)
             seen[name].add(res.key, prompt + res.tokens)
