@@ -276,13 +276,13 @@ def loop_cmd(
                                            f"{CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
     min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
                                   help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
-    token_tolerance: float = typer.Option(0.0, "--token-tolerance", callback=_finite,
-                                          help="share of a turn's output tokens an arm may differ in from the "
-                                               "reference arm and still be compared (stated in every finding)"),
+    margin: float = typer.Option(0.25, "--margin", callback=_finite,
+                                 help="equal work: how far (σ of the logits) below the scorer's top token an arm's "
+                                      "token may lie and still be a greedy choice, a near-tie (stated in every "
+                                      "finding; see docs/loop.md)"),
     reference: Optional[str] = typer.Option(None, "--reference",
-                                            help="the plain arm every arm's output is checked against (default: the "
-                                                 "run's first plain arm that ran, llama.cpp first; named in every "
-                                                 "finding)"),
+                                            help="the arm every output is shown against, beside its greedy score "
+                                                 "(default: the run's first plain arm that ran, llama.cpp first)"),
     on_target: bool = typer.Option(False, "--on-target",
                                    help="declare target hardware with a certified model: needs a GPU here and "
                                         "--certified"),
@@ -302,7 +302,7 @@ def loop_cmd(
     _writable(out)
     try:
         rule = GateRule(min_speedup=min_speedup, min_turns=min_turns)
-        work = EqualWork(reference=reference, token_tolerance=token_tolerance)
+        work = EqualWork(margin_sd=margin, reference=reference)
         arm_models = _kv(arm_model or [])
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=True) as bar:

@@ -37,6 +37,7 @@ class Unit(enum.Enum):
     P = "p"
     TIMES = "x"
     LOGIT = "logit"
+    SD = "sd"  # standard deviations of a distribution the description names
 
     def convert(self, value: float, to: str) -> float:
         """``value`` (in this unit) expressed in ``to``, e.g. ``Unit.SECONDS.convert(0.2, "ms") == 200``."""
@@ -81,6 +82,7 @@ _FORMAT = {
     Unit.P: lambda v: f"p={v:.3g}",
     Unit.TIMES: lambda v: f"{v:.3g}×",
     Unit.LOGIT: lambda v: f"{v:.3g}",
+    Unit.SD: lambda v: f"{v:.3g} σ",
 }
 
 
@@ -236,9 +238,14 @@ _DECLARED = [
     # agentic loop (workbench loop)
     _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
     _m("compared_turns", "compared turns", "count", "derived",
-       "turns the arm served with the work asked and the reference greedy arm's output (the only ones timed against others)"),
+       "turns the arm served with the work asked and a greedy decode of the model, as the loop's llama.cpp scorer "
+       "read it (the only ones timed against others)"),
     _m("excluded_turns", "excluded turns", "count", "derived",
-       "turns left out of every comparison: less work than asked, or other output than the reference arm"),
+       "turns left out of every comparison: less work than asked, or tokens greedy decoding would not pick"),
+    _m("greedy_gap_max_sd", "largest greedy gap", "sd", "derived",
+       "over the arm's turns, the largest gap between the scorer's top logit and the token the arm emitted, in "
+       "standard deviations of that position's logits (0: every token the scorer's argmax; read from llama.cpp's "
+       "logits, teacher-forced)"),
     _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
        "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)"),
     _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",

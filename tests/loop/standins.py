@@ -7,6 +7,9 @@ comes from them.
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 from workbench import cells
 from workbench.cells.llamacpp import LlamaCppCell
 
@@ -25,7 +28,36 @@ class SampledCell(LlamaCppCell):
         return super().decode(max_tokens=max_tokens, temperature=1.0, seed=7, **kw)
 
 
+class RunnerUpCell(LlamaCppCell):
+    """Emits the runner-up as its first token, then decodes greedily from there: the same work but other tokens
+    where the two logits nearly tie (``max_gap`` σ: another engine's arithmetic breaking the tie the other way,
+    as llama-server does against the in-process cell), a token greedy decoding would not pick where they do not."""
+
+    max_gap = float("inf")
+
+    def decode(self, *, slot: int = 0, max_tokens: int = 16, **kw):
+        import numpy as np
+
+        logits = np.asarray(self.last_logits(slot=slot))
+        top, second = (int(t) for t in np.argsort(logits)[::-1][:2])
+        if max_tokens < 2 or self.is_eog(second) or (logits[top] - logits[second]) / logits.std() > self.max_gap:
+            return super().decode(slot=slot, max_tokens=max_tokens, **kw)
+        t0 = time.perf_counter()
+        self.prefill_suffix([second], slot=slot)
+        first = time.perf_counter() - t0
+        rest = super().decode(slot=slot, max_tokens=max_tokens - 1, **kw)
+        return dataclasses.replace(rest, tokens=[second, *rest.tokens], ttft_s=first,
+                                   token_times_s=[first, *(first + t for t in rest.token_times_s)])
+
+
+class NearTieCell(RunnerUpCell):
+    """The runner-up only where it lies within 0.2 σ of the top logit (the loop's margin is 0.25 σ)."""
+
+    max_gap = 0.2
+
+
 STANDINS = {"standin-one-token": "loop.standins:OneTokenCell", "standin-sampled": "loop.standins:SampledCell",
+            "standin-runner-up": "loop.standins:RunnerUpCell", "standin-near-tie": "loop.standins:NearTieCell",
             "standin-plain": "workbench.cells.llamacpp:LlamaCppCell"}  # the control: no fault
 
 

@@ -29,7 +29,8 @@ def subject(monkeypatch):
     return use
 
 
-@pytest.mark.parametrize("engine, kind", [("standin-one-token", "less work"), ("standin-sampled", "other output")])
+@pytest.mark.parametrize("engine, kind", [("standin-one-token", "less work"), ("standin-sampled", "other output"),
+                                          ("standin-runner-up", "other output than greedy decoding")])
 def test_a_subject_doing_other_work_never_confirms_or_refutes(subject, hand_trace, engine, kind):
     subject(engine)
     res = loop.run(str(hand_trace), arms="llamacpp,trtllm", rule=gate.GateRule(min_turns=2), **COMMON)
@@ -55,6 +56,18 @@ def test_an_equal_subject_is_compared_on_its_turns(subject, hand_trace):
     assert s.ci["speedup_vs_best_llamacpp"]["turns"] == 4
     out = gate.decide(gate.GateRule(), results.gate_evidence(res.summaries, gate.GateRule(), ON_TARGET))
     assert out.verdict == "inconclusive" and "fewer than the rule's 20 turns" in out.summary
+
+
+def test_a_near_tie_broken_the_other_way_is_the_same_work(subject, hand_trace):
+    """Two fair engines part where two logits nearly tie; token identity with the reference would bar the second.
+    The scorer reads the gap from llama.cpp's logits and compares it (the runner-up stand-in above, the same
+    path with no bound on the gap, is barred)."""
+    subject("standin-near-tie")
+    res = loop.run(str(hand_trace), arms="llamacpp,trtllm", rule=gate.GateRule(min_turns=2), **COMMON)
+    mine = res.rows[res.rows.arm == "trtllm"]
+    assert (~mine.same_tokens_as_reference.astype(bool)).any(), "no near-tie in this trace: the test shows nothing"
+    assert mine.comparable.all() and (mine.greedy_gap_sd <= 0.2 + 1e-6).all()
+    assert {s.arm: s for s in res.summaries}["trtllm"].disqualified is None
 
 
 @pytest.mark.parametrize("fault", ["stops-after-one", "accepts-unchecked"])
@@ -124,8 +137,9 @@ def test_on_target_is_checked_against_this_machine(hand_trace, tmp_path):
     for bad in ("nan", "inf", "-1"):
         r = CliRunner().invoke(app, base + ["--min-speedup", bad])
         assert r.exit_code == 2 and ("min-speedup" in r.output or "min_speedup" in r.output), r.output
-    r = CliRunner().invoke(app, base + ["--token-tolerance", "nan"])
-    assert r.exit_code == 2 and "token-tolerance" in r.output
+    for bad in ("nan", "2.5"):
+        r = CliRunner().invoke(app, base + ["--margin", bad])
+        assert r.exit_code == 2 and "margin" in r.output, r.output
     assert not (tmp_path / "f").exists()  # nothing ran, nothing written
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import TINY, require_engine
 from workbench import loop
-from workbench.loop import arms
+from workbench.loop import arms, equal
 
 pytestmark = pytest.mark.slow
 
@@ -38,6 +38,7 @@ def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path)
     assert (served.drafted == 0).all() and (spec.accepted <= spec.drafted).all()
     # the same greedy tokens as the in-process llama.cpp, with and without the server's speculation
     assert served.same_tokens_as_reference.all() and spec.same_tokens_as_reference.all()
+    assert rows.comparable.all() and (rows.greedy_gap_sd <= equal.EqualWork().margin_sd).all()
     by = {s.arm: s for s in res.summaries}
     if "decode_speedup_copy_heavy" in by["llamacpp-server-spec"].ci:  # against the served plain arm, not in-process
         assert by["llamacpp-server-spec"].ci["decode_speedup_copy_heavy"]["reference"] == "llamacpp-server"
@@ -58,7 +59,7 @@ def test_served_arms_alone_are_checked_against_the_served_plain_arm(hand_trace, 
     assert any(s.is_best for s in res.summaries)
     assert "speedup_vs_best_llamacpp" in by["llamacpp-server-spec"].metrics
     for f in res.findings:
-        assert "with output token-identical to llamacpp-server (the reference arm: " in " ".join(f.evidence["notes"])
+        assert "outputs are shown against llamacpp-server's (" in " ".join(f.evidence["notes"])
     # the gate finding names the best llama.cpp arm, and the speculation arm's acceptance as the server counted it
     gate = next(f for f in res.findings if f.probe == "loop.gate")
     best = next(s.arm for s in res.summaries if s.is_best)
@@ -67,14 +68,14 @@ def test_served_arms_alone_are_checked_against_the_served_plain_arm(hand_trace, 
         assert "read from llama-server's timings.draft_n, draft_n_accepted" in gate.summary
 
 
-def test_an_arm_set_without_a_plain_arm_exits_2_naming_the_arm_to_add(hand_trace, tmp_path):
+def test_a_declared_reference_outside_the_arms_exits_2_before_anything_runs(hand_trace, tmp_path):
     from typer.testing import CliRunner
 
     from workbench.cli import app
 
     r = CliRunner().invoke(app, ["loop", "--trace", str(hand_trace), "--arms", "llamacpp-server-spec", "--model", TINY,
-                                 "--out", str(tmp_path / "f")])
-    assert r.exit_code == 2 and "add llamacpp-server" in r.output and "--reference" in r.output
+                                 "--reference", "llamacpp", "--out", str(tmp_path / "f")])
+    assert r.exit_code == 2 and "--reference llamacpp is not one of the run's arms" in r.output
     assert not (tmp_path / "f").exists() or not any((tmp_path / "f").iterdir())
 
 

@@ -28,6 +28,7 @@ from . import replay as _replay
 from . import results as _results
 from . import target as _target
 from . import traces as _traces
+from . import verify as _verify
 from .spec import Drafter
 
 DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
@@ -90,14 +91,14 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     ``on_target`` declares target hardware with a certified model, checked before any turn runs: this
     machine's fingerprint must show a GPU and every arm's model must be in the ``certified`` list
     (:mod:`.target`); without it a measured TensorRT-LLM result is at most ``inconclusive``. ``work``
-    says which turns are compared (:mod:`.equal`): equal work and the output of its reference arm, declared or
-    chosen by its stated rule (an arm set with no plain arm to check against is a ``ValueError``).
+    says which turns are compared (:mod:`.equal`): equal work, each output scored as a greedy decode of ``model`` by a
+    llama.cpp scorer (:mod:`.verify`), and shown against a reference arm's.
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
     Hugging Face directory, llama.cpp a GGUF); ``model`` (a llama.cpp model) tokenizes the trace for every
     arm, so an arm whose vocabulary differs is refused before any turn runs.
     """
     names = parse_arms(arms)
-    work.for_arms(names, rule.subject)  # an arm set without a reference fails here, before anything runs
+    work.for_arms(names, rule.subject)  # a declared reference not in the run fails here, before anything runs
     arm_models = dict(arm_models or {})
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
@@ -106,8 +107,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     tr = _traces.load(trace).subset(sessions, turns)
     not_run = {n: r for n in names if (r := _arms.unavailable(n))}
     opened: list[_arms.CellArm] = []
+    scorer: _verify.Scorer | None = None
     try:
         rendered, vocab = _render(tr, model, threads, context_tokens, tokens_per_block)
+        scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=threads)
         opened = _open_arms([n for n in names if n not in not_run], not_run, arm_models, model, vocab,
                             threads=threads, context_tokens=context_tokens, drafter=drafter)
         total, done = len(rendered.turns) * len(opened), 0
@@ -119,15 +122,18 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
                 progress(row, done, total)
 
         work = work.for_arms(names, rule.subject, ran=[a.spec.name for a in opened])
-        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, work.reference, step)), work)
+        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, work.reference, scorer, step)), work)
         descriptions = {a.spec.name: a.describe() for a in opened}
         resolved = opened[0].cell.model if opened and hasattr(opened[0].cell, "model") else None
     finally:
         for a in opened:
             a.close()
+        if scorer:
+            scorer.close()
     workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
                 "turns": len(rendered.turns), "dropped_turns": rendered.dropped, "rule": rendered.rule,
-                "equal_work": work.as_dict(), "equal_work_rule": work.describe(),
+                "equal_work": work.as_dict(), "equal_work_rule": f"{work.describe()} (scorer: llama.cpp on {scorer.model.name})",
+                "scorer": scorer.describe(),
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}

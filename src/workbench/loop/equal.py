@@ -1,12 +1,13 @@
 """Equal work before equal time: which turns two arms may be timed against each other on.
 
-A turn compares arms only when each of them decoded what the turn asked for (the recorded reply's
-length, or a genuine end of generation that the reference greedy arm also hit at the same length)
-and produced the reference arm's output (token-identical, or within a declared tolerance). An arm
-that fails more than a stated share of its turns is disqualified: it cannot enter the gate or be
-the best llama.cpp arm, and its finding says why. The reference is declared or chosen by a stated
-rule (:meth:`EqualWork.for_arms`), and every finding names it; without it nothing can be checked, so
-nothing is compared.
+A turn compares arms only when each of them decoded what the turn asked for (the recorded reply's length,
+or an end of generation that greedy decoding would also have chosen there) and its output is a greedy
+decode of the model: every token within a near-tie margin of the top logit of a llama.cpp scorer of the
+same model, teacher-forced on the arm's own output (:mod:`.verify`). Two fair engines may break a near-tie
+differently and part ways from there; both are still doing the same work. An arm that fails more than a
+stated share of its turns is disqualified: it cannot enter the gate or be the best llama.cpp arm, and its
+finding says why. Each output is also shown against a reference arm's (declared, or chosen by
+:data:`CHOSEN`), which describes but no longer decides.
 """
 
 from __future__ import annotations
@@ -22,53 +23,49 @@ from . import arms as _arms
 
 CHOSEN = ("the run's first plain arm (reuse on, no speculation) that ran, llama.cpp arms first, never the gate's "
           "subject")  # how the reference is chosen when none is declared
+MAX_MARGIN_SD = 2.0  # a margin this wide would admit tokens greedy decoding clearly would not pick
 
 
 @dataclass(frozen=True)
 class EqualWork:
-    reference: str | None = None  # the plain greedy arm every output is checked against; None: chosen (CHOSEN)
-    token_tolerance: float = 0.0  # share of a turn's output tokens that may differ from the reference's
+    margin_sd: float = 0.25  # a token this close to its position's top logit (σ of the logits) is a near-tie
     max_failed_share: float = 0.1  # an arm that fails more of its turns than this is disqualified
+    reference: str | None = None  # the arm every output is shown against; None: chosen (CHOSEN), or none
     chosen_by: str = "declared"  # how the reference was chosen, stated in every finding
 
     def __post_init__(self) -> None:
-        for name in ("token_tolerance", "max_failed_share"):
+        bounds = {"margin_sd": (0, MAX_MARGIN_SD), "max_failed_share": (0, 1)}
+        for name, (low, high) in bounds.items():
             v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v < 1):
-                raise ValueError(f"{name} must be a finite number in [0, 1), got {v!r}")
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and low <= v < high):
+                raise ValueError(f"{name} must be a finite number in [{low:g}, {high:g}), got {v!r}")
 
     def for_arms(self, names: Sequence[str], subject: str, ran: Collection[str] | None = None) -> "EqualWork":
         """This rule with its reference fixed for a run of ``names`` (those of them that opened: ``ran``).
 
-        A declared reference must be one of ``names``. Otherwise it is chosen by :data:`CHOSEN`: the
-        subject never, since its own output would then be the measure of its work. An arm set whose arms
-        need a reference but hold no plain arm is a ``ValueError`` naming the arm to add (exit 2)."""
+        A declared reference must be one of ``names``. Otherwise it is chosen by :data:`CHOSEN` (the subject
+        never); a run without a plain arm shows its outputs against none."""
         if self.reference is not None:
             if self.reference not in names:
                 raise ValueError(f"--reference {self.reference} is not one of the run's arms ({', '.join(names)}); "
                                  "add it to --arms or name one of them")
             return self
-        plain = [n for n in names if n != subject and _arms.plain(n) == n]
-        checked = [n for n in names if n != subject]
+        plain = sorted((n for n in names if n != subject and _arms.plain(n) == n),
+                       key=lambda n: not _arms.is_llamacpp(n))  # stable: the run's order within each group
         if not plain:
-            if not checked:  # the subject alone: nothing to compare, the gate says why
-                return self
-            need = list(dict.fromkeys(_arms.plain(n) for n in checked))
-            raise ValueError(f"no plain arm in --arms {','.join(names)} to check the other arms' output against "
-                             f"(equal work): add {' or '.join(need)} (plain decode on the same engine) to --arms, "
-                             "or declare one with --reference ARM")
-        order = sorted(plain, key=lambda n: not _arms.is_llamacpp(n))  # stable: the run's order within each group
-        up = [n for n in order if ran is None or n in ran]
-        pick = (up or order)[0]
+            return replace(self, chosen_by="no plain arm in the run")
+        up = [n for n in plain if ran is None or n in ran]
+        pick = (up or plain)[0]
         how = CHOSEN if up or ran is None else f"{CHOSEN}; none ran, so {pick}, which did not run"
         return replace(self, reference=pick, chosen_by=how)
 
     def describe(self) -> str:
-        same = ("token-identical to" if self.token_tolerance == 0
-                else f"within {self.token_tolerance:.0%} of the output tokens of")
-        return (f"a turn is compared only where every arm decoded the tokens it asked for (or stopped where "
-                f"{self.reference} stopped) with output {same} {self.reference} (the reference arm: "
-                f"{self.chosen_by}); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified")
+        shown = f"; outputs are shown against {self.reference}'s ({self.chosen_by})" if self.reference else ""
+        return (f"a turn is compared only where every arm decoded the tokens it asked for (or stopped where greedy "
+                f"decoding would) and every token it emitted is within {self.margin_sd:g} σ of the top logit of a "
+                f"llama.cpp scorer of the same model, teacher-forced on that output (a near-tie broken either way is "
+                f"equal work); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified"
+                + shown)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -80,37 +77,35 @@ def output_match(own: Sequence[int], ref: Sequence[int]) -> float:
     return common_prefix(own, ref) / longest if longest else 1.0
 
 
-KINDS = {"no-reference": "no reference arm", "reference-incomplete": "the reference did not complete",
-         "less-work": "less work than asked", "other-output": "other output than the reference"}
+KINDS = {"unscored": "no greedy score", "less-work": "less work than asked",
+         "not-greedy": "other output than greedy decoding of the model"}
 
 
-def _why(row: dict, ref: dict | None, rule: EqualWork) -> tuple[str, str] | None:
+def _why(row: dict, rule: EqualWork) -> tuple[str, str] | None:
     """Why this row's turn cannot be compared (a kind of :data:`KINDS` and the particulars), or None."""
-    if ref is None:
-        return "no-reference", f"the reference arm {rule.reference} did not serve this turn to check the output against"
-    if ref is not row and _why(ref, ref, rule):
-        return "reference-incomplete", f"{rule.reference} itself did not complete this turn"
-    asked, got = int(row["max_tokens"]), int(row["decode_tokens"])
-    if got != asked:
-        genuine = (row["finish"] == "stop"
-                   and (ref is row or (ref["finish"] == "stop" and int(ref["decode_tokens"]) == got)))
-        if not genuine:
-            return "less-work", f"decoded {got} of the {asked} tokens asked (finish {row['finish']})"
-    if ref is not row and 1 - row["output_match"] > rule.token_tolerance:
-        return "other-output", (f"output differs from {rule.reference}'s ({row['output_match']:.0%} common "
-                                f"prefix, tolerance {rule.token_tolerance:.0%})")
+    gap = row.get("greedy_gap_sd")
+    if gap is None or pd.isna(gap):
+        return "unscored", "the scorer read no greedy gaps for this output"
+    asked, got, finish = int(row["max_tokens"]), int(row["decode_tokens"]), row["finish"]
+    if got != asked and not (finish == "stop" and row["stop_gap_sd"] <= rule.margin_sd):
+        why = (f"; greedy decoding would not stop there (end of generation {row['stop_gap_sd']:.2f} σ below the "
+               "scorer's top token)" if finish == "stop" else "")
+        return "less-work", f"decoded {got} of the {asked} tokens asked (finish {finish}{why})"
+    if not math.isfinite(gap):
+        return "not-greedy", f"output token {int(row['greedy_gap_at'])} is not in the model's vocabulary"
+    if gap > rule.margin_sd:
+        return "not-greedy", (f"output token {int(row['greedy_gap_at'])} is {gap:.2f} σ below the scorer's top token "
+                              f"(near-tie margin {rule.margin_sd:g} σ)")
     return None
 
 
 def mark(rows: pd.DataFrame, rule: EqualWork) -> pd.DataFrame:
-    """Add ``comparable``, ``excluded`` (a kind) and ``excluded_why`` to every (turn, arm) row; needs
-    ``output_match`` (see :mod:`.replay`)."""
+    """Add ``comparable``, ``excluded`` (a kind) and ``excluded_why`` to every (turn, arm) row; needs the
+    scorer's columns (:func:`.verify.row_of`)."""
     if rows.empty:
         return rows.assign(comparable=pd.Series(dtype=bool), excluded=pd.Series(dtype=object),
                            excluded_why=pd.Series(dtype=object))
-    recs = rows.to_dict("records")
-    refs = {r["step"]: r for r in recs if r["arm"] == rule.reference}
-    why = [_why(r, refs.get(r["step"]), rule) for r in recs]
+    why = [_why(r, rule) for r in rows.to_dict("records")]
     return rows.assign(comparable=[w is None for w in why], excluded=[w and w[0] for w in why],
                        excluded_why=[w and w[1] for w in why])
 

@@ -15,6 +15,8 @@ from .arms import CellArm
 from .equal import output_match
 from .render import BlockRenderer, ChatRenderer, Rendered, fit_scale
 from .traces import ChatTurn, Trace
+from . import verify
+from .verify import Scorer
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,13 @@ def build(trace: Trace, tok, context_tokens: int, vocab_size: int, tokens_per_bl
     return Workload(trace, turns, rule, dropped, context_tokens)
 
 
-def replay(work: Workload, arms: Sequence[CellArm], reference: str | None,
+def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, scorer: Scorer | None = None,
            on_row: Callable[[dict], None] | None = None) -> list[dict]:
-    """Serve every turn on every arm, interleaved; one row per (turn, arm), its output matched against the
-    ``reference`` arm's (:mod:`.equal`)."""
+    """Serve every turn on every arm, interleaved; one row per (turn, arm), its output scored for greedy
+    consistency by ``scorer`` once the turn's arms are done (:mod:`.verify`) and shown beside the ``reference``
+    arm's (:mod:`.equal`)."""
     seen = {a.spec.name: attr.Seen() for a in arms}
+    blocks = {a.spec.name: a.describe().block_tokens for a in arms}  # fixed while the arm is open
     rows: list[dict] = []
     for i, wt in enumerate(work.turns):
         order = list(arms[i % len(arms):]) + list(arms[:i % len(arms)]) if arms else []
@@ -99,8 +103,7 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None,
             prompt = wt.rendered.prompt
             res = arm.turn(prompt, wt.rendered.max_tokens)
             held = kept.as_engine_held(res.engine_resident_before)  # a loss the engine reported is its loss
-            block = arm.describe().block_tokens
-            ledger = attr.attribute(prompt, seen[name], res.key, held, res.reused, block_tokens=block,
+            ledger = attr.attribute(prompt, seen[name], res.key, held, res.reused, block_tokens=blocks[name],
                                     previous=wt.previous)
             seen[name].add(res.key, prompt)
             seen[name].add(res.key, prompt + res.tokens)
@@ -121,7 +124,10 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None,
                 "copy_fraction": wt.copy_fraction, "own_copy_fraction": copy_fraction(prompt, res.tokens),
             })
         plain = outputs.get(reference) if reference else None
+        distinct = dict.fromkeys(tuple(o) for o in outputs.values()) if scorer else {}
+        scores = {o: scorer.score(wt.rendered.prompt, o) for o in distinct}
         for row in rows[-len(order):]:
+            row |= verify.row_of(scores.get(tuple(outputs[row["arm"]])))
             row["same_tokens_as_reference"] = None if plain is None else outputs[row["arm"]] == plain
             row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:

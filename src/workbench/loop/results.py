@@ -30,7 +30,7 @@ class Loop(Declared):
     """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
     each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
 
-    version = "2"  # bump when what the loop measures changes (2: equal work, engine-read losses)
+    version = "3"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer)
     claims = (_gate.CLAIM,)
     figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
                Figure("speedup", "loop_speedup", rows="metrics"))
@@ -158,6 +158,7 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
             "ttft_p50_s": stats.percentile(df["ttft_s"], 50),
             "ttft_p90_s": stats.percentile(df["ttft_s"], 90),
             "loop_time_s": _loop_time(df),
+            "greedy_gap_max_sd": float(df["greedy_gap_sd"].max()),
         }, disqualified=barred[name], is_best=name == best)
         _reuse(df, s)
         if spec.speculation != "none":

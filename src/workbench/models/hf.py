@@ -4,6 +4,8 @@ vocabulary, the same weights), so vLLM and TensorRT-LLM run the very model llama
 
 from __future__ import annotations
 
+import functools
+
 import json
 import os
 import tempfile
@@ -178,10 +180,18 @@ def hf_geometry(config: Mapping[str, Any], dtype: str | None = None) -> tuple[Kv
 def gguf_geometry(path: Path, dtype_bytes: float = 2.0) -> tuple[KvGeometry, int | None, int | None]:
     """KV geometry, context ceiling and vocabulary size from a GGUF file's metadata (``{arch}.block_count``,
     ``.attention.head_count[_kv]``, ``.attention.key_length`` or ``.embedding_length`` / heads): for an engine
-    that serves the file but does not report its geometry (llama-server). The KV dtype is llama.cpp's f16."""
+    that serves the file but does not report its geometry (llama-server). The KV dtype is llama.cpp's f16.
+    Read once per file version: gguf's Python reader takes seconds over a 49k-token vocabulary, and the loop
+    describes its served arms every turn."""
+    st = Path(path).stat()
+    return _gguf_geometry(str(Path(path).resolve()), st.st_mtime_ns, st.st_size, dtype_bytes)
+
+
+@functools.lru_cache(maxsize=32)
+def _gguf_geometry(path: str, _mtime_ns: int, _size: int, dtype_bytes: float) -> tuple[KvGeometry, int | None, int | None]:
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(path))
+    reader = GGUFReader(path)
 
     def value(key: str) -> Any:
         f = reader.fields.get(key)

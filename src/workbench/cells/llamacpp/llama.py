@@ -155,6 +155,7 @@ class LlamaCppCell:
         self._state_samples: dict[int, int] = {}  # cells -> sequence state bytes, from full reads
         self._state_size: tuple[int, int] | None = None  # (header bytes, bytes per cell), once calibrated
         self._embed_ctx = None
+        self._eog: Any = None  # the vocabulary's end-of-generation ids, read once (greedy_gaps)
         self.manifest = Manifest(model.sha256, adapter_digests)
         self._template = self._meta("tokenizer.chat_template")
 
@@ -349,6 +350,38 @@ class LlamaCppCell:
         n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
         return [int(np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,)).argmax())
                 for i in range(len(tokens))]
+
+    def greedy_gaps(self, tokens: Sequence[int], *, slot: int = 0) -> tuple[list[float], float]:
+        """Append ``tokens`` and read, after each but the last, how far the next one's logit lies below the top
+        logit, in standard deviations of that position's logits (0: it is the argmax); and after the last, the
+        same for the best end-of-generation token. What the loop's scorer tells a greedy decode of this model
+        by (:mod:`workbench.loop.verify`): a near-tie that another engine's arithmetic broke the other way
+        is a small gap, a token greedy decoding would not pick is a large one."""
+        import numpy as np
+
+        seq = self._slot(slot)
+        if not tokens:
+            raise ValueError("greedy_gaps needs at least one token")
+        if seq.pending:
+            raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
+        self._check_fit(slot, len(seq.tokens) + len(tokens))
+        n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
+        if self._eog is None:
+            self._eog = np.array([t for t in range(n_vocab) if self.is_eog(t)], dtype=int)
+        eog = self._eog
+        gaps: list[float] = []
+        for start in range(0, len(tokens), self._n_batch):
+            chunk = list(tokens[start:start + self._n_batch])
+            self._eval(slot, chunk, all_logits=True)
+            for i in range(len(chunk)):
+                row = np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,))
+                top, sd = float(row.max()), float(row.std()) or 1.0
+                nxt = start + i + 1
+                if nxt < len(tokens):
+                    gaps.append((top - float(row[tokens[nxt]])) / sd)
+                else:
+                    stop = (top - float(row[eog].max())) / sd if len(eog) else float("inf")
+        return gaps, stop
 
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (the check decode stops on)."""
