@@ -27,6 +27,7 @@ from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_l
 
 INSTALL = "pip install 'workbench[fleet]' (ray==2.60.0)"
 _ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
+POLL_S = 5.0  # how often a driver waiting on its jobs checks for a node the cluster marked dead
 #: Why Ray gives up on a task whose process or node went away: the job is retried once elsewhere.
 _LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "ObjectFetchTimedOutError",
          "LocalRayletDiedError")
@@ -277,20 +278,17 @@ class RayExecutor(Executor):
             live[a.task] = a
         while live:
             deadlines = [a.deadline for a in live.values() if a.deadline is not None]
-            wait_s = max(0.0, min(deadlines) - time.perf_counter()) if deadlines else None
+            wait_s = min([max(0.0, d - time.perf_counter()) for d in deadlines] + [POLL_S])
             ready, _ = ray.wait(list(live), num_returns=1, timeout=wait_s)
-            if not ready:  # a job's time is up: its worker is killed, and nothing of it comes back
-                for a in [a for a in live.values() if a.deadline is not None and a.deadline <= time.perf_counter()]:
-                    ray.cancel(a.task, force=True)
-                    del live[a.task]
-                    yield a.job, a.attempt, Ran(TIMEOUT, timed_out(self.job_timeout_s), self._took(a), a.node,
-                                                a.lost)
+            if not ready:
+                yield from self._overdue(live)
+                yield from self._orphaned(live, start, verbose)
                 continue
             a = live.pop(ready[0])
             try:
                 got = ray.get(next(a.task))
             except Exception as e:  # noqa: BLE001 - Ray wraps each way a task can fail in its own type
-                retry = self._retry(a, e, start, verbose)
+                retry = self._retry(a, _why(e), start, verbose) if type(e).__name__ in _LOST else None
                 if retry is not None:
                     live[retry.task] = retry
                     continue
@@ -304,20 +302,48 @@ class RayExecutor(Executor):
                 continue
             yield a.job, a.attempt, Ran(got["status"], got["error"], got["duration_s"], a.node, a.lost, got["files"])
 
-    def _retry(self, a: _Attempt, e: Exception, start: Start, verbose: bool) -> _Attempt | None:
-        """The job's second attempt, on another node, when its first one's node or worker was lost; else None."""
-        if type(e).__name__ not in _LOST or a.lost is not None:
+    def _overdue(self, live: dict) -> Iterator[tuple[Job, str, Ran]]:
+        """Jobs whose time is up: each worker is killed, and nothing of it comes back."""
+        import ray
+
+        for a in [a for a in live.values() if a.deadline is not None and a.deadline <= time.perf_counter()]:
+            ray.cancel(a.task, force=True)
+            del live[a.task]
+            yield a.job, a.attempt, Ran(TIMEOUT, timed_out(self.job_timeout_s), self._took(a), a.node, a.lost)
+
+    def _orphaned(self, live: dict, start: Start, verbose: bool) -> Iterator[tuple[Job, str, Ran]]:
+        """Jobs whose node the cluster's GCS has marked dead. Ray reports such a task failed (NODE_DIED in the
+        driver's log) but was seen, in a full test run here, never to wake ``ray.wait`` on its stream: without
+        this the driver waited forever. Each is retried once elsewhere, or fails as a lost node."""
+        import ray
+
+        dead = {n["NodeID"] for n in ray.nodes() if not n["Alive"]}
+        for a in [a for a in live.values() if a.node and a.node.get("ray_node") in dead]:
+            del live[a.task]
+            why = "its node was marked dead by the cluster (ray.nodes) while the job's result was awaited"
+            retry = self._retry(a, why, start, verbose)
+            if retry is not None:
+                live[retry.task] = retry
+                continue
+            yield a.job, a.attempt, Ran("error", self._lost_words(a, why), self._took(a), a.node, a.lost)
+
+    def _retry(self, a: _Attempt, why: str, start: Start, verbose: bool) -> _Attempt | None:
+        """The job's second attempt, on another node, after its first one's node or worker was lost (``why``);
+        None when it was retried once already or no other node could take it."""
+        if a.lost is not None:
             return None
         avoid = (a.node or {}).get("ray_node")
         if avoid and not _other_node(avoid, a.job):
             return None
-        return self._submit(a.job, start(a.job), verbose, node_lost(_where(a.node), _why(e)), avoid)
+        return self._submit(a.job, start(a.job), verbose, node_lost(_where(a.node), why), avoid)
 
     def _failed(self, a: _Attempt, e: Exception) -> str:
         """A task that did not finish, in the local executor's words: ``Type: message``."""
-        if type(e).__name__ not in _LOST:
-            return _why(e)
-        words = node_lost(_where(a.node), _why(e))
+        return self._lost_words(a, _why(e)) if type(e).__name__ in _LOST else _why(e)
+
+    @staticmethod
+    def _lost_words(a: _Attempt, why: str) -> str:
+        words = node_lost(_where(a.node), why)
         if a.lost:
             return f"{words}; retried once already after {a.lost}"
         return f"{words}; no other node has the resources to retry it"
