@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .. import cells, findings
+from .. import findings
 from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
 from . import arms as _arms
@@ -109,8 +109,9 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     opened: list[_arms.CellArm] = []
     scorer: _verify.Scorer | None = None
     try:
-        rendered, vocab = _render(tr, model, threads, context_tokens, tokens_per_block)
         scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=threads)
+        rendered = _render(tr, scorer, context_tokens, tokens_per_block)
+        vocab = scorer.vocab
         opened = _open_arms([n for n in names if n not in not_run], not_run, arm_models, model, vocab,
                             threads=threads, context_tokens=context_tokens, drafter=drafter)
         total, done = len(rendered.turns) * len(opened), 0
@@ -154,17 +155,15 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     return result
 
 
-def _render(tr: _traces.Trace, model: str, threads: int, context_tokens: int,
-            tokens_per_block: int | None) -> tuple[_replay.Workload, int]:
-    """The trace's turns as token ids (tokenized by ``model`` on llama.cpp) and that vocabulary's size; no turn
-    that fits the context is an error naming the fix."""
-    with cells.open_cell("llamacpp", model, context_tokens=256, threads=threads) as tok:
-        vocab = tok.describe().extra["vocab_size"]
-        rendered = _replay.build(tr, tok, context_tokens, vocab, tokens_per_block)
+def _render(tr: _traces.Trace, scorer: _verify.Scorer, context_tokens: int,
+            tokens_per_block: int | None) -> _replay.Workload:
+    """The trace's turns as token ids, tokenized by the scorer's llama.cpp cell (the loop's ``model``, loaded
+    once for both); no turn that fits the context is an error naming the fix."""
+    rendered = _replay.build(tr, scorer.cell, context_tokens, scorer.vocab, tokens_per_block)
     if not rendered.turns:
         raise WorkbenchError(f"no turn of {tr.name} fits the {context_tokens}-token context "
                              f"({rendered.dropped} dropped); select other turns or a longer context")
-    return rendered, vocab
+    return rendered
 
 
 def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[str, str], model: str, vocab: int,

@@ -101,7 +101,7 @@ def _why(row: dict, rule: EqualWork) -> tuple[str, str] | None:
 
 def mark(rows: pd.DataFrame, rule: EqualWork) -> pd.DataFrame:
     """Add ``comparable``, ``excluded`` (a kind) and ``excluded_why`` to every (turn, arm) row; needs the
-    scorer's columns (:func:`.verify.row_of`)."""
+    scorer's columns (:meth:`.verify.Greedy.as_row`)."""
     if rows.empty:
         return rows.assign(comparable=pd.Series(dtype=bool), excluded=pd.Series(dtype=object),
                            excluded_why=pd.Series(dtype=object))

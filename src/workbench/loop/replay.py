@@ -16,7 +16,6 @@ from .equal import output_match
 from .render import BlockRenderer, ChatRenderer, Rendered, fit_scale
 from .traces import ChatTurn, Trace
 from . import verify
-from .verify import Scorer
 
 
 @dataclass(frozen=True)
@@ -86,7 +85,7 @@ def build(trace: Trace, tok, context_tokens: int, vocab_size: int, tokens_per_bl
     return Workload(trace, turns, rule, dropped, context_tokens)
 
 
-def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, scorer: Scorer | None = None,
+def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, scorer: verify.Scorer,
            on_row: Callable[[dict], None] | None = None) -> list[dict]:
     """Serve every turn on every arm, interleaved; one row per (turn, arm), its output scored for greedy
     consistency by ``scorer`` once the turn's arms are done (:mod:`.verify`) and shown beside the ``reference``
@@ -124,10 +123,9 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, score
                 "copy_fraction": wt.copy_fraction, "own_copy_fraction": copy_fraction(prompt, res.tokens),
             })
         plain = outputs.get(reference) if reference else None
-        distinct = dict.fromkeys(tuple(o) for o in outputs.values()) if scorer else {}
-        scores = {o: scorer.score(wt.rendered.prompt, o) for o in distinct}
+        scores = {o: scorer.score(wt.rendered.prompt, o) for o in dict.fromkeys(map(tuple, outputs.values()))}
         for row in rows[-len(order):]:
-            row |= verify.row_of(scores.get(tuple(outputs[row["arm"]])))
+            row |= scores[tuple(outputs[row["arm"]])].as_row()
             row["same_tokens_as_reference"] = None if plain is None else outputs[row["arm"]] == plain
             row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:

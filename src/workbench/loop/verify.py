@@ -28,10 +28,9 @@ class Greedy:
     at: int | None  # the output position of that largest gap (None: empty output)
     stop_gap_sd: float  # after the output: the best end-of-generation token's gap (0.0: greedy would stop there)
 
-
-def row_of(g: Greedy | None) -> dict:
-    """The per-turn row's columns for a score (all None where the output was not scored)."""
-    return {"greedy_gap_sd": g and g.max_gap_sd, "greedy_gap_at": g and g.at, "stop_gap_sd": g and g.stop_gap_sd}
+    def as_row(self) -> dict:
+        """The per-turn row's columns (:func:`.equal.mark` reads them)."""
+        return {"greedy_gap_sd": self.max_gap_sd, "greedy_gap_at": self.at, "stop_gap_sd": self.stop_gap_sd}
 
 
 class Scorer:
@@ -69,4 +68,4 @@ class Scorer:
         self.cell.close()
 
 
-__all__ = ["Greedy", "Scorer", "row_of"]
+__all__ = ["Greedy", "Scorer"]

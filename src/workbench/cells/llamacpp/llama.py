@@ -338,8 +338,6 @@ class LlamaCppCell:
         What speculative decoding verifies a draft with: position i's prediction is what greedy
         decoding would sample after ``tokens[:i + 1]`` (first maximum, like llama.cpp's greedy sampler).
         """
-        import numpy as np
-
         seq = self._slot(slot)
         if not 0 < len(tokens) <= self._n_batch:
             raise ValueError(f"eval_greedy takes 1..{self._n_batch} tokens (one batch), got {len(tokens)}")
@@ -347,9 +345,14 @@ class LlamaCppCell:
             raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
         self._check_fit(slot, len(seq.tokens) + len(tokens))
         self._eval(slot, list(tokens), all_logits=True)
+        return [int(self._logits_row(i).argmax()) for i in range(len(tokens))]
+
+    def _logits_row(self, i: int) -> Any:
+        """Row ``i`` of the last batch's logits, as a numpy view (no copy) over the engine's buffer."""
+        import numpy as np
+
         n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
-        return [int(np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,)).argmax())
-                for i in range(len(tokens))]
+        return np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,))
 
     def greedy_gaps(self, tokens: Sequence[int], *, slot: int = 0) -> tuple[list[float], float]:
         """Append ``tokens`` and read, after each but the last, how far the next one's logit lies below the top
@@ -365,16 +368,16 @@ class LlamaCppCell:
         if seq.pending:
             raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
         self._check_fit(slot, len(seq.tokens) + len(tokens))
-        n_vocab = self._ll.llama_vocab_n_tokens(self._vocab)
         if self._eog is None:
-            self._eog = np.array([t for t in range(n_vocab) if self.is_eog(t)], dtype=int)
+            self._eog = np.array([t for t in range(self._ll.llama_vocab_n_tokens(self._vocab)) if self.is_eog(t)],
+                                 dtype=int)
         eog = self._eog
         gaps: list[float] = []
         for start in range(0, len(tokens), self._n_batch):
             chunk = list(tokens[start:start + self._n_batch])
             self._eval(slot, chunk, all_logits=True)
             for i in range(len(chunk)):
-                row = np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,))
+                row = self._logits_row(i)
                 top, sd = float(row.max()), float(row.std()) or 1.0
                 nxt = start + i + 1
                 if nxt < len(tokens):
