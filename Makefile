@@ -80,12 +80,12 @@ endif
 
 # The main job: every notebook on the embedded default (llama.cpp, SmolLM2-135M, CPU), and on
 # TensorRT-LLM and vLLM side by side (where an engine cannot run here: not-run findings with the
-# reason), then the report and a written-back copy of the blueprint, all under $(RUN).
+# reason), then the report and a written-back copy of the blueprint, all under $(RUN). The first
+# notebook, 00_environment, records what `workbench doctor` prints (`make doctor` prints it alone).
 # The vLLM pass gives isolation the probe's own prompt length (192; the notebook's 64 is sized for CI):
 # on the small synthetic model a repeat of 64 tokens is not measurably faster than cold, so timing could
 # not show a cross-salt hit either way.
 run: setup
-	$(BIN)/workbench doctor
 	$(BIN)/workbench run --out $(RUN) --model $(MODEL) --engine llamacpp --engine trtllm
 	$(BIN)/workbench run --out $(RUN) --model $(VLLM_MODEL) --engine vllm -p prompt_tokens=192
 

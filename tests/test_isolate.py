@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import signal
@@ -149,12 +150,14 @@ def test_sigint_to_a_probe_exits_130_promptly_with_no_finding_and_no_process_lef
 
 
 def _seen() -> dict:
-    return {"preloaded": "colorsys" in sys.modules, "env": os.environ.get("WB_ISOLATE_PROBE"), "cwd": os.getcwd()}
+    return {"preloaded": "colorsys" in sys.modules, "env": os.environ.get("WB_ISOLATE_PROBE"), "cwd": os.getcwd(),
+            "frozen": gc.get_freeze_count()}
 
 
 def test_a_preloaded_child_starts_with_the_modules_and_the_callers_env_and_cwd(tmp_path):
     """A forkserver imports the engine once per process; each child still gets the environment and working folder
-    of its call (not of the forkserver's start), and a crash in it is still reported with its signal."""
+    of its call (not of the forkserver's start), and a crash in it is still reported with its signal. What the
+    forkserver imported is frozen (a collection in the child must not walk it, _forkserver_frozen)."""
     code = textwrap.dedent(f"""
         import json, os, sys
         import test_isolate
@@ -175,5 +178,6 @@ def test_a_preloaded_child_starts_with_the_modules_and_the_callers_env_and_cwd(t
     assert r.returncode == 0, r.stderr
     first, second, spawned, crash = json.loads(r.stdout.splitlines()[-1])
     assert first["preloaded"] and second["preloaded"] and not spawned["preloaded"]
+    assert first["frozen"] > 1000 and spawned["frozen"] == 0
     assert first["env"] is None and second["env"] == "later" and second["cwd"] == str(tmp_path)
     assert crash == signal.SIGSEGV

@@ -171,7 +171,7 @@ def _context(preload: Sequence[str]) -> Any:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     if _PRELOADED is None:
-        ctx.set_forkserver_preload(["workbench._forkserver_guard", __name__, *want])
+        ctx.set_forkserver_preload(["workbench._forkserver_guard", __name__, *want, "workbench._forkserver_frozen"])
         _PRELOADED = want
     return ctx if want == _PRELOADED else multiprocessing.get_context("spawn")
 

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import ipaddress
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -95,6 +97,17 @@ def llama_server_binary() -> str | None:
         if cand and os.access(cand, os.X_OK):
             return cand
     return None
+
+
+@functools.cache
+def llama_server_version(binary: str) -> str | None:
+    """What ``binary --version`` says it is (``0.5.0-dev (build 1, commit 0c1e570)``); None if it says nothing."""
+    try:
+        said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"^version:\s*(.+)$", said.stdout + said.stderr, re.MULTILINE)
+    return found.group(1).strip() if found else None
 
 
 def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:

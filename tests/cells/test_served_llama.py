@@ -39,6 +39,14 @@ def test_it_is_a_cell_that_describes_the_server(cell):
     assert "kv_readback" not in d.observers and "engine_salt" in d.absent and "reuse_counter" not in d.absent
 
 
+def test_availability_names_the_build_the_server_reports(cell):
+    from workbench import cells
+
+    version = cells.availability("llamacpp-server").version  # from `llama-server --version`, no model loaded
+    commit = version.rsplit("commit ", 1)[-1].rstrip(")")
+    assert len(commit) >= 7 and commit in cell.describe().engine_version  # the build the running server reports
+
+
 def test_reuse_is_read_from_the_server_per_request(cell):
     a = ids(120, start=301)
     cold = cell.ensure_prefix(a, slot=0)

@@ -306,7 +306,7 @@ class LlamaServerCell(ServedCell):
             return Availability(cls.engine, False, None,
                                 "no llama-server binary: `make setup` builds it from the pinned llama-cpp-python "
                                 f"sdist into ~/.cache/workbench/; or set {serve.LLAMA_SERVER_ENV} to one")
-        return Availability(cls.engine, True, None, None, {"binary": binary})
+        return Availability(cls.engine, True, serve.llama_server_version(binary), None, {"binary": binary})
 
     def _prepare_model(self) -> None:
         if not self.model.is_gguf:

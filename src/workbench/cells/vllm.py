@@ -32,6 +32,7 @@ Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import itertools
 import os
@@ -106,7 +107,8 @@ def _environment(values: Mapping[str, str], drop: Sequence[str] = ()) -> Iterato
 
 
 def _release_inprocess_state() -> None:
-    """Tear down the process-wide distributed state an in-process engine set up, so the next can start."""
+    """Tear down the process-wide distributed state an in-process engine set up, so the next can start, and collect
+    the engine (``cleanup_dist_env_and_memory`` unfreezes the heap first, so a cycle frozen with it is freed too)."""
     with contextlib.suppress(Exception):
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
@@ -495,13 +497,16 @@ class VllmCell(EventCapacity, RequestCell):
 
     def _stop(self) -> None:
         if self._llm is not None:
-            llm, self._llm = self._llm, None
+            llm, self._llm, self._engine = self._llm, None, None  # no reference left: the collection below frees it
             with contextlib.suppress(Exception):
                 llm.llm_engine.engine_core.shutdown(timeout=2.0)
             del llm
             if self._inprocess:
                 VllmCell._inprocess_open -= 1
                 _release_inprocess_state()
+                # vLLM unfroze the heap to free the engine; what is left is long-lived again, and the next engine's
+                # start collects every unfrozen object (0.4 s in a forkserver child): freeze it back
+                gc.freeze()
         if self._events is not None:
             self._events.close()
             self._events = None

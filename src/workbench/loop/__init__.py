@@ -109,7 +109,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     opened: list[_arms.CellArm] = []
     scorer: _verify.Scorer | None = None
     try:
-        scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=threads)
+        # the scorer works between timed turns, never beside one: it takes every core
+        scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=os.cpu_count() or 1)
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         vocab = scorer.vocab
         opened = _open_arms([n for n in names if n not in not_run], not_run, arm_models, model, vocab,

@@ -40,7 +40,7 @@ class Scorer:
 
     def __init__(self, model: str, *, context_tokens: int, threads: int) -> None:
         self.cell = cells.open_cell("llamacpp", model, context_tokens=context_tokens, threads=threads)
-        self.model = self.cell.model
+        self.model, self.threads = self.cell.model, threads
         self.vocab = int(self.cell.describe().extra["vocab_size"])
         self.elapsed_s = 0.0  # wall time spent scoring, outside every arm's timing (recorded in the workload)
 
@@ -62,7 +62,7 @@ class Scorer:
 
     def describe(self) -> dict:
         return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256,
-                "elapsed_s": self.elapsed_s}
+                "threads": self.threads, "elapsed_s": self.elapsed_s}
 
     def close(self) -> None:
         self.cell.close()
