@@ -7,7 +7,9 @@ fresh salts, so no test sees another's cached blocks, and tests that need an emp
 
 from __future__ import annotations
 
+import gc
 import uuid
+import weakref
 
 import numpy as np
 import pytest
@@ -60,6 +62,17 @@ def test_without_vllm_availability_says_how_to_install(monkeypatch):
 
 
 # ------------------------------------------------------------------ the engine
+
+
+def test_closing_an_in_process_engine_frees_it_and_freezes_the_heap_again():
+    """Runs before the module's cell opens (a second cell would run out of process). vLLM unfreezes the heap to
+    free an engine; the cell lets it go (no reference left) and freezes what is left again."""
+    require_engine("vllm")
+    c = open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B)
+    assert c._inprocess, "another cell of this process was open: this test must run before the module's cell"
+    engine = weakref.ref(c._engine)
+    c.close()
+    assert engine() is None and gc.get_freeze_count() > 0
 
 
 def test_cell_satisfies_the_contract_protocol(cell):
