@@ -84,6 +84,18 @@ def naming(text: str) -> list:
     return found
 
 
+def require_ray():
+    """Ray's module; skip without it (the ``fleet`` extra), fail where WORKBENCH_REQUIRE_FLEET=1 (.ci/run)."""
+    try:
+        import ray
+    except ImportError:
+        if os.environ.get("WORKBENCH_REQUIRE_FLEET") == "1":
+            pytest.fail("ray is not installed (WORKBENCH_REQUIRE_FLEET=1 requires it): pip install -e '.[fleet]'",
+                        pytrace=False)
+        pytest.skip("ray is not installed: the fleet extra (pip install -e '.[fleet]') runs these tests")
+    return ray
+
+
 def gone_within(seconds: float, pids) -> list[int]:
     """The pids still alive after waiting up to ``seconds`` for them to end ([] when all ended)."""
     import time

@@ -16,24 +16,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import naming
+from conftest import naming, require_ray
 
 from workbench import findings, manifest, matrix, runner, standing
 
 pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 FLEET = Path(__file__).parent / "fixtures" / "fleet"
-
-
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        if os.environ.get("WORKBENCH_REQUIRE_FLEET") == "1":
-            pytest.fail("ray is not installed (WORKBENCH_REQUIRE_FLEET=1 requires it): pip install -e '.[fleet]'",
-                        pytrace=False)
-        pytest.skip("ray is not installed: the fleet extra (pip install -e '.[fleet]') runs these tests")
-    return ray
 
 
 @pytest.fixture
@@ -43,7 +32,7 @@ def ray_tmp(monkeypatch):
 
     import psutil
 
-    _ray()
+    require_ray()
     tmp = tempfile.mkdtemp(prefix="wbr-", dir="/tmp")
     monkeypatch.setenv("RAY_TMPDIR", tmp)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
@@ -166,7 +155,7 @@ def test_a_bad_or_unreachable_address_exits_2_naming_the_fix(tmp_path):
 
     from workbench.cli import app
 
-    _ray()
+    require_ray()
     run = ["run", "-o", str(tmp_path / "run"), "--only", "00_environment", "--executor", "ray"]
     r = CliRunner().invoke(app, run + ["--address", "head.example:port"])
     assert r.exit_code == 2 and "is not HOST:PORT" in r.output and "ray start --head" in r.output

@@ -27,10 +27,8 @@ from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_l
 
 INSTALL = "pip install 'workbench[fleet]' (ray==2.60.0)"
 _ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
-POLL_S = 5.0  # how often a driver waiting on its jobs checks for a node the cluster marked dead
-#: Why Ray gives up on a task whose process or node went away: the job is retried once elsewhere.
-_LOST = ("WorkerCrashedError", "NodeDiedError", "ObjectLostError", "OwnerDiedError", "ObjectFetchTimedOutError",
-         "LocalRayletDiedError")
+POLL_S = 5.0  # how often a driver waiting on its jobs checks for tasks that ended without waking their stream
+FETCH_S = 60.0  # the longest a driver waits to fetch one item a task yielded (its node may be gone with it)
 
 
 def check_address(address: str) -> tuple[str, int] | None:
@@ -100,6 +98,27 @@ def _loopback() -> Iterator[None]:
 
     with mock.patch.object(services, "resolve_ip_for_localhost", lambda host: host):
         yield
+
+
+def loopback_hook(ray_params: Any, head: bool) -> None:
+    """``RAY_START_HOOK=workbench.fleet.loopback_hook ray start …``: a node of a cluster on this machine alone,
+    which binds loopback only. ``ray start`` rewrites 127.0.0.1 into the routable IP before it calls the hook
+    (``ray/scripts/scripts.py``), and a head starts Ray's client server on that IP (port 10001) unless it has no
+    port; the hook undoes both, and keeps 127.0.0.1 for the rest of the start (the GCS address included)."""
+    from ray._private import services
+
+    services.resolve_ip_for_localhost = lambda host: host
+    ray_params.node_ip_address = ray_params.node_name = "127.0.0.1"
+    ray_params.ray_client_server_port = None
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str:
@@ -234,7 +253,10 @@ class RayExecutor(Executor):
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
-            if self.address:
+            if self.address and self._probe and _is_loopback(self._probe[0]):  # a cluster on this machine only
+                with _loopback():
+                    ray.init(address=self.address, _node_ip_address="127.0.0.1", **kw)
+            elif self.address:
                 ray.init(address=self.address, **kw)
             else:
                 self._head = _local_head(ray, self.num_cpus, kw)
@@ -280,27 +302,53 @@ class RayExecutor(Executor):
             deadlines = [a.deadline for a in live.values() if a.deadline is not None]
             wait_s = min([max(0.0, d - time.perf_counter()) for d in deadlines] + [POLL_S])
             ready, _ = ray.wait(list(live), num_returns=1, timeout=wait_s)
-            if not ready:
-                yield from self._overdue(live)
-                yield from self._orphaned(live, start, verbose)
+            if ready:
+                yield from self._take(live.pop(ready[0]), live, start, verbose)
                 continue
-            a = live.pop(ready[0])
-            try:
-                got = ray.get(next(a.task))
-            except Exception as e:  # noqa: BLE001 - Ray wraps each way a task can fail in its own type
-                retry = self._retry(a, _why(e), start, verbose) if type(e).__name__ in _LOST else None
-                if retry is not None:
-                    live[retry.task] = retry
-                    continue
-                yield a.job, a.attempt, Ran("error", self._failed(a, e), self._took(a), a.node, a.lost)
-                continue
-            if a.node is None:  # the first yield: the job started on a.node; its clock runs from now
-                a.node = got
-                if self.job_timeout_s:
-                    a.deadline = time.perf_counter() + self.job_timeout_s
-                live[a.task] = a
-                continue
-            yield a.job, a.attempt, Ran(got["status"], got["error"], got["duration_s"], a.node, a.lost, got["files"])
+            yield from self._overdue(live)
+            yield from self._ended(live, start, verbose)
+
+    def _take(self, a: _Attempt, live: dict, start: Start, verbose: bool) -> Iterator[tuple[Job, str, Ran]]:
+        """The next item of ``a``'s stream: where it started (the job's clock runs from then), its result, or
+        why it failed. Neither step blocks for long: ``next()`` on Ray's stream gets the task's return object with no
+        timeout, which hangs while that object is lost with its node (ray-project/ray#64014), so the stream is
+        read with ``_next_sync(timeout_s=FETCH_S)`` (Ray 2.60, pinned) and each item fetched within FETCH_S; what
+        is not there by then went with its node."""
+        import ray
+
+        try:
+            ref = a.task._next_sync(timeout_s=FETCH_S)
+            if ref.is_nil():
+                raise _NodeGone(f"GetTimeoutError: the task's stream ended, but how it ended was not readable "
+                                f"within {FETCH_S:g} s")
+            got = ray.get(ref, timeout=FETCH_S)
+        except StopIteration:
+            yield a.job, a.attempt, Ran("error", "RuntimeError: the task ended without its result", self._took(a),
+                                        a.node, a.lost)
+            return
+        except Exception as e:  # noqa: BLE001 - Ray wraps each way a task can fail in its own type
+            yield from self._failed(a, e, live, start, verbose)
+            return
+        if a.node is None:  # the first yield: the job started on a.node
+            a.node = got
+            if self.job_timeout_s:
+                a.deadline = time.perf_counter() + self.job_timeout_s
+            live[a.task] = a
+            return
+        yield a.job, a.attempt, Ran(got["status"], got["error"], got["duration_s"], a.node, a.lost, got["files"])
+
+    def _failed(self, a: _Attempt, e: Exception, live: dict, start: Start,
+                verbose: bool) -> Iterator[tuple[Job, str, Ran]]:
+        """A task that did not finish: retried once elsewhere when its node or worker was lost, else recorded in
+        the local executor's words (``Type: message``)."""
+        if not _lost(e):
+            yield a.job, a.attempt, Ran("error", _why(e), self._took(a), a.node, a.lost)
+            return
+        retry = self._retry(a, _why(e), start, verbose)
+        if retry is not None:
+            live[retry.task] = retry
+            return
+        yield a.job, a.attempt, Ran("error", self._lost_words(a, _why(e)), self._took(a), a.node, a.lost)
 
     def _overdue(self, live: dict) -> Iterator[tuple[Job, str, Ran]]:
         """Jobs whose time is up: each worker is killed, and nothing of it comes back."""
@@ -311,21 +359,28 @@ class RayExecutor(Executor):
             del live[a.task]
             yield a.job, a.attempt, Ran(TIMEOUT, timed_out(self.job_timeout_s), self._took(a), a.node, a.lost)
 
-    def _orphaned(self, live: dict, start: Start, verbose: bool) -> Iterator[tuple[Job, str, Ran]]:
-        """Jobs whose node the cluster's GCS has marked dead. Ray reports such a task failed (NODE_DIED in the
-        driver's log) but was seen, in a full test run here, never to wake ``ray.wait`` on its stream: without
-        this the driver waited forever. Each is retried once elsewhere, or fails as a lost node."""
+    def _ended(self, live: dict, start: Start, verbose: bool) -> Iterator[tuple[Job, str, Ran]]:
+        """Tasks that ended without waking ``ray.wait`` on their stream, seen in a full test run here: Ray
+        logged the task NODE_DIED and the driver then waited forever (Ray can leave a failed stream without its
+        end, ray-project/ray#62537). Two signs, each read every POLL_S: the task's own completion object holds
+        its failure (``completed()``, which a task that never started sets too), or the cluster marked the node
+        it started on dead (``ray.nodes``). Each is failed as :meth:`_failed` says: retried once elsewhere."""
         import ray
 
         dead = {n["NodeID"] for n in ray.nodes() if not n["Alive"]}
-        for a in [a for a in live.values() if a.node and a.node.get("ray_node") in dead]:
-            del live[a.task]
-            why = "its node was marked dead by the cluster (ray.nodes) while the job's result was awaited"
-            retry = self._retry(a, why, start, verbose)
-            if retry is not None:
-                live[retry.task] = retry
-                continue
-            yield a.job, a.attempt, Ran("error", self._lost_words(a, why), self._took(a), a.node, a.lost)
+        for a in list(live.values()):
+            done, _ = ray.wait([a.task.completed()], timeout=0, fetch_local=False)
+            if done:
+                try:
+                    ray.get(done[0], timeout=FETCH_S)
+                except Exception as e:  # noqa: BLE001 - the task's failure, as Ray words it
+                    del live[a.task]
+                    yield from self._failed(a, e, live, start, verbose)
+                continue  # it ended well: its last items are still on their way
+            if a.node and a.node.get("ray_node") in dead:
+                del live[a.task]
+                why = "NodeDiedError: its node was marked dead by the cluster (ray.nodes) while the job ran"
+                yield from self._failed(a, _NodeGone(why), live, start, verbose)
 
     def _retry(self, a: _Attempt, why: str, start: Start, verbose: bool) -> _Attempt | None:
         """The job's second attempt, on another node, after its first one's node or worker was lost (``why``);
@@ -336,10 +391,6 @@ class RayExecutor(Executor):
         if avoid and not _other_node(avoid, a.job):
             return None
         return self._submit(a.job, start(a.job), verbose, node_lost(_where(a.node), why), avoid)
-
-    def _failed(self, a: _Attempt, e: Exception) -> str:
-        """A task that did not finish, in the local executor's words: ``Type: message``."""
-        return self._lost_words(a, _why(e)) if type(e).__name__ in _LOST else _why(e)
 
     @staticmethod
     def _lost_words(a: _Attempt, why: str) -> str:
@@ -368,7 +419,26 @@ def _where(node_: Mapping[str, Any] | None) -> str:
     return f"node {node_['ray_node']} ({node_['hostname']})"
 
 
+class _NodeGone(Exception):
+    """A node the cluster marked dead under a live attempt: Ray raised nothing, the driver saw it."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def _lost(e: Exception) -> bool:
+    """Ray gave up on the task because its process, its node or its result went away (the job is retried
+    once elsewhere), not because the notebook failed. A result not fetched within FETCH_S counts: it went with
+    its node."""
+    from ray import exceptions as x
+
+    return isinstance(e, (_NodeGone, x.WorkerCrashedError, x.NodeDiedError, x.ObjectLostError,
+                          x.LocalRayletDiedError, x.GetTimeoutError))
+
+
 def _why(e: Exception) -> str:
+    if isinstance(e, _NodeGone):
+        return str(e)
     first = next((line for line in str(e).splitlines() if line.strip()), "")
     return f"{type(e).__name__}: {first}".rstrip(": ")
 

@@ -768,16 +768,23 @@ class VllmServerCell(EventCapacity, ServedCell):
         return self._events.drain(timeout_s=timeout_s)
 
 
+def _samples(text: str, metric: str) -> list:
+    """One metric's samples in a Prometheus text exposition (``prometheus_client``'s own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(text if isinstance(text, str) else "")
+    return [s for family in families for s in family.samples if s.name == metric]
+
+
 def _prometheus_sum(text: str, metric: str) -> float:
     """The sum of one Prometheus metric's samples (every label set); 0 when it is absent."""
-    pattern = r"^" + re.escape(metric) + r"(?:\{[^}]*\})?\s+(\S+)"
-    return sum(float(v) for v in re.findall(pattern, text if isinstance(text, str) else "", re.M))
+    return sum(s.value for s in _samples(text, metric))
 
 
 def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
     """The labels of one Prometheus sample (``name{a="1",b="x"} 1``); empty when the metric is absent."""
-    m = re.search(re.escape(metric) + r"\{([^}]*)\}", text if isinstance(text, str) else "")
-    return dict(re.findall(r'(\w+)="([^"]*)"', m.group(1))) if m else {}
+    found = _samples(text, metric)
+    return dict(found[0].labels) if found else {}
 
 
 # --------------------------------------------------------------------------- TensorRT-LLM
