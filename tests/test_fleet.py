@@ -202,3 +202,19 @@ def test_a_driver_killed_outright_takes_its_local_head_and_jobs_with_it(tmp_path
     left = gone_within(30, ours)
     assert not left, [(p, Path(f"/proc/{p}/cmdline").read_bytes()[:120]) for p in left]
     assert manifest.load(out).notebooks["llamacpp/holds"].status == "running"  # it never finished: resume reruns it
+
+
+def test_what_counts_as_a_lost_node_is_ray_s_own_exception_classes():
+    """A lost worker, node or result is retried once elsewhere; the notebook's own failure is not (by class,
+    so Ray's subclasses such as ObjectReconstructionFailedError count, which a name check missed)."""
+    ray = require_ray()
+    from workbench.fleet import _lost, _NodeGone, _why
+
+    x = ray.exceptions
+    lost = [x.NodeDiedError("node gone"), x.WorkerCrashedError(), x.LocalRayletDiedError(), x.GetTimeoutError(),
+            x.ObjectReconstructionFailedError("ab" * 14), _NodeGone("NodeDiedError: marked dead")]
+    kept = [x.RayTaskError("run_job", "Traceback …", RuntimeError("cell 3")), RuntimeError("boom"), ValueError()]
+    assert [_lost(e) for e in lost] == [True] * len(lost)
+    assert [_lost(e) for e in kept] == [False] * len(kept)
+    assert _why(_NodeGone("NodeDiedError: marked dead")) == "NodeDiedError: marked dead"
+    assert _why(x.NodeDiedError("node gone\nmore")) == "NodeDiedError: node gone"
