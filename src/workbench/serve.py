@@ -11,7 +11,8 @@ tests. A server:
 - runs in its own process group, which :meth:`Server.stop` ends (SIGTERM, then SIGKILL): the workbench
   exiting (atexit), SIGTERM (a handler stops every server, then the signal takes its default course), an
   exception in the caller (context manager) and the caller being killed outright (Linux
-  ``PR_SET_PDEATHSIG``: the kernel sends the server SIGTERM when its parent dies) all stop it.
+  ``PR_SET_PDEATHSIG``: the kernel sends the server SIGTERM, llama-server SIGKILL, when its parent dies)
+  all stop it.
 
 Nothing here imports an engine: each engine is an argv builder (:data:`ENGINES`).
 """
@@ -72,6 +73,8 @@ class Launch:
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     files: Mapping[str, str] = field(default_factory=dict)  # file name -> text, written into the log folder
+    #: what the kernel sends the server when the process that started it dies (PR_SET_PDEATHSIG)
+    death_signal: int = signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,10 @@ def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
         argv += ["--slot-save-path", str(req.options["slot_save_path"])]
     if req.api_key:
         argv += ["--api-key", req.api_key]
-    return Launch(tuple(argv + list(req.extra_args)))
+    # SIGKILL on its starter's death: llama-server's SIGTERM handler stops its task queue and then joins its HTTP
+    # threads, which never ends while a request is in flight (seen in a full test run here: a server left running
+    # 7 min after its run was stopped mid-probe); it has no children and nothing to flush
+    return Launch(tuple(argv + list(req.extra_args)), death_signal=signal.SIGKILL)
 
 
 def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
@@ -233,11 +239,11 @@ _LOCK = threading.Lock()
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """The kernel sends the server SIGTERM when the process that started it dies, however it dies."""
+def _die_with_parent(death_signal: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+    """The kernel sends the server ``death_signal`` when the process that started it dies, however it dies."""
     os.setsid()
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, death_signal)
     except (OSError, AttributeError):
         pass
 
@@ -344,7 +350,8 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: fl
         log.write(f"$ {' '.join(launch.argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=os.environ | dict(launch.env), preexec_fn=_die_with_parent, close_fds=True)
+                                env=os.environ | dict(launch.env), preexec_fn=functools.partial(_die_with_parent, launch.death_signal),
+                                close_fds=True)
     host = f"[{req.host}]" if ":" in req.host else req.host
     server = Server(req, proc, f"http://{host}:{port}", log_path, launch.argv)
     with _LOCK:
