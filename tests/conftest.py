@@ -84,6 +84,32 @@ def naming(text: str) -> list:
     return found
 
 
+def listening(pids) -> list[tuple[str, str, int]]:
+    """(process name, ip, port) of every listening inet socket of ``pids``, read from the OS."""
+    import psutil
+
+    found = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            found += [(proc.name(), c.laddr.ip, c.laddr.port) for c in proc.net_connections("inet")
+                      if c.status == psutil.CONN_LISTEN]
+        except psutil.Error:
+            continue
+    return found
+
+
+def off_loopback(sockets) -> list[tuple[str, str, int]]:
+    """The sockets of :func:`listening` bound off loopback (an IPv4-mapped loopback counts as loopback)."""
+    import ipaddress
+
+    def loop(ip: str) -> bool:
+        a = ipaddress.ip_address(ip)
+        return (getattr(a, "ipv4_mapped", None) or a).is_loopback
+
+    return [s for s in sockets if not loop(s[1])]
+
+
 def require_ray():
     """Ray's module; skip without it (the ``fleet`` extra), fail where WORKBENCH_REQUIRE_FLEET=1 (.ci/run)."""
     try:

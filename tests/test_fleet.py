@@ -6,9 +6,7 @@ makes that a failure. Every Ray process these tests start is gone when they end 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import ipaddress
 import base64
 import os
 import time
@@ -16,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import naming, require_ray
+from conftest import listening, naming, off_loopback, require_ray
 
 from workbench import findings, manifest, matrix, runner, standing
 
@@ -54,27 +52,16 @@ def _run(out: Path, m: matrix.Matrix, books: Path, executor=None) -> int:
                             jobs=lambda o: m.jobs(o, books), executor=executor)
 
 
-def _loopback(ip: str) -> bool:
-    a = ipaddress.ip_address(ip)
-    return (getattr(a, "ipv4_mapped", None) or a).is_loopback
-
-
 def test_the_local_head_listens_on_loopback_only(ray_tmp):
     """Ray rewrites 127.0.0.1 into the routable IP unless told otherwise (workbench.fleet._loopback); every
     listening socket of the head's processes, read from the OS, is on loopback."""
-    import psutil
-
     from workbench.fleet import RayExecutor, session_processes
 
     with RayExecutor(num_cpus=1) as ex:
         procs = session_processes(ex._head)
-        sockets = []
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                sockets += [(p.name(), c.laddr.ip, c.laddr.port) for c in p.net_connections("inet")
-                            if c.status == psutil.CONN_LISTEN]
+        sockets = listening([p.pid for p in procs])
     assert len(procs) >= 3 and sockets, (procs, sockets)  # gcs_server, raylet, agents: something listens
-    off = [s for s in sockets if not _loopback(s[1])]
+    off = off_loopback(sockets)
     assert not off, f"the local head listens off loopback: {off}"
 
 

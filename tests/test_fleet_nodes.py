@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import descendants, gone_within, naming, require_ray
+from conftest import descendants, gone_within, listening, naming, off_loopback, require_ray
 
 from workbench import findings, manifest
 
@@ -51,20 +51,25 @@ class Cluster:
     root: Path
     nodes: dict[str, Node]
 
-    def driver(self, out: Path, code: str, *args: str, timeout_s: float = 420) -> subprocess.CompletedProcess:
-        """Run ``code`` (a driver of this cluster) in a child process; past ``timeout_s`` it is killed and the
-        test fails with the tail of its output."""
+    def spawn(self, out: Path, code: str, *args: str) -> tuple[subprocess.Popen, Path]:
+        """Start ``code`` (a driver of this cluster: argv address, out, *args) in a session of its own; its
+        output goes to ``out``.log."""
         log = out.with_suffix(".log")
         with open(log, "wb") as f:
-            proc = subprocess.Popen([sys.executable, "-c", code, self.address, str(out), *args], env=os.environ | ENV,
-                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                pytest.fail(f"the driver still waited after {timeout_s:g} s:\n{log.read_text()[-3000:]}\n"
-                            f"nodes: {self.alive()}", pytrace=False)
+            return subprocess.Popen([sys.executable, "-c", code, self.address, str(out), *args], env=os.environ | ENV,
+                                    stdout=f, stderr=subprocess.STDOUT, start_new_session=True), log
+
+    def driver(self, out: Path, code: str, *args: str, timeout_s: float = 420) -> subprocess.CompletedProcess:
+        """Run a driver (:meth:`spawn`) to its end; past ``timeout_s`` it is killed and the test fails with the
+        tail of its output."""
+        proc, log = self.spawn(out, code, *args)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"the driver still waited after {timeout_s:g} s:\n{log.read_text()[-3000:]}\n"
+                        f"nodes: {self.alive()}", pytrace=False)
         return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(), "")
 
     def alive(self) -> dict:
@@ -127,30 +132,13 @@ def cluster():
         listed = json.loads(got.stdout.strip().splitlines()[-1]) if got.returncode == 0 else []
         assert sum(n["Alive"] for n in listed) == 3, (got.stdout[-3000:], c.alive())
         assert {n["NodeManagerAddress"] for n in listed} == {"127.0.0.1"}, listed
-        off = _listening_off_loopback(set().union(*(n.processes() for n in nodes.values())))
+        off = off_loopback(listening(set().union(*(n.processes() for n in nodes.values()))))
         assert not off, f"the cluster listens off loopback: {off}"
         yield c
     finally:
         left = _stop(list(nodes.values()))
         assert not left, f"cluster processes outlived the module: {left}"
         assert not naming(str(root)), [p.info["cmdline"][:3] for p in naming(str(root))]
-
-
-def _listening_off_loopback(pids) -> list:
-    import ipaddress
-
-    import psutil
-
-    off = []
-    for pid in pids:
-        try:
-            for c in psutil.Process(pid).net_connections("inet"):
-                a = ipaddress.ip_address(c.laddr.ip)
-                if c.status == psutil.CONN_LISTEN and not (getattr(a, "ipv4_mapped", None) or a).is_loopback:
-                    off.append((pid, psutil.Process(pid).name(), c.laddr))
-        except psutil.Error:
-            continue
-    return off
 
 
 _BATCH = """import json, sys
@@ -214,12 +202,7 @@ def test_a_worker_killed_mid_job_is_retried_elsewhere_and_nothing_is_lost_or_dou
     retried once on the other worker under a new attempt id, and the run folder holds one finding, the retry's."""
     hold, out = tmp_path / "hold", tmp_path / "run"
     hold.mkdir()
-    code = _BATCH.replace("sys.exit(", "rc = (") + "sys.exit(rc)\n"
-    proc_log = out.with_suffix(".log")
-    with open(proc_log, "wb") as f:
-        driver = subprocess.Popen([sys.executable, "-c", code, cluster.address, str(out), str(FLEET),
-                                   json.dumps({"hold_dir": str(hold)}), "0"], env=os.environ | ENV, stdout=f,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
+    driver, proc_log = cluster.spawn(out, _BATCH, str(FLEET), json.dumps({"hold_dir": str(hold)}), "0")
     try:
         first = _marker(hold, set(), driver, proc_log)
         kernel = int(first.read_text())

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_lost, timed_out
+from .serve import is_loopback
 
 INSTALL = "pip install 'workbench[fleet]' (ray==2.60.0)"
 _ADDRESS = re.compile(r"^(?:ray://)?(?P<host>[A-Za-z0-9.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d{1,5})$")
@@ -110,15 +111,6 @@ def loopback_hook(ray_params: Any, head: bool) -> None:
     services.resolve_ip_for_localhost = lambda host: host
     ray_params.node_ip_address = ray_params.node_name = "127.0.0.1"
     ray_params.ray_client_server_port = None
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str:
@@ -253,7 +245,7 @@ class RayExecutor(Executor):
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
         try:
-            if self.address and self._probe and _is_loopback(self._probe[0]):  # a cluster on this machine only
+            if self.address and self._probe and is_loopback(self._probe[0]):  # a cluster on this machine only
                 with _loopback():
                     ray.init(address=self.address, _node_ip_address="127.0.0.1", **kw)
             elif self.address:

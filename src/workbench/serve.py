@@ -350,8 +350,8 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: fl
         log.write(f"$ {' '.join(launch.argv)}\n".encode())
         log.flush()
         proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=os.environ | dict(launch.env), preexec_fn=functools.partial(_die_with_parent, launch.death_signal),
-                                close_fds=True)
+                                env=os.environ | dict(launch.env), close_fds=True,
+                                preexec_fn=functools.partial(_die_with_parent, launch.death_signal))
     host = f"[{req.host}]" if ":" in req.host else req.host
     server = Server(req, proc, f"http://{host}:{port}", log_path, launch.argv)
     with _LOCK:
