@@ -181,3 +181,60 @@ def test_a_preloaded_child_starts_with_the_modules_and_the_callers_env_and_cwd(t
     assert first["frozen"] > 1000 and spawned["frozen"] == 0
     assert first["env"] is None and second["env"] == "later" and second["cwd"] == str(tmp_path)
     assert crash == signal.SIGSEGV
+
+
+# --------------------------------------------------------------------------- a forkserver shared by a batch
+
+
+def _lineage() -> dict:
+    print("child's own stdout line", flush=True)
+    return {"ppid": os.getppid(), "preloaded": "colorsys" in sys.modules, "env": os.environ.get("WB_ISOLATE_PROBE")}
+
+
+_KERNEL = textwrap.dedent("""
+    import json, os, sys
+    import test_isolate
+    from workbench import isolate
+    os.environ["WB_ISOLATE_PROBE"] = "the kernel's"
+    seen = isolate.call(test_isolate._lineage, preload=tuple(sys.argv[1].split(",")))
+    try:
+        isolate.call(test_isolate._segfault, preload=tuple(sys.argv[1].split(",")))
+    except isolate.EngineCrashed as e:
+        seen["crash"] = e.signum
+    print(json.dumps(seen))
+""")
+
+
+def _kernel(shared: str, preload: str) -> tuple[dict, str]:
+    """A process started by the driver as a notebook's kernel is (it inherits ``shared``): what its child saw."""
+    env = os.environ | {isolate.SHARED_ENV: shared, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", _KERNEL, preload], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.splitlines()[-1]), r.stdout
+
+
+def test_a_forkserver_shared_by_a_driver_forks_its_processes_children_with_their_env_stdout_and_crashes(tmp_path):
+    """``workbench run`` starts one forkserver per engine and its kernels fork their probes' children from it:
+    each child is the shared server's (not a forkserver of the kernel's own), with the kernel's environment and
+    stdout, and a crash in it is still reported with its signal. A kernel asking for other modules starts its own."""
+    log = tmp_path / "forkserver.log"
+    with isolate.shared_forkserver(("colorsys",), log) as shared:
+        server = json.loads(shared)["pid"]
+        first, out1 = _kernel(shared, "colorsys")
+        second, _ = _kernel(shared, "colorsys")
+        other, _ = _kernel(shared, "json")
+    assert first["ppid"] == second["ppid"] == server and other["ppid"] != server
+    assert first["preloaded"] and first["env"] == "the kernel's" and first["crash"] == second["crash"] == signal.SIGSEGV
+    assert "child's own stdout line" in out1 and "child's own stdout line" not in log.read_text()
+    assert gone_within(5, [server]) == [] and not os.path.exists(json.loads(shared)["address"])
+
+
+def test_a_shared_forkserver_dies_with_its_driver(tmp_path):
+    code = ("import sys, time; from pathlib import Path; from workbench import isolate\n"
+            "with isolate.shared_forkserver(('colorsys',), Path(sys.argv[1])) as s:\n"
+            "    print(s, flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "fs.log")], stdout=subprocess.PIPE, text=True)
+    server = json.loads(p.stdout.readline())["pid"]
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert gone_within(5, [server]) == []

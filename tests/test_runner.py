@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import gone_within
 from workbench import findings, manifest, runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
@@ -41,7 +42,7 @@ def test_plan_passes_engine_model_out_and_declared_parameters(tmp_path):
 
 
 def test_plan_rejects_unknown_names(tmp_path):
-    with pytest.raises(runner.RunError, match="valid: logs_like_an_engine, prints_parameters, raises_error, writes_finding"):
+    with pytest.raises(runner.RunError, match="valid: logs_like_an_engine, prints_parameters, raises_error, reports_forkserver, writes_finding"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["nope"], FIXTURES)
     with pytest.raises(runner.RunError, match="seeed"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"seeed": "1"}, None, FIXTURES)
@@ -312,6 +313,51 @@ def test_the_console_line_names_the_verdicts_the_notebook_wrote(tmp_path):
     (line,) = [x for x in r.stderr.splitlines() if "llamacpp/writes_finding" in x]
     (f,) = [f for _, f in findings.scan([tmp_path / "findings"]).findings]
     assert line.split()[:2] == ["ok", "llamacpp/writes_finding"] and line.endswith(f"{f.probe.split('.')[0]} {f.verdict}")
+
+
+# --------------------------------------------------------------------------- issue 21: what a batch runs once
+
+
+def _notebooks(tmp_path: Path, copies: dict[str, str], per_batch: dict[str, str] | None = None) -> Path:
+    """A notebooks folder of fixture copies (new name → fixture), with ``metadata.workbench.per_batch`` set."""
+    folder = tmp_path / "nbs"
+    folder.mkdir()
+    for name, fixture in copies.items():
+        nb = json.loads((FIXTURES / f"{fixture}.ipynb").read_text())
+        if name in (per_batch or {}):
+            nb["metadata"]["workbench"] = {"per_batch": per_batch[name]}
+        (folder / f"{name}.ipynb").write_text(json.dumps(nb))
+    return folder
+
+
+def test_the_notebooks_of_one_engine_fork_their_probes_from_one_forkserver_that_ends_with_the_batch(tmp_path):
+    nbs = _notebooks(tmp_path, {"a": "reports_forkserver", "b": "reports_forkserver"})
+    out = tmp_path / "run"
+    assert runner.run_batch(out, engine="llamacpp", model="synthetic:tiny", progress=False, notebooks_dir=nbs,
+                            data_dir=out / "no-data") == 0
+    a, b = [json.loads(line) for line in (out / "forkservers.jsonl").read_text().splitlines()]
+    assert a["kernel"] != b["kernel"] and a["ppid"] == b["ppid"]  # two kernels, one forkserver
+    assert a["driver"] == os.getpid()  # this process (the batch's driver) started it, not a kernel
+    assert gone_within(5, [a["ppid"]]) == []
+    assert "forkserver-llamacpp.log" in os.listdir(out / "logs")
+
+
+def test_a_notebook_that_covers_the_batch_runs_once_with_its_first_or_last_engine(tmp_path):
+    nbs = _notebooks(tmp_path, {"00_env": "prints_parameters", "50_probe": "prints_parameters",
+                                "90_sum": "prints_parameters"}, {"00_env": "first", "90_sum": "last"})
+    out = tmp_path / "run"
+    assert runner.run_batch(out, engine=["llamacpp", "trtllm", "vllm"], model="synthetic:tiny", progress=False,
+                            notebooks_dir=nbs, data_dir=out / "no-data") == 0
+    ran = manifest.load(out).notebooks
+    assert sorted(ran) == ["llamacpp/00_env", "llamacpp/50_probe", "trtllm/50_probe", "vllm/50_probe", "vllm/90_sum"]
+    assert ran["llamacpp/00_env"].started <= min(e.started for e in ran.values())  # before anything
+    assert ran["vllm/90_sum"].started >= max(e.started for e in ran.values())  # after everything
+
+
+def test_an_unknown_per_batch_value_is_refused_naming_the_notebook(tmp_path):
+    nbs = _notebooks(tmp_path, {"odd": "prints_parameters"}, {"odd": "sometimes"})
+    with pytest.raises(runner.RunError, match=r"odd.ipynb: metadata.workbench.per_batch is 'sometimes'; use one of first, last"):
+        runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, None, nbs)
 
 
 # --------------------------------------------------------------------------- issue 22: a time limit per job

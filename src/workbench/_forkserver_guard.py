@@ -15,6 +15,13 @@ import sys
 
 PR_SET_PDEATHSIG = 1
 
+_log = os.environ.get("WORKBENCH_FORKSERVER_LOG")  # isolate.SHARED_LOG_ENV: a shared forkserver's imports print
+if _log:
+    _fd = os.open(_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(_fd, 1)
+    os.dup2(_fd, 2)
+    os.close(_fd)
+
 if sys.platform.startswith("linux"):
     _parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

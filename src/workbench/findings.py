@@ -147,12 +147,20 @@ def upgrade(doc: Mapping[str, Any]) -> dict:
     return doc
 
 
+@lru_cache(maxsize=1)
+def _validator() -> Any:
+    """The schema's validator, the schema itself checked once: ``jsonschema.validate`` checks it against the
+    metaschema on every call, 80 ms a finding on 2 cores (4 s to read a run's 55 findings)."""
+    cls = jsonschema.validators.validator_for(schema())
+    cls.check_schema(schema())
+    return cls(schema())
+
+
 def validate(doc: Mapping[str, Any]) -> None:
-    try:
-        jsonschema.validate(doc, schema())
-    except jsonschema.ValidationError as e:
+    e = jsonschema.exceptions.best_match(_validator().iter_errors(doc))  # the error jsonschema.validate raises
+    if e is not None:
         where = "/".join(str(p) for p in e.absolute_path) or "<root>"
-        raise FindingError(f"finding is invalid at {where}: {e.message}") from None
+        raise FindingError(f"finding is invalid at {where}: {e.message}")
     for cid in list(doc["claims"]) + list(doc.get("claim_verdicts", {})):
         if cid not in _claims.CLAIMS:
             raise FindingError(f"finding cites unknown claim {cid!r}")

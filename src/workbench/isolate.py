@@ -10,7 +10,10 @@ is kept: results come back to the parent only on success.
 A child is spawned fresh, or, where the caller names the modules its work imports anyway (``preload``: an
 engine such as vLLM takes ~15 s to import on 2 cores), forked from a multiprocessing forkserver that imported
 them once for this process: every later child starts with them loaded. The forkserver ends with this process.
-Either way the child gets the caller's environment and working directory as they are at the call.
+A batch of processes (``workbench run``'s notebook kernels) can share one: :func:`shared_forkserver` starts it
+in the batch's driver and names it in the environment the kernels inherit, so the import is paid once per run,
+not once per notebook. Either way the child gets the caller's environment, working directory and stdout as
+they are at the call.
 
 No child outlives its parent. The child leads a process group of its own, which the engine's processes
 (vLLM's ``EngineCore`` and workers) join; the parent kills that group on every way out of :func:`call`
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import faulthandler
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import re
@@ -34,7 +38,7 @@ import threading
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from .contract import WorkbenchError
 
@@ -123,12 +127,14 @@ def _kill_group(proc) -> None:
             os.kill(proc.pid, signal.SIGKILL)
 
 
-def _child(conn, alive, log_path: str, env: dict, cwd: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+def _child(conn, alive, stdout, log_path: str, env: dict, cwd: str, fn: Callable, args: tuple, kwargs: dict) -> None:
     os.environ.clear()  # a forkserver started earlier holds the environment of then, not of this call
     os.environ.update(env)
     os.chdir(cwd)
     os.setpgid(0, 0)  # a group of its own: the parent (or the watcher) ends the engine's processes with it
     _die_with_parent(alive, Path(log_path).parent)
+    os.dup2(stdout.fileno(), 1)  # the caller's stdout (a notebook's log), not the one a shared forkserver has
+    stdout.close()
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(fd, 2)  # the engine's C-level log and faulthandler's traceback land in the log file
     os.environ["WORKBENCH_LLAMA_VERBOSE"] = "1"
@@ -161,19 +167,77 @@ def log_tail(log: str, n: int = TAIL_LINES) -> list[str]:
 
 
 _PRELOADED: tuple[str, ...] | None = None  # what this process's forkserver imports, once it is set
+#: Names the forkserver a batch's driver shares with the processes it starts: ``{"address", "preload"}`` (JSON).
+SHARED_ENV = "WORKBENCH_FORKSERVER"
+#: Where a shared forkserver's own output goes (read by :mod:`workbench._forkserver_guard` as it starts).
+SHARED_LOG_ENV = "WORKBENCH_FORKSERVER_LOG"
+
+
+def _modules(preload: Sequence[str]) -> list[str]:
+    """What a forkserver for ``preload`` imports: the parent-death guard first, the freeze last."""
+    return ["workbench._forkserver_guard", __name__, *preload, "workbench._forkserver_frozen"]
 
 
 def _context(preload: Sequence[str]) -> Any:
-    """The forkserver when ``preload`` is what it imports (the first such call sets it), else a fresh spawn."""
+    """The forkserver when ``preload`` is what it imports (the first such call sets it: the shared one when the
+    environment names one for exactly ``preload``), else a fresh spawn."""
     global _PRELOADED
     want = tuple(dict.fromkeys(preload))
     if not want:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     if _PRELOADED is None:
-        ctx.set_forkserver_preload(["workbench._forkserver_guard", __name__, *want, "workbench._forkserver_frozen"])
+        if not _join_shared(want):
+            ctx.set_forkserver_preload(_modules(want))
         _PRELOADED = want
     return ctx if want == _PRELOADED else multiprocessing.get_context("spawn")
+
+
+def _join_shared(want: tuple[str, ...]) -> bool:
+    """Point this process's forkserver client at the shared forkserver, when the environment names one that
+    imported exactly ``want``. Python 3.11's forkserver forks for whoever connects to its socket and reports the
+    child's pid and exit status over the pipe it is handed (multiprocessing/forkserver.py), so a process it did not
+    start can use it; only starting and reaping it are the driver's. A forkserver that authenticates its clients
+    (``_forkserver_authkey``, in newer Pythons) is not joined: each process then starts its own."""
+    import json
+    from multiprocessing import forkserver, resource_tracker
+
+    try:
+        shared = json.loads(os.environ.get(SHARED_ENV) or "null")
+    except ValueError:
+        return False
+    server = forkserver._forkserver
+    if (not isinstance(shared, dict) or tuple(shared.get("preload") or ()) != want or not os.path.exists(shared.get("address", ""))
+            or not hasattr(server, "_forkserver_address") or hasattr(server, "_forkserver_authkey")):
+        return False
+    server._forkserver_address = shared["address"]
+    server._forkserver_alive_fd = os.open(os.devnull, os.O_WRONLY)  # handed to each child, which never uses it
+    server.ensure_running = resource_tracker.ensure_running  # nothing of its own to start, nor to reap
+    return True
+
+
+@contextlib.contextmanager
+def shared_forkserver(preload: Sequence[str], log: Path) -> Iterator[str]:
+    """A forkserver that imports ``preload`` once; yields the value of :data:`SHARED_ENV` that points a process
+    at it (a process started with it in its environment forks its :func:`call` with the same ``preload`` from
+    it). Its own output (the imports') goes to ``log``. It dies with this process's calling thread
+    (:mod:`workbench._forkserver_guard`) and is stopped on leaving; each child it forked ends with its caller."""
+    import json
+    from multiprocessing import forkserver
+
+    want = tuple(dict.fromkeys(preload))
+    server = forkserver.ForkServer()
+    server.set_forkserver_preload(_modules(want))
+    log.parent.mkdir(parents=True, exist_ok=True)
+    os.environ[SHARED_LOG_ENV] = str(log)
+    try:
+        server.ensure_running()
+    finally:
+        del os.environ[SHARED_LOG_ENV]
+    try:
+        yield json.dumps({"address": server._forkserver_address, "preload": list(want), "pid": server._forkserver_pid})
+    finally:
+        server._stop()  # closes its "alive" pipe, so it exits; then reaps it and removes its socket
 
 
 def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequence[str] = (), **kwargs: Any) -> Any:
@@ -188,9 +252,13 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequen
         log_path.touch()
         parent, child = ctx.Pipe(duplex=False)
         watched, alive = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, daemon=False,
-                           args=(child, watched, str(log_path), dict(os.environ), os.getcwd(), fn, args, kwargs))
-        proc.start()
+        stdout = multiprocessing.connection.Connection(os.dup(1), readable=False)
+        proc = ctx.Process(target=_child, daemon=False, args=(child, watched, stdout, str(log_path), dict(os.environ),
+                                                              os.getcwd(), fn, args, kwargs))
+        try:
+            proc.start()
+        finally:
+            stdout.close()
         child.close()
         watched.close()
         status = value = None

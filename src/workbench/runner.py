@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import manifest, models, runlock
+from . import isolate, manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import check_writable, tail
@@ -57,6 +57,7 @@ class Planned:
     source: Path
     parameters: dict
     variant: str = ""  # a run matrix's model / options / environment, where it has several (workbench.matrix)
+    per_batch: str = ""  # "first" / "last": the notebook covers the whole batch, not one engine (PER_BATCH)
 
     @property
     def _folder(self) -> str:
@@ -151,16 +152,50 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
         declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
         mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
         used |= mine.keys()
-        planned.append(Planned(nb.stem, nb, {"engine": engine, "model": model, "out": findings_dir} | mine))
+        planned.append(Planned(nb.stem, nb, {"engine": engine, "model": model, "out": findings_dir} | mine,
+                               per_batch=_per_batch(nb)))
     unused = sorted(set(params) - used)
     if unused:
         raise RunError(f"no selected notebook takes parameter(s) {', '.join(unused)}")
     return planned
 
 
+#: How long jupyter_client lets a kernel finish after its shutdown request (half of it, then SIGTERM to the
+#: kernel's process group, then SIGKILL). Its 5 s default cost 2.5 s per notebook: at shutdown ipykernel
+#: SIGTERMs every process in its group and sleeps until none is left, but multiprocessing's resource tracker
+#: ignores SIGTERM and an unreaped forkserver stays a zombie, so it never sees none (ipykernel/kernelbase.py,
+#: ``_progressively_terminate_all_children``). Every cell has finished and its output is in by then.
+KERNEL_SHUTDOWN_WAIT_S = 1.0
+
+
+#: A notebook's ``metadata.workbench.per_batch`` says it covers a whole batch rather than one engine, so a
+#: batch over several engines runs it once: with the first engine ("first": the environment, which reports
+#: every engine) or with the last ("last": the summary, over every finding the batch wrote).
+PER_BATCH = ("first", "last")
+
+
+def _per_batch(nb: Path) -> str:
+    value = json.loads(nb.read_text()).get("metadata", {}).get("workbench", {}).get("per_batch", "")
+    if value not in ("", *PER_BATCH):
+        raise RunError(f"{nb}: metadata.workbench.per_batch is {value!r}; use one of {', '.join(PER_BATCH)} or drop it")
+    return value
+
+
+def once_per_batch(todo: Sequence[Job]) -> list[Job]:
+    """``todo`` without the repeats of a notebook that covers the whole batch (:data:`PER_BATCH`), in order."""
+    chosen: dict[str, int] = {}
+    for i, job in enumerate(todo):
+        if job.planned.per_batch == "first":
+            chosen.setdefault(job.planned.name, i)
+        elif job.planned.per_batch == "last":
+            chosen[job.planned.name] = i
+    return [job for i, job in enumerate(todo) if chosen.get(job.planned.name, i) == i]
+
+
 @functools.cache
 def _kernel_manager() -> type:
-    """Kernels whose TCP sockets are CurveZMQ-encrypted when the kernel supports it (ipykernel warns otherwise)."""
+    """Kernels whose TCP sockets are CurveZMQ-encrypted when the kernel supports it (ipykernel warns otherwise),
+    given :data:`KERNEL_SHUTDOWN_WAIT_S` to exit once their notebook is done."""
     from jupyter_client.manager import AsyncKernelManager
     from traitlets import default
 
@@ -171,21 +206,11 @@ def _kernel_manager() -> type:
 
             return "auto" if zmq.has("curve") else "disabled"
 
+        @default("shutdown_wait_time")
+        def _short_wait(self) -> float:
+            return KERNEL_SHUTDOWN_WAIT_S
+
     return EncryptedKernelManager
-
-
-@contextlib.contextmanager
-def _attempt_env(attempt: str) -> Iterator[None]:
-    """The notebook's kernel (and each probe's child) inherits the attempt id, which every finding records."""
-    before = os.environ.get(ATTEMPT_ENV)
-    os.environ[ATTEMPT_ENV] = attempt
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(ATTEMPT_ENV, None)
-        else:
-            os.environ[ATTEMPT_ENV] = before
 
 
 def _logged_kernel_manager(fd: int, launched: list[int] | None = None) -> type:
@@ -264,7 +289,7 @@ def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
     with _deadline(timeout_s, kernels) as expired:
         try:
             (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-            with _attempt_env(attempt), engine_log(out / p.log, echo=verbose) as fd:
+            with _env(ATTEMPT_ENV, attempt), engine_log(out / p.log, echo=verbose) as fd:
                 papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                            kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
                                            kernel_manager_class=_logged_kernel_manager(fd, kernels))
@@ -370,16 +395,58 @@ def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
 
 
 class LocalExecutor(Executor):
-    """Today's executor: each job in turn on this machine, in its own kernel (:func:`_execute`)."""
+    """Today's executor: each job in turn on this machine, in its own kernel (:func:`_execute`). The jobs of one
+    engine share a forkserver (:class:`_Forkservers`)."""
 
     name = "local"
 
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
-        for job in jobs:
-            attempt = start(job)
-            t0 = time.perf_counter()
-            status, error = _execute(job.planned, out, attempt, verbose, self.job_timeout_s)
-            yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
+        with _Forkservers(out / "logs") as servers:
+            for i, job in enumerate(jobs):
+                shared = servers.for_job(job, jobs[i + 1:])
+                attempt = start(job)
+                t0 = time.perf_counter()
+                with _env(isolate.SHARED_ENV, shared):
+                    status, error = _execute(job.planned, out, attempt, verbose, self.job_timeout_s)
+                yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
+
+
+class _Forkservers(contextlib.ExitStack):
+    """One forkserver per engine, shared by that engine's notebook kernels (:func:`isolate.shared_forkserver`):
+    vLLM's ~15 s of imports on 2 cores are paid once per run instead of in every notebook's first probe. Each
+    starts with its engine's first job (never beside another engine's timed work) and stops after its last."""
+
+    def __init__(self, logs: Path) -> None:
+        super().__init__()
+        self.logs, self.open = logs, {}  # preload → (the environment value naming it, its ExitStack)
+
+    def for_job(self, job: Job, later: Sequence[Job]) -> str:
+        from . import probes
+
+        engine = str(job.planned.parameters.get("engine", ""))
+        want = probes.preload(engine)
+        needed = {probes.preload(str(j.planned.parameters.get("engine", ""))) for j in (job, *later)}
+        for done in [k for k in self.open if k not in needed]:
+            self.open.pop(done)[1].close()
+        if want not in self.open:
+            stack = self.enter_context(contextlib.ExitStack())
+            self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, self.logs / f"forkserver-{engine}.log")),
+                               stack)
+        return self.open[want][0]
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in this process's environment (which a kernel inherits) for the context's span."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def land(out: Path, files: Mapping[str, bytes]) -> None:
@@ -403,7 +470,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
-    executed notebooks under ``notebooks/<engine>/``, and one report and blueprint cover them all.
+    executed notebooks under ``notebooks/<engine>/``, and one report and blueprint cover them all. A notebook
+    that covers the whole batch (the environment, the summary) runs once in it (:func:`once_per_batch`).
 
     One batch writes a run folder at a time: another one raises :class:`~workbench.runlock.RunLocked` naming
     it, unless ``wait=True`` (queue behind it). Notebooks already ``ok`` in ``run.json`` with the same
@@ -420,8 +488,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
         (out / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
-    todo = jobs(out) if jobs else [Job(p, resources_for(e, p.parameters.get("cell_options")))
-                                   for e in engines for p in plan(out, e, model, params, only, notebooks_dir)]
+    todo = jobs(out) if jobs else once_per_batch([Job(p, resources_for(e, p.parameters.get("cell_options")))
+                                                  for e in engines for p in plan(out, e, model, params, only, notebooks_dir)])
     executor = executor or LocalExecutor()
     executor.check(todo)
     with executor:

@@ -55,3 +55,33 @@ def test_a_cell_announces_only_the_observers_that_are_on():
     assert cells.observer_mismatches(cell, d.observers) == []
     with pytest.raises(ValueError, match="no KV connector"):
         cells.open_cell("llamacpp", "synthetic:tiny", connector=True)
+
+
+def test_a_model_format_an_engine_never_runs_is_refused_before_the_engine_is_imported():
+    """The loop's llama.cpp pass offers its GGUF model to every arm: vLLM's arms refuse it by its format alone,
+    without importing vllm (seconds) to say so. Run in a fresh process, where nothing imported vllm yet."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import json, sys
+        from workbench import cells, models
+        from workbench.contract import UnsupportedFeature
+        gguf = str(models.resolve("synthetic:tiny").path)
+        hf = str(models.hf_directory(models.resolve("synthetic:tiny")))
+        said = {}
+        for engine, spec in (("vllm", gguf), ("vllm-server", gguf), ("trtllm-serve", gguf), ("llamacpp-server", hf)):
+            try:
+                cells.cell_class(engine).open(spec)
+            except UnsupportedFeature as e:
+                said[engine] = str(e)
+        print(json.dumps({"said": said, "vllm imported": "vllm" in sys.modules}))
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert not got["vllm imported"]
+    assert "Hugging Face directories" in got["said"]["vllm"] and "Hugging Face directories" in got["said"]["vllm-server"]
+    assert "Hugging Face directories" in got["said"]["trtllm-serve"] and "GGUF files" in got["said"]["llamacpp-server"]

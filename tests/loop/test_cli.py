@@ -95,3 +95,35 @@ def test_subject_alone_gives_the_gate_its_not_run_reason(hand_trace):
                    tokens_per_block=4)
     assert [(f.probe, f.verdict) for f in res.findings] == [("loop.gate", "not-run")] and res.rows.empty
     assert "tensorrt_llm" in res.findings[0].reason
+
+
+def test_the_loop_in_a_child_writes_its_findings_here_and_none_for_an_engine_that_cannot_run(hand_trace, tmp_path):
+    from workbench import loop
+
+    out = tmp_path / "findings"
+    assert loop.run_in_child("trtllm", str(hand_trace), model="synthetic:tiny", out=out) is None  # no arm runs here
+    assert not out.exists()
+    res = loop.run_in_child("llamacpp", str(hand_trace), arms="trtllm", model="synthetic:tiny", threads=1,
+                            context_tokens=1024, tokens_per_block=4, out=out)
+    assert [(f.probe, f.verdict) for f in res.findings] == [("loop.gate", "not-run")]
+    assert [p.parent for p in res.paths] == [out] and "tensorrt_llm" in res.findings[0].reason
+
+
+def test_an_engine_crash_in_the_loop_is_reported_with_its_signal_and_writes_nothing(hand_trace, tmp_path, crashing_llama):
+    """llama.cpp segfaults at its first decode (through its own API): the notebook's kernel gets the signal, not a
+    dead kernel, and no finding of the crashed loop is kept."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import json, sys\nfrom workbench import isolate, loop\ntry:\n"
+            "    loop.run_in_child('llamacpp', sys.argv[1], arms='llamacpp', model='synthetic:tiny', threads=1,\n"
+            "                      context_tokens=1024, tokens_per_block=4, out=sys.argv[2])\n"
+            "except isolate.EngineCrashed as e:\n    print(json.dumps({'signal': e.signum, 'step': e.step}))\n")
+    out = tmp_path / "findings"
+    r = subprocess.run([sys.executable, "-c", code, str(hand_trace), str(out)], capture_output=True, text=True,
+                       timeout=300, env=crashing_llama)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["signal"] == signal.SIGSEGV
+    assert not out.exists() or not list(out.iterdir())

@@ -132,10 +132,18 @@ class ServedCell(RequestCell):
     @classmethod
     def open(cls, model: str, **options: Any) -> "ServedCell":
         opts = ServedOptions.from_options(cls.engine, options)
+        resolved = models.resolve(model)
+        if opts.endpoint is None:  # a format the server never runs is refused before its engine is imported
+            cls._refuse_model(resolved)
         avail = cls.availability()
         if not avail.available and opts.endpoint is None:
             raise EngineUnavailable(cls.engine, avail.reason or "unknown reason")
-        return cls(models.resolve(model), opts)
+        return cls(resolved, opts)
+
+    @classmethod
+    def _refuse_model(cls, model: models.ResolvedModel) -> None:
+        """Raise :class:`UnsupportedFeature` for a model format the server does not run (a user's to fix); checked
+        before :meth:`availability`, which may import the engine (vLLM: seconds) only to refuse the model then."""
 
     def _start(self) -> None:
         import httpx
@@ -308,9 +316,10 @@ class LlamaServerCell(ServedCell):
                                 f"sdist into ~/.cache/workbench/; or set {serve.LLAMA_SERVER_ENV} to one")
         return Availability(cls.engine, True, serve.llama_server_version(binary), None, {"binary": binary})
 
-    def _prepare_model(self) -> None:
-        if not self.model.is_gguf:
-            raise UnsupportedFeature(f"{self.model.kind} model {self.model.spec!r}", self.engine,
+    @classmethod
+    def _refuse_model(cls, model: models.ResolvedModel) -> None:
+        if not model.is_gguf:
+            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
                                      "llama-server runs GGUF files; use a .gguf path or a synthetic spec")
 
     def _server_options(self) -> dict[str, Any]:
@@ -592,12 +601,15 @@ class VllmServerCell(EventCapacity, ServedCell):
         a = VllmCell.availability()
         return Availability(cls.engine, a.available, a.version, a.reason, dict(a.details))
 
+    @classmethod
+    def _refuse_model(cls, model: models.ResolvedModel) -> None:
+        if model.kind not in ("hf", "synthetic"):
+            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
+                                     "vllm serve runs Hugging Face directories; use a 'synthetic:…' spec or a directory")
+
     def _prepare_model(self) -> None:
         from .vllm import _check_cpu_head_size
 
-        if self.model.kind not in ("hf", "synthetic"):
-            raise UnsupportedFeature(f"{self.model.kind} model {self.model.spec!r}", self.engine,
-                                     "vllm serve runs Hugging Face directories; use a 'synthetic:…' spec or a directory")
         self._dir = models.hf_directory(self.model)
         _check_cpu_head_size(models.hf_config(self._dir))
 
@@ -810,9 +822,10 @@ class TrtllmServeCell(ServedCell):
         reason = a.reason and f"trtllm-serve needs tensorrt_llm: {a.reason}"
         return Availability(cls.engine, a.available, a.version, reason, dict(a.details))
 
-    def _prepare_model(self) -> None:
-        if self.model.kind not in ("hf", "synthetic"):
-            raise UnsupportedFeature(f"{self.model.kind} model {self.model.spec!r}", self.engine,
+    @classmethod
+    def _refuse_model(cls, model: models.ResolvedModel) -> None:
+        if model.kind not in ("hf", "synthetic"):
+            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
                                      "trtllm-serve runs Hugging Face directories")
 
     def _model_path(self) -> Path:

@@ -379,14 +379,14 @@ class VllmCell(EventCapacity, RequestCell):
     def open(cls, model: str, **options: Any) -> "VllmCell":
         """Open on a model spec: a Hugging Face directory, or a synthetic spec (its Hugging Face twin)."""
         opts = VllmOptions.from_options(options)
-        avail = cls.availability()
-        if not avail.available:
-            raise EngineUnavailable(ENGINE, avail.reason or "unknown reason")
         resolved = models.resolve(model)
-        if resolved.kind not in ("hf", "synthetic"):
+        if resolved.kind not in ("hf", "synthetic"):  # refused before vllm is imported (seconds) only to refuse it
             raise UnsupportedFeature(f"{resolved.kind} model {resolved.spec!r}", ENGINE,
                                      "the cell runs Hugging Face directories (config.json + safetensors); use a "
                                      "'synthetic:…' spec (e.g. synthetic:cpu) or pass a model directory")
+        avail = cls.availability()
+        if not avail.available:
+            raise EngineUnavailable(ENGINE, avail.reason or "unknown reason")
         path = models.hf_directory(resolved)
         config = models.hf_config(path)
         _check_cpu_head_size(config)

@@ -105,7 +105,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     threads = threads or os.cpu_count() or 1
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)])
     tr = _traces.load(trace).subset(sessions, turns)
-    not_run = {n: r for n in names if (r := _arms.unavailable(n))}
+    not_run: dict[str, str] = {}  # an arm's engine or model that cannot run here: said by its cell's open
     opened: list[_arms.CellArm] = []
     scorer: _verify.Scorer | None = None
     try:
@@ -113,7 +113,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=os.cpu_count() or 1)
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         vocab = scorer.vocab
-        opened = _open_arms([n for n in names if n not in not_run], not_run, arm_models, model, vocab,
+        opened = _open_arms(names, not_run, arm_models, model, vocab,
                             threads=threads, context_tokens=context_tokens, drafter=drafter)
         total, done = len(rendered.turns) * len(opened), 0
 
@@ -156,6 +156,29 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     return result
 
 
+def run_in_child(engine: str, trace: str, *, arms: str | Sequence[str] = "auto", out: str | Path | None = None,
+                 **kwargs: Any) -> LoopRun | None:
+    """:func:`run` in a child process, as a probe runs (:func:`workbench.probes.run`): an engine that crashes
+    raises :class:`~workbench.isolate.EngineCrashed` with its signal and log tail and leaves the caller (a
+    notebook's kernel) alive, and the child forks from ``engine``'s forkserver, with that engine imported.
+    ``arms="auto"`` is :func:`default_arms` of ``engine``, decided there too (it may import the engine); None
+    when that is no arm. The findings are written here once the child has answered, so a crash leaves none.
+    ``kwargs`` are :func:`run`'s, but ``progress``, which would be called in the child."""
+    from .. import isolate, probes
+
+    if "progress" in kwargs:
+        raise ValueError("progress would be called in the child; call loop.run to watch the turns")
+    result = isolate.call(_run_arms, engine, trace, arms, kwargs, preload=probes.preload(engine))
+    if result is not None and out is not None:
+        result.paths = findings.write_all(result.findings, out)  # a failure still keeps every finding
+    return result
+
+
+def _run_arms(engine: str, trace: str, arms: str | Sequence[str], kwargs: dict) -> LoopRun | None:
+    chosen = default_arms(engine) if arms == "auto" else arms
+    return run(trace, arms=chosen, out=None, **kwargs) if chosen else None
+
+
 def _render(tr: _traces.Trace, scorer: _verify.Scorer, context_tokens: int,
             tokens_per_block: int | None) -> _replay.Workload:
     """The trace's turns as token ids, tokenized by the scorer's llama.cpp cell (the loop's ``model``, loaded
@@ -174,6 +197,9 @@ def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[st
     opened: list[_arms.CellArm] = []
     try:
         for n in names:
+            if reason := _arms.unregistered(n):
+                not_run[n] = reason
+                continue
             try:
                 opened.append(_arms.open_arm(n, arm_models.get(n, model), **options))
                 _check_vocab(opened[-1], arm_models.get(n, model), vocab, model)
@@ -206,4 +232,4 @@ def _check_vocab(arm: _arms.CellArm, arm_model: str, vocab: int, model: str) -> 
                              "engine's format (--model for llama.cpp, --arm-model ARM=DIR for the others)")
 
 
-__all__ = ["DEFAULT_CONTEXT", "LoopRun", "default_arms", "parse_arms", "run"]
+__all__ = ["DEFAULT_CONTEXT", "LoopRun", "default_arms", "parse_arms", "run", "run_in_child"]

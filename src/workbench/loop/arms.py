@@ -80,13 +80,20 @@ def plain(name: str) -> str:
     return next(a.name for a in specs if a.engine == engine and a.reuse and a.speculation == "none")
 
 
+def unregistered(name: str) -> str | None:
+    """Why arm ``name`` has no cell to open in this checkout, or None when it has one."""
+    engine = get(name).engine
+    return None if engine in cells.engines() else (
+        f"{engine} engine not installed/available: no {engine} cell is registered in this checkout")
+
+
 def unavailable(name: str) -> str | None:
-    """Why arm ``name`` cannot run here, or None when it can."""
-    spec = get(name)
-    if spec.engine not in cells.engines():
-        return f"{spec.engine} engine not installed/available: no {spec.engine} cell is registered in this checkout"
-    avail = cells.availability(spec.engine)
-    return None if avail.available else avail.reason or f"{spec.engine} is unavailable"
+    """Why arm ``name`` cannot run here, or None when it can (its engine may be imported to tell)."""
+    if reason := unregistered(name):
+        return reason
+    engine = get(name).engine
+    avail = cells.availability(engine)
+    return None if avail.available else avail.reason or f"{engine} is unavailable"
 
 
 @dataclass(frozen=True)

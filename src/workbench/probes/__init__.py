@@ -257,6 +257,12 @@ def _convert(probe: str, key: str, t: Any, v: Any) -> Any:
         raise ParamError(f"probe {probe}: parameter {key} must be {_type_name(t)}{finite}, got {v!r}") from None
 
 
+def preload(engine: str) -> tuple[str, ...]:
+    """What an isolated probe's child on ``engine`` imports anyway: this module and the engine's cell
+    (:func:`workbench.cells.preload`); ``workbench run`` shares one forkserver per engine on it."""
+    return (__name__, *cells.preload(engine))
+
+
 def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Mapping[str, Any] | None = None,
         out: str | Path | None = None, cell_options: Mapping[str, Any] | None = None,
         isolated: bool = True) -> findings.Finding:
@@ -268,7 +274,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     """
     if isolated:
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
-                               isolated=False, preload=(__name__, *cells.preload(engine)))
+                               isolated=False, preload=preload(engine))
         if out is not None:
             findings.write(finding, out)
         return finding
