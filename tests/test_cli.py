@@ -110,6 +110,31 @@ def test_bad_options_exit_2_naming_the_fix(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "latin1.md"]  # nothing written, nothing run
 
 
+def test_run_scopes_a_model_or_parameter_to_one_engine():
+    from workbench import cli
+
+    assert cli._models([]) == ("smollm2-135m", {})
+    assert cli._models(["smollm2-135m", "vllm=synthetic:cpu"]) == ("smollm2-135m", {"vllm": "synthetic:cpu"})
+    assert cli._models(["vllm=synthetic:cpu", "/m/a=b.gguf"]) == ("/m/a=b.gguf", {"vllm": "synthetic:cpu"})  # a path
+    assert cli._engine_params(["prompt_tokens=64", "vllm:prompt_tokens=192", "vllm:seed=a:b"]) == (
+        {"prompt_tokens": "64"}, {"vllm": {"prompt_tokens": "192", "seed": "a:b"}})
+
+
+def test_run_refuses_an_engine_scope_it_cannot_place(tmp_path):
+    cases = [
+        (("--model", "vlm=synthetic:cpu"), "'vlm' is not an engine; engines: llamacpp"),
+        (("--model", "smollm2-135m", "--model", "synthetic:tiny"), "--model given 2 times for every engine"),
+        (("--model", "vllm=synthetic:cpu", "--model", "vllm=synthetic:tiny"), "--model vllm=… given twice"),
+        (("-p", "vlm:prompt_tokens=192"), "'vlm' is not an engine"),
+        (("-p", "Bad Engine:prompt_tokens=192"), "'Bad Engine' is not an engine name"),
+        (("--engine", "llamacpp", "--model", "vllm=synthetic:cpu"), "vllm: not an engine of this batch (llamacpp)"),
+    ]
+    for args, message in cases:
+        r = wb("run", "--out", str(tmp_path / "run"), *args, cwd=ROOT)
+        assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
 def test_a_second_run_into_a_folder_exits_2_naming_the_holder(tmp_path):
     code = ("import sys, time; from pathlib import Path; from workbench import runlock\n"
             "with runlock.writer(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(60)")

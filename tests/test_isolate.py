@@ -229,6 +229,22 @@ def test_a_forkserver_shared_by_a_driver_forks_its_processes_children_with_their
     assert gone_within(5, [server]) == [] and not os.path.exists(json.loads(shared)["address"])
 
 
+def test_a_shared_forkserver_says_when_its_imports_are_done_or_that_it_died(tmp_path, monkeypatch):
+    """The driver waits on it before timed work: ready once the last preload is imported, and a server that
+    died importing is reported at once, not waited on forever."""
+    (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
+    (tmp_path / "dies_at_import.py").write_text("import os\nos._exit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))  # the server's own sys.path
+    with isolate.shared_forkserver(("slow_import",), tmp_path / "a.log") as shared:
+        ready = Path(json.loads(shared)["ready"])
+        assert not ready.exists()  # the import sleeps for 2 s
+        assert isolate.wait_ready(shared) is True and ready.exists()
+    assert not ready.parent.exists()
+    with isolate.shared_forkserver(("dies_at_import",), tmp_path / "b.log") as shared:
+        t0 = time.monotonic()
+        assert isolate.wait_ready(shared) is False and time.monotonic() - t0 < 30
+
+
 def test_a_shared_forkserver_dies_with_its_driver(tmp_path):
     code = ("import sys, time; from pathlib import Path; from workbench import isolate\n"
             "with isolate.shared_forkserver(('colorsys',), Path(sys.argv[1])) as s:\n"

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from workbench import findings, plots, probes, widgets
+from workbench import findings, plots, plotstyle, probes, widgets
 
 RETENTION_ROWS = [
     {"arm": arm, "priority": pr, "pressure": x, "survival": s, "reused_tokens": int(256 * s), "baseline_reused": 256,
@@ -64,6 +64,21 @@ def test_not_run_findings_get_figures_that_say_why():
     figs = plots.for_finding(finding("retention.pinning_under_pressure", [], "not-run", "no GPU here"))
     assert [name for name, _ in figs] == ["survival", "timeline"]
     assert all("no GPU here" in fig.layout.annotations[0].text for _, fig in figs)
+
+
+@pytest.mark.parametrize("build", [lambda: plots.survival(RETENTION_ROWS), lambda: plots.slim("not run"),
+                                   lambda: plots.side_by_side("reuse.per_request_metrics",
+                                                              [finding("reuse.per_request_metrics", REUSE_ROWS)])[0][1],
+                                   lambda: plots.verdicts(pd.DataFrame({"probe": ["p"], "verdict": ["confirmed"]}))])
+def test_every_figure_wears_the_house_template_and_a_users_default_stays_theirs(build, monkeypatch):
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    monkeypatch.setattr(pio.templates, "default", "ggplot2")
+    fig = build()
+    assert fig.layout.template.to_plotly_json() == pio.templates[plotstyle.TEMPLATE].to_plotly_json()
+    assert pio.templates.default == "ggplot2"
+    assert go.Figure().layout.template.to_plotly_json() == pio.templates["ggplot2"].to_plotly_json()
 
 
 def test_notebook_bundle_is_offline_and_deterministic():

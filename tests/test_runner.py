@@ -6,6 +6,7 @@ own kernel on the synthetic model, as a real batch does.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import gone_within
-from workbench import findings, manifest, runner
+from workbench import findings, manifest, probes, runner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 FLEET = Path(__file__).parent / "fixtures" / "fleet"
@@ -352,6 +353,41 @@ def test_a_notebook_that_covers_the_batch_runs_once_with_its_first_or_last_engin
     assert sorted(ran) == ["llamacpp/00_env", "llamacpp/50_probe", "trtllm/50_probe", "vllm/50_probe", "vllm/90_sum"]
     assert ran["llamacpp/00_env"].started <= min(e.started for e in ran.values())  # before anything
     assert ran["vllm/90_sum"].started >= max(e.started for e in ran.values())  # after everything
+
+
+def test_one_batch_gives_an_engine_its_own_model_and_parameters(tmp_path):
+    """make run's one batch: vLLM on its Hugging Face model with its own prompt length, the others on the default."""
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "smollm2-135m", {"verbose": "false"},
+                             ["prints_parameters"], FIXTURES, engine_models={"vllm": "synthetic:cpu"},
+                             engine_params={"vllm": {"verbose": "true"}})
+    got = {j.planned.key: (j.planned.parameters["model"], j.planned.parameters["verbose"]) for j in jobs}
+    assert got == {"llamacpp/prints_parameters": ("smollm2-135m", False), "trtllm/prints_parameters": ("smollm2-135m", False),
+                   "vllm/prints_parameters": ("synthetic:cpu", True)}
+    with pytest.raises(runner.RunError, match=r"vllm-server: not an engine of this batch \(llamacpp, vllm\)"):
+        runner.batch_jobs(tmp_path, ["llamacpp", "vllm"], "smollm2-135m", notebooks_dir=FIXTURES,
+                          engine_models={"vllm-server": "synthetic:cpu"})
+    with pytest.raises(runner.RunError, match="no selected notebook takes parameter.s. verbos"):
+        runner.batch_jobs(tmp_path, ["llamacpp", "vllm"], "smollm2-135m", only=["prints_parameters"],
+                          notebooks_dir=FIXTURES, engine_params={"vllm": {"verbos": "1"}})
+
+
+def test_every_engines_forkserver_imports_beside_the_environment_survey_and_never_beside_timed_work(tmp_path):
+    """At the batch's first job every engine's server starts; the survey (per_batch first, timing nothing) runs
+    beside their imports, and the next job starts only once vLLM's ~15 s of imports are done."""
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vllm installed: its import is the slow one")
+    nbs = _notebooks(tmp_path, {"00_env": "prints_parameters", "50_probe": "prints_parameters"}, {"00_env": "first"})
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "vllm"], "synthetic:tiny", notebooks_dir=nbs)
+    assert [j.planned.key for j in jobs] == ["llamacpp/00_env", "llamacpp/50_probe", "vllm/50_probe"]
+    with runner._Forkservers(tmp_path / "logs") as servers:
+        survey = servers.for_job(jobs[0], jobs[1:])
+        assert len(servers.open) == 2
+        readies = {e: Path(json.loads(servers.open[probes.preload(e)][0])["ready"]) for e in ("llamacpp", "vllm")}
+        assert not readies["vllm"].exists()  # the survey does not wait for the imports
+        timed = servers.for_job(jobs[1], jobs[2:])
+        assert all(r.exists() for r in readies.values())  # a timed job does
+        assert timed == survey and servers.for_job(jobs[2], []) != survey  # each engine's own server
+        assert len(servers.open) == 1  # llama.cpp's stopped after its last job
 
 
 def test_an_unknown_per_batch_value_is_refused_naming_the_notebook(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
@@ -146,8 +147,10 @@ def run(
     out: Path = typer.Option(..., "--out", "-o", help="run folder (resumed if it exists)"),
     engine: List[str] = typer.Option(["llamacpp"], "--engine", "-e",
                                      help="engine (repeatable: engines run side by side into one folder)"),
-    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m"),
-    param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value (repeatable)"),
+    model: List[str] = typer.Option([], "--model", "-m", help="model SPEC for every engine (default "
+                                    f"{models.DEFAULT_MODEL}); ENGINE=SPEC for one engine (repeatable)"),
+    param: List[str] = typer.Option([], "--param", "-p", help="notebook parameter key=value for every engine, "
+                                    "ENGINE:key=value for one (repeatable)"),
     only: Optional[List[str]] = typer.Option(None, "--only", help="run only these notebooks (names or stems)"),
     wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
     verbose: bool = typer.Option(False, "--verbose", "-v",
@@ -176,11 +179,60 @@ def run(
                 _fail("--matrix names the notebooks and parameters: put -p and --only in the matrix file")
             plan = _matrix.load(matrix)
             jobs = plan.jobs
-        code = runner.run_batch(out, engine=engine, model=model, params=_kv(param), only=only or None, wait=wait,
-                                verbose=verbose, jobs=jobs, executor=runs_on)
+        every_model, engine_models = _models(model)
+        every_param, engine_params = _engine_params(param)
+        code = runner.run_batch(out, engine=engine, model=every_model, params=every_param, only=only or None,
+                                wait=wait, verbose=verbose, jobs=jobs, executor=runs_on, engine_models=engine_models,
+                                engine_params=engine_params)
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)
+
+
+#: What names an engine in ``--model ENGINE=SPEC`` and ``-p ENGINE:key=value`` (a path or ``synthetic:…`` does not).
+_ENGINE_NAME = re.compile(r"[a-z][a-z0-9-]*")
+
+
+def _engine_of(name: str, what: str) -> str | None:
+    """The engine ``name`` scopes a ``--model``/``-p`` value to; None when ``name`` cannot be an engine's name."""
+    from . import cells
+
+    if not _ENGINE_NAME.fullmatch(name):
+        return None
+    if name not in cells.engines():
+        _fail(f"{what}: {name!r} is not an engine; engines: {', '.join(cells.engines())}")
+    return name
+
+
+def _models(specs: List[str]) -> tuple[str, dict[str, str]]:
+    """``--model SPEC`` (every engine; at most once) and ``--model ENGINE=SPEC`` (that engine's)."""
+    every, scoped = [], {}
+    for spec in specs:
+        name, eq, rest = spec.partition("=")
+        engine = _engine_of(name, f"--model {spec}") if eq else None
+        if engine is None:
+            every.append(spec)
+        elif scoped.setdefault(engine, rest) != rest:
+            _fail(f"--model {engine}=… given twice ({scoped[engine]}, {rest}): give each engine one model")
+    if len(every) > 1:
+        _fail(f"--model given {len(every)} times for every engine ({', '.join(every)}): give one, and ENGINE=SPEC "
+              "for an engine that runs another")
+    return (every[0] if every else models.DEFAULT_MODEL), scoped
+
+
+def _engine_params(pairs: List[str]) -> tuple[dict, dict[str, dict]]:
+    """``-p key=value`` (every engine) and ``-p ENGINE:key=value`` (that engine's, over the batch's)."""
+    every, scoped = {}, {}
+    for key, value in _kv(pairs).items():
+        name, colon, bare = key.rpartition(":")
+        engine = _engine_of(name, f"-p {key}=…") if colon else None
+        if colon and engine is None:
+            _fail(f"-p {key}=…: {name!r} is not an engine name; write ENGINE:key=value")
+        if engine is None:
+            every[key] = value
+        else:
+            scoped.setdefault(engine, {})[bare] = value
+    return every, scoped
 
 
 def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = None):

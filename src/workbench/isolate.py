@@ -35,6 +35,7 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,8 @@ _PRELOADED: tuple[str, ...] | None = None  # what this process's forkserver impo
 SHARED_ENV = "WORKBENCH_FORKSERVER"
 #: Where a shared forkserver's own output goes (read by :mod:`workbench._forkserver_guard` as it starts).
 SHARED_LOG_ENV = "WORKBENCH_FORKSERVER_LOG"
+#: The file a shared forkserver creates once its imports are done (:mod:`workbench._forkserver_frozen`).
+SHARED_READY_ENV = "WORKBENCH_FORKSERVER_READY"
 
 
 def _modules(preload: Sequence[str]) -> list[str]:
@@ -229,15 +232,46 @@ def shared_forkserver(preload: Sequence[str], log: Path) -> Iterator[str]:
     server = forkserver.ForkServer()
     server.set_forkserver_preload(_modules(want))
     log.parent.mkdir(parents=True, exist_ok=True)
-    os.environ[SHARED_LOG_ENV] = str(log)
+    ready = Path(tempfile.mkdtemp(prefix="workbench-forkserver-")) / "ready"
+    os.environ[SHARED_LOG_ENV], os.environ[SHARED_READY_ENV] = str(log), str(ready)
     try:
         server.ensure_running()
     finally:
-        del os.environ[SHARED_LOG_ENV]
+        del os.environ[SHARED_LOG_ENV], os.environ[SHARED_READY_ENV]
     try:
-        yield json.dumps({"address": server._forkserver_address, "preload": list(want), "pid": server._forkserver_pid})
+        yield json.dumps({"address": server._forkserver_address, "preload": list(want), "pid": server._forkserver_pid,
+                          "ready": str(ready)})
     finally:
         server._stop()  # closes its "alive" pipe, so it exits; then reaps it and removes its socket
+        shutil.rmtree(ready.parent, ignore_errors=True)
+
+
+def wait_ready(shared: str, timeout_s: float = 600.0, poll_s: float = 0.05) -> bool:
+    """Block until the shared forkserver ``shared`` names has done its imports; False if it died first or is
+    still importing after ``timeout_s`` (each call through it then reports what went wrong itself)."""
+    import json
+
+    doc = json.loads(shared)
+    ready, pid, deadline = Path(doc["ready"]), int(doc["pid"]), time.monotonic() + timeout_s
+    while not ready.exists():
+        if not _running(pid) or time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` (a child of this one) is still running: neither gone nor a zombie."""
+    if Path("/proc/self").exists():
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+    try:  # no /proc: only whether it exists
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequence[str] = (), **kwargs: Any) -> Any:

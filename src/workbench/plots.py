@@ -19,9 +19,8 @@ from typing import Any, Callable, Sequence
 import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.subplots import make_subplots
 
-from . import metrics
+from . import metrics, plotstyle
 from .events import figures as _event_figures
 from .findings import Finding
 from .probes import Figure
@@ -35,7 +34,6 @@ VERDICT_COLOURS = {
     "not-applicable": "#1565c0",
     "not-run": "#9e9e9e",
 }
-TEMPLATE = "plotly_white"
 SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
 LOG_TICKS = "D2"  # log axes label 1, 2 and 5 of each decade: every digit of a short range would collide
 
@@ -43,16 +41,9 @@ Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
 
 
-def _figure(title: str, x: str, y: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=420,
-                      margin=dict(l=60, r=20, t=60, b=50), legend=dict(title=None))
-    return fig
-
-
 def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
-    fig = _figure(title, "", "")
+    fig = plotstyle.axes(title, "", "")
     fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
@@ -62,8 +53,7 @@ def empty(title: str, why: str) -> go.Figure:
 def slim(note: str) -> go.Figure:
     """A panel that draws nothing (an engine that did not run, or rows without what the figure shows): one
     line, set vertically so the panel can be a slim column beside the drawn ones."""
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE)
+    fig = plotstyle.new()
     fig.add_annotation(text=note, textangle=-90, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
                        xanchor="center", yanchor="middle", font=dict(size=11, color="#757575"))
     fig.update_xaxes(visible=False)
@@ -81,7 +71,7 @@ def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, 
     rows = _having(rows, x, y, group)
     if not rows:
         return empty(title, "no evidence rows")
-    fig = _figure(title, x_title, y_title)
+    fig = plotstyle.axes(title, x_title, y_title)
     for g in dict.fromkeys(r[group] for r in rows):
         pts = sorted((r for r in rows if r[group] == g), key=lambda r: r[x])
         fig.add_trace(go.Scatter(
@@ -133,7 +123,7 @@ def reuse_matrix(rows: Rows) -> go.Figure:
     if not rows:
         return empty(title, "no evidence rows")
     cases = list(dict.fromkeys(r["case"] for r in rows))
-    fig = _figure(title, "case", "reused tokens")
+    fig = plotstyle.axes(title, "case", "reused tokens")
     channels = [("expected_reused", "expected (token ids)", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
                 ("engine_reused", "engine accounting", "#8e24aa")]
     for key, name, colour in channels:
@@ -162,7 +152,7 @@ def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: 
     timed = [r for r in rows if r.get(lane) is not None and any(r.get(k) is not None for k, _ in spans)]
     if not timed:
         return empty(title, "no timed requests")
-    fig = _figure(title, "measured time, requests end to end (s)", lane)
+    fig = plotstyle.axes(title, "measured time, requests end to end (s)", lane)
     t = 0.0
     bars: dict[str, dict[str, list]] = {label: {"y": [], "x": [], "base": [], "text": []} for _, label in spans}
     for i, r in enumerate(timed):
@@ -191,7 +181,7 @@ def latency(rows: Rows) -> go.Figure:
     rows = _having(rows, "procedure", "ttft_s")
     if not rows:
         return empty(title, "no timed requests")
-    fig = _figure(title, "procedure", "time to first token (s)")
+    fig = plotstyle.axes(title, "procedure", "time to first token (s)")
     for proc in dict.fromkeys(r["procedure"] for r in rows):
         fig.add_trace(go.Box(y=[r["ttft_s"] for r in rows if r["procedure"] == proc], name=str(proc),
                              boxpoints="all", jitter=0.3, pointpos=0))
@@ -207,7 +197,7 @@ def capacity(rows: Rows) -> go.Figure:
     if not rows:
         return empty(title, "no evidence rows")
     x = [f"{r['budget_tokens']} tok" for r in rows]
-    fig = _figure(title, "byte budget (as tokens)", "tokens")
+    fig = plotstyle.axes(title, "byte budget (as tokens)", "tokens")
     fig.add_trace(go.Bar(x=x, y=[r["budget_tokens"] for r in rows], name="budget"))
     fig.add_trace(go.Bar(x=x, y=[r["measured_capacity_tokens"] for r in rows], name="measured capacity",
                          hovertext=[r.get("measured_by") for r in rows]))
@@ -218,13 +208,13 @@ def capacity(rows: Rows) -> go.Figure:
 def verdicts(table: Any) -> go.Figure:
     """A findings table (``report.verdict_frame``) as a figure, verdicts coloured."""
     cols = [c for c in ("probe", "engine", "engine_version", "model", "verdict", "summary", "metrics") if c in table]
-    fig = go.Figure(go.Table(
+    fig = plotstyle.new(go.Table(
         columnwidth=[3, 1.2, 1.2, 2, 1.3, 8, 4][:len(cols)],
         header=dict(values=cols, fill_color="#eeeeee", align="left"),
         cells=dict(values=[[str(v) if v is not None else "—" for v in table[c]] for c in cols], align="left",
                    fill_color=[[VERDICT_COLOURS.get(v, "#ffffff") + "33" for v in table["verdict"]]] * len(cols)),
     ))
-    fig.update_layout(template=TEMPLATE, title="Verdicts", margin=dict(l=10, r=10, t=50, b=10),
+    fig.update_layout(title="Verdicts", margin=dict(l=10, r=10, t=50, b=10),
                       height=120 + 60 * max(1, len(table)))
     return fig
 
@@ -247,7 +237,7 @@ def loop_ttft(rows: Rows) -> go.Figure:
     arms = _by_arm(rows, "ttft_s")
     if not arms:
         return empty(title, "no timed turns")
-    fig = _figure(title, "turn (in replay order)", "time to first token (s)")
+    fig = plotstyle.axes(title, "turn (in replay order)", "time to first token (s)")
     for arm, rs in arms.items():
         fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["ttft_s"] for r in rs], mode="lines+markers",
                                  name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
@@ -264,7 +254,7 @@ def loop_reuse(rows: Rows) -> go.Figure:
     arms = _by_arm(rows, "reused", "theoretical")
     if not arms:
         return empty(title, "no evidence rows")
-    fig = _figure(title, "turn (in replay order)", "prompt tokens")
+    fig = plotstyle.axes(title, "turn (in replay order)", "prompt tokens")
     fig.update_xaxes(dtick=1)
     first = next(iter(arms.values()))
     fig.add_trace(go.Scatter(x=[r["step"] for r in first], y=[r["theoretical"] for r in first], mode="lines",
@@ -283,7 +273,7 @@ def loop_attribution(rows: Rows) -> go.Figure:
     arms = _by_arm(rows, "reused")
     if not arms:
         return empty(title, "no evidence rows")
-    fig = _figure(title, "arm", "prompt tokens")
+    fig = plotstyle.axes(title, "arm", "prompt tokens")
     for col in ("reused", *CATEGORIES):
         sums = [sum(r.get(col) or 0 for r in rs) for rs in arms.values()]
         if any(sums) or col == "unexplained":
@@ -300,7 +290,7 @@ def loop_speedup(rows: Rows) -> go.Figure:
     ran = _having(rows, "arm", value, low, high)
     if not ran:
         return empty(title, "no arm with a speed-up")
-    fig = _figure(title, "arm", "speed-up (×)")
+    fig = plotstyle.axes(title, "arm", "speed-up (×)")
     fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r[value] for r in ran], name="speed-up",
                          marker_color="#1565c0",
                          error_y=dict(type="data", symmetric=False, array=[r[high] - r[value] for r in ran],
@@ -480,7 +470,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
     shared = len(drawn) > 1 and not lanes
     widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
+    fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
                         horizontal_spacing=0.13 if lanes else 0.07)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
@@ -506,7 +496,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
     # the title at the top of the figure, the panels' three-line titles below it, the legend at the bottom:
     # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
-    fig.update_layout(template=TEMPLATE, height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
+    fig.update_layout(height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
                       title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
                       margin=dict(l=60, r=20, t=125, b=140),
                       legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))

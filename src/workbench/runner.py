@@ -413,26 +413,36 @@ class LocalExecutor(Executor):
 
 class _Forkservers(contextlib.ExitStack):
     """One forkserver per engine, shared by that engine's notebook kernels (:func:`isolate.shared_forkserver`):
-    vLLM's ~15 s of imports on 2 cores are paid once per run instead of in every notebook's first probe. Each
-    starts with its engine's first job (never beside another engine's timed work) and stops after its last."""
+    vLLM's ~15 s of imports on 2 cores are paid once per run instead of in every notebook's first probe.
+
+    Every engine's server starts with the batch's first job and stops after that engine's last. Their imports
+    run beside the environment survey only (the notebook run first and once per batch, which times nothing):
+    any other job waits until every server has done them, so no import runs beside timed work."""
 
     def __init__(self, logs: Path) -> None:
         super().__init__()
-        self.logs, self.open = logs, {}  # preload → (the environment value naming it, its ExitStack)
+        self.logs, self.open, self.ready = logs, {}, False  # preload → (the environment value naming it, its ExitStack)
 
     def for_job(self, job: Job, later: Sequence[Job]) -> str:
+        """The value of :data:`isolate.SHARED_ENV` for ``job``'s kernel (its engine's server)."""
         from . import probes
 
-        engine = str(job.planned.parameters.get("engine", ""))
-        want = probes.preload(engine)
-        needed = {probes.preload(str(j.planned.parameters.get("engine", ""))) for j in (job, *later)}
+        needed: dict[tuple[str, ...], str] = {}  # preload → the first engine that needs it
+        for j in (job, *later):
+            engine = str(j.planned.parameters.get("engine", ""))
+            needed.setdefault(probes.preload(engine), engine)
         for done in [k for k in self.open if k not in needed]:
             self.open.pop(done)[1].close()
-        if want not in self.open:
-            stack = self.enter_context(contextlib.ExitStack())
-            self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, self.logs / f"forkserver-{engine}.log")),
-                               stack)
-        return self.open[want][0]
+        for want, engine in needed.items():
+            if want not in self.open:  # all of them at the first job: later ones need no other
+                stack = self.enter_context(contextlib.ExitStack())
+                log = self.logs / f"forkserver-{engine}.log"
+                self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, log)), stack)
+        if not self.ready and job.planned.per_batch != "first":
+            for value, _ in self.open.values():
+                isolate.wait_ready(value)
+            self.ready = True
+        return self.open[next(iter(needed))][0]
 
 
 @contextlib.contextmanager
@@ -462,11 +472,32 @@ def land(out: Path, files: Mapping[str, bytes]) -> None:
         atomic_write(path, data, overwrite=not rel.startswith("findings/"))
 
 
+def batch_jobs(out: Path, engines: Sequence[str], model: str, params: Mapping[str, Any] | None = None,
+               only: list[str] | None = None, notebooks_dir: Path | None = None, *,
+               engine_models: Mapping[str, str] | None = None,
+               engine_params: Mapping[str, Mapping[str, Any]] | None = None) -> list[Job]:
+    """Each engine's notebooks in turn, on ``model`` with ``params`` unless ``engine_models`` / ``engine_params``
+    name its own (its parameters update the batch's); a notebook that covers the batch once (:func:`once_per_batch`).
+
+    One batch, not one per engine, so the environment and the summary run once and one report covers it all."""
+    engine_models, engine_params = dict(engine_models or {}), dict(engine_params or {})
+    stray = sorted((engine_models.keys() | engine_params.keys()) - set(engines))
+    if stray:
+        raise RunError(f"{', '.join(stray)}: not an engine of this batch ({', '.join(engines)}); add it with --engine, "
+                       "or drop its --model ENGINE=SPEC / -p ENGINE:key=value")
+    return once_per_batch([
+        Job(p, resources_for(e, p.parameters.get("cell_options"))) for e in engines
+        for p in plan(out, e, engine_models.get(e, model), dict(params or {}) | dict(engine_params.get(e, {})), only,
+                      notebooks_dir)])
+
+
 @_one_writer
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
               notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False,
-              jobs: Callable[[Path], list[Job]] | None = None, executor: Executor | None = None) -> int:
+              jobs: Callable[[Path], list[Job]] | None = None, executor: Executor | None = None,
+              engine_models: Mapping[str, str] | None = None,
+              engine_params: Mapping[str, Mapping[str, Any]] | None = None) -> int:
     """Run the notebooks into run folder ``out`` on each engine; 0 when every selected notebook ran, 1 otherwise.
 
     Several engines share one run folder: their findings sit side by side in ``findings/``, the
@@ -478,7 +509,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
     ``blueprint/blueprint.md`` for the write-back. Engine logs go to each notebook's log file (and, with
-    ``verbose``, to the console too). ``jobs`` (a run matrix's plan, :mod:`workbench.matrix`) replaces
+    ``verbose``, to the console too). ``engine_models`` and ``engine_params`` give one engine its own model and
+    parameters (:func:`batch_jobs`). ``jobs`` (a run matrix's plan, :mod:`workbench.matrix`) replaces
     engine × model × params; ``executor`` (default :class:`LocalExecutor`) is where the jobs run.
     """
     from . import report
@@ -488,8 +520,8 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
         (out / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
-    todo = jobs(out) if jobs else once_per_batch([Job(p, resources_for(e, p.parameters.get("cell_options")))
-                                                  for e in engines for p in plan(out, e, model, params, only, notebooks_dir)])
+    todo = jobs(out) if jobs else batch_jobs(out, engines, model, params, only, notebooks_dir,
+                                             engine_models=engine_models, engine_params=engine_params)
     executor = executor or LocalExecutor()
     executor.check(todo)
     with executor:

@@ -7,13 +7,11 @@ from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 
-TEMPLATE = "plotly_white"
+from .. import plotstyle
 
 
 def _figure(title: str, x: str, y: str, why: str | None = None) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, title=title, xaxis_title=x, yaxis_title=y, height=420,
-                      margin=dict(l=60, r=20, t=60, b=50), legend=dict(title=None))
+    fig = plotstyle.axes(title, x, y)
     if why:
         fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")
     return fig
