@@ -14,8 +14,10 @@ from __future__ import annotations
 import gc
 import os
 
+from workbench.isolate import SHARED_READY_ENV  # imported before this module in every forkserver (isolate._modules)
+
 gc.freeze()
 
-_ready = os.environ.get("WORKBENCH_FORKSERVER_READY")  # isolate.SHARED_READY_ENV
+_ready = os.environ.get(SHARED_READY_ENV)
 if _ready:
     open(_ready, "w").close()

@@ -471,7 +471,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     shared = len(drawn) > 1 and not lanes
     widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
     fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
-                        horizontal_spacing=0.13 if lanes else 0.07)
+                             horizontal_spacing=0.13 if lanes else 0.07)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
         for t in p.data:
