@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import base64
 import os
+import shutil
 import time
 import zipfile
 from pathlib import Path
@@ -38,7 +39,10 @@ def ray_tmp(monkeypatch):
     _, left = psutil.wait_procs(naming(tmp), timeout=20)  # ray.shutdown() / ray stop let them exit on their own
     for p in left:
         p.kill()
+    heads = [p.name for p in Path(tmp).glob("wbray-*")]  # a local head's folder: its runtime_envs, GBs each
+    shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"Ray processes outlived the test: {[(p.pid, p.info['cmdline'][:2]) for p in left]}"
+    assert not heads, f"a local head's temp folder outlived the run: {heads}"
 
 
 def _verdicts(out: Path) -> list:
@@ -205,3 +209,25 @@ def test_what_counts_as_a_lost_node_is_ray_s_own_exception_classes():
     assert [_lost(e) for e in kept] == [False] * len(kept)
     assert _why(_NodeGone("NodeDiedError: marked dead")) == "NodeDiedError: marked dead"
     assert _why(x.NodeDiedError("node gone\nmore")) == "NodeDiedError: node gone"
+
+
+def test_a_runtime_env_that_cannot_be_built_says_why_in_the_run():
+    """RuntimeEnvSetupError's first line never says why; the reason is its last line, or an errno inside a
+    very long one. The messages are shaped as the runtime_env agent sent them here (a venv clone on a full disk,
+    ``ray/_private/runtime_env/utils.py: check_output_cmd``; a pip install with no such package)."""
+    ray = require_ray()
+    from workbench.fleet import _why
+
+    clone = ("Traceback (most recent call last):\n  File \"…/virtualenv_utils.py\", line 110\n"
+             "ray._private.runtime_env.utils.SubprocessCalledProcessError: Run cmd[5] failed with the following "
+             "details. Command '[…_clonevirtualenv.py…]' returned non-zero exit status 1.\nLast 50 lines of stdout:\n"
+             "    shutil.Error: [('/v/lib/t', '/tmp/x/virtualenv/lib/t', \"[Errno 28] No space left on device: "
+             "'/v/lib/t' -> '/tmp/x/virtualenv/lib/t'\")" + ", ('/v/a', '/tmp/x/a', 'more')" * 200 + "]")
+    pip = "Traceback …\nERROR: Could not find a version that satisfies the requirement wbrelease==9\n"
+    err = ray.exceptions.RuntimeEnvSetupError
+    assert _why(err(clone)) == ("RuntimeEnvSetupError: Failed to set up runtime environment. "
+                                "[Errno 28] No space left on device")
+    assert _why(err(pip)) == ("RuntimeEnvSetupError: Failed to set up runtime environment. "
+                              "ERROR: Could not find a version that satisfies the requirement wbrelease==9")
+    assert len(_why(err("Traceback\n" + "x" * 5000))) < 400
+    assert _why(err()) == "RuntimeEnvSetupError: Failed to set up runtime environment."

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -137,6 +138,7 @@ def cluster():
         yield c
     finally:
         left = _stop(list(nodes.values()))
+        shutil.rmtree(root, ignore_errors=True)  # the nodes' sessions and logs
         assert not left, f"cluster processes outlived the module: {left}"
         assert not naming(str(root)), [p.info["cmdline"][:3] for p in naming(str(root))]
 

@@ -235,11 +235,13 @@ def test_a_shared_forkserver_says_when_its_imports_are_done_or_that_it_died(tmp_
     (tmp_path / "slow_import.py").write_text("import time\ntime.sleep(2)\n")
     (tmp_path / "dies_at_import.py").write_text("import os\nos._exit(3)\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))  # the server's own sys.path
+    (tmp_path / "a.log.ready").touch()  # left by a driver killed outright: says nothing of a new server
     with isolate.shared_forkserver(("slow_import",), tmp_path / "a.log") as shared:
         ready = Path(json.loads(shared)["ready"])
+        assert ready.parent == tmp_path  # beside its log, never in /tmp
         assert not ready.exists()  # the import sleeps for 2 s
         assert isolate.wait_ready(shared) is True and ready.exists()
-    assert not ready.parent.exists()
+    assert not ready.exists()
     with isolate.shared_forkserver(("dies_at_import",), tmp_path / "b.log") as shared:
         t0 = time.monotonic()
         assert isolate.wait_ready(shared) is False and time.monotonic() - t0 < 30

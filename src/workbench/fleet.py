@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -126,7 +127,7 @@ def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str
             return temp
         except Exception as e:  # noqa: BLE001 - Ray raises a bare Exception when its node times out at start
             ray.shutdown()
-            stop_session(temp)
+            end_session(temp)
             if n == tries or "timed out during startup" not in str(e):
                 raise ExecutorError(f"the local Ray head did not start ({e}); free some CPU, or start one with "
                                     "`ray start --head` and pass --address") from None
@@ -158,10 +159,15 @@ def _end(procs: Sequence[Any], grace_s: float) -> list[int]:
     return [proc.pid for proc in left]
 
 
-def stop_session(temp: str, grace_s: float = 20.0) -> list[int]:
-    """End every process of the local head whose temp folder is ``temp``: given ``grace_s`` to exit after
-    ``ray.shutdown()``, then killed. Returns the pids that had to be killed."""
-    return _end(session_processes(temp), grace_s)
+def end_session(temp: str, grace_s: float = 20.0) -> list[int]:
+    """End every process of the local head whose temp folder is ``temp`` (given ``grace_s`` to exit after
+    ``ray.shutdown()``, then killed), and remove the folder. It holds each pip or uv runtime_env the head built,
+    and Ray builds one by copying the driver's whole virtualenv (``ray/_private/runtime_env/virtualenv_utils.py``,
+    ``_clonevirtualenv.py``): 3.8 GB each here, which filled the disk after eight two-environment runs. Returns
+    the pids that had to be killed."""
+    killed = _end(session_processes(temp), grace_s)
+    shutil.rmtree(temp, ignore_errors=True)
+    return killed
 
 
 def watch_session(temp: str) -> Any:
@@ -179,7 +185,7 @@ def watch_session(temp: str) -> Any:
 
 def _watch(temp: str, driver: int, every_s: float = 1.0) -> None:
     """Keep a roll of the head's processes while the driver lives (Ray renames its agents, ``ray::…``, so their
-    command lines stop naming ``temp``), then end every one still alive."""
+    command lines stop naming ``temp``), then end every one still alive and remove the folder."""
     import psutil
 
     seen: dict[tuple[int, float], Any] = {}
@@ -189,6 +195,7 @@ def _watch(temp: str, driver: int, every_s: float = 1.0) -> None:
                 seen.setdefault((proc.pid, proc.create_time()), proc)  # a pid with its start: never a reused one
         time.sleep(every_s)
     _end([p for p in seen.values() if p.is_running()] + session_processes(temp), 0)
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def _own_kernel(where: Path) -> str:
@@ -262,8 +269,8 @@ class RayExecutor(Executor):
         import ray
 
         ray.shutdown()
-        if self._head:  # nothing of the local head outlives the run
-            stop_session(self._head)
+        if self._head:  # nothing of the local head outlives the run, on disk either
+            end_session(self._head)
             self._head = None
             self._watchdog.kill()
             self._watchdog.wait()
@@ -428,11 +435,21 @@ def _lost(e: Exception) -> bool:
                           x.LocalRayletDiedError, x.GetTimeoutError))
 
 
+_ERRNO = re.compile(r"\[Errno \d+\] [^:'\"\]]+")
+
+
 def _why(e: Exception) -> str:
+    """``Type: first line``. Ray's RuntimeEnvSetupError says only "Failed to set up runtime environment." on its
+    first line; the reason is in its last line, or an ``[Errno N]`` buried in a long one (a full disk)."""
     if isinstance(e, _NodeGone):
         return str(e)
-    first = next((line for line in str(e).splitlines() if line.strip()), "")
-    return f"{type(e).__name__}: {first}".rstrip(": ")
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    why = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    if getattr(e, "error_message", None) and len(lines) > 1:  # ray.exceptions.RuntimeEnvSetupError
+        errno = _ERRNO.search(e.error_message)
+        cause = errno.group(0).strip() if errno else lines[-1]
+        why += f" {cause if len(cause) <= 300 else cause[:299] + '…'}"
+    return why
 
 
 def environment_problems(name: str, env: Any) -> list[str]:

@@ -232,7 +232,8 @@ def shared_forkserver(preload: Sequence[str], log: Path) -> Iterator[str]:
     server = forkserver.ForkServer()
     server.set_forkserver_preload(_modules(want))
     log.parent.mkdir(parents=True, exist_ok=True)
-    ready = Path(tempfile.mkdtemp(prefix="workbench-forkserver-")) / "ready"
+    ready = log.with_name(log.name + ".ready")  # beside its log: a driver killed outright leaves nothing in /tmp
+    ready.unlink(missing_ok=True)  # a killed run's, which would say a new server is ready before it is
     os.environ[SHARED_LOG_ENV], os.environ[SHARED_READY_ENV] = str(log), str(ready)
     try:
         server.ensure_running()
@@ -243,7 +244,7 @@ def shared_forkserver(preload: Sequence[str], log: Path) -> Iterator[str]:
                           "ready": str(ready)})
     finally:
         server._stop()  # closes its "alive" pipe, so it exits; then reaps it and removes its socket
-        shutil.rmtree(ready.parent, ignore_errors=True)
+        ready.unlink(missing_ok=True)
 
 
 def wait_ready(shared: str, timeout_s: float = 600.0, poll_s: float = 0.05) -> bool:

@@ -31,13 +31,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from .contract import EngineUnavailable, WorkbenchError
 from .files import tail
@@ -75,6 +76,8 @@ class Launch:
     files: Mapping[str, str] = field(default_factory=dict)  # file name -> text, written into the log folder
     #: what the kernel sends the server when the process that started it dies (PR_SET_PDEATHSIG)
     death_signal: int = signal.SIGTERM
+    #: environment variables :func:`start` points at a fresh folder of the server's own, removed once it stopped
+    scratch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,11 @@ def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
            "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
     if o.get("hash_seed") is not None:  # vLLM derives NONE_HASH, the root of every block hash, from it
         env["PYTHONHASHSEED"] = str(o["hash_seed"])
-    return Launch(tuple(argv + list(req.extra_args)), env)
+    # its front end and engine core talk over unix sockets named ipc://$VLLM_RPC_BASE_PATH/<uuid>
+    # (vllm/utils/network_utils.py: get_open_zmq_ipc_path), /tmp by default, and a stopped server leaves them
+    # there (seven per start, seen here): a short folder of its own instead, unless the user chose one
+    scratch = () if "VLLM_RPC_BASE_PATH" in os.environ else ("VLLM_RPC_BASE_PATH",)
+    return Launch(tuple(argv + list(req.extra_args)), env, scratch=scratch)
 
 
 TRTLLM_OPTIONS = "trtllm-options.yaml"
@@ -277,8 +284,10 @@ def _install_hooks() -> None:
 class Server:
     """A running server. Use as a context manager, or call :meth:`stop`; ``url`` is its base URL."""
 
-    def __init__(self, req: ServerRequest, proc: subprocess.Popen, url: str, log_path: Path, argv: Sequence[str]) -> None:
+    def __init__(self, req: ServerRequest, proc: subprocess.Popen, url: str, log_path: Path, argv: Sequence[str],
+                 scratch: Sequence[str] = ()) -> None:
         self.request, self.proc, self.url, self.log_path, self.argv = req, proc, url, log_path, tuple(argv)
+        self.scratch = tuple(scratch)
 
     @property
     def pid(self) -> int:
@@ -310,6 +319,8 @@ class Server:
             return self.proc.wait(5)
         except subprocess.TimeoutExpired:
             return None
+        finally:
+            _remove(self.scratch)
 
     def _signal_group(self, sig: int) -> None:
         try:
@@ -325,6 +336,11 @@ class Server:
 
     def __repr__(self) -> str:
         return f"Server({self.request.engine} at {self.url}, pid {self.pid}, log {self.log_path})"
+
+
+def _remove(folders: Iterable[str]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: float = 600.0,
@@ -346,14 +362,19 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: fl
         (folder / name).write_text(text)
     log_path = folder / f"{req.engine}-{port}.log"
     _install_hooks()
-    with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(launch.argv)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env=os.environ | dict(launch.env), close_fds=True,
-                                preexec_fn=functools.partial(_die_with_parent, launch.death_signal))
+    scratch = {name: tempfile.mkdtemp(prefix="wbserve-") for name in launch.scratch}  # short: socket paths
+    try:
+        with open(log_path, "ab") as log:
+            log.write(f"$ {' '.join(launch.argv)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=os.environ | dict(launch.env) | scratch, close_fds=True,
+                                    preexec_fn=functools.partial(_die_with_parent, launch.death_signal))
+    except BaseException:
+        _remove(scratch.values())
+        raise
     host = f"[{req.host}]" if ":" in req.host else req.host
-    server = Server(req, proc, f"http://{host}:{port}", log_path, launch.argv)
+    server = Server(req, proc, f"http://{host}:{port}", log_path, launch.argv, tuple(scratch.values()))
     with _LOCK:
         _LIVE.add(server)
     try:

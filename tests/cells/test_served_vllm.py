@@ -7,6 +7,7 @@ One server serves the module (it takes a minute or more to start here); every te
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,5 +83,8 @@ def test_closing_the_cell_stops_every_process_of_the_server(cell):
 
     pgid = cell.server.pid
     assert group_alive(pgid) >= 2  # the API server and its engine core
+    (rpc,) = map(Path, cell.server.scratch)  # VLLM_RPC_BASE_PATH: the two talk over unix sockets in it
+    assert any(p.is_socket() for p in rpc.iterdir()), list(rpc.iterdir())
     cell.close()
     assert not group_alive(pgid, settle_s=20)
+    assert not rpc.exists()  # vLLM leaves its sockets behind; the folder holding them goes with the server

@@ -7,6 +7,9 @@ second consumer is refused by the lease; a replay buffer too small for a gap is 
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from conftest import require_engine
@@ -18,9 +21,12 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def run(name: str, tmp_path, **params):
+    """The probe's finding; the folder of its ipc:// sockets is gone once it has run."""
     require_engine("vllm")
+    before = set(Path(tempfile.gettempdir()).glob("workbench-events-*"))
     f = probes.run(name, engine="vllm", model=MODEL, params=params, out=tmp_path, isolated=False)
     assert f.verdict != "not-run", f.reason
+    assert set(Path(tempfile.gettempdir()).glob("workbench-events-*")) <= before, "a socket folder outlived the probe"
     return f
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
+import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,13 +108,29 @@ class Probe(Declared):
 
 
 class ProbeContext:
-    """What a probe gets: a way to open fresh cells (one per arm) and the run's identity."""
+    """What a probe gets: a way to open fresh cells (one per arm) and the run's identity. As a context manager it
+    removes the folders :meth:`scratch` made."""
 
     def __init__(self, engine: str, model: str, cell_options: Mapping[str, Any] | None = None) -> None:
         self.engine, self.model = engine, model
         self.cell_options = dict(cell_options or {})
         self.description: Description | None = None
         self.resolved: models.ResolvedModel | None = None
+        self._scratch: list[str] = []
+
+    def __enter__(self) -> "ProbeContext":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._scratch:
+            shutil.rmtree(self._scratch.pop(), ignore_errors=True)
+
+    def scratch(self, prefix: str) -> str:
+        """A short folder of this probe run's own, in the temp folder (an ``ipc://`` socket's path must be short),
+        gone when the run ends."""
+        folder = tempfile.mkdtemp(prefix=prefix)
+        self._scratch.append(folder)
+        return folder
 
     def fixed_threads(self, threads: int) -> dict:
         """Cell options that fix the thread count for timed work (``CellOptions.threads``, which every engine's
@@ -294,7 +312,8 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
         reason = None if avail.available else avail.reason
     if reason is None:
         try:
-            outcome = probe.run(ctx, p)
+            with ctx:
+                outcome = probe.run(ctx, p)
         except (EngineUnavailable, NotRunnable, UnsupportedFeature) as e:
             reason = getattr(e, "reason", None) or str(e)
     if reason is not None:

@@ -3,7 +3,6 @@ implies, an evicting workload, and the not-applicable answer for an engine with 
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
     it is: its own ``kv_events`` drain is the stream (TensorRT-LLM 1.2: one destructive queue). Without a
     ``kv_events`` observer: the not-applicable outcome, with the engine's own description as the evidence.
     ``more``: options every choice carries (``adapters``), so an engine that takes none of them refuses."""
-    folder = tempfile.mkdtemp(prefix="workbench-events-")
+    folder = ctx.scratch("workbench-events-")
     options = dict(kv_budget_tokens=budget_tokens, context_tokens=context_tokens, hash_seed=seed,
                    kv_events_config={"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay",
                                      "buffer_steps": buffer_steps}, **more)
