@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import uuid
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,6 +91,17 @@ def test_a_cell_opened_without_the_connector_does_not_announce_it():
         assert observer_mismatches(plain, d.observers) == []
         with pytest.raises(UnsupportedFeature, match="connector=True"):
             plain.connector_log()
+
+
+def test_a_second_engine_runs_out_of_process_and_leaves_no_socket_behind(cell):
+    """With the module's cell open, another runs its engine core in processes of its own, which talk over unix
+    sockets that vLLM never removes (``vllm/utils/network_utils.py: get_open_zmq_ipc_path``): they are made in the
+    cell's own folder, which goes with it."""
+    with open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B) as other:
+        assert not other._inprocess
+        folder = Path(other._tmp)
+        assert any(p.is_socket() for p in folder.iterdir()), list(folder.iterdir())
+    assert not folder.exists()
 
 
 def test_describe_reads_blocks_and_geometry_from_the_engine(cell):

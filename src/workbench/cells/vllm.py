@@ -473,6 +473,10 @@ class VllmCell(EventCapacity, RequestCell):
         self._inprocess = not o.multiprocess and VllmCell._inprocess_open == 0
         _usage_stats_off()
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
+        if not self._inprocess:  # its engine core talks over unix sockets, which vLLM leaves where
+            # VLLM_RPC_BASE_PATH says (/tmp by default; vllm/utils/network_utils.py): in the cell's own folder
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+            env["VLLM_RPC_BASE_PATH"] = self._tmp
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
         seeded = ("PYTHONHASHSEED",) if o.hash_seed is not None else ()
         with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", *seeded)):
