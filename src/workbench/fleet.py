@@ -441,11 +441,13 @@ _ERRNO = re.compile(r"\[Errno \d+\] [^:'\"\]]+")
 def _why(e: Exception) -> str:
     """``Type: first line``. Ray's RuntimeEnvSetupError says only "Failed to set up runtime environment." on its
     first line; the reason is in its last line, or an ``[Errno N]`` buried in a long one (a full disk)."""
+    from ray.exceptions import RuntimeEnvSetupError
+
     if isinstance(e, _NodeGone):
         return str(e)
     lines = [line.strip() for line in str(e).splitlines() if line.strip()]
     why = f"{type(e).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    if getattr(e, "error_message", None) and len(lines) > 1:  # ray.exceptions.RuntimeEnvSetupError
+    if isinstance(e, RuntimeEnvSetupError) and e.error_message and len(lines) > 1:
         errno = _ERRNO.search(e.error_message)
         cause = errno.group(0).strip() if errno else lines[-1]
         why += f" {cause if len(cause) <= 300 else cause[:299] + '…'}"
