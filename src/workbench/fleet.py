@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from . import envvars
 from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_lost, timed_out
 from .serve import is_loopback
 
@@ -78,11 +79,11 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
         source.parent.mkdir()
         source.write_bytes(notebook)
         (run / "findings").mkdir(parents=True)
-        os.environ["WORKBENCH_SERVER_LOGS"] = str(run / "servers")
-        os.environ["JUPYTER_PATH"] = _own_kernel(Path(tmp) / "jupyter")
         p = runner.Planned(name, source, parameters | {"out": str(run / "findings")}, variant)
+        env = {"WORKBENCH_SERVER_LOGS": str(run / "servers"), "JUPYTER_PATH": _own_kernel(Path(tmp) / "jupyter")}
         t0 = time.perf_counter()
-        status, error = runner._execute(p, run, attempt, verbose)
+        with envvars.scoped(env):  # a reused Ray worker keeps no path into this job's removed folder
+            status, error = runner._execute(p, run, attempt, verbose)
         took = round(time.perf_counter() - t0, 2)
         files = {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*")) if f.is_file()}
     yield {"status": status, "error": error, "duration_s": took, "files": files}

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from . import envvars
 from .contract import WorkbenchError
 
 #: ``workbench probe`` and ``workbench doctor`` exit with this code when the engine crashed (2 is bad input).
@@ -234,11 +235,8 @@ def shared_forkserver(preload: Sequence[str], log: Path) -> Iterator[str]:
     log.parent.mkdir(parents=True, exist_ok=True)
     ready = log.with_name(log.name + ".ready")  # beside its log: a driver killed outright leaves nothing in /tmp
     ready.unlink(missing_ok=True)  # a killed run's, which would say a new server is ready before it is
-    os.environ[SHARED_LOG_ENV], os.environ[SHARED_READY_ENV] = str(log), str(ready)
-    try:
+    with envvars.scoped({SHARED_LOG_ENV: str(log), SHARED_READY_ENV: str(ready)}):
         server.ensure_running()
-    finally:
-        del os.environ[SHARED_LOG_ENV], os.environ[SHARED_READY_ENV]
     try:
         yield json.dumps({"address": server._forkserver_address, "preload": list(want), "pid": server._forkserver_pid,
                           "ready": str(ready)})

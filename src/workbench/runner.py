@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import isolate, manifest, models, runlock
+from . import envvars, isolate, manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import check_writable, tail
@@ -289,7 +289,7 @@ def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
     with _deadline(timeout_s, kernels) as expired:
         try:
             (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-            with _env(ATTEMPT_ENV, attempt), engine_log(out / p.log, echo=verbose) as fd:
+            with envvars.scoped({ATTEMPT_ENV: attempt}), engine_log(out / p.log, echo=verbose) as fd:
                 papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                            kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
                                            kernel_manager_class=_logged_kernel_manager(fd, kernels))
@@ -406,7 +406,7 @@ class LocalExecutor(Executor):
                 shared = servers.for_job(job, jobs[i + 1:])
                 attempt = start(job)
                 t0 = time.perf_counter()
-                with _env(isolate.SHARED_ENV, shared):
+                with envvars.scoped({isolate.SHARED_ENV: shared}):
                     status, error = _execute(job.planned, out, attempt, verbose, self.job_timeout_s)
                 yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
 
@@ -443,20 +443,6 @@ class _Forkservers(contextlib.ExitStack):
                 isolate.wait_ready(value)
             self.ready = True
         return self.open[next(iter(needed))][0]
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str) -> Iterator[None]:
-    """``name`` set to ``value`` in this process's environment (which a kernel inherits) for the context's span."""
-    before = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
 
 
 def land(out: Path, files: Mapping[str, bytes]) -> None:

@@ -44,7 +44,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .. import models
+from .. import envvars, models
 from .options import CellOptions
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
@@ -86,24 +86,6 @@ def _import_failure(e: BaseException) -> str:
         return f"{e.name} is not installed: {INSTALL_HINT}"
     return (f"vllm is installed but failed to import ({type(e).__name__}: {e}); a torch/torchvision mismatch is the "
             f"usual cause: {INSTALL_HINT}")
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str], drop: Sequence[str] = ()) -> Iterator[None]:
-    """Set ``values`` (unless the user set them) and remove ``drop`` while the engine starts."""
-    saved = {k: os.environ.get(k) for k in (*values, *drop)}
-    try:
-        for k, v in values.items():
-            os.environ.setdefault(k, v)
-        for k in drop:
-            os.environ.pop(k, None)
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _release_inprocess_state() -> None:
@@ -353,7 +335,7 @@ class VllmCell(EventCapacity, RequestCell):
         details: dict[str, Any] = {"machine": platform.machine(), "system": platform.system()}
         _usage_stats_off()
         try:
-            with _environment({"VLLM_LOGGING_LEVEL": "ERROR"}):
+            with envvars.scoped(default={"VLLM_LOGGING_LEVEL": "ERROR"}):
                 vllm = _import_vllm()
         except Exception as e:  # noqa: BLE001 - a broken torch stack raises anything at import
             return Availability(ENGINE, False, None, _import_failure(e), details)
@@ -477,12 +459,12 @@ class VllmCell(EventCapacity, RequestCell):
             # VLLM_RPC_BASE_PATH says (/tmp by default; vllm/utils/network_utils.py): in the cell's own folder
             self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
             env["VLLM_RPC_BASE_PATH"] = self._tmp
-        # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's
-        seeded = ("PYTHONHASHSEED",) if o.hash_seed is not None else ()
-        with _environment(env, drop=("VLLM_CPU_KVCACHE_SPACE", "VLLM_ENABLE_V1_MULTIPROCESSING", *seeded)):
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if self._inprocess else "1"
-            if o.hash_seed is not None:  # the engine core derives NONE_HASH from it at start
-                os.environ["PYTHONHASHSEED"] = o.hash_seed
+        # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's, and so is
+        # the hash seed where it gives one (the engine core derives NONE_HASH from it at start)
+        own = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0" if self._inprocess else "1"}
+        if o.hash_seed is not None:
+            own["PYTHONHASHSEED"] = o.hash_seed
+        with envvars.scoped(own, default=env, drop=("VLLM_CPU_KVCACHE_SPACE",)):
             try:
                 self._llm = vllm.LLM(**args)
             except Exception as e:  # noqa: BLE001 - the engine core reports its failures as anything
