@@ -231,3 +231,25 @@ def test_a_runtime_env_that_cannot_be_built_says_why_in_the_run():
                               "ERROR: Could not find a version that satisfies the requirement wbrelease==9")
     assert len(_why(err("Traceback\n" + "x" * 5000))) < 400
     assert _why(err()) == "RuntimeEnvSetupError: Failed to set up runtime environment."
+
+
+def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
+    """Ray reuses a worker process for the next job: the kernel path and server-log folder a job points at live
+    in its own temporary folder, removed when it ends, so they must not outlast it (nor pile up per job)."""
+    from workbench import fleet
+
+    monkeypatch.setenv("JUPYTER_PATH", "/the/user/s")
+    monkeypatch.delenv("WORKBENCH_SERVER_LOGS", raising=False)
+    seen = []
+
+    def execute(p, run, attempt, verbose):
+        seen.append((os.environ["JUPYTER_PATH"].split(os.pathsep), os.environ["WORKBENCH_SERVER_LOGS"], run))
+        return "ok", None
+
+    monkeypatch.setattr(fleet, "node", dict)
+    monkeypatch.setattr(runner, "_execute", execute)
+    for attempt in ("a1", "a2"):
+        assert list(fleet.run_job("nb", "nb.ipynb", b"{}", {"engine": "llamacpp"}, "", attempt, False))[1]["status"] == "ok"
+        assert os.environ["JUPYTER_PATH"] == "/the/user/s" and "WORKBENCH_SERVER_LOGS" not in os.environ
+    for path, logs, run in seen:
+        assert len(path) == 2 and path[1] == "/the/user/s" and logs == str(run / "servers")
