@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from workbench import claims
-from workbench.loop import gate, stats
+from workbench.loop import arms, equal, gate, results, stats
 
 
 def est(value, low, high):
@@ -44,6 +44,9 @@ def ev(speedup=WIN, *, turns=25, on_target=True, **kw):
     (CLAIM_RULE, ev(best=None), "not-run"),
     (CLAIM_RULE, ev(best=None, no_reference="every llama.cpp arm was disqualified"), "inconclusive"),
     (CLAIM_RULE, gate.GateEvidence(None, "tensorrt_llm is not installed"), "not-run"),
+    (CLAIM_RULE, ev(baseline_missing=("llama.cpp's own speculation",)), "inconclusive"),  # a weaker bar to clear
+    (CLAIM_RULE, ev(LOSS, baseline_missing=("llama.cpp's own speculation",)), "inconclusive"),  # the same conditions
+    (CLAIM_RULE, ev(lax_work="margin 1 σ > the claim's 0.25 σ"), "inconclusive"),  # more turns pass as equal work
 ])
 def test_gate_verdicts(rule, evidence, verdict):
     out = gate.decide(rule, evidence)
@@ -55,6 +58,49 @@ def test_a_held_back_verdict_says_what_it_would_have_been():
     assert "exploratory" in out.summary and "would be confirmed" in out.summary
     out = gate.decide(CLAIM_RULE, ev(LOSS, on_target=False))
     assert "not on target" in out.summary and "would be refuted" in out.summary
+
+
+def _arm(name, *, best=False, reason=None, disqualified=None):
+    return results.ArmSummary(name, arms.get(name).engine, reason, disqualified=disqualified, is_best=best)
+
+
+SUBJECT = results.ArmSummary("trtllm", "trtllm", None, ci={"speedup_vs_best_llamacpp": WIN | {"turns": 25}})
+SPEC, REUSE = "llama.cpp's own speculation", "llama.cpp with prefix reuse"
+
+
+@pytest.mark.parametrize("references, missing", [
+    ([_arm("llamacpp-cold", best=True)], (REUSE, SPEC)),  # the cold arm alone: a win that is only the prefix cache
+    ([_arm("llamacpp", best=True), _arm("llamacpp-spec")], (SPEC,)),  # our prompt lookup is not llama.cpp's own
+    ([_arm("llamacpp", best=True), _arm("llamacpp-server-spec", reason="llama-server crashed")], (SPEC,)),
+    ([_arm("llamacpp", best=True), _arm("llamacpp-server-spec", disqualified="other output on 3 of 25 turns")],
+     (SPEC,)),
+    ([_arm("llamacpp-cold"), _arm("llamacpp"), _arm("llamacpp-server-spec", best=True)], ()),
+    ([_arm("llamacpp-server", best=True), _arm("llamacpp-server-spec")], ()),  # served llama.cpp is llama.cpp
+])
+def test_the_claims_verdict_needs_the_whole_llamacpp_baseline_qualified(references, missing):
+    """The best llama.cpp arm is the fastest that qualified, so a run whose reuse or own-speculation arm did not run
+    or was disqualified compares against a weaker bar: the verdict is held back, naming what was missing."""
+    evidence = results.gate_evidence([SUBJECT, *references], CLAIM_RULE, {"gpu": ["H200"]})
+    assert evidence.baseline_missing == missing
+    out = gate.decide(CLAIM_RULE, evidence)
+    if missing:
+        assert out.verdict == "inconclusive" and "would be confirmed" in out.summary
+        assert all(kind in out.summary for kind in missing), out.summary
+    else:
+        assert out.verdict == "confirmed", out.summary
+
+
+@pytest.mark.parametrize("work, lax", [
+    (equal.EqualWork(), False),
+    (equal.EqualWork(margin_sd=0.1, max_failed_share=0.0), False),  # stricter admits less: still the claim's
+    (equal.EqualWork(margin_sd=1.0), True),
+    (equal.EqualWork(max_failed_share=0.5), True),
+])
+def test_a_laxer_equal_work_rule_is_exploratory(work, lax):
+    refs = [_arm("llamacpp", best=True), _arm("llamacpp-server-spec")]
+    out = gate.decide(CLAIM_RULE, results.gate_evidence([SUBJECT, *refs], CLAIM_RULE, {"gpu": ["H200"]}, work))
+    assert (out.verdict, bool(work.exploratory), work.as_dict()["exploratory"] is not None) == (
+        ("inconclusive", True, True) if lax else ("confirmed", False, False)), out.summary
 
 
 def test_gate_is_unresolved_without_the_subject_or_a_reference():

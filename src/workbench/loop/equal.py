@@ -24,12 +24,14 @@ from . import arms as _arms
 CHOSEN = ("the run's first plain arm (reuse on, no speculation) that ran, llama.cpp arms first, never the gate's "
           "subject")  # how the reference is chosen when none is declared
 MAX_MARGIN_SD = 2.0  # a margin this wide would admit tokens greedy decoding clearly would not pick
+CLAIM_MARGIN_SD = 0.25  # the claim's near-tie margin: a wider one admits more, so it is exploratory
+CLAIM_MAX_FAILED_SHARE = 0.1  # the claim's share of failed turns an arm may have before it is disqualified
 
 
 @dataclass(frozen=True)
 class EqualWork:
-    margin_sd: float = 0.25  # a token this close to its position's top logit (σ of the logits) is a near-tie
-    max_failed_share: float = 0.1  # an arm that fails more of its turns than this is disqualified
+    margin_sd: float = CLAIM_MARGIN_SD  # a token this close to its position's top logit (σ of the logits) is a near-tie
+    max_failed_share: float = CLAIM_MAX_FAILED_SHARE  # an arm that fails more of its turns than this is disqualified
     reference: str | None = None  # the arm every output is shown against; None: chosen (CHOSEN), or none
     chosen_by: str = "declared"  # how the reference was chosen, stated in every finding
 
@@ -67,8 +69,19 @@ class EqualWork:
                 f"equal work); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified"
                 + shown)
 
+    @property
+    def exploratory(self) -> str | None:
+        """Why this rule admits more turns or arms than the claim's (so no comparison under it is the claim's
+        verdict), or None; a stricter one admits less, and stays the claim's."""
+        lax = [why for bad, why in (
+            (self.margin_sd > CLAIM_MARGIN_SD, f"margin {self.margin_sd:g} σ > the claim's {CLAIM_MARGIN_SD:g} σ"),
+            (self.max_failed_share > CLAIM_MAX_FAILED_SHARE,
+             f"max_failed_share {self.max_failed_share:g} > the claim's {CLAIM_MAX_FAILED_SHARE:g}"),
+        ) if bad]
+        return "; ".join(lax) or None
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        return asdict(self) | {"exploratory": self.exploratory}
 
 
 def output_match(own: Sequence[int], ref: Sequence[int]) -> float:

@@ -6,8 +6,8 @@ The claim's rule: the subject arm's end-to-end loop time beats the best llama.cp
 included) by at least 2× on the lower bound of the bootstrap CI, over at least ``CLAIM_MIN_TURNS``
 turns on which both arms did the same work with the same output. A laxer rule (a smaller speed-up,
 the point estimate, fewer turns) is *exploratory*: it is measured and reported, never the claim's verdict.
-Confirmed and refuted need the same conditions: on target, the claim's rule, enough compared turns,
-and a subject that did the turns' work.
+Confirmed and refuted need the same conditions: on target, the claim's rule and equal-work rule, enough
+compared turns, a subject that did the turns' work, and the whole llama.cpp baseline (:data:`BASELINE`) qualified.
 """
 
 from __future__ import annotations
@@ -24,6 +24,13 @@ GPU_RUN_MUST_ADD = (
     "the TensorRT-LLM arm",
     "a certified model (the product's, not the workbench default), named in a --certified file",
 )
+
+
+#: The llama.cpp arms the claim's baseline must hold, each qualified (its turns served with equal work), keyed by an
+#: arm's (reuse, speculation): llama.cpp reusing the prefix, and llama.cpp's own speculation (the blueprint's
+#: "llama.cpp-with-speculation baseline"; the workbench's prompt lookup may stand beside it, never in its place).
+#: The best of the arms that ran is what the subject must beat; a missing one could only have raised that bar.
+BASELINE = {(True, "none"): "llama.cpp with prefix reuse", (True, "engine"): "llama.cpp's own speculation"}
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,8 @@ class GateEvidence:
     disqualified: str | None = None  # why the subject's turns cannot be compared (less work, other tokens)
     no_reference: str | None = None  # why no llama.cpp arm qualifies, when one ran
     on_target: bool = False  # verified: a GPU in the finding's fingerprint and a certified model
+    baseline_missing: tuple[str, ...] = ()  # the kinds of BASELINE no qualified llama.cpp arm of the run is
+    lax_work: str | None = None  # why the run's equal-work rule admits more than the claim's (equal.EqualWork)
 
 
 @dataclass(frozen=True)
@@ -109,6 +118,8 @@ def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
     held_back = [why for bad, why in (
         (not ev.on_target, "not on target hardware with a certified model"),
         (rule.exploratory is not None, f"an exploratory rule ({rule.exploratory})"),
+        (bool(ev.baseline_missing), f"the llama.cpp baseline lacks {' and '.join(ev.baseline_missing)}"),
+        (ev.lax_work is not None, f"a laxer equal-work rule ({ev.lax_work})"),
     ) if bad]
     if held_back:
         return GateOutcome("inconclusive", f"{rule.subject} {figure}: {text}, but {' and '.join(held_back)}, "
@@ -116,5 +127,5 @@ def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
     return GateOutcome(verdict, f"{rule.subject} {figure}: {text}")
 
 
-__all__ = ["CLAIM", "CLAIM_MIN_SPEEDUP", "CLAIM_MIN_TURNS", "GPU_RUN_MUST_ADD", "GateEvidence", "GateOutcome",
+__all__ = ["BASELINE", "CLAIM", "CLAIM_MIN_SPEEDUP", "CLAIM_MIN_TURNS", "GPU_RUN_MUST_ADD", "GateEvidence", "GateOutcome",
            "GateRule", "decide"]

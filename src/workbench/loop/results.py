@@ -258,12 +258,15 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
         reason=s.reason)
 
 
-def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target: dict | None) -> _gate.GateEvidence:
-    """What :func:`.gate.decide` reads, from the arms' summaries."""
+def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target: dict | None,
+                  work: equal.EqualWork = equal.EqualWork()) -> _gate.GateEvidence:
+    """What :func:`.gate.decide` reads, from the arms' summaries and the run's equal-work rule."""
     by = {s.arm: s for s in summaries}
     subject = by.get(rule.subject)
     best = next((s.arm for s in summaries if s.is_best), None)
     ran_refs = [s for s in summaries if _arms.is_llamacpp(s.arm) and not s.reason]
+    held = {(_arms.get(s.arm).reuse, _arms.get(s.arm).speculation) for s in ran_refs if not s.disqualified}
+    missing = tuple(kind for key, kind in _gate.BASELINE.items() if key not in held)
     no_ref = None
     if best is None and ran_refs:
         no_ref = "no llama.cpp arm served enough turns comparably: " + "; ".join(
@@ -275,16 +278,17 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
         ci or {"value": float("nan"), "low": float("nan"), "high": float("nan")}, None, best,
         compared_turns=int(ci["turns"]) if ci else 0,
         disqualified=subject.disqualified or (None if ci or best is None else "no turn was served comparably"),
-        no_reference=no_ref, on_target=target is not None)
+        no_reference=no_ref, on_target=target is not None, baseline_missing=missing, lax_work=work.exploratory)
 
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
-                 target: dict | None) -> findings.Finding:
+                 target: dict | None, work: equal.EqualWork = equal.EqualWork()) -> findings.Finding:
     """The subject's finding on the claim: its arm's metrics (so its speed-up is drawn beside the references'),
-    the verdict of :func:`.gate.decide`, and the reference arms beside it. ``target``: the verified target evidence (:func:`.target.verify`), or None."""
+    the verdict of :func:`.gate.decide`, and the reference arms beside it. ``target``: the verified target evidence
+    (:func:`.target.verify`), or None; ``work``: the run's equal-work rule."""
     claim = claims.get(_gate.CLAIM)
     subject = next((s for s in summaries if s.arm == rule.subject), None)
-    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target))
+    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target, work))
     references = "; ".join(_summary_line(s) for s in summaries if s.arm != rule.subject)
     where = (f"{workload_doc['trace']} ({workload_doc['turns']} turns), {params.get('model')}, "
              f"{environment.hardware().get('summary')}")
