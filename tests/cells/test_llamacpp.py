@@ -192,6 +192,24 @@ def test_describe_reports_geometry_and_capacity(cell):
     assert d.slots == 2 and "state_export" in d.observers
 
 
+def test_the_layers_on_a_gpu_are_llamacpps_word_and_none_here():
+    """A CPU build says nothing of offloading even when asked for every layer, so no arm counts as the CUDA cell;
+    a GPU build's load log says "offloaded N/M layers to GPU" (llama.cpp src/llama-model.cpp, load_tensors)."""
+    import dataclasses
+
+    from workbench.cells.llamacpp._internals import offloaded_layers
+    from workbench.loop.arms import on_gpu
+
+    with open_cell("llamacpp", TINY, gpu_layers=-1) as c:
+        d = c.describe()
+    assert d.extra["offloaded_layers"] is None and not on_gpu(d)
+    log = ["load_tensors: offloading output layer to GPU\n", "load_tensors: offloading 29 repeating layers to GPU\n",
+           "load_tensors: offloaded 31/31 layers to GPU\n"]
+    assert offloaded_layers(log) == (31, 31) and offloaded_layers(log[:2]) is None
+    said = [dataclasses.replace(d, extra={"offloaded_layers": got}) for got in ([31, 31], [12, 31], [0, 31])]
+    assert [on_gpu(x) for x in said] == [True, False, False]
+
+
 def test_capacity_is_measured_by_the_engine_refusing():
     with open_cell("llamacpp", TINY, kv_budget_tokens=512) as c:
         assert c.measure_capacity() == 512

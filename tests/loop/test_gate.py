@@ -80,14 +80,29 @@ SPEC, REUSE = "llama.cpp's own speculation", "llama.cpp with prefix reuse"
 def test_the_claims_verdict_needs_the_whole_llamacpp_baseline_qualified(references, missing):
     """The best llama.cpp arm is the fastest that qualified, so a run whose reuse or own-speculation arm did not run
     or was disqualified compares against a weaker bar: the verdict is held back, naming what was missing."""
-    evidence = results.gate_evidence([SUBJECT, *references], CLAIM_RULE, {"gpu": ["H200"]})
-    assert evidence.baseline_missing == missing
+    everywhere = [r.arm for r in references]
+    evidence = results.gate_evidence([SUBJECT, *references], CLAIM_RULE, {"gpu": ["H200"]}, on_gpu=everywhere)
+    assert evidence.baseline_missing == tuple(kind + " on the GPU" for kind in missing)
     out = gate.decide(CLAIM_RULE, evidence)
     if missing:
         assert out.verdict == "inconclusive" and "would be confirmed" in out.summary
         assert all(kind in out.summary for kind in missing), out.summary
     else:
         assert out.verdict == "confirmed", out.summary
+
+
+@pytest.mark.parametrize("on_gpu, missing", [
+    ((), (REUSE, SPEC)),  # the llama.cpp arms ran on the CPU beside a GPU subject
+    (("llamacpp",), (SPEC,)),
+    (("llamacpp", "llamacpp-server-spec"), ()),
+])
+def test_on_target_the_baseline_is_llamacpp_on_the_gpu(on_gpu, missing):
+    """The blueprint's baseline is the llama.cpp CUDA cell: on target an arm counts only where its engine said it
+    holds every layer on the GPU (arms.on_gpu), so a GPU subject never beats llama.cpp left on the CPU."""
+    refs = [_arm("llamacpp", best=True), _arm("llamacpp-server-spec")]
+    out = gate.decide(CLAIM_RULE, results.gate_evidence([SUBJECT, *refs], CLAIM_RULE, {"gpu": ["H200"]}, on_gpu=on_gpu))
+    assert out.verdict == ("inconclusive" if missing else "confirmed"), out.summary
+    assert all(f"{kind} on the GPU" in out.summary for kind in missing), out.summary
 
 
 @pytest.mark.parametrize("work, lax", [
@@ -98,7 +113,8 @@ def test_the_claims_verdict_needs_the_whole_llamacpp_baseline_qualified(referenc
 ])
 def test_a_laxer_equal_work_rule_is_exploratory(work, lax):
     refs = [_arm("llamacpp", best=True), _arm("llamacpp-server-spec")]
-    out = gate.decide(CLAIM_RULE, results.gate_evidence([SUBJECT, *refs], CLAIM_RULE, {"gpu": ["H200"]}, work))
+    out = gate.decide(CLAIM_RULE, results.gate_evidence([SUBJECT, *refs], CLAIM_RULE, {"gpu": ["H200"]}, work,
+                                                        on_gpu=[r.arm for r in refs]))
     assert (out.verdict, bool(work.exploratory), work.as_dict()["exploratory"] is not None) == (
         ("inconclusive", True, True) if lax else ("confirmed", False, False)), out.summary
 

@@ -149,7 +149,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
                                   workload) for s in summaries if s.arm != rule.subject]
-    found.append(_results.gate_finding(summaries, rule, params, workload, target, work))
+    on_gpu = [n for n, d in descriptions.items() if _arms.on_gpu(d)]
+    found.append(_results.gate_finding(summaries, rule, params, workload, target, work, on_gpu))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
         result.paths = findings.write_all(found, out)  # a failure still keeps every finding

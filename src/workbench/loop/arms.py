@@ -80,6 +80,13 @@ def plain(name: str) -> str:
     return next(a.name for a in specs if a.engine == engine and a.reuse and a.speculation == "none")
 
 
+def on_gpu(d: Description | None) -> bool:
+    """Whether an arm's engine said it holds every layer on a GPU: llama.cpp's load log ("offloaded N/N layers to
+    GPU", the cell's ``offloaded_layers``). An engine that says nothing of it is not counted as on one."""
+    done, of = (d.extra.get("offloaded_layers") if d else None) or (0, 0)
+    return of > 0 and done >= of
+
+
 def unregistered(name: str) -> str | None:
     """Why arm ``name`` has no cell to open in this checkout, or None when it has one."""
     engine = get(name).engine

@@ -29,7 +29,9 @@ GPU_RUN_MUST_ADD = (
 #: The llama.cpp arms the claim's baseline must hold, each qualified (its turns served with equal work), keyed by an
 #: arm's (reuse, speculation): llama.cpp reusing the prefix, and llama.cpp's own speculation (the blueprint's
 #: "llama.cpp-with-speculation baseline"; the workbench's prompt lookup may stand beside it, never in its place).
-#: The best of the arms that ran is what the subject must beat; a missing one could only have raised that bar.
+#: The best of the arms that ran is what the subject must beat; a missing one could only have raised that bar. On
+#: target each must be llama.cpp's CUDA cell: an arm counts there only where its engine said it holds every layer on
+#: the GPU (``arms.on_gpu``).
 BASELINE = {(True, "none"): "llama.cpp with prefix reuse", (True, "engine"): "llama.cpp's own speculation"}
 
 

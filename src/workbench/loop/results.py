@@ -9,7 +9,7 @@ or its not-run reason, and puts the reference arms' figures beside the verdict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -259,14 +259,18 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
 
 
 def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target: dict | None,
-                  work: equal.EqualWork = equal.EqualWork()) -> _gate.GateEvidence:
-    """What :func:`.gate.decide` reads, from the arms' summaries and the run's equal-work rule."""
+                  work: equal.EqualWork = equal.EqualWork(), on_gpu: Collection[str] = ()) -> _gate.GateEvidence:
+    """What :func:`.gate.decide` reads, from the arms' summaries, the run's equal-work rule and the arms whose engine
+    said it holds every layer on a GPU (``on_gpu``, :func:`.arms.on_gpu`): on target the baseline is llama.cpp's
+    CUDA cell, so there only those arms count towards it."""
     by = {s.arm: s for s in summaries}
     subject = by.get(rule.subject)
     best = next((s.arm for s in summaries if s.is_best), None)
     ran_refs = [s for s in summaries if _arms.is_llamacpp(s.arm) and not s.reason]
-    held = {(_arms.get(s.arm).reuse, _arms.get(s.arm).speculation) for s in ran_refs if not s.disqualified}
-    missing = tuple(kind for key, kind in _gate.BASELINE.items() if key not in held)
+    held = {(_arms.get(s.arm).reuse, _arms.get(s.arm).speculation) for s in ran_refs
+            if not s.disqualified and (target is None or s.arm in on_gpu)}
+    where = "" if target is None else " on the GPU"
+    missing = tuple(kind + where for key, kind in _gate.BASELINE.items() if key not in held)
     no_ref = None
     if best is None and ran_refs:
         no_ref = "no llama.cpp arm served enough turns comparably: " + "; ".join(
@@ -282,13 +286,15 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
 
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
-                 target: dict | None, work: equal.EqualWork = equal.EqualWork()) -> findings.Finding:
+                 target: dict | None, work: equal.EqualWork = equal.EqualWork(),
+                 on_gpu: Collection[str] = ()) -> findings.Finding:
     """The subject's finding on the claim: its arm's metrics (so its speed-up is drawn beside the references'),
     the verdict of :func:`.gate.decide`, and the reference arms beside it. ``target``: the verified target evidence
-    (:func:`.target.verify`), or None; ``work``: the run's equal-work rule."""
+    (:func:`.target.verify`), or None; ``work``: the run's equal-work rule; ``on_gpu``: the arms whose engine said
+    it holds every layer on a GPU."""
     claim = claims.get(_gate.CLAIM)
     subject = next((s for s in summaries if s.arm == rule.subject), None)
-    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target, work))
+    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target, work, on_gpu))
     references = "; ".join(_summary_line(s) for s in summaries if s.arm != rule.subject)
     where = (f"{workload_doc['trace']} ({workload_doc['turns']} turns), {params.get('model')}, "
              f"{environment.hardware().get('summary')}")

@@ -92,6 +92,17 @@ def kv_buffer_bytes(lines: Iterable[str]) -> int | None:
     return total
 
 
+def offloaded_layers(lines: Iterable[str]) -> tuple[int, int] | None:
+    """llama.cpp's own statement of the layers it put on a GPU at load ("load_tensors: offloaded N/M layers to GPU",
+    llama.cpp ``src/llama-model.cpp``, ``load_tensors``), as (N, M); None where it said nothing, which it does
+    when no GPU backend is there to offload to."""
+    found = None
+    for line in lines:
+        if m := re.search(r"offloaded (\d+)/(\d+) layers to GPU", line):
+            found = (int(m.group(1)), int(m.group(2)))
+    return found
+
+
 def fill_batch(batch: Any, tokens: Sequence[int], *, pos0: int, seq_id: int, logits_all: bool = False,
                logits_last: bool = True) -> None:
     """Write ``tokens`` into ``batch`` at positions ``pos0``… of sequence ``seq_id``: logits for every token

@@ -26,7 +26,8 @@ from ...contract import (Capabilities, ContextExplanation, ContextOverflow, Deco
 from .. import Availability, known_options
 from ..options import CellOptions
 from . import llama_chat_format, surface
-from ._internals import captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params
+from ._internals import (captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params,
+                         offloaded_layers)
 from .state import parse_state
 
 ENGINE = "llamacpp"
@@ -127,6 +128,7 @@ class LlamaCppCell:
             self._model = ll.llama_model_load_from_file(str(model.path).encode(), mparams)
         if not self._model:
             raise WorkbenchError(f"llama.cpp could not load {model.path}: " + load_reason(lines))
+        self._offloaded = offloaded_layers(lines)
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._adapters = []
         threads = o.threads or os.cpu_count() or 1
@@ -779,6 +781,7 @@ class LlamaCppCell:
             extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads,
                    "kv_buffer_bytes": self._kv_buffer_bytes, "n_batch": self._n_batch, "kv_unified": True,
                    "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
+                   "offloaded_layers": list(self._offloaded) if self._offloaded else None,  # its load log's N/M
                    "extra_buffers": self.extra_buffers.use, "extra_buffers_reason": self.extra_buffers.reason,
                    "retention": "not applicable: llama.cpp never evicts; overflow is refused"},
             absent=ABSENT,
