@@ -47,10 +47,22 @@ def declared(run: Path) -> list[str]:
     return ids
 
 
+def measured(run: Path) -> set[str]:
+    """The div ids of the figures whose llama.cpp finding rests on rows it measured (not ``not-applicable``): each
+    must draw data, where an engine without the mechanism leaves its panel empty with the reason."""
+    found = findings.scan([run / "findings"]).findings
+    families = {probes.family(f.probe) for _, f in found
+                if f.engine == "llamacpp" and f.verdict not in ("not-applicable", "not-run")}
+    return {f"wb-fig-{report._slug(p)}-{fig.name}" for p in families - {None} for fig in probes.declared(p).figures}
+
+
 def open_report(w, run: Path) -> None:
     w.page.goto((run / "report.html").as_uri())
     w.page.wait_for_function("() => [...document.querySelectorAll('.plotly-graph-div')]"
                              ".every(d => d._fullLayout && d.querySelector('.main-svg'))", timeout=60_000)
+
+
+WITH_DATA = "(d) => d.data.filter(t => ['x', 'y', 'values'].some(k => t[k] && t[k].length)).length"  # traces with points
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -61,16 +73,17 @@ def test_report_renders_every_figure_offline_without_overlapping_text(small_run,
     w.shot(tmp_path / f"report-{width}.png")
     divs = w.page.locator(".plotly-graph-div")
     assert [d.get_attribute("id") for d in divs.all()] == declared(small_run)
-    drew = 0
+    must_draw = measured(small_run)
+    assert {"wb-fig-loop-ttft", "wb-fig-capacity-budget-policy-capacity"} <= must_draw
     for d in divs.all():
         traces = d.evaluate("(d) => d.data.length")
         assert d.locator("g.trace").count() >= traces, f"{d.get_attribute('id')}: traces not drawn"
-        drew += traces
+        if d.get_attribute("id") in must_draw:  # an empty figure saying "no data" would pass the line above
+            assert d.evaluate(WITH_DATA) > 0, f"{d.get_attribute('id')}: no data drawn, though llama.cpp measured it"
         clash = overlapping(d.evaluate(TEXT_BOXES))
         if clash:
             d.screenshot(path=str(tmp_path / f"{d.get_attribute('id')}-{width}.png"))
         assert clash == [], f"{d.get_attribute('id')} at {width} px: text overlaps {clash[:5]}"
-    assert drew > 0  # llama.cpp's panels drew its evidence
     assert w.refused == []
     assert w.errors == []
 
