@@ -18,6 +18,7 @@ import typer
 from . import models
 from .contract import WorkbenchError
 from .loop import DEFAULT_CONTEXT
+from .loop.equal import CLAIM_MARGIN_SD
 from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
 
 if TYPE_CHECKING:
@@ -328,10 +329,10 @@ def loop_cmd(
                                            f"{CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
     min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
                                   help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
-    margin: float = typer.Option(0.25, "--margin", callback=_finite,
+    margin: float = typer.Option(CLAIM_MARGIN_SD, "--margin", callback=_finite,
                                  help="equal work: how far (σ of the logits) below the scorer's top token an arm's "
                                       "token may lie and still be a greedy choice, a near-tie (stated in every "
-                                      "finding; see docs/loop.md)"),
+                                      "finding; above the claim's: exploratory; see docs/loop.md)"),
     reference: Optional[str] = typer.Option(None, "--reference",
                                             help="the arm every output is shown against, beside its greedy score "
                                                  "(default: the run's first plain arm that ran, llama.cpp first)"),
