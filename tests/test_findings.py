@@ -116,7 +116,7 @@ def test_deeply_nested_json_is_a_one_line_warning_not_a_crash(tmp_path):
 
 
 def test_an_unknown_finding_schema_is_refused_with_a_message_not_skipped_silently(tmp_path):
-    doc = make().to_dict() | {"schema": "workbench.finding/v3"}
+    doc = make().to_dict() | {"schema": "workbench.finding/v9"}
     (tmp_path / "new.json").write_text(json.dumps(doc))
     (tmp_path / "other.json").write_text(json.dumps({"schema": "workbench.run/v1"}))  # not a finding: not an error
     s = findings.scan([tmp_path])

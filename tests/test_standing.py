@@ -4,17 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from workbench import standing
+from workbench import probes, standing
 from workbench.environment import fingerprint
 from workbench.findings import Finding
 
 
+HELD = {"metrics": {"engine_reuse_fraction": {"value": 0.5, "unit": "ratio", "source": "engine"}},
+        "rests_on": [{"metric": "engine_reuse_fraction", "op": "<", "value": 1.0}]}  # an engine reading that holds
+
+
 def f(verdict, engine="trtllm", version="1.2.0", created="2026-07-03T10:00:00+00:00", reason=None,
-      claims=("risk.warmup",), probe="prefix.warmup_materialization", model="m"):
+      claims=("risk.warmup",), probe="prefix.warmup_materialization", model="m", **more):
+    """A finding as its probe writes it: this workbench's version of the probe, resting on an engine reading."""
+    declared = probes.declared(probe)
     return Path(f"/x/{engine}-{created}.json"), Finding(
         probe=probe, claims=list(claims), verdict=verdict, summary=f"{verdict} on {engine}", engine=engine,
         environment=fingerprint(engine, version) | {"engine_version": version}, reason=reason, created=created,
-        params={"model": model})
+        params={"model": model}, probe_version=declared.version if declared else "1", **HELD | more)
 
 
 def state(found, claim="risk.warmup"):

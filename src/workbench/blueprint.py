@@ -127,7 +127,7 @@ def _row(cells: Sequence[str]) -> str:
 
 
 def _item_lines(state: ClaimState, base: Path) -> list[str]:
-    shown = [(_SUBJECT, s) for s in state.subject if s.verdict != "not-run"] + \
+    shown = [(_SUBJECT, s) for s in state.subject if s.verdict != "not-run" and not s.unverified] + \
             [(_REFERENCE, s) for s in state.references]
     if not shown:
         return [headline(state)]

@@ -35,6 +35,8 @@ class Claim:
     text: str
     subject: str = "trtllm"  # every blueprint claim is about TensorRT-LLM
     resolve: str | None = None  # the command that settles it, where that is not the probes citing it
+    survey: bool = False  # about what the release ships, not how it behaves: a static survey may settle it
+    on_target: bool = False  # about target hardware: settled only by a finding whose fingerprint has its GPU
 
     @property
     def about(self) -> Subject:
@@ -54,7 +56,7 @@ _CLAIMS = [
     Claim("unknown.cpp_entrypoint", "unknowns",
           "Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint",
           "Whether the current TensorRT-LLM release exposes a documented, stable C/C++ entrypoint for the "
-          "PyTorch-native model-definition path without embedding Python."),
+          "PyTorch-native model-definition path without embedding Python.", survey=True),
     Claim("unknown.reuse_metrics", "unknowns", "Exact LLM-API surface and granularity of per-request KV reuse metrics",
           "Exact LLM-API surface and granularity of per-request KV reuse metrics."),
     Claim("unknown.retention_pressure", "unknowns", "Whether priority-100 retention survives sustained pressure",
@@ -70,7 +72,7 @@ _CLAIMS = [
     Claim("risk.reuse_metrics", "risks", "Per-request perf metrics may not expose reused-block counts",
           "Per-request perf metrics may not expose reused-block counts."),
     Claim("risk.version_churn", "risks", "Version churn across TensorRT-LLM releases",
-          "Version churn across TensorRT-LLM releases.",
+          "Version churn across TensorRT-LLM releases.", survey=True,
           # settled across releases (workbench.probes.churn), not by one run
           resolve="workbench probe surface.contract_mapping --engine trtllm --out DIR, once with each TensorRT-LLM "
                   "release installed (at least two), into the same findings folder"),
@@ -102,11 +104,12 @@ _CLAIMS = [
           "A benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win "
           "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
           # settled by the agentic-loop benchmark (workbench.loop), not by a probe
+          on_target=True,
           resolve="workbench loop --arms trtllm,llamacpp,llamacpp-spec --model GGUF --arm-model trtllm=HF_DIR "
                   "--on-target"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
-          "The contract-mapping table below validated against the then-current TensorRT-LLM release."),
+          "The contract-mapping table below validated against the then-current TensorRT-LLM release.", survey=True),
 ]
 
 # The cache-aware gateway's TensorRT-LLM guide (data/guide/trtllm-gateway.md): its premises about the engine.

@@ -6,7 +6,9 @@ met twice (the same id in two folders) counts once.
 
 Schema v2 records provenance apart: ``probe_version``, the probe's ``params`` and the run's
 ``cell_options`` are separate fields, and every metric carries its ``source`` (engine, cell or
-derived). Findings written under v1 still load: :func:`upgrade` reads them into the v2 shape.
+derived). v3 adds the supports each verdict rests on (``rests_on``, ``claim_rests_on``), so whatever reads a
+finding can re-check its verdict (:mod:`workbench.settle`) instead of believing its verdict string. Findings
+written under v1 and v2 still load: :func:`upgrade` reads them into the v3 shape, with no supports recorded.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from . import metrics as _metrics
 from .contract import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
-SCHEMA_ID = "workbench.finding/v2"
-OLD_SCHEMAS = ("workbench.finding/v1",)
+SCHEMA_ID = "workbench.finding/v3"
+OLD_SCHEMAS = ("workbench.finding/v1", "workbench.finding/v2")
 SCHEMA_FAMILY = "workbench.finding/"
 #: ``workbench run`` sets this for each notebook's attempt; every finding written under it carries the id, so a
 #: resume sets aside exactly what an unfinished attempt wrote (never another engine's or notebook's findings).
@@ -87,6 +89,8 @@ class Finding:
     evidence: dict = field(default_factory=dict)  # {"columns", "rows", "files", "notes"}
     reason: str | None = None
     claim_verdicts: dict = field(default_factory=dict)
+    rests_on: list = field(default_factory=list)  # [{"metric", "op", "value"}]: what the verdict rests on
+    claim_rests_on: dict = field(default_factory=dict)  # claim id -> supports of that claim row's own verdict
     id: str = ""
     created: str = ""
     schema: str = SCHEMA_ID
@@ -107,9 +111,18 @@ class Finding:
         m = self.metrics.get(tag)
         return None if m is None else m["value"]
 
+    def verdict_on(self, claim_id: str) -> str:
+        """The verdict this finding gives ``claim_id``: its claim row's own, else the finding's."""
+        return self.claim_verdicts.get(claim_id, self.verdict)
+
+    def supports_of(self, claim_id: str) -> tuple[_metrics.Support, ...]:
+        """The recorded supports of the verdict on ``claim_id`` (its claim row's own, else the finding's)."""
+        docs = self.claim_rests_on.get(claim_id, self.rests_on)
+        return tuple(_metrics.Support(d["metric"], d["op"], d["value"]) for d in docs)
+
     def to_dict(self) -> dict:
         d = asdict(self)
-        for optional in ("claim_verdicts", "attempt"):
+        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on"):
             if not d[optional]:
                 d.pop(optional)
         return d
@@ -117,6 +130,11 @@ class Finding:
     def validate(self) -> "Finding":
         validate(self.to_dict())
         return self
+
+
+def supports_doc(supports: Iterable[_metrics.Support]) -> list[dict]:
+    """Supports as the finding records them."""
+    return [{"metric": s.metric, "op": s.op, "value": s.value} for s in supports]
 
 
 def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> dict:
@@ -138,6 +156,8 @@ def upgrade(doc: Mapping[str, Any]) -> dict:
     doc = dict(doc)
     if doc.get("schema") not in OLD_SCHEMAS:
         return doc
+    if doc["schema"] == "workbench.finding/v2":  # v3 only adds the optional supports
+        return doc | {"schema": SCHEMA_ID}
     doc.pop("claim", None)
     doc["schema"] = SCHEMA_ID
     doc.setdefault("probe_version", "0")

@@ -102,9 +102,14 @@ def claim_status(found: Found, section: str | None = "unknowns") -> pd.DataFrame
                                 "summary": f"{st.headline}; resolve: {st.command}", "created": None, "path": None})
         for role, group in (("subject", ran), ("reference", st.references)):
             rows += [base | {"role": role, "engine": s.engine, "engine_version": s.engine_version, "verdict": s.verdict,
-                             "resolved": role == "subject" and s.answers, "summary": s.summary, "created": s.created,
+                             "resolved": role == "subject" and s.answers, "summary": _said(s), "created": s.created,
                              "path": str(s.path)} for s in group]
     return pd.DataFrame(rows, columns=_STATUS_COLUMNS)
+
+
+def _said(s: _standing.Standing) -> str:
+    """A standing's summary, led by why it settles nothing where its verdict is not re-derived."""
+    return f"Unverified, settles nothing ({'; '.join(s.unsettled)}): {s.summary}" if s.unverified else s.summary
 
 
 def open_claims(found: Found) -> pd.DataFrame:

@@ -1,7 +1,10 @@
 """Which verdict stands on each claim: the one rule the report, the notebooks and the blueprint share.
 
 Per claim and (engine, engine version) the newest finding that ran stands; a ``not-run`` one only
-when nothing ran, so it never masks or poses as an answer. A static probe's finding (one that only
+when nothing ran, so it never masks or poses as an answer. A finding's verdict is re-derived first
+(:func:`workbench.settle.unsettled`): one that is not (no supports, a future date, an older rule, a survey on a
+behavioural claim, an exploratory parameter, an on-target claim off target) stands only where nothing settled
+does, shown with its reasons, and settles nothing. A static probe's finding (one that only
 reads the installed package, e.g. ``surface.contract_mapping``: symbols and parameter names exist)
 never outranks a behavioural one on a shared claim, however new: existence is not behaviour. Only findings from the claim's subject
 engine (:attr:`workbench.claims.Claim.subject`) can resolve it; every other engine's standing
@@ -20,11 +23,12 @@ from typing import Sequence
 
 from . import cells as _cells
 from . import claims as _claims
+from . import settle
 from .findings import Finding
 from .probes import churn
 from .versions import natural
 
-ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
+ANSWERS = settle.ANSWERS  # verdicts that settle a claim, once re-derived
 Found = Sequence[tuple[Path, Finding]]
 
 
@@ -44,6 +48,7 @@ class Standing:
     finding_id: str
     path: Path
     model: str | None = None  # None for a static survey (it runs no model)
+    unsettled: tuple[str, ...] = ()  # why its verdict is not re-derived from what it recorded (settle.unsettled)
 
     @property
     def date(self) -> str:
@@ -51,7 +56,12 @@ class Standing:
 
     @property
     def answers(self) -> bool:
-        return self.verdict in ANSWERS
+        return self.verdict in ANSWERS and not self.unsettled
+
+    @property
+    def unverified(self) -> bool:
+        """An answer in words only: its verdict string says one thing, and what it recorded does not re-derive it."""
+        return self.verdict in ANSWERS and bool(self.unsettled)
 
 
 def when(created: str) -> _dt.datetime:
@@ -76,9 +86,10 @@ def behavioural(probe: str) -> bool:
 
 
 def _rank(s: Standing) -> tuple:
-    """The rule: anything that ran beats not-run; then behavioural beats static; then the newest; the id
+    """The rule: a verdict re-derived beats one that is not (so neither a forgery nor a superseded rule masks
+    what settles); then anything that ran beats not-run; then behavioural beats static; then the newest; the id
     breaks ties."""
-    return s.verdict != "not-run", behavioural(s.probe), when(s.created), s.finding_id
+    return not s.unsettled, s.verdict != "not-run", behavioural(s.probe), when(s.created), s.finding_id
 
 
 def model_of(f: Finding) -> str:
@@ -96,12 +107,12 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         model = model_of(f) if behavioural(f.probe) else None
         arm = str(f.params.get("arm") or "")
         for cid in dict.fromkeys(f.claims):
-            s = Standing(cid, f.claim_verdicts.get(cid, f.verdict), f.engine, f.engine_version,
+            s = Standing(cid, f.verdict_on(cid), f.engine, f.engine_version,
                          (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
-                         f.probe, f.id, path, model)
+                         f.probe, f.id, path, model, settle.unsettled(f, cid))
             groups.setdefault((cid, f.engine, f.engine_version, model, arm), []).append(s)
     stood = {k: max(v, key=_rank) for k, v in groups.items()}
-    ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run"}
+    ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run" and not s.unsettled}
     out: dict[str, list[Standing]] = {}
     for key in sorted(stood, key=lambda k: (k[0], k[1], natural(k[2]), k[3] or "", k[4])):
         if key[3] is None and key[:3] in ran:
@@ -155,10 +166,15 @@ class ClaimState:
     def headline(self) -> str:
         """The subject engine's state in words, e.g. "unresolved — needs tensorrt_llm on an NVIDIA GPU"."""
         about = self.claim.about
-        ran = [s for s in self.subject if s.verdict != "not-run"]
+        ran = [s for s in self.subject if s.verdict != "not-run" and not s.unverified]
         if self.answers:
             return "; ".join(f"{s.verdict} on {about.name} {s.engine_version or '(version unknown)'}"
                              for s in self.answers)
+        unverified = [s for s in self.subject if s.unverified]
+        if unverified:
+            return "unresolved — " + "; ".join(
+                f"{s.verdict} on {about.name} {s.engine_version or '(version unknown)'} is unverified, it settles "
+                f"nothing: {s.unsettled[0]}" for s in unverified)
         if ran:
             return (f"open — inconclusive on {about.name} "
                     + ", ".join(s.engine_version or "(version unknown)" for s in ran))

@@ -6,6 +6,8 @@ import dataclasses
 
 import pytest
 
+from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
+
 from workbench import claims, metrics, probes
 from workbench.probes import Outcome, Support, at_most_inconclusive_without_engine
 
@@ -144,3 +146,34 @@ def test_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
     assert len(token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 512}))) == 5
     with pytest.raises(WorkbenchError, match="vocabulary has 200 tokens.*more than 260 tokens"):
         token_ids(rng, 5, SimpleNamespace(extra={"vocab_size": 200}))
+
+
+NA = "not-applicable"
+
+
+@pytest.mark.parametrize("outcome,subject,verdict", [
+    # the subject's not-applicable from the cell's own absence list: at most inconclusive (issue 35, case 2)
+    (Outcome(NA, "No event stream."), True, "inconclusive"),
+    # ... resting on the engine's own word, read from the installed package: it stands
+    (Outcome(NA, "Not shipped.", {"symbols_missing": 3}, rests_on=(Support("symbols_missing", ">", 0),)), True, NA),
+    # a reference engine's absence list is its description of itself: it stands beside the claim
+    (Outcome(NA, "No event stream."), False, NA),
+    # the contradicting-metric guard applies to not-applicable too
+    (Outcome(NA, "Not shipped.", {"symbols_missing": 0}, rests_on=(Support("symbols_missing", ">", 0),)), False,
+     "inconclusive"),
+    # a claim row's not-applicable on the subject, with nothing the engine said
+    (Outcome("inconclusive", "Row.", claim_verdicts={"contract.ensure_prefix": NA}), True, "inconclusive"),
+])
+def test_not_applicable_on_the_subject_needs_the_engines_word(outcome, subject, verdict):
+    out = at_most_inconclusive_without_engine(outcome, subject)
+    assert (out.claim_verdicts or {"": out.verdict}).popitem()[1] == verdict, out.summary
+    if verdict == "inconclusive" and subject and not outcome.rests_on:
+        assert "the engine's own word" in out.summary
+
+
+def test_admission_in_process_on_tensorrt_llm_is_not_run_with_the_served_command(fake_trt, tmp_path):
+    """1.2 in-process has no /server_info: the claim is about the server, so this run does not test it (on 5888f08
+    the double's in-process run settled it as not-applicable)."""
+    f = probes.run("events.admission", engine="trtllm", model=str(model_dir(tmp_path)), isolated=False)
+    assert f.verdict == "not-run"
+    assert "workbench probe events.admission --engine trtllm-serve" in f.reason

@@ -8,7 +8,7 @@ or its not-run reason, and puts the reference arms' figures beside the verdict.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
@@ -30,10 +30,25 @@ class Loop(Declared):
     """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
     each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
 
-    version = "3"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer)
+    version = "4"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
+    # 4: the gate's evidence recorded, so its verdict is decided again at load)
     claims = (_gate.CLAIM,)
     figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
                Figure("speedup", "loop_speedup", rows="metrics"))
+
+    def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
+        """The gate's verdict decided again (:func:`.gate.decide`) from what its finding recorded: the rule, the
+        subject's speed-up and compared turns as its metrics, the target as its environment, and the rest of the
+        gate's evidence; an arm finding never answers the claim."""
+        if f.probe != f"{PROBE}.gate":
+            return [f"{f.probe} is a reference arm's finding, which never answers the claim"]
+        try:
+            again = _gate.decide(_gate.GateRule(**{k: v for k, v in f.params["rule"].items() if k != "exploratory"}),
+                                 recorded_evidence(f))
+        except (KeyError, TypeError, ValueError) as e:
+            return [f"the gate's rule or evidence is not recorded whole ({type(e).__name__}: {e})"]
+        return [] if again.verdict == f.verdict else [
+            f"decided again from what it recorded, the gate says {again.verdict}, not {f.verdict}: {again.summary}"]
 
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         traces = sorted({(f.environment.get("loop") or {}).get("trace") or "trace not recorded" for f in found})
@@ -285,6 +300,19 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
         no_reference=no_ref, on_target=target is not None, baseline_missing=missing, lax_work=work.exploratory)
 
 
+def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
+    """The gate's evidence as its finding recorded it: the speed-up from its metrics, on target only where the
+    finding's own fingerprint has a GPU and the verified target, the rest from ``evidence["gate"]``."""
+    values = {t: f.metric(t) for t in ("speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high")}
+    speedup = (None if any(v is None for v in values.values()) else
+               {"value": values["speedup_vs_best_llamacpp"], "low": values["speedup_ci_low"],
+                "high": values["speedup_ci_high"]})
+    gpu = (f.environment.get("hardware") or {}).get("gpu") or {}
+    on_target = bool(f.environment.get("target")) and bool(gpu.get("available")) and bool(gpu.get("devices"))
+    rest = {k: tuple(v) if isinstance(v, list) else v for k, v in f.evidence["gate"].items()}
+    return _gate.GateEvidence(**rest | {"speedup": speedup, "on_target": on_target})
+
+
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
                  target: dict | None, work: equal.EqualWork = equal.EqualWork(),
                  on_gpu: Collection[str] = ()) -> findings.Finding:
@@ -294,7 +322,8 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     it holds every layer on a GPU."""
     claim = claims.get(_gate.CLAIM)
     subject = next((s for s in summaries if s.arm == rule.subject), None)
-    outcome = _gate.decide(rule, gate_evidence(summaries, rule, target, work, on_gpu))
+    evidence = gate_evidence(summaries, rule, target, work, on_gpu)
+    outcome = _gate.decide(rule, evidence)
     references = "; ".join(_summary_line(s) for s in summaries if s.arm != rule.subject)
     where = (f"{workload_doc['trace']} ({workload_doc['turns']} turns), {params.get('model')}, "
              f"{environment.hardware().get('summary')}")
@@ -316,7 +345,8 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
         engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc, "target": target}),
         params=params | {"arm": rule.subject, "rule": rule.as_dict()}, metrics=_metric_values(subject),
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows, "notes": notes,
-                  "ci": subject.ci if subject else {}},
+                  "ci": subject.ci if subject else {},
+                  "gate": {k: v for k, v in asdict(evidence).items() if k not in ("speedup", "on_target")}},
         reason=reason)
 
 
@@ -325,4 +355,4 @@ def _nan(v: Any) -> bool:
 
 
 __all__ = ["ArmSummary", "COPY_HEAVY", "Loop", "arm_finding", "attribution_totals", "best_reference", "gate_evidence",
-           "gate_finding", "paired", "summarise", "ttft_fit"]
+           "gate_finding", "paired", "recorded_evidence", "summarise", "ttft_fit"]

@@ -92,12 +92,37 @@ class Declared:
         """How ``found`` (its findings) were obtained, in the words a figure's subtitle gives."""
         return f"workbench probe {self.name}"
 
+    def outcome_defaults(self) -> dict[str, Any]:
+        """The parameters that build the outcome instead of measuring it, each with the value the claim's run keeps
+        (:mod:`workbench.settle`: a finding with one moved is exploratory)."""
+        return {}
+
+    def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
+        """Why ``f``'s verdict on ``claim`` is not re-derived from what it recorded by this family's rule (empty: it
+        is). A probe's rule: the supports it recorded hold on its own metrics, engine-read and finite, as the guard
+        (:func:`at_most_inconclusive_without_engine`) required when it was written; on the claim's subject,
+        not-applicable too."""
+        verdict = f.verdict_on(claim.id)
+        try:
+            supports = f.supports_of(claim.id)
+        except (KeyError, ValueError) as e:
+            return [f"a recorded support is not one this workbench declares ({e})"]
+        if not must_rest(verdict, supports, is_subject(f.engine, [claim.id])):
+            return []
+        values = {t: m.get("value") for t, m in f.metrics.items()}
+        return unfit(verdict, values, supports, {t: m.get("source") for t, m in f.metrics.items()})
+
 
 class Probe(Declared):
     """Base class. Subclasses set ``version``, ``claims``, ``figures`` (:class:`Declared`) and ``Params``. Its
     ``name`` is the one it is registered under in :data:`PROBES` (its only home), given by :func:`get`."""
 
     needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
+    outcome_params: tuple[str, ...] = ()  # parameters that, moved from their default, build the outcome
+
+    def outcome_defaults(self) -> dict[str, Any]:
+        defaults = {f.name: f.default for f in dataclasses.fields(self.Params)}
+        return {k: defaults[k] for k in self.outcome_params}
 
     @dataclass(frozen=True)
     class Params:
@@ -318,26 +343,46 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
             reason = getattr(e, "reason", None) or str(e)
     if reason is not None:
         outcome = Outcome("not-run", f"Not run on {engine}: {reason}", notes=[reason])
-    finding = _finding(probe, ctx, p, at_most_inconclusive_without_engine(outcome), reason)
+    subject = is_subject(engine, (*probe.claims, *outcome.claim_verdicts))
+    finding = _finding(probe, ctx, p, at_most_inconclusive_without_engine(outcome, subject), reason)
     if out is not None:
         findings.write(finding, out)
     return finding
 
 
 RESTING = (Verdict.CONFIRMED, Verdict.REFUTED, Verdict.PARTIAL)  # verdicts that must rest on a number read from the engine
+NO_ENGINE_WORD = ("on the claim's subject, not-applicable needs the engine's own word (a symbol missing from the "
+                  "installed package, a request it refused, a documented field absent from its answer) recorded as a "
+                  "support; the cell's own list of absent mechanisms is not that")
 
 
-def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
+def must_rest(verdict: str, supports: Sequence[Support], subject: bool) -> bool:
+    """Whether ``verdict`` stands only on supports that hold: an answer always; ``not-applicable`` on the claim's
+    subject (where a cell's absence list could otherwise settle a claim), and wherever supports were stated (the
+    contradicting-metric guard applies to it too)."""
+    return verdict in RESTING or (verdict == Verdict.NOT_APPLICABLE and (subject or bool(supports)))
+
+
+def unfit(verdict: str, values: Mapping[str, Any], supports: Sequence[Support],
+          sources: Mapping[str, str] | None = None) -> list[str]:
+    """Why ``supports`` cannot carry ``verdict`` (:func:`workbench.metrics.unfit_to_rest_on`); none stated: the rule
+    named nothing, or (not-applicable) the engine said nothing."""
+    if supports:
+        return metrics.unfit_to_rest_on(values, supports, sources)
+    return [NO_ENGINE_WORD if verdict == Verdict.NOT_APPLICABLE else "the rule named no engine-read number it rests on"]
+
+
+def at_most_inconclusive_without_engine(o: Outcome, subject: bool = False) -> Outcome:
     """An answer is only as good as the values its rule says it rests on (``Outcome.rests_on``, or a claim row's
     own ``claim_rests_on``): unless each is read from the engine, finite and holds the value that supports the
     verdict, the answer becomes inconclusive, and its summary says why. A count the cell computed itself, a
-    timing or a parameter echo cannot confirm anything, and neither can an engine reading that contradicts it."""
-    def unfit(supports: tuple[Support, ...]) -> list[str]:
-        return (metrics.unfit_to_rest_on(o.metrics, supports, o.sources) if supports
-                else ["the rule named no engine-read number it rests on"])
+    timing or a parameter echo cannot confirm anything, and neither can an engine reading that contradicts it.
+    On the claim's ``subject`` engine the same holds for ``not-applicable`` (:func:`must_rest`)."""
+    def why_not(verdict: str, supports: tuple[Support, ...]) -> list[str]:
+        return unfit(verdict, o.metrics, supports, o.sources) if must_rest(verdict, supports, subject) else []
 
-    why = unfit(o.rests_on) if o.verdict in RESTING else []
-    rows = {c: unfit(o.claim_rests_on.get(c, o.rests_on)) for c, v in o.claim_verdicts.items() if v in RESTING}
+    why = why_not(o.verdict, o.rests_on)
+    rows = {c: why_not(v, o.claim_rests_on.get(c, o.rests_on)) for c, v in o.claim_verdicts.items()}
     rows = {c: w for c, w in rows.items() if w}
     if not why and not rows:
         return o
@@ -346,6 +391,11 @@ def at_most_inconclusive_without_engine(o: Outcome) -> Outcome:
         o, verdict="inconclusive" if why else o.verdict,
         summary=o.summary + f" (At most inconclusive: {'; '.join(said)}.)",
         claim_verdicts={c: "inconclusive" if c in rows else v for c, v in o.claim_verdicts.items()})
+
+
+def is_subject(engine: str, claim_ids: Sequence[str]) -> bool:
+    """Whether ``engine`` runs the subject of any of these claims (``trtllm-serve`` runs ``trtllm``)."""
+    return any(cells.runs(engine) == claims.get(c).subject for c in claim_ids)
 
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
@@ -362,7 +412,8 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
         metrics=findings.metric_values(o.metrics, o.sources),
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
-        reason=reason, claim_verdicts=dict(o.claim_verdicts),
+        reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
+        claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()},
     )
 
 

@@ -5,7 +5,8 @@ with ``VLLM_SERVER_DEV_MODE=1``; TensorRT-LLM 1.2 answers only ``disaggregated_p
 ``tokens_per_block`` and ``kv_cache_hash_algo``), learns the engine's real block size from its own stored
 events, and applies the gateway's admission gate (LoxiLB ``kvTrtllmAdmissionGate``: refuse a reported block
 size or hash that differs from the rule's; admit as "legacy" when neither is reported) to a rule with the
-engine's block size and to one with ``wrong_block``. An engine without HTTP or without events: not-applicable.
+engine's block size and to one with ``wrong_block``. An engine without events: not-applicable; an engine run
+in-process (its served twin has the endpoint): not-run, with the command that runs the served one.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, Support, param
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from .. import cells
 from ..contract import KvEvent
 from ..events.hashing import TrtllmHasher, VllmHasher
 from ..events.sources import CellSource
@@ -60,7 +62,7 @@ def gate(c: Contract, rule_block: int) -> str:
 
 
 class Admission(Probe):
-    version = "2"
+    version = "3"
     claims = ("gateway.admission",)
     Params = Params
 
@@ -72,9 +74,9 @@ class Admission(Probe):
             url = d.extra.get("endpoint") if d.extra.get("transport") == "http" else None
             if "kv_events" not in d.observers:
                 return absent(d)
-            if not url:
-                return Outcome("not-applicable", f"{d.engine} runs in-process: there is no /server_info for a gateway "
-                               "to admit it by; run the served engine.", notes=[f"transport: {d.extra.get('transport')}"])
+            if not url:  # the claim is about the server: this run's configuration lacks it, the engine does not
+                raise NotRunnable(f"{d.engine} runs in-process here: there is no /server_info for a gateway to admit "
+                                  f"it by, so the claim is not tested; run the served engine: {served_command(ctx)}")
             import httpx
 
             r = httpx.get(f"{url}/server_info", params={"config_format": "json"}, timeout=30.0)
@@ -92,6 +94,13 @@ class Admission(Probe):
                  "reported_hash_reproduces": reproduces, "engine_block": actual, "status": contract.status,
                  "decision": gate(contract, b)} for b in (actual or d.block_tokens, wrong)]
         return verdict(rows)
+
+
+def served_command(ctx: ProbeContext) -> str:
+    """The command that runs this probe on the served twin of the engine run in-process here."""
+    served = [s for s, runs in cells.SERVED.items() if runs == cells.runs(ctx.engine)]
+    return (f"workbench probe events.admission --engine {served[0]} --model {ctx.model}" if served
+            else f"no served twin of {ctx.engine} is registered")
 
 
 HASH_SEED = "0"  # the PYTHONHASHSEED a served vLLM starts with, so the reported hash can be recomputed

@@ -37,6 +37,7 @@ class Params:
 class InventoryIsolation(Probe):
     version = "2"
     claims = ("gateway.isolation",)
+    outcome_params = ("client_salt",)  # a client that leaves the salt out merges tenants by construction
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

@@ -1,0 +1,119 @@
+"""Whether a stored finding settles a claim: its verdict re-derived at load, never believed from its string.
+
+A finding is a file anyone can write. Whatever reads findings (standing, so the report, the blueprint and the
+gateway guide's write-back) asks :func:`unsettled` first: the reasons its verdict on a claim settles nothing.
+Each rule is a row of :data:`RULES`, checked in order; every one reads only the finding itself and this
+workbench's declarations (the probe's rule, its version and parameters; the claim's kind):
+
+- a finding dated in the future (beyond clock skew) is refused;
+- a finding of a probe this workbench does not declare, or of another version of it, cannot be re-checked by
+  the rule that wrote it: re-run it (a newer version supersedes an older one);
+- a static survey (symbols exist) never settles a behavioural claim;
+- a parameter that builds the outcome (``Probe.outcome_params`` moved from its default) makes the run exploratory;
+- an on-target claim needs the target's GPU in the finding's own fingerprint;
+- an answer (and ``not-applicable`` on the claim's subject) must be re-derived by the family's rule from what the
+  finding recorded (:meth:`workbench.probes.Declared.rederive`: the supports it rests on hold on its own
+  engine-read metrics; the loop's gate decided again from its recorded evidence).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Callable
+
+from . import claims as _claims
+from . import probes
+from .findings import Finding
+from .versions import natural
+
+SKEW = _dt.timedelta(minutes=10)  # clock skew between machines that share a findings folder
+
+
+@dataclass(frozen=True)
+class Check:
+    """One row of the rule: ``why`` returns the reason the finding settles nothing on the claim, or None."""
+
+    name: str
+    why: Callable[[Finding, _claims.Claim, "probes.Declared | None", _dt.datetime], str | None]
+
+
+def _created(f: Finding) -> _dt.datetime | None:
+    try:
+        t = _dt.datetime.fromisoformat(f.created)
+    except ValueError:
+        return None
+    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+
+
+def _future(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    t = _created(f)
+    if t is None:
+        return f"its date {f.created!r} is not an ISO time"
+    return f"it is dated {f.created}, in the future" if t > now + SKEW else None
+
+
+def _declared(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    if d is None:
+        return f"no probe {f.probe!r} is declared here, so its rule cannot be re-checked"
+    if f.probe_version == d.version:
+        return None
+    newer = natural(f.probe_version) > natural(d.version)
+    return (f"{f.probe} version {f.probe_version} is {'newer' if newer else 'older'} than this workbench's "
+            f"{d.version}: its verdict was reached by {'a rule this workbench does not know' if newer else 'a rule since superseded'}; "
+            "re-run it")
+
+
+def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    static = isinstance(d, probes.Probe) and not d.needs_engine
+    return (f"{f.probe} surveys the installed package (symbols exist), and existence never settles a behavioural "
+            "claim" if static and not c.survey else None)
+
+
+def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    moved = [f"{k}={f.params.get(k)!r}" for k, default in (d.outcome_defaults() if d else {}).items()
+             if k in f.params and f.params[k] != default]
+    return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps the "
+            "default)" if moved else None)
+
+
+def _on_target(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    gpu = ((f.environment.get("hardware") or {}).get("gpu") or {})
+    has = bool(gpu.get("available")) and bool(gpu.get("devices"))
+    return None if not c.on_target or has else "an on-target claim, but the finding's hardware records no GPU"
+
+
+def _rederived(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    why = d.rederive(f, c) if d is not None else []
+    return "; ".join(why) or None
+
+
+RULES: tuple[Check, ...] = (
+    Check("dated", _future),
+    Check("declared", _declared),
+    Check("survey", _survey),
+    Check("exploratory", _exploratory),
+    Check("on target", _on_target),
+    Check("re-derived", _rederived),
+)
+ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
+ALWAYS = ("dated", "declared")  # rows that apply to every verdict: a not-run from the future or an old rule too
+
+
+def unsettled(f: Finding, claim_id: str, now: _dt.datetime | None = None) -> tuple[str, ...]:
+    """Why ``f``'s verdict on ``claim_id`` settles nothing (empty: it may settle the claim)."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    claim = _claims.get(claim_id)
+    d = probes.declared(f.probe)
+    answers = f.verdict_on(claim_id) in ANSWERS
+    out = []
+    for check in RULES:
+        if not answers and check.name not in ALWAYS:
+            continue
+        why = check.why(f, claim, d, now)
+        if why:
+            out.append(why)
+    return tuple(out)
+
+
+__all__ = ["ANSWERS", "Check", "RULES", "SKEW", "unsettled"]
