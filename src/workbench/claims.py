@@ -102,8 +102,8 @@ _CLAIMS = [
           "A benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win "
           "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
           # settled by the agentic-loop benchmark (workbench.loop), not by a probe
-          resolve="workbench loop --arms trtllm,llamacpp,llamacpp-spec --model GGUF --arm-model trtllm=HF_DIR "
-                  "--on-target"),
+          resolve="workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
+                  "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release."),
