@@ -15,8 +15,9 @@ VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 .PHONY: setup setup-vllm setup-browser run test lint test-fast nbval bench doctor lab clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
-# (src/workbench/cpu.py says why), into a wheelhouse keyed by its version and build flags: pip's own
-# cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way (CUDA).
+# (src/workbench/cpu.py says why), and with CUDA for this GPU's compute capability where NVML reports a
+# GPU and nvcc is here (docs/cpu.md, "GPU"), into a wheelhouse keyed by its version and build flags: pip's
+# own cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way.
 # llama-server (the served llama.cpp) is built from the same sdist's vendored llama.cpp with the same
 # flags, and cached beside the wheel under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)

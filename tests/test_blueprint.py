@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from workbench import blueprint as bp
-from workbench import claims
+from workbench import claims, probes
 from workbench import findings as fstore
 from workbench.findings import Finding
 
@@ -29,15 +29,18 @@ MARKER = re.compile(r"[ \t]*<!-- workbench:(begin|end) (\S+) -->[ \t]*\r?\n?")
 
 def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp",
             version: str | None = "0.3.16", created: str = "2026-07-03T10:00:00+00:00", reason: str | None = None, summary: str | None = None,
-            claim_verdicts: dict | None = None, probe: str = "probe") -> Finding:
-    """A schema-valid finding with only what a test cares about spelled out."""
+            claim_verdicts: dict | None = None, probe: str = "prefix.warmup_materialization") -> Finding:
+    """A schema-valid finding with only what a test cares about spelled out, written by this workbench's version of
+    ``probe`` and resting on an engine reading that holds (so its verdict is re-derived: workbench.settle)."""
     return Finding(
         probe=probe, claims=list(claim_ids), verdict=verdict,
         summary=summary or f"{probe} found it {verdict} on {engine}.", engine=engine, reason=reason,
         environment={"engine": engine, "engine_version": version, "model": {"name": "SmolLM2-135M"},
                      "hardware": {"summary": "test CPU (2 cores); no GPU"}, "workbench_version": "0.1.0",
                      "time": created},
-        claim_verdicts=claim_verdicts or {}, created=created,
+        claim_verdicts=claim_verdicts or {}, created=created, probe_version=probes.declared(probe).version,
+        metrics={"engine_reuse_fraction": {"value": 0.5, "unit": "ratio", "source": "engine"}},
+        rests_on=[{"metric": "engine_reuse_fraction", "op": "<", "value": 1.0}],
     ).validate()
 
 
@@ -105,8 +108,8 @@ def test_markdown_structure_headings_lists_and_tables():
 
 def test_each_verdict_lands_next_to_its_claim():
     fs = located(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", engine="trtllm",
-                         version="1.2.0", probe="retention"),
-                 finding(["contract.embed"], "refuted", engine="trtllm", version="1.2.0", probe="surface"))
+                         version="1.2.0", probe="retention.pinning_under_pressure"),
+                 finding(["contract.embed"], "refuted", engine="trtllm", version="1.2.0", probe="reuse.per_request_metrics"))
     out = bp.writeback(pristine(), fs, base=BASE)
     assert "**confirmed**" in block(out, "unknown.retention_pressure")
     assert "unresolved — needs tensorrt_llm on an NVIDIA GPU" in block(out, "unknown.reuse_metrics")
@@ -115,7 +118,7 @@ def test_each_verdict_lands_next_to_its_claim():
     assert row(out, "`Embed`").split(" | ")[-1].startswith("**refuted**")
     assert row(out, "Contract").endswith("| Verified |")
     log = block(out, "verification-log")
-    assert log.startswith("## Verification log") and "| retention |" in log and "| surface |" in log
+    assert log.startswith("## Verification log") and "| retention.pinning_under_pressure |" in log and "| reuse.per_request_metrics |" in log
     assert out.rstrip().endswith("<!-- workbench:end verification-log -->")
 
 
@@ -226,7 +229,7 @@ def test_not_run_shows_as_unresolved_with_its_reason(findings_that_could_not_run
     assert "`workbench probe connector.export_granularity --engine trtllm`" in unknown
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", unknown)
     assert row(out, "Warm-up").split(" | ")[-1].startswith("**TensorRT-LLM: unresolved")
-    assert ("- trtllm did not run (probe): TensorRT-LLM needs an NVIDIA GPU; this machine has none"
+    assert ("- trtllm did not run (prefix.warmup_materialization): TensorRT-LLM needs an NVIDIA GPU; this machine has none"
             in block(out, "verification-log"))
     (r,) = [r for r in bp.unknowns_table(out) if r["claim"] == "unknown.connector_granularity"]
     assert (r["verdict"], r["resolved"]) == (None, False)
@@ -430,9 +433,9 @@ def test_plain_human_text_always_survives_write_backs(data):
 @pytest.fixture
 def findings_updating_retention(tmp_path) -> Path:
     d = tmp_path / "runs" / "r1" / "findings"
-    fstore.write(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", probe="retention"), d)
+    fstore.write(finding(["unknown.retention_pressure", "risk.retention_bias"], "confirmed", probe="retention.pinning_under_pressure"), d)
     fstore.write(finding(["unknown.connector_granularity"], "not-run", engine="trtllm", version="1.2.0",
-                         reason="no NVIDIA GPU", probe="connector"), d)
+                         reason="no NVIDIA GPU", probe="connector.export_granularity"), d)
     return d
 
 
@@ -475,7 +478,7 @@ def test_check_fails_when_out_of_date_and_passes_after_write(stale_blueprint, fi
     assert "out of date" in said and "unknown.retention_pressure" in said and "risk.retention_bias" in said
     assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write") == 0
     assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check") == 0
-    fstore.write(finding(["risk.warmup"], "refuted", probe="warmup"), findings_updating_retention)
+    fstore.write(finding(["risk.warmup"], "refuted", probe="prefix.warmup_materialization"), findings_updating_retention)
     capsys.readouterr()
     assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "check") == 1
     assert "changed: risk.warmup, verification-log" in capsys.readouterr().out

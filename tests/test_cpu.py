@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import platform
+import runpy
+import shutil
+import sys
+
 import pytest
 
 from workbench import cpu
@@ -55,3 +60,36 @@ def test_cmake_args_never_ask_for_an_instruction_set_the_cpu_lacks():
 def test_cmake_args_leave_other_machines_to_ggml():
     assert cpu.cmake_args(SPR, "aarch64") == ""
     assert cpu.cmake_args(frozenset(), "x86_64") == ""
+
+
+NVCC = "/usr/local/cuda/bin/nvcc"
+CUDA_H100 = f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER={NVCC}"
+
+
+@pytest.mark.parametrize("capabilities, nvcc, want", [
+    ((), None, ""),                      # no GPU, no nvcc: the CPU build
+    ((), NVCC, ""),                      # nvcc but no GPU (this project's machines): the CPU build, unchanged
+    (("9.0",), None, ""),                # a GPU but no nvcc: nothing to build CUDA with
+    (("9.0",), NVCC, CUDA_H100),         # H100 / H200: sm_90
+    (("9.0", "9.0"), NVCC, CUDA_H100),   # two of them: one architecture
+    (("8.9", "9.0"), NVCC, CUDA_H100.replace("=90", "=89;90")),  # an L4 beside an H100: both
+])
+def test_cuda_args_follow_the_gpu_and_nvcc(capabilities, nvcc, want):
+    assert cpu.cuda_args(capabilities, nvcc) == want
+
+
+def test_the_makefile_line_is_the_cpu_build_alone_without_a_gpu(monkeypatch, capsys):
+    """``python cpu.py cmake-args``, as the Makefile runs it: where NVML reports no GPU (nvcc present or not) the line
+    is the CPU build's, byte for byte; where it reports an H100 and nvcc is here, CUDA for sm_90 is added."""
+    from workbench import nvml
+
+    monkeypatch.setattr(sys, "argv", ["cpu.py", "cmake-args"])
+    monkeypatch.setitem(sys.modules, "nvml", nvml)  # what the script imports from its own folder
+    monkeypatch.setattr(shutil, "which", lambda name: NVCC)
+    cpu_line = cpu.cmake_args(cpu.flags(), platform.machine())
+    for gpu, want in (({"available": False, "devices": []}, cpu_line),
+                      ({"available": True, "devices": [{"name": "H100", "compute_capability": "9.0"}]},
+                       " ".join(a for a in (cpu_line, CUDA_H100) if a))):
+        monkeypatch.setattr(nvml, "read", lambda gpu=gpu: gpu)
+        runpy.run_path(cpu.__file__, run_name="__main__")
+        assert capsys.readouterr().out == want + "\n"

@@ -105,8 +105,8 @@ _CLAIMS = [
           "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
           # settled by the agentic-loop benchmark (workbench.loop), not by a probe
           on_target=True,
-          resolve="workbench loop --arms trtllm,llamacpp,llamacpp-spec --model GGUF --arm-model trtllm=HF_DIR "
-                  "--on-target"),
+          resolve="workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
+                  "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release.", survey=True),

@@ -1,4 +1,5 @@
-"""What the CPU can do, and what follows for llama.cpp: its build flags and the AMX workaround.
+"""What the CPU can do, and what follows for llama.cpp: its build flags (CUDA where a GPU and nvcc are here) and the
+AMX workaround.
 
 On Intel CPUs with AMX, llama.cpp's AMX weight buffers (an "extra buffer type") crash at the first
 decode of a Q4_1 model (upstream llama.cpp #20824). Two defences, both decided here from facts given
@@ -10,17 +11,23 @@ as input so that tests can state every case:
 - **Load** (``extra_buffers``): whatever build is installed, a model is loaded without extra buffer
   types when the build has AMX compiled in *and* the CPU has AMX. Both the cell and the benchmark's raw
   arm use this decision.
+- **GPU** (``cuda_args``): where NVML reports a GPU and nvcc is here, the same build adds ggml's CUDA backend for
+  that GPU's compute capability, so the loop's llama.cpp arms can hold every layer on it (the claim's "llama.cpp
+  CUDA cell"); anywhere else nothing is added, and the CPU build is what it was.
 
 Standard library only: the Makefile runs this file as a script before the package is installed.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 #: ggml's CMake options for x86 and the /proc/cpuinfo flags each one needs (ggml/src/ggml-cpu/CMakeLists.txt:
 #: GGML_AVX512 adds -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw).
@@ -75,6 +82,24 @@ def cmake_args(cpu_flags: frozenset[str], machine: str) -> str:
     return " ".join(opts)
 
 
+#: Where nvcc is looked for off PATH: the CUDA toolkit's default prefix (CMake's FindCUDAToolkit looks there too).
+NVCC_DEFAULT = "/usr/local/cuda/bin/nvcc"
+
+
+def cuda_args(capabilities: Iterable[str], nvcc: str | None) -> str:
+    """CMAKE_ARGS that add ggml's CUDA backend, for the GPUs' compute capabilities ("9.0" → sm_90) with that nvcc;
+    empty without a GPU or without nvcc (the CPU build, unchanged)."""
+    archs = sorted({c.replace(".", "") for c in capabilities})
+    if not archs or nvcc is None:
+        return ""
+    return f"-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES={';'.join(archs)} -DCMAKE_CUDA_COMPILER={nvcc}"
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, else in the CUDA toolkit's default prefix; None where there is none."""
+    return shutil.which("nvcc") or (NVCC_DEFAULT if os.access(NVCC_DEFAULT, os.X_OK) else None)
+
+
 @dataclass(frozen=True)
 class ExtraBuffers:
     """Whether llama.cpp may load weights into extra buffer types, and why."""
@@ -103,4 +128,12 @@ def extra_buffers(cpu_flags: frozenset[str], system_info: str, override: bool | 
 if __name__ == "__main__":  # used by the Makefile before the package is installed
     if sys.argv[1:] != ["cmake-args"]:
         sys.exit("usage: python cpu.py cmake-args")
-    print(cmake_args(flags(), platform.machine()))
+    import nvml  # run as a script, this file's folder is the first on sys.path; nvml is standard library only
+
+    gpu = nvml.read()
+    nvcc = find_nvcc()
+    if gpu["available"] and nvcc is None:
+        print(f"a GPU ({', '.join(d['name'] for d in gpu['devices'])}) but no nvcc on PATH or at {NVCC_DEFAULT}: "
+              "llama.cpp is built for the CPU only; install the CUDA toolkit for its CUDA build", file=sys.stderr)
+    caps = [d["compute_capability"] for d in gpu["devices"]]
+    print(" ".join(a for a in (cmake_args(flags(), platform.machine()), cuda_args(caps, nvcc)) if a))

@@ -8,13 +8,13 @@ from __future__ import annotations
 import functools
 import os
 import platform
-import shutil
 import subprocess
 from dataclasses import asdict
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import nvml
 from .findings import now_iso
 
 
@@ -46,44 +46,8 @@ def cpu() -> dict:
 
 @functools.lru_cache(maxsize=1)
 def gpus() -> dict:
-    """NVIDIA GPUs via NVML when importable, else nvidia-smi; ``available`` False with the reason otherwise."""
-    try:
-        import pynvml  # type: ignore
-
-        pynvml.nvmlInit()
-        try:
-            n = pynvml.nvmlDeviceGetCount()
-            devs = []
-            for i in range(n):
-                h = pynvml.nvmlDeviceGetHandleByIndex(i)
-                mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-                name = pynvml.nvmlDeviceGetName(h)
-                devs.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
-                             "memory_total_bytes": int(mem.total), "memory_free_bytes": int(mem.free)})
-            drv = pynvml.nvmlSystemGetDriverVersion()
-            cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-            return {"available": n > 0, "source": "nvml", "devices": devs,
-                    "driver": drv.decode() if isinstance(drv, bytes) else drv,
-                    "cuda": f"{cuda // 1000}.{cuda % 1000 // 10}", "reason": None if n else "NVML reports no GPU"}
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception as e:  # noqa: BLE001 - NVML raises its own error types; fall back to nvidia-smi
-        nvml_reason = f"NVML unavailable ({type(e).__name__}: {e})"
-    if shutil.which("nvidia-smi"):
-        out = _run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.free,driver_version",
-                    "--format=csv,noheader,nounits"])
-        if out:
-            devs, drv = [], None
-            for line in out.splitlines():
-                idx, name, total, free, drv = [x.strip() for x in line.split(",")]
-                devs.append({"index": int(idx), "name": name, "memory_total_bytes": int(float(total)) << 20,
-                             "memory_free_bytes": int(float(free)) << 20})
-            return {"available": bool(devs), "source": "nvidia-smi", "devices": devs, "driver": drv, "cuda": None,
-                    "reason": None}
-        return {"available": False, "source": "nvidia-smi", "devices": [], "driver": None, "cuda": None,
-                "reason": "nvidia-smi found but it lists no GPU"}
-    return {"available": False, "source": None, "devices": [], "driver": None, "cuda": None,
-            "reason": f"no NVIDIA GPU: {nvml_reason}; nvidia-smi not on PATH"}
+    """NVIDIA GPUs as NVML states them (:func:`workbench.nvml.read`); ``available`` False with NVML's reason otherwise."""
+    return nvml.read()
 
 
 def hardware() -> dict:

@@ -120,7 +120,8 @@ def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     """llama-server (tools/server): ``-np`` slots of ``-c``/``-np`` tokens each, prompt cache on by default,
     ``/slots`` and ``/metrics`` on, the host-RAM prompt cache off. ``options``: ``no_repack`` (AMX builds on AMX
     CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off), ``slot_save_path`` (a folder: the
-    slot save, restore and erase routes on, each saved slot a sequence state file there)."""
+    slot save, restore and erase routes on, each saved slot a sequence state file there), ``gpu_layers`` (``-ngl``;
+    negative: all layers, ``-ngl all``; none: the server's own default)."""
     binary = llama_server_binary()
     if binary is None:
         raise EngineUnavailable("llamacpp-server", "no llama-server binary: `make setup` builds it from the pinned "
@@ -133,6 +134,8 @@ def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
     argv += ["--cache-ram", str(int(req.options.get("cache_ram_mib", 0)))]
     if req.options.get("no_repack"):
         argv.append("--no-repack")
+    if (layers := req.options.get("gpu_layers")) is not None:  # its -ngl takes "all"; -1 would be "auto"
+        argv += ["-ngl", "all" if int(layers) < 0 else str(int(layers))]
     if req.options.get("slot_save_path"):
         argv += ["--slot-save-path", str(req.options["slot_save_path"])]
     if req.api_key:

@@ -159,3 +159,16 @@ def test_the_servers_ram_prompt_cache_does_not_restore_another_sequence(cell):
     cell.ensure_prefix(a, slot=0)
     cell.ensure_prefix(b, slot=0)
     assert cell.ensure_prefix(a, slot=0).engine_reused_tokens == 0
+
+
+@pytest.mark.parametrize("gpu_layers, offloaded", [(None, None), (-1, [3, 3]), (1, [1, 3])])
+def test_the_layers_on_the_gpu_are_read_from_the_servers_log(tmp_path, monkeypatch, gpu_layers, offloaded):
+    """What llama-server's log says it offloaded ("offloaded N/M layers to GPU", here from a stand-in of its CUDA
+    build) is the cell's ``offloaded_layers``; a server asked for nothing, which says nothing, reports none."""
+    from loop import standins
+
+    require_engine("llamacpp-server")
+    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, str(standins.cuda_llama_server(tmp_path, TINY)))
+    opts = {} if gpu_layers is None else {"gpu_layers": gpu_layers}
+    with open_cell("llamacpp-server", TINY, context_tokens=256, log_dir=str(tmp_path / "logs"), **opts) as c:
+        assert c.describe().extra["offloaded_layers"] == offloaded

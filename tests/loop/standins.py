@@ -1,17 +1,23 @@
-"""Stand-in subjects for the gate: the real llama.cpp cell with one fault each, registered under a test name.
+"""Stand-ins for the gate: the real llama.cpp cell with one fault each, registered under a test name; and
+llama.cpp as its CUDA build reports itself, in-process and served, for the GPU run this machine cannot make.
 
-They stand for any subject engine (TensorRT-LLM cannot run here) that does less work than the turn asked
-for, or produces other tokens than greedy decoding. They live in tests only; no finding outside a test
-comes from them.
+The faulty ones stand for any subject engine (TensorRT-LLM cannot run here) that does less work than the turn
+asked for, or produces other tokens than greedy decoding. The CUDA ones run the real engine on the CPU and add
+only what a CUDA build's load log says of offload (llama.cpp ``src/llama-model.cpp``, ``load_tensors``: "offloaded
+min(n_gpu_layers, n_layer + 1)/(n_layer + 1) layers to GPU", a negative n_gpu_layers meaning all of them;
+llama-server's ``-ngl all`` is -2, ``auto`` -1, ``common/arg.cpp``). They live in tests only; no finding outside a
+test comes from them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 
-from workbench import cells
-from workbench.cells.llamacpp import LlamaCppCell
+from workbench import cells, models, serve
+from workbench.cells.llamacpp import LlamaCppCell, LlamaCppOptions
+from workbench.cells.llamacpp._internals import offloaded_layers
 
 
 class OneTokenCell(LlamaCppCell):
@@ -54,6 +60,48 @@ class NearTieCell(RunnerUpCell):
     """The runner-up only where it lies within 0.2 σ of the top logit (the loop's margin is 0.25 σ)."""
 
     max_gap = 0.2
+
+
+def cuda_offload_line(asked: int | str, n_layer: int) -> str:
+    """The line a CUDA build of llama.cpp logs at load for ``n_gpu_layers = asked`` (negative: all; a string: a shell
+    expression that computes the count)."""
+    of = n_layer + 1  # the repeating layers and the output layer
+    done = asked if isinstance(asked, str) else of if asked < 0 else min(asked, of)
+    return f"load_tensors: offloaded {done}/{of} layers to GPU"
+
+
+class CudaLogCell(LlamaCppCell):
+    """The in-process cell as a CUDA build loads: the real cell, whose load log also says what it offloaded, read by
+    the cell's own parser."""
+
+    def __init__(self, model, o: LlamaCppOptions | None = None) -> None:
+        super().__init__(model, o)
+        asked = (o or LlamaCppOptions()).gpu_layers
+        self._offloaded = offloaded_layers([cuda_offload_line(asked, self._ll.llama_model_n_layer(self._model))])
+
+
+def cuda_llama_server(folder: Path, model: str) -> Path:
+    """A llama-server that logs, before the real one starts, the offload line its CUDA build would for its ``-ngl``
+    (``model``'s layers); point ``serve.LLAMA_SERVER_ENV`` at it."""
+    real = serve.llama_server_binary()
+    n_layer = models.gguf_geometry(models.resolve(model).path)[0].layers
+    script = folder / "llama-server"
+    script.write_text(f"""#!/bin/sh
+prev=
+for a in "$@"; do
+  if [ "$prev" = "-ngl" ]; then
+    case "$a" in
+      all) echo "{cuda_offload_line(-1, n_layer)}" ;;
+      auto) ;;
+      *) echo "{cuda_offload_line(f'$(( a < {n_layer + 1} ? a : {n_layer + 1} ))', n_layer)}" ;;
+    esac
+  fi
+  prev=$a
+done
+exec {real} "$@"
+""")
+    script.chmod(0o755)
+    return script
 
 
 STANDINS = {"standin-one-token": "loop.standins:OneTokenCell", "standin-sampled": "loop.standins:SampledCell",

@@ -3,14 +3,16 @@ work or produces other tokens is never compared, whatever flags are passed; a KV
 
 from __future__ import annotations
 
+import lzma
 import time
 
 import pytest
 from typer.testing import CliRunner
 
-from workbench import findings, loop
+from workbench import claims, findings, loop
 from workbench.cli import app
-from workbench.loop import arms, gate, results, spec, target
+from workbench.contract import WorkbenchError
+from workbench.loop import arms, gate, results, spec, target, traces
 
 from . import standins
 
@@ -143,18 +145,66 @@ def test_on_target_is_checked_against_this_machine(hand_trace, tmp_path):
     assert not (tmp_path / "f").exists()  # nothing ran, nothing written
 
 
-def test_the_target_check_needs_a_gpu_and_a_certified_model(tmp_path):
-    gpu = {"gpu": {"available": True, "devices": [{"name": "H200"}], "driver": "580"}}
+NVML_GPU = {"gpu": {"available": True, "source": "nvml", "devices": [{"name": "H200"}], "driver": "580"}}
+
+
+@pytest.fixture
+def claims_trace(monkeypatch, hand_trace):
+    """The hand trace as the claim's trace (its digest pinned), so the target check reads it without τ-bench."""
+    tr = traces.load(str(hand_trace))
+    monkeypatch.setattr(target, "claim_trace", lambda: ("hand", tr.sha256))
+    return tr
+
+
+def test_the_target_check_needs_a_gpu_and_a_certified_model(tmp_path, claims_trace):
+    gpu = NVML_GPU
     lst = tmp_path / "certified.txt"
     lst.write_text("# certified for the product\nsynthetic:tiny\n")
-    got = target.verify(lst, ["synthetic:tiny"], gpu)
+    got = target.verify(lst, ["synthetic:tiny"], gpu, claims_trace)
     assert got["gpu"] == ["H200"] and got["models"] == {"synthetic:tiny": "synthetic:tiny"}
+    assert got["gpu_source"] == "nvml" and got["trace"] == "hand" and got["trace_sha256"] == claims_trace.sha256
     with pytest.raises(Exception, match="not in the certified list"):
-        target.verify(lst, ["synthetic:tiny", "synthetic:cpu"], gpu)
+        target.verify(lst, ["synthetic:tiny", "synthetic:cpu"], gpu, claims_trace)
     with pytest.raises(Exception, match="needs --certified"):
-        target.verify(None, ["synthetic:tiny"], gpu)
+        target.verify(None, ["synthetic:tiny"], gpu, claims_trace)
     with pytest.raises(Exception, match="no GPU"):
-        target.verify(lst, ["synthetic:tiny"], {"gpu": {"available": False, "reason": "nvidia-smi not found"}})
+        target.verify(lst, ["synthetic:tiny"], {"gpu": {"available": False, "reason": "nvidia-smi not found"}},
+                      claims_trace)
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(Exception, match="names no model"):
-        target.verify(tmp_path / "empty.txt", ["synthetic:tiny"], gpu)
+        target.verify(tmp_path / "empty.txt", ["synthetic:tiny"], gpu, claims_trace)
+
+
+@pytest.mark.parametrize("gpu, refused", [
+    (NVML_GPU["gpu"], None),
+    # a GPU listed by nvidia-smi on PATH, NVML not answering: not target hardware by NVML's word
+    ({"available": True, "source": "nvidia-smi", "devices": [{"name": "H100"}]}, "read by nvidia-smi, not NVML"),
+    ({"available": False, "source": "nvml", "devices": [],
+      "reason": "no NVIDIA GPU: NVML unavailable (nvmlInit_v2: Driver Not Loaded)"}, "Driver Not Loaded"),
+])
+def test_on_target_reads_the_gpu_through_nvml(tmp_path, claims_trace, gpu, refused):
+    lst = tmp_path / "certified.txt"
+    lst.write_text("synthetic:tiny\n")
+    if refused is None:
+        assert target.verify(lst, ["synthetic:tiny"], {"gpu": gpu}, claims_trace)["gpu_source"] == "nvml"
+    else:
+        with pytest.raises(WorkbenchError, match=refused):
+            target.verify(lst, ["synthetic:tiny"], {"gpu": gpu}, claims_trace)
+
+
+def test_on_target_pins_the_claims_trace_by_digest(tmp_path, hand_trace):
+    """The claim names τ-bench; its content must hash to the sha256 its SOURCE.md states. A copy of it elsewhere is
+    the same trace; a trace with one byte changed, or another trace, is refused before anything runs."""
+    lst = tmp_path / "certified.txt"
+    lst.write_text("synthetic:tiny\n")
+    name, pinned = target.claim_trace()
+    assert name == "taubench" and f"--trace {name}" in claims.get(gate.CLAIM).resolve
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(lzma.open(traces.resolve(name)).read())
+    tr = traces.load(str(copy))
+    assert tr.sha256 == pinned and target.verify(lst, ["synthetic:tiny"], NVML_GPU, tr)["trace_sha256"] == pinned
+    edited = tmp_path / "edited.json"
+    edited.write_bytes(copy.read_bytes().replace(b"airline", b"Airline", 1))
+    for other in (edited, hand_trace):
+        with pytest.raises(WorkbenchError, match="not the claim's trace taubench"):
+            target.verify(lst, ["synthetic:tiny"], NVML_GPU, traces.load(str(other)))

@@ -63,6 +63,7 @@ class ServedOptions(CellOptions):
     port: int = 0  # 0: the OS picks
     api_key: str | None = None
     server_args: tuple[str, ...] = ()  # passed to the server as they are (e.g. llama-server's --spec-type)
+    gpu_layers: int | None = None  # llama-server: -ngl, a negative count for all layers (-ngl all); None: its default
     speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config
     kv_events: bool = True  # vLLM: KV events on a loopback ZMQ socket the cell binds
     # vLLM: more KVEventsConfig fields; an ``endpoint`` the publisher binds (``ipc://…``, with ``replay_endpoint``,
@@ -92,6 +93,8 @@ class ServedOptions(CellOptions):
         if values.get("adapters"):
             raise UnsupportedFeature("LoRA adapters", engine, "they are not mapped onto served engines; open the "
                                      "in-process cell")
+        if values.get("gpu_layers") is not None and engine != LlamaServerCell.engine:
+            raise UnsupportedFeature("gpu_layers", engine, "it is llama.cpp's layer offload (llama-server's -ngl)")
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
         return cls(**values)
@@ -329,12 +332,15 @@ class LlamaServerCell(ServedCell):
             logs = Path(self.opts.log_dir or default_log_dir())
             logs.mkdir(parents=True, exist_ok=True)
             self._tmp = tempfile.mkdtemp(prefix="llama-slots-", dir=logs)
-        return {"no_repack": self._no_repack, "slot_save_path": self._tmp}
+        return {"no_repack": self._no_repack, "slot_save_path": self._tmp, "gpu_layers": self.opts.gpu_layers}
 
     def _start(self) -> None:
         """Start (or attach); a server whose build has AMX on an AMX CPU is restarted with ``--no-repack``,
-        the AMX workaround (:mod:`workbench.cpu`), decided from the system info the server logs."""
+        the AMX workaround (:mod:`workbench.cpu`), decided from the system info the server logs. The layers it put
+        on a GPU are read from its log too (llama.cpp's "offloaded N/M layers to GPU"); a server attached to is
+        not read, so it is not counted as on a GPU."""
         from .. import cpu
+        from .llamacpp._internals import offloaded_layers
 
         o = self.opts
         budget = o.kv_budget_tokens
@@ -342,7 +348,7 @@ class LlamaServerCell(ServedCell):
             budget = o.kv_budget_bytes // models.gguf_geometry(self.model.path)[0].bytes_per_token
         if budget is not None and o.context_tokens is None:
             self.context_tokens = max(budget // o.slots, 1)
-        self._no_repack = False
+        self._no_repack, self._offloaded = False, None
         super()._start()
         if self.server is not None:
             info = next((x for x in tail(self.server.log_path, 10_000) if "system_info" in x), "")
@@ -351,6 +357,7 @@ class LlamaServerCell(ServedCell):
                 self._stop()
                 self._no_repack = True
                 super()._start()
+            self._offloaded = offloaded_layers(tail(self.server.log_path, 10_000))
 
     def _read_server(self) -> None:
         self.props = self._get("/props")
@@ -565,6 +572,7 @@ class LlamaServerCell(ServedCell):
                 "speculation": _spec_args(self.server.argv if self.server else ()),
                 "extra_buffers": None if self.server is None else self.extra_buffers.use,
                 "extra_buffers_reason": None if self.server is None else self.extra_buffers.reason,
+                "offloaded_layers": list(self._offloaded) if self._offloaded else None,  # its log's N/M
             })
 
 

@@ -88,9 +88,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
 
     ``progress(row, done, total)`` is called with every per-turn row as it is measured.
-    ``on_target`` declares target hardware with a certified model, checked before any turn runs: this
-    machine's fingerprint must show a GPU and every arm's model must be in the ``certified`` list
-    (:mod:`.target`); without it a measured TensorRT-LLM result is at most ``inconclusive``. ``work``
+    ``on_target`` declares target hardware with a certified model, checked before any turn runs: NVML must report
+    a GPU here, every arm's model must be in the ``certified`` list and the trace must be the claim's, by digest
+    (:mod:`.target`); the llama.cpp arms then hold every layer on the GPU (:func:`.arms.target_options`). Without it a
+    measured TensorRT-LLM result is at most ``inconclusive``. ``work``
     says which turns are compared (:mod:`.equal`): equal work, each output scored as a greedy decode of ``model`` by a
     llama.cpp scorer (:mod:`.verify`), and shown against a reference arm's.
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
@@ -103,8 +104,9 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
     threads = threads or os.cpu_count() or 1
-    target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)])
-    tr = _traces.load(trace).subset(sessions, turns)
+    loaded = _traces.load(trace)
+    target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)
+    tr = loaded.subset(sessions, turns)
     not_run: dict[str, str] = {}  # an arm's engine or model that cannot run here: said by its cell's open
     opened: list[_arms.CellArm] = []
     scorer: _verify.Scorer | None = None
@@ -113,8 +115,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=os.cpu_count() or 1)
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         vocab = scorer.vocab
-        opened = _open_arms(names, not_run, arm_models, model, vocab,
-                            threads=threads, context_tokens=context_tokens, drafter=drafter)
+        opened = _open_arms(names, not_run, arm_models, model, vocab, threads=threads, context_tokens=context_tokens,
+                            drafter=drafter, on_target=target is not None)
         total, done = len(rendered.turns) * len(opened), 0
 
         def step(row: dict) -> None:
@@ -215,10 +217,11 @@ def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[st
     return opened
 
 
-def _verified_target(on_target: bool, certified: str | Path | None, specs: list[str]) -> dict | None:
+def _verified_target(on_target: bool, certified: str | Path | None, specs: list[str],
+                     trace: _traces.Trace) -> dict | None:
     """The target evidence for the gate (:func:`.target.verify`), checked before anything runs; None off target."""
     if on_target:
-        return _target.verify(Path(certified) if certified else None, specs, environment.hardware())
+        return _target.verify(Path(certified) if certified else None, specs, environment.hardware(), trace)
     if certified is not None:
         raise ValueError("--certified is read only with --on-target; add --on-target or drop --certified")
     return None

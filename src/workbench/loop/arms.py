@@ -80,6 +80,17 @@ def plain(name: str) -> str:
     return next(a.name for a in specs if a.engine == engine and a.reuse and a.speculation == "none")
 
 
+ALL_LAYERS = -1
+"""``gpu_layers`` for every layer: llama.cpp's ``n_gpu_layers`` takes a negative count as all of them
+(include/llama.h), and the served cell passes it to llama-server as ``-ngl all``."""
+
+
+def target_options(name: str) -> dict[str, Any]:
+    """What arm ``name`` opens with on target: a llama.cpp arm, in-process or served, holds every layer on the GPU (the
+    claim's "llama.cpp CUDA cell"; :func:`on_gpu` reads back whether it did); any other engine runs as it does."""
+    return {"gpu_layers": ALL_LAYERS} if is_llamacpp(name) else {}
+
+
 def on_gpu(d: Description | None) -> bool:
     """Whether an arm's engine said it holds every layer on a GPU: llama.cpp's load log ("offloaded N/N layers to
     GPU", the cell's ``offloaded_layers``). An engine that says nothing of it is not counted as on one."""
@@ -226,10 +237,11 @@ class CellArm:
 
 
 def open_arm(name: str, model: str, *, threads: int, context_tokens: int | None, drafter: Drafter,
-             extra_options: Mapping[str, Any] | None = None) -> CellArm:
+             on_target: bool = False) -> CellArm:
+    """Arm ``name`` on ``model``; ``on_target``: with :func:`target_options` (a llama.cpp arm on the GPU)."""
     return CellArm(get(name), model, threads=threads, context_tokens=context_tokens, drafter=drafter,
-                   extra_options=extra_options)
+                   extra_options=target_options(name) if on_target else None)
 
 
-__all__ = ["ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "open_arm", "plain",
-           "unavailable"]
+__all__ = ["ALL_LAYERS", "ARMS", "ArmSpec", "CellArm", "TurnResult", "get", "is_llamacpp", "names", "on_gpu", "open_arm",
+           "plain", "target_options", "unavailable"]

@@ -1,9 +1,12 @@
 """``--on-target``, checked rather than believed.
 
-The claim is about target hardware with a certified model. A run may declare it only where this
-machine's own fingerprint has a GPU and every model the loop runs is named in a certified list that
-the user gives (one entry a line: a model spec, file or directory name, path or SHA-256; ``#``
-starts a comment). Anything else is an error the user can fix, raised before any turn runs.
+The claim is about target hardware with a certified model, on its agentic loop. A run may declare it only where
+this machine's own fingerprint has a GPU read through NVML (the driver's own library, :mod:`workbench.nvml`; a
+fingerprint read any other way does not count), every model the loop runs is named in a certified list that the
+user gives (one entry a line: a model spec, file or directory name, path or SHA-256; ``#`` starts a comment), and
+the trace is the claim's own (:data:`CLAIM_TRACE`), pinned by digest: the sha256 of its uncompressed content must
+be the one its ``SOURCE.md`` states, so a trace edited, cut or swapped under the same name is refused. Anything
+else is an error the user can fix, raised before any turn runs.
 """
 
 from __future__ import annotations
@@ -14,6 +17,11 @@ from typing import Sequence
 
 from .. import models
 from ..contract import WorkbenchError
+from . import traces
+
+CLAIM_TRACE = "taubench"
+"""The trace the claim is measured on: τ-bench airline, the built-in trace of whole agent conversations (text and
+tool calls); the claim's resolve command names it (``claims.py``, ``entry.step_function``)."""
 
 
 def certified_entries(path: Path) -> list[str]:
@@ -38,13 +46,24 @@ def _names(spec: str) -> set[str]:
     return {spec, m.spec, m.name, m.path.name, str(m.path), str(m.path.resolve()), m.sha256}
 
 
-def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict) -> dict:
+def claim_trace() -> tuple[str, str]:
+    """The claim's trace and the sha256 its content must have."""
+    return CLAIM_TRACE, traces.stated_sha256(CLAIM_TRACE)
+
+
+def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict, trace: traces.Trace) -> dict:
     """The target evidence recorded in the gate finding; raises WorkbenchError naming what to fix."""
     gpu = hardware.get("gpu") or {}
-    if not gpu.get("available"):
-        raise WorkbenchError("--on-target declares target hardware, but this machine's fingerprint has no GPU "
-                             f"({gpu.get('reason') or 'none found'}); run on the target GPU machine, or drop "
+    if not gpu.get("available") or gpu.get("source") != "nvml":
+        why = gpu.get("reason") or (f"read by {gpu.get('source')}, not NVML" if gpu.get("available") else "none found")
+        raise WorkbenchError("--on-target declares target hardware, but NVML reports no GPU on this machine "
+                             f"({why}); run on the target GPU machine with the NVIDIA driver, or drop "
                              "--on-target (the gate then reports at most inconclusive)")
+    name, pinned = claim_trace()
+    if trace.sha256 != pinned:
+        raise WorkbenchError(f"--on-target: the trace {trace.name} (content sha256 {trace.sha256[:12]}…) is not the "
+                             f"claim's trace {name} (sha256 {pinned[:12]}…, as its SOURCE.md states); run "
+                             f"--trace {name}")
     if certified is None:
         raise WorkbenchError("--on-target needs --certified FILE, the list of certified models the claim is about "
                              "(one a line: spec, name, path or SHA-256)")
@@ -57,8 +76,9 @@ def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict) -
                                  "certify it there or run a certified model")
         matched[spec] = hit
     return {"gpu": [d.get("name") for d in gpu.get("devices", [])], "driver": gpu.get("driver"),
+            "gpu_source": gpu["source"], "trace": name, "trace_sha256": trace.sha256,
             "certified_file": str(certified),
             "certified_sha256": hashlib.sha256(certified.read_bytes()).hexdigest(), "models": matched}
 
 
-__all__ = ["certified_entries", "verify"]
+__all__ = ["CLAIM_TRACE", "certified_entries", "claim_trace", "verify"]

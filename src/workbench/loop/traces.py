@@ -19,6 +19,7 @@ import gzip
 import hashlib
 import json
 import lzma
+import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Union
@@ -104,6 +105,17 @@ def _read(path: Path) -> bytes:
             return f.read()
     except (OSError, lzma.LZMAError, EOFError) as e:
         raise TraceError(f"cannot read trace {path}: {e}") from None
+
+
+def stated_sha256(name: str) -> str:
+    """The sha256 of built-in trace ``name``'s uncompressed content, as its ``SOURCE.md`` states it (the one home of
+    that digest; ``xz -dc FILE.xz | sha256sum`` gives it)."""
+    path = resolve(name)
+    source = path.with_name(path.name.removesuffix(".xz") + ".SOURCE.md").read_text(encoding="utf-8")
+    found = re.search(r"sha256: ([0-9a-f]{64})", source)
+    if found is None:
+        raise TraceError(f"{path.name}'s SOURCE.md states no sha256")
+    return found.group(1)
 
 
 def resolve(spec: str) -> Path:
