@@ -81,6 +81,12 @@ def test_findings_command_lists_and_reports_corrupt(tmp_path):
     assert r.returncode == 0 and "surface.contract_mapping" in r.stdout and "corrupt" in r.stderr
 
 
+def test_findings_names_a_forgery_as_settling_nothing():
+    forged = Path(__file__).parent / "fixtures" / "forged"
+    r = wb("findings", str(forged))
+    assert r.returncode == 0 and "[settles nothing: it is dated 2099" in r.stdout
+
+
 # --------------------------------------------------------------------------- issue 23
 
 

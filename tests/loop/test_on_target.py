@@ -10,7 +10,7 @@ import pytest
 
 from conftest import TINY, require_engine
 from doubles.fake_nvml import FakeNvml
-from workbench import cells, environment, loop, nvml, serve
+from workbench import cells, environment, loop, nvml, serve, settle
 from workbench.loop import arms, equal, gate, results, target, traces
 
 from . import standins
@@ -54,6 +54,7 @@ def test_a_gpu_run_with_the_llamacpp_cuda_baseline_reaches_the_claims_verdict(gp
     g = res.findings[-1]
     assert g.probe == "loop.gate" and g.verdict in {"confirmed", "refuted"}, g.summary
     assert g.verdict == "refuted" and "not the claim's verdict" not in g.summary  # llama.cpp is no 2× over itself
+    assert settle.unsettled(g, gate.CLAIM) == ()  # re-derived from what the finding recorded, it settles the claim
     t = g.environment["target"]
     assert t["gpu"] == ["NVIDIA H100 80GB HBM3"] and t["gpu_source"] == "nvml" and t["trace_sha256"] == res.workload["sha256"]
     # each llama.cpp arm asked for every layer and said it holds them all (2 layers and the output layer); the
