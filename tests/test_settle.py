@@ -13,7 +13,7 @@ import pytest
 
 from workbench import blueprint, probes, settle, standing
 from workbench.findings import Finding
-from workbench.loop import gate
+from workbench.loop import equal, gate
 
 NOW = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc)
 GPU = {"available": True, "devices": [{"name": "NVIDIA H200"}]}
@@ -39,19 +39,24 @@ def finding(probe="events.hash_parity", verdict="confirmed", *, claims=("gateway
         **more)
 
 
-def gate_finding(verdict="confirmed", *, low=2.5, high=3.5, gpu=GPU, target=True, metrics=True, **ev) -> Finding:
+def gate_finding(verdict="confirmed", *, low=2.5, high=3.5, gpu=GPU, target=True, metrics=True, claim_verdicts=None,
+                 **ev) -> Finding:
     """A loop.gate finding as gate_finding writes it: the subject's speed-up as metrics, the rest of the gate's
     evidence recorded beside it."""
     evidence = gate.GateEvidence(None, best_reference="llamacpp-server-spec", compared_turns=40, **ev)
     f = finding("loop.gate", verdict, claims=("entry.step_function",), gpu=gpu, rests_on=[],
                 metrics={"speedup_vs_best_llamacpp": m(3.0, "derived", "x"), "speedup_ci_low": m(low, "derived", "x"),
                          "speedup_ci_high": m(high, "derived", "x")} if metrics else {},
-                params={"arm": "trtllm", "rule": gate.GateRule().as_dict()})
+                params={"arm": "trtllm", "rule": gate.GateRule().as_dict(), "equal_work": equal.EqualWork().as_dict()},
+                claim_verdicts=claim_verdicts or {})
     f.environment["target"] = {"gpu": ["NVIDIA H200"]} if target else None
-    f.evidence = {"gate": {k: v for k, v in asdict(evidence).items() if k not in ("speedup", "on_target")}}
+    f.evidence = {"gate": {k: v for k, v in asdict(evidence).items() if k not in ("speedup", "on_target")},
+                  "rows": [{"arm": "trtllm", "best_llamacpp": False}, {"arm": "llamacpp-server-spec", "best_llamacpp": True}]}
     return f
 
 
+RELABELLED = finding(engine="trtllm-serve")
+RELABELLED.environment["engine"] = "llamacpp"
 CASES = [
     # (what, finding, settles, a phrase of the reason)
     ("an honest hash-parity finding", finding(), True, None),
@@ -93,16 +98,45 @@ CASES = [
      finding("events.inventory_isolation", "refuted", claims=("gateway.isolation",), params={"client_salt": False},
              metrics={"engine_cross_tenant_reused_tokens": m(64, unit="tokens")},
              rests_on=[{"metric": "engine_cross_tenant_reused_tokens", "op": ">", "value": 0}]), False, "exploratory"),
+    # the adversary's holes on the first draft of settle (each settled the claim there)
+    ("a probe's finding on a claim it does not test", finding(claims=("unknown.retention_pressure",)), False,
+     "does not test"),
+    ("a probe's finding on the step-function claim, on a GPU", finding(claims=("entry.step_function",), gpu=GPU),
+     False, "does not test"),
+    ("a reference's finding relabelled as the subject", RELABELLED, False, "fingerprint"),
+    ("a cell count lifted to an engine reading by the file",
+     finding(metrics={"block_tokens": m(32, unit="tokens")},
+             rests_on=[{"metric": "block_tokens", "op": ">", "value": 0}]), False, "cell-sourced"),
+    ("a token count given as true", finding("events.inventory_isolation", "confirmed", claims=("gateway.isolation",),
+                                            params={"client_salt": True},
+                                            metrics={"engine_reused_tokens": m(True, unit="tokens")},
+                                            rests_on=[{"metric": "engine_reused_tokens", "op": ">=", "value": 1}]),
+     False, "not a tokens reading"),
+    ("a support against NaN", finding(metrics={"hash_parity_fraction": m(0.02)},
+                                      rests_on=[{"metric": "hash_parity_fraction", "op": "!=", "value": float("nan")}]),
+     False, "no finite value"),
+    ("an outcome parameter left out", finding("events.inventory_isolation", "refuted", claims=("gateway.isolation",),
+                                              metrics={"engine_cross_tenant_reused_tokens": m(64, unit="tokens")},
+                                              rests_on=[{"metric": "engine_cross_tenant_reused_tokens", "op": ">",
+                                                         "value": 0}]), False, "exploratory"),
+    ("a GPU fingerprint that is not a mapping", finding(gpu="none"), True, None),
     ("the gate, decided again from what it recorded", gate_finding(), True, None),
+    ("the gate whose claim row says more than its verdict",
+     gate_finding("inconclusive", low=1.5, claim_verdicts={"entry.step_function": "confirmed"}), False,
+     "the gate says inconclusive, not confirmed"),
     ("the gate with no metrics", gate_finding(metrics=False), False, "the gate says not-run"),
     ("the gate off target (no GPU in its fingerprint)", gate_finding(gpu=NO_GPU), False, "records no GPU"),
     ("the gate with no verified target", gate_finding(target=False), False, "not on target"),
     ("the gate whose interval does not clear 2x", gate_finding(low=1.2), False, "the gate says inconclusive"),
     ("the gate with the baseline incomplete", gate_finding(baseline_missing=("llama.cpp's own speculation",)),
      False, "lacks"),
+    ("the gate with a laxer equal-work rule than it says", gate_finding(), False, "laxer equal-work rule"),
+    ("the gate whose rows name no best llama.cpp arm", gate_finding(), False, "not-run"),
     ("the gate with no gate evidence recorded", gate_finding(), False, "not recorded whole"),
 ]
 CASES[-1][1].evidence = {}
+CASES[-2][1].evidence["rows"] = [{"arm": "llamacpp", "best_llamacpp": False}]
+CASES[-3][1].params["equal_work"] |= {"margin_sd": 1.5, "exploratory": None}
 
 
 @pytest.mark.parametrize("what,f,settles,why", CASES, ids=[c[0] for c in CASES])
@@ -120,11 +154,11 @@ def test_a_forged_gate_finding_settles_nothing_in_the_blueprint(tmp_path):
     found = findings.scan([forged.parent]).findings
     assert [f.verdict for _, f in found] == ["confirmed"]
     (state,) = [s for s in standing.claim_states(found, "entry") if s.claim.id == gate.CLAIM]
-    assert not state.resolved and state.headline.startswith("unresolved — confirmed on TensorRT-LLM")
+    assert not state.resolved and state.headline.startswith("unresolved — confirmed on TensorRT-LLM 1.2.1 settles nothing")
     assert "in the future" in state.headline
     text = (Path(__file__).parents[1] / "data" / "blueprint" / "blueprint.md").read_text()
     written = blueprint.writeback(text, found, base=tmp_path)
-    assert "**TensorRT-LLM: unresolved — confirmed on TensorRT-LLM 1.2.1 is unverified, it settles nothing" in written
+    assert "**TensorRT-LLM: unresolved — confirmed on TensorRT-LLM 1.2.1 settles nothing" in written
     assert "**TensorRT-LLM: confirmed" not in written
 
 
@@ -143,3 +177,33 @@ def test_a_forgery_never_masks_a_settled_answer():
     (state,) = [s for s in standing.claim_states([(Path("a"), honest), (Path("b"), forged)], "gateway")
                 if s.claim.id == "gateway.hash_parity"]
     assert [s.verdict for s in state.answers] == ["confirmed"]
+
+
+def test_a_forged_or_superseded_survey_counts_for_nothing_across_versions():
+    """Version churn is read across the subject's surveys; one from the future or an older rule never enters it."""
+    def survey(version, created, probe_version=None):
+        f = finding("surface.contract_mapping", "partial", claims=("risk.version_churn",), version=probe_version,
+                    created=created, metrics={}, rests_on=[], claim_verdicts={"risk.version_churn": "inconclusive"})
+        f.environment["engine_version"] = version
+        f.evidence = {"rows": [{"guard": "LLM.generate_async", "feature": "core", "ok": True, "version": version,
+                                "signature": {"at": "LLM.generate_async", "names": {"x": version == "0.1"},
+                                              "defaults": {}}}]}
+        return Path(version), f
+
+    assert standing.version_churn([survey("0.1", "2026-11-01T00:00:00+00:00"),
+                                   survey("0.2", "2026-11-02T00:00:00+00:00")]) is not None
+    assert standing.version_churn([survey("0.1", "2099-01-01T00:00:00+00:00"),
+                                   survey("0.2", "2026-11-02T00:00:00+00:00", probe_version="0")]) is None
+
+
+def test_one_id_with_two_contents_counts_neither(tmp_path):
+    from workbench import findings
+
+    honest = finding()
+    forged = finding(created="2099-01-01T00:00:00+00:00")
+    forged.id = honest.id
+    for folder, f in (("a", forged), ("b", honest)):
+        findings.write(f, tmp_path / folder)
+    s = findings.scan([tmp_path])
+    assert s.findings == [] and len(s.errors) == 2 and "other contents" in s.errors[0][1]
+    findings.write(finding(), tmp_path / "c")  # the same finding twice still counts once

@@ -94,7 +94,7 @@ def test_each_loop_arm_stands_beside_the_gate_and_the_loop_resolves_it():
     found = [arm("llamacpp"), arm("llamacpp-spec"), arm("llamacpp-cold")]
     (state,) = [c for c in standing.claim_states(found, "entry") if c.claim.id == "entry.step_function"]
     assert sorted(s.summary for s in state.references) == ["llamacpp", "llamacpp-cold", "llamacpp-spec"]
-    assert state.command.startswith("workbench loop --arms trtllm,")
+    assert state.command.startswith("workbench loop --trace taubench --arms trtllm,")
 
 
 # --------------------------------------------------------------------------- version churn, across findings

@@ -47,6 +47,7 @@ from . import claims as _claims
 from . import standing as _standing
 from .contract import WorkbenchError
 from .files import atomic_write, read_regular
+from .settle import shown_verdict
 from .findings import Finding, scan
 from .standing import ANSWERS, ClaimState, Standing
 
@@ -149,7 +150,8 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
-                          _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe), f.verdict,
+                          _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe),
+                          _text(shown_verdict(f)),
                           _text(cited), f"[finding]({_link(path, base)})"]))
     return head + ([*why, ""] if why else []) + rows
 

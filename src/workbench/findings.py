@@ -145,6 +145,9 @@ def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None =
         if hasattr(v, "item"):  # numpy scalars
             v = v.item()
         m = _metrics.get(tag)
+        if (sources or {}).get(tag, m.source) == "engine" != m.source and not m.varies:
+            raise ValueError(f"metric {tag} is declared {m.source}-sourced on every engine, but this run records it "
+                             "as the engine's: declare it varies=True in workbench.metrics if that is so")
         out[tag] = {"value": v, "unit": m.unit.value, "source": _metrics.source_of(tag, sources)}
     return out
 
@@ -309,7 +312,8 @@ def read(path: str | os.PathLike) -> Finding | None:
 def scan(paths: Iterable[str | os.PathLike]) -> Scan:
     """Read every ``*.json`` finding under the given files/directories; files that cannot be read as a finding go
     to ``errors`` (each with a one-line reason), so one bad file never hides the others."""
-    found, errors, seen = [], [], set()
+    found: dict[str, tuple[Path, Finding]] = {}
+    errors, clashed = [], set()
     for p in map(Path, paths):
         files = sorted(p.rglob("*.json")) if p.is_dir() else [p]
         for f in files:
@@ -320,11 +324,18 @@ def scan(paths: Iterable[str | os.PathLike]) -> Scan:
             except FindingError as e:
                 errors.append((f, " ".join(str(e).split())))
                 continue
-            if finding is None or finding.id in seen:
-                continue  # not a finding, or the same finding given twice (counts once)
-            seen.add(finding.id)
-            found.append((f, finding))
-    return Scan(found, errors)
+            if finding is None:
+                continue  # not a finding
+            first = found.get(finding.id)
+            if finding.id in clashed or (first is not None and first[1] != finding):
+                # one id, two contents: which is the finding cannot be told, so neither counts
+                errors += [(q, f"finding id {finding.id} is also in {f if q != f else first[0]} with other contents; "
+                               "neither counts") for q in ([first[0]] if first else []) + [f]]
+                found.pop(finding.id, None)
+                clashed.add(finding.id)
+            elif first is None:
+                found[finding.id] = (f, finding)  # the same finding given twice counts once
+    return Scan(list(found.values()), errors)
 
 
 def load(*paths: str | os.PathLike):

@@ -93,20 +93,21 @@ class Metric:
     unit: Unit
     description: str
     source: Source
+    varies: bool = False  # its source differs by engine (a cell's bookkeeping here, an engine's counter there)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
             raise ValueError(f"metric {self.tag}: source must be one of {SOURCES}")
 
 
-def _m(tag: str, header: str, unit: str, source: Source, description: str) -> Metric:
-    return Metric(tag, header, Unit(unit), description, source)
+def _m(tag: str, header: str, unit: str, source: Source, description: str, varies: bool = False) -> Metric:
+    return Metric(tag, header, Unit(unit), description, source, varies)
 
 
 _DECLARED = [
     # reuse accounting
     _m("prompt_tokens", "prompt", "tokens", "cell", "tokens in the request's prompt"),
-    _m("reused_tokens", "reused", "tokens", "cell", "prompt tokens the cell reported as served from cached KV"),
+    _m("reused_tokens", "reused", "tokens", "cell", "prompt tokens the cell reported as served from cached KV", varies=True),
     _m("computed_tokens", "computed", "tokens", "cell", "prompt tokens the cell sent to the engine"),
     _m("expected_reused_tokens", "expected reuse", "tokens", "derived", "reuse computed from the token ids"),
     _m("engine_resident_tokens", "KV read back", "tokens", "engine",
@@ -130,8 +131,8 @@ _DECLARED = [
     _m("engine_reuse_fraction", "engine reuse fraction", "ratio", "engine",
        "prefix tokens still held by the engine (read back) / prefix tokens"),
     _m("reuse_exact_fraction", "exact rows", "ratio", "cell",
-       "fraction of requests whose cell-reported reuse equals the token-id expectation"),
-    _m("max_reuse_error_tokens", "max reuse error", "tokens", "cell", "largest |reported − expected| over the matrix"),
+       "fraction of requests whose cell-reported reuse equals the token-id expectation", varies=True),
+    _m("max_reuse_error_tokens", "max reuse error", "tokens", "cell", "largest |reported − expected| over the matrix", varies=True),
     _m("disagreements", "disagreements", "count", "derived", "requests where channels disagree"),
     _m("granularity_tokens", "granularity", "tokens", "cell", "smallest unit in which the cell reports reuse"),
     _m("block_tokens", "block size", "tokens", "cell", "tokens per KV block, as the cell describes it"),
@@ -173,7 +174,7 @@ _DECLARED = [
     _m("tost_p_other_manifest", "TOST p (other)", "p", "derived",
        "equivalence (TOST) p-value, other manifest vs cold, at the stated margin"),
     _m("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "cell",
-       "tokens the cell reported reused across manifests (must be 0)"),
+       "tokens the cell reported reused across manifests (must be 0)", varies=True),
     _m("engine_cross_manifest_reused_tokens", "engine cross-manifest reuse", "tokens", "engine",
        "tokens the engine's own per-request counter reported reused across manifests (must be 0)"),
     _m("engine_lora_base_reused_tokens", "LoRA base repeat reuse", "tokens", "engine",
@@ -247,7 +248,7 @@ _DECLARED = [
        "standard deviations of that position's logits (0: every token the scorer's argmax; read from llama.cpp's "
        "logits, teacher-forced)"),
     _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
-       "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)"),
+       "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)", varies=True),
     _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",
        "reusable tokens recomputed for no attributed cause"),
     _m("ttft_p50_s", "TTFT p50", "s", "timed", "median time from a turn's EnsurePrefix to its first decoded token"),
@@ -261,9 +262,9 @@ _DECLARED = [
     _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
     _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
     _m("acceptance_rate", "draft acceptance", "ratio", "cell",
-       "accepted / drafted speculative tokens (engine-sourced where the engine counts its own drafts)"),
+       "accepted / drafted speculative tokens (engine-sourced where the engine counts its own drafts)", varies=True),
     _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",
-       "mean accepted tokens per verification that carried a draft"),
+       "mean accepted tokens per verification that carried a draft", varies=True),
     _m("decode_speedup_copy_heavy", "decode speed-up (copy-heavy)", "x", "derived",
        "median per-turn decode time of the plain arm on the same engine and transport (llamacpp-server for "
        "llamacpp-server-spec) over this arm's, on turns where this arm's own output is copy-heavy and identical to "
@@ -342,14 +343,22 @@ class Support:
         return f"{self.metric} {self.op} {_shown(self.value)}"
 
 
+def _finite(v: Any) -> bool:
+    """A bool, or an int or float that is finite (NaN and ±inf are no reading and no threshold)."""
+    return isinstance(v, bool) or (isinstance(v, (int, float)) and math.isfinite(v))
+
+
 def _shown(v: Any) -> str:
     return repr(v) if isinstance(v, bool) else f"{v:g}"
 
 
 def source_of(tag: str, sources: Mapping[str, str] | None = None) -> str:
     """Where ``tag``'s value in one finding came from: the finding's own record of it (``sources``: the rows
-    behind it were read from the engine, or were the cell's), else the declared source."""
-    source = (sources or {}).get(tag) or get(tag).source
+    behind it were read from the engine, or were the cell's) where the metric's source varies by engine
+    (``Metric.varies``) or the record lowers it, else the declared source: a file cannot lift a cell count to an
+    engine reading."""
+    m, recorded = get(tag), (sources or {}).get(tag)
+    source = recorded if recorded and (m.varies or recorded != "engine") else m.source
     if source not in SOURCES:
         raise ValueError(f"metric {tag}: source must be one of {SOURCES}, got {source!r}")
     return source
@@ -370,8 +379,12 @@ def unfit_to_rest_on(values: Mapping[str, Any], supports: Iterable[Support],
             out.append(f"{t} was not measured")
         elif source_of(t, sources) != "engine":
             out.append(f"{t} is {source_of(t, sources)}-sourced")
-        elif not isinstance(v, bool) and not (isinstance(v, (int, float)) and math.isfinite(v)):
+        elif not _finite(v):
             out.append(f"{t} is {v!r}, not a finite reading")
+        elif isinstance(v, bool) != (get(t).unit is Unit.BOOL):
+            out.append(f"{t} is {v!r}, not a {get(t).unit.value} reading")
+        elif not _finite(s.value):
+            out.append(f"{s} names no finite value")
         elif not s.holds(v):
             out.append(f"{t} is {v!r}, which does not support it (needs {s.op} {_shown(s.value)})")
     return out

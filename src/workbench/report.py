@@ -28,6 +28,7 @@ from . import plots
 from .files import atomic_write
 from . import standing as _standing
 from .findings import Finding
+from .settle import shown_verdict
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -76,7 +77,7 @@ def verdict_frame(found: Found) -> pd.DataFrame:
     """The verdicts table: newest finding per probe/engine/version/model, metrics rendered."""
     rows = [{
         "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
-        "verdict": f.verdict, "summary": f.summary,
+        "verdict": shown_verdict(f), "summary": f.summary,
         "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
         "created": f.created, "id": f.id, "path": str(path),
     } for path, f in latest(found)]

@@ -7,7 +7,8 @@ workbench's declarations (the probe's rule, its version and parameters; the clai
 
 - a finding dated in the future (beyond clock skew) is refused;
 - a finding of a probe this workbench does not declare, or of another version of it, cannot be re-checked by
-  the rule that wrote it: re-run it (a newer version supersedes an older one);
+  the rule that wrote it: re-run it (a newer version supersedes an older one); nor can one on a claim its probe
+  does not test, or one whose engine is not the engine its own fingerprint was taken on;
 - a static survey (symbols exist) never settles a behavioural claim;
 - a parameter that builds the outcome (``Probe.outcome_params`` moved from its default) makes the run exploratory;
 - an on-target claim needs the target's GPU in the finding's own fingerprint;
@@ -56,6 +57,11 @@ def _future(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.
 def _declared(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
     if d is None:
         return f"no probe {f.probe!r} is declared here, so its rule cannot be re-checked"
+    if c.id not in d.claims:
+        return f"{f.probe} does not test {c.id} (it declares {', '.join(d.claims)})"
+    said = (f.environment or {}).get("engine")
+    if said != f.engine:
+        return f"it names engine {f.engine!r}, but its own fingerprint was taken on {said!r}"
     if f.probe_version == d.version:
         return None
     newer = natural(f.probe_version) > natural(d.version)
@@ -71,20 +77,28 @@ def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.
 
 
 def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    moved = [f"{k}={f.params.get(k)!r}" for k, default in (d.outcome_defaults() if d else {}).items()
-             if k in f.params and f.params[k] != default]
+    moved = [f"{k}={f.params.get(k, '(not recorded)')!r}" for k, default in (d.outcome_defaults() if d else {}).items()
+             if f.params.get(k, not default) != default]
     return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps the "
             "default)" if moved else None)
 
 
+def has_gpu(f: Finding) -> bool:
+    """Whether the finding's own fingerprint records a GPU (NVML's devices, :func:`workbench.environment.gpus`)."""
+    hardware = f.environment.get("hardware")
+    gpu = hardware.get("gpu") if isinstance(hardware, dict) else None
+    return isinstance(gpu, dict) and gpu.get("available") is True and bool(gpu.get("devices"))
+
+
 def _on_target(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    gpu = ((f.environment.get("hardware") or {}).get("gpu") or {})
-    has = bool(gpu.get("available")) and bool(gpu.get("devices"))
-    return None if not c.on_target or has else "an on-target claim, but the finding's hardware records no GPU"
+    return None if not c.on_target or has_gpu(f) else "an on-target claim, but the finding's hardware records no GPU"
 
 
 def _rederived(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    why = d.rederive(f, c) if d is not None else []
+    try:
+        why = d.rederive(f, c) if d is not None else []
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a file shaped unlike the family's own
+        return f"what it recorded cannot be read by {f.probe}'s rule ({type(e).__name__}: {e})"
     return "; ".join(why) or None
 
 
@@ -116,4 +130,10 @@ def unsettled(f: Finding, claim_id: str, now: _dt.datetime | None = None) -> tup
     return tuple(out)
 
 
-__all__ = ["ANSWERS", "Check", "RULES", "SKEW", "unsettled"]
+def shown_verdict(f: Finding) -> str:
+    """The finding's verdict as a log or table prints it: marked where, on one of its claims, it settles nothing."""
+    return f.verdict + (" (settles nothing)" if any(f.verdict_on(c) in ANSWERS and unsettled(f, c) for c in f.claims)
+                        else "")
+
+
+__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "has_gpu", "shown_verdict", "unsettled"]

@@ -131,7 +131,8 @@ def version_churn(found: Found) -> Standing | None:
     subject = _claims.get(churn.CLAIM).subject
     newest: dict[str, tuple[Path, Finding]] = {}
     for path, f in found:
-        if f.probe == churn.SURVEY and _cells.runs(f.engine) == subject and f.verdict != "not-run":
+        if (f.probe == churn.SURVEY and _cells.runs(f.engine) == subject and f.verdict != "not-run"
+                and not settle.unsettled(f, churn.CLAIM)):  # a forged, future or superseded survey counts for nothing
             v = f.engine_version or "(version unknown)"
             if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
                 newest[v] = (path, f)
@@ -173,8 +174,8 @@ class ClaimState:
         unverified = [s for s in self.subject if s.unverified]
         if unverified:
             return "unresolved — " + "; ".join(
-                f"{s.verdict} on {about.name} {s.engine_version or '(version unknown)'} is unverified, it settles "
-                f"nothing: {s.unsettled[0]}" for s in unverified)
+                f"{s.verdict} on {about.name} {s.engine_version or '(version unknown)'} settles nothing: "
+                f"{s.unsettled[0]}" for s in unverified)
         if ran:
             return (f"open — inconclusive on {about.name} "
                     + ", ".join(s.engine_version or "(version unknown)" for s in ran))

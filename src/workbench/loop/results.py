@@ -47,8 +47,9 @@ class Loop(Declared):
                                  recorded_evidence(f))
         except (KeyError, TypeError, ValueError) as e:
             return [f"the gate's rule or evidence is not recorded whole ({type(e).__name__}: {e})"]
-        return [] if again.verdict == f.verdict else [
-            f"decided again from what it recorded, the gate says {again.verdict}, not {f.verdict}: {again.summary}"]
+        said = f.verdict_on(claim.id)
+        return [] if again.verdict == said else [
+            f"decided again from what it recorded, the gate says {again.verdict}, not {said}: {again.summary}"]
 
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         traces = sorted({(f.environment.get("loop") or {}).get("trace") or "trace not recorded" for f in found})
@@ -302,15 +303,20 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
 
 def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     """The gate's evidence as its finding recorded it: the speed-up from its metrics, on target only where the
-    finding's own fingerprint has a GPU and the verified target, the rest from ``evidence["gate"]``."""
+    finding's own fingerprint has a GPU and the verified target, the equal-work rule's laxity from the rule in its
+    params, the best llama.cpp arm from its rows, the rest from ``evidence["gate"]``."""
     values = {t: f.metric(t) for t in ("speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high")}
     speedup = (None if any(v is None for v in values.values()) else
                {"value": values["speedup_vs_best_llamacpp"], "low": values["speedup_ci_low"],
                 "high": values["speedup_ci_high"]})
-    gpu = (f.environment.get("hardware") or {}).get("gpu") or {}
-    on_target = bool(f.environment.get("target")) and bool(gpu.get("available")) and bool(gpu.get("devices"))
-    rest = {k: tuple(v) if isinstance(v, list) else v for k, v in f.evidence["gate"].items()}
-    return _gate.GateEvidence(**rest | {"speedup": speedup, "on_target": on_target})
+    from ..settle import has_gpu
+
+    rest = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(f.evidence["gate"]).items()}
+    work = {k: v for k, v in dict(f.params["equal_work"]).items() if k != "exploratory"}
+    best = [r["arm"] for r in f.evidence.get("rows", []) if r.get("best_llamacpp") is True]
+    return _gate.GateEvidence(**rest | {  # what the rows and the rule give is read from them, not from the summary
+        "speedup": speedup, "on_target": bool(f.environment.get("target")) and has_gpu(f),
+        "lax_work": equal.EqualWork(**work).exploratory, "best_reference": best[0] if len(best) == 1 else None})
 
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
