@@ -100,8 +100,9 @@ def _reuse(df: pd.DataFrame, s: ArmSummary) -> None:
     if source != "engine":
         own = df["reuse_source"][df["reuse_source"].isin(CELL_SOURCES)]
         s.sources["reuse_efficiency"] = source
+        rest = ", the engine's counter on the rest" if len(own) < len(df) else ""
         s.notes.append(f"reuse efficiency rests on the cell's own count on {len(own)} of {len(df)} turns "
-                       f"({', '.join(sorted(set(own)))}), the engine's counter on the rest")
+                       f"({', '.join(sorted(set(own)))}){rest}")
 
 
 def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
