@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
@@ -120,6 +121,13 @@ def require_ray():
                         pytrace=False)
         pytest.skip("ray is not installed: the fleet extra (pip install -e '.[fleet]') runs these tests")
     return ray
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a child a test interrupts: SIGINT back to its default, as at a terminal. A suite started
+    in the background (as some CI runners do) inherits SIGINT ignored, and Python keeps an inherited ignore (it
+    raises KeyboardInterrupt only where SIGINT was at its default), so the child would never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def gone_within(seconds: float, pids) -> list[int]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, descendants, gone_within
+from conftest import TINY, descendants, gone_within, interruptible
 from workbench import isolate
 from workbench.contract import WorkbenchError
 
@@ -105,7 +105,8 @@ def _parent_calling_spawn_and_hang(tmp_path) -> tuple[subprocess.Popen, dict]:
     code = ("import sys, test_isolate; from workbench import isolate; "
             "isolate.call(test_isolate._spawn_and_hang, sys.argv[1])")
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
-    p = subprocess.Popen([sys.executable, "-c", code, str(pidfile)], env=env, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", code, str(pidfile)], env=env, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not pidfile.exists():
         assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.poll() is not None else "slow"
@@ -134,7 +135,8 @@ def test_sigint_stops_the_call_at_once_and_ends_its_processes(tmp_path):
 def test_sigint_to_a_probe_exits_130_promptly_with_no_finding_and_no_process_left(tmp_path):
     out = tmp_path / "findings"
     p = subprocess.Popen([sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics", "--model", TINY,
-                          "-p", "repeats=200", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+                          "-p", "repeats=200", "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                         preexec_fn=interruptible)
     deadline = time.monotonic() + 60
     while not descendants(p.pid):
         assert p.poll() is None and time.monotonic() < deadline

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TINY, require_engine
+from conftest import TINY, interruptible, require_engine
 from workbench import models, serve
 
 pytestmark = pytest.mark.slow
@@ -123,7 +123,7 @@ def test_no_server_outlives_the_process_that_started_it(tmp_path, sig):
     """SIGKILL: the kernel's parent-death signal; SIGTERM: the launcher's handler; SIGINT: atexit."""
     require_engine("llamacpp-server")
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
-                             env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+                             env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=interruptible)
     try:
         pid = int(child.stdout.readline())
         assert not _gone(pid, 0.5)
@@ -140,7 +140,7 @@ def test_workbench_serve_prints_its_url_and_stops_the_server_on_ctrl_c(tmp_path)
     cli = subprocess.Popen([sys.executable, "-m", "workbench.cli", "serve", "llamacpp-server", "--model", TINY,
                             "--log-dir", str(tmp_path), "--", "--ctx-size", "512"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=interruptible)
     try:
         line = cli.stdout.readline()
         assert " at http://127.0.0.1:" in line, line + cli.stderr.read()
@@ -223,7 +223,7 @@ def test_an_interrupted_run_on_a_served_engine_leaves_no_server_and_no_partial_f
     run = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine", "llamacpp-server", "--model", TINY,
                             "--only", "reuse_metrics", "-p", "repeats=200", "--out", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)})
+                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 240
         while not (servers := [p for p in descendants(run.pid) if "llama-server" in _cmdline(p)]):

@@ -248,7 +248,8 @@ _DECLARED = [
        "standard deviations of that position's logits (0: every token the scorer's argmax; read from llama.cpp's "
        "logits, teacher-forced)"),
     _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
-       "reused / theoretically reusable prompt tokens over the loop (llama.cpp: reuse from its own eval counters)", varies=True),
+       "reused / theoretically reusable prompt tokens over the loop, as the engine counted them (llama.cpp: its eval "
+       "counters; vLLM: num_cached_tokens; TensorRT-LLM: perf_metrics)", varies=True),
     _m("unexplained_miss_tokens", "unexplained misses", "tokens", "derived",
        "reusable tokens recomputed for no attributed cause"),
     _m("ttft_p50_s", "TTFT p50", "s", "timed", "median time from a turn's EnsurePrefix to its first decoded token"),

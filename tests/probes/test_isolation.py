@@ -82,6 +82,25 @@ def test_rule_returns_each_of_its_verdicts():
     assert verdict(_rows(), REFUSED, P, "no salt in llama_batch", engine).verdict == "not-applicable"
 
 
+SERVER = "llama-server's /completion has no cache salt"  # a salt-less engine handed no foreign state
+
+
+@pytest.mark.parametrize("rows, refusals, no_salt, engine, expected", [
+    (_engine_counted(_rows()), REFUSED, None, None, "confirmed"),  # vLLM: 0 across keys under its own salt
+    (_engine_counted(_rows()), REFUSED, SERVER, None, "inconclusive"),  # llama-server: the 0 is cache_prompt false
+    (_engine_counted(_rows(cross=64, other=0.1)), REFUSED, SERVER, None, "refuted"),  # the engine's count crossed
+    (_rows(), REFUSED, "no salt in llama_batch", {"arm": "engine, cell check bypassed", "refused": False,
+                                                  "decoded": [1, 2], "error": None}, "not-applicable"),
+])
+def test_a_salt_less_engine_is_not_applicable_only_on_its_own_word(rows, refusals, no_salt, engine, expected):
+    """Issue 35 case 10: llama-server confirmed isolation on a cross-key 0 the cell made itself (it sends
+    cache_prompt false when a slot's key changes); not-applicable needs the engine's answer to a foreign state."""
+    o = at_most_inconclusive_without_engine(verdict(rows, refusals, P, no_salt, engine))
+    assert o.verdict == expected, o.summary
+    if expected == "inconclusive":
+        assert "the cell's doing" in o.summary and SERVER in o.summary
+
+
 ARM = {"arm": "adapter requests", "refused": False, "error": None, "adapter": "written from the model's geometry",
        "reused": [0, 64, 0, 64], "base_tokens": [11, 12, 13, 14], "adapter_tokens": [21, 22, 23, 24]}
 ADAPTER = REFUSED + [{"arm": "same model + adapter", "refused": True, "error": "manifest mismatch"}]

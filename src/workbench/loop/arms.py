@@ -121,7 +121,7 @@ class TurnResult:
     key: str
     reused: int
     computed: int
-    reuse_source: str  # "engine" (its own counters) | "cell"
+    reuse_source: str  # "engine" (its eval counters) or the PrefixStatus.source ("num_cached_tokens", "none", …)
     tokens: list[int]
     finish: str
     ttft_s: float

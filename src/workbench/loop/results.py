@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from .. import cells, claims, environment, findings, metrics
+from ..contract import CELL_SOURCES
 from ..probes import Declared, Figure
+from ..probes.common import reported_source
 from . import arms as _arms
 from . import attribution as attr
 from . import equal
@@ -93,24 +95,30 @@ def best_reference(rows: pd.DataFrame, qualified: Sequence[str]) -> str | None:
 
 
 def _source_of(values: pd.Series) -> str | None:
-    """One source for values measured turn by turn: ``engine`` only when every turn's is; None when none was read."""
+    """One metric source for values measured turn by turn, from each turn's ``PrefixStatus.source`` (or the loop's
+    ``engine``/``cell``) by :func:`..probes.common.reported_source`: ``engine`` where every turn's is an engine
+    counter (llama.cpp's eval counters, vLLM's ``num_cached_tokens``, TensorRT-LLM's ``perf_metrics``); None where
+    none was read, or a turn came back with no count (``none``: missing, never 0)."""
     got = set(values.dropna())
-    if not got or got == {"none"}:
-        return None
-    return "engine" if got == {"engine"} else "cell"
+    return reported_source(got) if got else None
 
 
 def _reuse(df: pd.DataFrame, s: ArmSummary) -> None:
     theo = int(df["theoretical"].sum())
     source = _source_of(df["reuse_source"])
     if source is None:
-        s.notes.append("the engine reported no reuse for any turn, so reuse efficiency is not measured")
+        missing = int((df["reuse_source"] == "none").sum())
+        s.notes.append(f"the engine returned no reuse count on {missing} of {len(df)} turns, so reuse efficiency is "
+                       "not measured (a missing count is not 0)")
         s.metrics["reuse_efficiency"] = float("nan")
         return
     s.metrics["reuse_efficiency"] = df["reused"].sum() / theo if theo else float("nan")
     if source != "engine":
+        own = df["reuse_source"][df["reuse_source"].isin(CELL_SOURCES)]
         s.sources["reuse_efficiency"] = source
-        s.notes.append("reuse efficiency rests on the cell's own count on some turns (the engine reported none)")
+        rest = ", the engine's counter on the rest" if len(own) < len(df) else ""
+        s.notes.append(f"reuse efficiency rests on the cell's own count on {len(own)} of {len(df)} turns "
+                       f"({', '.join(sorted(set(own)))}){rest}")
 
 
 def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:

@@ -18,7 +18,9 @@ adapter and reuse none of the base model's KV for it while reusing its own.
 Where the engine itself has no salt (``Description.absent["engine_salt"]``, e.g. llama.cpp), any
 isolation is the cell's doing: the probe then bypasses the cell's manifest check and hands the
 foreign state straight to the engine. An engine that takes it shows the mechanism is absent, and
-the manifest claim is ``not-applicable`` to this engine (the cell's isolation is reported beside it).
+the manifest claim is ``not-applicable`` to this engine (the cell's isolation is reported beside it). Where
+no foreign state can be handed to it (llama-server: no state import over HTTP), the claim stays
+``inconclusive``: the engine never answered, and no reuse across keys is the cell's own doing.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "5"
+    version = "6"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys)
     claims = ("contract.manifest", "contract.lora")
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
@@ -319,12 +321,16 @@ def summarise(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | 
 
 
 def decide(s: Separation) -> Decision:
-    """The ladder: a salt to test → no leak by counts, timing or snapshots → a count read → reuse within a key →
-    a repeat measurably faster → B shown as slow as cold."""
+    """The ladder: a salt to test → no leak by counts, timing or snapshots → a salt of the engine's own (without
+    one, the cell keeps keys apart, so a zero across keys is its own doing, never the engine's isolation; and
+    not-applicable needs the engine's word, a foreign state it took or refused) → a count read → reuse within a
+    key → a repeat measurably faster → B shown as slow as cold."""
     if s.engine_took is not None:  # no salt: the engine took the foreign state, or refused it for its shape
         return Decision("not-applicable", "no-salt-took" if s.engine_took else "no-salt-shape")
     if s.leaked:
         return Decision("refuted", "leak", rests_on=(Support("engine_cross_manifest_reused_tokens", ">", 0),))
+    if s.no_salt:  # and no foreign KV was handed to it: any zero across keys is the cell's (llama-server)
+        return Decision("inconclusive", "no-salt-cell")
     if s.within is None:
         return Decision("inconclusive", "no-count")
     if s.within == 0:
@@ -356,6 +362,11 @@ def explain(d: Decision, s: Separation, engine: dict | None) -> str:
                                    f"B/cold median TTFT {other})"),
             (s.snapshot_crossed, "a snapshot was restored onto another manifest")) if bad]
         return "KV crossed manifests: " + "; ".join(leaks) + "."
+    if d.case == "no-salt-cell":
+        return (f"The engine has no cache salt of its own ({s.no_salt}), so the cell keeps keys apart itself (it "
+                "has the engine recompute a prompt whose key changed): no reuse across keys is the cell's doing and "
+                "cannot confirm isolation. No foreign state could be handed to the engine with the cell's check "
+                "bypassed (no state import), so the engine never showed the salt absent either.")
     if d.case == "no-count":
         return ("The engine returned no reuse count, so whether KV crossed keys cannot be read from it; timing alone "
                 f"cannot decide it (B/cold median TTFT {other}).")
