@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from workbench import blueprint as bp
-from workbench import claims, probes
+from workbench import claims, probes, settle
 from workbench import findings as fstore
 from workbench.findings import Finding
 
@@ -25,6 +25,14 @@ BLUEPRINT = ROOT / "data" / "blueprint" / "blueprint.md"
 SEED = ROOT / "data" / "blueprint" / "source.txt"  # the blueprint as its owners wrote it (plain text)
 BASE = Path("/bp")  # links in pure write-backs are relative to this folder
 MARKER = re.compile(r"[ \t]*<!-- workbench:(begin|end) (\S+) -->[ \t]*\r?\n?")
+
+
+@pytest.fixture(autouse=True)
+def re_derived(monkeypatch):
+    """These tests are about where and how verdicts land in the document: every hand-built finding here is taken as
+    re-derived. Which findings settle a claim is workbench.settle's rule, tested in tests/test_settle.py (a forged
+    finding written back into this blueprint included)."""
+    monkeypatch.setattr(settle, "unsettled", lambda f, claim_id, now=None: ())
 
 
 def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp",

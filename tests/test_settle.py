@@ -75,10 +75,34 @@ CASES = [
     ("not-applicable on the subject from the cell's absence list",
      finding("events.inventory_fidelity", "not-applicable", claims=("gateway.inventory",), metrics={}, rests_on=[]),
      False, "the engine's own word"),
-    ("not-applicable on the subject on the engine's word (a missing symbol)",
+    ("not-applicable on the subject on a missing symbol its probe's rule never reads that way",
      finding("surface.cpp_entrypoint", "not-applicable", claims=("unknown.cpp_entrypoint",),
              metrics={"symbols_missing": m(2, unit="count")},
-             rests_on=[{"metric": "symbols_missing", "op": ">", "value": 0}]), True, None),
+             rests_on=[{"metric": "symbols_missing", "op": ">", "value": 0}]), False, "the rule never rests"),
+    ("not-applicable on the subject resting on a reading that is not the engine's word on absence",
+     finding("reuse.per_request_metrics", "not-applicable", claims=("unknown.reuse_metrics",),
+             metrics={"logits_max_abs_diff": m(0.0, unit="logit")},
+             rests_on=[{"metric": "logits_max_abs_diff", "op": "<=", "value": 0.1}]), False, "the engine's own word"),
+    ("the same not-applicable on a reference engine", finding(
+        "reuse.per_request_metrics", "not-applicable", claims=("unknown.reuse_metrics",), engine="llamacpp",
+        metrics={"logits_max_abs_diff": m(0.0, unit="logit")},
+        rests_on=[{"metric": "logits_max_abs_diff", "op": "<=", "value": 0.1}]), True, None),
+    # a finding that chose its own supports: each holds, none is what the probe's rule rests the verdict on
+    ("hash parity 0.3 confirmed on a support of its own choosing", finding(
+        metrics={"hash_parity_fraction": m(0.3)}, rests_on=[{"metric": "hash_parity_fraction", "op": ">=",
+                                                             "value": 0.3}]), False, "not what the rule rests it on"),
+    ("isolation confirmed on the engine's own leak", finding(
+        "isolation.cache_salt", claims=("contract.manifest",),
+        metrics={"engine_cross_manifest_reused_tokens": m(512, unit="tokens")},
+        rests_on=[{"metric": "engine_cross_manifest_reused_tokens", "op": ">", "value": 0}]), False,
+     "not what the rule rests it on"),
+    ("a claim row's verdict on its main verdict's supports", finding(
+        "capacity.budget_policy", "refuted", claims=("risk.memory_fraction", "contract.describe"),
+        claim_verdicts={"contract.describe": "refuted"},
+        metrics={"engine_kv_bytes": m(100, unit="bytes"), "measured_capacity_tokens": m(10, unit="tokens")},
+        rests_on=[{"metric": "engine_kv_bytes", "op": "<=", "value": 110},
+                  {"metric": "measured_capacity_tokens", "op": ">=", "value": 9}]), False,
+     "not what the rule rests it on"),
     ("not-applicable on a reference engine (its absence list is its description)",
      finding("events.inventory_fidelity", "not-applicable", claims=("gateway.inventory",), engine="llamacpp",
              metrics={}, rests_on=[]), True, None),
@@ -141,7 +165,8 @@ CASES[-3][1].params["equal_work"] |= {"margin_sd": 1.5, "exploratory": None}
 
 @pytest.mark.parametrize("what,f,settles,why", CASES, ids=[c[0] for c in CASES])
 def test_a_finding_settles_its_claim_only_where_its_verdict_is_re_derived(what, f, settles, why):
-    reasons = settle.unsettled(f, f.claims[0], now=NOW)
+    claim = next(iter(f.claim_verdicts), f.claims[0])
+    reasons = settle.unsettled(f, claim, now=NOW)
     assert (not reasons) == settles, reasons
     assert why is None or why in "; ".join(reasons), reasons
 
@@ -207,3 +232,14 @@ def test_one_id_with_two_contents_counts_neither(tmp_path):
     s = findings.scan([tmp_path])
     assert s.findings == [] and len(s.errors) == 2 and "other contents" in s.errors[0][1]
     findings.write(finding(), tmp_path / "c")  # the same finding twice still counts once
+
+
+def test_every_probe_declares_what_each_verdict_rests_on():
+    """Declared once and checked where declared (as pluggy checks an implementation against its spec): every
+    entry names a claim the probe tests and a verdict that must rest."""
+    for name in probes.names():
+        p = probes.get(name)
+        assert p.rests, f"{name} declares no rests"
+        for (claim, verdict), alternatives in p.rests.items():
+            assert claim == "*" or claim in p.claims, (name, claim)
+            assert verdict in settle.ANSWERS and alternatives and all(alternatives), (name, verdict)

@@ -9,8 +9,11 @@ from workbench.environment import fingerprint
 from workbench.findings import Finding
 
 
-HELD = {"metrics": {"engine_reuse_fraction": {"value": 0.5, "unit": "ratio", "source": "engine"}},
-        "rests_on": [{"metric": "engine_reuse_fraction", "op": "<", "value": 1.0}]}  # an engine reading that holds
+#: per verdict, an engine reading that holds and that the warm-up rule rests that verdict on
+HELD = {"confirmed": {"metrics": {"engine_reuse_fraction": {"value": 0.5, "unit": "ratio", "source": "engine"}},
+                      "rests_on": [{"metric": "engine_reuse_fraction", "op": "<", "value": 1.0}]},
+        "refuted": {"metrics": {"engine_reuse_fraction": {"value": 1.0, "unit": "ratio", "source": "engine"}},
+                    "rests_on": [{"metric": "engine_reuse_fraction", "op": ">=", "value": 1.0}]}}
 
 
 def f(verdict, engine="trtllm", version="1.2.0", created="2026-07-03T10:00:00+00:00", reason=None,
@@ -20,7 +23,7 @@ def f(verdict, engine="trtllm", version="1.2.0", created="2026-07-03T10:00:00+00
     return Path(f"/x/{engine}-{created}.json"), Finding(
         probe=probe, claims=list(claims), verdict=verdict, summary=f"{verdict} on {engine}", engine=engine,
         environment=fingerprint(engine, version) | {"engine_version": version}, reason=reason, created=created,
-        params={"model": model}, probe_version=declared.version if declared else "1", **HELD | more)
+        params={"model": model}, probe_version=declared.version if declared else "1", **HELD.get(verdict, {}) | more)
 
 
 def state(found, claim="risk.warmup"):
@@ -32,7 +35,8 @@ def test_only_the_subject_engine_resolves_a_claim():
     assert not s.resolved and [r.engine for r in s.references] == ["llamacpp"]
     assert s.headline == "unresolved — needs tensorrt_llm on an NVIDIA GPU"
     assert s.command == "workbench probe prefix.warmup_materialization --engine trtllm"
-    assert state([f("not-applicable")]).resolved
+    assert state([f("refuted")]).resolved
+    assert not state([f("not-applicable")]).resolved  # the cell's absence list is not the engine's word
 
 
 def test_the_subject_served_answers_like_the_subject_in_process():
@@ -68,13 +72,14 @@ def test_not_run_reason_is_given_once_per_engine():
 def test_a_static_mapping_finding_never_outranks_a_behavioural_one():
     """surface.contract_mapping runs last (notebook 50); the newest-wins rule let its existence check replace
     the warm-up probe's behavioural verdict on a shared contract row."""
-    behaviour = f("refuted", claims=("contract.ensure_prefix",), created="2026-07-01T00:00:00+00:00")
+    behaviour = f("confirmed", claims=("risk.warmup", "contract.ensure_prefix"), created="2026-07-01T00:00:00+00:00",
+                  claim_verdicts={"contract.ensure_prefix": "refuted"})
     static = f("partial", claims=("contract.ensure_prefix",), probe="surface.contract_mapping",
                created="2026-07-09T00:00:00+00:00")
     (only,) = state([behaviour, static], "contract.ensure_prefix").subject
     assert only.verdict == "refuted" and only.probe == "prefix.warmup_materialization"
-    (alone,) = state([static], "contract.ensure_prefix").subject  # with nothing behavioural, the survey stands
-    assert alone.verdict == "partial"
+    (alone,) = state([static], "contract.ensure_prefix").subject  # with nothing behavioural, the survey stands,
+    assert alone.verdict == "partial" and not alone.answers  # and settles nothing: existence is not behaviour
 
 
 def test_a_finding_on_another_model_does_not_replace_this_models():

@@ -298,6 +298,9 @@ _DECLARED = [
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}
+ABSENCE = ("symbols_missing",)
+"""The metrics that are the engine's own word that a mechanism is absent (symbols missing from the installed
+package): on the claim's subject, a not-applicable rests on one of them, never on the cell's absence list."""
 
 
 def get(tag: str) -> Metric:
@@ -330,7 +333,7 @@ class Support:
 
     metric: str
     op: Op
-    value: float  # a bool for a bool metric
+    value: float | None  # a bool for a bool metric; None only in a rule's declaration: the run's parameters set it
 
     def __post_init__(self) -> None:
         get(self.metric)
@@ -340,8 +343,32 @@ class Support:
     def holds(self, v: Any) -> bool:
         return _OPS[self.op](v, self.value)
 
+    def admits(self, recorded: "Support") -> bool:
+        """Whether ``recorded`` is this declared support: the same metric and op, and the same value where the rule
+        fixes one (``None``: a value the run's parameters set)."""
+        return (recorded.metric, recorded.op) == (self.metric, self.op) and self.value in (None, recorded.value)
+
     def __str__(self) -> str:
-        return f"{self.metric} {self.op} {_shown(self.value)}"
+        return f"{self.metric} {self.op} {'(the run’s)' if self.value is None else _shown(self.value)}"
+
+
+Rests = Mapping[tuple[str, str], tuple[tuple[Support, ...], ...]]
+"""A rule's declaration of what each verdict may rest on: ``(claim, verdict)`` (claim ``"*"``: any claim of the
+probe without its own entry) → the alternatives, each the whole set of supports one rung of the rule states."""
+
+
+def undeclared(rests: Rests, claim: str, verdict: str, recorded: Iterable[Support]) -> str | None:
+    """Why ``recorded`` is not one of the alternatives ``rests`` declares for ``verdict`` on ``claim``, or None."""
+    alternatives = rests.get((claim, verdict), rests.get(("*", verdict)))
+    recorded = tuple(recorded)
+    if alternatives is None:
+        return f"the rule never rests {verdict} on {claim} on engine readings"
+    for alt in alternatives:
+        if len(alt) == len(recorded) and all(any(a.admits(r) for r in recorded) for a in alt):
+            return None
+    said = ", ".join(map(str, recorded)) or "nothing"
+    return (f"it rests {verdict} on {claim} on {said}, which is not what the rule rests it on "
+            f"({' or '.join('(' + ', '.join(map(str, alt)) + ')' for alt in alternatives)})")
 
 
 def _finite(v: Any) -> bool:

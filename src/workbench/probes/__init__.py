@@ -83,6 +83,7 @@ class Declared:
     version: str = "1"  # bump when the experiment or its verdict rule changes
     claims: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
+    rests: metrics.Rests = {}  # what each verdict of its rule rests on (checked when a finding is written and read)
 
     @property
     def claim(self) -> claims.Claim:
@@ -110,7 +111,9 @@ class Declared:
         if not must_rest(verdict, supports, is_subject(f.engine, [claim.id])):
             return []
         values = {t: m.get("value") for t, m in f.metrics.items()}
-        return unfit(verdict, values, supports, {t: m.get("source") for t, m in f.metrics.items()})
+        why = unfit(verdict, values, supports, {t: m.get("source") for t, m in f.metrics.items()},
+                    is_subject(f.engine, [claim.id]))
+        return why or [w for w in [metrics.undeclared(self.rests, claim.id, verdict, supports)] if w]
 
 
 class Probe(Declared):
@@ -344,7 +347,9 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     if reason is not None:
         outcome = Outcome("not-run", f"Not run on {engine}: {reason}", notes=[reason])
     subject = is_subject(engine, (*probe.claims, *outcome.claim_verdicts))
-    finding = _finding(probe, ctx, p, at_most_inconclusive_without_engine(outcome, subject), reason)
+    outcome = at_most_inconclusive_without_engine(outcome, subject)
+    check_rests(probe, outcome, subject)
+    finding = _finding(probe, ctx, p, outcome, reason)
     if out is not None:
         findings.write(finding, out)
     return finding
@@ -364,12 +369,15 @@ def must_rest(verdict: str, supports: Sequence[Support], subject: bool) -> bool:
 
 
 def unfit(verdict: str, values: Mapping[str, Any], supports: Sequence[Support],
-          sources: Mapping[str, str] | None = None) -> list[str]:
+          sources: Mapping[str, str] | None = None, subject: bool = False) -> list[str]:
     """Why ``supports`` cannot carry ``verdict`` (:func:`workbench.metrics.unfit_to_rest_on`); none stated: the rule
-    named nothing, or (not-applicable) the engine said nothing."""
+    named nothing, or (not-applicable) the engine said nothing. On the subject, not-applicable rests on the engine's
+    word that the mechanism is absent (:data:`workbench.metrics.ABSENCE`), not on another reading beside it."""
+    if verdict == Verdict.NOT_APPLICABLE and subject and not any(s.metric in metrics.ABSENCE for s in supports):
+        return [NO_ENGINE_WORD]
     if supports:
         return metrics.unfit_to_rest_on(values, supports, sources)
-    return [NO_ENGINE_WORD if verdict == Verdict.NOT_APPLICABLE else "the rule named no engine-read number it rests on"]
+    return ["the rule named no engine-read number it rests on"]
 
 
 def at_most_inconclusive_without_engine(o: Outcome, subject: bool = False) -> Outcome:
@@ -379,7 +387,7 @@ def at_most_inconclusive_without_engine(o: Outcome, subject: bool = False) -> Ou
     timing or a parameter echo cannot confirm anything, and neither can an engine reading that contradicts it.
     On the claim's ``subject`` engine the same holds for ``not-applicable`` (:func:`must_rest`)."""
     def why_not(verdict: str, supports: tuple[Support, ...]) -> list[str]:
-        return unfit(verdict, o.metrics, supports, o.sources) if must_rest(verdict, supports, subject) else []
+        return unfit(verdict, o.metrics, supports, o.sources, subject) if must_rest(verdict, supports, subject) else []
 
     why = why_not(o.verdict, o.rests_on)
     rows = {c: why_not(v, o.claim_rests_on.get(c, o.rests_on)) for c, v in o.claim_verdicts.items()}
@@ -396,6 +404,22 @@ def at_most_inconclusive_without_engine(o: Outcome, subject: bool = False) -> Ou
 def is_subject(engine: str, claim_ids: Sequence[str]) -> bool:
     """Whether ``engine`` runs the subject of any of these claims (``trtllm-serve`` runs ``trtllm``)."""
     return any(cells.runs(engine) == claims.get(c).subject for c in claim_ids)
+
+
+class UndeclaredRest(WorkbenchError):
+    """A probe's rule rested a verdict on supports its declaration (``Probe.rests``) does not list: a bug in the
+    probe, caught where its finding is written, so no reader could re-derive it."""
+
+
+def check_rests(probe: Declared, o: Outcome, subject: bool) -> None:
+    """Every verdict the guard let stand rests on supports the probe declares for it (:func:`metrics.undeclared`)."""
+    rows = {c: o.claim_verdicts.get(c, o.verdict) for c in dict.fromkeys([*probe.claims, *o.claim_verdicts])}
+    for c, v in rows.items():
+        supports = o.claim_rests_on.get(c, o.rests_on)
+        if v in RESTING or must_rest(v, supports, subject):
+            why = metrics.undeclared(probe.rests, c, v, supports)
+            if why:
+                raise UndeclaredRest(f"probe {probe.name}: {why}; declare it in {type(probe).__name__}.rests")
 
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:

@@ -39,6 +39,10 @@ class Params:
 class BudgetPolicy(Probe):
     version = "4"
     claims = ("risk.memory_fraction", "contract.describe")
+    _over = ((Support("engine_kv_bytes", ">", None),), (Support("measured_capacity_tokens", "<", None),))
+    _within = ((Support("engine_kv_bytes", "<=", None), Support("measured_capacity_tokens", ">=", None)),)
+    rests = {("*", "confirmed"): _over, ("contract.describe", "refuted"): _over, ("*", "partial"): _within,
+             ("*", "refuted"): _within, ("contract.describe", "confirmed"): _within}
     figures = (Figure("capacity", "capacity"),)
     Params = Params
 

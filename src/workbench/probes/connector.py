@@ -42,6 +42,20 @@ class Params:
 class ExportGranularity(Probe):
     version = "3"
     claims = ("unknown.connector_granularity", "contract.snapshot")
+    _held = Support("restored_identical", "==", True)
+    _sub, _shift = "subrange_export", "shifted_import_exact"
+    _calls = ((Support("connector_calls", ">", 0),),)
+    rests = {
+        ("*", "refuted"): ((Support("restored_identical", "==", False),), *_calls),
+        ("*", "confirmed"): ((_held, Support(_sub, "==", True), Support(_shift, "==", True)),),
+        ("*", "partial"): ((_held, Support(_sub, "==", True)), (_held, Support(_shift, "==", True)),
+                           (_held, Support(_sub, "==", False), Support(_shift, "==", False)), *_calls),
+        # the Snapshot row: a blob that does not restore leaves "not exportable" standing; one that left refutes it
+        ("contract.snapshot", "confirmed"): ((Support("restored_identical", "==", False),),),
+        ("contract.snapshot", "refuted"): ((_held, Support(_sub, "==", True), Support(_shift, "==", True)),
+                                           (_held, Support(_sub, "==", True)), (_held, Support(_shift, "==", True)),
+                                           (_held, Support(_sub, "==", False), Support(_shift, "==", False)), *_calls),
+    }
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

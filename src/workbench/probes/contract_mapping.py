@@ -17,6 +17,9 @@ from .installed import NoParams, package_dir
 class ContractMapping(Probe):
     version = "4"
     claims = ("entry.contract_table", churn.CLAIM, *(c.id for c in claims.in_section("contract")))
+    _some, _all = (Support("rows_verified", "<", None),), (Support("rows_verified", "==", None),)
+    rests = {("*", "partial"): (_some, _all), ("*", "refuted"): (_some, (Support("rows_verified", "==", 0),)),
+             ("*", "not-applicable"): (_some,), ("*", "confirmed"): (_some, _all)}
     Params = NoParams
     needs_engine = False
 
@@ -53,7 +56,8 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
         return Outcome("not-applicable" if not broken else "partial",
                        f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
                        f"{said} (checked against the {own_table}).",
-                       metrics, rows, notes, per_claim, rests_on=(Support("rows_verified", "<", len(table)),))
+                       metrics, rows, notes, per_claim,
+                       rests_on=(Support("rows_verified", "<", len(table)),) if broken else ())
     one = churn.churn_verdict({str(rows[0].get("version")) if rows else "?": churn.signature_table(rows)})
     notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).

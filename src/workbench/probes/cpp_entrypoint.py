@@ -21,6 +21,10 @@ from .installed import NoParams, package_dir
 class CppEntrypoint(Probe):
     version = "2"
     claims = ("unknown.cpp_entrypoint",)
+    rests = {("*", "partial"): ((Support("executor_symbols", ">", 0),), (Support("symbols_missing", ">", 0),),
+                                (Support("symbols_present", ">", 0),)),
+             ("*", "refuted"): ((Support("executor_symbols", ">", 0),), (Support("executor_symbols", "==", 0),),
+                                (Support("symbols_present", ">", 0),))}
     Params = NoParams
     needs_engine = False
 

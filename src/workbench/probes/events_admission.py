@@ -64,6 +64,7 @@ def gate(c: Contract, rule_block: int) -> str:
 class Admission(Probe):
     version = "3"
     claims = ("gateway.admission",)
+    rests = {(c, v): ((Support("engine_block_tokens", ">", 0),),) for c in ("*",) for v in ("confirmed", "refuted", "partial")}
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

@@ -37,6 +37,9 @@ class Params:
 class InventoryIsolation(Probe):
     version = "2"
     claims = ("gateway.isolation",)
+    _apart = ((Support("engine_cross_tenant_reused_tokens", "<=", 0), Support("engine_reused_tokens", ">", 0)),)
+    rests = {("*", "refuted"): ((Support("engine_cross_tenant_reused_tokens", ">", 0),), *_apart),
+             ("*", "confirmed"): _apart, ("*", "partial"): _apart}
     outcome_params = ("client_salt",)  # a client that leaves the salt out merges tenants by construction
     Params = Params
 

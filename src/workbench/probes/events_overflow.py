@@ -33,6 +33,9 @@ class Params:
 class OverflowResync(Probe):
     version = "2"
     claims = ("gateway.overflow",)
+    rests = {("*", "refuted"): ((Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", "<", 1.0)),),
+             ("*", "confirmed"): ((Support("engine_lost_events", ">", 0), Support("inventory_exact_fraction", ">=", 1.0),
+                                   Support("engine_reused_tokens", ">", 0)),)}
     figures = (Figure("timeline", "events_timeline"),)
     Params = Params
 

@@ -36,6 +36,10 @@ class Params:
 class OneConsumer(Probe):
     version = "2"
     claims = ("gateway.one_consumer",)
+    rests = {("*", "confirmed"): ((Support("consumer_overlap_fraction", "<=", 0.0),
+                                   Support("lease_holder_seen_fraction", "<", 1.0)),),
+             ("*", "refuted"): ((Support("consumer_seen_fraction_min", ">=", 1.0),),),
+             ("*", "partial"): ((Support("consumer_seen_fraction_min", "<", 1.0),),)}
     figures = (Figure("loss_curve", "events_loss_curve"),)
     Params = Params
 

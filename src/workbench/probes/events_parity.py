@@ -30,6 +30,9 @@ class Params:
 class HashParity(Probe):
     version = "2"
     claims = ("gateway.hash_parity",)
+    rests = {("*", "confirmed"): ((Support("hash_parity_fraction", ">=", 1.0),),),
+             ("*", "refuted"): ((Support("hash_parity_fraction", "<", 1.0),),),
+             ("*", "partial"): ((Support("hash_parity_fraction", "<", 1.0),),)}
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:

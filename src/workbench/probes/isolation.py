@@ -87,6 +87,14 @@ def same_kv_shape(d) -> str:
 class CacheSalt(Probe):
     version = "6"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys)
     claims = ("contract.manifest", "contract.lora")
+    _applied = Support("lora_changed_output", "==", True)
+    rests = {("*", "refuted"): ((Support("engine_cross_manifest_reused_tokens", ">", 0),),),
+             ("*", "confirmed"): ((Support("engine_cross_manifest_reused_tokens", "==", 0),
+                                   Support("engine_reused_tokens", ">", 0)),),
+             ("contract.lora", "partial"): ((_applied, Support("engine_lora_cross_reused_tokens", ">", 0)),),
+             ("contract.lora", "confirmed"): ((_applied, Support("engine_lora_base_reused_tokens", ">", 0),
+                                               Support("engine_lora_cross_reused_tokens", "==", 0),
+                                               Support("engine_lora_reused_tokens", ">", 0)),)}
     figures = (Figure("latency", "latency"),
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
                                                "title": "Per-request timeline"}))

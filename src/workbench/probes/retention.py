@@ -78,6 +78,11 @@ DEFAULT_PRIORITY = 35
 class PinningUnderPressure(Probe):
     version = "4"
     claims = ("unknown.retention_pressure", "risk.retention_bias")
+    _pinned = ((Support("survival_at_max_pressure", ">=", 1.0),),)
+    _lost = ((Support("survival_at_max_pressure", "<", 1.0),), (Support("engine_resident_tokens", "<", None),))
+    rests = {("*", "confirmed"): _pinned, ("*", "refuted"): _lost,
+             # the bias row: a pin that held while lower priorities were lost refutes "only biases"; a loss confirms
+             ("risk.retention_bias", "refuted"): _pinned, ("risk.retention_bias", "confirmed"): _lost}
     figures = (Figure("survival", "survival"),
                Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",
                                                "title": "Re-requests of the retained prefix"}))

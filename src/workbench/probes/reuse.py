@@ -94,6 +94,15 @@ def classify(truth: int, reported: int | None, prompt: int, granularity: int) ->
 class PerRequestMetrics(Probe):
     version = "5"
     claims = ("unknown.reuse_metrics", "risk.reuse_metrics")
+    _wrong, _none = (Support("logits_max_abs_diff", ">", None),), (Support("engine_counted_requests", "==", 0),)
+    _exact = ((Support("engine_reuse_exact_fraction", "==", 1),),
+              (Support("engine_reuse_exact_fraction", "==", 1), Support("logits_max_abs_diff", "<=", None)))
+    _inexact = ((Support("engine_reuse_exact_fraction", "<", 1),),)
+    rests = {("*", "refuted"): (_wrong, _none), ("*", "confirmed"): _exact, ("*", "partial"): _inexact,
+             ("*", "not-applicable"): ((Support("logits_max_abs_diff", "<=", None),),),
+             # the risk row: a counter that is missing or wrong confirms it; an exact one refutes it
+             ("risk.reuse_metrics", "confirmed"): (_wrong, _none), ("risk.reuse_metrics", "refuted"): _exact,
+             ("risk.reuse_metrics", "not-applicable"): (_wrong, (Support("logits_max_abs_diff", "<=", None),))}
     figures = (Figure("matrix", "reuse_matrix"),
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
                                                "lane": "case", "title": "Per-request timeline"}))

@@ -42,6 +42,11 @@ class Params:
 class WarmupMaterialization(Probe):
     version = "4"
     claims = ("risk.warmup", "contract.ensure_prefix")
+    _short = ((Support("engine_resident_tokens", "<", None),), (Support("engine_reuse_fraction", "<", 1.0),))
+    _whole = ((Support("engine_reuse_fraction", ">=", 1.0),),)
+    rests = {("*", "confirmed"): _short, ("*", "refuted"): _whole, ("contract.ensure_prefix", "refuted"): _short,
+             ("contract.ensure_prefix", "confirmed"): _whole,
+             ("contract.ensure_prefix", "partial"): ((Support("engine_reuse_fraction", "<", 1.0),),)}
     figures = (Figure("warmup", "warmup"),
                Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
                                                "lane": "boundary", "title": "Warm-up and follow-up requests"}))
