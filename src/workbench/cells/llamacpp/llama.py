@@ -365,8 +365,8 @@ class LlamaCppCell:
 
         The logits are read as :meth:`decode` reads them (the prompt's, recomputed when stale), then each token is
         evaluated alone, as decode evaluates it: teacher forcing in one batch takes other kernels (on the CPU, a
-        batch of 64 or more queries takes F32 attention tiles where one token takes F16 accumulation), and its
-        logits part from decode's by more than a near-tie (0.30–0.36 σ for honest arms on synthetic:tiny)."""
+        batch of 64 or more queries takes F32 attention tiles where one token takes F16 accumulation): on taubench
+        with synthetic:tiny it read plain arms' own tokens up to 0.035 σ below its top, where this reads 0.000."""
         import numpy as np
 
         seq = self._slot(slot)
