@@ -348,6 +348,9 @@ def loop_cmd(
                                              help="with --on-target: file listing the certified models, one a line"),
     arm_model: Optional[List[str]] = typer.Option(None, "--arm-model", help="ARM=MODEL: that arm runs the same model "
                                                   "in its engine's format, e.g. trtllm=/models/llama-hf (repeatable)"),
+    scorer_model: Optional[str] = typer.Option(None, "--scorer-model",
+                                               help="the GGUF the greedy scorer runs (default: the subject's model at "
+                                                    "its precision, converted where it is a synthetic checkpoint)"),
 ) -> None:
     """Agentic-loop benchmark: replay a trace through the arms; one finding per arm and one gate finding."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -372,7 +375,8 @@ def loop_cmd(
 
             res = loop.run(trace, arms=arms, model=model, turns=turns, sessions=sessions, out=out, threads=threads,
                            context_tokens=context, tokens_per_block=tokens_per_block, rule=rule, on_target=on_target,
-                           certified=certified, work=work, arm_models=arm_models, progress=progress)
+                           certified=certified, work=work, arm_models=arm_models, scorer_model=scorer_model,
+                           progress=progress)
     except FindingNotSaved as e:
         _not_saved(e)
     except KeyboardInterrupt:

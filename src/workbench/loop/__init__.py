@@ -83,7 +83,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         context_tokens: int = DEFAULT_CONTEXT, tokens_per_block: int | None = None, drafter: Drafter = Drafter(),
         rule: _gate.GateRule = _gate.GateRule(), on_target: bool = False, certified: str | Path | None = None,
         work: _equal.EqualWork = _equal.EqualWork(), seed: int = 0, arm_models: Mapping[str, str] | None = None,
-        progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
+        scorer_model: str | None = None, progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
     """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
     reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
 
@@ -95,8 +95,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     says which turns are compared (:mod:`.equal`): equal work, each output scored as a greedy decode of ``model`` by a
     llama.cpp scorer (:mod:`.verify`), and shown against a reference arm's.
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
-    Hugging Face directory, llama.cpp a GGUF); ``model`` (a llama.cpp model) tokenizes the trace for every
-    arm, so an arm whose vocabulary differs is refused before any turn runs.
+    Hugging Face directory, llama.cpp a GGUF); the scorer runs the subject's model at its precision
+    (``scorer_model``, else :func:`.verify.scorer_model`: the subject's GGUF, its checkpoint converted, or
+    ``model``) and tokenizes the trace for every arm, so an arm whose vocabulary differs is refused before any
+    turn runs.
     """
     names = parse_arms(arms)
     work.for_arms(names, rule.subject)  # a declared reference not in the run fails here, before anything runs
@@ -111,12 +113,14 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     opened: list[_arms.CellArm] = []
     scorer: _verify.Scorer | None = None
     try:
-        # the scorer works between timed turns, never beside one: it takes every core
-        scorer = _verify.Scorer(model, context_tokens=context_tokens, threads=os.cpu_count() or 1)
+        # the arms' thread count: llama.cpp's decode attention splits a long KV by thread, and another count
+        # reads other logits (0.018 σ on synthetic:tiny, 0.000 at the same count)
+        chosen = _verify.scorer_model(model, rule.subject, arm_models.get(rule.subject), scorer_model)
+        scorer = _verify.Scorer(chosen, context_tokens=context_tokens, threads=threads)
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
-        vocab = scorer.vocab
-        opened = _open_arms(names, not_run, arm_models, model, vocab, threads=threads, context_tokens=context_tokens,
-                            drafter=drafter, on_target=target is not None)
+        opened = _open_arms(names, not_run, arm_models, model, (scorer.model.name, scorer.vocab),
+                            threads=threads, context_tokens=context_tokens, drafter=drafter,
+                            on_target=target is not None)
         total, done = len(rendered.turns) * len(opened), 0
 
         def step(row: dict) -> None:
@@ -136,12 +140,14 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
             scorer.close()
     workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
                 "turns": len(rendered.turns), "dropped_turns": rendered.dropped, "rule": rendered.rule,
-                "equal_work": work.as_dict(), "equal_work_rule": f"{work.describe()} (scorer: llama.cpp on {scorer.model.name})",
+                "equal_work": work.as_dict(), "equal_work_rule": f"{work.describe()} (scorer: llama.cpp on {scorer.model.name}, "
+                                   f"{scorer.weights} weights, {scorer.chosen_by}; scored decode-like)",
                 "scorer": scorer.describe(),
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}
-    params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}), "turns": turns,
+    params = {"trace": trace, "model": model, **({"arm_models": arm_models} if arm_models else {}),
+              **({"scorer_model": scorer_model} if scorer_model else {}), "turns": turns,
               "sessions": sessions, "threads": threads, "context_tokens": context_tokens,
               "tokens_per_block": tokens_per_block, "on_target": on_target,
               **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict()}
@@ -193,8 +199,8 @@ def _render(tr: _traces.Trace, scorer: _verify.Scorer, context_tokens: int,
     return rendered
 
 
-def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[str, str], model: str, vocab: int,
-               **options: Any) -> list[_arms.CellArm]:
+def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[str, str], model: str,
+               tokenizer: tuple[str, int], **options: Any) -> list[_arms.CellArm]:
     """Open each arm of ``names``; one that cannot open here goes to ``not_run`` with its reason. On any other
     error the arms already open are closed before it propagates."""
     opened: list[_arms.CellArm] = []
@@ -205,7 +211,7 @@ def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[st
                 continue
             try:
                 opened.append(_arms.open_arm(n, arm_models.get(n, model), **options))
-                _check_vocab(opened[-1], arm_models.get(n, model), vocab, model)
+                _check_vocab(opened[-1], arm_models.get(n, model), *tokenizer)
             except (EngineUnavailable, UnsupportedFeature) as e:
                 not_run[n] = getattr(e, "reason", None) or str(e)
             except TypeError as e:  # the engine's cell does not take this arm's options yet
@@ -227,7 +233,7 @@ def _verified_target(on_target: bool, certified: str | Path | None, specs: list[
     return None
 
 
-def _check_vocab(arm: _arms.CellArm, arm_model: str, vocab: int, model: str) -> None:
+def _check_vocab(arm: _arms.CellArm, arm_model: str, model: str, vocab: int) -> None:
     """The trace's token ids mean the same on every arm only if their vocabularies agree (read from each engine)."""
     got = arm.describe().extra.get("vocab_size")
     if got is not None and int(got) != int(vocab):

@@ -17,7 +17,12 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from .. import cells
+from .. import cells, models
+
+
+SCORING = ("decode-like: the prompt prefilled as an arm prefills it, then each output token evaluated alone on the "
+           "KV cache, as greedy decoding evaluates it (teacher forcing in one batch takes other kernels, whose "
+           "logits part from decode's by more than a near-tie)")
 
 
 @dataclass(frozen=True)
@@ -33,27 +38,52 @@ class Greedy:
         return {"greedy_gap_sd": self.max_gap_sd, "greedy_gap_at": self.at, "stop_gap_sd": self.stop_gap_sd}
 
 
-class Scorer:
-    """A plain llama.cpp cell of the loop's model (the one that tokenizes the trace), one slot. Successive
-    turns of a session extend each other, so its prefix cache makes each turn's scoring cost about one
-    warm arm's prefill plus one batched pass over each distinct output."""
+@dataclass(frozen=True)
+class ScorerModel:
+    """The model the scorer runs, and why (stated in every finding)."""
 
-    def __init__(self, model: str, *, context_tokens: int, threads: int) -> None:
-        self.cell = cells.open_cell("llamacpp", model, context_tokens=context_tokens, threads=threads)
-        self.model, self.threads = self.cell.model, threads
+    spec: str
+    chosen_by: str
+
+
+def scorer_model(model: str, subject: str, subject_model: str | None, given: str | None = None) -> ScorerModel:
+    """The scorer runs the subject's model at the subject's precision: a scorer of another precision reads other
+    logits, and bars fair arms (an F16 arm against a Q4_0 scorer: 9 turns of 10). ``given`` (``--scorer-model``)
+    wins; else the subject's own GGUF, or its Hugging Face checkpoint converted at its dtype
+    (:func:`workbench.models.gguf_of`, which says what to supply where it cannot); else the loop's ``model``,
+    which the subject then runs too."""
+    if given is not None:
+        return ScorerModel(given, "--scorer-model")
+    if subject_model is None:
+        return ScorerModel(model, f"the loop's model, which the subject ({subject}) runs too")
+    resolved = models.resolve(subject_model)
+    if resolved.is_gguf:
+        return ScorerModel(subject_model, f"the subject's ({subject}) own file")
+    return ScorerModel(str(models.gguf_of(resolved)),
+                       f"the subject's ({subject}) checkpoint as a GGUF at its own precision")
+
+
+class Scorer:
+    """A plain llama.cpp cell of the model the subject runs, at its precision (:func:`scorer_model`; it
+    tokenizes the trace too), one slot. Successive turns of a session extend each other, so its prefix cache
+    makes each turn's scoring cost about one warm arm's prefill plus one decode-like pass over each distinct
+    output (:meth:`~workbench.cells.llamacpp.LlamaCppCell.greedy_gaps`)."""
+
+    def __init__(self, model: ScorerModel, *, context_tokens: int, threads: int) -> None:
+        self.cell = cells.open_cell("llamacpp", model.spec, context_tokens=context_tokens, threads=threads)
+        self.model, self.threads, self.chosen_by = self.cell.model, threads, model.chosen_by
+        self.weights = self.cell.describe().extra["weights"]
         self.vocab = int(self.cell.describe().extra["vocab_size"])
         self.elapsed_s = 0.0  # wall time spent scoring, outside every arm's timing (recorded in the workload)
 
     def score(self, prompt: Sequence[int], output: Sequence[int]) -> Greedy:
-        """``output`` scored after ``prompt`` (token ids; a prompt has at least two, a BOS and more)."""
-        if len(prompt) < 2:
-            raise ValueError(f"the scorer needs a prompt of at least 2 tokens, got {len(prompt)}")
+        """``output`` scored after ``prompt`` (token ids)."""
         bad = next((i for i, t in enumerate(output) if not 0 <= t < self.vocab), None)
         if bad is not None:  # no model picks a token it does not have: infinitely far from greedy
             return Greedy(math.inf, bad, math.inf)
         t0 = time.perf_counter()
-        self.cell.ensure_prefix(list(prompt[:-1]))
-        gaps, stop = self.cell.greedy_gaps([prompt[-1], *output])  # gaps[i]: output[i] after prompt + output[:i]
+        self.cell.ensure_prefix(list(prompt))  # as an arm serves the turn, then decode-like, one token at a time
+        gaps, stop = self.cell.greedy_gaps(output)  # gaps[i]: output[i] after prompt + output[:i]
         self.elapsed_s += time.perf_counter() - t0
         if not gaps:
             return Greedy(0.0, None, stop)
@@ -61,11 +91,11 @@ class Scorer:
         return Greedy(gaps[at], at, stop)
 
     def describe(self) -> dict:
-        return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256,
-                "threads": self.threads, "elapsed_s": self.elapsed_s}
+        return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256, "weights": self.weights,
+                "chosen_by": self.chosen_by, "scoring": SCORING, "threads": self.threads, "elapsed_s": self.elapsed_s}
 
     def close(self) -> None:
         self.cell.close()
 
 
-__all__ = ["Greedy", "Scorer"]
+__all__ = ["SCORING", "Greedy", "Scorer", "ScorerModel", "scorer_model"]

@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from ..contract import KvGeometry
 from .specs import ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir, parse_synthetic, short
-from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, vocab
+from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, vocab, write_synthetic
 
 HF_DTYPE = "float32"  # the GGUF holds F32 weights; the directory keeps them bit for bit
 
@@ -125,6 +125,32 @@ def hf_directory(model: ResolvedModel) -> Path:
         return write_synthetic_hf(parse_synthetic(model.spec))
     raise ModelSpecError(f"{model.spec!r} is a GGUF file; this engine needs a Hugging Face directory "
                          "(config.json + safetensors): use a 'synthetic:…' spec or pass a model directory")
+
+
+GGUF_WEIGHTS = {"float32": "F32", "float": "F32", "float16": "F16", "half": "F16", "bfloat16": "BF16"}
+"""The GGUF weight type that keeps a Hugging Face checkpoint's precision (its ``config.json`` dtype)."""
+
+
+def gguf_of(model: ResolvedModel) -> Path:
+    """``model`` (a Hugging Face directory) as a GGUF at its own precision, for llama.cpp: the loop's scorer
+    must read the logits the subject computes, and a quantized file's bar fair arms (an F16 arm against a Q4_0
+    scorer: 9 turns of 10 barred). A synthetic model's twin is written from the same draw of weights; another
+    checkpoint needs llama.cpp's converter (convert_hf_to_gguf.py, with torch and transformers), which the
+    workbench does not run: the error says what to supply."""
+    config = hf_config(model.path)
+    dtype = hf_dtype(config) or "float32"  # transformers' default where config.json names none
+    weights = GGUF_WEIGHTS.get(dtype)
+    if weights is None:
+        raise ModelSpecError(f"{model.path} holds {dtype} weights, which no GGUF keeps as they are; convert it to a "
+                             "GGUF at the precision the subject runs and pass it as --scorer-model")
+    if spec := config.get("workbench_synthetic_spec"):
+        return write_synthetic(parse_synthetic(spec), weights=weights)
+    raise ModelSpecError(
+        f"the scorer must run the subject's model at its precision ({dtype}), and {model.path} is a Hugging Face "
+        f"checkpoint this workbench cannot convert: convert it with llama.cpp's convert_hf_to_gguf.py "
+        f"(in the llama-cpp-python sdist: vendor/llama.cpp; needs torch and transformers) "
+        f"'python convert_hf_to_gguf.py {model.path} --outtype {weights.lower()} --outfile scorer.gguf' "
+        "and pass the file as --scorer-model")
 
 
 def hf_config(path: Path) -> dict:

@@ -69,11 +69,19 @@ def synthetic_tensors(syn: SyntheticSpec):
     yield "output.weight", mat(syn.vocab, syn.embd)
 
 
-def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
-    """Write (or reuse) the GGUF file for ``syn``; atomic, so concurrent writers never see half a file."""
+WEIGHT_TYPES = ("F32", "F16", "BF16", "Q8_0", "Q4_1", "Q4_0")
+"""What a synthetic GGUF's matrices may be stored as (norms stay F32, as llama.cpp's converter keeps them): F32 is the
+model itself; the others are the precisions a subject or a scorer runs (F16/BF16) and the quantized files users bring."""
+
+
+def write_synthetic(syn: SyntheticSpec, directory: Path | None = None, weights: str = "F32") -> Path:
+    """Write (or reuse) the GGUF file for ``syn`` with its matrices stored as ``weights`` (:data:`WEIGHT_TYPES`);
+    atomic, so concurrent writers never see half a file."""
+    if weights not in WEIGHT_TYPES:
+        raise ModelSpecError(f"synthetic weights {weights!r} are not one of {', '.join(WEIGHT_TYPES)}")
     directory = directory or cache_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"synthetic-{short(syn.spec)}.gguf"
+    path = directory / f"synthetic-{short(syn.spec)}{'' if weights == 'F32' else '-' + weights.lower()}.gguf"
     if path.is_file():
         return path
     try:
@@ -95,7 +103,7 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         w.add_rope_dimension_count(syn.head_dim)
         w.add_rope_freq_base(10000.0)
         w.add_layer_norm_rms_eps(1e-5)
-        w.add_file_type(gguf.LlamaFileType.ALL_F32)
+        w.add_file_type(gguf.LlamaFileType.ALL_F32 if weights == "F32" else gguf.LlamaFileType[f"MOSTLY_{weights}"])
         w.add_vocab_size(syn.vocab)
         tokens, scores, kinds = vocab(syn.vocab)
         types = {"unknown": gguf.TokenType.UNKNOWN, "control": gguf.TokenType.CONTROL, "byte": gguf.TokenType.BYTE,
@@ -111,8 +119,7 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         w.add_add_eos_token(False)
         w.add_chat_template(SYNTHETIC_CHAT_TEMPLATE)
         w.add_string("workbench.synthetic.spec", syn.spec)
-        for name, array in synthetic_tensors(syn):
-            w.add_tensor(name, array)
+        _add_tensors(w, syn, weights)
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
@@ -122,3 +129,15 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _add_tensors(w, syn: SyntheticSpec, weights: str) -> None:
+    """The weights of ``syn`` into GGUF writer ``w``: matrices as ``weights``, norms (vectors) as F32."""
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[weights]
+    for name, array in synthetic_tensors(syn):
+        if array.ndim == 2 and weights != "F32":
+            w.add_tensor(name, gguf.quants.quantize(array, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, array)

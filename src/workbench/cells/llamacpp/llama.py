@@ -357,35 +357,34 @@ class LlamaCppCell:
         return np.ctypeslib.as_array(self._ll.llama_get_logits_ith(self._ctx, i), shape=(n_vocab,))
 
     def greedy_gaps(self, tokens: Sequence[int], *, slot: int = 0) -> tuple[list[float], float]:
-        """Append ``tokens`` and read, after each but the last, how far the next one's logit lies below the top
-        logit, in standard deviations of that position's logits (0: it is the argmax); and after the last, the
-        same for the best end-of-generation token. What the loop's scorer tells a greedy decode of this model
-        by (:mod:`workbench.loop.verify`): a near-tie that another engine's arithmetic broke the other way
-        is a small gap, a token greedy decoding would not pick is a large one."""
+        """Read ``tokens`` as greedy decoding would have emitted them after the slot's prompt: before each, how far
+        its logit lies below the top logit, in standard deviations of that position's logits (0: it is the argmax);
+        after the last, the same for the best end-of-generation token. What the loop's scorer tells a greedy decode
+        of this model by (:mod:`workbench.loop.verify`): a near-tie that another engine's arithmetic broke the
+        other way is a small gap, a token greedy decoding would not pick is a large one.
+
+        The logits are read as :meth:`decode` reads them (the prompt's, recomputed when stale), then each token is
+        evaluated alone, as decode evaluates it: teacher forcing in one batch takes other kernels (on the CPU, a
+        batch of 64 or more queries takes F32 attention tiles where one token takes F16 accumulation): on taubench
+        with synthetic:tiny it read plain arms' own tokens up to 0.035 σ below its top, where this reads 0.000."""
         import numpy as np
 
         seq = self._slot(slot)
-        if not tokens:
-            raise ValueError("greedy_gaps needs at least one token")
-        if seq.pending:
-            raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
-        self._check_fit(slot, len(seq.tokens) + len(tokens))
+        if not seq.tokens and not seq.pending:
+            raise WorkbenchError(f"slot {slot} is empty; call ensure_prefix first")
+        self._check_fit(slot, len(seq.tokens) + len(seq.pending) + len(tokens))
         if self._eog is None:
             self._eog = np.array([t for t in range(self._ll.llama_vocab_n_tokens(self._vocab)) if self.is_eog(t)],
                                  dtype=int)
-        eog = self._eog
+        self._fresh_logits(slot, seq)
         gaps: list[float] = []
-        for start in range(0, len(tokens), self._n_batch):
-            chunk = list(tokens[start:start + self._n_batch])
-            self._eval(slot, chunk, all_logits=True)
-            for i in range(len(chunk)):
-                row = self._logits_row(i)
-                top, sd = float(row.max()), float(row.std()) or 1.0
-                nxt = start + i + 1
-                if nxt < len(tokens):
-                    gaps.append((top - float(row[tokens[nxt]])) / sd)
-                else:
-                    stop = (top - float(row[eog].max())) / sd if len(eog) else float("inf")
+        for tok in tokens:
+            row = self._logits_row(-1)
+            gaps.append((float(row.max()) - float(row[tok])) / (float(row.std()) or 1.0))
+            self._eval(slot, [tok])
+        row = self._logits_row(-1)
+        stop = (float(row.max()) - float(row[self._eog].max())) / (float(row.std()) or 1.0) if len(self._eog) \
+            else float("inf")
         return gaps, stop
 
     def is_eog(self, token: int) -> bool:
@@ -769,6 +768,12 @@ class LlamaCppCell:
 
     # ------------------------------------------------------------------ describe / embed
 
+    def _weights(self) -> str:
+        """The model's weight type, in llama.cpp's words (``llama_model_desc``: "llama 135M Q4_1" → "Q4_1")."""
+        buf = ctypes.create_string_buffer(256)
+        self._ll.llama_model_desc(self._model, buf, len(buf))
+        return buf.value.decode(errors="replace").split(" ", 2)[-1]
+
     def describe(self) -> Description:
         self._check_open()
         g = self.geometry
@@ -778,7 +783,8 @@ class LlamaCppCell:
             kv_capacity_tokens=self._n_ctx, kv_capacity_bytes=self._n_ctx * g.bytes_per_token,
             block_tokens=1, slots=self._slots,
             observers=("request_counters", "state_export", "capacity", "kv_readback"),
-            extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "n_threads": self._threads,
+            extra={"vocab_size": self._ll.llama_vocab_n_tokens(self._vocab), "weights": self._weights(),
+                   "n_threads": self._threads,
                    "kv_buffer_bytes": self._kv_buffer_bytes, "n_batch": self._n_batch, "kv_unified": True,
                    "gpu_offload": bool(self._ll.llama_supports_gpu_offload()),
                    "offloaded_layers": list(self._offloaded) if self._offloaded else None,  # its load log's N/M
