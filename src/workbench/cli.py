@@ -265,12 +265,12 @@ def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders
     if not scan.findings:
         typer.echo("no findings")
         return
-    from .settle import unsettled
+    from .settle import unsettled_answer
 
     rows = sorted(scan.findings, key=lambda pf: (pf[1].probe, pf[1].engine, pf[1].created))
     w = max(len(f.probe) for _, f in rows)
     for _, f in rows:
-        why = next((u for c in f.claims if (u := unsettled(f, c))), ())
+        why = unsettled_answer(f)
         said = f"[settles nothing: {'; '.join(why)}] " if why else ""
         typer.echo(f"{f.probe:<{w}}  {f.engine:<8} {f.engine_version or '-':<10} {f.verdict:<12} {f.created}  "
                    f"{said}{f.summary}")

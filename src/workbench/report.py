@@ -28,7 +28,7 @@ from . import plots
 from .files import atomic_write
 from . import standing as _standing
 from .findings import Finding
-from .settle import shown_verdict
+from .settle import unsettled_answer
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -77,7 +77,7 @@ def verdict_frame(found: Found) -> pd.DataFrame:
     """The verdicts table: newest finding per probe/engine/version/model, metrics rendered."""
     rows = [{
         "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
-        "verdict": shown_verdict(f), "summary": f.summary,
+        "verdict": f.verdict, "summary": _said_of(f),
         "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
         "created": f.created, "id": f.id, "path": str(path),
     } for path, f in latest(found)]
@@ -108,9 +108,15 @@ def claim_status(found: Found, section: str | None = "unknowns") -> pd.DataFrame
     return pd.DataFrame(rows, columns=_STATUS_COLUMNS)
 
 
+def _said_of(f: Finding) -> str:
+    """A finding's summary, led by why it settles nothing where one of its answers does not."""
+    why = unsettled_answer(f)
+    return f"Settles nothing ({'; '.join(why)}): {f.summary}" if why else f.summary
+
+
 def _said(s: _standing.Standing) -> str:
     """A standing's summary, led by why it settles nothing where its verdict is not re-derived."""
-    return f"Unverified, settles nothing ({'; '.join(s.unsettled)}): {s.summary}" if s.unverified else s.summary
+    return f"Settles nothing ({'; '.join(s.unsettled)}): {s.summary}" if s.unverified else s.summary
 
 
 def open_claims(found: Found) -> pd.DataFrame:

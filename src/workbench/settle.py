@@ -130,10 +130,14 @@ def unsettled(f: Finding, claim_id: str, now: _dt.datetime | None = None) -> tup
     return tuple(out)
 
 
+def unsettled_answer(f: Finding) -> tuple[str, ...]:
+    """Why the first claim on which ``f`` answers settles nothing (empty where each of its answers may settle)."""
+    return next((why for c in f.claims if f.verdict_on(c) in ANSWERS and (why := unsettled(f, c))), ())
+
+
 def shown_verdict(f: Finding) -> str:
-    """The finding's verdict as a log or table prints it: marked where, on one of its claims, it settles nothing."""
-    return f.verdict + (" (settles nothing)" if any(f.verdict_on(c) in ANSWERS and unsettled(f, c) for c in f.claims)
-                        else "")
+    """The finding's verdict as a log prints it: marked where, on one of its claims, it settles nothing."""
+    return f.verdict + (" (settles nothing)" if unsettled_answer(f) else "")
 
 
-__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "has_gpu", "shown_verdict", "unsettled"]
+__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "has_gpu", "shown_verdict", "unsettled", "unsettled_answer"]
