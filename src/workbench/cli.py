@@ -330,14 +330,16 @@ def loop_cmd(
     tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block", min=1,
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
     min_speedup: float = typer.Option(CLAIM_MIN_SPEEDUP, "--min-speedup", callback=_finite,
-                                      help="gate: required speed-up over the best llama.cpp arm (below the claim's "
-                                           f"{CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
+                                      help="gate: required speed-up over the best llama.cpp arm (any other than the "
+                                           f"claim's {CLAIM_MIN_SPEEDUP:g}×: exploratory, never the claim's verdict)"),
     min_turns: int = typer.Option(CLAIM_MIN_TURNS, "--min-turns",
-                                  help="gate: compared turns the verdict needs (below the claim's: exploratory)"),
+                                  help="gate: compared turns the verdict needs (any other than the claim's: "
+                                       "exploratory)"),
     margin: float = typer.Option(CLAIM_MARGIN_SD, "--margin", callback=_finite,
                                  help="equal work: how far (σ of the logits) below the scorer's top token an arm's "
                                       "token may lie and still be a greedy choice, a near-tie (stated in every "
-                                      "finding; above the claim's: exploratory; see docs/loop.md)"),
+                                      "finding; any other than the claim's, wider or narrower: exploratory; see "
+                                      "docs/loop.md)"),
     reference: Optional[str] = typer.Option(None, "--reference",
                                             help="the arm every output is shown against, beside its greedy score "
                                                  "(default: the run's first plain arm that ran, llama.cpp first)"),

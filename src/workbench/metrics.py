@@ -262,6 +262,15 @@ _DECLARED = [
     _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
     _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
     _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
+    _m("speedup_excluded_against_low", "speed-up CI low, excluded turns against", "x", "derived",
+       "lower bound of the 95% bootstrap CI of that speed-up over every turn both arms served, each excluded one counted "
+       "against this arm (its time no less than the best arm's there): a confirmation must hold here too"),
+    _m("speedup_excluded_favour_high", "speed-up CI high, excluded turns in favour", "x", "derived",
+       "upper bound of the same CI with each excluded turn counted in this arm's favour (its time no more than the best "
+       "arm's there): a refutation must hold here too"),
+    _m("decode_tokens_vs_best_llamacpp", "decoded tokens vs best", "ratio", "derived",
+       "this arm's decoded tokens / the best llama.cpp arm's over the compared turns (1: the same lengths; a greedy "
+       "stop on one arm where the other broke a near-tie and decoded on makes them differ)"),
     _m("acceptance_rate", "draft acceptance", "ratio", "cell",
        "accepted / drafted speculative tokens (engine-sourced where the engine counts its own drafts)", varies=True),
     _m("mean_accepted_tokens", "accepted per draft", "tokens", "cell",

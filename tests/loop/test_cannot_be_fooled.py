@@ -6,13 +6,14 @@ from __future__ import annotations
 import lzma
 import time
 
+import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
 from workbench import claims, findings, loop
 from workbench.cli import app
 from workbench.contract import WorkbenchError
-from workbench.loop import arms, gate, results, spec, target, traces
+from workbench.loop import arms, equal, gate, results, spec, target, traces
 
 from . import standins
 
@@ -208,3 +209,89 @@ def test_on_target_pins_the_claims_trace_by_digest(tmp_path, hand_trace):
     for other in (edited, hand_trace):
         with pytest.raises(WorkbenchError, match="not the claim's trace taubench"):
             target.verify(lst, ["synthetic:tiny"], NVML_GPU, traces.load(str(other)))
+
+
+def turn(arm, step, e2e, *, asked=200, got=200, finish="length", gap=0.0, stop=3.0):
+    """One hand-built, scored (turn, arm) row with the columns :func:`loop.run` writes."""
+    return {"arm": arm, "step": step, "max_tokens": asked, "decode_tokens": got, "finish": finish,
+            "greedy_gap_sd": gap, "greedy_gap_at": 0, "stop_gap_sd": stop, "e2e_s": e2e, "ttft_s": e2e / 10,
+            "decode_s": e2e * 0.9, "prompt": 1000, "theoretical": 900, "reused": 900, "computed": 100, "unexplained": 0,
+            "reuse_source": "engine", "speculation_source": "none", "drafted": 0, "accepted": 0, "drafted_steps": 0,
+            "engine_resident": None, "held_after": 0, "engine_lost_before": 0, "same_tokens_as_reference": True,
+            "own_copy_fraction": 0.0}
+
+
+def run_of(times, n=25, **subject):
+    """``n`` turns of each arm in ``times`` (seconds a turn), the subject's turns shaped by ``subject``."""
+    return [turn(arm, step, t, **(subject if arm == "trtllm" else {})) for step in range(n) for arm, t in times.items()]
+
+
+def with_long(rows, long, n=20, **subject):
+    """``rows`` plus two long turns after the first ``n`` (seconds a turn per arm), the subject's shaped by ``subject``."""
+    return rows + [turn(arm, step, t, **(subject if arm == "trtllm" else {})) for step in (n, n + 1)
+                   for arm, t in long.items()]
+
+
+BASE = {"llamacpp": 2.5, "llamacpp-server-spec": 3.0}  # the whole baseline: prefix reuse and llama.cpp's speculation
+FAST_SERVED = {"llamacpp-server": 1.34, "llamacpp": 6.34, "llamacpp-server-spec": 7.0, "trtllm": 1.0}
+
+
+@pytest.mark.parametrize("rows, rule, work, verdict", [
+    # 35.4 less work: the subject stops after 5 of 200 tokens where end of generation only nearly ties (0.2 σ)
+    (run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.1}, got=5, finish="stop", stop=0.2),
+     gate.GateRule(), equal.EqualWork(), "inconclusive"),
+    (run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.75}), gate.GateRule(), equal.EqualWork(),
+     "confirmed"),  # the control: an honest 3× win on the same work
+    # 35.5 a rule moved either way: the claim's margin refutes 1.34× over the fastest llama.cpp arm (near-ties 0.1 σ) …
+    ([r | {"greedy_gap_sd": 0.1} if r["arm"] == "llamacpp-server" else r for r in run_of(FAST_SERVED)], gate.GateRule(), equal.EqualWork(), "refuted"),
+    # … a stricter margin 0 disqualifies that arm and would confirm 6.34× over the next
+    ([r | {"greedy_gap_sd": 0.1} if r["arm"] == "llamacpp-server" else r for r in run_of(FAST_SERVED)],
+     gate.GateRule(), equal.EqualWork(margin_sd=0), "inconclusive"),
+    # … and so does the claim's margin where that arm is disqualified for other tokens: the bar is not the run's
+    ([r | {"greedy_gap_sd": 0.3} if r["arm"] == "llamacpp-server" else r for r in run_of(FAST_SERVED)],
+     gate.GateRule(), equal.EqualWork(), "inconclusive"),
+    (run_of({"llamacpp": 3.0, "llamacpp-server-spec": 3.5, "trtllm": 1.0}), gate.GateRule(min_speedup=100),
+     equal.EqualWork(), "inconclusive"),  # a raised bar would refute an honest 3× win
+    # 35.6 excluded turns: two long ones the subject served no faster, left out as not greedy (2 of 22, within 10 %)
+    (with_long(run_of(BASE | {"trtllm": 1.0}, n=20), {"llamacpp": 17.8, "llamacpp-server-spec": 20, "trtllm": 17.8},
+               gap=0.3), gate.GateRule(), equal.EqualWork(), "inconclusive"),  # 2.5× compared, 1.54× with them
+    (with_long(run_of(BASE | {"trtllm": 1.0}, n=20), {"llamacpp": 0.5, "llamacpp-server-spec": 0.6, "trtllm": 0.2},
+               gap=0.3), gate.GateRule(),
+     equal.EqualWork(), "confirmed"),  # the control: short excluded turns cannot move it below 2×
+    (with_long(run_of({"llamacpp": 1.2, "llamacpp-server-spec": 1.5, "trtllm": 1.0}, n=20),
+               {"llamacpp": 40, "llamacpp-server-spec": 45, "trtllm": 1.0}, gap=0.3),
+     gate.GateRule(), equal.EqualWork(), "inconclusive"),  # 1.2× refuted only while two 40× turns stay out
+], ids=["near-tie-stop-5-of-200", "honest-3x", "claim-margin-refutes-1.34x", "margin-0-drops-fastest",
+        "fastest-disqualified", "min-speedup-100", "two-long-turns-excluded", "short-turns-excluded",
+        "refute-with-40x-turns-excluded"])
+def test_hand_built_rows_that_would_make_the_gate_lie(rows, rule, work, verdict):
+    """Scored rows built by hand through the loop's own summary and gate, as if on target with every llama.cpp arm on
+    the GPU (issue 35: each held-back row confirmed or refuted before)."""
+    marked = equal.mark(pd.DataFrame(rows), work)
+    ran = list(dict.fromkeys(marked.arm))
+    summaries = results.summarise(marked, ran, {}, work=work)
+    out = gate.decide(rule, results.gate_evidence(summaries, rule, ON_TARGET, work, on_gpu=ran))
+    assert out.verdict == verdict, out.summary
+
+
+def test_length_differences_are_reported():
+    """Both arms did the work (the subject's stop is the greedy one), yet decoded other lengths: reported beside the
+    speed-up, not hidden in it."""
+    rows = run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.1}, got=5, finish="stop", stop=0.0)
+    marked = equal.mark(pd.DataFrame(rows), equal.EqualWork())
+    by = {s.arm: s for s in results.summarise(marked, list(dict.fromkeys(marked.arm)), {})}
+    assert by["trtllm"].metrics["decode_tokens_vs_best_llamacpp"] == pytest.approx(5 / 200)
+    assert any("decoded lengths differ from llamacpp's on 25 of the 25 compared turns" in n for n in by["trtllm"].notes)
+
+
+def test_excluded_turns_are_reported_at_their_worst_both_ways():
+    rows = with_long(run_of(BASE | {"trtllm": 1.0}, n=20), {"llamacpp": 17.8, "llamacpp-server-spec": 20, "trtllm": 17.8},
+                     gap=0.3)
+    marked = equal.mark(pd.DataFrame(rows), equal.EqualWork())
+    s = {s.arm: s for s in results.summarise(marked, list(dict.fromkeys(marked.arm)), {})}["trtllm"]
+    assert s.metrics["speedup_vs_best_llamacpp"] == pytest.approx(2.5)
+    against, favour = s.ci["speedup_excluded_against"], s.ci["speedup_excluded_favour"]
+    assert against["value"] == favour["value"] == pytest.approx(85.6 / 55.6)  # 1.54×: served no faster either way
+    assert (against["excluded"], against["turns"], against["reference"]) == (2, 22, "llamacpp")
+    assert s.metrics["speedup_excluded_against_low"] == against["low"] < 2
+    assert s.metrics["speedup_excluded_favour_high"] == favour["high"]

@@ -97,6 +97,20 @@ def test_subject_alone_gives_the_gate_its_not_run_reason(hand_trace):
     assert "tensorrt_llm" in res.findings[0].reason
 
 
+def test_a_run_without_the_subject_leaves_its_not_run_reason_standing(hand_trace, tmp_path):
+    """`make run` runs the loop once per engine: the pass that holds the subject gives its real not-run reason, and a
+    later pass without it (vLLM's: its arms and plain llama.cpp) must not mask that with "not in this run"."""
+    from workbench import loop, standing
+
+    out = tmp_path / "findings"
+    common = dict(model="synthetic:tiny", threads=1, context_tokens=1024, tokens_per_block=4, out=out)
+    loop.run(str(hand_trace), arms="trtllm", **common)
+    later = loop.run(str(hand_trace), arms="llamacpp", **common)
+    reasons = standing.not_run_reasons(findings.scan([out]).findings)["trtllm"]
+    assert any("tensorrt_llm" in r for r in reasons) and not any("not in this run" in r for r in reasons), reasons
+    assert [f.probe for f in later.findings] == ["loop.llamacpp"]
+
+
 def test_the_loop_in_a_child_writes_its_findings_here_and_none_for_an_engine_that_cannot_run(hand_trace, tmp_path):
     from workbench import loop
 

@@ -20,8 +20,9 @@ def row(arm, step=0, *, asked=10, got=10, finish="length", gap=0.0, stop=3.0):
     (row("x", gap=0.2), None),  # a near-tie broken the other way: the same work
     (row("x", gap=0.3), "not-greedy"),  # a token greedy decoding would not pick
     (row("x", got=1), "less-work"),  # stopped after 1 token of 10
-    (row("x", got=4, finish="stop", stop=0.0), None),  # a stop greedy decoding also makes there
-    (row("x", got=4, finish="stop", stop=0.1), None),  # … or nearly ties
+    (row("x", got=4, finish="stop", stop=0.0), None),  # the greedy stop: end of generation the scorer's top token
+    (row("x", got=4, finish="stop", stop=0.1), "less-work"),  # a near-tie stop is not the greedy stop: it ends the work
+    (row("x", asked=200, got=5, finish="stop", stop=0.2), "less-work"),  # 5 of 200 tokens timed as if 200 (issue 35.4)
     (row("x", got=4, finish="stop", stop=1.5), "less-work"),  # a stop greedy decoding would not make
     (row("x", got=4, finish="length", stop=0.0), "less-work"),  # cut short by a length, not a stop
     (row("x", gap=None, stop=None), "unscored"),

@@ -39,14 +39,26 @@ def ev(speedup=WIN, *, turns=25, on_target=True, **kw):
     (gate.GateRule(min_speedup=1.1), ev(est(1.5, 1.2, 1.8)), "inconclusive"),
     (gate.GateRule(bound="value"), ev(STRADDLE), "inconclusive"),
     (gate.GateRule(min_turns=3), ev(turns=4), "inconclusive"),
-    (gate.GateRule(min_speedup=3.0), ev(est(3.5, 3.1, 4.0)), "confirmed"),  # a stricter rule is the claim's and more
+    (gate.GateRule(min_speedup=3.0), ev(est(3.5, 3.1, 4.0)), "inconclusive"),  # moved either way: exploratory
     (gate.GateRule(min_speedup=3.0), ev(), "inconclusive"),
+    (gate.GateRule(min_speedup=100), ev(), "inconclusive"),  # a raised bar would refute an honest 3× win
+    (gate.GateRule(min_turns=50), ev(turns=60), "inconclusive"),
     (CLAIM_RULE, ev(best=None), "not-run"),
     (CLAIM_RULE, ev(best=None, no_reference="every llama.cpp arm was disqualified"), "inconclusive"),
     (CLAIM_RULE, gate.GateEvidence(None, "tensorrt_llm is not installed"), "not-run"),
     (CLAIM_RULE, ev(baseline_missing=("llama.cpp's own speculation",)), "inconclusive"),  # a weaker bar to clear
     (CLAIM_RULE, ev(LOSS, baseline_missing=("llama.cpp's own speculation",)), "inconclusive"),  # the same conditions
-    (CLAIM_RULE, ev(lax_work="margin 1 σ > the claim's 0.25 σ"), "inconclusive"),  # more turns pass as equal work
+    (CLAIM_RULE, ev(other_work="margin_sd 1 instead of the claim's 0.25"), "inconclusive"),  # more turns pass
+    (CLAIM_RULE, ev(other_work="margin_sd 0 instead of the claim's 0.25"), "inconclusive"),  # fewer arms qualify
+    # a disqualified llama.cpp arm (the fastest, say) lowers the bar: never a verdict the whole baseline did not give
+    (CLAIM_RULE, ev(baseline_disqualified=("llamacpp-server",)), "inconclusive"),
+    (CLAIM_RULE, ev(LOSS, baseline_disqualified=("llamacpp-server",)), "inconclusive"),
+    # excluded turns: the verdict must also hold with every one counted at its worst for it (issue 35.6)
+    (CLAIM_RULE, ev(excluded_turns=2, against=est(1.54, 1.4, 1.7), favour=est(3.2, 2.9, 3.6)), "inconclusive"),
+    (CLAIM_RULE, ev(excluded_turns=2, against=est(2.6, 2.1, 3.0), favour=est(3.2, 2.9, 3.6)), "confirmed"),
+    (CLAIM_RULE, ev(LOSS, excluded_turns=2, against=est(1.1, 0.9, 1.3), favour=est(2.5, 2.1, 2.9)), "inconclusive"),
+    (CLAIM_RULE, ev(LOSS, excluded_turns=2, against=est(1.1, 0.9, 1.3), favour=est(1.3, 1.1, 1.6)), "refuted"),
+    (CLAIM_RULE, ev(excluded_turns=2), "inconclusive"),  # excluded turns never counted at their worst: no verdict
 ])
 def test_gate_verdicts(rule, evidence, verdict):
     out = gate.decide(rule, evidence)
@@ -58,6 +70,12 @@ def test_a_held_back_verdict_says_what_it_would_have_been():
     assert "exploratory" in out.summary and "would be confirmed" in out.summary
     out = gate.decide(CLAIM_RULE, ev(LOSS, on_target=False))
     assert "not on target" in out.summary and "would be refuted" in out.summary
+    out = gate.decide(CLAIM_RULE, ev(baseline_disqualified=("llamacpp-server",)))
+    assert "disqualified the run's llama.cpp arm(s) llamacpp-server" in out.summary, out.summary
+    assert "would be confirmed" in out.summary
+    out = gate.decide(CLAIM_RULE, ev(excluded_turns=2, against=est(1.54, 1.4, 1.7), favour=est(3.2, 2.9, 3.6)))
+    assert "2 excluded turns counted against it: 1.54× [1.4, 1.7]; in its favour: 3.2× [2.9, 3.6]" in out.summary
+    assert "would be confirmed" in out.summary
 
 
 def _arm(name, *, best=False, reason=None, disqualified=None):
@@ -107,11 +125,12 @@ def test_on_target_the_baseline_is_llamacpp_on_the_gpu(on_gpu, missing):
 
 @pytest.mark.parametrize("work, lax", [
     (equal.EqualWork(), False),
-    (equal.EqualWork(margin_sd=0.1, max_failed_share=0.0), False),  # stricter admits less: still the claim's
+    (equal.EqualWork(margin_sd=0.1, max_failed_share=0.0), True),  # stricter can disqualify the fastest arm: moved
+    (equal.EqualWork(margin_sd=0), True),
     (equal.EqualWork(margin_sd=1.0), True),
     (equal.EqualWork(max_failed_share=0.5), True),
 ])
-def test_a_laxer_equal_work_rule_is_exploratory(work, lax):
+def test_an_equal_work_rule_moved_either_way_is_exploratory(work, lax):
     refs = [_arm("llamacpp", best=True), _arm("llamacpp-server-spec")]
     out = gate.decide(CLAIM_RULE, results.gate_evidence([SUBJECT, *refs], CLAIM_RULE, {"gpu": ["H200"]}, work,
                                                         on_gpu=[r.arm for r in refs]))
@@ -132,11 +151,13 @@ def test_a_rule_that_cannot_be_read_is_refused(kwargs):
         gate.GateRule(**kwargs)
 
 
-def test_only_the_claims_rule_or_a_stricter_one_is_not_exploratory():
-    assert CLAIM_RULE.exploratory is None and gate.GateRule(min_speedup=4, min_turns=50).exploratory is None
-    assert "min_speedup 0.5" in gate.GateRule(min_speedup=0.5).exploratory
-    assert "point estimate" in gate.GateRule(bound="value").exploratory
-    assert "min_turns 5" in gate.GateRule(min_turns=5).exploratory
+def test_only_the_claims_rule_is_not_exploratory():
+    assert CLAIM_RULE.exploratory is None and gate.GateRule(min_speedup=2).exploratory is None
+    assert "min_speedup 0.5 instead of the claim's 2" in gate.GateRule(min_speedup=0.5).exploratory
+    assert "min_speedup 100 instead of the claim's 2" in gate.GateRule(min_speedup=100).exploratory
+    assert "bound value" in gate.GateRule(bound="value").exploratory
+    assert "min_turns 5" in gate.GateRule(min_turns=5).exploratory and gate.GateRule(min_turns=50).exploratory
+    assert "margin_sd 0 instead of the claim's 0.25" in equal.EqualWork(margin_sd=0).exploratory
     assert gate.GateRule(min_speedup=0.5).as_dict()["exploratory"]
     assert claims.get(gate.CLAIM).section == "entry"
 

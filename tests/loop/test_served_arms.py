@@ -25,8 +25,8 @@ def test_a_speculation_arm_is_measured_against_plain_decode_on_its_own_engine_an
 
 def test_served_arms_read_reuse_and_drafts_from_the_server(hand_trace, tmp_path):
     require_engine("llamacpp-server")
-    res = loop.run(str(hand_trace), arms="llamacpp,llamacpp-server,llamacpp-server-spec", model=TINY, threads=1,
-                   context_tokens=1024, tokens_per_block=4, out=tmp_path)
+    res = loop.run(str(hand_trace), arms="llamacpp,llamacpp-server,llamacpp-server-spec,trtllm", model=TINY,
+                   threads=1, context_tokens=1024, tokens_per_block=4, out=tmp_path)
     rows = res.rows
     served = rows[rows.arm == "llamacpp-server"]
     spec = rows[rows.arm == "llamacpp-server-spec"]
@@ -50,7 +50,7 @@ def test_served_arms_alone_are_checked_against_the_served_plain_arm(hand_trace, 
     """No in-process llama.cpp in the run: the reference is the served plain arm, named in every finding, and the
     served arms are compared rather than all disqualified for want of a ``llamacpp`` arm."""
     require_engine("llamacpp-server")
-    res = loop.run(str(hand_trace), arms="llamacpp-server-spec,llamacpp-server", model=TINY, threads=1,
+    res = loop.run(str(hand_trace), arms="llamacpp-server-spec,llamacpp-server,trtllm", model=TINY, threads=1,
                    context_tokens=1024, tokens_per_block=4, out=tmp_path)
     assert res.workload["equal_work"]["reference"] == "llamacpp-server"
     by = {s.arm: s for s in res.summaries}

@@ -85,7 +85,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         work: _equal.EqualWork = _equal.EqualWork(), seed: int = 0, arm_models: Mapping[str, str] | None = None,
         scorer_model: str | None = None, progress: Callable[[dict, int, int], None] | None = None) -> LoopRun:
     """Replay ``trace`` (name or path) on ``arms``; write the findings to ``out`` when given: one per
-    reference arm and the gate finding, which carries the subject arm's figures or its not-run reason.
+    reference arm and, when ``arms`` hold the subject, the gate finding, which carries the subject arm's figures or
+    its not-run reason (a run without it writes none, so the reason a pass with it gave stays the one that stands).
 
     ``progress(row, done, total)`` is called with every per-turn row as it is measured.
     ``on_target`` declares target hardware with a certified model, checked before any turn runs: NVML must report
@@ -158,7 +159,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
                                   workload) for s in summaries if s.arm != rule.subject]
     on_gpu = [n for n, d in descriptions.items() if _arms.on_gpu(d)]
-    found.append(_results.gate_finding(summaries, rule, params, workload, target, work, on_gpu))
+    # A run without the subject knows nothing of it: its gate finding, "not in this run", being the newest not-run,
+    # would stand in place of the reason a run with the subject gave (e.g. `make run`'s vLLM pass after llama.cpp's).
+    if rule.subject in names:
+        found.append(_results.gate_finding(summaries, rule, params, workload, target, work, on_gpu))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
         result.paths = findings.write_all(found, out)  # a failure still keeps every finding

@@ -1,10 +1,14 @@
 """Equal work before equal time: which turns two arms may be timed against each other on.
 
 A turn compares arms only when each of them decoded what the turn asked for (the recorded reply's length,
-or an end of generation that greedy decoding would also have chosen there) and its output is a greedy
+or the end of generation greedy decoding chooses there: the scorer's top token) and its output is a greedy
 decode of the model: every token within a near-tie margin of the top logit of a llama.cpp scorer of the
 same model, teacher-forced on the arm's own output (:mod:`.verify`). Two fair engines may break a near-tie
-differently and part ways from there; both are still doing the same work. An arm that fails more than a
+differently and part ways from there; both are still doing the same work. A stop is the exception: an end of
+generation that only nearly ties ends the work, and a turn cut short cannot be timed against a full one (the rows
+keep no per-token times to cut the other arm to the same length), so a stop must be the greedy stop. Where two arms
+both did the work but decoded different lengths (a near-tie broken towards a greedy stop on one of them), the
+difference is reported beside the speed-up (``decode_tokens_vs_best_llamacpp``). An arm that fails more than a
 stated share of its turns is disqualified: it cannot enter the gate or be the best llama.cpp arm, and its
 finding says why. Each output is also shown against a reference arm's (declared, or chosen by
 :data:`CHOSEN`), which describes but no longer decides.
@@ -20,12 +24,15 @@ import pandas as pd
 
 from ..contract import common_prefix
 from . import arms as _arms
+from . import gate as _gate
 
 CHOSEN = ("the run's first plain arm (reuse on, no speculation) that ran, llama.cpp arms first, never the gate's "
           "subject")  # how the reference is chosen when none is declared
 MAX_MARGIN_SD = 2.0  # a margin this wide would admit tokens greedy decoding clearly would not pick
 CLAIM_MARGIN_SD = 0.25  # the claim's near-tie margin: a wider one admits more, so it is exploratory
 CLAIM_MAX_FAILED_SHARE = 0.1  # the claim's share of failed turns an arm may have before it is disqualified
+#: The claim's equal-work rule, field by field: a rule that moves any of them, either way, is exploratory.
+CLAIM_WORK = {"margin_sd": CLAIM_MARGIN_SD, "max_failed_share": CLAIM_MAX_FAILED_SHARE}
 
 
 @dataclass(frozen=True)
@@ -64,21 +71,17 @@ class EqualWork:
     def describe(self) -> str:
         shown = f"; outputs are shown against {self.reference}'s ({self.chosen_by})" if self.reference else ""
         return (f"a turn is compared only where every arm decoded the tokens it asked for (or stopped where greedy "
-                f"decoding would) and every token it emitted is within {self.margin_sd:g} σ of the top logit of a "
-                f"llama.cpp scorer of the same model, teacher-forced on that output (a near-tie broken either way is "
-                f"equal work); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified"
+                f"decoding does: its end of generation the scorer's top token) and every token it emitted is within "
+                f"{self.margin_sd:g} σ of the top logit of a llama.cpp scorer of the same model, teacher-forced on that "
+                f"output (a near-tie broken either way is equal work); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified"
                 + shown)
 
     @property
     def exploratory(self) -> str | None:
-        """Why this rule admits more turns or arms than the claim's (so no comparison under it is the claim's
-        verdict), or None; a stricter one admits less, and stays the claim's."""
-        lax = [why for bad, why in (
-            (self.margin_sd > CLAIM_MARGIN_SD, f"margin {self.margin_sd:g} σ > the claim's {CLAIM_MARGIN_SD:g} σ"),
-            (self.max_failed_share > CLAIM_MAX_FAILED_SHARE,
-             f"max_failed_share {self.max_failed_share:g} > the claim's {CLAIM_MAX_FAILED_SHARE:g}"),
-        ) if bad]
-        return "; ".join(lax) or None
+        """Why this rule is not the claim's (so no comparison under it is the claim's verdict), or None. Moved
+        either way: a laxer one admits more turns and arms, a stricter one can disqualify the fastest llama.cpp arm
+        and lower the bar the subject must clear."""
+        return _gate.departures(self, CLAIM_WORK)
 
     def as_dict(self) -> dict:
         return asdict(self) | {"exploratory": self.exploratory}
@@ -100,9 +103,9 @@ def _why(row: dict, rule: EqualWork) -> tuple[str, str] | None:
     if gap is None or pd.isna(gap):
         return "unscored", "the scorer read no greedy gaps for this output"
     asked, got, finish = int(row["max_tokens"]), int(row["decode_tokens"]), row["finish"]
-    if got != asked and not (finish == "stop" and row["stop_gap_sd"] <= rule.margin_sd):
+    if got != asked and not (finish == "stop" and row["stop_gap_sd"] == 0):  # only the greedy stop is equal work
         why = (f"; greedy decoding would not stop there (end of generation {row['stop_gap_sd']:.2f} σ below the "
-               "scorer's top token)" if finish == "stop" else "")
+               "scorer's top token; a stop must be the greedy stop)" if finish == "stop" else "")
         return "less-work", f"decoded {got} of the {asked} tokens asked (finish {finish}{why})"
     if not math.isfinite(gap):
         return "not-greedy", f"output token {int(row['greedy_gap_at'])} is not in the model's vocabulary"

@@ -4,20 +4,25 @@
 step-function win over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline."
 The claim's rule: the subject arm's end-to-end loop time beats the best llama.cpp arm (speculation
 included) by at least 2× on the lower bound of the bootstrap CI, over at least ``CLAIM_MIN_TURNS``
-turns on which both arms did the same work with the same output. A laxer rule (a smaller speed-up,
-the point estimate, fewer turns) is *exploratory*: it is measured and reported, never the claim's verdict.
-Confirmed and refuted need the same conditions: on target, the claim's rule and equal-work rule, enough
-compared turns, a subject that did the turns' work, and the whole llama.cpp baseline (:data:`BASELINE`) qualified.
+turns on which both arms did the same work with the same output. Any other rule, laxer or stricter (a raised
+bar refutes an honest win; a stricter equal-work margin can disqualify the fastest llama.cpp arm) is
+*exploratory*: it is measured and reported, never the claim's verdict. Confirmed and refuted need the same
+conditions: on target, the claim's rule and equal-work rule, enough compared turns, a subject that did the turns'
+work, every llama.cpp arm of the run qualified and the whole baseline (:data:`BASELINE`) among them, and a verdict
+that still holds with every excluded turn counted at its worst for it (the excluded turns cannot select the sample).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any, Mapping
 
 CLAIM = "entry.step_function"
 CLAIM_MIN_SPEEDUP = 2.0  # "a step-function win": the blueprint's 2×, the one home of that number
 CLAIM_MIN_TURNS = 20  # compared turns below which a bootstrap CI over turns is no basis for a verdict
+#: The claim's rule, field by field: a rule that moves any of them, either way, is exploratory.
+CLAIM_RULE_VALUES = {"min_speedup": CLAIM_MIN_SPEEDUP, "bound": "low", "min_turns": CLAIM_MIN_TURNS}
 
 GPU_RUN_MUST_ADD = (
     "the llama.cpp CUDA arm (llama.cpp arms with gpu_layers offloading every layer)",
@@ -33,6 +38,17 @@ GPU_RUN_MUST_ADD = (
 #: target each must be llama.cpp's CUDA cell: an arm counts there only where its engine said it holds every layer on
 #: the GPU (``arms.on_gpu``).
 BASELINE = {(True, "none"): "llama.cpp with prefix reuse", (True, "engine"): "llama.cpp's own speculation"}
+
+
+def departures(rule: Any, claim: Mapping[str, Any]) -> str | None:
+    """Where ``rule`` departs from the ``claim``'s values (field → value), either way, or None."""
+    moved = [f"{k} {_show(getattr(rule, k))} instead of the claim's {_show(v)}" for k, v in claim.items()
+             if getattr(rule, k) != v]
+    return "; ".join(moved) or None
+
+
+def _show(v: Any) -> str:
+    return format(v, "g") if isinstance(v, float) else str(v)
 
 
 @dataclass(frozen=True)
@@ -53,13 +69,8 @@ class GateRule:
 
     @property
     def exploratory(self) -> str | None:
-        """Why this rule is laxer than the claim's (so it can never give the claim's verdict), or None."""
-        lax = [why for bad, why in (
-            (self.min_speedup < CLAIM_MIN_SPEEDUP, f"min_speedup {self.min_speedup:g}× < the claim's {CLAIM_MIN_SPEEDUP:g}×"),
-            (self.bound != "low", "the point estimate instead of the CI's lower bound"),
-            (self.min_turns < CLAIM_MIN_TURNS, f"min_turns {self.min_turns} < the claim's {CLAIM_MIN_TURNS}"),
-        ) if bad]
-        return "; ".join(lax) or None
+        """Why this rule is not the claim's (so it can never give the claim's verdict), or None."""
+        return departures(self, CLAIM_RULE_VALUES)
 
     def describe(self) -> str:
         where = "the lower bound of its 95% bootstrap CI" if self.bound == "low" else "its point estimate"
@@ -84,7 +95,11 @@ class GateEvidence:
     no_reference: str | None = None  # why no llama.cpp arm qualifies, when one ran
     on_target: bool = False  # verified: a GPU in the finding's fingerprint and a certified model
     baseline_missing: tuple[str, ...] = ()  # the kinds of BASELINE no qualified llama.cpp arm of the run is
-    lax_work: str | None = None  # why the run's equal-work rule admits more than the claim's (equal.EqualWork)
+    baseline_disqualified: tuple[str, ...] = ()  # the run's llama.cpp arms the equal-work rule disqualified
+    other_work: str | None = None  # why the run's equal-work rule is not the claim's (equal.EqualWork)
+    excluded_turns: int = 0  # turns the subject and that arm both served, not both comparably
+    against: dict | None = None  # the speed-up with every excluded turn counted against the subject
+    favour: dict | None = None  # … and counted in its favour
 
 
 @dataclass(frozen=True)
@@ -92,6 +107,22 @@ class GateOutcome:
     verdict: str  # confirmed | refuted | inconclusive | not-run
     summary: str
     reason: str | None = None
+
+
+def _figure(e: dict) -> str:
+    return f"{e['value']:.3g}× [{e['low']:.3g}, {e['high']:.3g}]"
+
+
+def _side(rule: GateRule, e: dict) -> str:
+    """Where an estimate lies against the rule's bar: ``confirmed``, ``refuted``, or why neither."""
+    x = e["low"] if rule.bound == "low" else e["value"]
+    if not math.isfinite(x) or not math.isfinite(e["high"]):
+        return "no interval"
+    if x >= rule.min_speedup:
+        return "confirmed"
+    if e["high"] < rule.min_speedup or rule.bound == "value":
+        return "refuted"
+    return f"the interval straddles {rule.min_speedup:g}×"
 
 
 def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
@@ -104,24 +135,27 @@ def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
         return GateOutcome("not-run" if ev.no_reference is None else "inconclusive", f"Unresolved: {why}", why)
     if ev.disqualified:
         return GateOutcome("inconclusive", f"{rule.subject} cannot be compared: {ev.disqualified}")
-    x = ev.speedup["low"] if rule.bound == "low" else ev.speedup["value"]
-    figure = (f"{ev.speedup['value']:.3g}× [{ev.speedup['low']:.3g}, {ev.speedup['high']:.3g}] over "
-              f"{ev.best_reference} on {ev.compared_turns} compared turns")
+    figure = f"{_figure(ev.speedup)} over {ev.best_reference} on {ev.compared_turns} compared turns"
+    if ev.excluded_turns:
+        figure += (f" ({ev.excluded_turns} excluded turns counted against it: "
+                   f"{_figure(ev.against) if ev.against else 'not measured'}; in its favour: "
+                   f"{_figure(ev.favour) if ev.favour else 'not measured'})")
     if ev.compared_turns < rule.min_turns:
         return GateOutcome("inconclusive", f"{rule.subject} {figure}: fewer than the rule's {rule.min_turns} turns")
-    if not math.isfinite(x) or not math.isfinite(ev.speedup["high"]):
-        return GateOutcome("inconclusive", f"{rule.subject} {figure}: no interval")
-    if x >= rule.min_speedup:
-        verdict, text = "confirmed", f"clears {rule.min_speedup:g}×"
-    elif ev.speedup["high"] < rule.min_speedup or rule.bound == "value":
-        verdict, text = "refuted", f"below {rule.min_speedup:g}×"
-    else:
-        return GateOutcome("inconclusive", f"{rule.subject} {figure}: the interval straddles {rule.min_speedup:g}×")
+    verdict = _side(rule, ev.speedup)
+    if verdict not in {"confirmed", "refuted"}:
+        return GateOutcome("inconclusive", f"{rule.subject} {figure}: {verdict}")
+    text = f"clears {rule.min_speedup:g}×" if verdict == "confirmed" else f"below {rule.min_speedup:g}×"
+    worst, way = (ev.against, "against it") if verdict == "confirmed" else (ev.favour, "in its favour")
     held_back = [why for bad, why in (
         (not ev.on_target, "not on target hardware with a certified model"),
         (rule.exploratory is not None, f"an exploratory rule ({rule.exploratory})"),
         (bool(ev.baseline_missing), f"the llama.cpp baseline lacks {' and '.join(ev.baseline_missing)}"),
-        (ev.lax_work is not None, f"a laxer equal-work rule ({ev.lax_work})"),
+        (bool(ev.baseline_disqualified), f"the equal-work rule disqualified the run's llama.cpp arm(s) "
+                                         f"{', '.join(ev.baseline_disqualified)}, so the bar is not the whole run's"),
+        (ev.other_work is not None, f"an exploratory equal-work rule ({ev.other_work})"),
+        (ev.excluded_turns > 0 and (worst is None or _side(rule, worst) != verdict),
+         f"with its {ev.excluded_turns} excluded turns counted {way} the verdict does not hold"),
     ) if bad]
     if held_back:
         return GateOutcome("inconclusive", f"{rule.subject} {figure}: {text}, but {' and '.join(held_back)}, "
@@ -129,5 +163,5 @@ def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
     return GateOutcome(verdict, f"{rule.subject} {figure}: {text}")
 
 
-__all__ = ["BASELINE", "CLAIM", "CLAIM_MIN_SPEEDUP", "CLAIM_MIN_TURNS", "GPU_RUN_MUST_ADD", "GateEvidence", "GateOutcome",
-           "GateRule", "decide"]
+__all__ = ["BASELINE", "CLAIM", "CLAIM_MIN_SPEEDUP", "CLAIM_MIN_TURNS", "CLAIM_RULE_VALUES", "GPU_RUN_MUST_ADD",
+           "GateEvidence", "GateOutcome", "GateRule", "decide", "departures"]

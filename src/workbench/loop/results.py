@@ -143,6 +143,9 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
+        if name != best:
+            _lengths(rows, best, name, steps, s)
+            _excluded_at_worst(rows, best, name, steps, s, seed)
     if name != work.reference and work.reference in set(rows.arm):
         same = rows[rows.arm == name]["same_tokens_as_reference"]
         s.notes.append(f"output token-identical to the reference arm {work.reference} on {int(same.sum())}/{len(same)} "
@@ -158,6 +161,34 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         est = stats.bootstrap([base, arm], stats.median_ratio, seed=seed)
         s.metrics["decode_speedup_copy_heavy"] = est.value
         s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": len(steps), "reference": plain}
+
+
+def _lengths(rows: pd.DataFrame, best: str, name: str, steps: Sequence[int], s: ArmSummary) -> None:
+    """Decoded lengths against the best arm's on the compared turns: both did the work (the lengths asked, or a greedy
+    stop), yet a near-tie broken towards a stop on one of them makes the lengths, and so the times, differ."""
+    ref, mine = paired(rows, best, name, "decode_tokens", steps)
+    s.metrics["decode_tokens_vs_best_llamacpp"] = mine.sum() / ref.sum() if ref.sum() else float("nan")
+    if differ := int((ref != mine).sum()):
+        s.notes.append(f"decoded lengths differ from {best}'s on {differ} of the {len(steps)} compared turns "
+                       f"({int(mine.sum())} tokens against {int(ref.sum())}; each a greedy stop or the length asked)")
+
+
+def _excluded_at_worst(rows: pd.DataFrame, best: str, name: str, steps: Sequence[int], s: ArmSummary,
+                       seed: int) -> None:
+    """The speed-up over every turn both arms served, each excluded one counted against ``name`` (its time no less than
+    the best arm's there) and in its favour (no more). What an excluded turn's work would have cost is unknown, so
+    a verdict must hold either way, else the exclusions could have selected the sample."""
+    both = rows.pivot(index="step", columns="arm", values="e2e_s")[[best, name]].dropna()
+    out, kept = both[~both.index.isin(steps)], both[both.index.isin(steps)]
+    if out.empty:
+        return
+    ref = np.concatenate([kept[best], out[best]])
+    for way, worst in (("against", np.maximum), ("favour", np.minimum)):
+        est = stats.bootstrap([ref, np.concatenate([kept[name], worst(out[name], out[best])])], stats.ratio_of_sums,
+                              seed=seed)
+        s.ci[f"speedup_excluded_{way}"] = est.as_dict() | {"reference": best, "turns": len(both), "excluded": len(out)}
+    s.metrics |= {"speedup_excluded_against_low": s.ci["speedup_excluded_against"]["low"],
+                  "speedup_excluded_favour_high": s.ci["speedup_excluded_favour"]["high"]}
 
 
 def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str], seed: int = 0,
@@ -302,11 +333,14 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
     if subject is None or subject.reason:
         return _gate.GateEvidence(None, subject.reason if subject else None, best, no_reference=no_ref)
     ci = subject.ci.get("speedup_vs_best_llamacpp")
+    against, favour = subject.ci.get("speedup_excluded_against"), subject.ci.get("speedup_excluded_favour")
     return _gate.GateEvidence(
         ci or {"value": float("nan"), "low": float("nan"), "high": float("nan")}, None, best,
         compared_turns=int(ci["turns"]) if ci else 0,
         disqualified=subject.disqualified or (None if ci or best is None else "no turn was served comparably"),
-        no_reference=no_ref, on_target=target is not None, baseline_missing=missing, lax_work=work.exploratory)
+        no_reference=no_ref, on_target=target is not None, baseline_missing=missing,
+        baseline_disqualified=tuple(s.arm for s in ran_refs if s.disqualified), other_work=work.exploratory,
+        excluded_turns=int(against["excluded"]) if against else 0, against=against, favour=favour)
 
 
 def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
