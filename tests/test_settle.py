@@ -154,7 +154,7 @@ CASES = [
     ("the gate whose interval does not clear 2x", gate_finding(low=1.2), False, "the gate says inconclusive"),
     ("the gate with the baseline incomplete", gate_finding(baseline_missing=("llama.cpp's own speculation",)),
      False, "lacks"),
-    ("the gate with a laxer equal-work rule than it says", gate_finding(), False, "laxer equal-work rule"),
+    ("the gate with a laxer equal-work rule than it says", gate_finding(), False, "exploratory equal-work rule"),
     ("the gate whose rows name no best llama.cpp arm", gate_finding(), False, "not-run"),
     ("the gate with no gate evidence recorded", gate_finding(), False, "not recorded whole"),
 ]

@@ -358,7 +358,7 @@ def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     best = [r["arm"] for r in f.evidence.get("rows", []) if r.get("best_llamacpp") is True]
     return _gate.GateEvidence(**rest | {  # what the rows and the rule give is read from them, not from the summary
         "speedup": speedup, "on_target": bool(f.environment.get("target")) and has_gpu(f),
-        "lax_work": equal.EqualWork(**work).exploratory, "best_reference": best[0] if len(best) == 1 else None})
+        "other_work": equal.EqualWork(**work).exploratory, "best_reference": best[0] if len(best) == 1 else None})
 
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
