@@ -281,6 +281,22 @@ def test_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_
     assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest
 
 
+
+def test_on_the_tensorrt_llm_double_a_release_without_lora_symbols_is_not_applicable(fake_trt, tmp_path, monkeypatch):
+    """The engine's own word that it has no LoRA: the guard finds ``llmapi.LoRARequest`` missing, so the cell with
+    the adapter is refused (EngineUnavailable) where the one without it opened; the row is not-applicable."""
+    from doubles.trtllm_fixture import model_dir
+
+    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
+    f = probes.run("isolation.cache_salt", engine="trtllm", isolated=False, model=str(model_dir(tmp_path, vocab_size=32000)),
+                   params={"trials": 8, "prompt_tokens": 64, "alpha": 0.05},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is True and "LoRARequest" in arm["absent"]
+    assert f.claim_verdicts["contract.lora"] == "not-applicable"
+    assert any("the engine has no LoRA" in n for n in f.evidence["notes"])
+
+
 # --------------------------------------------------------------------------- the decision ladder, as a table
 
 
