@@ -428,3 +428,20 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2(tmp_path):
     r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--job-timeout", "0"])
     assert r.exit_code == 2 and "--job-timeout 0: give a number of seconds above 0" in r.output
     assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_a_remote_job_lands_only_the_findings_its_own_attempt_wrote(tmp_path):
+    """Fleet write-back: a finding another attempt wrote (stale in the job's folder, another job's, or one with no
+    attempt id) is set aside under superseded/, never counted as this attempt's; its notebook still lands."""
+    def doc(attempt):
+        return json.dumps({"schema": findings.SCHEMA_ID, "id": attempt or "none"}
+                          | ({"attempt": attempt} if attempt else {})).encode()
+
+    files = {"findings/mine.json": doc("a2"), "findings/stale.json": doc("a1"), "findings/bare.json": doc(None),
+             "findings/notes.json": b"not json", "executed/x.ipynb": b"{}"}
+    assert runner.land(tmp_path, files, "a2", "trtllm/70_event_plane") == 2
+    assert finding_files(tmp_path) == {"mine.json", "notes.json"}
+    assert {p.name for p in (tmp_path / "superseded" / "trtllm_70_event_plane").iterdir()} == {"stale.json",
+                                                                                              "bare.json"}
+    assert (tmp_path / "executed" / "x.ipynb").read_bytes() == b"{}"
+    assert runner.land(tmp_path, {"findings/stale.json": doc("a1")}, "a3", "trtllm/70_event_plane") == 1  # twice

@@ -445,17 +445,36 @@ class _Forkservers(contextlib.ExitStack):
         return self.open[next(iter(needed))][0]
 
 
-def land(out: Path, files: Mapping[str, bytes]) -> None:
-    """Write what a remote job brought back into the run folder: a finding never replaces another (ids are
-    unique), an executed notebook or log replaces the earlier attempt's; a path outside the folder is refused."""
+def land(out: Path, files: Mapping[str, bytes], attempt: str, key: str) -> int:
+    """Write what a remote job's attempt ``attempt`` brought back into the run folder: a finding never replaces
+    another (ids are unique), an executed notebook or log replaces the earlier attempt's; a path outside the
+    folder is refused. A finding another attempt wrote (a stale file in the job's folder, another job's) is not
+    this attempt's result: it goes to ``superseded/<key>/``, as :func:`set_aside` would move it. Returns how many."""
     from .files import atomic_write
 
+    stale = 0
     for rel, data in files.items():
         path = (out / rel).resolve()
         if out not in path.parents:
             raise RunError(f"a job sent back {rel!r}, outside the run folder")
+        finding = rel.startswith("findings/")
+        if finding and _written_by_another(data, attempt):  # the same stale file twice is one file: replaced
+            path, finding, stale = out / "superseded" / key.replace("/", "_") / path.name, False, stale + 1
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, data, overwrite=not rel.startswith("findings/"))
+        atomic_write(path, data, overwrite=not finding)
+    return stale
+
+
+def _written_by_another(data: bytes, attempt: str) -> bool:
+    """A finding (by its schema) whose recorded attempt id is not ``attempt``, or that records none."""
+    from .findings import SCHEMA_FAMILY
+
+    try:
+        doc = json.loads(data)
+    except ValueError:  # not JSON: not a finding; it lands, and the scan of the folder names it
+        return False
+    return (isinstance(doc, dict) and str(doc.get("schema", "")).startswith(SCHEMA_FAMILY)
+            and doc.get("attempt") != attempt)
 
 
 def batch_jobs(out: Path, engines: Sequence[str], model: str, params: Mapping[str, Any] | None = None,
@@ -564,8 +583,9 @@ def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, ve
             return entry.attempt
 
         for job, attempt, ran in executor.run(pending, out, start, verbose):
-            land(out, ran.files)
             entry = running.pop(attempt)
+            if stale := land(out, ran.files, attempt, entry.name):
+                console.print(f"[dim]set aside[/] {stale} finding(s) {entry.name} sent back from another attempt")
             entry.status, entry.error, entry.duration_s = ran.status, ran.error, ran.duration_s
             entry.node, entry.retried = dict(ran.node) if ran.node else None, ran.retried
             if entry.status == TIMEOUT:  # nothing a stopped job wrote counts (a remote one sent nothing back)

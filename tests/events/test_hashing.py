@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from workbench.events.hashing import (TrtllmHasher, VllmHasher, _mix32, _mix64, trtllm_salt_id,
-                                      trtllm_v1_block_key)
+from workbench.events.hashing import (TRTLLM_SALT_SCHEMES, TrtllmHasher, VllmHasher, _mix32, _mix64,
+                                      std_string_hash, trtllm_salt_id, trtllm_v1_block_key)
 
 
 def test_vllm_chain_hashes_full_blocks_only_and_chains_on_the_full_digest():
@@ -73,3 +73,29 @@ def test_trtllm_salt_id_is_blake3_little_endian():
     import blake3
 
     assert trtllm_salt_id("a") == int.from_bytes(blake3.blake3(b"a").digest()[:8], "little")
+
+
+@pytest.mark.parametrize("salt,value", [  # printed by std::hash<std::string> from g++ 12 (libstdc++), x86-64
+    ("", 6142509188972423790),
+    ("a", 4993892634952068459),
+    ("abcdefgh", 8664279048047335611),  # one whole 8-byte word
+    ("abcdefghi", 13036955925923793583),  # a word and a 1-byte tail
+    ("parity-0", 14145662363228740128),
+    ("tenant-A:123456789abcdef", 14398242338990897357),
+])
+def test_std_string_hash_is_libstdcxx(salt, value):
+    assert std_string_hash(salt) == value
+
+
+@pytest.mark.parametrize("scheme,salt_id", [
+    ("1.2", trtllm_salt_id("s")),
+    ("std_hash", std_string_hash("s")),
+    ("unsalted", None),
+])
+def test_trtllm_salt_schemes_differ_only_in_the_first_blocks_salt_value(scheme, salt_id):
+    s = next(x for x in TRTLLM_SALT_SCHEMES if x.name == scheme)
+    toks = list(range(9))
+    first = trtllm_v1_block_key(toks[:4], salt_id=salt_id)
+    assert TrtllmHasher(4, s).chain(toks, salt="s") == [first, trtllm_v1_block_key(toks[4:8], first)]
+    assert TrtllmHasher(4, s).chain(toks) == TrtllmHasher(4).chain(toks)  # an unsalted request: one scheme
+    assert s in {v for v, _ in TrtllmHasher(4).variants()} or s == TrtllmHasher(4).salt_scheme

@@ -8,6 +8,7 @@ import pytest
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
 from workbench.contract import KvEvent
+from workbench.events.hashing import TRTLLM_SALT_SCHEMES, TrtllmHasher, VllmHasher
 from workbench.probes import (events_admission, events_fidelity, events_isolation, events_overflow, events_ownership,
                               events_parity)
 
@@ -30,9 +31,10 @@ def _fid(pairs, arm=RIGHT, blind=None):
 
 
 @pytest.mark.parametrize("rows,evicted,verdict,diagnosis", [
-    (_fid([(0, 0), (64, 64)]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "confirmed", "confirmed"),
+    # the wrong arms' hits stay 0, but event ownership, the claim's third cause, is never tested: partial
+    (_fid([(0, 0), (64, 64)]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "confirmed", "partial"),
     # evictions happened, but no request asked for an evicted block: ignoring removals predicts the same
-    (_fid([(0, 0), (64, 64)], blind=[0, 64]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "inconclusive", "confirmed"),
+    (_fid([(0, 0), (64, 64)], blind=[0, 64]) + _fid([(0, 0), (0, 64)], "wrong"), 3, "inconclusive", "partial"),
     (_fid([(0, 0), (64, 64), (32, 64)]) + _fid([(0, 0), (32, 64), (0, 0)], "wrong"), 3, "partial", "refuted"),
     (_fid([(64, 0), (0, 64)]), 3, "refuted", "inconclusive"),
     (_fid([(0, 0), (64, 64)]), 0, "inconclusive", "inconclusive"),  # nothing evicted
@@ -43,6 +45,7 @@ def test_fidelity_rule(rows, evicted, verdict, diagnosis):
     o = _guarded(events_fidelity.verdict(rows, evicted, RIGHT))
     assert o.verdict == verdict, o.summary
     assert o.claim_verdicts["gateway.diagnosis"] == diagnosis
+    assert any("not tested: event ownership" in n for n in o.notes)
 
 
 @pytest.mark.parametrize("rows,verdict", [
@@ -53,6 +56,28 @@ def test_fidelity_rule(rows, evicted, verdict, diagnosis):
 ])
 def test_parity_rule(rows, verdict):
     assert _guarded(events_parity.verdict(rows, "0", "0")).verdict == verdict
+
+
+def _stored(chain, block_size=4):
+    return [KvEvent("stored", i, (h,), None, ((1,) * block_size,)) for i, h in enumerate(chain)]
+
+
+PROMPT = list(range(100, 109))  # two stored blocks of 4 (the last token never enters a key)
+
+
+@pytest.mark.parametrize("engine,verdict,named", [  # the engine hashes under each scheme; the client declares 1.2
+    (TrtllmHasher(4), "confirmed", None),
+    (TrtllmHasher(4, TRTLLM_SALT_SCHEMES[1]), "partial", "std::hash<std::string>"),
+    (TrtllmHasher(4, TRTLLM_SALT_SCHEMES[2]), "partial", "does not enter the block key"),
+    (VllmHasher(4, "sha256", "0"), "refuted", None),  # a scheme no row of the table knows: refuted, as before
+])
+def test_parity_names_a_release_whose_salt_scheme_changed(engine, verdict, named):
+    rows = [{"request": i, **events_parity.request_row(_stored(engine.chain(PROMPT, salt=f"s{i}")), PROMPT,
+                                                       f"s{i}", TrtllmHasher(4))} for i in range(2)]
+    o = _guarded(events_parity.verdict(rows, "0", "0", "trtllm 1.3.0"))
+    assert o.verdict == verdict, o.summary
+    assert ("hash scheme changed in trtllm 1.3.0" in o.summary) == bool(named), o.summary
+    assert named is None or named in o.summary
 
 
 def test_parity_compares_full_blocks_and_leaves_a_partial_tail_apart():

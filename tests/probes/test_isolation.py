@@ -8,7 +8,7 @@ from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.probes.isolation import Params, Ratio, ks_floor, tost_log, ttft_ratio, verdict
+from workbench.probes.isolation import Params, Ratio, ks_floor, lora_row, tost_log, ttft_ratio, verdict
 
 P = Params(trials=16)
 
@@ -128,10 +128,24 @@ def test_the_lora_row_is_the_engines_answer_to_adapter_requests():
     assert lora(ARM | {"adapter_tokens": ARM["base_tokens"]})[0] == "inconclusive"  # no sign it was applied
     assert lora(ARM | {"reused": [0, 0, 0, 0]})[0] == "inconclusive"  # nothing cached: 0 across says nothing
     assert lora(ARM | {"reused": [0, 64, None, 64]})[0] == "inconclusive"  # the engine gave no count
-    refused = ARM | {"refused": True, "error": "LoRA is not supported on this platform"}
-    o = verdict(counted, ADAPTER, P, lora_arm=refused)
-    assert o.claim_verdicts["contract.lora"] == "not-applicable" and any("not supported" in n for n in o.notes)
     assert lora(ARM | {"refused": None, "error": "no adapter to send"})[0] == "inconclusive"
+
+
+GUARD = "tensorrt_llm 1.2.1 lacks llmapi.LoRARequest (LoRA adapters)"
+
+
+@pytest.mark.parametrize("refusal,row,says", [
+    # the engine refused the adapter the workbench wrote for it: a refusal of our artifact, not an absence
+    ({"error": "adapter_config.json: target module 'q_proj' has rank 0"}, "inconclusive", "rank 0"),
+    ({"error": "bad adapter", "adapter": "/my/adapter"}, "inconclusive", "/my/adapter"),  # a user's, likewise
+    # the engine's own word that it has no LoRA (the guard found its LoRA symbols missing): the mechanism is absent
+    ({"error": GUARD, "absent": GUARD}, "not-applicable", "has no LoRA"),
+])
+def test_an_adapter_refusal_is_not_applicable_only_on_the_engines_word(refusal, row, says):
+    arm = {"arm": "adapter requests", "refused": True, "adapter": "written from the model's geometry"} | refusal
+    verdict_, _, notes, rests = lora_row(arm, ADAPTER, None)
+    assert verdict_ == row and not rests
+    assert any(says in n for n in notes), notes
 
 
 def test_a_lora_verdict_beside_engine_counts_that_contradict_it_is_downgraded():
@@ -284,6 +298,22 @@ def test_on_the_tensorrt_llm_double_an_adapter_that_changes_nothing_leaves_lora_
     sent = [c[1]["lora_request"] for llm in fake_trt.llmapi.llm.LLM.instances for c in llm.calls
             if c[0] == "generate_async"]
     assert any(r is not None for r in sent)  # the adapter rode real requests, not only the cell's manifest
+
+
+
+def test_on_the_tensorrt_llm_double_a_release_without_lora_symbols_is_not_applicable(fake_trt, tmp_path, monkeypatch):
+    """The engine's own word that it has no LoRA: the guard finds ``llmapi.LoRARequest`` missing, so the cell with
+    the adapter is refused (EngineUnavailable) where the one without it opened; the row is not-applicable."""
+    from doubles.trtllm_fixture import model_dir
+
+    monkeypatch.delattr(fake_trt.llmapi, "LoRARequest")
+    f = probes.run("isolation.cache_salt", engine="trtllm", isolated=False, model=str(model_dir(tmp_path, vocab_size=32000)),
+                   params={"trials": 8, "prompt_tokens": 64, "alpha": 0.05},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is True and "LoRARequest" in arm["absent"]
+    assert f.claim_verdicts["contract.lora"] == "not-applicable"
+    assert any("the engine has no LoRA" in n for n in f.evidence["notes"])
 
 
 # --------------------------------------------------------------------------- the decision ladder, as a table

@@ -3,6 +3,9 @@
 Each request's stored events are compared with the hashes the client computes (:mod:`workbench.events.hashing`)
 from the prompt, the engine's block size and the ``PYTHONHASHSEED`` the client believes the engine has
 (``client_seed``; empty: the engine's). A different seed must break parity: that is the test that can fail.
+Where the declared scheme misses, each other known scheme (``hasher.variants()``, e.g. TensorRT-LLM's salt
+hashed another way) is tried: one that recomputes every block names a release whose scheme changed, not an
+engine whose hashes cannot be recomputed.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 
 from . import Outcome, Probe, ProbeContext, Support, param
 from ..contract import KvEvent
+from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
 from .common import token_ids
 from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
 
@@ -53,11 +57,18 @@ class HashParity(Probe):
                     salt = f"parity-{i}" if p.salted else None
                     cell.ensure_prefix(prompt, salt=salt)
                     stored = [e for e in source.poll(0.5) if e.kind == "stored"]
-                    client = hasher.chain(prompt, salt=salt_of(cell, salt))
-                    rows.append({"request": i, **compare(stored, client, hasher.block_size), "salted": p.salted})
+                    rows.append({"request": i, **request_row(stored, prompt, salt_of(cell, salt), hasher),
+                                 "salted": p.salted})
             finally:
                 source.close()
-        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed)
+        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed, f"{d.engine} {d.engine_version}")
+
+
+def request_row(stored: list[KvEvent], prompt: list[int], salt: str | None, hasher: Hasher) -> dict:
+    """One request's stored blocks against the declared scheme's chain, and (``equal_<scheme>``) each variant's."""
+    other = {f"equal_{s.name}": compare(stored, h.chain(prompt, salt=salt), h.block_size)["equal"]
+             for s, h in hasher.variants()}
+    return {**compare(stored, hasher.chain(prompt, salt=salt), hasher.block_size), **other}
 
 
 def compare(stored: list[KvEvent], client: list[int], block_size: int) -> dict:
@@ -72,7 +83,13 @@ def compare(stored: list[KvEvent], client: list[int], block_size: int) -> dict:
             "first_client": client[0] if client else None}
 
 
-def verdict(rows: list[dict], client_seed: str, engine_seed: str) -> Outcome:
+def changed_scheme(rows: list[dict], blocks: int) -> SaltScheme | None:
+    """The known variant scheme (:data:`TRTLLM_SALT_SCHEMES`) under which the client recomputed every block."""
+    return next((s for s in TRTLLM_SALT_SCHEMES[1:] if blocks and sum(r.get(f"equal_{s.name}", 0) for r in rows)
+                 == blocks), None)
+
+
+def verdict(rows: list[dict], client_seed: str, engine_seed: str, release: str = "") -> Outcome:
     blocks = sum(r["engine_blocks"] for r in rows)
     equal = sum(r["equal"] for r in rows)
     frac = equal / blocks if blocks else float("nan")
@@ -85,6 +102,14 @@ def verdict(rows: list[dict], client_seed: str, engine_seed: str) -> Outcome:
         return Outcome("confirmed", f"All {blocks} stored-block hashes the engine published were recomputed from the "
                        "token ids by the client.", metrics, rows, notes,
                        rests_on=(Support("hash_parity_fraction", ">=", 1.0),))
+    if (scheme := changed_scheme(rows, blocks)) is not None:
+        # parity then holds for the engine under another scheme: what changed is the scheme, named, not refuted
+        return Outcome("partial", f"The hash scheme changed in {release or 'this release'}: {scheme.difference}. "
+                       f"Under that scheme the client recomputed all {blocks} stored-block hashes; under "
+                       f"{TRTLLM_SALT_SCHEMES[0].name}'s, {equal}. A gateway written to "
+                       f"{TRTLLM_SALT_SCHEMES[0].name} must change its hashing.", metrics, rows,
+                       notes + [f"scheme {scheme.name}: {scheme.source}"],
+                       rests_on=(Support("hash_parity_fraction", "<", 1.0),))
     return Outcome("refuted" if equal == 0 else "partial",
                    f"The client recomputed {equal} of {blocks} of the engine's block hashes ({frac:.0%}); with "
                    f"PYTHONHASHSEED {client_seed!r} against the engine's {engine_seed!r} the chains "

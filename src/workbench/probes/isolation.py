@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from .. import adapters, models
-from ..contract import ManifestMismatch, UnsupportedFeature, WorkbenchError
+from ..contract import EngineUnavailable, ManifestMismatch, UnsupportedFeature, WorkbenchError
 from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, reported_source, spread, timed, token_ids
 
@@ -145,7 +145,8 @@ class CacheSalt(Probe):
         """One engine with the adapter loaded (``adapter``, else one written from the model's geometry): a prompt
         twice without the adapter, then twice with it, all under one key, so only the engine can keep the
         adapter's KV apart; each reply's reuse is the engine's own count."""
-        arm = {"arm": "adapter requests", "refused": None, "error": None}
+        arm = {"arm": "adapter requests", "refused": None, "error": None,
+               "adapter": p.adapter or "written from the model's geometry"}
         with tempfile.TemporaryDirectory(prefix="workbench-lora-") as tmp:
             try:
                 path = p.adapter or str(adapters.write_lora(models.hf_directory(ctx.resolved), tmp))
@@ -159,11 +160,12 @@ class CacheSalt(Probe):
                     replies = [cell.adapter_request(prompt, key=key, adapter=a) for a in (False, False, True, True)]
             except (models.ModelSpecError, UnsupportedFeature) as e:  # not the engine's answer: the adapter given is
                 return arm | {"error": str(e)}  # not one, or the cell cannot send adapters (a served engine)
-            except WorkbenchError as e:  # the engine refused to start or serve with the adapter
+            except EngineUnavailable as e:  # it opened without adapters: its release lacks LoRA (missing symbols)
+                return arm | {"refused": True, "error": str(e), "absent": str(e)}
+            except WorkbenchError as e:  # the engine refused to start or serve with this adapter
                 return arm | {"refused": True, "error": str(e)}
-        return arm | {"refused": False, "adapter": p.adapter or "written from the model's geometry",
-                      "reused": [r.reused_tokens for r in replies], "base_tokens": list(replies[0].tokens),
-                      "adapter_tokens": list(replies[2].tokens)}
+        return arm | {"refused": False, "reused": [r.reused_tokens for r in replies],
+                      "base_tokens": list(replies[0].tokens), "adapter_tokens": list(replies[2].tokens)}
 
     def _engine_accepts(self, ctx: ProbeContext, snap, model: str) -> dict:
         """Hand the foreign state to the engine directly (the cell's manifest check bypassed) and decode."""
@@ -230,20 +232,15 @@ def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tup
     verdict, metrics, notes and the values it rests on. Confirmed only when the adapter changed the engine's
     output and the engine, with the base model's KV of the same prompt under the same key there to reuse
     (a base repeat reused it), reused none of it for the adapter request, yet reused the adapter's own on a
-    repeat. The cell refusing a snapshot across the adapter manifest is its own digest check, never the answer."""
+    repeat. The cell refusing a snapshot across the adapter manifest is its own digest check, never the answer.
+    Not-applicable only on the engine's word that it has no LoRA (``absent``); its refusal of the adapter sent
+    (e.g. the one the workbench wrote, malformed for it) leaves the row inconclusive, naming the refusal."""
     notes = []
     if len(refusals) > 1:
         notes.append("the adapter arm's snapshot refusal is the cell's own manifest check, not the engine's answer")
-    if no_salt and len(refusals) > 1:  # an engine without a salt has no key to fold an adapter's digest into
-        return "not-applicable", {}, notes + [
-            "the engine has no salt to key an adapter's KV apart, so the LoRA row is not-applicable here"], ()
-    if arm is None:
-        return "inconclusive", {}, notes + ["no adapter request reached the engine, so the LoRA row stays "
-                                            "inconclusive"], ()
-    if arm["refused"]:
-        return "not-applicable", {}, notes + [f"the engine refused the adapter: {arm['error']}"], ()
-    if arm["refused"] is None:
-        return "inconclusive", {}, notes + [f"the adapter arm did not run: {arm['error']}"], ()
+    if (unanswered := _unanswered(arm, refusals, no_salt)) is not None:
+        return unanswered[0], {}, notes + [unanswered[1]], ()
+    assert arm is not None  # _unanswered answers for a missing arm
     base, base_repeat, cross, repeat = arm["reused"]
     changed = arm["base_tokens"] != arm["adapter_tokens"]
     counts = {"engine_lora_base_reused_tokens": base_repeat, "engine_lora_cross_reused_tokens": cross,
@@ -267,6 +264,23 @@ def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tup
     return "confirmed", metrics, notes, (applied, Support("engine_lora_base_reused_tokens", ">", 0),
                                          Support("engine_lora_cross_reused_tokens", "==", 0),
                                          Support("engine_lora_reused_tokens", ">", 0))
+
+
+def _unanswered(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tuple[str, str] | None:
+    """The LoRA row where no adapter request was answered, and why: (verdict, note); None when they were."""
+    if no_salt and len(refusals) > 1:  # an engine without a salt has no key to fold an adapter's digest into
+        return "not-applicable", ("the engine has no salt to key an adapter's KV apart, so the LoRA row is "
+                                  "not-applicable here")
+    if arm is None:
+        return "inconclusive", "no adapter request reached the engine, so the LoRA row stays inconclusive"
+    if arm["refused"] and arm.get("absent"):  # the engine's own word that it has no LoRA at all
+        return "not-applicable", f"the engine has no LoRA: {arm['absent']}"
+    if arm["refused"]:  # a refusal of the adapter sent is about that artifact, not the engine lacking LoRA
+        return "inconclusive", (f"the engine refused the adapter ({arm.get('adapter')}): {arm['error']}; refusing that "
+                                "artifact does not show the engine lacks LoRA, so the LoRA row stays open")
+    if arm["refused"] is None:
+        return "inconclusive", f"the adapter arm did not run: {arm['error']}"
+    return None
 
 
 @dataclass(frozen=True)
