@@ -104,8 +104,9 @@ class UnsupportedFeature(WorkbenchError):
 class EngineUnavailable(WorkbenchError):
     """The engine cannot run on this machine; ``reason`` says what a user can do about it."""
 
-    def __init__(self, engine: str, reason: str) -> None:
+    def __init__(self, engine: str, reason: str, missing: tuple[str, ...] = ()) -> None:
         self.engine, self.reason = engine, reason
+        self.missing = missing  # the symbols the installed release lacks, where that is why (the engine's own word)
         super().__init__(f"engine {engine!r} is unavailable: {reason}")
 
 

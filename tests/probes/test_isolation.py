@@ -314,6 +314,9 @@ def test_on_the_tensorrt_llm_double_a_release_without_lora_symbols_is_not_applic
     assert arm["refused"] is True and "LoRARequest" in arm["absent"]
     assert f.claim_verdicts["contract.lora"] == "not-applicable"
     assert any("the engine has no LoRA" in n for n in f.evidence["notes"])
+    from workbench import settle  # it rests on the release's missing symbols, so a reader re-derives it
+
+    assert f.metric("symbols_missing") >= 1 and settle.unsettled(f, "contract.lora") == ()
 
 
 # --------------------------------------------------------------------------- the decision ladder, as a table

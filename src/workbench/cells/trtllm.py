@@ -206,8 +206,8 @@ class TrtLlmCell(RequestCell):
         opts = TrtLlmOptions.from_options(options)
         install = trtllm_guard.load()
         refusal = install.refusal(opts.features)
-        if refusal:
-            raise EngineUnavailable(ENGINE, refusal)
+        if refusal:  # the symbols the release lacks, where that is why: the engine's own word
+            raise EngineUnavailable(ENGINE, refusal, tuple(r.symbol for r in install.failing(opts.features)))
         resolved = models.resolve(model)
         if resolved.kind != "hf":
             raise models.ModelSpecError(
@@ -318,7 +318,7 @@ class TrtLlmCell(RequestCell):
         """Refuse adapters the guard fails; keep the old engine's last events for the next drain."""
         failing = [r for r in self._guard if not r.ok and r.feature in opts.features]
         if failing:
-            raise EngineUnavailable(ENGINE, guard_failure(self.version, failing))
+            raise EngineUnavailable(ENGINE, guard_failure(self.version, failing), tuple(r.symbol for r in failing))
         self._events.extend(self._engine_events(MIN_DRAIN_TIMEOUT_S))
 
     def close(self) -> None:

@@ -48,14 +48,14 @@ RIGHT = "engine's block size and seed"
 
 
 class InventoryFidelity(Probe):
-    version = "2"
+    version = "3"  # 3: the diagnosis is partial, event ownership untested
     claims = ("gateway.inventory", "gateway.diagnosis")
     _seen = (Support("engine_evicted_blocks", ">", 0), Support("engine_reused_tokens", ">", 0))
     _reused = ((Support("engine_reused_tokens", ">", 0),),)
     rests = {("*", "confirmed"): ((*_seen, Support("inventory_exact_fraction", ">=", 1.0)),),
              ("*", "refuted"): ((*_seen, Support("inventory_exact_fraction", "<", 1.0)),),
              ("*", "partial"): ((*_seen, Support("inventory_exact_fraction", "<", 1.0)),),
-             ("gateway.diagnosis", "confirmed"): _reused, ("gateway.diagnosis", "refuted"): _reused}
+             ("gateway.diagnosis", "partial"): _reused, ("gateway.diagnosis", "refuted"): _reused}
     figures = (Figure("predicted_vs_reported", "events_fidelity"),)
     Params = Params
 

@@ -32,7 +32,7 @@ class Params:
 
 
 class HashParity(Probe):
-    version = "2"
+    version = "3"  # 3: a release whose salt scheme changed reads partial, naming the change
     claims = ("gateway.hash_parity",)
     rests = {("*", "confirmed"): ((Support("hash_parity_fraction", ">=", 1.0),),),
              ("*", "refuted"): ((Support("hash_parity_fraction", "<", 1.0),),),

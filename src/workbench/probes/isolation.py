@@ -85,13 +85,15 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "6"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys)
+    version = "7"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys);
+    # 7: a refused adapter is not-applicable only where the release lacks the LoRA symbols
     claims = ("contract.manifest", "contract.lora")
     _applied = Support("lora_changed_output", "==", True)
     rests = {("*", "refuted"): ((Support("engine_cross_manifest_reused_tokens", ">", 0),),),
              ("*", "confirmed"): ((Support("engine_cross_manifest_reused_tokens", "==", 0),
                                    Support("engine_reused_tokens", ">", 0)),),
              ("contract.lora", "partial"): ((_applied, Support("engine_lora_cross_reused_tokens", ">", 0)),),
+             ("contract.lora", "not-applicable"): ((Support("symbols_missing", ">", 0),),),
              ("contract.lora", "confirmed"): ((_applied, Support("engine_lora_base_reused_tokens", ">", 0),
                                                Support("engine_lora_cross_reused_tokens", "==", 0),
                                                Support("engine_lora_reused_tokens", ">", 0)),)}
@@ -161,7 +163,7 @@ class CacheSalt(Probe):
             except (models.ModelSpecError, UnsupportedFeature) as e:  # not the engine's answer: the adapter given is
                 return arm | {"error": str(e)}  # not one, or the cell cannot send adapters (a served engine)
             except EngineUnavailable as e:  # it opened without adapters: its release lacks LoRA (missing symbols)
-                return arm | {"refused": True, "error": str(e), "absent": str(e)}
+                return arm | {"refused": True, "error": str(e), "absent": str(e), "missing": len(e.missing)}
             except WorkbenchError as e:  # the engine refused to start or serve with this adapter
                 return arm | {"refused": True, "error": str(e)}
         return arm | {"refused": False, "reused": [r.reused_tokens for r in replies],
@@ -239,7 +241,11 @@ def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tup
     if len(refusals) > 1:
         notes.append("the adapter arm's snapshot refusal is the cell's own manifest check, not the engine's answer")
     if (unanswered := _unanswered(arm, refusals, no_salt)) is not None:
-        return unanswered[0], {}, notes + [unanswered[1]], ()
+        verdict, note = unanswered
+        missing = (arm or {}).get("missing", 0) if verdict == "not-applicable" else 0
+        if missing:  # the release's own lack of the LoRA symbols: the engine's word, what not-applicable rests on
+            return verdict, {"symbols_missing": missing}, notes + [note], (Support("symbols_missing", ">", 0),)
+        return verdict, {}, notes + [note], ()
     assert arm is not None  # _unanswered answers for a missing arm
     base, base_repeat, cross, repeat = arm["reused"]
     changed = arm["base_tokens"] != arm["adapter_tokens"]
