@@ -247,6 +247,14 @@ _DECLARED = [
        "over the arm's turns, the largest gap between the scorer's top logit and the token the arm emitted, in "
        "standard deviations of that position's logits (0: every token the scorer's argmax; read from llama.cpp's "
        "logits, teacher-forced)"),
+    _m("scorer_numeric_gap_sd", "batched-vs-sequential gap", "sd", "engine",
+       "for an arm whose tokens were verified in batches (prompt lookup), the largest difference over its turns "
+       "between each of its tokens' greedy gap read in the batches it fed (replayed on the scorer) and read by "
+       "sequential decode, both from llama.cpp's logits of the same model: the batch kernels' numerics, which "
+       "widen the arm's near-tie margin"),
+    _m("near_tie_margin_sd", "near-tie margin", "sd", "derived",
+       "the near-tie margin the arm's tokens were held to: the equal-work rule's, plus its batched-vs-sequential "
+       "gap (scorer_numeric_gap_sd) where measured and within the cap"),
     _m("reuse_efficiency", "reuse efficiency", "ratio", "engine",
        "reused / theoretically reusable prompt tokens over the loop, as the engine counted them (llama.cpp: its eval "
        "counters; vLLM: num_cached_tokens; TensorRT-LLM: perf_metrics)", varies=True),

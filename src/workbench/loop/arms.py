@@ -29,6 +29,13 @@ class ArmSpec:
     help: str
     cell_options: Mapping[str, Any] = field(default_factory=dict)
 
+    @property
+    def verified_in_batches(self) -> bool:
+        """Whether the workbench verifies this arm's tokens in batches itself (prompt lookup on the llama.cpp cell):
+        the scorer then replays those batches and measures how far their numerics part from sequential decode's
+        (:meth:`.verify.Scorer.numeric_gap`). An engine's own speculation batches out of the scorer's sight."""
+        return self.speculation == "prompt-lookup"
+
 
 VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4}
 """vLLM's own n-gram speculation; measured to run on the CPU build."""

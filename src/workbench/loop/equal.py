@@ -12,6 +12,13 @@ difference is reported beside the speed-up (``decode_tokens_vs_best_llamacpp``).
 stated share of its turns is disqualified: it cannot enter the gate or be the best llama.cpp arm, and its
 finding says why. Each output is also shown against a reference arm's (declared, or chosen by
 :data:`CHOSEN`), which describes but no longer decides.
+
+An arm whose tokens the workbench verified in batches (prompt lookup) chose them under batch numerics, which part
+from the sequential decode the scorer reads by more than a near-tie. Its margin is calibrated, never set: the rule's
+margin plus the largest gap the scorer measured, on the same model and engine, between the arm's own verification
+batches and sequential decode for its own tokens (:meth:`.verify.Scorer.numeric_gap`, the row's ``numeric_gap_sd``).
+Measured, it is the claim's rule still; bounded, it cannot grow to admit another computation: an arm whose gap passes
+:data:`NUMERIC_GAP_CAP_SD` is disqualified, not admitted.
 """
 
 from __future__ import annotations
@@ -31,6 +38,12 @@ CHOSEN = ("the run's first plain arm (reuse on, no speculation) that ran, llama.
 MAX_MARGIN_SD = 2.0  # a margin this wide would admit tokens greedy decoding clearly would not pick
 CLAIM_MARGIN_SD = 0.25  # the claim's near-tie margin: a wider one admits more, so it is exploratory
 CLAIM_MAX_FAILED_SHARE = 0.1  # the claim's share of failed turns an arm may have before it is disqualified
+#: The most a measured batched-vs-sequential gap may widen an arm's margin: twice the claim's margin, above the gap
+#: measured on taubench with synthetic:tiny (0.28 σ); wider is no kernel's rounding but another computation.
+NUMERIC_GAP_CAP_SD = 2 * CLAIM_MARGIN_SD
+CALIBRATION = ("the largest difference, over the arm's turns and tokens, between each token's gap read in the "
+               "verification batches the arm fed (the same drafts replayed on the scorer) and read by sequential "
+               "decode, both from the scorer's llama.cpp logits")
 #: The claim's equal-work rule, field by field: a rule that moves any of them, either way, is exploratory.
 CLAIM_WORK = {"margin_sd": CLAIM_MARGIN_SD, "max_failed_share": CLAIM_MAX_FAILED_SHARE}
 
@@ -73,8 +86,10 @@ class EqualWork:
         return (f"a turn is compared only where every arm decoded the tokens it asked for (or stopped where greedy "
                 f"decoding does: its end of generation the scorer's top token) and every token it emitted is within "
                 f"{self.margin_sd:g} σ of the top logit of a llama.cpp scorer of the same model, teacher-forced on that "
-                f"output (a near-tie broken either way is equal work); an arm failing more than {self.max_failed_share:.0%} of its turns is disqualified"
-                + shown)
+                f"output (a near-tie broken either way is equal work); an arm whose tokens were verified in batches "
+                f"(prompt lookup) has that margin widened by its measured batched-vs-sequential gap ({CALIBRATION}; "
+                f"at most {NUMERIC_GAP_CAP_SD:g} σ, else it is disqualified); an arm failing more than "
+                f"{self.max_failed_share:.0%} of its turns is disqualified" + shown)
 
     @property
     def exploratory(self) -> str | None:
@@ -97,7 +112,20 @@ KINDS = {"unscored": "no greedy score", "less-work": "less work than asked",
          "not-greedy": "other output than greedy decoding of the model"}
 
 
-def _why(row: dict, rule: EqualWork) -> tuple[str, str] | None:
+def numeric_gaps(rows: pd.DataFrame) -> dict[str, float]:
+    """Per arm verified in batches, the largest batched-vs-sequential gap the scorer measured over its turns."""
+    if "numeric_gap_sd" not in rows:
+        return {}
+    return {str(a): float(g) for a, g in rows.groupby("arm", sort=False)["numeric_gap_sd"].max().dropna().items()}
+
+
+def margin(rule: EqualWork, gap: float | None) -> float:
+    """The near-tie margin an arm's tokens are held to: the rule's, plus its measured numeric gap where it has one
+    within :data:`NUMERIC_GAP_CAP_SD` (past it the arm is disqualified, :func:`disqualified`)."""
+    return rule.margin_sd + gap if gap is not None and gap <= NUMERIC_GAP_CAP_SD else rule.margin_sd
+
+
+def _why(row: dict, rule: EqualWork, near_tie: float) -> tuple[str, str] | None:
     """Why this row's turn cannot be compared (a kind of :data:`KINDS` and the particulars), or None."""
     gap = row.get("greedy_gap_sd")
     if gap is None or pd.isna(gap):
@@ -109,25 +137,32 @@ def _why(row: dict, rule: EqualWork) -> tuple[str, str] | None:
         return "less-work", f"decoded {got} of the {asked} tokens asked (finish {finish}{why})"
     if not math.isfinite(gap):
         return "not-greedy", f"output token {int(row['greedy_gap_at'])} is not in the model's vocabulary"
-    if gap > rule.margin_sd:
+    if gap > near_tie:
         return "not-greedy", (f"output token {int(row['greedy_gap_at'])} is {gap:.2f} σ below the scorer's top token "
-                              f"(near-tie margin {rule.margin_sd:g} σ)")
+                              f"(near-tie margin {near_tie:g} σ)")
     return None
 
 
 def mark(rows: pd.DataFrame, rule: EqualWork) -> pd.DataFrame:
-    """Add ``comparable``, ``excluded`` (a kind) and ``excluded_why`` to every (turn, arm) row; needs the
-    scorer's columns (:meth:`.verify.Greedy.as_row`)."""
+    """Add ``near_tie_margin_sd`` (the arm's :func:`margin`), ``comparable``, ``excluded`` (a kind) and
+    ``excluded_why`` to every (turn, arm) row; needs the scorer's columns (:meth:`.verify.Greedy.as_row`, and
+    ``numeric_gap_sd`` where an arm was verified in batches)."""
     if rows.empty:
-        return rows.assign(comparable=pd.Series(dtype=bool), excluded=pd.Series(dtype=object),
-                           excluded_why=pd.Series(dtype=object))
-    why = [_why(r, rule) for r in rows.to_dict("records")]
-    return rows.assign(comparable=[w is None for w in why], excluded=[w and w[0] for w in why],
+        return rows.assign(near_tie_margin_sd=pd.Series(dtype=float), comparable=pd.Series(dtype=bool),
+                           excluded=pd.Series(dtype=object), excluded_why=pd.Series(dtype=object))
+    gaps = numeric_gaps(rows)
+    near = [margin(rule, gaps.get(a)) for a in rows["arm"]]
+    why = [_why(r, rule, m) for r, m in zip(rows.to_dict("records"), near)]
+    return rows.assign(near_tie_margin_sd=near, comparable=[w is None for w in why], excluded=[w and w[0] for w in why],
                        excluded_why=[w and w[1] for w in why])
 
 
 def disqualified(rows: pd.DataFrame, arm: str, rule: EqualWork) -> str | None:
-    """Why ``arm``'s turns cannot carry a comparison (too many excluded), or None."""
+    """Why ``arm``'s turns cannot carry a comparison (a numeric gap past the cap, too many excluded), or None."""
+    gap = numeric_gaps(rows).get(arm)
+    if gap is not None and gap > NUMERIC_GAP_CAP_SD:
+        return (f"its verification batches part from sequential decode by {gap:.2f} σ on its own tokens (the scorer's "
+                f"llama.cpp logits), more than the {NUMERIC_GAP_CAP_SD:g} σ a calibrated margin may add")
     mine = rows[rows.arm == arm]
     bad = mine[~mine["comparable"]]
     if not len(mine) or len(bad) / len(mine) <= rule.max_failed_share:
@@ -144,4 +179,5 @@ def common_turns(rows: pd.DataFrame, arms: Sequence[str]) -> list[int]:
     return sorted(int(s) for s in ok[ok == len(set(arms))].index)
 
 
-__all__ = ["CHOSEN", "EqualWork", "KINDS", "common_turns", "disqualified", "mark", "output_match"]
+__all__ = ["CALIBRATION", "CHOSEN", "EqualWork", "KINDS", "NUMERIC_GAP_CAP_SD", "common_turns", "disqualified", "margin",
+           "mark", "numeric_gaps", "output_match"]

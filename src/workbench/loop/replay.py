@@ -124,8 +124,11 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, score
             })
         plain = outputs.get(reference) if reference else None
         scores = {o: scorer.score(wt.rendered.prompt, o) for o in dict.fromkeys(map(tuple, outputs.values()))}
-        for row in rows[-len(order):]:
-            row |= scores[tuple(outputs[row["arm"]])].as_row()
+        for arm, row in zip(order, rows[-len(order):]):
+            greedy = scores[tuple(outputs[row["arm"]])]
+            row |= greedy.as_row()
+            row["numeric_gap_sd"] = scorer.numeric_gap(wt.rendered.prompt, outputs[row["arm"]], wt.rendered.max_tokens,
+                                                       arm.drafter, greedy) if arm.spec.verified_in_batches else None
             row["same_tokens_as_reference"] = None if plain is None else outputs[row["arm"]] == plain
             row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:

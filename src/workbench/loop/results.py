@@ -136,6 +136,18 @@ def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
         s.notes.append("no token was drafted on any turn")
 
 
+def _calibration(rows: pd.DataFrame, name: str, work: equal.EqualWork, s: ArmSummary) -> None:
+    """The arm's calibrated near-tie margin, recorded: the numeric gap measured, the margin it gave, how measured."""
+    gap = equal.numeric_gaps(rows).get(name)
+    if gap is None:
+        s.notes.append("no batched-vs-sequential gap was measured, so its margin is the rule's")
+        return
+    near = equal.margin(work, gap)
+    s.metrics |= {"scorer_numeric_gap_sd": gap, "near_tie_margin_sd": near}
+    s.notes.append(f"near-tie margin calibrated: the rule's {work.margin_sd:g} σ + the measured numeric gap {gap:.3f} σ"
+                   f" = {near:.3f} σ (at most {equal.NUMERIC_GAP_CAP_SD:g} σ added; measured as {equal.CALIBRATION})")
+
+
 def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int, work: equal.EqualWork) -> None:
     """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
     if best is not None and (steps := equal.common_turns(rows, [best, name])):
@@ -218,6 +230,8 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
         _reuse(df, s)
         if spec.speculation != "none":
             _speculation(df, s)
+        if spec.verified_in_batches:
+            _calibration(rows, name, work, s)
         if s.disqualified:
             s.notes.append(f"disqualified from every comparison: {s.disqualified}")
         else:

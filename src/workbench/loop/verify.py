@@ -8,6 +8,12 @@ arm's own output on a plain llama.cpp cell of the same model and reads, at every
 token lies below that position's top logit (:meth:`~workbench.cells.llamacpp.LlamaCppCell.greedy_gaps`). A
 greedy decode stays within a near-tie margin at every token; a token greedy decoding would not pick (sampling,
 unchecked drafts, another model) does not. The scorer's time is outside every arm's timing.
+
+The scorer reads decode-like (one token at a time, as greedy decoding evaluates them), so a plain llama.cpp arm's
+tokens read 0.000 σ. A prompt-lookup arm's tokens were chosen in verification batches, whose kernels part from
+sequential decode's by more than a near-tie (0.26–0.28 σ on taubench with synthetic:tiny); the scorer reads that
+arm's tokens again in the very batches it fed and measures the difference (:meth:`Scorer.numeric_gap`), which
+widens that arm's margin (:func:`.equal.margins`).
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from .. import cells, models
+from ..contract import common_prefix
+from .spec import Drafter, continue_greedy
 
 
 SCORING = ("decode-like: the prompt prefilled as an arm prefills it, then each output token evaluated alone on the "
@@ -32,6 +40,7 @@ class Greedy:
     max_gap_sd: float  # the largest gap between the scorer's top token and the emitted one (0.0: all argmax)
     at: int | None  # the output position of that largest gap (None: empty output)
     stop_gap_sd: float  # after the output: the best end-of-generation token's gap (0.0: greedy would stop there)
+    gaps: tuple[float, ...] = ()  # every output position's gap (what :meth:`Scorer.numeric_gap` compares against)
 
     def as_row(self) -> dict:
         """The per-turn row's columns (:func:`.equal.mark` reads them)."""
@@ -63,6 +72,33 @@ def scorer_model(model: str, subject: str, subject_model: str | None, given: str
                        f"the subject's ({subject}) checkpoint as a GGUF at its own precision")
 
 
+class _TeacherForced:
+    """The scorer's cell as :func:`.spec.continue_greedy` sees an arm's: each verification batch is evaluated in one
+    batch, as the arm evaluated it, and predicts the arm's own next tokens, so the drafts, and so the batches, are the
+    ones the arm fed. Keeps the gap each output token read in its batch (output position → σ)."""
+
+    STOP = -1  # predicted past the output's end: the arm stopped there (or reached the length asked)
+
+    def __init__(self, cell: Any, output: Sequence[int]) -> None:  # a llama.cpp cell (batch_gaps)
+        self.cell, self.output, self.fed = cell, list(output), 0  # fed: output tokens in the cell's KV
+        self.gaps: dict[int, float] = {}
+
+    def eval_greedy(self, tokens: Sequence[int], *, slot: int = 0) -> list[int]:
+        start = self.fed + 1  # tokens[0] is output[fed], the rest a draft; row i predicts output[start + i]
+        want = self.output[start:start + len(tokens)]
+        scored = want[:common_prefix(tokens[1:], want) + 1]  # the rows the arm accepted, and the token after them
+        self.gaps |= {start + i: g for i, g in enumerate(self.cell.batch_gaps(tokens, scored, slot=slot))}
+        self.fed += len(tokens)
+        return want + [self.STOP] * (len(tokens) - len(want))
+
+    def remove_tail(self, n: int, *, slot: int = 0) -> int:
+        self.fed -= n
+        return self.cell.remove_tail(n, slot=slot)
+
+    def is_eog(self, token: int) -> bool:
+        return token == self.STOP
+
+
 class Scorer:
     """A plain llama.cpp cell of the model the subject runs, at its precision (:func:`scorer_model`; it
     tokenizes the trace too), one slot. Successive turns of a session extend each other, so its prefix cache
@@ -88,7 +124,26 @@ class Scorer:
         if not gaps:
             return Greedy(0.0, None, stop)
         at = max(range(len(gaps)), key=gaps.__getitem__)
-        return Greedy(gaps[at], at, stop)
+        return Greedy(gaps[at], at, stop, tuple(gaps))
+
+    def numeric_gap(self, prompt: Sequence[int], output: Sequence[int], max_tokens: int, drafter: Drafter,
+                    sequential: Greedy) -> float | None:
+        """How far an arm's batch numerics part from sequential decode's on its own ``output``: the output read
+        again in the verification batches prompt-lookup speculation fed it (:class:`_TeacherForced`: the same
+        drafts, so the same batches, on the same model, engine and threads), the largest difference from the
+        ``sequential`` gaps (σ). Both are llama.cpp's logits, so the gap is the engine's, never a parameter. None
+        where it cannot be read (a token outside the vocabulary); 0.0 where no output token came from a batch."""
+        if not math.isfinite(sequential.max_gap_sd):
+            return None
+        if len(output) < 2:  # the first token is decoded alone (spec.continue_greedy), as the scorer reads it
+            return 0.0
+        t0 = time.perf_counter()
+        self.cell.ensure_prefix(list(prompt))
+        self.cell.decode(max_tokens=1)  # as the arm starts: the first token decoded alone, left unfed
+        forced = _TeacherForced(self.cell, output)
+        continue_greedy(forced, prompt, output[0], max_tokens, drafter, t0=t0)
+        self.elapsed_s += time.perf_counter() - t0
+        return max((abs(g - sequential.gaps[i]) for i, g in forced.gaps.items()), default=0.0)
 
     def describe(self) -> dict:
         return {"engine": "llamacpp", "model": self.model.name, "sha256": self.model.sha256, "weights": self.weights,

@@ -80,6 +80,12 @@ class _Seq:
     retention: Retention | None = None
 
 
+def _gap_sd(row: Any, tokens: Any) -> float:
+    """How far the best of ``tokens`` (an id, or an array of ids) lies below ``row``'s top logit, in standard
+    deviations of the row's logits (0: one of them is the argmax)."""
+    return (float(row.max()) - float(row[tokens].max())) / (float(row.std()) or 1.0)
+
+
 class LlamaCppCell:
     """A real llama.cpp cell. Open with :func:`workbench.cells.open_cell` ("llamacpp", spec, …)."""
 
@@ -340,14 +346,27 @@ class LlamaCppCell:
         What speculative decoding verifies a draft with: position i's prediction is what greedy
         decoding would sample after ``tokens[:i + 1]`` (first maximum, like llama.cpp's greedy sampler).
         """
+        self._eval_batch(tokens, slot)
+        return [int(self._logits_row(i).argmax()) for i in range(len(tokens))]
+
+    def batch_gaps(self, tokens: Sequence[int], targets: Sequence[int], *, slot: int = 0) -> list[float]:
+        """Append ``tokens`` in one batch, as :meth:`eval_greedy` does, and read how far ``targets[i]`` lies below
+        the top logit after ``tokens[:i + 1]`` (σ of that row's logits, as :meth:`greedy_gaps` reads them): the
+        loop's scorer reads a speculation arm's tokens in its own verification batches with it, to measure how far
+        batch numerics part from sequential decode's (:mod:`workbench.loop.verify`)."""
+        if len(targets) > len(tokens):
+            raise ValueError(f"{len(targets)} targets for a batch of {len(tokens)} tokens")
+        self._eval_batch(tokens, slot)
+        return [_gap_sd(self._logits_row(i), t) for i, t in enumerate(targets)]
+
+    def _eval_batch(self, tokens: Sequence[int], slot: int) -> None:
         seq = self._slot(slot)
         if not 0 < len(tokens) <= self._n_batch:
-            raise ValueError(f"eval_greedy takes 1..{self._n_batch} tokens (one batch), got {len(tokens)}")
+            raise ValueError(f"a verification batch takes 1..{self._n_batch} tokens, got {len(tokens)}")
         if seq.pending:
             raise WorkbenchError(f"slot {slot} has deferred tokens; decode or prefill them first")
         self._check_fit(slot, len(seq.tokens) + len(tokens))
         self._eval(slot, list(tokens), all_logits=True)
-        return [int(self._logits_row(i).argmax()) for i in range(len(tokens))]
 
     def _logits_row(self, i: int) -> Any:
         """Row ``i`` of the last batch's logits, as a numpy view (no copy) over the engine's buffer."""
@@ -379,12 +398,10 @@ class LlamaCppCell:
         self._fresh_logits(slot, seq)
         gaps: list[float] = []
         for tok in tokens:
-            row = self._logits_row(-1)
-            gaps.append((float(row.max()) - float(row[tok])) / (float(row.std()) or 1.0))
+            gaps.append(_gap_sd(self._logits_row(-1), tok))
             self._eval(slot, [tok])
         row = self._logits_row(-1)
-        stop = (float(row.max()) - float(row[self._eog].max())) / (float(row.std()) or 1.0) if len(self._eog) \
-            else float("inf")
+        stop = _gap_sd(row, self._eog) if len(self._eog) else float("inf")
         return gaps, stop
 
     def is_eog(self, token: int) -> bool:
