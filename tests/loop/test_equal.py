@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 
@@ -53,6 +55,38 @@ def test_an_arm_failing_more_than_the_share_is_disqualified_and_says_why():
     assert equal.disqualified(marked, "llamacpp", RULE) is None
     assert equal.disqualified(marked, "x", equal.EqualWork(max_failed_share=0.2)) is None  # 20% ≤ 20%
     assert equal.common_turns(marked, ["llamacpp", "x"]) == list(range(2, 10))
+
+
+def spec(step=0, *, gap=0.0, numeric=None):
+    """A row of an arm verified in batches: ``numeric`` the batched-vs-sequential gap the scorer measured."""
+    return row("llamacpp-spec", step, gap=gap) | {"numeric_gap_sd": numeric}
+
+
+@pytest.mark.parametrize("rows, margin, compared", [
+    ([row("llamacpp", gap=0.27)], 0.25, False),  # a plain arm: decoded as the scorer reads, the claim's margin
+    ([spec(gap=0.27)], 0.25, False),  # no gap measured: the claim's margin
+    ([spec(gap=0.27, numeric=0.27)], 0.52, True),  # its batches read it 0.27 σ off decode: a near-tie broken there
+    ([spec(gap=0.27, numeric=0.27), spec(1, gap=0.3, numeric=0.01)], 0.52, True),  # the arm's largest gap, every turn
+    ([spec(gap=0.6, numeric=0.05)], 0.30, False),  # off greedy in its own batches too: numerics do not excuse it
+    ([spec(gap=0.6, numeric=0.6)], 0.25, False),  # past the cap: the claim's margin, and disqualified (below)
+])
+def test_a_batch_verified_arm_is_held_to_the_claims_margin_plus_its_measured_gap(rows, margin, compared):
+    marked = equal.mark(pd.DataFrame(rows), RULE)
+    assert marked.near_tie_margin_sd.iloc[0] == pytest.approx(margin)
+    assert bool(marked.comparable.iloc[0]) == compared
+    assert RULE.exploratory is None  # measured, not set: the claim's rule still
+
+
+def test_the_calibration_is_capped_and_never_a_parameter():
+    marked = equal.mark(pd.DataFrame([spec(s, gap=0.6, numeric=0.6 if s == 0 else 0.0) for s in range(10)]), RULE)
+    why = equal.disqualified(marked, "llamacpp-spec", RULE)
+    assert why and "0.60 σ" in why and f"{equal.NUMERIC_GAP_CAP_SD:g} σ" in why  # one turn past the cap is enough
+    assert equal.NUMERIC_GAP_CAP_SD == 2 * equal.CLAIM_MARGIN_SD
+    assert "numeric_gap_sd" not in {f.name for f in dataclasses.fields(equal.EqualWork)}  # no way to pass one in
+    moved = equal.EqualWork(margin_sd=0.3)  # a user's margin is still exploratory, calibrated or not
+    assert moved.exploratory and "margin_sd 0.3" in moved.exploratory
+    assert equal.mark(pd.DataFrame([spec(gap=0.5, numeric=0.2)]), moved).near_tie_margin_sd.iloc[0] == pytest.approx(0.5)
+    assert "batched-vs-sequential gap" in RULE.describe() and "at most 0.5 σ" in RULE.describe()
 
 
 def test_output_match_is_the_shared_prefix_of_the_longer_output():

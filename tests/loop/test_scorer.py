@@ -8,7 +8,7 @@ import json
 import pytest
 
 from workbench import loop, models
-from workbench.loop import arms, gate, verify
+from workbench.loop import arms, equal, gate, verify
 
 from . import standins
 
@@ -32,6 +32,25 @@ def test_honest_llamacpp_arms_are_compared_against_their_own_file(hand_trace):
         assert compared_share(res, arm) >= 0.9, res.rows[res.rows.arm == arm].excluded_why.tolist()
     assert (res.rows[res.rows.arm != "llamacpp-spec"].greedy_gap_sd == 0.0).all()
     assert "decode-like" in res.workload["scorer"]["scoring"]
+
+
+def test_a_prompt_lookup_arm_is_compared_at_its_calibrated_margin():
+    """taubench on synthetic:tiny, two threads: the prompt-lookup arm chose its tokens in verification batches, whose
+    kernels read them up to 0.28 σ below the sequential scorer's top token, so the claim's 0.25 σ barred that honest
+    arm on 2 of 3 turns. The scorer replays its batches, measures that gap from llama.cpp's logits, widens its margin
+    by it and records it; the rule stays the claim's."""
+    res = loop.run("taubench", arms="llamacpp,llamacpp-spec", model="synthetic:tiny", sessions=1, turns=3, threads=2)
+    rows = res.rows[res.rows.arm == "llamacpp-spec"]
+    assert rows.greedy_gap_sd.max() > equal.CLAIM_MARGIN_SD, "the batches read as decode does: the test shows nothing"
+    assert res.rows.comparable.mean() >= 0.9 and rows.comparable.mean() >= 0.9, rows.excluded_why.tolist()
+    gap = float(rows.numeric_gap_sd.max())
+    assert 0 < gap <= equal.NUMERIC_GAP_CAP_SD
+    assert res.rows[res.rows.arm == "llamacpp"].numeric_gap_sd.isna().all()  # decoded as the scorer reads: no gap
+    found = next(f for f in res.findings if f.probe == "loop.llamacpp-spec")
+    assert found.metric("scorer_numeric_gap_sd") == pytest.approx(gap)
+    assert found.metric("near_tie_margin_sd") == pytest.approx(equal.CLAIM_MARGIN_SD + gap)
+    assert any("near-tie margin calibrated" in n for n in found.evidence["notes"])
+    assert res.workload["equal_work"]["exploratory"] is None and "batched-vs-sequential" in res.workload["equal_work_rule"]
 
 
 def test_a_fair_higher_precision_subject_is_compared(monkeypatch, hand_trace):
