@@ -13,7 +13,7 @@ The scorer reads decode-like (one token at a time, as greedy decoding evaluates 
 tokens read 0.000 σ. A prompt-lookup arm's tokens were chosen in verification batches, whose kernels part from
 sequential decode's by more than a near-tie (0.26–0.28 σ on taubench with synthetic:tiny); the scorer reads that
 arm's tokens again in the very batches it fed and measures the difference (:meth:`Scorer.numeric_gap`), which
-widens that arm's margin (:func:`.equal.margins`).
+widens that arm's margin (:func:`.equal.margin`).
 """
 
 from __future__ import annotations
