@@ -57,30 +57,44 @@ def read_regular(path: str | Path) -> bytes:
         os.close(fd)
 
 
+CHECK_TRIES = 3  # a concurrent check may remove, between our mkdir and our write, a folder it made itself
+
+
 def check_writable(directory: str | Path, what: str = "--out") -> Path:
     """Create, write, fsync and remove a probe file in ``directory`` (making the folder for the check, and
     removing again what it made), so that an experiment never runs only to lose its result; :class:`OutputError`
-    names the folder and the reason."""
+    names the folder and the reason. Two runs queued on one folder check it at once: a folder the other check
+    removed under this one is made again (up to :data:`CHECK_TRIES` times), never reported as unwritable."""
     d = Path(directory)
-    made = [p for p in (d, *d.parents) if not p.exists()]
-    probe = d / f".workbench-write-check-{uuid.uuid4().hex[:8]}"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    for attempt in range(CHECK_TRIES):
         try:
-            os.write(fd, b"workbench write check\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.unlink(probe)
-        for p in made:  # deepest first; a folder someone filled meanwhile stays
-            with contextlib.suppress(OSError):
-                p.rmdir()
-    except OSError as e:
-        reason = e.strerror or str(e)
+            _write_check(d)
+            return d
+        except FileNotFoundError as e:
+            if attempt + 1 < CHECK_TRIES:
+                continue
+            reason = e.strerror or str(e)
+        except OSError as e:
+            reason = e.strerror or str(e)
         raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder "
                           "(nothing was run)") from None
-    return d
+    return d  # pragma: no cover - the loop returns or raises
+
+
+def _write_check(d: Path) -> None:
+    made = [p for p in (d, *d.parents) if not p.exists()]
+    probe = d / f".workbench-write-check-{uuid.uuid4().hex[:8]}"
+    d.mkdir(parents=True, exist_ok=True)
+    fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, b"workbench write check\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.unlink(probe)
+    for p in made:  # deepest first; a folder someone filled meanwhile stays
+        with contextlib.suppress(OSError):
+            p.rmdir()
 
 
 def tail(path: str | Path, n: int) -> list[str]:
