@@ -39,16 +39,17 @@ class Check:
     why: Callable[[Finding, _claims.Claim, "probes.Declared | None", _dt.datetime], str | None]
 
 
-def _created(f: Finding) -> _dt.datetime | None:
+def created_at(created: str) -> _dt.datetime | None:
+    """A finding's creation time (a naive stamp is UTC), or None where it is not an ISO time."""
     try:
-        t = _dt.datetime.fromisoformat(f.created)
+        t = _dt.datetime.fromisoformat(created)
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
 
 
 def _future(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    t = _created(f)
+    t = created_at(f.created)
     if t is None:
         return f"its date {f.created!r} is not an ISO time"
     return f"it is dated {f.created}, in the future" if t > now + SKEW else None
@@ -78,7 +79,7 @@ def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.
 
 def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
     moved = [f"{k}={f.params.get(k, '(not recorded)')!r}" for k, default in (d.outcome_defaults() if d else {}).items()
-             if f.params.get(k, not default) != default]
+             if k not in f.params or f.params[k] != default]  # a parameter left out is no evidence of the default
     return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps the "
             "default)" if moved else None)
 
@@ -140,4 +141,4 @@ def shown_verdict(f: Finding) -> str:
     return f.verdict + (" (settles nothing)" if unsettled_answer(f) else "")
 
 
-__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "has_gpu", "shown_verdict", "unsettled", "unsettled_answer"]
+__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "created_at", "has_gpu", "shown_verdict", "unsettled", "unsettled_answer"]

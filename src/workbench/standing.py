@@ -65,12 +65,8 @@ class Standing:
 
 
 def when(created: str) -> _dt.datetime:
-    """Comparable creation time; naive stamps are UTC and unparseable ones sort oldest."""
-    try:
-        t = _dt.datetime.fromisoformat(created)
-    except ValueError:
-        return _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
-    return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+    """Comparable creation time (:func:`workbench.settle.created_at`); unparseable ones sort oldest."""
+    return settle.created_at(created) or _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
 
 @lru_cache(maxsize=None)

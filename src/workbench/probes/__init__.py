@@ -108,11 +108,11 @@ class Declared:
             supports = f.supports_of(claim.id)
         except (KeyError, ValueError) as e:
             return [f"a recorded support is not one this workbench declares ({e})"]
-        if not must_rest(verdict, supports, is_subject(f.engine, [claim.id])):
+        subject = is_subject(f.engine, [claim.id])
+        if not must_rest(verdict, supports, subject):
             return []
         values = {t: m.get("value") for t, m in f.metrics.items()}
-        why = unfit(verdict, values, supports, {t: m.get("source") for t, m in f.metrics.items()},
-                    is_subject(f.engine, [claim.id]))
+        why = unfit(verdict, values, supports, {t: m.get("source") for t, m in f.metrics.items()}, subject)
         return why or [w for w in [metrics.undeclared(self.rests, claim.id, verdict, supports)] if w]
 
 
@@ -416,7 +416,7 @@ def check_rests(probe: Declared, o: Outcome, subject: bool) -> None:
     rows = {c: o.claim_verdicts.get(c, o.verdict) for c in dict.fromkeys([*probe.claims, *o.claim_verdicts])}
     for c, v in rows.items():
         supports = o.claim_rests_on.get(c, o.rests_on)
-        if v in RESTING or must_rest(v, supports, subject):
+        if must_rest(v, supports, subject):
             why = metrics.undeclared(probe.rests, c, v, supports)
             if why:
                 raise UndeclaredRest(f"probe {probe.name}: {why}; declare it in {type(probe).__name__}.rests")
