@@ -12,6 +12,8 @@ from pathlib import Path
 
 from .contract import WorkbenchError
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/files.py → the checkout
+
 
 class OutputError(WorkbenchError):
     """An output folder the workbench cannot write to; raised before any experiment runs."""

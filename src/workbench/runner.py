@@ -37,11 +37,10 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from . import envvars, isolate, manifest, models, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
-from .files import check_writable, tail
+from .files import REPO_ROOT, check_writable, tail
 from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, timed_out
 from .findings import ATTEMPT_ENV, now_iso
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/runner.py → the checkout
 KERNEL = "python3"  # jupyter_client runs this spec's "python" as sys.executable: the runner's own venv
 
 

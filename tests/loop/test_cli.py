@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from workbench import blueprint, findings
 from workbench.cli import app
 from workbench.loop import arms, default_arms
-from workbench.runner import REPO_ROOT
+from workbench.files import REPO_ROOT
 
 
 def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):

@@ -32,7 +32,7 @@ class TraceError(WorkbenchError, ValueError):
 
 
 def traces_dir() -> Path:
-    from ..runner import REPO_ROOT
+    from ..files import REPO_ROOT
 
     return REPO_ROOT / "data" / "traces"
 
