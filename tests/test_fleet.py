@@ -236,7 +236,7 @@ def test_a_runtime_env_that_cannot_be_built_says_why_in_the_run():
 def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
     """Ray reuses a worker process for the next job: the kernel path and server-log folder a job points at live
     in its own temporary folder, removed when it ends, so they must not outlast it (nor pile up per job)."""
-    from workbench import fleet
+    from workbench import fleet, jobs
 
     monkeypatch.setenv("JUPYTER_PATH", "/the/user/s")
     monkeypatch.delenv("WORKBENCH_SERVER_LOGS", raising=False)
@@ -247,7 +247,7 @@ def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
         return "ok", None
 
     monkeypatch.setattr(fleet, "node", dict)
-    monkeypatch.setattr(runner, "_execute", execute)
+    monkeypatch.setattr(jobs, "_execute", execute)
     for attempt in ("a1", "a2"):
         assert list(fleet.run_job("nb", "nb.ipynb", b"{}", {"engine": "llamacpp"}, "", attempt, False))[1]["status"] == "ok"
         assert os.environ["JUPYTER_PATH"] == "/the/user/s" and "WORKBENCH_SERVER_LOGS" not in os.environ

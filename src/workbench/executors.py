@@ -41,7 +41,7 @@ def resources_for(engine: str, cell_options: Mapping[str, Any] | None = None) ->
 
 @dataclass(frozen=True)
 class Job:
-    """One notebook to execute: ``planned`` (a :class:`workbench.runner.Planned`), the matrix environment it
+    """One notebook to execute: ``planned`` (a :class:`workbench.jobs.Planned`), the matrix environment it
     runs in (name and Ray ``runtime_env``; None: the executor's own) and its resources."""
 
     planned: Any

@@ -2,7 +2,7 @@
 
 Each job is one Ray task asking for the engine's resources (:func:`workbench.executors.resources_for`) in
 its matrix environment (a Ray ``runtime_env``). The task runs the local executor's papermill execution
-(:func:`workbench.runner._execute`) in a temporary folder on whichever node takes it, and returns the
+(:func:`workbench.jobs._execute`) in a temporary folder on whichever node takes it, and returns the
 executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. The task is a
 generator whose first item is the node it started on: a task whose node or worker is lost mid-job is
 submitted once more under a new attempt id, never on that node (Ray's ``ray.io/node-id`` label selector);
@@ -71,7 +71,7 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
     """The Ray task, a generator: first where it runs (so the driver knows the node before anything can go
     wrong, and starts the job's clock), then the local executor's execution in a scratch run folder and
     everything it wrote, as bytes."""
-    from . import runner
+    from . import jobs
 
     yield node()
     with tempfile.TemporaryDirectory(prefix="wb-job-") as tmp:
@@ -79,11 +79,11 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
         source.parent.mkdir()
         source.write_bytes(notebook)
         (run / "findings").mkdir(parents=True)
-        p = runner.Planned(name, source, parameters | {"out": str(run / "findings")}, variant)
+        p = jobs.Planned(name, source, parameters | {"out": str(run / "findings")}, variant)
         env = {"WORKBENCH_SERVER_LOGS": str(run / "servers"), "JUPYTER_PATH": _own_kernel(Path(tmp) / "jupyter")}
         t0 = time.perf_counter()
         with envvars.scoped(env):  # a reused Ray worker keeps no path into this job's removed folder
-            status, error = runner._execute(p, run, attempt, verbose)
+            status, error = jobs._execute(p, run, attempt, verbose)
         took = round(time.perf_counter() - t0, 2)
         files = {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*")) if f.is_file()}
     yield {"status": status, "error": error, "duration_s": took, "files": files}
