@@ -247,7 +247,7 @@ def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
         return "ok", None
 
     monkeypatch.setattr(fleet, "node", dict)
-    monkeypatch.setattr(jobs, "_execute", execute)
+    monkeypatch.setattr(jobs, "execute", execute)
     for attempt in ("a1", "a2"):
         assert list(fleet.run_job("nb", "nb.ipynb", b"{}", {"engine": "llamacpp"}, "", attempt, False))[1]["status"] == "ok"
         assert os.environ["JUPYTER_PATH"] == "/the/user/s" and "WORKBENCH_SERVER_LOGS" not in os.environ

@@ -92,3 +92,27 @@ def test_no_probe_asks_which_engine_it_is():
              if isinstance(node, ast.Compare)
              and any(isinstance(c, ast.Constant) and c.value in names for c in (node.left, *node.comparators))]
     assert found == []
+
+
+def _reach(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def test_one_job_runs_in_a_room_below_the_batch_runner_and_the_fleet():
+    """Running one notebook job (jobs.py) is what the local executor (runner.py) and the Ray fleet (fleet.py) both
+    run through, so it reaches neither of them nor what sits above them; the checkout's root is a leaf's fact
+    (files.py), so the loop finds its traces without reaching the batch runner."""
+    graph = _import_graph()
+    assert {"workbench.runner", "workbench.fleet"} <= {m for m, imports in graph.items() if "workbench.jobs" in imports}
+    above = {"workbench.runner", "workbench.fleet", "workbench.matrix", "workbench.cli", "workbench.report"}
+    up = {m for m in _reach(graph, "workbench.jobs")
+          if m in above or m.startswith(("workbench.cells", "workbench.probes", "workbench.loop"))}
+    assert up == set()
+    assert [m for m in graph if m.startswith("workbench.loop") and "workbench.runner" in _reach(graph, m)] == []
+    assert _reach(graph, "workbench.files") <= {"workbench.contract"}

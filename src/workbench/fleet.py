@@ -2,7 +2,7 @@
 
 Each job is one Ray task asking for the engine's resources (:func:`workbench.executors.resources_for`) in
 its matrix environment (a Ray ``runtime_env``). The task runs the local executor's papermill execution
-(:func:`workbench.jobs._execute`) in a temporary folder on whichever node takes it, and returns the
+(:func:`workbench.jobs.execute`) in a temporary folder on whichever node takes it, and returns the
 executed notebook, its findings and its engine log as bytes: no shared filesystem is assumed. The task is a
 generator whose first item is the node it started on: a task whose node or worker is lost mid-job is
 submitted once more under a new attempt id, never on that node (Ray's ``ray.io/node-id`` label selector);
@@ -83,7 +83,7 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
         env = {"WORKBENCH_SERVER_LOGS": str(run / "servers"), "JUPYTER_PATH": _own_kernel(Path(tmp) / "jupyter")}
         t0 = time.perf_counter()
         with envvars.scoped(env):  # a reused Ray worker keeps no path into this job's removed folder
-            status, error = jobs._execute(p, run, attempt, verbose)
+            status, error = jobs.execute(p, run, attempt, verbose)
         took = round(time.perf_counter() - t0, 2)
         files = {str(f.relative_to(run)): f.read_bytes() for f in sorted(run.rglob("*")) if f.is_file()}
     yield {"status": status, "error": error, "duration_s": took, "files": files}

@@ -1,5 +1,5 @@
 """Running one notebook job: a planned notebook (:class:`Planned`) executed by papermill in a kernel of its own,
-its findings marked with the attempt's id, its output in its log, stopped at its deadline (:func:`_execute`).
+its findings marked with the attempt's id, its output in its log, stopped at its deadline (:func:`execute`).
 
 The batch runner (:mod:`workbench.runner`) plans, resumes and records; the executors run jobs where they run (the
 local one on this machine, :mod:`workbench.fleet` as Ray tasks): each of them runs one job through this module, so
@@ -64,7 +64,7 @@ KERNEL_SHUTDOWN_WAIT_S = 1.0
 
 
 @functools.cache
-def _kernel_manager() -> type:
+def kernel_manager() -> type:
     """Kernels whose TCP sockets are CurveZMQ-encrypted when the kernel supports it (ipykernel warns otherwise),
     given :data:`KERNEL_SHUTDOWN_WAIT_S` to exit once their notebook is done."""
     from jupyter_client.manager import AsyncKernelManager
@@ -89,7 +89,7 @@ def _logged_kernel_manager(fd: int, launched: list[int] | None = None) -> type:
     worker, a probe's child) inherits them, so engine logs land there and not on the runner's console. The
     kernel's pid goes into ``launched`` (it leads a session of its own: jupyter_client starts it so)."""
 
-    class LoggedKernelManager(_kernel_manager()):
+    class LoggedKernelManager(kernel_manager()):
         async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
             await super()._async_launch_kernel(kernel_cmd, **(kw | {"stdout": fd, "stderr": fd}))
             if launched is not None:
@@ -101,7 +101,7 @@ def _logged_kernel_manager(fd: int, launched: list[int] | None = None) -> type:
 @contextlib.contextmanager
 def _deadline(timeout_s: float | None, kernels: list[int]) -> Iterator[threading.Event]:
     """After ``timeout_s``, SIGKILL the session of each kernel in ``kernels`` (the kernel and what it started);
-    the event says it happened. papermill then fails the notebook, which :func:`_execute` reports as a timeout."""
+    the event says it happened. papermill then fails the notebook, which :func:`execute` reports as a timeout."""
     fired = threading.Event()
 
     def expire() -> None:
@@ -148,8 +148,8 @@ def engine_log(path: Path, echo: bool = False) -> Iterator[int]:
             copier.join(timeout=5)  # an engine process that outlives its kernel keeps the pipe open
 
 
-def _execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
-             timeout_s: float | None = None) -> tuple[str, str | None]:
+def execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
+            timeout_s: float | None = None) -> tuple[str, str | None]:
     """Run one notebook in its own kernel, its findings marked with ``attempt`` and its output in the
     notebook's log; (status, error). A notebook still running after ``timeout_s`` has its kernel killed and
     ends as ``timeout``."""

@@ -37,7 +37,7 @@ from .contract import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
 from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for
 from .findings import now_iso
-from .jobs import KERNEL, Planned, _execute, _kernel_manager
+from .jobs import KERNEL, Planned, execute, kernel_manager
 
 
 class RunError(WorkbenchError):
@@ -241,7 +241,7 @@ def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
 
 
 class LocalExecutor(Executor):
-    """Today's executor: each job in turn on this machine, in its own kernel (:func:`_execute`). The jobs of one
+    """Today's executor: each job in turn on this machine, in its own kernel (:func:`execute`). The jobs of one
     engine share a forkserver (:class:`_Forkservers`)."""
 
     name = "local"
@@ -253,7 +253,7 @@ class LocalExecutor(Executor):
                 attempt = start(job)
                 t0 = time.perf_counter()
                 with envvars.scoped({isolate.SHARED_ENV: shared}):
-                    status, error = _execute(job.planned, out, attempt, verbose, self.job_timeout_s)
+                    status, error = execute(job.planned, out, attempt, verbose, self.job_timeout_s)
                 yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
 
 
@@ -461,7 +461,7 @@ def freeze(sources: list[Path]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             executed = papermill.execute_notebook(str(src), str(Path(tmp) / src.name), kernel_name=KERNEL,
                                                   progress_bar=False, cwd=str(src.parent),
-                                                  kernel_manager_class=_kernel_manager())
+                                                  kernel_manager_class=kernel_manager())
         ran = {c.get("id"): c for c in executed.cells}
         nb = nbformat.read(src, as_version=4)
         for cell in nb.cells:
