@@ -80,7 +80,6 @@ _REFERENCE = "reference"
 _SUBJECT = "subject"
 _ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
 _LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
-_NOT_RUN = "Not run: "
 _MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it itself splits on
 _BULLET = re.compile(r"([ ]*)([-+*]|\d{1,9}[.)])([ ]*)")
