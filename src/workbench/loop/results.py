@@ -137,12 +137,13 @@ def _speculation(df: pd.DataFrame, s: ArmSummary) -> None:
 
 
 def _calibration(rows: pd.DataFrame, name: str, work: equal.EqualWork, s: ArmSummary) -> None:
-    """The arm's calibrated near-tie margin, recorded: the numeric gap measured, the margin it gave, how measured."""
+    """The arm's calibrated near-tie margin, recorded: the numeric gap measured, the margin its turns were held to
+    (the one :func:`.equal.mark` gave them, not computed again here), how measured."""
     gap = equal.numeric_gaps(rows).get(name)
     if gap is None:
         s.notes.append("no batched-vs-sequential gap was measured, so its margin is the rule's")
         return
-    near = equal.margin(work, gap)
+    near = float(rows.loc[rows.arm == name, "near_tie_margin_sd"].iloc[0])
     s.metrics |= {"scorer_numeric_gap_sd": gap, "near_tie_margin_sd": near}
     s.notes.append(f"near-tie margin calibrated: the rule's {work.margin_sd:g} σ + the measured numeric gap {gap:.3f} σ"
                    f" = {near:.3f} σ (at most {equal.NUMERIC_GAP_CAP_SD:g} σ added; measured as {equal.CALIBRATION})")
