@@ -9,7 +9,7 @@ from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixtu
 
 from workbench.contract import KvMemory
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.probes.capacity import BUDGETS, Params, _verdict, budget_row
+from workbench.probes.capacity import BUDGETS, Budgets, Params, budget_row, decide, summarise, verdict
 
 
 def test_the_budget_set_is_fixed_and_holds_non_aligned_budgets():
@@ -45,22 +45,22 @@ def _row(tokens, measured, *, engine_bpt=BPT, pool=None, memory=True):
 
 def test_rule_returns_each_of_its_verdicts():
     p = Params()
-    assert _verdict([_row(256, 256), _row(1000, 1000)], p).verdict == "refuted"
-    assert _verdict([_row(256, 256), _row(1000, 1024)], p).verdict == "refuted"  # +2.4 % is within tolerance
-    partial = _verdict([_row(256, 256), _row(1000, 1100)], p)  # +10 %: the engine's unit, within max_overshoot
+    assert verdict([_row(256, 256), _row(1000, 1000)], p).verdict == "refuted"
+    assert verdict([_row(256, 256), _row(1000, 1024)], p).verdict == "refuted"  # +2.4 % is within tolerance
+    partial = verdict([_row(256, 256), _row(1000, 1100)], p)  # +10 %: the engine's unit, within max_overshoot
     assert partial.verdict == "partial" and partial.claim_verdicts == {"contract.describe": "partial"}
-    over = _verdict([_row(256, 256), _row(300, 512)], p)  # +71 % of the bytes: the budget does not bound it
+    over = verdict([_row(256, 256), _row(300, 512)], p)  # +71 % of the bytes: the budget does not bound it
     assert over.verdict == "confirmed" and over.claim_verdicts == {"contract.describe": "refuted"}
-    assert _verdict([_row(256, 256), _row(1000, 600)], p).verdict == "confirmed"  # −40 %: far short
-    unread = _verdict([_row(256, 256, memory=False), _row(1000, 1000)], p)
+    assert verdict([_row(256, 256), _row(1000, 600)], p).verdict == "confirmed"  # −40 %: far short
+    unread = verdict([_row(256, 256, memory=False), _row(1000, 1000)], p)
     assert unread.verdict == "inconclusive" and not unread.claim_verdicts
 
 
 def test_overshoot_is_graded_by_size_not_partial_at_any_size():
     """+71 % was "partial" like +3 %; now the size of the overshoot decides, at a stated bound."""
     rows = [_row(256, 256), _row(300, 512)]
-    assert _verdict(rows, Params()).verdict == "confirmed"
-    assert _verdict(rows, Params(max_overshoot=0.8)).verdict == "partial"
+    assert verdict(rows, Params()).verdict == "confirmed"
+    assert verdict(rows, Params(max_overshoot=0.8)).verdict == "partial"
 
 
 def test_the_engines_bytes_are_graded_not_tokens_times_the_config_geometry():
@@ -69,23 +69,23 @@ def test_the_engines_bytes_are_graded_not_tokens_times_the_config_geometry():
     p = Params()
     same = [_row(256, 256), _row(1000, 1000)]
     heavier = [_row(256, 256, engine_bpt=268), _row(1000, 1000, engine_bpt=268)]
-    assert _verdict(same, p).verdict == "refuted" and _verdict(same, p).claim_verdicts["contract.describe"] == "confirmed"
-    out = _verdict(heavier, p)
+    assert verdict(same, p).verdict == "refuted" and verdict(same, p).claim_verdicts["contract.describe"] == "confirmed"
+    out = verdict(heavier, p)
     assert out.verdict == "refuted" and out.metrics["max_overshoot"] == pytest.approx(12 / 256)
     assert out.claim_verdicts["contract.describe"] == "partial"  # budget met, geometry not the engine's
-    assert _verdict([_row(256, 256, engine_bpt=300), _row(1000, 1000, engine_bpt=300)], p).verdict == "partial"
+    assert verdict([_row(256, 256, engine_bpt=300), _row(1000, 1000, engine_bpt=300)], p).verdict == "partial"
 
 
 def test_a_pool_the_engine_allocated_is_graded_apart_from_the_capacity_it_accepts():
     """vLLM-like: the pool is exactly the budget, but its null block holds nothing: usable capacity is short."""
     rows = [_row(256, 224, pool=256 * BPT), _row(1000, 960, pool=992 * BPT)]
-    out = _verdict(rows, Params())
+    out = verdict(rows, Params())
     assert out.verdict == "partial" and out.metrics["max_overshoot"] <= 0
     assert out.metrics["capacity_error"] == pytest.approx(-0.125)
 
 
 def test_the_verdict_rests_on_engine_read_bytes():
-    out = _verdict([_row(256, 256), _row(300, 512)], Params())
+    out = verdict([_row(256, 256), _row(300, 512)], Params())
     assert {s.metric for s in out.rests_on} <= {"engine_kv_bytes", "measured_capacity_tokens"}
     assert at_most_inconclusive_without_engine(out).verdict == "confirmed"
     out.metrics.pop("engine_kv_bytes")
@@ -97,11 +97,11 @@ def test_each_capacity_verdict_is_downgraded_when_the_engines_bytes_contradict_i
     (a budget met while "confirmed" says it was missed, and the reverse) cannot stand."""
     from dataclasses import replace
 
-    confirmed = _verdict([_row(256, 256), _row(300, 512)], Params())  # 512 tokens taken for a 300-token budget
+    confirmed = verdict([_row(256, 256), _row(300, 512)], Params())  # 512 tokens taken for a 300-token budget
     met = replace(confirmed, metrics=confirmed.metrics | {"engine_kv_bytes": confirmed.metrics["budget_bytes"]})
     assert at_most_inconclusive_without_engine(met).verdict == "inconclusive"
     assert "does not support it" in at_most_inconclusive_without_engine(met).summary
-    refuted = _verdict([_row(256, 256), _row(1000, 1000)], Params())  # every budget met
+    refuted = verdict([_row(256, 256), _row(1000, 1000)], Params())  # every budget met
     assert refuted.verdict == "refuted" and at_most_inconclusive_without_engine(refuted).verdict == "refuted"
     doubled = replace(refuted, metrics=refuted.metrics | {"engine_kv_bytes": 2 * refuted.metrics["budget_bytes"]})
     assert at_most_inconclusive_without_engine(doubled).verdict == "inconclusive"
@@ -135,3 +135,39 @@ def test_pool_memory_needs_exactly_one_pool_with_its_bytes():
     assert pool_memory([one], 32).bytes_per_token == 2 * 2 * 2048 * 2 / 32
     assert pool_memory([one, one], 32) is None and pool_memory([], 32) is None
     assert pool_memory([{"method": "register_kv_caches", "args": {"shape": [8], "bytes": None}}], 32) is None
+
+
+# --------------------------------------------------------------------------- the decision ladder, as a table
+
+
+def _summary(*rows, p=Params()):
+    return summarise(list(rows), p)
+
+
+@pytest.mark.parametrize("summary, verdict_, case, describe", [
+    (_summary(_row(256, 256), _row(1000, 1000)), "refuted", "met", "confirmed"),
+    (_summary(_row(256, 256), _row(1000, 1024)), "refuted", "met", "confirmed"),  # +2.4 %: within tolerance
+    (_summary(_row(256, 256, engine_bpt=268), _row(1000, 1000, engine_bpt=268)), "refuted", "met", "partial"),
+    (_summary(_row(256, 256), _row(1000, 1100)), "partial", "missed", "partial"),  # +10 %: the engine's unit
+    (_summary(_row(256, 224, pool=256 * BPT), _row(1000, 960, pool=992 * BPT)), "partial", "missed", "partial"),
+    (_summary(_row(256, 256), _row(300, 512)), "confirmed", "over", "refuted"),  # +71 % of the bytes
+    (_summary(_row(256, 256), _row(300, 512), p=Params(max_overshoot=0.8)), "partial", "missed", "partial"),
+    (_summary(_row(256, 256), _row(1000, 600)), "confirmed", "short", "refuted"),  # −40 %: far short
+    (_summary(_row(1000, 600)), "confirmed", "short", "refuted"),  # one budget both the most over and most short
+    (_summary(_row(256, 256, memory=False), _row(1000, 1000)), "inconclusive", "unread", None),
+    (Budgets((), 2, 0.05, 0.25), "inconclusive", "unread", None),
+])
+def test_the_budget_ladder_gives_each_verdict_from_its_summary(summary, verdict_, case, describe):
+    d = decide(summary)
+    assert (d.verdict, d.case, d.claim_verdicts.get("contract.describe")) == (verdict_, case, describe)
+    assert bool(d.rests_on) == (verdict_ != "inconclusive")
+
+
+def test_a_capacity_short_beyond_the_bound_rests_on_the_capacity_even_when_that_budget_also_overshot_least():
+    """Every budget (here the only one) short by 40 %: the highest overshoot and the lowest capacity are the same
+    budget. The verdict rests on the capacity the engine accepted and says so, so the engine's own reading keeps it
+    (it rested on 'the engine's bytes over the budget', which they are not, and was downgraded to inconclusive)."""
+    out = verdict([_row(1000, 600)], Params())
+    assert out.verdict == "confirmed" and "the engine accepted" in out.summary
+    assert [s.metric for s in out.rests_on] == ["measured_capacity_tokens"]
+    assert at_most_inconclusive_without_engine(out).verdict == "confirmed"

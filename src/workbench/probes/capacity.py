@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..contract import KvMemory, UnsupportedFeature
-from . import Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 
 BUDGETS = (256, 300, 1000.5, 1536, 2500)
 """Budgets in tokens of the engine's own KV bytes: 300, 1000.5 and 2500 align to no power of two, 1000.5 not even
@@ -65,7 +65,7 @@ class BudgetPolicy(Probe):
                 measured, how = _capacity(cell, d)
                 rows.append(budget_row(budget, tokens, d.kv_capacity_tokens, measured, how,
                                        d.geometry.bytes_per_token, _memory(cell, d)[0], d.extra.get("kv_buffer_bytes")))
-        out = _verdict(rows, p)
+        out = verdict(rows, p)
         if unread:  # what the cell could not read, in its own words
             out.notes.append(f"engine KV bytes unread: {unread}")
         return out
@@ -131,7 +131,113 @@ def budget_row(budget: int, tokens: float, reported: int, measured: int, how: st
                   "overshoot": (engine - budget) / budget, "capacity_error": (usable - budget) / budget}
 
 
-def _verdict(rows: list[dict], p: Params) -> Outcome:
+@dataclass(frozen=True)
+class Budgets:
+    """What the byte-budget rule reads, summarised from the budget rows: the budget the engine's bytes overshot
+    most, the one whose usable capacity fell furthest short, how many missed the tolerance, and the rule's bounds."""
+
+    rows: tuple[dict, ...]
+    unread: int  # budgets without engine-read bytes (then none of the rows below is graded)
+    tolerance: float
+    max_overshoot: float
+    over: dict | None = None  # the budget with the highest overshoot (engine KV bytes over the budget)
+    short: dict | None = None  # the budget with the lowest capacity_error (usable capacity against the budget)
+    missed: int = 0  # budgets missed by more than the tolerance, either way
+    geometry_off: dict | None = None  # the first budget whose config bytes per token are not the engine's
+
+    @property
+    def nearest(self) -> dict:
+        """Of the two, the budget missed by more (the overshoot on a tie)."""
+        return self.over if abs(self.over["overshoot"]) >= abs(self.short["capacity_error"]) else self.short
+
+    def within(self, share: float) -> tuple[Support, ...]:
+        """The engine's bytes and the capacity it took, within ``share`` of the :attr:`nearest` budget."""
+        b, per_token = self.nearest["budget_bytes"], self.nearest["engine_kv_bytes_per_token"]
+        return (Support("engine_kv_bytes", "<=", b * (1 + share)),
+                Support("measured_capacity_tokens", ">=", b * (1 - share) / per_token))
+
+
+def summarise(rows: list[dict], p: Params) -> Budgets:
+    unread = sum(1 for r in rows if r["engine_kv_bytes"] is None or r["engine_kv_bytes_per_token"] is None)
+    if unread:
+        return Budgets(tuple(rows), unread, p.tolerance, p.max_overshoot)
+    return Budgets(tuple(rows), 0, p.tolerance, p.max_overshoot, over=max(rows, key=lambda r: r["overshoot"]),
+                   short=min(rows, key=lambda r: r["capacity_error"]),
+                   missed=sum(1 for r in rows if abs(r["overshoot"]) > p.tolerance or r["capacity_error"] < -p.tolerance),
+                   geometry_off=next((r for r in rows if r["kv_bytes_per_token"] != r["engine_kv_bytes_per_token"]),
+                                     None))
+
+
+def decide(s: Budgets) -> Decision:
+    """The ladder: bytes read → bytes over the budget beyond max_overshoot → capacity short of it beyond that →
+    any budget missed beyond the tolerance → every budget met."""
+    if s.unread:
+        return Decision("inconclusive", "unread")
+    m = s.max_overshoot
+    if s.over["overshoot"] > m:
+        return Decision("confirmed", "over", {"contract.describe": "refuted"},
+                        (Support("engine_kv_bytes", ">", s.over["budget_bytes"] * (1 + m)),))
+    if s.short["capacity_error"] < -m:
+        return Decision("confirmed", "short", {"contract.describe": "refuted"},
+                        (Support("measured_capacity_tokens", "<",
+                                 s.short["budget_bytes"] * (1 - m) / s.short["engine_kv_bytes_per_token"]),))
+    if s.missed:
+        return Decision("partial", "missed", {"contract.describe": "partial"}, s.within(m))
+    return Decision("refuted", "met", {"contract.describe": "partial" if s.geometry_off else "confirmed"},
+                    s.within(s.tolerance))
+
+
+def explain(d: Decision, s: Budgets) -> str:
+    """The verdict's summary in words."""
+    n = len(s.rows)
+    if d.case == "unread":
+        return (f"The engine stated no KV bytes for {s.unread}/{n} budgets (the cell has no channel to them here); "
+                "capacity in tokens times the config's geometry would be the workbench's arithmetic, so the byte "
+                "budget cannot be graded.")
+    over, short = s.over, s.short
+    if d.case in ("over", "short"):
+        if d.case == "over":
+            what = (f"the engine took {over['engine_kv_bytes']:,.0f} B of KV for a budget of {over['budget_bytes']:,} B "
+                    f"({over['overshoot']:+.0%}, {over['budget_tokens']:g} tokens' worth)")
+        else:
+            what = (f"the engine accepted {short['usable_bytes']:,.0f} B of KV for a budget of "
+                    f"{short['budget_bytes']:,} B ({short['capacity_error']:+.0%})")
+        return (f"A byte budget does not bound the engine's KV: {what}, beyond the {s.max_overshoot:.0%} a byte-based "
+                "policy can absorb; a policy cannot set its capacity in bytes.")
+    if d.case == "missed":
+        return (f"The byte budget drives the engine's KV up to its allocation unit: {s.missed}/{n} budgets missed by "
+                f"more than {s.tolerance:.0%} but at most {s.max_overshoot:.0%} (bytes over the budget at most "
+                f"{over['overshoot']:+.1%}, usable capacity at worst {short['capacity_error']:+.1%}); a policy must "
+                "budget in the engine's unit.")
+    return (f"Every byte budget ({n}, non-aligned ones included) got the KV bytes it asked for, within "
+            f"{s.tolerance:.0%}, read from the engine: capacity can be driven in bytes from the policy.")
+
+
+def _metrics(d: Decision, s: Budgets) -> dict:
+    if d.case == "unread":  # the budget whose capacity in tokens is furthest from it
+        far = max(s.rows, key=lambda r: abs(r["measured_capacity_tokens"] - r["budget_tokens"]))
+        return {"budget_bytes": far["budget_bytes"], "measured_capacity_tokens": far["measured_capacity_tokens"],
+                "kv_bytes_per_token": far["kv_bytes_per_token"]}
+    worst = {"over": s.over, "short": s.short}.get(d.case, s.nearest)  # the budget that speaks for the verdict
+    return {"budget_bytes": worst["budget_bytes"], "budget_tokens": worst["budget_tokens"],
+            "engine_kv_bytes": worst["engine_kv_bytes"], "over_budget_bytes": worst["over_budget_bytes"],
+            "measured_capacity_tokens": worst["measured_capacity_tokens"],
+            "engine_kv_bytes_per_token": worst["engine_kv_bytes_per_token"],
+            "kv_bytes_per_token": worst["kv_bytes_per_token"], "capacity_error": s.short["capacity_error"],
+            "max_overshoot": s.over["overshoot"]}
+
+
+def _notes(s: Budgets) -> list[str]:
+    notes = [_note(r) for r in s.rows] + [f"engine KV bytes: {h}" for h in dict.fromkeys(
+        r["engine_kv_bytes_how"] for r in s.rows if r["engine_kv_bytes_how"])]
+    if s.geometry_off:
+        r = s.geometry_off
+        notes.append(f"the config's geometry says {r['kv_bytes_per_token']} B/token, the engine "
+                     f"{r['engine_kv_bytes_per_token']:g}: Describe's geometry is not the engine's")
+    return notes
+
+
+def verdict(rows: list[dict], p: Params) -> Outcome:
     """Graded in bytes over the fixed budgets: ``overshoot`` is the engine's KV bytes over the budget, and
     ``capacity_error`` the bytes of the capacity it really accepts against the budget. Either beyond
     ``max_overshoot``: the budget does not bound the engine (confirmed). Beyond ``tolerance`` only: the engine
@@ -139,62 +245,10 @@ def _verdict(rows: list[dict], p: Params) -> Outcome:
     (refuted). Any budget without engine-read bytes: inconclusive. The Describe row ("KV geometry from config.json,
     enforced via max_tokens") is confirmed only when the budget is met and the config's bytes per token are the
     engine's."""
-    notes = [_note(r) for r in rows] + [f"engine KV bytes: {h}" for h in dict.fromkeys(
-        r["engine_kv_bytes_how"] for r in rows if r["engine_kv_bytes_how"])]
-    unread = [r for r in rows if r["engine_kv_bytes"] is None or r["engine_kv_bytes_per_token"] is None]
-    if unread:
-        worst = max(rows, key=lambda r: abs(r["measured_capacity_tokens"] - r["budget_tokens"]))
-        metrics = {"budget_bytes": worst["budget_bytes"], "measured_capacity_tokens": worst["measured_capacity_tokens"],
-                   "kv_bytes_per_token": worst["kv_bytes_per_token"]}
-        return Outcome("inconclusive", f"The engine stated no KV bytes for {len(unread)}/{len(rows)} budgets (the cell "
-                       "has no channel to them here); capacity in tokens times the config's geometry would be the "
-                       "workbench's arithmetic, so the byte budget cannot be graded.", metrics, rows, notes)
-    over = max(rows, key=lambda r: r["overshoot"])
-    short = min(rows, key=lambda r: r["capacity_error"])
-    unbounded = over["overshoot"] > p.max_overshoot or short["capacity_error"] < -p.max_overshoot
-    worst = over if abs(over["overshoot"]) >= abs(short["capacity_error"]) else short
-    if unbounded:  # the budget that the engine missed beyond max_overshoot speaks for the verdict
-        worst = over if over["overshoot"] > p.max_overshoot else short
-    metrics = {"budget_bytes": worst["budget_bytes"], "budget_tokens": worst["budget_tokens"],
-               "engine_kv_bytes": worst["engine_kv_bytes"], "over_budget_bytes": worst["over_budget_bytes"],
-               "measured_capacity_tokens": worst["measured_capacity_tokens"],
-               "engine_kv_bytes_per_token": worst["engine_kv_bytes_per_token"],
-               "kv_bytes_per_token": worst["kv_bytes_per_token"], "capacity_error": short["capacity_error"],
-               "max_overshoot": over["overshoot"]}
-    b, per_token = worst["budget_bytes"], worst["engine_kv_bytes_per_token"]
-
-    def within(share: float) -> tuple[Support, ...]:  # the engine's bytes and the capacity it took, near the budget
-        return (Support("engine_kv_bytes", "<=", b * (1 + share)),
-                Support("measured_capacity_tokens", ">=", b * (1 - share) / per_token))
-    geometry_off = [r for r in rows if r["kv_bytes_per_token"] != r["engine_kv_bytes_per_token"]]
-    if geometry_off:
-        r = geometry_off[0]
-        notes.append(f"the config's geometry says {r['kv_bytes_per_token']} B/token, the engine "
-                     f"{r['engine_kv_bytes_per_token']:g}: Describe's geometry is not the engine's")
-    n = len(rows)
-    if unbounded:
-        if worst is over:
-            what = (f"the engine took {over['engine_kv_bytes']:,.0f} B of KV for a budget of {over['budget_bytes']:,} B "
-                    f"({over['overshoot']:+.0%}, {over['budget_tokens']:g} tokens' worth)")
-        else:
-            what = (f"the engine accepted {short['usable_bytes']:,.0f} B of KV for a budget of "
-                    f"{short['budget_bytes']:,} B ({short['capacity_error']:+.0%})")
-        return Outcome("confirmed", f"A byte budget does not bound the engine's KV: {what}, beyond the "
-                       f"{p.max_overshoot:.0%} a byte-based policy can absorb; a policy cannot set its capacity in bytes.",
-                       metrics, rows, notes, {"contract.describe": "refuted"},
-                       rests_on=(Support("engine_kv_bytes", ">", b * (1 + p.max_overshoot)),) if worst is over else
-                       (Support("measured_capacity_tokens", "<", b * (1 - p.max_overshoot) / per_token),))
-    missed = [r for r in rows if abs(r["overshoot"]) > p.tolerance or r["capacity_error"] < -p.tolerance]
-    if missed:
-        return Outcome("partial", f"The byte budget drives the engine's KV up to its allocation unit: {len(missed)}/{n} "
-                       f"budgets missed by more than {p.tolerance:.0%} but at most {p.max_overshoot:.0%} (bytes over "
-                       f"the budget at most {over['overshoot']:+.1%}, usable capacity at worst "
-                       f"{short['capacity_error']:+.1%}); a policy must budget in the engine's unit.",
-                       metrics, rows, notes, {"contract.describe": "partial"}, rests_on=within(p.max_overshoot))
-    return Outcome("refuted", f"Every byte budget ({n}, non-aligned ones included) got the KV bytes it asked for, "
-                   f"within {p.tolerance:.0%}, read from the engine: capacity can be driven in bytes from the policy.",
-                   metrics, rows, notes, {"contract.describe": "partial" if geometry_off else "confirmed"},
-                   rests_on=within(p.tolerance))
+    s = summarise(rows, p)
+    d = decide(s)
+    return Outcome(d.verdict, explain(d, s), _metrics(d, s), rows, _notes(s), dict(d.claim_verdicts),
+                   rests_on=d.rests_on)
 
 
 def _note(r: dict) -> str:
