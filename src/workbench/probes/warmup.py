@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
@@ -91,7 +91,7 @@ class WarmupMaterialization(Probe):
                         "from_engine": follow.engine_reused_tokens is not None,
                         "t_warmup_s": t_warm, "t_followup_s": t_follow,
                     })
-        return _verdict(rows)
+        return verdict(rows)
 
 
 def _boundary(n: int, B: int) -> str:
@@ -125,40 +125,82 @@ def expected_reuse(n: int, block_tokens: int) -> int:
     return n // block_tokens * block_tokens
 
 
-def _verdict(rows: list[dict]) -> Outcome:
-    """Each row's fraction is the reuse over what a wholly materialized prefix would give (:func:`expected_reuse`);
-    prefixes shorter than one block cannot show anything and are left out."""
-    uncounted = [r for r in rows if r["followup_reused"] is None]
+@dataclass(frozen=True)
+class FollowUps:
+    """What the warm-up rule reads, summarised from the follow-up rows: each graded row's reuse over what a wholly
+    materialized prefix gives (:func:`expected_reuse`), the least of it without pressure, under pressure and over
+    all, and where that least was."""
+
+    rows: tuple[dict, ...]  # the graded rows (fraction and expected_reused added), or every row when uncounted
+    uncounted: int  # follow-ups the engine returned no reuse count for
+    calm: bool = False  # some graded row had no pressure
+    min_calm: float = float("nan")
+    min_pressed: float = float("nan")
+    min_all: float = float("nan")
+    worst: dict | None = None
+    fraction_tag: str = "reuse_fraction"  # engine_reuse_fraction where every count is the engine's
+
+
+def summarise(rows: list[dict]) -> FollowUps:
+    """Prefixes shorter than one block cannot show anything and are left out."""
+    uncounted = sum(1 for r in rows if r["followup_reused"] is None)
     if uncounted:
-        return Outcome("inconclusive", f"The engine returned no reuse count on {len(uncounted)} of {len(rows)} "
-                       "follow-ups, so what the warm-up left behind cannot be read (missing, not 0).", rows=rows)
+        return FollowUps(tuple(rows), uncounted)
     for r in rows:
         expected = expected_reuse(r["prefix_tokens"], r.get("block_tokens", 1))
         r["expected_reused"] = expected
         r["fraction"] = min(r["followup_reused"], expected) / expected if expected else None
-    rows = [r for r in rows if r["fraction"] is not None]
-    if not rows:
-        return Outcome("inconclusive", "Every prefix was shorter than one KV block, so no reuse could be expected.")
-    calm = [r for r in rows if r["pressure"] == 0]
-    pressed = [r for r in rows if r["pressure"] > 0]
-    min_calm = min((r["fraction"] for r in calm), default=float("nan"))
-    min_all = min(r["fraction"] for r in rows)
-    worst = min(rows, key=lambda r: r["fraction"])
-    fraction = "engine_reuse_fraction" if all(r.get("from_engine") for r in rows) else "reuse_fraction"
-    metrics = {fraction: min_all, "overflow_errors": sum(r["fillers_refused"] for r in rows)}
-    notes = [f"worst case: {worst['prefix_tokens']} tokens ({worst['boundary']}) at {worst['pressure']:g}× pressure "
-             f"reused {worst['followup_reused']}"]
-    if min_all >= 1.0:
-        return Outcome("refuted", f"The warm-up materialized and retained the whole prefix at every length "
-                       f"({', '.join(sorted({r['boundary'] for r in rows}))}) and pressure up to "
-                       f"{max(r['pressure'] for r in rows):g}× free capacity: the risk did not occur.",
-                       metrics, rows, notes, {"contract.ensure_prefix": "confirmed"},
-                       rests_on=(Support(fraction, ">=", 1.0),))
-    if calm and min_calm >= 1.0:
-        return Outcome("confirmed", f"Without pressure the warm-up materialized the whole prefix, but under pressure "
-                       f"the follow-up reused as little as {min(r['fraction'] for r in pressed):.0%}: the prefix is "
-                       "not retained.", metrics, rows, notes, {"contract.ensure_prefix": "partial"},
-                       rests_on=(Support(fraction, "<", 1.0),))
-    return Outcome("confirmed", f"Even without pressure the follow-up reused only {min_calm:.0%} of some prefixes "
-                   f"(worst at {worst['boundary']}): the warm-up does not materialize the whole prefix.",
-                   metrics, rows, notes, {"contract.ensure_prefix": "refuted"}, rests_on=(Support(fraction, "<", 1.0),))
+    graded = [r for r in rows if r["fraction"] is not None]
+    if not graded:
+        return FollowUps((), 0)
+    calm = [r["fraction"] for r in graded if r["pressure"] == 0]
+    return FollowUps(tuple(graded), 0, bool(calm), min(calm, default=float("nan")),
+                     min((r["fraction"] for r in graded if r["pressure"] > 0), default=float("nan")),
+                     min(r["fraction"] for r in graded), min(graded, key=lambda r: r["fraction"]),
+                     "engine_reuse_fraction" if all(r.get("from_engine") for r in graded) else "reuse_fraction")
+
+
+def decide(s: FollowUps) -> Decision:
+    """The ladder: every follow-up counted → one prefix at least a block long → whole everywhere → whole without
+    pressure only → short even without it."""
+    if s.uncounted:
+        return Decision("inconclusive", "uncounted")
+    if not s.rows:
+        return Decision("inconclusive", "sub-block")
+    if s.min_all >= 1.0:
+        return Decision("refuted", "whole", {"contract.ensure_prefix": "confirmed"},
+                        (Support(s.fraction_tag, ">=", 1.0),))
+    if s.calm and s.min_calm >= 1.0:
+        return Decision("confirmed", "lost", {"contract.ensure_prefix": "partial"}, (Support(s.fraction_tag, "<", 1.0),))
+    return Decision("confirmed", "short", {"contract.ensure_prefix": "refuted"}, (Support(s.fraction_tag, "<", 1.0),))
+
+
+def explain(d: Decision, s: FollowUps) -> str:
+    """The verdict's summary in words."""
+    if d.case == "uncounted":
+        return (f"The engine returned no reuse count on {s.uncounted} of {len(s.rows)} follow-ups, so what the warm-up "
+                "left behind cannot be read (missing, not 0).")
+    if d.case == "sub-block":
+        return "Every prefix was shorter than one KV block, so no reuse could be expected."
+    if d.case == "whole":
+        return (f"The warm-up materialized and retained the whole prefix at every length "
+                f"({', '.join(sorted({r['boundary'] for r in s.rows}))}) and pressure up to "
+                f"{max(r['pressure'] for r in s.rows):g}× free capacity: the risk did not occur.")
+    if d.case == "lost":
+        return (f"Without pressure the warm-up materialized the whole prefix, but under pressure the follow-up reused "
+                f"as little as {s.min_pressed:.0%}: the prefix is not retained.")
+    return (f"Even without pressure the follow-up reused only {s.min_calm:.0%} of some prefixes (worst at "
+            f"{s.worst['boundary']}): the warm-up does not materialize the whole prefix.")
+
+
+def verdict(rows: list[dict]) -> Outcome:
+    """Each row's fraction is the reuse over what a wholly materialized prefix would give (:func:`expected_reuse`)."""
+    s = summarise(rows)
+    d = decide(s)
+    if s.worst is None:  # nothing graded: no metrics, no notes
+        return Outcome(d.verdict, explain(d, s), rows=list(s.rows))
+    w = s.worst
+    metrics = {s.fraction_tag: s.min_all, "overflow_errors": sum(r["fillers_refused"] for r in s.rows)}
+    notes = [f"worst case: {w['prefix_tokens']} tokens ({w['boundary']}) at {w['pressure']:g}× pressure "
+             f"reused {w['followup_reused']}"]
+    return Outcome(d.verdict, explain(d, s), metrics, list(s.rows), notes, dict(d.claim_verdicts), rests_on=d.rests_on)
