@@ -200,3 +200,58 @@ def test_the_engine_block_size_is_read_from_chained_blocks_not_a_partial_tail():
     lone = KvEvent("stored", 3, (14,), None, ((4,) * 64,))
     child = KvEvent("stored", 4, (15,), 14, ((5,) * 64,))
     assert events_admission.engine_block_size([lone, child]) == 64  # a parent in an earlier event is full
+
+
+class _StreamCtx:
+    """A probe context whose one cell announces ``observers`` (a kv_events stream or none), recording its options."""
+
+    def __init__(self, tmp_path, observers):
+        from types import SimpleNamespace
+
+        self.tmp, self.opened, self.closed = tmp_path, [], False
+        d = SimpleNamespace(observers=observers, absent={} if observers else {"kv_events": "no stream here"},
+                            engine="e", engine_version="1", extra={})
+        self.cell = SimpleNamespace(describe=lambda: d, close=lambda: setattr(self, "closed", True))
+
+    def scratch(self, prefix):
+        return self.tmp
+
+    def open(self, **options):
+        self.opened.append(options)
+        return self.cell
+
+
+@pytest.mark.parametrize("observers, verdict, measured", [
+    (("kv_events",), "confirmed", True),  # a stream: measured, on the cell, with the probe's seeded generator
+    ((), "not-applicable", False),  # none: the engine's own answer, nothing measured, the cell closed
+])
+def test_every_event_probe_opens_its_stream_alike(tmp_path, observers, verdict, measured):
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from workbench.probes.events_common import on_stream
+
+    ctx, seen = _StreamCtx(tmp_path, observers), []
+
+    def measure(c, p, cell, rng):
+        seen.append((c, p, cell, rng.integers(1 << 30)))
+        return probes.Outcome("confirmed", "measured")
+
+    p = SimpleNamespace(hash_seed="7", seed=3)
+    out = on_stream(ctx, p, measure, buffer_steps=5, budget_tokens=64 * 32)
+    assert out.verdict == verdict and bool(seen) == measured and ctx.closed != measured
+    assert seen in ([], [(ctx, p, ctx.cell, np.random.default_rng(3).integers(1 << 30))])
+    first = ctx.opened[0]
+    assert (first["hash_seed"], first["kv_budget_tokens"], first["context_tokens"]) == ("7", 64 * 32, 128)
+    assert first["kv_events_config"]["buffer_steps"] == 5
+
+
+@pytest.mark.parametrize("module", [events_fidelity, events_isolation, events_overflow, events_ownership,
+                                    events_parity])
+def test_each_event_probe_opens_through_the_one_helper(module, monkeypatch):
+    opened = probes.Outcome("not-applicable", "no stream")
+    monkeypatch.setattr(module, "on_stream", lambda ctx, p, measure, **kw: opened)
+    probe = next(v for v in vars(module).values() if isinstance(v, type) and issubclass(v, probes.Probe)
+                 and v is not probes.Probe)
+    assert probe().run(None, probe.Params()) is opened

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -32,6 +33,18 @@ def open_stream_cell(ctx: ProbeContext, *, seed: str, buffer_steps: int, budget_
         cell.close()
         return None, absent(d)
     return cell, None
+
+
+def on_stream(ctx: ProbeContext, p: Any, measure: Callable[[ProbeContext, Any, Cell, np.random.Generator], Outcome],
+              *, buffer_steps: int = 10_000, budget_tokens: int = 32 * 32, context_tokens: int = 128) -> Outcome:
+    """The event probes' one opening: a stream cell under the probe's ``hash_seed`` (:func:`open_stream_cell`), handed
+    to ``measure`` (which closes it) with a generator seeded by the probe's ``seed``; where the engine has no stream,
+    its not-applicable outcome, and nothing is measured."""
+    cell, none = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=buffer_steps, budget_tokens=budget_tokens,
+                                  context_tokens=context_tokens)
+    if none:
+        return none
+    return measure(ctx, p, cell, np.random.default_rng(p.seed))
 
 
 def open_with(ctx: ProbeContext, *choices: dict) -> Cell:

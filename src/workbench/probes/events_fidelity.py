@@ -22,10 +22,10 @@ import numpy as np
 
 from . import Figure, Outcome, Probe, ProbeContext, Support, param
 from .. import models
-from ..contract import WorkbenchError
+from ..contract import Cell, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
-from .events_common import evicting_workload, hasher_for, kept_out, new_consumer, open_stream_cell, salt_of
+from .events_common import evicting_workload, hasher_for, kept_out, new_consumer, on_stream, salt_of
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,9 @@ class InventoryFidelity(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000,
-                                        budget_tokens=p.budget_blocks * 32, context_tokens=p.context_tokens)
-        if absent:
-            return absent
+        return on_stream(ctx, p, self._measure, budget_tokens=p.budget_blocks * 32, context_tokens=p.context_tokens)
+
+    def _measure(self, ctx: ProbeContext, p: Params, cell: Cell, rng: np.random.Generator) -> Outcome:
         notes = []
         with cell:
             d0 = cell.describe()
@@ -74,7 +73,7 @@ class InventoryFidelity(Probe):
                     Inventory(hasher_for(d0, seed=p.hash_seed, block_size=p.wrong_block)), list)
             if p.wrong_seed:
                 arms[f"PYTHONHASHSEED {p.wrong_seed}"] = (Inventory(hasher_for(d0, seed=p.wrong_seed)), list)
-            w = evicting_workload(np.random.default_rng(p.seed), d0, prefixes=p.prefixes,
+            w = evicting_workload(rng, d0, prefixes=p.prefixes,
                                   prefix_tokens=p.prefix_tokens, suffix_tokens=p.suffix_tokens, requests=p.requests)
             if p.wrong_tokenizer:
                 try:

@@ -17,11 +17,11 @@ import numpy as np
 
 from . import Outcome, Probe, ProbeContext, Support, param
 from .. import adapters, models
-from ..contract import UnsupportedFeature, WorkbenchError
+from ..contract import Cell, UnsupportedFeature, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import fresh_salt, token_ids
-from .events_common import hasher_for, kept_out, lora_key, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, kept_out, lora_key, new_consumer, on_stream, open_stream_cell, salt_of
 
 
 @dataclass(frozen=True)
@@ -44,11 +44,9 @@ class InventoryIsolation(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000, budget_tokens=32 * 32,
-                                        context_tokens=128)
-        if absent:
-            return absent
-        rng = np.random.default_rng(p.seed)
+        return on_stream(ctx, p, self._measure)
+
+    def _measure(self, ctx: ProbeContext, p: Params, cell: Cell, rng: np.random.Generator) -> Outcome:
         rows = []
         with cell:
             d = cell.describe()

@@ -13,10 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from ..contract import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import token_ids
-from .events_common import hasher_for, kept_out, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, kept_out, new_consumer, on_stream, salt_of
 
 
 @dataclass(frozen=True)
@@ -40,11 +41,9 @@ class OverflowResync(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=p.buffer_steps,
-                                        budget_tokens=64 * 32, context_tokens=128)
-        if absent:
-            return absent
-        rng = np.random.default_rng(p.seed)
+        return on_stream(ctx, p, self._measure, buffer_steps=p.buffer_steps, budget_tokens=64 * 32)
+
+    def _measure(self, ctx: ProbeContext, p: Params, cell: Cell, rng: np.random.Generator) -> Outcome:
         rows = []
         with cell:
             d = cell.describe()

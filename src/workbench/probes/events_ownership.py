@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from ..contract import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from ..events.lease import LeaseHeld, acquire
 from .common import token_ids
-from .events_common import hasher_for, kept_out, new_consumer, open_stream_cell
+from .events_common import hasher_for, kept_out, new_consumer, on_stream
 
 
 @dataclass(frozen=True)
@@ -44,11 +45,9 @@ class OneConsumer(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000, budget_tokens=32 * 32,
-                                        context_tokens=128)
-        if absent:
-            return absent
-        rng = np.random.default_rng(p.seed)
+        return on_stream(ctx, p, self._measure)
+
+    def _measure(self, ctx: ProbeContext, p: Params, cell: Cell, rng: np.random.Generator) -> Outcome:
         with cell:
             d = cell.describe()
             sources = [new_consumer(cell, joined=i > 0) for i in range(p.consumers)]

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Outcome, Probe, ProbeContext, Support, param
-from ..contract import KvEvent
+from ..contract import Cell, KvEvent
 from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
 from .common import token_ids
-from .events_common import hasher_for, new_consumer, open_stream_cell, salt_of
+from .events_common import hasher_for, new_consumer, on_stream, salt_of
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,9 @@ class HashParity(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        cell, absent = open_stream_cell(ctx, seed=p.hash_seed, buffer_steps=10_000, budget_tokens=32 * 32,
-                                        context_tokens=max(128, p.prompt_tokens + 32))
-        if absent:
-            return absent
-        rng = np.random.default_rng(p.seed)
+        return on_stream(ctx, p, self._measure, context_tokens=max(128, p.prompt_tokens + 32))
+
+    def _measure(self, ctx: ProbeContext, p: Params, cell: Cell, rng: np.random.Generator) -> Outcome:
         rows = []
         with cell:
             d = cell.describe()
