@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -92,10 +93,13 @@ def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_
 
 
 def _spawn_and_hang(pidfile: str) -> None:
-    """Engine work that starts a process of its own (as vLLM starts EngineCore), then runs on and on."""
+    """Engine work that starts a process of its own (as vLLM starts EngineCore) and makes a temp folder (as the
+    vLLM cell makes workbench-vllm-* for EngineCore's sockets), then runs on and on."""
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     tmp = os.path.dirname(os.readlink("/proc/self/fd/2"))  # the log file isolate gave this child
-    Path(pidfile + ".tmp").write_text(json.dumps({"child": os.getpid(), "grandchild": grandchild.pid, "tmp": tmp}))
+    made = tempfile.mkdtemp(prefix="workbench-vllm-")
+    Path(pidfile + ".tmp").write_text(json.dumps({"child": os.getpid(), "grandchild": grandchild.pid, "tmp": tmp,
+                                                  "made": made}))
     os.replace(pidfile + ".tmp", pidfile)
     time.sleep(120)
 
@@ -119,7 +123,7 @@ def test_kill_9_of_the_parent_ends_the_child_what_it_started_and_its_temp_folder
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     assert gone_within(5, [pids["child"], pids["grandchild"]]) == []
-    assert not Path(pids["tmp"]).exists()
+    assert not Path(pids["tmp"]).exists() and not Path(pids["made"]).exists()
 
 
 def test_sigint_stops_the_call_at_once_and_ends_its_processes(tmp_path):

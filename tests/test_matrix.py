@@ -25,6 +25,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
     ({"engines": ["llamacpp"], "environments": {"a b": {}}}, "environments.a b: a name"),
     ({"engines": ["llamacpp"], "resources": {"vllm": {"num_gpus": -1}}}, "resources.vllm.num_gpus"),
     ({"engines": ["llamacpp"], "resources": {"vllm": {"gpus": 1}}}, "only num_cpus and num_gpus"),
+    ({"engines": ["llamacpp"], "resources": {"vllm": {"num_cpus": 5000}}}, "num_cpus: 0 or a number from"),
 ])
 def test_each_bad_entry_is_named(doc, says):
     assert any(says in p for p in matrix.check(doc)), matrix.check(doc)
@@ -49,7 +50,39 @@ def test_malformed_file_exits_2_naming_every_entry(tmp_path):
     assert not (tmp_path / "run" / "run.json").exists()
     (tmp_path / "n.yaml").write_text("engines: [llamacpp\n")
     r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--matrix", str(tmp_path / "n.yaml")])
-    assert r.exit_code == 2 and "is not YAML" in r.output
+    assert r.exit_code == 2 and ": not YAML: expected" in r.output
+
+
+_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh")) + "engines: [llamacpp]\nparams: {x: *h}\n"
+
+
+@pytest.mark.parametrize("executor, text, says", [
+    ("local", _BOMB.encode(), "line 2: alias *a: a run matrix takes no YAML aliases"),  # was 52 s, then MemoryError
+    ("local", b"engines: [llamacpp]\nparams: {x: " + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+     "line 2: nested deeper than 16 levels"),  # was RecursionError
+    ("ray", b"engines: [llamacpp]\n# caf\xe9 (Latin-1)\nmodels: [x]\n", "line 2: not UTF-8 (byte 0xe9)"),
+    ("ray", b"engines: [vllm]\nresources:\n  vllm: {num_cpus: .nan}\n",
+     "resources.vllm.num_cpus: 0 or a number from 0.0001 to 1024, got nan"),  # Ray: cannot convert float NaN
+    ("local", b"engines: [llamacpp]\nparams: {temperature: .inf}\n", "params.temperature: inf is not a value"),
+], ids=["alias-bomb", "deep-nesting", "latin-1", "nan-cpus", "inf-param"])
+def test_a_bad_matrix_file_is_one_line_exit_2_before_anything_runs(tmp_path, monkeypatch, executor, text, says):
+    """The real CLI; nothing runs (no run folder, no notebook, no Ray head: run_batch is never reached)."""
+    import time
+
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    monkeypatch.setattr(runner, "run_batch", lambda *a, **k: pytest.fail("the matrix ran"))
+    (tmp_path / "m.yaml").write_bytes(text)
+    start = time.perf_counter()
+    r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--matrix", str(tmp_path / "m.yaml"),
+                                 "--executor", executor])
+    took = time.perf_counter() - start
+    assert (r.exit_code, r.output.strip().count("\n"), "Traceback" in r.output) == (2, 0, False), r.output
+    assert f"m.yaml, {says}" in r.output or f"m.yaml: fix {says}" in r.output, r.output
+    assert took < 1.0 and not (tmp_path / "run").exists()
 
 
 def test_jobs_cover_the_axes_and_only_varying_axes_name_the_folder(tmp_path):

@@ -19,7 +19,9 @@ No child outlives its parent. The child leads a process group of its own, which 
 (vLLM's ``EngineCore`` and workers) join; the parent kills that group on every way out of :func:`call`
 (answer, exception, timeout, Ctrl-C). When the parent dies without a way out (SIGKILL), its end of a pipe
 the child watches closes, and the child removes its temp folder and kills its own group. A pipe rather
-than ``PR_SET_PDEATHSIG``: the signal would kill the child alone, leaving the engine's processes behind.
+than ``PR_SET_PDEATHSIG``: the signal would kill the child alone, leaving the engine's processes behind. That
+folder is the child's temp folder (``TMPDIR``): what the child and the engine's processes make in temp (vLLM's
+``workbench-vllm-*`` socket folder) goes with it, however the parent ended.
 """
 
 from __future__ import annotations
@@ -134,7 +136,9 @@ def _child(conn, alive, stdout, log_path: str, env: dict, cwd: str, fn: Callable
     os.environ.update(env)
     os.chdir(cwd)
     os.setpgid(0, 0)  # a group of its own: the parent (or the watcher) ends the engine's processes with it
-    _die_with_parent(alive, Path(log_path).parent)
+    tmp = os.path.dirname(log_path)
+    os.environ["TMPDIR"] = tempfile.tempdir = tmp  # the engine's processes' temp too: the watcher removes it
+    _die_with_parent(alive, Path(tmp))
     os.dup2(stdout.fileno(), 1)  # the caller's stdout (a notebook's log), not the one a shared forkserver has
     stdout.close()
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)

@@ -11,7 +11,8 @@
     resources:                                          # optional: per engine, instead of the rule
       vllm: {num_cpus: 2}
 
-The whole file is checked before anything runs, every bad entry named (:class:`MatrixError`, exit 2). Jobs
+The whole file is checked before anything runs, every bad entry named in one line (:class:`MatrixError`, exit 2):
+UTF-8 YAML within :data:`MAX_BYTES` and :data:`MAX_DEPTH`, no alias, every number finite. Jobs
 whose axes have several values land in ``notebooks/<engine>/<environment>__<model>__options-N/`` (only the
 axes that vary), all in one run folder, so the churn rule reads each release's survey from it.
 """
@@ -19,10 +20,13 @@ axes that vary), all in one run folder, so the churn rule reads each release's s
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
+
+import yaml
 
 from . import cells, models
 from .contract import WorkbenchError
@@ -30,6 +34,15 @@ from .executors import Job, Resources, resources_for
 
 KEYS = ("notebooks", "engines", "models", "params", "cell_options", "environments", "resources")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+#: The most a run matrix file holds: a few engines, models and options fit in far less. PyYAML sets no limit of
+#: its own (its composer recurses once per level: deep nesting was a RecursionError).
+MAX_BYTES = 256 * 1024
+MAX_DEPTH = 16
+#: What one job may ask of Ray: Ray counts in units of 1/10,000 and refuses a smaller amount above 0
+#: (ray/_common/ray_option_utils.py: _validate_resource_quantity); no node has more than the upper bound, and a
+#: job asking more than any node has waits forever. NaN, which Ray took until it failed to convert it, is in no range.
+RESOURCE_RANGE = {"num_cpus": (1e-4, 1024.0), "num_gpus": (1e-4, 64.0)}
 
 
 class MatrixError(WorkbenchError):
@@ -91,23 +104,78 @@ def _text(v: Any) -> Any:
 
 
 def load(path: Path) -> Matrix:
-    """Read and check a matrix file; :class:`MatrixError` listing every bad entry."""
-    import yaml
-
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as e:
-        raise MatrixError(f"--matrix {path}: cannot be read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise MatrixError(f"--matrix {path} is not YAML: {e}") from None
+    """Read and check a matrix file; :class:`MatrixError` (one line) naming the file, the line or the entry, and
+    the fix."""
+    doc = parse(path)
     problems = check(doc)
     if problems:
-        raise MatrixError(f"--matrix {path}: fix these entries (nothing was run):\n  " + "\n  ".join(problems))
+        raise MatrixError(f"--matrix {path}: fix {'; '.join(problems)} (nothing was run)")
     return Matrix(tuple(doc["engines"]), tuple(doc.get("models") or (models.DEFAULT_MODEL,)),
                   tuple(doc["notebooks"]) if doc.get("notebooks") else None, dict(doc.get("params") or {}),
                   tuple(doc.get("cell_options") or ({},)), dict(doc.get("environments") or {}),
                   {e: Resources(float(r.get("num_cpus", 1)), float(r.get("num_gpus", 0)))
                    for e, r in (doc.get("resources") or {}).items()})
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """YAML that PyYAML reads but a run matrix does not take (:class:`_Loader`)."""
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader with a run matrix's limits. No alias: a matrix repeats nothing a name does not already share
+    (environments, resources per engine), and an alias is how a small file expands into billions of entries
+    (an alias bomb ran 52 s, then MemoryError). Python's own ValueErrors from a scalar (an int of 5,000 digits,
+    month 13) are given the scalar's line, like PyYAML's errors."""
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _Refused(None, None, f"alias *{event.anchor}: a run matrix takes no YAML aliases; write the entry "
+                           "out", event.start_mark)
+        if self.depth >= MAX_DEPTH:
+            raise _Refused(None, None, f"nested deeper than {MAX_DEPTH} levels; a run matrix needs a few",
+                           event.start_mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_object(self, node: Any, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as e:
+            raise _Refused(None, None, str(e), node.start_mark) from None
+
+
+def parse(path: Path) -> Any:
+    """The YAML document in ``path``, read within :data:`MAX_BYTES`, UTF-8, :class:`_Loader`'s limits; every
+    way it fails a one-line :class:`MatrixError` with the line."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise MatrixError(f"--matrix {path}: cannot be read ({e.strerror or e})") from None
+    if len(data) > MAX_BYTES:
+        raise MatrixError(f"--matrix {path}: over {MAX_BYTES // 1024} KiB; a run matrix is a short YAML file "
+                          "(nothing was run)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise MatrixError(f"--matrix {path}, line {line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as "
+                          "UTF-8 (nothing was run)") from None
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        what = e.problem if isinstance(e, _Refused) else f"not YAML: {e.problem or e.context}"
+        raise MatrixError(f"--matrix {path}{f', line {mark.line + 1}' if mark else ''}: {what} (nothing was run)"
+                          ) from None
+    except yaml.YAMLError as e:
+        raise MatrixError(f"--matrix {path} is not YAML: {' '.join(str(e).split())} (nothing was run)") from None
 
 
 def check(doc: Any) -> list[str]:
@@ -134,7 +202,17 @@ def check(doc: Any) -> list[str]:
                 problems.append(f"environments.{name}: a name of letters, digits, '.', '_' or '-'")
             problems += environment_problems(str(name), env)
     problems += _resources(doc.get("resources") or {})
-    return problems
+    return problems + [p for k, v in doc.items() if k != "resources" for p in _nonfinite(v, str(k))]
+
+
+def _nonfinite(value: Any, key: str) -> list[str]:
+    """Every NaN or infinity under ``key``: no parameter or option means either (each notebook checks the
+    range of its own parameters)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return [f"{key}: {value!r} is not a value to run with; give a finite number"]
+    if isinstance(value, Mapping):
+        return [p for k, v in value.items() for p in _nonfinite(v, f"{key}.{k}")]
+    return [p for i, v in enumerate(value) for p in _nonfinite(v, f"{key}[{i}]")] if isinstance(value, list) else []
 
 
 def _names(key: str, value: Any, required: bool = False, known: list[str] | None = None) -> list[str]:
@@ -157,6 +235,10 @@ def _resources(res: Any) -> list[str]:
         if not isinstance(r, Mapping) or set(r) - {"num_cpus", "num_gpus"}:
             out.append(f"resources.{engine}: only num_cpus and num_gpus, e.g. {{num_cpus: 2}}")
             continue
-        out += [f"resources.{engine}.{k}: a number ≥ 0, got {v!r}" for k, v in r.items()
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0]
+        out += [f"resources.{engine}.{k}: 0 or a number from {RESOURCE_RANGE[k][0]:g} to {RESOURCE_RANGE[k][1]:g}, "
+                f"got {v!r}" for k, v in r.items() if not _in_range(v, *RESOURCE_RANGE[k])]
     return out
+
+
+def _in_range(v: Any, lo: float, hi: float) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and (v == 0 or lo <= v <= hi)

@@ -161,12 +161,15 @@ def _rss_mb(pid: int) -> float:
 @pytest.mark.parametrize("multiprocess", [False, True], ids=["in-process", "multiprocess"])
 def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_path, multiprocess):
     """`kill -9` of `workbench probe … --engine vllm` left its experiment child running (ppid 1, ~0.9 GB), and
-    with multiprocess=true VLLM::EngineCore and VLLM::Worker as well."""
+    with multiprocess=true VLLM::EngineCore and VLLM::Worker as well, and its workbench-vllm-* folder in the temp
+    folder."""
     import contextlib
     import os
+    import shutil
     import signal
     import subprocess
     import sys
+    import tempfile
     import time
     from pathlib import Path
 
@@ -175,7 +178,9 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
     require_engine("vllm")
     cmd = [sys.executable, "-m", "workbench.cli", "probe", "reuse.per_request_metrics", "--engine", "vllm",
            "-m", MODEL, "-p", "repeats=50", "--out", str(tmp_path / "f")] + (["-c", "multiprocess=true"] * multiprocess)
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    temp = Path(tempfile.mkdtemp(prefix="wb"))  # the run's TMPDIR: short, for the ipc:// sockets vLLM makes there
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, TMPDIR=str(temp)))
     try:
         deadline = time.monotonic() + 240
 
@@ -200,16 +205,19 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
         if multiprocess:
             assert any("EngineCore" in _cmdline(d) for d in below)
         (child_tmp,) = {t for d in below if (t := child_log(d))}
+        assert list(temp.rglob("workbench-vllm-*")) or not multiprocess  # the engine core's sockets' folder
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         left = gone_within(5, below)
         assert left == [], [(d, _cmdline(d)) for d in left]
         assert not child_tmp.exists()
+        assert not list(temp.rglob("workbench-*"))
         assert not list((tmp_path / "f").glob("*.json"))
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_every_vllm_the_workbench_starts_has_usage_statistics_off(tmp_path):
