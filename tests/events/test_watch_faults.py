@@ -54,6 +54,9 @@ ROWS = [
     Row("integer items", (ok([1, 2, 3]),), 2, "item 0 is an integer (1), not an event object"),
     Row("an unknown kind", (ok([*EVENTS, ALL_CLEARED]),), 2, "kind 'all_cleared' (item 2, event_id 2); "
         "TensorRT-LLM 1.2 serializes only created, stored, removed, updated", (*EVENTS, ALL_CLEARED)),
+    Row("an event not in 1.2's shape", (ok([{"event_id": 0, "window_size": 16, "data": {"type": "stored", "blocks": [
+        {"tokens": []}]}}]),), 2, "a 'stored' event (item 0, event_id 0) not in 1.2's shape: KeyError 'block_hash'",
+        ({"event_id": 0, "window_size": 16, "data": {"type": "stored", "blocks": [{"tokens": []}]}},)),
     Row("unroutable (never answers)", None, 2, "gave no answer: ReadTimeout after 0.5 s"),
     Row("nothing listens", (), 2, "gave no answer: ConnectError"),
     Row("a 500 after events", (ok(EVENTS), (500, "text/plain", b"boom")), 2, "HTTP 500", tuple(EVENTS)),

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NoReturn, Protocol, runtime_checkable
 
 from ..contract import KvEvent, WorkbenchError
 from ..observe import trtllm_events
@@ -109,13 +109,13 @@ class TrtllmHttpSource:
         """The one reading of a drain's answer: its events, or :class:`EndpointFault` naming what came back."""
         if status != 200:
             hint = f" ({STATUS_HINTS[status]})" if status in STATUS_HINTS else ""
-            return self._refuse(f"answered HTTP {status} {reason}{hint}: {_snippet(content_type, body)}")
+            self._refuse(f"answered HTTP {status} {reason}{hint}: {_snippet(content_type, body)}")
         try:
             doc = json.loads(body)
         except ValueError:  # UnicodeDecodeError included
-            return self._refuse(f"answered {_not_json(content_type, body)}")
+            self._refuse(f"answered {_not_json(content_type, body)}")
         if not isinstance(doc, list):
-            return self._refuse(f"answered {_json_kind(doc)} where a JSON list of events belongs: "
+            self._refuse(f"answered {_json_kind(doc)} where a JSON list of events belongs: "
                                 f"{_snippet(content_type, body)}")
         self.drained.extend(item for item in doc if isinstance(item, dict) and item)
         # {} (and null) is how the 1.2 serializer writes a None event (to_json_str): nothing, skipped as upstream does
@@ -139,10 +139,10 @@ class TrtllmHttpSource:
         try:
             return trtllm_events.parse_event(item)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            return self._refuse(f"answered a {kind!r} event (item {n}, event_id {item['event_id']}) not in 1.2's "
+            self._refuse(f"answered a {kind!r} event (item {n}, event_id {item['event_id']}) not in 1.2's "
                                 f"shape: {type(e).__name__} {e}")
 
-    def _refuse(self, answered: str) -> Any:
+    def _refuse(self, answered: str) -> NoReturn:
         raise EndpointFault(self.url, answered, self.drained)
 
     def replay(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
