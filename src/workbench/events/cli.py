@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import sys
+import time
 from pathlib import Path
 from typing import List, Optional
 
@@ -10,24 +14,48 @@ import typer
 
 from ..contract import WorkbenchError
 from .guide import GUIDE
+from .sources import EndpointFault
 
 app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
 
+DROPPED_EXIT = 3
+"""``watch``'s exit when an endpoint that had answered rightly stops answering (2 is a wrong endpoint)."""
 
-def _fail(msg: str) -> None:
+
+def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
-def _source(endpoint: str, replay: Optional[str]):
+def _source(endpoint: str, replay: Optional[str], timeout: float):
     from . import sources
 
     if endpoint.startswith(("http://", "https://")):
-        return sources.TrtllmHttpSource(endpoint)
+        return sources.TrtllmHttpSource(endpoint, timeout_s=timeout)
     if endpoint.startswith(("ipc://", "tcp://")):
         return sources.vllm(connect=endpoint, replay=replay)
     _fail(f"--endpoint {endpoint!r}: give trtllm-serve's URL (http://HOST:PORT) or vLLM's ZMQ publisher "
           "(ipc://PATH or tcp://HOST:PORT, as its --kv-events-config endpoint binds it)")
+
+
+def _keep(drained: list[dict], url: str) -> str:
+    """Where the events a failed watch drained now are: the drain took them from the engine for good, so they go
+    to the recovery folder as JSON lines, exactly as the endpoint sent them (printed where it cannot take them)."""
+    from ..files import atomic_write
+    from ..findings import recovery_dir
+
+    if not drained:
+        return "no event was drained"
+    text = "".join(json.dumps(e) + "\n" for e in drained)
+    name = "".join(c if c.isalnum() or c in ".-" else "_" for c in url.split("://", 1)[-1])
+    try:
+        recovery_dir().mkdir(mode=0o700, exist_ok=True)
+        path = atomic_write(recovery_dir() / f"events-{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.jsonl",
+                            text, mode=0o600, overwrite=False)
+    except OSError as e:
+        sys.stdout.write(text)
+        return f"the {len(drained)} events drained are printed above ({recovery_dir()} could not take them: {e})"
+    return f"the {len(drained)} events drained are kept in {path} (one a line, as the endpoint sent them)"
 
 
 @app.command()
@@ -42,9 +70,15 @@ def watch(
     as_json: bool = typer.Option(False, "--json", help="one JSON line per refresh instead of the live view"),
     requests: Optional[Path] = typer.Option(None, "--requests", help="the gateway's JSONL request log to predict"),
     duration: Optional[float] = typer.Option(None, "--duration", help="stop after this many seconds"),
-    interval: float = typer.Option(1.0, "--interval", help="seconds per refresh (vLLM) / drain timeout"),
+    interval: float = typer.Option(1.0, "--interval", help="seconds per refresh (vLLM)"),
+    timeout: float = typer.Option(30.0, "--timeout", help="seconds trtllm-serve may take to connect and answer one "
+                                  "drain (1.2's idle drain takes about 2 s)"),
 ) -> None:
-    """Consume one endpoint's KV events (taking its lease) and show the inventory a gateway would hold."""
+    """Consume one endpoint's KV events (taking its lease) and show the inventory a gateway would hold.
+
+    An endpoint that answers other than trtllm-serve 1.2's drain exits 2; one that stops answering after it had
+    answered rightly exits 3. Either way the events drained so far (the drain is destructive) are kept in the
+    recovery folder, and the message says how many and where."""
     from . import lease as _lease
     from . import watch as _watch
     from .consumer import Consumer
@@ -53,6 +87,8 @@ def watch(
 
     if policy not in RESYNC:
         _fail(f"--policy {policy!r}: valid: {', '.join(RESYNC)}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        _fail(f"--timeout {timeout}: give a number of seconds above 0")
     try:
         held = _lease.acquire(endpoint, steal=steal)  # before anything is read from the endpoint
     except _lease.LeaseHeld as e:
@@ -60,7 +96,7 @@ def watch(
     if held.note:
         typer.echo(held.note, err=True)
     try:
-        source = _source(endpoint, replay)
+        source = _source(endpoint, replay, timeout)
         hasher = TrtllmHasher(block_size) if source.engine == "trtllm" else VllmHasher(block_size, hash_algo, hash_seed)
     except (ValueError, typer.Exit) as e:
         held.release()
@@ -68,11 +104,11 @@ def watch(
             raise
         _fail(str(e))
     consumer = Consumer(source, Inventory(hasher), policy, None, held)
-    try:
-        _watch.watch(consumer, duration_s=duration, interval_s=interval, as_json=as_json, requests=requests,
-                     out=sys.stdout)
-    except _lease.LeaseLost as e:
-        _fail(str(e))
+    try:  # a drain waits on the server (--timeout), a vLLM poll on the refresh (--interval)
+        _watch.watch(consumer, duration_s=duration, interval_s=timeout if source.engine == "trtllm" else interval,
+                     as_json=as_json, requests=requests, out=sys.stdout)
+    except EndpointFault as e:
+        _fail(f"{e}; {_keep(e.drained, e.url)}", DROPPED_EXIT if e.dropped else 2)
     except WorkbenchError as e:
         _fail(str(e))
     finally:
