@@ -18,6 +18,7 @@ from markdown_it import MarkdownIt
 from workbench import blueprint as bp
 from workbench import claims, probes, settle
 from workbench import findings as fstore
+from workbench.files import OutputError
 from workbench.findings import Finding
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -509,7 +510,7 @@ def test_write_is_atomic(stale_blueprint, findings_updating_retention, monkeypat
         raise OSError("disk went away")
 
     monkeypatch.setattr(os, "replace", crash)
-    with pytest.raises(OSError, match="disk went away"):
+    with pytest.raises(OutputError, match="disk went away.*nothing was changed"):
         bp.run_writeback(stale_blueprint, [findings_updating_retention], "write")
     assert stale_blueprint.read_bytes() == before
     assert [p.name for p in stale_blueprint.parent.iterdir() if p.name.startswith(".")] == []

@@ -160,6 +160,14 @@ def test_a_finding_that_cannot_be_written_is_kept_and_its_place_named(tmp_path, 
     assert findings.read(kept).id == f.id
 
 
+def test_a_finding_saved_nowhere_names_the_recovery_folder_that_refused_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "a-file"))  # no recovery folder can be made
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(findings.FindingNotSaved, match=f"nor in {findings.recovery_dir()}") as e:
+        findings.write(make(), tmp_path / "a-file" / "findings")
+    assert e.value.recovered == [None]
+
+
 def test_write_all_keeps_every_finding_when_the_folder_fails(tmp_path, monkeypatch):
     """The loop writes one finding per arm and the gate: the first failure must not cost the others."""
     monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))

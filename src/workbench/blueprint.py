@@ -46,7 +46,7 @@ from markdown_it.token import Token
 from . import claims as _claims
 from . import standing as _standing
 from .contract import WorkbenchError
-from .files import atomic_write, read_regular
+from .files import check_file_writable, read_regular, write_output
 from .settle import shown_verdict
 from .findings import Finding, scan
 from .standing import ANSWERS, ClaimState, Standing
@@ -598,12 +598,11 @@ def _write_atomic(path: Path, text: str, expected: str | None) -> None:
     """Readers never see half a blueprint; a human's file keeps its mode. ``expected`` is the text the write-back
     was computed from (``None``: the file did not exist): read again just before the replace, so a person's edit
     made meanwhile is never overwritten."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     now = _read(path) if path.exists() else None
     if now != expected:
         raise ChangedError(f"{path} changed while the write-back was computed; nothing was written, so the edit "
                            "is kept: run the write-back again")
-    atomic_write(path, text, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o644)
+    write_output(path, text, mode=path.stat().st_mode & 0o7777 if path.exists() else 0o644)
 
 
 def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None, *,
@@ -618,6 +617,8 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     blueprint = Path(os.path.realpath(blueprint))  # a symlinked blueprint is written through, into its target
     source = _read(blueprint)
     target = Path(os.path.realpath(out)) if out else blueprint
+    if mode == "write":  # before the findings are read: a target that cannot be written is said at once
+        check_file_writable(target, "--out" if out else "the file to write back", "nothing was written")
     missing = [str(d) for d in finding_dirs if not Path(d).exists()]
     if missing:
         raise BlueprintError(f"no findings folder {', '.join(missing)}; nothing was written")

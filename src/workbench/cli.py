@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -256,12 +257,19 @@ def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders
     """List findings side by side (engines and engine versions), reporting corrupt files."""
     from . import findings
 
-    missing = [str(d) for d in dirs or [Path("findings")] if not d.exists()]
+    dirs = dirs or [Path("findings")]
+    rescue, kept = findings.recovery_dir(), findings.recovered()
+    elsewhere = (f"{len(kept)} finding(s) that could not be written where asked are kept in {rescue}: "
+                 f"`workbench findings {rescue}` lists them; move them into a findings folder"
+                 if kept and os.path.realpath(rescue) not in {os.path.realpath(d) for d in dirs} else "")
+    missing = [str(d) for d in dirs if not d.exists()]
     if missing:
-        _fail(f"no such findings folder or file: {', '.join(missing)}")
-    scan = findings.scan(dirs or [Path("findings")])
+        _fail(f"no such findings folder or file: {', '.join(missing)}" + (f"; {elsewhere}" if elsewhere else ""))
+    scan = findings.scan(dirs)
     for path, err in scan.errors:
         typer.echo(f"corrupt: {path}: {err}", err=True)
+    if elsewhere:
+        typer.echo(f"note: {elsewhere}", err=True)
     if not scan.findings:
         typer.echo("no findings")
         return
@@ -306,15 +314,17 @@ def bench(
 ) -> None:
     """Cell vs direct llama-cpp-python on identical prefill+decode work; prints the median ratio."""
     from . import bench as _bench
+    from .files import check_file_writable, write_output
 
     try:
+        if out:
+            check_file_writable(out)
         res = _bench.run(model, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, rounds=rounds)
+        typer.echo(_bench.render(res))
+        if out:
+            write_output(out, json.dumps(res.to_dict(), indent=2))
     except WorkbenchError as e:
         _fail(str(e))
-    typer.echo(_bench.render(res))
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res.to_dict(), indent=2))
 
 
 @app.command("loop")
@@ -412,11 +422,13 @@ def serve(
     import time
 
     from . import cells, isolate, serve as _serve
+    from .files import check_writable
 
     if engine not in _serve.ENGINES:
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
     try:
         _serve.check_host(host, api_key)
+        check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
                                server_args=tuple(ctx.args), log_dir=str(log_dir), kv_events=False)
     except isolate.EngineCrashed as e:

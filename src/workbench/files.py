@@ -62,12 +62,15 @@ def read_regular(path: str | Path) -> bytes:
 CHECK_TRIES = 3  # a concurrent check may remove, between our mkdir and our write, a folder it made itself
 
 
-def check_writable(directory: str | Path, what: str = "--out") -> Path:
+def check_writable(directory: str | Path, what: str = "--out", nothing: str = "nothing was run") -> Path:
     """Create, write, fsync and remove a probe file in ``directory`` (making the folder for the check, and
     removing again what it made), so that an experiment never runs only to lose its result; :class:`OutputError`
-    names the folder and the reason. Two runs queued on one folder check it at once: a folder the other check
-    removed under this one is made again (up to :data:`CHECK_TRIES` times), never reported as unwritable."""
+    names the folder, the reason and ``nothing`` (what was not done). Two runs queued on one folder check it at
+    once: a folder the other check removed under this one is made again (up to :data:`CHECK_TRIES` times), never
+    reported as unwritable."""
     d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise OutputError(f"{what} {d} is a file, not a folder; choose a writable folder ({nothing})")
     for attempt in range(CHECK_TRIES):
         try:
             _write_check(d)
@@ -78,9 +81,30 @@ def check_writable(directory: str | Path, what: str = "--out") -> Path:
             reason = e.strerror or str(e)
         except OSError as e:
             reason = e.strerror or str(e)
-        raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder "
-                          "(nothing was run)") from None
+        raise OutputError(f"{what} {d} cannot be written ({reason}); choose a writable folder ({nothing})") from None
     return d  # pragma: no cover - the loop returns or raises
+
+
+def check_file_writable(path: str | Path, what: str = "--out", nothing: str = "nothing was run") -> Path:
+    """:func:`check_writable` for a file a command will write (``--out``, a blueprint written back in place):
+    its folder must take a file, and the path must not be a folder."""
+    p = Path(path)
+    if p.is_dir():
+        raise OutputError(f"{what} {p} is a folder; give a file's path ({nothing})")
+    check_writable(p.parent, f"{what} {p}: its folder", nothing)
+    return p
+
+
+def write_output(path: str | Path, data: str | bytes, *, mode: int = 0o644) -> Path:
+    """:func:`atomic_write` of a file a person asked for, its folder made: a write that fails midway (a full disk,
+    a read-only mount) leaves the file as it was, and the :class:`OutputError` says so."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return atomic_write(path, data, mode=mode)
+    except OSError as e:
+        raise OutputError(f"{path} could not be written ({e.strerror or e}); nothing was changed: free space or "
+                          "choose a writable path") from None
 
 
 def _write_check(d: Path) -> None:

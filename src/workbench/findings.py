@@ -56,7 +56,8 @@ class FindingNotSaved(WorkbenchError):
                  if kept else "")
         lost = len(recovered) - len(kept)
         if lost:
-            where += ("; " if where else "") + f"{lost} could be saved nowhere: its JSON follows, save it by hand"
+            where += ("; " if where else "") + (f"{lost} could be saved nowhere (nor in {recovery_dir()}): its JSON "
+                                                "follows, save it by hand")
         super().__init__(f"{len(recovered)} finding(s) could not be written to {folder} ({reason}); {where}")
 
 
@@ -235,6 +236,12 @@ def to_json(finding: Finding) -> str:
 def recovery_dir() -> Path:
     """Where a finding goes when its folder cannot take it (the system temp folder, per user)."""
     return Path(tempfile.gettempdir()) / f"workbench-recovered-{os.getuid()}"
+
+
+def recovered() -> list[Path]:
+    """The findings kept in :func:`recovery_dir` (none when it is absent): ``workbench findings`` names them, so that
+    a finding that could not be written where asked is not forgotten there."""
+    return sorted(recovery_dir().glob("*.json"))
 
 
 def write(finding: Finding, directory: str | os.PathLike) -> Path:
