@@ -18,15 +18,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import common_prefix
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, TOKENS
 from .common import fresh_salt, token_ids
 
 
 @dataclass(frozen=True)
 class Params:
-    prefix_tokens: int = param(96, "tokens in the exported prefix")
-    shift: int = param(37, "positions to shift the imported KV by")
-    continuation: int = param(8, "greedy tokens compared after import")
+    prefix_tokens: int = param(96, "tokens in the exported prefix", TOKENS)
+    shift: int = param(37, "positions to shift the imported KV by", TOKENS)
+    continuation: int = param(8, "greedy tokens compared after import", TOKENS)
     logits_tolerance: float = param(0.05, "largest |logit| difference after the last prompt token that an import may "
                                           "show against the original and still count as exact (re-rotating K by "
                                           "a shift rounds; on SmolLM2-class models that stays near 0.003)")

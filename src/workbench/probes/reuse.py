@@ -33,16 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from ..contract import common_prefix
 from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
 
 @dataclass(frozen=True)
 class Params:
-    blocks: int = param(4, "k: prompts are about k blocks long")
-    nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token")
-    tail_tokens: int = param(16, "length of a divergent tail")
+    blocks: int = param(4, "k: prompts are about k blocks long", COUNT)
+    nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token", TOKENS)
+    tail_tokens: int = param(16, "length of a divergent tail", TOKENS)
     repeats: int = param(3, "repetitions of the matrix (timing spread)")
     logits_tolerance: float = param(0.05, "largest |logit| difference a reused request may show against a cold "
                                           "recompute, as a fraction of the cold logits' standard deviation "
