@@ -332,7 +332,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     except UnknownName as e:
         raise ParamError(str(e)) from None
     p = parse_params(probe, params or {})
-    _refuse_early(probe, p, engine, model, cell_options)
+    _refuse_early(probe, {k: getattr(p, k) for k in params or {}}, engine, model, cell_options)
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -355,11 +355,12 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
-def _refuse_early(probe: Probe, p: Any, engine: str, model: str, cell_options: Mapping[str, Any] | None) -> None:
-    """What is refused before anything runs: a model or cell options given to a static probe; a token count no
-    sequence of the model holds (:func:`check_context`)."""
+def _refuse_early(probe: Probe, given: Mapping[str, Any], engine: str, model: str,
+                  cell_options: Mapping[str, Any] | None) -> None:
+    """What is refused before anything runs: a model or cell options given to a static probe; a token count given
+    that no sequence of the model holds (:func:`check_context`)."""
     if probe.needs_engine:
-        check_context(probe, p, model)
+        check_context(probe, given, model)
     elif cell_options or model != models.DEFAULT_MODEL:
         raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
                          "drop --model and --cell (-c)")
@@ -506,18 +507,19 @@ def check_low(probe: Probe, values: Mapping[str, Any]) -> None:
             raise ParamError(f"probe {probe.name}: parameter {key}={bad[0]!r} must be at least {b.low}")
 
 
-def check_context(probe: Probe, p: Any, model: str) -> None:
-    """Every parameter bounded by :data:`CONTEXT` fits the model's context (its own metadata, read without loading
-    it), so a token count no sequence can hold is refused before a cell opens, not found by the engine after it
-    ran (a 32,000,001-token prompt ran 16 s to the overflow: issue 36)."""
-    bounded = [(k, b) for k, b in _bounded(probe) if b.high == CONTEXT]
+def check_context(probe: Probe, values: Mapping[str, Any], model: str) -> None:
+    """Every value given to a parameter bounded by :data:`CONTEXT` fits the model's context (its own metadata, read
+    without loading it), so a token count no sequence can hold is refused before a cell opens, not found by the
+    engine after it ran (a 32,000,001-token prompt ran 16 s to the overflow: issue 36). A probe's defaults are
+    its own to size, and a run that gives none resolves nothing here."""
+    bounded = [(k, b) for k, b in _bounded(probe) if b.high == CONTEXT and k in values]
     if not bounded:
         return
     ceiling = models.context_ceiling(models.resolve(model))
     if ceiling is None:
         return
     for key, _ in bounded:
-        over = [x for x in _items(getattr(p, key)) if x is not None and x > ceiling]
+        over = [x for x in _items(values[key]) if x is not None and x > ceiling]
         if over:
             raise ParamError(f"probe {probe.name}: parameter {key}={over[0]} exceeds the context of model {model} "
                              f"({ceiling} tokens, from its own metadata); nothing was run")
