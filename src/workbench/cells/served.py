@@ -44,6 +44,8 @@ from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent
                         UnsupportedFeature, WorkbenchError)
 from . import Availability, known_options
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
+from .served_id import (Answer, LlamaServerId, Mismatch, ServerId, TrtllmServeId, VllmId, check_endpoint, not_the_server,
+                        nothing_answered, prometheus_sum)
 from .vllm import EventCapacity
 
 TRANSPORT = "http"
@@ -86,6 +88,8 @@ class ServedOptions(CellOptions):
         if self.connector:
             raise ValueError("the recording KV connector is not mapped onto served engines; open the in-process cell")
         serve.check_host(self.host, self.api_key)
+        if self.endpoint is not None:
+            check_endpoint(self.endpoint)
 
     @classmethod
     def from_options(cls, engine: str, options: Mapping[str, Any]) -> "ServedOptions":
@@ -120,6 +124,7 @@ class ServedCell(RequestCell):
 
     label: ClassVar[str]
     server_engine: ClassVar[str]  # the in-process engine the server runs (for messages)
+    identity: ClassVar[type[ServerId]]  # what the server says it is, read once at open
 
     def __init__(self, model: models.ResolvedModel, opts: ServedOptions) -> None:
         self.model, self.opts = model, opts
@@ -188,7 +193,28 @@ class ServedCell(RequestCell):
 
     @abc.abstractmethod
     def _read_server(self) -> None:
-        """Read what the server says about itself (version, slots, context, vocabulary) once it answers."""
+        """Read what the server says about itself (version, slots, context, vocabulary) once it answers, from
+        :meth:`_identify`."""
+
+    def _identify(self) -> Any:
+        """The server's :attr:`identity`, the one read of its self-description. An endpoint that answers as
+        another thing, or not at all, is :class:`~.served_id.NotTheServer` (the user's URL); a server this cell
+        started that died is its crash (:meth:`_failed`)."""
+        import httpx
+
+        answers: dict[str, Answer] = {}
+        for path in self.identity.paths:
+            try:
+                r = self._http.get(path)
+            except httpx.HTTPError as e:
+                if self.server is not None:
+                    raise self._failed(path, e) from e
+                raise nothing_answered(self.url, self.label, path, e) from None
+            answers[path] = Answer(path, r.status_code, r.headers.get("content-type", ""), r.text)
+        try:
+            return self.identity.read(answers)
+        except Mismatch as e:
+            raise not_the_server(self.url, self.label, answers, e) from None
 
     # ------------------------------------------------------------------ HTTP
 
@@ -307,6 +333,7 @@ class LlamaServerCell(ServedCell):
 
     engine = "llamacpp-server"
     label = "llama-server"
+    identity = LlamaServerId
     server_engine = "llamacpp"
     prefill_now = True
 
@@ -360,15 +387,13 @@ class LlamaServerCell(ServedCell):
             self._offloaded = offloaded_layers(tail(self.server.log_path, 10_000))
 
     def _read_server(self) -> None:
-        self.props = self._get("/props")
-        models_doc = self._get("/v1/models")
-        self.meta = (models_doc.get("data") or [{}])[0].get("meta", {})
-        self._vocab_size = int(self.meta["n_vocab"]) if self.meta.get("n_vocab") else None
-        self.version = str(self.props.get("build_info", "unknown"))
-        self.slot_ctx = int(self.props["default_generation_settings"]["n_ctx"])
+        self.props = self._identify()
+        self._vocab_size = self.props.n_vocab or None
+        self.version = self.props.build_info
+        self.slot_ctx = self.props.slot_ctx
         self.context_tokens = self.slot_ctx
         self.eog = self._end_tokens()
-        total = int(self.props.get("total_slots", 1))
+        total = self.props.total_slots
         if total < len(self._slots):
             raise WorkbenchError(f"the server at {self.url} has {total} slot(s), the cell asked for {len(self._slots)}; "
                                  "start it with -np N")
@@ -384,7 +409,7 @@ class LlamaServerCell(ServedCell):
         pieces where the vocabulary has them as one token. llama-server streams the end token it stopped
         at; the contract's tokens (like the in-process cell's) leave it out."""
         out = set()
-        for piece in {self.props.get("eos_token") or "", *self.END_PIECES} - {""}:
+        for piece in {self.props.eos_token, *self.END_PIECES} - {""}:
             toks = self._tokenize_remote(piece, False)
             if len(toks) == 1:
                 out.add(toks[0])
@@ -555,9 +580,9 @@ class LlamaServerCell(ServedCell):
 
     def describe(self) -> Description:
         self._check_open()
-        path = Path(self.props.get("model_path") or self.model.path)
+        path = Path(self.props.model_path or self.model.path)
         geometry, _, _ = models.gguf_geometry(path if path.is_file() else self.model.path)
-        total = int(self.props.get("total_slots", 1))
+        total = self.props.total_slots
         return Description(
             engine=self.engine, engine_version=self.version, model=self.model.name,
             manifest_digest=self.manifest.digest, geometry=geometry, context_tokens=self.slot_ctx,
@@ -565,8 +590,8 @@ class LlamaServerCell(ServedCell):
             block_tokens=1, slots=len(self._slots), observers=("request_counters", "capacity"), absent=LLAMA_ABSENT,
             extra=self._served_extra() | {
                 "server_version": f"llama-server {self.version}", "build_info": self.version, "total_slots": total,
-                "slot_n_ctx": self.slot_ctx, "model_path": self.props.get("model_path"),
-                "n_ctx_train": self.meta.get("n_ctx_train"),
+                "slot_n_ctx": self.slot_ctx, "model_path": self.props.model_path,
+                "n_ctx_train": self.props.n_ctx_train,
                 "reuse_counters": "timings.cache_n per request (prompt tokens served from the slot's cache)",
                 "kv_readback": "none: llama-server's HTTP API does not read KV back",
                 "speculation": _spec_args(self.server.argv if self.server else ()),
@@ -594,6 +619,7 @@ class VllmServerCell(EventCapacity, ServedCell):
 
     engine = "vllm-server"
     label = "vllm serve"
+    identity = VllmId
     server_engine = "vllm"
     prefill_now = True
 
@@ -662,13 +688,10 @@ class VllmServerCell(EventCapacity, ServedCell):
             self._events = None
 
     def _read_server(self) -> None:
-        self.version = str(self._get("/version").get("version", "unknown"))
-        self.models_doc = self._get("/v1/models")
-        card = (self.models_doc.get("data") or [{}])[0]
-        self.served_model = card.get("id") or str(self._model_path())
-        self.context_tokens = int(card.get("max_model_len") or self.context_tokens)
-        self.cache_info = _prometheus_labels(self._get("/metrics"), "vllm:cache_config_info")
-        config = models.hf_config(Path(card.get("root") or self._model_path()))
+        said = self._identify()
+        self.version, self.served_model, self.cache_info = said.version, said.served_model, said.cache_info
+        self.context_tokens = said.max_model_len or self.context_tokens
+        config = models.hf_config(Path(said.root or self._model_path()))
         self._vocab_size = int(config["vocab_size"])
         self._geometry, _ = models.hf_geometry(config)
 
@@ -702,7 +725,7 @@ class VllmServerCell(EventCapacity, ServedCell):
         except WorkbenchError as e:
             if "answered 404" not in str(e):
                 raise
-        return _prometheus_sum(self._get("/metrics"), "vllm:prefix_cache_queries_total") == 0
+        return prometheus_sum(self._get("/metrics"), "vllm:prefix_cache_queries_total") == 0
 
     def kv_memory(self) -> KvMemory:
         """Not over HTTP (``capacity`` observer): vllm serve states no KV bytes of its own there."""
@@ -788,25 +811,6 @@ class VllmServerCell(EventCapacity, ServedCell):
         return self._events.drain(timeout_s=timeout_s)
 
 
-def _samples(text: str, metric: str) -> list:
-    """One metric's samples in a Prometheus text exposition (``prometheus_client``'s own parser)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    families = text_string_to_metric_families(text if isinstance(text, str) else "")
-    return [s for family in families for s in family.samples if s.name == metric]
-
-
-def _prometheus_sum(text: str, metric: str) -> float:
-    """The sum of one Prometheus metric's samples (every label set); 0 when it is absent."""
-    return sum(s.value for s in _samples(text, metric))
-
-
-def _prometheus_labels(text: str, metric: str) -> dict[str, str]:
-    """The labels of one Prometheus sample (``name{a="1",b="x"} 1``); empty when the metric is absent."""
-    found = _samples(text, metric)
-    return dict(found[0].labels) if found else {}
-
-
 # --------------------------------------------------------------------------- TensorRT-LLM
 
 
@@ -818,6 +822,7 @@ class TrtllmServeCell(ServedCell):
 
     engine = "trtllm-serve"
     label = "trtllm-serve"
+    identity = TrtllmServeId
     server_engine = "trtllm"
     prefill_now = True
     TOKENS_PER_BLOCK = 32  # 1.2's KvCacheConfig default; /server_info does not say it before 1.3
@@ -843,10 +848,8 @@ class TrtllmServeCell(ServedCell):
         return {"tokens_per_block": self.TOKENS_PER_BLOCK}
 
     def _read_server(self) -> None:
-        self.version = str(self._get("/version").get("version", "unknown"))
-        card = (self._get("/v1/models").get("data") or [{}])[0]
-        self.served_model = card.get("id") or str(self._model_path())
-        self.server_info = self._get("/server_info")
+        said = self._identify()
+        self.version, self.served_model, self.server_info = said.version, said.served_model, said.server_info
         config = models.hf_config(self._model_path())
         self._vocab_size = int(config["vocab_size"])
         self._geometry, ceiling = models.hf_geometry(config)

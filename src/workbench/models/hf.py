@@ -212,6 +212,14 @@ def gguf_geometry(path: Path, dtype_bytes: float = 2.0) -> tuple[KvGeometry, int
     return _gguf_geometry(str(Path(path).resolve()), st.st_mtime_ns, st.st_size, dtype_bytes)
 
 
+def context_ceiling(model: ResolvedModel) -> int | None:
+    """The most tokens one sequence of ``model`` may hold, by its own metadata (a GGUF's ``context_length``,
+    ``config.json``'s ``max_position_embeddings``), read without loading it; None where it states none."""
+    if model.kind == "hf":
+        return hf_geometry(hf_config(model.path))[1]
+    return gguf_geometry(model.path)[1]
+
+
 @functools.lru_cache(maxsize=32)
 def _gguf_geometry(path: str, _mtime_ns: int, _size: int, dtype_bytes: float) -> tuple[KvGeometry, int | None, int | None]:
     meta, vocab_size = _gguf_metadata(path)

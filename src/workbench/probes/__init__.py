@@ -242,7 +242,8 @@ def describe_params(name: str) -> list[dict]:
     hints = typing.get_type_hints(probe.Params)
     return [{"name": f.name, "type": _type_name(hints[f.name]),
              "default": f.default_factory() if f.default is dataclasses.MISSING else f.default,
-             "help": f.metadata.get("help", "")} for f in dataclasses.fields(probe.Params)]
+             "help": f.metadata.get("help", ""), "bound": str(f.metadata.get("bound") or "")}
+            for f in dataclasses.fields(probe.Params)]
 
 
 def _type_name(t: Any) -> str:
@@ -258,6 +259,7 @@ def parse_params(probe: Probe, raw: Mapping[str, Any]) -> Any:
                          f"valid: {', '.join(fields) or '(none)'}")
     hints = typing.get_type_hints(probe.Params)
     values = {k: _convert(probe.name, k, hints[k], v) for k, v in raw.items()}
+    check_low(probe, values)
     try:
         return probe.Params(**values)
     except (TypeError, ValueError) as e:
@@ -330,9 +332,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     except UnknownName as e:
         raise ParamError(str(e)) from None
     p = parse_params(probe, params or {})
-    if not probe.needs_engine and (cell_options or model != models.DEFAULT_MODEL):
-        raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
-                         "drop --model and --cell (-c)")
+    _refuse_early(probe, {k: getattr(p, k) for k in params or {}}, engine, model, cell_options)
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -353,6 +353,17 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     if out is not None:
         findings.write(finding, out)
     return finding
+
+
+def _refuse_early(probe: Probe, given: Mapping[str, Any], engine: str, model: str,
+                  cell_options: Mapping[str, Any] | None) -> None:
+    """What is refused before anything runs: a model or cell options given to a static probe; a token count given
+    that no sequence of the model holds (:func:`check_context`)."""
+    if probe.needs_engine:
+        check_context(probe, given, model)
+    elif cell_options or model != models.DEFAULT_MODEL:
+        raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
+                         "drop --model and --cell (-c)")
 
 
 RESTING = (Verdict.CONFIRMED, Verdict.REFUTED, Verdict.PARTIAL)  # verdicts that must rest on a number read from the engine
@@ -452,8 +463,63 @@ def _cell_doc(d: Description) -> dict:
             "absent": dict(d.absent)}
 
 
-def param(default: Any, help: str) -> Any:
-    """A probe parameter with its help text (shown by the CLI and notebooks)."""
+CONTEXT = "context"  # a bound: the most tokens one sequence of the model holds (:func:`models.context_ceiling`)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where a numeric parameter (each item of a tuple) may lie: at least ``low``; at most ``high``, a number or
+    :data:`CONTEXT`. Declared once on the parameter (:func:`param`); ``low`` is checked where the parameters are
+    read (:func:`parse_params`), :data:`CONTEXT` against the model before anything runs (:func:`check_context`)."""
+
+    low: float | None = None
+    high: float | str | None = None
+
+    def __str__(self) -> str:
+        return f"{'' if self.low is None else self.low} … {'' if self.high is None else self.high}".strip()
+
+
+COUNT = Bound(1)  # a count of things (requests, slots, blocks): zero or fewer is no experiment
+TOKENS = Bound(1, CONTEXT)  # tokens in one sequence: a prompt, a prefix, a tail, a block
+
+
+def param(default: Any, help: str, bound: Bound | None = None) -> Any:
+    """A probe parameter with its help text (shown by the CLI and notebooks) and, for a number, its :class:`Bound`."""
+    meta = {"help": help, "bound": bound}
     if isinstance(default, (list, tuple)):
-        return field(default_factory=lambda: tuple(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: tuple(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def _bounded(probe: Probe) -> list[tuple[str, Bound]]:
+    return [(f.name, f.metadata["bound"]) for f in dataclasses.fields(probe.Params) if f.metadata.get("bound")]
+
+
+def _items(v: Any) -> tuple:
+    return v if isinstance(v, tuple) else (v,)
+
+
+def check_low(probe: Probe, values: Mapping[str, Any]) -> None:
+    """Every bounded value given is at least its parameter's ``low`` (:class:`Bound`), or a :class:`ParamError`."""
+    for key, b in _bounded(probe):
+        bad = [x for x in _items(values.get(key, ())) if b.low is not None and x is not None and x < b.low]
+        if bad:
+            raise ParamError(f"probe {probe.name}: parameter {key}={bad[0]!r} must be at least {b.low}")
+
+
+def check_context(probe: Probe, values: Mapping[str, Any], model: str) -> None:
+    """Every value given to a parameter bounded by :data:`CONTEXT` fits the model's context (its own metadata, read
+    without loading it), so a token count no sequence can hold is refused before a cell opens, not found by the
+    engine after it ran (a 32,000,001-token prompt ran 16 s to the overflow: issue 36). A probe's defaults are
+    its own to size, and a run that gives none resolves nothing here."""
+    bounded = [(k, b) for k, b in _bounded(probe) if b.high == CONTEXT and k in values]
+    if not bounded:
+        return
+    ceiling = models.context_ceiling(models.resolve(model))
+    if ceiling is None:
+        return
+    for key, _ in bounded:
+        over = [x for x in _items(values[key]) if x is not None and x > ceiling]
+        if over:
+            raise ParamError(f"probe {probe.name}: parameter {key}={over[0]} exceeds the context of model {model} "
+                             f"({ceiling} tokens, from its own metadata); nothing was run")

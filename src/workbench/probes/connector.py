@@ -18,23 +18,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import common_prefix
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, TOKENS
 from .common import fresh_salt, token_ids
 
 
 @dataclass(frozen=True)
 class Params:
-    prefix_tokens: int = param(96, "tokens in the exported prefix")
-    shift: int = param(37, "positions to shift the imported KV by")
-    continuation: int = param(8, "greedy tokens compared after import")
+    prefix_tokens: int = param(96, "tokens in the exported prefix", Bound(2, CONTEXT))
+    shift: int = param(37, "positions to shift the imported KV by", TOKENS)
+    continuation: int = param(8, "greedy tokens compared after import", TOKENS)
     logits_tolerance: float = param(0.05, "largest |logit| difference after the last prompt token that an import may "
                                           "show against the original and still count as exact (re-rotating K by "
                                           "a shift rounds; on SmolLM2-class models that stays near 0.003)")
     seed: int = param(0, "seed for the probe's own token ids")
 
     def __post_init__(self) -> None:
-        if self.prefix_tokens < 2 or self.shift < 1 or self.continuation < 1:
-            raise ValueError("prefix_tokens ≥ 2, shift ≥ 1 and continuation ≥ 1 are required")
         if self.logits_tolerance < 0:
             raise ValueError("logits_tolerance must be ≥ 0")
 

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from .. import cells
 from ..contract import KvEvent
 from ..events.hashing import TrtllmHasher, VllmHasher
@@ -27,8 +27,8 @@ from .events_common import absent, open_with, salt_of
 
 @dataclass(frozen=True)
 class Params:
-    wrong_block: int = param(16, "block size of the mismatched rule")
-    budget_tokens: int = param(1024, "KV budget of the cell, in tokens")
+    wrong_block: int = param(16, "block size of the mismatched rule", TOKENS)
+    budget_tokens: int = param(1024, "KV budget of the cell, in tokens", COUNT)
     seed: int = param(0, "seed for the token ids")
 
 

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from .. import models
 from ..contract import Cell, WorkbenchError
 from ..events.consumer import Consumer
@@ -30,12 +30,12 @@ from .events_common import evicting_workload, hasher_for, kept_out, new_consumer
 
 @dataclass(frozen=True)
 class Params:
-    requests: int = param(24, "requests in the workload")
-    prefixes: int = param(4, "shared prefixes the requests draw from (Zipf-like)")
-    prefix_tokens: int = param(70, "tokens per shared prefix")
-    suffix_tokens: int = param(10, "fresh tokens after the prefix")
-    budget_blocks: int = param(8, "KV pool of the cell, in blocks (small: the workload evicts)")
-    context_tokens: int = param(128, "the cell's context")
+    requests: int = param(24, "requests in the workload", COUNT)
+    prefixes: int = param(4, "shared prefixes the requests draw from (Zipf-like)", COUNT)
+    prefix_tokens: int = param(70, "tokens per shared prefix", TOKENS)
+    suffix_tokens: int = param(10, "fresh tokens after the prefix", TOKENS)
+    budget_blocks: int = param(8, "KV pool of the cell, in blocks (small: the workload evicts)", COUNT)
+    context_tokens: int = param(128, "the cell's context", TOKENS)
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
     wrong_block: int = param(16, "block size of the wrong-block-size arm (0: no such arm)")
     wrong_seed: str = param("1", "PYTHONHASHSEED of the wrong-seed arm ('': no such arm)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, Support, param
+from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from .. import adapters, models
 from ..contract import Cell, UnsupportedFeature, WorkbenchError
 from ..events.consumer import Consumer
@@ -26,8 +26,8 @@ from .events_common import hasher_for, kept_out, lora_key, new_consumer, on_stre
 
 @dataclass(frozen=True)
 class Params:
-    prompts: int = param(3, "prompts, each sent by tenant A, then B, then A")
-    prompt_tokens: int = param(70, "tokens per prompt")
+    prompts: int = param(3, "prompts, each sent by tenant A, then B, then A", COUNT)
+    prompt_tokens: int = param(70, "tokens per prompt", TOKENS)
     client_salt: bool = param(True, "the client mixes the tenant's salt (and adapter) into its hashes as the engine does")
     lora: bool = param(True, "also send the prompts without and with a LoRA adapter (a second engine)")
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")

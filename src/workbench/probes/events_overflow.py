@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from ..contract import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
@@ -22,10 +22,10 @@ from .events_common import hasher_for, kept_out, new_consumer, on_stream, salt_o
 
 @dataclass(frozen=True)
 class Params:
-    buffer_steps: int = param(3, "batches the engine keeps for replay (KVEventsConfig.buffer_steps)")
-    before: int = param(8, "requests published before the consumer joins")
-    after: int = param(6, "requests after it joined: an early prompt, then fresh ones, each sent twice")
-    prompt_tokens: int = param(70, "tokens per request")
+    buffer_steps: int = param(3, "batches the engine keeps for replay (KVEventsConfig.buffer_steps)", COUNT)
+    before: int = param(8, "requests published before the consumer joins", COUNT)
+    after: int = param(6, "requests after it joined: an early prompt, then fresh ones, each sent twice", COUNT)
+    prompt_tokens: int = param(70, "tokens per request", TOKENS)
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
     policy: str = param("replay", "the consumer's resync policy: replay or clear")
     seed: int = param(0, "seed for the token ids")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, Support, param
+from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from ..contract import Cell, KvEvent
 from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
 from .common import token_ids
@@ -23,8 +23,8 @@ from .events_common import hasher_for, new_consumer, on_stream, salt_of
 
 @dataclass(frozen=True)
 class Params:
-    requests: int = param(4, "requests, each with fresh tokens")
-    prompt_tokens: int = param(100, "tokens per request")
+    requests: int = param(4, "requests, each with fresh tokens", COUNT)
+    prompt_tokens: int = param(100, "tokens per request", TOKENS)
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
     client_seed: str = param("", "PYTHONHASHSEED the client hashes with ('': the engine's)")
     salted: bool = param(True, "send each request under a salt (the client must mix it in)")

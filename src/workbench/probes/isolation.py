@@ -34,7 +34,7 @@ from scipy import stats
 
 from .. import adapters, models
 from ..contract import EngineUnavailable, ManifestMismatch, UnsupportedFeature, WorkbenchError
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, TOKENS
 from .common import fresh_salt, reported_source, spread, timed, token_ids
 
 
@@ -45,7 +45,7 @@ def ks_floor(n: int) -> float:
 
 @dataclass(frozen=True)
 class Params:
-    prompt_tokens: int = param(192, "tokens in the shared prompt")
+    prompt_tokens: int = param(192, "tokens in the shared prompt", TOKENS)
     trials: int = param(16, "timing samples per procedure (the KS p-value floor must lie far below alpha)")
     alpha: float = param(0.01, "significance level of the KS and TOST tests")
     margin: float = param(0.25, "TOST equivalence margin: other-key prefill within ±margin (ratio) of cold")

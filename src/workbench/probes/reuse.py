@@ -33,17 +33,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS
 from ..contract import common_prefix
 from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
 
 @dataclass(frozen=True)
 class Params:
-    blocks: int = param(4, "k: prompts are about k blocks long")
-    nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token")
-    tail_tokens: int = param(16, "length of a divergent tail")
-    repeats: int = param(3, "repetitions of the matrix (timing spread)")
+    blocks: int = param(4, "k: prompts are about k blocks long", Bound(2))
+    nominal_block: int = param(32, "block used for k·B±1 boundaries when the engine reuses per token", Bound(2, CONTEXT))
+    tail_tokens: int = param(16, "length of a divergent tail", TOKENS)
+    repeats: int = param(3, "repetitions of the matrix (timing spread)", COUNT)
     logits_tolerance: float = param(0.05, "largest |logit| difference a reused request may show against a cold "
                                           "recompute, as a fraction of the cold logits' standard deviation "
                                           "(float rounding of another batch split stays near 0.006)")
@@ -53,8 +53,6 @@ class Params:
     seed: int = param(0, "seed for the probe's own token ids")
 
     def __post_init__(self) -> None:
-        if self.blocks < 2 or self.nominal_block < 2 or self.tail_tokens < 1 or self.repeats < 1:
-            raise ValueError("blocks ≥ 2, nominal_block ≥ 2, tail_tokens ≥ 1 and repeats ≥ 1 are required")
         if self.logits_tolerance < 0 or self.threads < 1 or self.noise_margin < 1:
             raise ValueError("logits_tolerance ≥ 0, threads ≥ 1 and noise_margin ≥ 1 are required")
 

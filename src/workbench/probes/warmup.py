@@ -16,23 +16,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
 @dataclass(frozen=True)
 class Params:
-    blocks: tuple[int, ...] = param((2, 4), "k values: prefixes of k·B−1, k·B and k·B+1 tokens")
-    nominal_block: int = param(32, "block for boundaries when the engine reuses per token")
-    suffix_tokens: int = param(8, "new tokens the follow-up appends")
+    blocks: tuple[int, ...] = param((2, 4), "k values: prefixes of k·B−1, k·B and k·B+1 tokens", COUNT)
+    nominal_block: int = param(32, "block for boundaries when the engine reuses per token", TOKENS)
+    suffix_tokens: int = param(8, "new tokens the follow-up appends", TOKENS)
     pressure: tuple[float, ...] = param((0.0, 1.0, 2.0), "filler load between warm-up and follow-up, × free capacity")
-    capacity_tokens: int = param(1024, "KV budget of the cell, in tokens")
-    filler_slots: int = param(4, "filler sequences (slots)")
+    capacity_tokens: int = param(1024, "KV budget of the cell, in tokens", COUNT)
+    filler_slots: int = param(4, "filler sequences (slots)", COUNT)
     seed: int = param(0, "seed for the probe's own token ids")
 
     def __post_init__(self) -> None:
-        if not self.blocks or min(self.blocks) < 1:
-            raise ValueError("blocks must be positive")
+        if not self.blocks:
+            raise ValueError("blocks needs at least one k")
         if not self.pressure:
             raise ValueError("pressure needs at least one ratio (0 for no pressure)")
         if any(r < 0 for r in self.pressure):
