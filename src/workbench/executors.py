@@ -10,6 +10,7 @@ across a cluster. A Slurm or Kubernetes executor would be one more subclass (doc
 from __future__ import annotations
 
 import abc
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
@@ -88,8 +89,9 @@ class Executor(abc.ABC):
     name: ClassVar[str]
 
     def __init__(self, job_timeout_s: float | None = None) -> None:
-        if job_timeout_s is not None and not job_timeout_s > 0:
-            raise ExecutorError(f"--job-timeout {job_timeout_s:g}: give a number of seconds above 0")
+        if job_timeout_s is not None and not 0 < job_timeout_s <= threading.TIMEOUT_MAX:
+            raise ExecutorError(f"--job-timeout {job_timeout_s:g}: give a number of seconds above 0 and at most "
+                                f"{threading.TIMEOUT_MAX:g} (the longest wait this platform's timers take)")
         self.job_timeout_s = job_timeout_s
 
     def check(self, jobs: Sequence[Job]) -> None:

@@ -246,6 +246,13 @@ class LocalExecutor(Executor):
 
     name = "local"
 
+    def check(self, jobs: Sequence[Job]) -> None:
+        """Also every job's model, here, where it runs: a model that cannot resolve fails before any kernel starts,
+        not inside each notebook (a fleet's node may hold a path this machine lacks, so only here)."""
+        super().check(jobs)
+        for spec in sorted({str(m) for j in jobs if (m := j.planned.parameters.get("model")) is not None}):
+            models.check(spec)
+
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
         with _Forkservers(out / "logs") as servers:
             for i, job in enumerate(jobs):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping, Sequence
 
 from .. import models, serve
-from .options import CellOptions
+from .options import CellOptions, check_llama_counts
 from ..files import tail
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
@@ -81,6 +81,8 @@ class ServedOptions(CellOptions):
     def __post_init__(self) -> None:
         if self.slots < 1 or self.threads < 1:
             raise ValueError("slots and threads must be at least 1")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0 (the OS picks) to 65535, got {self.port}")
         if self.kv_budget_bytes is not None and self.kv_budget_tokens is not None:
             raise ValueError("give kv_budget_bytes or kv_budget_tokens, not both")
         if self.adapters:
@@ -101,7 +103,10 @@ class ServedOptions(CellOptions):
             raise UnsupportedFeature("gpu_layers", engine, "it is llama.cpp's layer offload (llama-server's -ngl)")
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
-        return cls(**values)
+        opts = cls(**values)
+        if engine == LlamaServerCell.engine:
+            check_llama_counts(opts.slots, opts.threads)
+        return opts
 
 
 def default_log_dir() -> Path:

@@ -27,6 +27,13 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _seconds(value: Optional[float]) -> Optional[float]:
+    """Option callback: a duration is a finite number of seconds above 0 (NaN compares false: it never ends)."""
+    if value is not None and not 0 < value < float("inf"):
+        raise typer.BadParameter(f"give a finite number of seconds above 0, got {value}")
+    return value
+
+
 def _source(endpoint: str, replay: Optional[str], timeout: float):
     from . import sources
 
@@ -69,9 +76,10 @@ def watch(
     steal: bool = typer.Option(False, "--steal", help="take the endpoint's lease from its live holder"),
     as_json: bool = typer.Option(False, "--json", help="one JSON line per refresh instead of the live view"),
     requests: Optional[Path] = typer.Option(None, "--requests", help="the gateway's JSONL request log to predict"),
-    duration: Optional[float] = typer.Option(None, "--duration", help="stop after this many seconds"),
-    interval: float = typer.Option(1.0, "--interval", help="seconds per refresh (vLLM)"),
-    timeout: float = typer.Option(30.0, "--timeout", help="seconds trtllm-serve may take to connect and answer one "
+    duration: Optional[float] = typer.Option(None, "--duration", callback=_seconds, help="stop after this many seconds"),
+    interval: float = typer.Option(1.0, "--interval", callback=_seconds, help="seconds per refresh (vLLM)"),
+    timeout: float = typer.Option(30.0, "--timeout", callback=_seconds,
+                                  help="seconds trtllm-serve may take to connect and answer one "
                                   "drain (1.2's idle drain takes about 2 s)"),
 ) -> None:
     """Consume one endpoint's KV events (taking its lease) and show the inventory a gateway would hold.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from ..contract import WorkbenchError
 from .consumer import Consumer
 
 
@@ -27,17 +28,24 @@ class RequestFeed:
     offset: int = 0
     rows: list[dict] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        """A log the gateway has not written yet is tailed once it appears; a path that can never be a file is
+        refused before anything is read from the endpoint."""
+        if self.path is not None and (self.path.is_dir() or not self.path.parent.is_dir()):
+            raise WorkbenchError(f"--requests {self.path}: give the gateway's JSONL request log (a file; its folder "
+                                 "must exist)")
+
     def read(self, consumer: Consumer) -> None:
         if self.path is None or not self.path.exists():
             return
-        with self.path.open() as f:
+        with self.path.open("rb") as f:
             f.seek(self.offset)
             for line in f:
-                if not line.endswith("\n"):
+                if not line.endswith(b"\n"):
                     break  # a half-written line: read it next time
-                self.offset += len(line.encode())
-                try:
-                    r = json.loads(line)
+                self.offset += len(line)
+                try:  # a line that is not a request (not UTF-8, not JSON, no tokens) is skipped, as a tail must
+                    r = json.loads(line.decode())
                     tokens = [int(t) for t in r["tokens"]]
                 except (ValueError, KeyError, TypeError):
                     continue

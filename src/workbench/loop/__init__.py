@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .. import findings
+from .. import findings, models
 from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
 from . import arms as _arms
@@ -106,6 +106,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     arm_models = dict(arm_models or {})
     if stray := sorted(set(arm_models) - set(names)):
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
+    for name in [n for n in names if n in arm_models and _arms.unavailable(n) is None]:
+        models.check(arm_models[name])  # before the scorer and the other arms run, not when this arm opens
     threads = threads or os.cpu_count() or 1
     loaded = _traces.load(trace)
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)

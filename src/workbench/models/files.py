@@ -23,23 +23,43 @@ GGUF_MAGIC = b"GGUF"
 
 def resolve(spec: str | os.PathLike) -> ResolvedModel:
     """Resolve a model spec, verifying or creating the file. Raises :class:`ModelSpecError`."""
-    s = os.fspath(spec).strip()
-    if not s:
-        raise ModelSpecError("empty model spec; use 'smollm2-135m', 'synthetic:tiny' or a path to a .gguf file")
-    if s == DEFAULT_MODEL:
+    s, kind = _kind(spec)
+    if kind == "default":
         return _resolve_default()
-    if s.startswith("synthetic:") or s == "synthetic":
+    if kind == "synthetic":
         syn = parse_synthetic(s)
         path = write_synthetic(syn)
         return ResolvedModel(syn.spec, f"synthetic-{short(syn.spec)}", "synthetic", path, file_sha256(path))
     p = Path(s).expanduser()
+    if kind == "hf":
+        return ResolvedModel(s, p.name, "hf", p.resolve(), _dir_digest(p))
+    return ResolvedModel(s, p.stem, "gguf", p.resolve(), file_sha256(p))
+
+
+def check(spec: str | os.PathLike) -> None:
+    """Refuse, as :func:`resolve` would, a spec that cannot resolve here, without writing a synthetic model or
+    hashing weights: what a command checks before it starts anything that would only fail on it later."""
+    _kind(spec)
+
+
+def _kind(spec: str | os.PathLike) -> tuple[str, str]:
+    """The stripped spec and what it names (default | synthetic | hf | gguf), checked as far as is cheap."""
+    s = os.fspath(spec).strip()
+    if not s:
+        raise ModelSpecError("empty model spec; use 'smollm2-135m', 'synthetic:tiny' or a path to a .gguf file")
+    if s == DEFAULT_MODEL:
+        return s, "default"
+    if s.startswith("synthetic:") or s == "synthetic":
+        parse_synthetic(s)
+        return s, "synthetic"
+    p = Path(s).expanduser()
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise ModelSpecError(f"{p} is a directory without config.json; point at a Hugging Face model directory")
-        return ResolvedModel(s, p.name, "hf", p.resolve(), _dir_digest(p))
+        return s, "hf"
     if p.is_file():
         _check_gguf(p)
-        return ResolvedModel(s, p.stem, "gguf", p.resolve(), file_sha256(p))
+        return s, "gguf"
     raise ModelSpecError(
         f"unknown model spec {s!r}: expected {DEFAULT_MODEL!r}, 'synthetic:PRESET' "
         f"(presets: {', '.join(PRESETS)}), 'synthetic:key=value,…' "
@@ -87,7 +107,10 @@ def _dir_digest(p: Path) -> str:
 
 
 def _check_gguf(p: Path) -> None:
-    with open(p, "rb") as f:
-        head = f.read(4)
+    try:
+        with open(p, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise ModelSpecError(f"{p} cannot be read ({e.strerror or e})") from None
     if head != GGUF_MAGIC:
         raise ModelSpecError(f"{p} is not a GGUF file (magic {head!r}); it is corrupt or another format")

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ... import models
+from ... import environment, models
 from ...contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
                          KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from .. import Availability, known_options
-from ..options import CellOptions
+from ..options import CellOptions, check_llama_counts
 from . import llama_chat_format, surface
 from ._internals import (captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params,
                          offloaded_layers)
@@ -65,8 +65,7 @@ class LlamaCppOptions(CellOptions):
     def __post_init__(self) -> None:
         if self.kv_type not in _GGML_TYPE:
             raise ValueError(f"kv_type must be one of {', '.join(_GGML_TYPE)}, got {self.kv_type!r}")
-        if self.slots < 1:
-            raise ValueError(f"slots must be at least 1, got {self.slots}")
+        check_llama_counts(self.slots, self.threads)
         if self.connector:
             raise ValueError("llama.cpp has no KV connector; its sequence state is the state_export observer")
 
@@ -183,6 +182,10 @@ class LlamaCppCell:
             given = ("kv_budget_bytes/kv_budget_tokens" if budget else "context_tokens" if o.context_tokens
                      else "context_tokens (the model declares no training context)")
             raise ValueError(f"the KV cache would hold {n_ctx} tokens; raise {given}")
+        need, memory = n_ctx * self.geometry.bytes_per_token, environment.cpu()["memory_bytes"]
+        if memory and need > memory:  # said before llama.cpp allocates it (or, past 2**32 tokens, a wrapped size)
+            raise WorkbenchError(f"a KV cache of {n_ctx} tokens needs {need / 2**30:.1f} GiB, more than this machine's "
+                             f"{memory / 2**30:.1f} GiB; lower {'kv_budget_tokens' if budget else 'context_tokens'}")
         return n_ctx
 
     def _context_params(self, o: LlamaCppOptions, n_ctx: int, threads: int) -> Any:
