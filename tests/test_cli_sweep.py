@@ -121,20 +121,14 @@ COMMANDS: dict[str, Command] = {
     "events watch": Command(("events", "watch", "--endpoint", "tcp://127.0.0.1:1", "--duration", "0.2"),
                             {"endpoint": "url", "replay": "url", "block_size": "limit", "hash_seed": NOT_INPUT,
                              "hash_algo": NOT_INPUT, "policy": NOT_INPUT, "steal": NOT_INPUT, "as_json": NOT_INPUT,
-                             "requests": "file-in", "duration": "limit", "interval": "limit"}),
+                             "requests": "file-in", "duration": "limit", "interval": "limit",
+                             "timeout": "limit"}),
     "events guide": Command(("events", "guide", "{tmp}", "--guide", "{tmp}/guide.md", "--out", "{tmp}/g.md"),
                             {"findings_dirs": "dir-in", "out": "file-out", "source": "file-in", "check": NOT_INPUT}),
 }
 
 #: How a parameter is written on the command line when it is an option (else it is an argument: replaced in place).
 ARM_MODEL = "llamacpp="  # --arm-model takes ARM=MODEL
-
-#: Cases another helper's branch fixes (issue 36); each mark comes off when that branch is merged.
-ELSEWHERE: dict[tuple[str, str, str], str] = {
-    **{("bench", "out", bad): "wt-out" for bad in KINDS["file-out"]},
-    **{("serve", "log_dir", bad): "wt-out" for bad in KINDS["dir-out"]},
-    **{("events watch", param, bad): "wt-watch" for param in ("endpoint", "replay") for bad in KINDS["url"]},
-}
 
 #: Documented outcomes other than exit 2: ``findings`` reads a file as a finding and reports a corrupt one
 #: (docs/cli.md); ``events watch --requests`` tails the gateway's log, so a log not written yet, or a line that is
@@ -193,8 +187,7 @@ def _cases():
         for param, kind in cmd.params.items():
             for bad in KINDS.get(kind, ()):
                 key = (name, param, bad)
-                marks = [pytest.mark.xfail(strict=True, reason=ELSEWHERE[key])] if key in ELSEWHERE else []
-                yield pytest.param(*key, id="-".join(key).replace(" ", "_"), marks=marks)
+                yield pytest.param(*key, id="-".join(key).replace(" ", "_"))
 
 
 class _RanLong(Exception):
@@ -220,7 +213,7 @@ def case_dir(tmp_path):
     return tmp_path
 
 
-@pytest.mark.parametrize("name,param,bad", _cases())
+@pytest.mark.parametrize("name,param,bad", list(_cases()))
 def test_bad_input_is_a_clear_error(name, param, bad, case_dir, monkeypatch):
     import llama_cpp
 

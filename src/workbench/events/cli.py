@@ -34,13 +34,27 @@ def _seconds(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def _zmq(option: str, value: str) -> str:
+    """A vLLM ZMQ endpoint as its publisher binds it: ``ipc://PATH`` or ``tcp://HOST:PORT`` (ZMQ connects lazily,
+    so a wrong one would otherwise wait in silence, a replay one until the first gap)."""
+    scheme, _, rest = value.partition("://")
+    host, _, port = rest.rpartition(":")
+    if (scheme == "ipc" and rest) or (scheme == "tcp" and host and port.isdigit() and 0 < int(port) < 65536):
+        return value
+    _fail(f"{option} {value!r}: give vLLM's ZMQ endpoint (ipc://PATH or tcp://HOST:PORT, as its --kv-events-config "
+          "binds it)")
+
+
 def _source(endpoint: str, replay: Optional[str], timeout: float):
     from . import sources
 
     if endpoint.startswith(("http://", "https://")):
+        if replay is not None:
+            _fail("--replay: trtllm-serve 1.2 keeps no replay buffer; --replay is vLLM's (KVEventsConfig.replay_endpoint)")
         return sources.TrtllmHttpSource(endpoint, timeout_s=timeout)
     if endpoint.startswith(("ipc://", "tcp://")):
-        return sources.vllm(connect=endpoint, replay=replay)
+        return sources.vllm(connect=_zmq("--endpoint", endpoint),
+                            replay=None if replay is None else _zmq("--replay", replay))
     _fail(f"--endpoint {endpoint!r}: give trtllm-serve's URL (http://HOST:PORT) or vLLM's ZMQ publisher "
           "(ipc://PATH or tcp://HOST:PORT, as its --kv-events-config endpoint binds it)")
 
