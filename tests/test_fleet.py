@@ -10,6 +10,7 @@ import hashlib
 import base64
 import os
 import shutil
+import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -27,8 +28,6 @@ FLEET = Path(__file__).parent / "fixtures" / "fleet"
 @pytest.fixture
 def ray_tmp(monkeypatch):
     """A short, private Ray temp folder (unix socket paths are short); no process using it survives the test."""
-    import tempfile
-
     import psutil
 
     require_ray()
@@ -172,6 +171,7 @@ def test_a_driver_killed_outright_takes_its_local_head_and_jobs_with_it(tmp_path
 
     hold, out = tmp_path / "hold", tmp_path / "run"
     hold.mkdir()
+    scratch = set(Path(tempfile.gettempdir()).glob("wb-job-*"))
     code = ("import sys; from pathlib import Path; from workbench import matrix, runner; "
             "from workbench.fleet import RayExecutor; books = Path(sys.argv[2]); "
             "m = matrix.Matrix(('llamacpp',), ('synthetic:tiny',), ('holds',), {'hold_dir': sys.argv[3]}); "
@@ -192,6 +192,7 @@ def test_a_driver_killed_outright_takes_its_local_head_and_jobs_with_it(tmp_path
         driver.wait()
     left = gone_within(30, ours)
     assert not left, [(p, Path(f"/proc/{p}/cmdline").read_bytes()[:120]) for p in left]
+    assert not set(Path(tempfile.gettempdir()).glob("wb-job-*")) - scratch  # the job's scratch folder went too
     assert manifest.load(out).notebooks["llamacpp/holds"].status == "running"  # it never finished: resume reruns it
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import TINY, descendants, gone_within, interruptible
 from workbench import isolate
-from workbench.contract import WorkbenchError
+from workbench.contract import ContextOverflow, WorkbenchError
 
 
 def _segfault() -> None:
@@ -44,9 +44,21 @@ def test_a_result_comes_back():
     assert isolate.call(_answer, 21) == 42
 
 
+def _overflow() -> None:
+    raise ContextOverflow(32_000_001, 4096)
+
+
 def test_an_exception_comes_back_as_itself():
     with pytest.raises(WorkbenchError, match="bad input, named"):
         isolate.call(_refuse)
+
+
+def test_an_error_whose_init_takes_other_arguments_comes_back_as_itself():
+    """ContextOverflow(requested, limit) came back as a ChildError carrying the child's traceback (issue 36)."""
+    with pytest.raises(ContextOverflow) as raised:
+        isolate.call(_overflow)
+    assert (raised.value.requested, raised.value.limit, str(raised.value)) == (
+        32_000_001, 4096, "context overflow: 32000001 tokens requested, limit is 4096")
 
 
 def test_a_segfault_is_reported_with_signal_and_log_tail():

@@ -65,7 +65,9 @@ _BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     ("ray", b"engines: [vllm]\nresources:\n  vllm: {num_cpus: .nan}\n",
      "resources.vllm.num_cpus: 0 or a number from 0.0001 to 1024, got nan"),  # Ray: cannot convert float NaN
     ("local", b"engines: [llamacpp]\nparams: {temperature: .inf}\n", "params.temperature: inf is not a value"),
-], ids=["alias-bomb", "deep-nesting", "latin-1", "nan-cpus", "inf-param"])
+    ("local", b"engines: [llamacpp]\nparams: {n: " + b"9" * 5000 + b"}\n",
+     "line 2: Exceeds the limit (4300 digits) for integer string conversion: value has 5000 digits (nothing"),
+], ids=["alias-bomb", "deep-nesting", "latin-1", "nan-cpus", "inf-param", "5000-digits"])
 def test_a_bad_matrix_file_is_one_line_exit_2_before_anything_runs(tmp_path, monkeypatch, executor, text, says):
     """The real CLI; nothing runs (no run folder, no notebook, no Ray head: run_batch is never reached)."""
     import time

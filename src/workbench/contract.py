@@ -81,8 +81,20 @@ def split_prompt(prompt: Prompt, vocab_size: int | None) -> tuple[str, Any]:
 # --------------------------------------------------------------------------- errors
 
 
+def _rebuilt(cls: type, args: tuple, state: dict) -> "WorkbenchError":
+    e = cls.__new__(cls)
+    e.args = args
+    e.__dict__.update(state)
+    return e
+
+
 class WorkbenchError(Exception):
     """Base of every error the workbench raises on purpose."""
+
+    def __reduce__(self):
+        """Rebuilt without calling ``__init__``: most subclasses take other arguments than their message, and an
+        error from an isolated child (workbench.isolate) must come back as itself, not as a traceback."""
+        return _rebuilt, (type(self), self.args, self.__dict__)
 
 
 class ContextOverflow(WorkbenchError):

@@ -71,10 +71,14 @@ def run_job(name: str, file_name: str, notebook: bytes, parameters: dict, varian
     """The Ray task, a generator: first where it runs (so the driver knows the node before anything can go
     wrong, and starts the job's clock), then the local executor's execution in a scratch run folder and
     everything it wrote, as bytes."""
+    import ray
+
     from . import jobs
 
     yield node()
-    with tempfile.TemporaryDirectory(prefix="wb-job-") as tmp:
+    # under the node's Ray temp folder: a worker killed mid-job (a cancel, a driver killed outright) never
+    # removes its own, and a local head's folder goes with the head (end_session, _watch)
+    with tempfile.TemporaryDirectory(prefix="wb-job-", dir=ray.get_runtime_context().get_temp_dir()) as tmp:
         source, run = Path(tmp) / "src" / file_name, Path(tmp) / "run"
         source.parent.mkdir()
         source.write_bytes(notebook)

@@ -146,8 +146,8 @@ class _Loader(yaml.SafeLoader):
     def construct_object(self, node: Any, deep: bool = False) -> Any:
         try:
             return super().construct_object(node, deep)
-        except ValueError as e:
-            raise _Refused(None, None, str(e), node.start_mark) from None
+        except ValueError as e:  # Python's own advice (sys.set_int_max_str_digits) is no fix for a matrix
+            raise _Refused(None, None, str(e).split("; use sys.")[0], node.start_mark) from None
 
 
 def parse(path: Path) -> Any:
