@@ -134,6 +134,11 @@ class Probe(Declared):
     def run(self, ctx: "ProbeContext", p: Any) -> Outcome:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def longest(self, p: Any) -> tuple[int, str] | None:
+        """The longest sequence ``p`` asks for where parameters multiply (k blocks of B tokens), and how, for
+        :func:`check_context`; None where each bounded parameter alone is a sequence's length."""
+        return None
+
 
 class ProbeContext:
     """What a probe gets: a way to open fresh cells (one per arm) and the run's identity. As a context manager it
@@ -259,7 +264,7 @@ def parse_params(probe: Probe, raw: Mapping[str, Any]) -> Any:
                          f"valid: {', '.join(fields) or '(none)'}")
     hints = typing.get_type_hints(probe.Params)
     values = {k: _convert(probe.name, k, hints[k], v) for k, v in raw.items()}
-    check_low(probe, values)
+    check_bounds(probe, values)
     try:
         return probe.Params(**values)
     except (TypeError, ValueError) as e:
@@ -332,7 +337,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     except UnknownName as e:
         raise ParamError(str(e)) from None
     p = parse_params(probe, params or {})
-    _refuse_early(probe, {k: getattr(p, k) for k in params or {}}, engine, model, cell_options)
+    _refuse_early(probe, p, set(params or {}), engine, model, cell_options)
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -355,12 +360,12 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
-def _refuse_early(probe: Probe, given: Mapping[str, Any], engine: str, model: str,
+def _refuse_early(probe: Probe, p: Any, given: set[str], engine: str, model: str,
                   cell_options: Mapping[str, Any] | None) -> None:
     """What is refused before anything runs: a model or cell options given to a static probe; a token count given
     that no sequence of the model holds (:func:`check_context`)."""
     if probe.needs_engine:
-        check_context(probe, given, model)
+        check_context(probe, p, given, model)
     elif cell_options or model != models.DEFAULT_MODEL:
         raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
                          "drop --model and --cell (-c)")
@@ -469,8 +474,9 @@ CONTEXT = "context"  # a bound: the most tokens one sequence of the model holds 
 @dataclass(frozen=True)
 class Bound:
     """Where a numeric parameter (each item of a tuple) may lie: at least ``low``; at most ``high``, a number or
-    :data:`CONTEXT`. Declared once on the parameter (:func:`param`); ``low`` is checked where the parameters are
-    read (:func:`parse_params`), :data:`CONTEXT` against the model before anything runs (:func:`check_context`)."""
+    :data:`CONTEXT`. Declared once on the parameter (:func:`param`); ``low`` and a numeric ``high`` are checked where
+    the parameters are read (:func:`parse_params`), :data:`CONTEXT` against the model before anything runs
+    (:func:`check_context`)."""
 
     low: float | None = None
     high: float | str | None = None
@@ -481,6 +487,7 @@ class Bound:
 
 COUNT = Bound(1)  # a count of things (requests, slots, blocks): zero or fewer is no experiment
 TOKENS = Bound(1, CONTEXT)  # tokens in one sequence: a prompt, a prefix, a tail, a block
+SEED = Bound(0, 2**32 - 1)  # a random seed: numpy's generators refuse a negative one, engines take 32 bits
 
 
 def param(default: Any, help: str, bound: Bound | None = None) -> Any:
@@ -499,27 +506,37 @@ def _items(v: Any) -> tuple:
     return v if isinstance(v, tuple) else (v,)
 
 
-def check_low(probe: Probe, values: Mapping[str, Any]) -> None:
-    """Every bounded value given is at least its parameter's ``low`` (:class:`Bound`), or a :class:`ParamError`."""
+def check_bounds(probe: Probe, values: Mapping[str, Any]) -> None:
+    """Every bounded value given lies within its parameter's :class:`Bound` (``low``, and ``high`` where it is a
+    number), or a :class:`ParamError` naming the parameter, before anything runs."""
     for key, b in _bounded(probe):
-        bad = [x for x in _items(values.get(key, ())) if b.low is not None and x is not None and x < b.low]
-        if bad:
-            raise ParamError(f"probe {probe.name}: parameter {key}={bad[0]!r} must be at least {b.low}")
+        for x in _items(values.get(key, ())):
+            if x is None:
+                continue
+            if b.low is not None and x < b.low:
+                raise ParamError(f"probe {probe.name}: parameter {key}={x!r} must be at least {b.low}")
+            if isinstance(b.high, (int, float)) and x > b.high:
+                raise ParamError(f"probe {probe.name}: parameter {key}={x!r} must be at most {b.high}")
 
 
-def check_context(probe: Probe, values: Mapping[str, Any], model: str) -> None:
-    """Every value given to a parameter bounded by :data:`CONTEXT` fits the model's context (its own metadata, read
-    without loading it), so a token count no sequence can hold is refused before a cell opens, not found by the
-    engine after it ran (a 32,000,001-token prompt ran 16 s to the overflow: issue 36). A probe's defaults are
-    its own to size, and a run that gives none resolves nothing here."""
-    bounded = [(k, b) for k, b in _bounded(probe) if b.high == CONTEXT and k in values]
-    if not bounded:
+def check_context(probe: Probe, p: Any, given: set[str], model: str) -> None:
+    """Every value given to a parameter bounded by :data:`CONTEXT`, and the longest sequence the parameters given
+    ask for together (:meth:`Probe.longest`), fits the model's context (its own metadata, read without loading it),
+    so a token count no sequence can hold is refused before a cell opens, not found by the engine after it ran (a
+    32,000,001-token prompt ran 16 s to the overflow: issue 36). A probe's defaults are its own to size, and a run
+    that gives none resolves nothing here."""
+    bounded = [k for k, b in _bounded(probe) if b.high == CONTEXT and k in given]
+    longest = probe.longest(p) if given else None
+    if not bounded and longest is None:
         return
     ceiling = models.context_ceiling(models.resolve(model))
     if ceiling is None:
         return
-    for key, _ in bounded:
-        over = [x for x in _items(values[key]) if x is not None and x > ceiling]
+    for key in bounded:
+        over = [x for x in _items(getattr(p, key)) if x is not None and x > ceiling]
         if over:
             raise ParamError(f"probe {probe.name}: parameter {key}={over[0]} exceeds the context of model {model} "
                              f"({ceiling} tokens, from its own metadata); nothing was run")
+    if longest is not None and longest[0] > ceiling:
+        raise ParamError(f"probe {probe.name}: {longest[1]} = {longest[0]} tokens exceeds the context of model "
+                         f"{model} ({ceiling} tokens, from its own metadata); nothing was run")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..contract import common_prefix
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, TOKENS
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, TOKENS, SEED
 from .common import fresh_salt, token_ids
 
 
@@ -30,7 +30,7 @@ class Params:
     logits_tolerance: float = param(0.05, "largest |logit| difference after the last prompt token that an import may "
                                           "show against the original and still count as exact (re-rotating K by "
                                           "a shift rounds; on SmolLM2-class models that stays near 0.003)")
-    seed: int = param(0, "seed for the probe's own token ids")
+    seed: int = param(0, "seed for the probe's own token ids", SEED)
 
     def __post_init__(self) -> None:
         if self.logits_tolerance < 0:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import cells
 from ..contract import KvEvent
 from ..events.hashing import TrtllmHasher, VllmHasher
@@ -29,7 +29,7 @@ from .events_common import absent, open_with, salt_of
 class Params:
     wrong_block: int = param(16, "block size of the mismatched rule", TOKENS)
     budget_tokens: int = param(1024, "KV budget of the cell, in tokens", COUNT)
-    seed: int = param(0, "seed for the token ids")
+    seed: int = param(0, "seed for the token ids", SEED)
 
 
 @dataclass(frozen=True)

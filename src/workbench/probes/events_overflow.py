@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..contract import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
@@ -28,7 +28,7 @@ class Params:
     prompt_tokens: int = param(70, "tokens per request", TOKENS)
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
     policy: str = param("replay", "the consumer's resync policy: replay or clear")
-    seed: int = param(0, "seed for the token ids")
+    seed: int = param(0, "seed for the token ids", SEED)
 
 
 class OverflowResync(Probe):

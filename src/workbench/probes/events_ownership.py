@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from ..contract import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
@@ -23,15 +23,11 @@ from .events_common import hasher_for, kept_out, new_consumer, on_stream
 
 @dataclass(frozen=True)
 class Params:
-    consumers: int = param(2, "consumers on the one endpoint (the first holds the lease)")
+    consumers: int = param(2, "consumers on the one endpoint (the first holds the lease)", Bound(2, 64))
     requests: int = param(6, "requests in the burst", COUNT)
     prompt_tokens: int = param(70, "tokens per request", TOKENS)
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
-    seed: int = param(0, "seed for the token ids")
-
-    def __post_init__(self) -> None:
-        if self.consumers < 2:
-            raise ValueError("consumers must be at least 2")
+    seed: int = param(0, "seed for the token ids", SEED)
 
 
 class OneConsumer(Probe):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..contract import Cell, KvEvent
 from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
 from .common import token_ids
@@ -28,7 +28,7 @@ class Params:
     hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
     client_seed: str = param("", "PYTHONHASHSEED the client hashes with ('': the engine's)")
     salted: bool = param(True, "send each request under a salt (the client must mix it in)")
-    seed: int = param(0, "seed for the token ids")
+    seed: int = param(0, "seed for the token ids", SEED)
 
 
 class HashParity(Probe):

@@ -24,7 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from ..contract import KvEvent, Retention
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from .common import apply_pressure, fresh_salt, timed, token_ids
 
 
@@ -32,18 +32,19 @@ from .common import apply_pressure, fresh_salt, timed, token_ids
 class Params:
     prefix_tokens: int = param(256, "tokens in the pinned prefix", TOKENS)
     capacity_tokens: int = param(1024, "KV budget of the cell, in tokens (the ramp is sized from the engine's own capacity)", COUNT)
-    priorities: tuple[int, ...] = param((35, 60, 100), "retention priorities to sweep (0–100)")
+    priorities: tuple[int, ...] = param((35, 60, 100), "retention priorities to sweep", Bound(0, 100))
     pressure: tuple[float, ...] = param((0.25, 0.5, 1.0, 2.0, 4.0, 8.0), "cumulative filler load, × free capacity")
     filler_slots: int = param(8, "concurrent filler sequences (slots)", COUNT)
     filler_fraction: float = param(0.25, "one filler's length as a fraction of free capacity")
-    expiry_ms: int = param(200, "duration_ms of the expiry arm (priority 100); 0 skips that arm")
+    expiry_ms: int = param(200, "duration_ms of the expiry arm (priority 100); 0 skips that arm",
+                           Bound(0, 600_000))
     repeats: int = param(3, "runs of every arm, each repeat in a new random arm order; an order or a tie must hold "
                             "in every repeat (engines without retention priorities run one: all arms are alike there)", COUNT)
-    seed: int = param(0, "seed for the probe's own token ids and arm orders")
+    seed: int = param(0, "seed for the probe's own token ids and arm orders", SEED)
 
     def __post_init__(self) -> None:
-        if not self.priorities or any(not 0 <= p <= 100 for p in self.priorities):
-            raise ValueError("priorities must be in [0, 100]")
+        if not self.priorities:
+            raise ValueError("priorities needs at least one priority")
         if self.prefix_tokens < 2 or self.prefix_tokens >= self.capacity_tokens:
             raise ValueError("prefix_tokens must be at least 2 and below capacity_tokens")
         if not self.pressure or any(r <= 0 for r in self.pressure):

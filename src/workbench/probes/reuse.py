@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
 from ..contract import common_prefix
 from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
@@ -49,12 +49,12 @@ class Params:
                                           "(float rounding of another batch split stays near 0.006)")
     noise_margin: float = param(2.0, "a reused request's logits differ only beyond this × the engine's noise between "
                                      "two cold computations of the same tokens (measured on every request)")
-    threads: int = param(1, "engine threads for timed work (fixed, so timings compare)")
-    seed: int = param(0, "seed for the probe's own token ids")
+    threads: int = param(1, "engine threads for timed work (fixed, so timings compare)", COUNT)
+    seed: int = param(0, "seed for the probe's own token ids", SEED)
 
     def __post_init__(self) -> None:
-        if self.logits_tolerance < 0 or self.threads < 1 or self.noise_margin < 1:
-            raise ValueError("logits_tolerance ≥ 0, threads ≥ 1 and noise_margin ≥ 1 are required")
+        if self.logits_tolerance < 0 or self.noise_margin < 1:
+            raise ValueError("logits_tolerance ≥ 0 and noise_margin ≥ 1 are required")
 
 
 def matrix(rng: np.random.Generator, k: int, B: int, tail: int, draw) -> list[tuple[str, list[int], list[int], bool]]:
@@ -105,6 +105,12 @@ class PerRequestMetrics(Probe):
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
                                                "lane": "case", "title": "Per-request timeline"}))
     Params = Params
+
+    def longest(self, p: Params) -> tuple[int, str]:
+        """The longest prompt, k·B + 1 and a tail, at the nominal block (llama.cpp's B; an engine with blocks of
+        its own uses those: give nominal_block as that engine's block to size it)."""
+        return (p.blocks * p.nominal_block + 1 + p.tail_tokens,
+                f"blocks × nominal_block + 1 + tail_tokens ({p.blocks} × {p.nominal_block} + 1 + {p.tail_tokens})")
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rows: list[dict] = []

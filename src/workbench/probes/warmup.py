@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS
+from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .common import apply_pressure, block_size, fresh_salt, timed, token_ids
 
 
@@ -28,7 +28,7 @@ class Params:
     pressure: tuple[float, ...] = param((0.0, 1.0, 2.0), "filler load between warm-up and follow-up, × free capacity")
     capacity_tokens: int = param(1024, "KV budget of the cell, in tokens", COUNT)
     filler_slots: int = param(4, "filler sequences (slots)", COUNT)
-    seed: int = param(0, "seed for the probe's own token ids")
+    seed: int = param(0, "seed for the probe's own token ids", SEED)
 
     def __post_init__(self) -> None:
         if not self.blocks:
