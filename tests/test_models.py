@@ -36,7 +36,12 @@ def test_synthetic_geometry_reaches_the_engine(tmp_path, monkeypatch):
     ("synthetic:depth=3", "unknown synthetic key 'depth'"),
     ("synthetic:embd=60,heads=7", "divisible by heads"),
     ("synthetic:heads=4,kv_heads=3", "divisible by kv_heads"),
-    ("synthetic:layers=0", "must be positive"),
+    ("synthetic:layers=0", "layers must be in 1 … 4294967295, got 0"),
+    ("synthetic:layers=2,layers=3", "gives layers twice"),
+    ("synthetic:tiny,small", "names two presets"),
+    ("synthetic:layers=513", "layers must be at most 512"),
+    ("synthetic:ctx=4294967296", "ctx must be in 1 … 4294967295"),
+    ("synthetic:seed=-1", "seed must be in 0 …"),
     ("no-such-model", "unknown model spec"),
     ("", "empty model spec"),
 ])

@@ -580,13 +580,14 @@ class ChangedError(BlueprintError):
     """The file changed while the write-back was computed; writing would lose that edit."""
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, document: str = "blueprint") -> str:
+    """The text of ``document`` (the blueprint, or the guide :mod:`workbench.events.guide` writes back), UTF-8."""
     try:
         raw = read_regular(path)
     except FileNotFoundError:
-        raise BlueprintError(f"no blueprint at {path}") from None
+        raise BlueprintError(f"no {document} at {path}") from None
     except OSError as e:
-        raise BlueprintError(f"{path} is not a Markdown file ({e.strerror or e}); give the blueprint's .md file") from None
+        raise BlueprintError(f"{path} is not a Markdown file ({e.strerror or e}); give the {document}'s .md file") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -606,7 +607,8 @@ def _write_atomic(path: Path, text: str, expected: str | None) -> None:
 
 
 def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write", out: Path | None = None, *,
-                  items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> int:
+                  items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES),
+                  document: str = "blueprint") -> int:
     """``workbench writeback``: write (to ``out`` or in place), print a diff (dry-run) or check; the exit code.
 
     ``check`` returns 1 when the target differs from the write-back, naming the claims whose managed
@@ -615,7 +617,7 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     :class:`BlueprintError` before anything is written.
     """
     blueprint = Path(os.path.realpath(blueprint))  # a symlinked blueprint is written through, into its target
-    source = _read(blueprint)
+    source = _read(blueprint, document)
     target = Path(os.path.realpath(out)) if out else blueprint
     if mode == "write":  # before the findings are read: a target that cannot be written is said at once
         check_file_writable(target, "--out" if out else "the file to write back", "nothing was written")
@@ -630,7 +632,7 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
                              "every verdict, so nothing was written")
     new = writeback(source, found.findings, base=target.parent, items=items, tables=tables)
     in_place = os.path.abspath(target) == os.path.abspath(blueprint)
-    existing = source if in_place else (_read(target) if target.exists() else None)
+    existing = source if in_place else (_read(target, document) if target.exists() else None)
     current = existing or ""
     if mode == "dry-run":
         sys.stdout.writelines(difflib.unified_diff(_split_lines(current), _split_lines(new),

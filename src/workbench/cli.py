@@ -41,8 +41,19 @@ def _finite(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def _env_folders() -> None:
+    """Exit 2 before anything runs when a ``WORKBENCH_*`` variable names a folder that cannot be written."""
+    from .files import check_env_folders
+
+    try:
+        check_env_folders()
+    except WorkbenchError as e:
+        _fail(str(e))
+
+
 def _writable(out: Path) -> None:
-    """Exit 2 before any experiment runs when ``--out`` cannot take a finding."""
+    """Exit 2 before any experiment runs when ``--out`` cannot take a finding (or the environment names a folder
+    that cannot be written)."""
     from .files import check_writable
 
     if out.exists() and not out.is_dir():
@@ -51,6 +62,7 @@ def _writable(out: Path) -> None:
         check_writable(out)
     except WorkbenchError as e:
         _fail(str(e))
+    _env_folders()
 
 
 def _not_saved(e: "FindingNotSaved") -> None:
@@ -61,8 +73,9 @@ def _not_saved(e: "FindingNotSaved") -> None:
     _fail(str(e))
 
 
-def _kv(pairs: List[str], typed: bool = False) -> dict:
-    """``key=value`` pairs; ``typed`` reads values as JSON where they parse (true, 3, [1,2]), else as text."""
+def _kv(pairs: List[str], typed: bool = False, option: str = "-p") -> dict:
+    """``key=value`` pairs; ``typed`` reads values as JSON where they parse (true, 3, [1,2]), else as text. A key
+    given twice with two values is refused (the last silently won, and the finding recorded only it)."""
     out = {}
     for p in pairs:
         if "=" not in p:
@@ -73,7 +86,9 @@ def _kv(pairs: List[str], typed: bool = False) -> dict:
                 v = json.loads(v)
             except ValueError:
                 pass
-        out[k.strip()] = v
+        k = k.strip()
+        if out.setdefault(k, v) != v:
+            _fail(f"{option} {k} given twice ({out[k]!r}, {v!r}): give each key once")
     return out
 
 
@@ -129,7 +144,7 @@ def probe(
 
     _writable(out)
     try:
-        f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
+        f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True, option="-c"))
     except isolate.EngineCrashed as e:
         _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
     except FindingNotSaved as e:
@@ -171,6 +186,7 @@ def run(
 
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
+    _env_folders()
     try:
         runs_on = _executor(executor, address, job_timeout)
         jobs = None
@@ -316,6 +332,7 @@ def bench(
     from . import bench as _bench
     from .files import check_file_writable, write_output
 
+    _env_folders()
     try:
         if out:
             check_file_writable(out)
@@ -376,7 +393,7 @@ def loop_cmd(
     try:
         rule = GateRule(min_speedup=min_speedup, min_turns=min_turns)
         work = EqualWork(margin_sd=margin, reference=reference)
-        arm_models = _kv(arm_model or [])
+        arm_models = _kv(arm_model or [], option="--arm-model")
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       transient=True) as bar:
             task = bar.add_task("rendering turns", total=None)
@@ -426,6 +443,7 @@ def serve(
 
     if engine not in _serve.ENGINES:
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
+    _env_folders()
     try:
         _serve.check_host(host, api_key)
         check_writable(log_dir, "--log-dir", "no server was started")

@@ -85,6 +85,19 @@ def check_writable(directory: str | Path, what: str = "--out", nothing: str = "n
     return d  # pragma: no cover - the loop returns or raises
 
 
+#: Folders the workbench writes into where the environment names them: the synthetic-model cache, served engines'
+#: logs, the event plane's leases.
+ENV_FOLDERS = ("WORKBENCH_CACHE", "WORKBENCH_SERVER_LOGS", "WORKBENCH_STATE")
+
+
+def check_env_folders(nothing: str = "nothing was run") -> None:
+    """:func:`check_writable` for each of :data:`ENV_FOLDERS` that is set, so a variable naming a file (or a folder
+    that cannot be written) is said before anything runs, naming the variable."""
+    for var in ENV_FOLDERS:
+        if os.environ.get(var):
+            check_writable(os.environ[var], var, nothing)
+
+
 def check_file_writable(path: str | Path, what: str = "--out", nothing: str = "nothing was run") -> Path:
     """:func:`check_writable` for a file a command will write (``--out``, a blueprint written back in place):
     its folder must take a file, and the path must not be a folder."""

@@ -212,10 +212,13 @@ def _join_shared(want: tuple[str, ...]) -> bool:
 
     try:
         shared = json.loads(os.environ.get(SHARED_ENV) or "null")
-    except ValueError:
+    except ValueError:  # a stale or garbled value names no forkserver: this process starts its own
         return False
     server = forkserver._forkserver
-    if (not isinstance(shared, dict) or tuple(shared.get("preload") or ()) != want or not os.path.exists(shared.get("address", ""))
+    if not isinstance(shared, dict) or not isinstance(shared.get("address"), str):
+        return False
+    preload = shared.get("preload")
+    if (not isinstance(preload, list) or tuple(preload) != want or not os.path.exists(shared["address"])
             or not hasattr(server, "_forkserver_address") or hasattr(server, "_forkserver_authkey")):
         return False
     server._forkserver_address = shared["address"]

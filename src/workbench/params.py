@@ -14,3 +14,16 @@ def parse_bool(text: str) -> bool:
     if v in FALSE:
         return False
     raise ValueError(f"expected true or false, got {text!r}")
+
+
+HASH_SEED_MAX = 2**32 - 1
+
+
+def check_hash_seed(text: str | None, what: str) -> None:
+    """PYTHONHASHSEED's own rule: ``random`` or an integer 0 … 4294967295 (``''`` or None: unset). A Python started
+    with another value stops before it runs a line (vLLM's engine processes), and vLLM, reading it as text, would
+    hash with a seed no Python process can share."""
+    if text in (None, "", "random"):
+        return
+    if not (isinstance(text, str) and text.isascii() and text.isdigit() and int(text) <= HASH_SEED_MAX):
+        raise ValueError(f"{what} {text!r} is not a PYTHONHASHSEED: give 'random' or an integer 0 … {HASH_SEED_MAX}")

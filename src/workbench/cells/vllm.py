@@ -45,6 +45,7 @@ from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .. import envvars, models
+from ..params import check_hash_seed
 from .options import CellOptions
 from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
@@ -217,6 +218,9 @@ class VllmOptions(CellOptions):
             raise ValueError(f"slots must be at least 1, got {self.slots}")
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
+        if isinstance(self.hash_seed, int):  # -c hash_seed=5 reads as JSON: the variable's text is meant
+            object.__setattr__(self, "hash_seed", str(self.hash_seed))
+        check_hash_seed(self.hash_seed, "hash_seed")
         if self.connector not in (False, True, "record"):
             raise ValueError(f"connector must be False, True or 'record' (the recording connector), got {self.connector!r}")
         for name in ("kv_budget_tokens", "kv_budget_bytes", "context_tokens"):

@@ -13,6 +13,8 @@ from typing import List, Optional
 import typer
 
 from ..contract import WorkbenchError
+from ..files import OutputError, check_env_folders
+from ..params import check_hash_seed
 from .guide import GUIDE
 from .sources import EndpointFault
 
@@ -112,8 +114,10 @@ def watch(
     if not (math.isfinite(timeout) and timeout > 0):
         _fail(f"--timeout {timeout}: give a number of seconds above 0")
     try:
+        check_hash_seed(hash_seed, "--hash-seed")
+        check_env_folders("nothing was read")  # the lease is written under WORKBENCH_STATE
         held = _lease.acquire(endpoint, steal=steal)  # before anything is read from the endpoint
-    except _lease.LeaseHeld as e:
+    except (_lease.LeaseHeld, OutputError, ValueError) as e:
         _fail(str(e))
     if held.note:
         typer.echo(held.note, err=True)

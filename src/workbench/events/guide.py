@@ -16,4 +16,4 @@ SECTIONS = ("gateway",)
 
 def run_writeback(guide: Path, finding_dirs: list[Path], mode: blueprint.Mode = "write", out: Path | None = None) -> int:
     """``workbench events guide``: the guide's write-back, as ``workbench writeback`` does the blueprint's."""
-    return blueprint.run_writeback(guide, finding_dirs, mode, out, items=SECTIONS, tables=())
+    return blueprint.run_writeback(guide, finding_dirs, mode, out, items=SECTIONS, tables=(), document="guide")

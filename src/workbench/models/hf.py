@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..contract import KvGeometry
-from .specs import ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir, parse_synthetic, short
+from .specs import ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir, check_fits, parse_synthetic, short
 from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, vocab, write_synthetic
 
 HF_DTYPE = "float32"  # the GGUF holds F32 weights; the directory keeps them bit for bit
@@ -91,6 +91,7 @@ def write_synthetic_hf(syn: SyntheticSpec, directory: Path | None = None) -> Pat
     except ImportError as e:  # pragma: no cover - depends on extras
         raise ModelSpecError(f"a Hugging Face copy of a synthetic model needs 'safetensors' and 'tokenizers' ({e}); "
                              "install the 'vllm' extra") from e
+    check_fits(syn)
     directory.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=directory, suffix=".hf.tmp"))
     try:

@@ -21,6 +21,10 @@ class ModelSpecError(WorkbenchError, ValueError):
     """A model spec that cannot be resolved; the message says what to fix."""
 
 
+MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS: a model with more fails to load after it was written
+MAX_DIM = 2**32 - 1  # GGUF stores a context, a width or a count as a uint32
+
+
 @dataclass(frozen=True)
 class SyntheticSpec:
     """Geometry of a random-weight llama model. Field names are the spec's keys."""
@@ -36,9 +40,12 @@ class SyntheticSpec:
 
     def __post_init__(self) -> None:
         for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name != "seed" and v <= 0:
-                raise ModelSpecError(f"synthetic model: {f.name} must be positive, got {v}")
+            v, low = getattr(self, f.name), 0 if f.name == "seed" else 1
+            if not low <= v <= MAX_DIM:
+                raise ModelSpecError(f"synthetic model: {f.name} must be in {low} … {MAX_DIM}, got {v}")
+        if self.layers > MAX_LAYERS:
+            raise ModelSpecError(f"synthetic model: layers must be at most {MAX_LAYERS} (llama.cpp's limit), "
+                                 f"got {self.layers}")
         if self.embd % self.heads:
             raise ModelSpecError(f"synthetic model: embd ({self.embd}) must be divisible by heads ({self.heads})")
         if self.heads % self.kv_heads:
@@ -55,6 +62,25 @@ class SyntheticSpec:
     @property
     def head_dim(self) -> int:
         return self.embd // self.heads
+
+    @property
+    def weight_bytes(self) -> int:
+        """The float32 weights' size: what a writer holds in memory and writes (:func:`check_fits`)."""
+        kv_dim = self.kv_heads * self.head_dim
+        per_layer = 2 * self.embd * self.embd + 2 * kv_dim * self.embd + 3 * self.ffn * self.embd + 2 * self.embd
+        return 4 * (2 * self.vocab * self.embd + self.layers * per_layer + self.embd)
+
+
+def check_fits(syn: SyntheticSpec) -> None:
+    """Refuse, before anything is written, a synthetic model whose weights this machine's memory cannot hold
+    (the writers build every tensor in memory)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # no such sysconf here: nothing to compare with
+        return
+    if syn.weight_bytes > memory:
+        raise ModelSpecError(f"synthetic model {syn.spec}: its weights need {syn.weight_bytes / 2**30:.1f} GiB, more "
+                             f"than this machine's {memory / 2**30:.1f} GiB of memory; make it smaller")
 
 
 PRESETS: dict[str, SyntheticSpec] = {
@@ -83,27 +109,39 @@ class ResolvedModel:
 
 
 def cache_dir() -> Path:
-    """Where synthetic models are cached (``WORKBENCH_CACHE`` or ``~/.cache/workbench``)."""
-    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "workbench")
-    return Path(root) / "models"
+    """Where synthetic models are cached (``WORKBENCH_CACHE`` or ``~/.cache/workbench``); a :class:`ModelSpecError`
+    where that, or a folder above it, is a file, which no model could be written under."""
+    given = os.environ.get("WORKBENCH_CACHE")
+    root = Path(given or os.path.join(os.path.expanduser("~"), ".cache", "workbench"))
+    for p in (root, *root.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = f"WORKBENCH_CACHE={given}" if given else f"the cache folder {root}"
+                raise ModelSpecError(f"{where}: {p} is a file, not a folder; point WORKBENCH_CACHE at a folder")
+            break
+    return root / "models"
 
 
 def parse_synthetic(spec: str) -> SyntheticSpec:
     body = spec.partition(":")[2].strip()
     if not body:
         return PRESETS["tiny"]
-    base, overrides = PRESETS["tiny"], {}
+    base, preset, overrides = PRESETS["tiny"], None, {}
     names = {f.name for f in fields(SyntheticSpec)}
     for part in filter(None, (p.strip() for p in body.split(","))):
         if "=" not in part:
             if part not in PRESETS:
                 raise ModelSpecError(f"unknown synthetic preset {part!r}; presets: {', '.join(PRESETS)}")
-            base = PRESETS[part]
+            if preset is not None:
+                raise ModelSpecError(f"synthetic model {spec!r} names two presets ({preset}, {part}): name one")
+            base, preset = PRESETS[part], part
             continue
         key, _, val = part.partition("=")
         key = key.strip()
         if key not in names:
             raise ModelSpecError(f"unknown synthetic key {key!r}; keys: {', '.join(sorted(names))}")
+        if key in overrides:
+            raise ModelSpecError(f"synthetic model {spec!r} gives {key} twice: give each key once")
         try:
             overrides[key] = int(val)
         except ValueError:

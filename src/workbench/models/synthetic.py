@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .specs import BASE_PIECES, ModelSpecError, SyntheticSpec, cache_dir, short
+from .specs import BASE_PIECES, ModelSpecError, SyntheticSpec, cache_dir, check_fits, short
 
 SYNTHETIC_CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -80,15 +80,12 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None, weights: 
     if weights not in WEIGHT_TYPES:
         raise ModelSpecError(f"synthetic weights {weights!r} are not one of {', '.join(WEIGHT_TYPES)}")
     directory = directory or cache_dir()
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"synthetic-{short(syn.spec)}{'' if weights == 'F32' else '-' + weights.lower()}.gguf"
     if path.is_file():
         return path
-    try:
-        import gguf
-    except ImportError as e:  # pragma: no cover - depends on extras
-        raise ModelSpecError(f"synthetic models need the 'gguf' package ({e}); install the 'llamacpp' extra") from e
-
+    check_fits(syn)
+    gguf = _gguf()
+    directory.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".gguf.tmp")
     os.close(fd)
     try:
@@ -129,6 +126,15 @@ def write_synthetic(syn: SyntheticSpec, directory: Path | None = None, weights: 
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _gguf():
+    """The ``gguf`` package, or a :class:`ModelSpecError` naming the extra that installs it."""
+    try:
+        import gguf
+    except ImportError as e:  # pragma: no cover - depends on extras
+        raise ModelSpecError(f"synthetic models need the 'gguf' package ({e}); install the 'llamacpp' extra") from e
+    return gguf
 
 
 def _add_tensors(w, syn: SyntheticSpec, weights: str) -> None:

@@ -15,7 +15,7 @@ import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
 from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
@@ -490,9 +490,11 @@ TOKENS = Bound(1, CONTEXT)  # tokens in one sequence: a prompt, a prefix, a tail
 SEED = Bound(0, 2**32 - 1)  # a random seed: numpy's generators refuse a negative one, engines take 32 bits
 
 
-def param(default: Any, help: str, bound: Bound | None = None) -> Any:
-    """A probe parameter with its help text (shown by the CLI and notebooks) and, for a number, its :class:`Bound`."""
-    meta = {"help": help, "bound": bound}
+def param(default: Any, help: str, bound: Bound | None = None,
+          check: Callable[[Any, str], None] | None = None) -> Any:
+    """A probe parameter with its help text (shown by the CLI and notebooks), for a number its :class:`Bound`, and
+    a ``check(value, what)`` that raises ValueError where a value given cannot be one (a PYTHONHASHSEED)."""
+    meta = {"help": help, "bound": bound, "check": check}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: tuple(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -517,6 +519,12 @@ def check_bounds(probe: Probe, values: Mapping[str, Any]) -> None:
                 raise ParamError(f"probe {probe.name}: parameter {key}={x!r} must be at least {b.low}")
             if isinstance(b.high, (int, float)) and x > b.high:
                 raise ParamError(f"probe {probe.name}: parameter {key}={x!r} must be at most {b.high}")
+    for f in dataclasses.fields(probe.Params):
+        if f.metadata.get("check") and f.name in values:
+            try:
+                f.metadata["check"](values[f.name], f"parameter {f.name}")
+            except ValueError as e:
+                raise ParamError(f"probe {probe.name}: {e}") from None
 
 
 def check_context(probe: Probe, p: Any, given: set[str], model: str) -> None:

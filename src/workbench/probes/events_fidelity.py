@@ -20,6 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..params import check_hash_seed
 from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
 from .. import models
 from ..contract import Cell, WorkbenchError
@@ -36,10 +37,10 @@ class Params:
     suffix_tokens: int = param(10, "fresh tokens after the prefix", TOKENS)
     budget_blocks: int = param(8, "KV pool of the cell, in blocks (small: the workload evicts)", COUNT)
     context_tokens: int = param(128, "the cell's context", TOKENS)
-    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with", check=check_hash_seed)
     wrong_block: int = param(16, "block size of the wrong-block-size arm (0: no such arm)",
                              Bound(0, CONTEXT))
-    wrong_seed: str = param("1", "PYTHONHASHSEED of the wrong-seed arm ('': no such arm)")
+    wrong_seed: str = param("1", "PYTHONHASHSEED of the wrong-seed arm ('': no such arm)", check=check_hash_seed)
     wrong_tokenizer: str = param("synthetic:vocab=384", "model whose tokenizer the wrong-tokenizer arm reads each "
                                  "request's text with ('': no such arm)")
     seed: int = param(0, "seed for the token ids", SEED)

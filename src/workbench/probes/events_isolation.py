@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..params import check_hash_seed
 from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import adapters, models
 from ..contract import Cell, UnsupportedFeature, WorkbenchError
@@ -30,7 +31,7 @@ class Params:
     prompt_tokens: int = param(70, "tokens per prompt", TOKENS)
     client_salt: bool = param(True, "the client mixes the tenant's salt (and adapter) into its hashes as the engine does")
     lora: bool = param(True, "also send the prompts without and with a LoRA adapter (a second engine)")
-    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with", check=check_hash_seed)
     seed: int = param(0, "seed for the token ids", SEED)
 
 

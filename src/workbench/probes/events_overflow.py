@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..params import check_hash_seed
 from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..contract import Cell
 from ..events.consumer import Consumer
@@ -26,7 +27,7 @@ class Params:
     before: int = param(8, "requests published before the consumer joins", COUNT)
     after: int = param(6, "requests after it joined: an early prompt, then fresh ones, each sent twice", COUNT)
     prompt_tokens: int = param(70, "tokens per request", TOKENS)
-    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with", check=check_hash_seed)
     policy: str = param("replay", "the consumer's resync policy: replay or clear")
     seed: int = param(0, "seed for the token ids", SEED)
 

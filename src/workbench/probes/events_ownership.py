@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..params import check_hash_seed
 from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from ..contract import Cell
 from ..events.consumer import Consumer
@@ -26,7 +27,7 @@ class Params:
     consumers: int = param(2, "consumers on the one endpoint (the first holds the lease)", Bound(2, 64))
     requests: int = param(6, "requests in the burst", COUNT)
     prompt_tokens: int = param(70, "tokens per request", TOKENS)
-    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with", check=check_hash_seed)
     seed: int = param(0, "seed for the token ids", SEED)
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..params import check_hash_seed
 from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..contract import Cell, KvEvent
 from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
@@ -25,8 +26,8 @@ from .events_common import hasher_for, new_consumer, on_stream, salt_of
 class Params:
     requests: int = param(4, "requests, each with fresh tokens", COUNT)
     prompt_tokens: int = param(100, "tokens per request", TOKENS)
-    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with")
-    client_seed: str = param("", "PYTHONHASHSEED the client hashes with ('': the engine's)")
+    hash_seed: str = param("0", "PYTHONHASHSEED the engine starts with", check=check_hash_seed)
+    client_seed: str = param("", "PYTHONHASHSEED the client hashes with ('': the engine's)", check=check_hash_seed)
     salted: bool = param(True, "send each request under a salt (the client must mix it in)")
     seed: int = param(0, "seed for the token ids", SEED)
 
