@@ -445,6 +445,7 @@ def serve(
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
     _env_folders()
     try:
+        _serve.check_extra_args(ctx.args)
         _serve.check_host(host, api_key)
         check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,

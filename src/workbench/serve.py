@@ -80,6 +80,26 @@ class Launch:
     scratch: tuple[str, ...] = ()
 
 
+#: Server flags the workbench sets itself and must know, by the ``workbench serve`` option (and served-cell option)
+#: that sets them: the same flag among the arguments passed through would override it, the last given winning
+#: (``--host 0.0.0.0`` after ``--`` bound every interface without the API key :func:`check_host` asks for; a port or
+#: a key the client does not know reaches no server). A slot count or threads passed through stay a test's fault.
+OWNED_FLAGS: dict[str, tuple[str, ...]] = {
+    "--host": ("--host",), "--port": ("--port",), "--model": ("--model", "-m"), "--api-key": ("--api-key",),
+}
+
+
+def check_extra_args(args: Sequence[str]) -> None:
+    """Refuse an argument passed through to the server that sets what the workbench sets (:data:`OWNED_FLAGS`),
+    naming the option to use instead."""
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        for option, flags in OWNED_FLAGS.items():
+            if flag in flags:
+                raise ValueError(f"server argument {arg!r} sets what the workbench sets itself: use `workbench serve "
+                                 f"{option}` (or a served cell's option of that name) instead")
+
+
 @dataclass(frozen=True)
 class ServerRequest:
     """One server to start. ``model_path``: a GGUF file (llama-server) or a Hugging Face directory."""
@@ -94,6 +114,9 @@ class ServerRequest:
     context_tokens: int = 4096  # per slot
     extra_args: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)  # engine-specific (see each builder)
+
+    def __post_init__(self) -> None:
+        check_extra_args(self.extra_args)
 
 
 def llama_server_binary() -> str | None:
