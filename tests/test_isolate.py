@@ -116,10 +116,23 @@ def _spawn_and_hang(pidfile: str) -> None:
     time.sleep(120)
 
 
-def _parent_calling_spawn_and_hang(tmp_path) -> tuple[subprocess.Popen, dict]:
+def _spawn_and_hold_the_gil(pidfile: str) -> None:
+    """:func:`_spawn_and_hang`, but running on in C code that never lets the GIL go (an engine's call can): a
+    catastrophically backtracking regex, which takes longer than any test."""
+    import re
+
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    tmp = os.path.dirname(os.readlink("/proc/self/fd/2"))
+    Path(pidfile + ".tmp").write_text(json.dumps({"child": os.getpid(), "grandchild": grandchild.pid, "tmp": tmp,
+                                                  "made": tmp}))
+    os.replace(pidfile + ".tmp", pidfile)
+    re.match(r"(a+)+$", "a" * 64 + "b")
+
+
+def _parent_calling_spawn_and_hang(tmp_path, work: str = "_spawn_and_hang") -> tuple[subprocess.Popen, dict]:
     pidfile = tmp_path / "pids.json"
     code = ("import sys, test_isolate; from workbench import isolate; "
-            "isolate.call(test_isolate._spawn_and_hang, sys.argv[1])")
+            f"isolate.call(test_isolate.{work}, sys.argv[1])")
     env = os.environ | {"PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     p = subprocess.Popen([sys.executable, "-c", code, str(pidfile)], env=env, stderr=subprocess.PIPE, text=True,
                          preexec_fn=interruptible)
@@ -136,6 +149,18 @@ def test_kill_9_of_the_parent_ends_the_child_what_it_started_and_its_temp_folder
     p.wait()
     assert gone_within(5, [pids["child"], pids["grandchild"]]) == []
     assert not Path(pids["tmp"]).exists() and not Path(pids["made"]).exists()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_the_child_dies_with_its_parent_while_c_code_holds_the_gil(tmp_path, sig):
+    """The watcher is a process of its own: a watcher thread never ran while the child's C code held the GIL,
+    and an engine child outlived a SIGTERM'd CLI by 12 minutes and more."""
+    p, pids = _parent_calling_spawn_and_hang(tmp_path, "_spawn_and_hold_the_gil")
+    time.sleep(0.5)  # inside the regex now
+    os.kill(p.pid, sig)
+    p.wait(timeout=30)
+    assert gone_within(5, [pids["child"], pids["grandchild"]]) == []
+    assert not Path(pids["tmp"]).exists()
 
 
 def test_sigint_stops_the_call_at_once_and_ends_its_processes(tmp_path):
