@@ -146,19 +146,27 @@ def load(spec: str) -> Trace:
     except RecursionError:
         raise TraceError(f"{path}: JSON nested too deeply to be a trace") from None
     try:
-        if isinstance(doc, list):
-            return Trace(name, "taubench", path, sha, _taubench(doc))
-        if isinstance(doc, dict) and "requests" in doc:
-            block = int(doc.get("block_size") or 0)
-            if block < 1:
-                raise TraceError(f"{path}: a kvcache-tester trace needs a positive block_size")
-            return Trace(name, "kvcache-tester", path, sha, _kvcache(doc, block), block)
-        if doc is None or isinstance(doc, dict):
-            return Trace(name, "mooncake", path, sha, _mooncake(text, path), 512)
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as e:
-        if isinstance(e, TraceError):
-            raise
+        trace = _parse(doc, text, path, name, sha)
+    except TraceError as e:
+        raise TraceError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}") from None
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError, OverflowError, IndexError) as e:
         raise TraceError(f"{path}: malformed trace ({type(e).__name__}: {e})") from None
+    if not trace.turns:
+        raise TraceError(f"{path}: the trace holds no turn to replay")
+    return trace
+
+
+def _parse(doc: Any, text: str, path: Path, name: str, sha: str) -> Trace:
+    """The trace in ``doc`` (parsed JSON; None: JSON lines), its format told by its shape."""
+    if isinstance(doc, list):
+        return Trace(name, "taubench", path, sha, _taubench(doc))
+    if isinstance(doc, dict) and "requests" in doc:
+        block = doc.get("block_size")
+        if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+            raise TraceError(f"{path}: a kvcache-tester trace needs a positive whole block_size, not {block!r}")
+        return Trace(name, "kvcache-tester", path, sha, _kvcache(doc, block), block)
+    if doc is None or isinstance(doc, dict):
+        return Trace(name, "mooncake", path, sha, _mooncake(text, path), 512)
     raise TraceError(f"{path}: not a τ-bench, kvcache-tester or Mooncake trace")
 
 
@@ -195,12 +203,22 @@ def _check_message(m: Any, run: int, j: int) -> None:
         raise TraceError(f"{where}: 'tool_calls' must be a list of objects with a function name")
 
 
+def _count(req: Mapping[str, Any], keys: tuple[str, str], low: int) -> int:
+    """A request's token count (its first key that is present) as a whole number of at least ``low``: a float, a
+    string or a count below it is refused here, not found by the engine after the turns before it ran."""
+    key = next((k for k in keys if k in req), keys[-1])
+    v = req[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise TraceError(f"a request's {key} is {v!r}; it must be a whole number of tokens, at least {low}")
+    return v
+
+
 def _block_turn(req: Mapping[str, Any], block: int, *, partial_last: bool) -> BlockTurn:
-    n_in, ids = int(req["in"] if "in" in req else req["input_length"]), [int(h) for h in req["hash_ids"]]
-    n_out = int(req["out"] if "out" in req else req["output_length"])
+    n_in, ids = _count(req, ("in", "input_length"), 1), [int(h) for h in req["hash_ids"]]
+    n_out = _count(req, ("out", "output_length"), 1)
     if partial_last:  # Mooncake: ceil(in / block) ids, the last block partial
         tail = n_in - block * (len(ids) - 1) if ids else n_in
-        if ids and not 0 < tail <= block:
+        if not ids or not 0 < tail <= block:
             raise TraceError(f"request with {n_in} tokens cannot have {len(ids)} blocks of {block}")
         return BlockTurn(tuple(ids[:-1]), tail, n_out, ids[-1]) if tail < block else BlockTurn(tuple(ids), 0, n_out)
     tail = n_in - block * len(ids)
@@ -231,7 +249,10 @@ def _mooncake(text: str, path: Path) -> tuple[Session, ...]:
             raise TraceError(f"{path}:{n}: not JSON; a Mooncake trace has one JSON object per line") from None
         if not isinstance(req, Mapping) or "hash_ids" not in req:
             raise TraceError(f"{path}:{n}: a Mooncake request needs input_length, output_length and hash_ids")
-        turns.append(_block_turn(req, 512, partial_last=True))
+        try:
+            turns.append(_block_turn(req, 512, partial_last=True))
+        except TraceError as e:
+            raise TraceError(f"{path}:{n}: {e}") from None
     if not turns:
         raise TraceError(f"{path} has no requests")
     return (Session("stream", tuple(turns)),)
