@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from . import cpu, environment, models
+from .contract import WorkbenchError
 from .models import TOKEN_LO
 from .cells import open_cell
 from . import metrics
@@ -144,7 +145,13 @@ def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds
 
     m = models.resolve(model)
     threads = os.cpu_count() or 1
-    n_ctx, n_batch = max(1024, prompt_tokens + decode_tokens + 16), 512
+    # the raw arm decodes the prompt as one batch: llama.cpp aborts the process on a batch over n_batch
+    # (GGML_ASSERT(n_tokens_all <= cparams.n_batch): --prompt-tokens 1000 was SIGABRT), so every arm takes it whole
+    n_ctx, n_batch = max(1024, prompt_tokens + decode_tokens + 16), max(512, prompt_tokens)
+    ceiling = models.context_ceiling(m)
+    if ceiling is not None and prompt_tokens + decode_tokens + 16 > ceiling:  # llama.cpp aborts the process past it
+        raise WorkbenchError(f"--prompt-tokens {prompt_tokens} + --decode-tokens {decode_tokens} (+16) exceed the "
+                             f"context of model {model} ({ceiling} tokens, from its own metadata); nothing was run")
     extra = decide_extra_buffers()
     arms = ["cell", "raw", "llama", "cell_xb_off"] if extra.use else ["cell", "raw"]
     res = BenchResult(m.name, prompt_tokens, decode_tokens, rounds, threads, {a: [] for a in arms},

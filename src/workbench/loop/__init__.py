@@ -29,6 +29,7 @@ from . import results as _results
 from . import target as _target
 from . import traces as _traces
 from . import verify as _verify
+from .render import check_block
 from .spec import Drafter
 
 DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
@@ -109,6 +110,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     for name in [n for n in names if n in arm_models and _arms.unavailable(n) is None]:
         models.check(arm_models[name])  # before the scorer and the other arms run, not when this arm opens
     threads = threads or os.cpu_count() or 1
+    check_block(tokens_per_block, context_tokens)
     loaded = _traces.load(trace)
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)
     tr = loaded.subset(sessions, turns)

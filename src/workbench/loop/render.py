@@ -126,14 +126,20 @@ class BlockScale:
                 f"in the {self.context_tokens}-token context")
 
 
+def check_block(tokens_per_block: int | None, context_tokens: int) -> None:
+    """A block given (``--tokens-per-block``) is at least one token and fits the context: a larger one can hold
+    no turn (99,999,999,999 tokens was a 745 GiB MemoryError traceback once the scorer had started)."""
+    if tokens_per_block is not None and not 1 <= tokens_per_block <= context_tokens:
+        raise TraceError(f"tokens_per_block must be 1 to the {context_tokens}-token context, got {tokens_per_block}")
+
+
 def fit_scale(trace: Trace, context_tokens: int, tokens_per_block: int | None = None) -> BlockScale:
     """The largest tokens-per-block (≤ the trace's own block) at which every selected turn fits the context."""
     if trace.block_tokens is None:
         raise TraceError(f"{trace.name} is a chat trace; block scaling applies to hash-only traces")
     turns = [t for s in trace.sessions for t in s.turns]
     if tokens_per_block is not None:
-        if tokens_per_block < 1:
-            raise TraceError(f"tokens_per_block must be at least 1, got {tokens_per_block}")
+        check_block(tokens_per_block, context_tokens)
         return BlockScale(trace.block_tokens, tokens_per_block, context_tokens)
     for tpb in range(trace.block_tokens, 0, -1):
         s = BlockScale(trace.block_tokens, tpb, context_tokens)
