@@ -61,6 +61,14 @@ def _not_saved(e: "FindingNotSaved") -> None:
     _fail(str(e))
 
 
+def _no_leftovers(ctx: typer.Context, pairs: List[str]) -> None:
+    """Exit 2 on arguments the command takes none of (papermill's ``-p key value`` gets the spelling to write)."""
+    if ctx.args:
+        from .params import leftover
+
+        _fail(leftover(pairs, ctx.args))
+
+
 def _kv(pairs: List[str], typed: bool = False) -> dict:
     """``key=value`` pairs; ``typed`` reads values as JSON where they parse (true, 3, [1,2]), else as text."""
     out = {}
@@ -113,8 +121,9 @@ def list_probes() -> None:
             typer.echo(f"  -p {prm['name']}={prm['default']!r:<12} {prm['type']:<18} {prm['help']}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def probe(
+    ctx: typer.Context,
     name: str = typer.Argument(..., help="probe name (see `workbench probes`)"),
     engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm | vllm"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
@@ -127,6 +136,7 @@ def probe(
     from . import isolate, metrics, probes
     from .findings import FindingNotSaved
 
+    _no_leftovers(ctx, param)
     _writable(out)
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True))
@@ -144,8 +154,9 @@ def probe(
     typer.echo(f"finding: {out / (f.id + '.json')}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def run(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", "-o", help="run folder (resumed if it exists)"),
     engine: List[str] = typer.Option(["llamacpp"], "--engine", "-e",
                                      help="engine (repeatable: engines run side by side into one folder)"),
@@ -169,6 +180,7 @@ def run(
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
 
+    _no_leftovers(ctx, param)
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     try:

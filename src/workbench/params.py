@@ -14,3 +14,14 @@ def parse_bool(text: str) -> bool:
     if v in FALSE:
         return False
     raise ValueError(f"expected true or false, got {text!r}")
+
+
+def leftover(pairs: list[str], extra: list[str]) -> str:
+    """Why a command got arguments it takes none of, in words: papermill's two-token ``-p key value`` is spelled
+    ``-p key=value`` here, and the words say so with the line to write."""
+    bare = [p for p in pairs if "=" not in p]
+    said = f"unexpected argument(s) {' '.join(extra)}"
+    if not bare:
+        return said
+    fixed = " ".join(f"-p {k}={v}" for k, v in zip(bare, extra))
+    return f"{said}: -p takes one key=value token, not papermill's -p KEY VALUE; write {fixed}"
