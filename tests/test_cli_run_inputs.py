@@ -47,3 +47,15 @@ def test_bad_input_exits_2_before_anything_runs(case, says, ran):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], stderr
     assert not list(out.iterdir())  # nothing written, not even the writer's lock
+
+
+def test_version_names_the_package_and_the_commit():
+    """``--version`` before (or without) a command: the installed package's version and this checkout's commit."""
+    from importlib import metadata
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    r = subprocess.run([sys.executable, "-m", "workbench.cli", "--version", "run"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"workbench {metadata.version('workbench')}" + (f" (commit {head}" if head else ""))

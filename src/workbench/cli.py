@@ -29,6 +29,21 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
 
 
+def _version(shown: bool) -> None:
+    """``--version``: printed before any command is looked at."""
+    if shown:
+        from .environment import version_line
+
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="the workbench's version and git commit, then exit")) -> None:
+    pass
+
+
 def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
