@@ -4,6 +4,7 @@ the real CLI into an empty folder and expects exit 2, a one-line message, no tra
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -59,3 +60,61 @@ def test_version_names_the_package_and_the_commit():
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "--version", "run"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"workbench {metadata.version('workbench')}" + (f" (commit {head}" if head else ""))
+
+
+# --------------------------------------------------------------------------- findings --format (issue 40, item 8)
+
+
+def wb(*args):
+    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def two_findings(tmp_path_factory):
+    """A not-run finding (no answer to settle) and a forged answer that settles nothing (dated 2099)."""
+    import shutil
+    from pathlib import Path
+
+    from test_findings import make
+    from workbench import findings
+
+    folder = tmp_path_factory.mktemp("findings")
+    findings.write(make(verdict="not-run", reason="no GPU"), folder)
+    shutil.copy(Path(__file__).parent / "fixtures" / "forged" / "loop.gate-trtllm-forged.json", folder)
+    return folder
+
+
+def test_findings_export_the_flat_table_as_csv_and_json(two_findings, tmp_path):
+    import csv
+
+    from workbench import findings
+
+    table = findings.load(two_findings)
+    r = wb("findings", str(two_findings), "--format", "csv", "--out", str(tmp_path / "f.csv"))
+    assert r.returncode == 0 and r.stdout == "", r.stderr
+    rows = list(csv.DictReader((tmp_path / "f.csv").open()))
+    columns = list(table.columns)
+    assert list(rows[0]) == [*columns[:columns.index("verdict") + 1], "settles_nothing",
+                             *columns[columns.index("verdict") + 1:]]
+    assert [r["id"] for r in rows] == list(table["id"])
+    said = {r["probe"]: r for r in rows}
+    assert said["loop.gate"]["settles_nothing"].startswith("it is dated 2099")
+    assert said["reuse.per_request_metrics"]["settles_nothing"] == ""
+    assert said["reuse.per_request_metrics"]["claims"] == "unknown.reuse_metrics"
+
+    r = wb("findings", str(two_findings), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    records = json.loads(r.stdout)
+    assert [d["id"] for d in records] == list(table["id"])
+    assert records[list(table["probe"]).index("reuse.per_request_metrics")]["metric.reused_tokens"] == 12
+
+
+def test_findings_export_refuses_a_bad_format_or_out_before_reading(two_findings, tmp_path):
+    (tmp_path / "a-file").write_text("kept")
+    for args, says in ((("--format", "xlsx"), "--format 'xlsx': use table, csv, json"),
+                       (("--format", "csv", "--out", str(tmp_path / "a-file" / "f.csv")), "is a file, not a folder"),
+                       (("--out", str(tmp_path)), "is a folder")):
+        r = wb("findings", str(two_findings), *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
+        assert r.stderr.count("\n") == 1 and says in r.stderr, (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and (tmp_path / "a-file").read_text() == "kept"

@@ -280,10 +280,16 @@ def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = 
 
 
 @app.command("findings")
-def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders (default: ./findings)")) -> None:
-    """List findings side by side (engines and engine versions), reporting corrupt files."""
+def list_findings(
+    dirs: List[Path] = typer.Argument(None, help="findings folders (default: ./findings)"),
+    fmt: str = typer.Option("table", "--format", help="table (findings side by side) | csv | json (the flat "
+                            "table, one row per finding, as findings.load gives it)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write to this file instead of the console"),
+) -> None:
+    """List findings side by side (engines and engine versions), reporting corrupt files; or export them."""
     from . import findings
 
+    _output_checked(fmt, out)
     dirs = dirs or [Path("findings")]
     rescue, kept = findings.recovery_dir(), findings.recovered()
     elsewhere = (f"{len(kept)} finding(s) that could not be written where asked are kept in {rescue}: "
@@ -297,18 +303,34 @@ def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders
         typer.echo(f"corrupt: {path}: {err}", err=True)
     if elsewhere:
         typer.echo(f"note: {elsewhere}", err=True)
-    if not scan.findings:
-        typer.echo("no findings")
-        return
-    from .settle import unsettled_answer
+    _emit(findings.export(scan, fmt), out)
 
-    rows = sorted(scan.findings, key=lambda pf: (pf[1].probe, pf[1].engine, pf[1].created))
-    w = max(len(f.probe) for _, f in rows)
-    for _, f in rows:
-        why = unsettled_answer(f)
-        said = f"[settles nothing: {'; '.join(why)}] " if why else ""
-        typer.echo(f"{f.probe:<{w}}  {f.engine:<8} {f.engine_version or '-':<10} {f.verdict:<12} {f.created}  "
-                   f"{said}{f.summary}")
+
+def _output_checked(fmt: str, out: Optional[Path]) -> None:
+    """Exit 2 on an unknown ``--format`` or an ``--out`` that cannot be written, before anything is read."""
+    from .files import check_file_writable
+    from .findings import FORMATS
+
+    if fmt not in FORMATS:
+        _fail(f"--format {fmt!r}: use {', '.join(FORMATS)}")
+    if out is not None:
+        try:
+            check_file_writable(out, nothing="nothing was written")
+        except WorkbenchError as e:
+            _fail(str(e))
+
+
+def _emit(text: str, out: Optional[Path]) -> None:
+    """``text`` to ``out`` (written whole or not at all) or to stdout."""
+    from .files import write_output
+
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        write_output(out, text)
+    except WorkbenchError as e:
+        _fail(str(e))
 
 
 @app.command()
