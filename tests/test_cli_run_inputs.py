@@ -118,3 +118,26 @@ def test_findings_export_refuses_a_bad_format_or_out_before_reading(two_findings
         assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and says in r.stderr, (args, r.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and (tmp_path / "a-file").read_text() == "kept"
+
+
+# --------------------------------------------------------------------------- report DIR (issue 40, item 3)
+
+
+def test_report_redraws_a_run_folder_from_its_findings(two_findings, tmp_path):
+    import shutil
+
+    shutil.copytree(two_findings, tmp_path / "findings")
+    r = wb("report", str(tmp_path))
+    assert r.returncode == 0 and r.stdout.strip() == f"report: {tmp_path / 'report.html'}", r.stderr
+    page = (tmp_path / "report.html").read_text()
+    assert all(f"findings/{p.name}" in page for p in (tmp_path / "findings").iterdir())
+
+
+def test_report_of_what_is_no_run_folder_exits_2_writing_nothing(tmp_path):
+    (tmp_path / "a-file").write_text("kept")
+    (tmp_path / "empty").mkdir()
+    for target, says in (("nowhere", "is not there"), ("a-file", "is a file"), ("empty", "is not a run folder")):
+        r = wb("report", str(tmp_path / target))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (target, r.stderr)
+        assert r.stderr.count("\n") == 1 and says in r.stderr and "nothing was written" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a-file", "empty"]

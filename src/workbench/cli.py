@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop | serve | events.
+"""``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve | events.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -329,6 +329,17 @@ def _emit(text: str, out: Optional[Path]) -> None:
         return
     try:
         write_output(out, text)
+    except WorkbenchError as e:
+        _fail(str(e))
+
+
+@app.command("report")
+def report_cmd(out: Path = typer.Argument(..., help="run folder (the --out of `workbench run`)")) -> None:
+    """Draw a run folder's report.html again from its findings and run.json."""
+    from . import report
+
+    try:
+        typer.echo(f"report: {report.redraw(out)}")
     except WorkbenchError as e:
         _fail(str(e))
 
