@@ -1,4 +1,4 @@
-"""``workbench`` command line: doctor | probes | probe | run | findings | writeback | bench | loop | serve | events.
+"""``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve | events.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -27,6 +27,21 @@ if TYPE_CHECKING:
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Settle, by measurement, whether an inference engine honours modeld's KV-cache contract.")
+
+
+def _version(shown: bool) -> None:
+    """``--version``: printed before any command is looked at."""
+    if shown:
+        from .environment import version_line
+
+        typer.echo(version_line())
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="the workbench's version and git commit, then exit")) -> None:
+    pass
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -71,6 +86,14 @@ def _not_saved(e: "FindingNotSaved") -> None:
     for doc in lost:
         typer.echo(doc)
     _fail(str(e))
+
+
+def _no_leftovers(ctx: typer.Context, pairs: List[str]) -> None:
+    """Exit 2 on arguments the command takes none of (papermill's ``-p key value`` gets the spelling to write)."""
+    if ctx.args:
+        from .params import leftover
+
+        _fail(leftover(pairs, ctx.args))
 
 
 def _kv(pairs: List[str], typed: bool = False, option: str = "-p") -> dict:
@@ -128,8 +151,9 @@ def list_probes() -> None:
             typer.echo(f"  -p {prm['name']}={prm['default']!r:<12} {prm['type']:<18} {prm['help']}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def probe(
+    ctx: typer.Context,
     name: str = typer.Argument(..., help="probe name (see `workbench probes`)"),
     engine: str = typer.Option("llamacpp", "--engine", "-e", help="engine: llamacpp | trtllm | vllm"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
@@ -142,6 +166,7 @@ def probe(
     from . import isolate, metrics, probes
     from .findings import FindingNotSaved
 
+    _no_leftovers(ctx, param)
     _writable(out)
     try:
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True, option="-c"))
@@ -159,8 +184,9 @@ def probe(
     typer.echo(f"finding: {out / (f.id + '.json')}")
 
 
-@app.command()
+@app.command(context_settings={"allow_extra_args": True})
 def run(
+    ctx: typer.Context,
     out: Path = typer.Option(..., "--out", "-o", help="run folder (resumed if it exists)"),
     engine: List[str] = typer.Option(["llamacpp"], "--engine", "-e",
                                      help="engine (repeatable: engines run side by side into one folder)"),
@@ -184,6 +210,7 @@ def run(
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
 
+    _no_leftovers(ctx, param)
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     _env_folders()
@@ -269,10 +296,16 @@ def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = 
 
 
 @app.command("findings")
-def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders (default: ./findings)")) -> None:
-    """List findings side by side (engines and engine versions), reporting corrupt files."""
+def list_findings(
+    dirs: List[Path] = typer.Argument(None, help="findings folders (default: ./findings)"),
+    fmt: str = typer.Option("table", "--format", help="table (findings side by side) | csv | json (the flat "
+                            "table, one row per finding, as findings.load gives it)"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write to this file instead of the console"),
+) -> None:
+    """List findings side by side (engines and engine versions), reporting corrupt files; or export them."""
     from . import findings
 
+    _output_checked(fmt, out)
     dirs = dirs or [Path("findings")]
     rescue, kept = findings.recovery_dir(), findings.recovered()
     elsewhere = (f"{len(kept)} finding(s) that could not be written where asked are kept in {rescue}: "
@@ -286,18 +319,45 @@ def list_findings(dirs: List[Path] = typer.Argument(None, help="findings folders
         typer.echo(f"corrupt: {path}: {err}", err=True)
     if elsewhere:
         typer.echo(f"note: {elsewhere}", err=True)
-    if not scan.findings:
-        typer.echo("no findings")
-        return
-    from .settle import unsettled_answer
+    _emit(findings.export(scan, fmt), out)
 
-    rows = sorted(scan.findings, key=lambda pf: (pf[1].probe, pf[1].engine, pf[1].created))
-    w = max(len(f.probe) for _, f in rows)
-    for _, f in rows:
-        why = unsettled_answer(f)
-        said = f"[settles nothing: {'; '.join(why)}] " if why else ""
-        typer.echo(f"{f.probe:<{w}}  {f.engine:<8} {f.engine_version or '-':<10} {f.verdict:<12} {f.created}  "
-                   f"{said}{f.summary}")
+
+def _output_checked(fmt: str, out: Optional[Path]) -> None:
+    """Exit 2 on an unknown ``--format`` or an ``--out`` that cannot be written, before anything is read."""
+    from .files import check_file_writable
+    from .findings import FORMATS
+
+    if fmt not in FORMATS:
+        _fail(f"--format {fmt!r}: use {', '.join(FORMATS)}")
+    if out is not None:
+        try:
+            check_file_writable(out, nothing="nothing was written")
+        except WorkbenchError as e:
+            _fail(str(e))
+
+
+def _emit(text: str, out: Optional[Path]) -> None:
+    """``text`` to ``out`` (written whole or not at all) or to stdout."""
+    from .files import write_output
+
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        write_output(out, text)
+    except WorkbenchError as e:
+        _fail(str(e))
+
+
+@app.command("report")
+def report_cmd(out: Path = typer.Argument(..., help="run folder (the --out of `workbench run`)")) -> None:
+    """Draw a run folder's report.html again from its findings and run.json."""
+    from . import report
+
+    try:
+        typer.echo(f"report: {report.redraw(out)}")
+    except WorkbenchError as e:
+        _fail(str(e))
 
 
 @app.command()

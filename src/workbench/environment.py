@@ -74,6 +74,12 @@ def git_commit() -> str | None:
     return out + ("-dirty" if dirty else "")
 
 
+def version_line() -> str:
+    """``workbench --version``: the package's version and, run from a checkout, its commit (``-dirty`` with changes)."""
+    commit = git_commit()
+    return f"workbench {workbench_version()}" + (f" (commit {commit})" if commit else "")
+
+
 def fingerprint(engine: str, engine_version: str | None, model: Any = None, geometry: Any = None,
                 extra: dict | None = None) -> dict:
     """The ``environment`` block of a finding."""

@@ -27,3 +27,14 @@ def check_hash_seed(text: str | None, what: str) -> None:
         return
     if not (isinstance(text, str) and text.isascii() and text.isdigit() and int(text) <= HASH_SEED_MAX):
         raise ValueError(f"{what} {text!r} is not a PYTHONHASHSEED: give 'random' or an integer 0 … {HASH_SEED_MAX}")
+
+
+def leftover(pairs: list[str], extra: list[str]) -> str:
+    """Why a command got arguments it takes none of, in words: papermill's two-token ``-p key value`` is spelled
+    ``-p key=value`` here, and the words say so with the line to write."""
+    bare = [p for p in pairs if "=" not in p]
+    said = f"unexpected argument(s) {' '.join(extra)}"
+    if not bare:
+        return said
+    fixed = " ".join(f"-p {k}={v}" for k, v in zip(bare, extra))
+    return f"{said}: -p takes one key=value token, not papermill's -p KEY VALUE; write {fixed}"

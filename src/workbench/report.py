@@ -25,6 +25,7 @@ from . import claims as _claims
 from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
+from .contract import WorkbenchError
 from .files import atomic_write
 from . import standing as _standing
 from .findings import Finding
@@ -356,3 +357,26 @@ def write(out: Path, manifest: Manifest | None = None) -> Path:
     out = Path(out)
     page = render(out, manifest)
     return atomic_write(out / "report.html", page)
+
+
+class NotARunFolder(WorkbenchError):
+    """``workbench report DIR`` given something that is not a run folder; nothing was written."""
+
+
+def redraw(out: Path) -> Path:
+    """``workbench report DIR``: draw run folder ``out``'s report again from its findings and ``run.json`` (after a
+    workbench upgrade, or findings added by hand), checked first: a path that is no run folder, or a folder that
+    cannot take the page, is a :class:`~workbench.contract.WorkbenchError` with nothing written."""
+    from . import manifest as _manifest
+    from .files import check_file_writable
+
+    out = Path(out)
+    nothing = "nothing was written"
+    if not out.is_dir():
+        raise NotARunFolder(f"{out} is {'a file' if out.exists() else 'not there'}: give a run folder, the --out of "
+                            f"`workbench run` ({nothing})")
+    if not (out / "findings").is_dir() and not (out / _manifest.MANIFEST).is_file():
+        raise NotARunFolder(f"{out} is not a run folder: it holds neither findings/ nor {_manifest.MANIFEST}; give the "
+                            f"--out of `workbench run` ({nothing})")
+    check_file_writable(out / "report.html", "report", nothing)
+    return write(out, _manifest.load(out))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import json
 import math
 import os
@@ -31,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import envvars, isolate, manifest, models, runlock
+from . import envvars, isolate, manifest, models, nbprobes, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
@@ -112,10 +111,14 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
     reserved = sorted(params.keys() & {"engine", "model", "out"})
     if reserved:
         raise RunError(f"pass {', '.join(reserved)} as options (--engine, --model, --out), not as -p parameters")
+    _check_engine(engine)
     planned, used = [], set()
     for nb in select(notebooks(notebooks_dir or REPO_ROOT / "notebooks"), only):
         declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
         mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
+        wrong = nbprobes.problem(nb, mine, _literals(declared))
+        if wrong:
+            raise RunError(f"{wrong} (nothing was run)")
         used |= mine.keys()
         planned.append(Planned(nb.stem, nb, {"engine": engine, "model": model, "out": findings_dir} | mine,
                                per_batch=_per_batch(nb)))
@@ -123,6 +126,26 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
     if unused:
         raise RunError(f"no selected notebook takes parameter(s) {', '.join(unused)}")
     return planned
+
+
+def _check_engine(engine: str) -> None:
+    """A batch on an engine no cell implements fails here, not in each notebook's first probe."""
+    from . import cells
+    from .registry import UnknownName
+
+    try:
+        cells.ENGINES.check(engine)
+    except UnknownName as e:
+        raise RunError(f"--engine: {e} (nothing was run)") from None
+
+
+def _literals(declared: Mapping[str, str]) -> dict[str, Any]:
+    """A parameters cell's defaults (papermill gives their source) that are Python literals, as values."""
+    values = {}
+    for k, src in declared.items():
+        with contextlib.suppress(ValueError, SyntaxError):
+            values[k] = ast.literal_eval(src)
+    return values
 
 
 #: A notebook's ``metadata.workbench.per_batch`` says it covers a whole batch rather than one engine, so a
@@ -196,21 +219,15 @@ def _resume_unfinished(out: Path, done: manifest.NotebookRun, say: Callable[[str
         say(f"[dim]set aside[/] {moved} finding(s) of the unfinished {done.name} attempt")
 
 
-def _one_writer(batch: Callable[..., int]) -> Callable[..., int]:
-    """``run_batch`` checks the run folder is writable and holds its writer lock (:mod:`workbench.runlock`)
-    for the whole batch; ``wait=True`` queues behind another writer instead of refusing."""
-
-    @functools.wraps(batch)
-    def locked(out: Path, *args: Any, wait: bool = False, **kwargs: Any) -> int:
-        out = Path(out).resolve()
-        for sub in ("notebooks", "findings"):
-            check_writable(out / sub, "run folder")
-        out.mkdir(parents=True, exist_ok=True)
-        with runlock.writer(out, wait, lambda who: print(f"waiting: {out} is being written by {who}",
-                                                          file=sys.stderr)):
-            return batch(out, *args, **kwargs)
-
-    return locked
+@contextlib.contextmanager
+def _one_writer(out: Path, wait: bool) -> Iterator[None]:
+    """Check the run folder is writable and hold its writer lock (:mod:`workbench.runlock`) for the whole batch;
+    ``wait=True`` queues behind another writer instead of refusing."""
+    for sub in ("notebooks", "findings"):
+        check_writable(out / sub, "run folder")
+    out.mkdir(parents=True, exist_ok=True)
+    with runlock.writer(out, wait, lambda who: print(f"waiting: {out} is being written by {who}", file=sys.stderr)):
+        yield
 
 
 def written_verdicts(out: Path, attempt: str | None) -> str:
@@ -349,10 +366,9 @@ def batch_jobs(out: Path, engines: Sequence[str], model: str, params: Mapping[st
                       notebooks_dir)])
 
 
-@_one_writer
 def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = models.DEFAULT_MODEL,
               params: Mapping[str, Any] | None = None, only: list[str] | None = None, progress: bool = True, *,
-              notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False,
+              wait: bool = False, notebooks_dir: Path | None = None, data_dir: Path | None = None, verbose: bool = False,
               jobs: Callable[[Path], list[Job]] | None = None, executor: Executor | None = None,
               engine_models: Mapping[str, str] | None = None,
               engine_params: Mapping[str, Mapping[str, Any]] | None = None) -> int:
@@ -362,7 +378,9 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     executed notebooks under ``notebooks/<engine>/``, and one report and blueprint cover them all. A notebook
     that covers the whole batch (the environment, the summary) runs once in it (:func:`once_per_batch`).
 
-    One batch writes a run folder at a time: another one raises :class:`~workbench.runlock.RunLocked` naming
+    Every input is checked before the run folder is touched: an unknown engine, notebook or model, a parameter
+    no notebook takes or that its probe cannot read raise a :class:`~workbench.contract.WorkbenchError` with nothing
+    written and no kernel started. One batch writes a run folder at a time: another one raises :class:`~workbench.runlock.RunLocked` naming
     it, unless ``wait=True`` (queue behind it). Notebooks already ``ok`` in ``run.json`` with the same
     parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing
     notebook is recorded and the batch goes on. ``data_dir`` (default: the checkout's ``data/``) holds
@@ -371,17 +389,24 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     parameters (:func:`batch_jobs`). ``jobs`` (a run matrix's plan, :mod:`workbench.matrix`) replaces
     engine × model × params; ``executor`` (default :class:`LocalExecutor`) is where the jobs run.
     """
-    from . import report
-
     out = Path(out).resolve()
-    for sub in ("notebooks", "findings"):
-        (out / sub).mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     engines = [engine] if isinstance(engine, str) else list(engine)
     todo = jobs(out) if jobs else batch_jobs(out, engines, model, params, only, notebooks_dir,
                                              engine_models=engine_models, engine_params=engine_params)
     executor = executor or LocalExecutor()
     executor.check(todo)
+    with _one_writer(out, wait):
+        return _run_checked(out, todo, executor, progress, verbose, data_dir)
+
+
+def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool, verbose: bool,
+                 data_dir: Path | None) -> int:
+    """:func:`run_batch` once its inputs are checked and the folder is its own: run, write back, report."""
+    from . import report
+
+    for sub in ("notebooks", "findings"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
     with executor:
         failed = _run_jobs(out, todo, executor, progress, verbose)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")

@@ -362,9 +362,11 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
 
 def _refuse_early(probe: Probe, p: Any, given: set[str], engine: str, model: str,
                   cell_options: Mapping[str, Any] | None) -> None:
-    """What is refused before anything runs: a model or cell options given to a static probe; a token count given
-    that no sequence of the model holds (:func:`check_context`)."""
+    """What is refused before anything runs: a model spec that names no model (an engine that is not installed
+    would otherwise record it in a not-run finding); a model or cell options given to a static probe; a token
+    count given that no sequence of the model holds (:func:`check_context`)."""
     if probe.needs_engine:
+        models.check(model)
         check_context(probe, p, given, model)
     elif cell_options or model != models.DEFAULT_MODEL:
         raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
