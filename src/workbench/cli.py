@@ -424,8 +424,8 @@ def serve(
     from . import cells, isolate, serve as _serve
     from .files import check_writable
 
-    if engine not in _serve.ENGINES:
-        _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
+    if engine not in cells.SERVED:
+        _fail(f"unknown served engine {engine!r}; valid: {', '.join(cells.SERVED)}")
     try:
         _serve.check_host(host, api_key)
         check_writable(log_dir, "--log-dir", "no server was started")

@@ -16,12 +16,12 @@ from ..registry import Registry
 
 ENGINES: Registry = Registry("engine", requires=("open", "availability"))
 ENGINES.register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell")
-ENGINES.register("trtllm", "workbench.cells.trtllm:TrtLlmCell")
-ENGINES.register("vllm", "workbench.cells.vllm:VllmCell")
-# Served engines: the same contract over each server's HTTP API (workbench.cells.served, workbench.serve).
-ENGINES.register("llamacpp-server", "workbench.cells.served:LlamaServerCell")
-ENGINES.register("vllm-server", "workbench.cells.served:VllmServerCell")
-ENGINES.register("trtllm-serve", "workbench.cells.served:TrtllmServeCell")
+ENGINES.register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell")
+ENGINES.register("vllm", "workbench.cells.vllm.cell:VllmCell")
+# Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
+ENGINES.register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell")
+ENGINES.register("vllm-server", "workbench.cells.vllm.served:VllmServerCell")
+ENGINES.register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell")
 SERVED = {"llamacpp-server": "llamacpp", "vllm-server": "vllm", "trtllm-serve": "trtllm"}
 """Each served engine and the in-process engine its server runs."""
 

@@ -14,7 +14,7 @@ import typer
 
 from ..contract import WorkbenchError
 from .guide import GUIDE
-from .sources import EndpointFault
+from ..cells.trtllm.sources import EndpointFault
 
 app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
 
@@ -47,11 +47,12 @@ def _zmq(option: str, value: str) -> str:
 
 def _source(endpoint: str, replay: Optional[str], timeout: float):
     from . import sources
+    from ..cells.trtllm.sources import TrtllmHttpSource
 
     if endpoint.startswith(("http://", "https://")):
         if replay is not None:
             _fail("--replay: trtllm-serve 1.2 keeps no replay buffer; --replay is vLLM's (KVEventsConfig.replay_endpoint)")
-        return sources.TrtllmHttpSource(endpoint, timeout_s=timeout)
+        return TrtllmHttpSource(endpoint, timeout_s=timeout)
     if endpoint.startswith(("ipc://", "tcp://")):
         return sources.vllm(connect=_zmq("--endpoint", endpoint),
                             replay=None if replay is None else _zmq("--replay", replay))

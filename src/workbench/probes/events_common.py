@@ -114,7 +114,7 @@ def kept_out(cell: Cell) -> frozenset[int]:
 def lora_key(cell: Cell) -> Lora | int:
     """How the engine keys the blocks of a request carrying the cell's loaded adapter: vLLM by the adapter's
     ``lora_name`` and ``lora_path`` (``LoRARequest(Path(path).name, 1, path)``), TensorRT-LLM by its LoRA task id
-    (``lora_int_id=1``; cells/trtllm.py)."""
+    (``lora_int_id=1``; cells/trtllm/cell.py)."""
     d = cell.describe()
     path = (d.extra.get("adapters") or [None])[0]
     if d.extra.get("prefix_caching_hash_algo"):
