@@ -313,7 +313,7 @@ def bench(
     out: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON"),
 ) -> None:
     """Cell vs direct llama-cpp-python on identical prefill+decode work; prints the median ratio."""
-    from . import bench as _bench
+    from .cells.llamacpp import bench as _bench
     from .files import check_file_writable, write_output
 
     try:

@@ -9,7 +9,7 @@ import pytest
 from conftest import require_engine
 from workbench import models, serve
 from workbench.events.consumer import Consumer
-from workbench.events.hashing import VllmHasher
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -2,7 +2,8 @@
 
 Each engine's sources live in its wing: vLLM's ZMQ subscriber (:class:`workbench.cells.vllm.events.Subscriber`,
 in-process or from ``vllm serve``), TensorRT-LLM's drains (:mod:`workbench.cells.trtllm.sources`). Here: the
-interface they share and a cell's own ``kv_events`` observer as a source.
+interface they share and a cell's own ``kv_events`` observer as a source. Which sources an engine offers
+beyond that, its event plane says (:mod:`workbench.events.plane`).
 """
 
 from __future__ import annotations
@@ -26,13 +27,6 @@ class EventSource(Protocol):
     def close(self) -> None: ...
 
 
-def vllm(*, connect: str | None = None, replay: str | None = None) -> EventSource:
-    """vLLM's stream: a SUB bound on loopback for the publisher to connect to, or connected to ``connect``."""
-    from ..cells.vllm import events as vllm_events
-
-    return vllm_events.Subscriber(connect=connect, replay=replay)
-
-
 class CellSource:
     """A cell's own ``kv_events`` observer (``drain_kv_events``), for probes on any engine that announces it."""
 
@@ -49,14 +43,3 @@ class CellSource:
 
     def close(self) -> None:
         pass
-
-
-def subscribe(description: Any) -> EventSource | None:
-    """A new, independent consumer of a cell's published stream, where its publisher binds an endpoint others
-    can connect to (``kv_events_endpoint`` ``ipc://…``, with ``kv_events_replay_endpoint`` where it has one); None
-    where the stream has room for the cell's own consumer only."""
-    extra = getattr(description, "extra", {}) or {}
-    endpoint = extra.get("kv_events_endpoint")
-    if not endpoint or not str(endpoint).startswith("ipc://"):
-        return None
-    return vllm(connect=endpoint, replay=extra.get("kv_events_replay_endpoint"))

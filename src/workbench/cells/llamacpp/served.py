@@ -24,9 +24,9 @@ from ...files import tail
 from ...serve import Launch, ServerRequest
 from .. import Availability
 from ..request import Slot, Step, Warm
-from ..options import check_llama_counts
 from ..served import ServedCell, ServedOptions, default_log_dir
 from ..served_id import Answer, ServerId, pick
+from ._internals import check_llama_counts
 
 
 LLAMA_ABSENT = {
