@@ -430,7 +430,8 @@ def serve(
         _serve.check_host(host, api_key)
         check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
-                               server_args=tuple(ctx.args), log_dir=str(log_dir), kv_events=False)
+                               server_args=tuple(ctx.args), log_dir=str(log_dir),
+                               **({"kv_events": False} if cells.takes(engine, ["kv_events"]) else {}))
     except isolate.EngineCrashed as e:
         _fail(str(e), isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError, TypeError) as e:

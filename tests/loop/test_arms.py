@@ -6,7 +6,6 @@ import pytest
 
 from workbench import cells, serve
 from workbench.cells.llamacpp import served as llama_served
-from workbench.contract import UnsupportedFeature
 from workbench.loop import arms
 
 
@@ -42,7 +41,8 @@ def test_llama_server_is_started_with_the_layers_asked_for(monkeypatch, tmp_path
 
 
 def test_gpu_layers_is_llamas_and_refused_on_other_served_engines():
-    assert cells.cell_class("llamacpp-server")._options({"gpu_layers": -1}).gpu_layers == -1
+    """Options are typed per server: llama-server's class has gpu_layers, the others refuse it by name."""
+    assert cells.options_class("llamacpp-server").from_options("llamacpp-server", {"gpu_layers": -1}).gpu_layers == -1
     for engine in ("vllm-server", "trtllm-serve"):
-        with pytest.raises(UnsupportedFeature, match="gpu_layers"):
-            cells.cell_class(engine)._options({"gpu_layers": -1})
+        with pytest.raises(TypeError, match="unknown .* option.*gpu_layers"):
+            cells.options_class(engine).from_options(engine, {"gpu_layers": -1})

@@ -57,7 +57,6 @@ def register(name: str, target: str, facts: EngineFacts) -> None:
         SERVED[name] = facts.runs
 
 
-_SERVED_OPTIONS = "workbench.cells.served:ServedOptions"
 register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell", EngineFacts("workbench.cells.llamacpp:LlamaCppOptions"))
 register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell",
          EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane"))
@@ -65,11 +64,11 @@ register("vllm", "workbench.cells.vllm.cell:VllmCell",
          EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane"))
 # Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
 register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
-         EngineFacts(_SERVED_OPTIONS, runs="llamacpp"))
+         EngineFacts("workbench.cells.llamacpp.served:LlamaServerOptions", runs="llamacpp"))
 register("vllm-server", "workbench.cells.vllm.served:VllmServerCell",
-         EngineFacts(_SERVED_OPTIONS, runs="vllm", events="workbench.cells.vllm.plane"))
+         EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane"))
 register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell",
-         EngineFacts(_SERVED_OPTIONS, runs="trtllm", events="workbench.cells.trtllm.plane"))
+         EngineFacts("workbench.cells.served:ServedOptions", runs="trtllm", events="workbench.cells.trtllm.plane"))
 
 
 def runs(engine: str) -> str:

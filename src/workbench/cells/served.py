@@ -46,7 +46,8 @@ TRANSPORT = "http"
 
 @dataclass(frozen=True)
 class ServedOptions(CellOptions):
-    """``open_cell("llamacpp-server" | "vllm-server" | "trtllm-serve", model, **options)`` keywords."""
+    """``open_cell("llamacpp-server" | "vllm-server" | "trtllm-serve", model, **options)`` keywords every server
+    takes; a server's own class adds its own (``LlamaServerOptions``, ``VllmServeOptions``)."""
 
     endpoint: str | None = None  # attach to a server someone else runs (its URL); None: start one
     slots: int = 1  # llama-server: -np (each its own id_slot); vLLM/TensorRT-LLM: the cell's bookkeeping
@@ -58,14 +59,6 @@ class ServedOptions(CellOptions):
     port: int = 0  # 0: the OS picks
     api_key: str | None = None
     server_args: tuple[str, ...] = ()  # passed to the server as they are (e.g. llama-server's --spec-type)
-    gpu_layers: int | None = None  # llama-server: -ngl, a negative count for all layers (-ngl all); None: its default
-    speculative_config: Mapping[str, Any] | None = None  # vLLM's --speculative-config
-    kv_events: bool = True  # vLLM: KV events on a loopback ZMQ socket the cell binds
-    # vLLM: more KVEventsConfig fields; an ``endpoint`` the publisher binds (``ipc://…``, with ``replay_endpoint``,
-    # ``buffer_steps``) lets several consumers subscribe, and the cell's own subscriber then connects to it
-    kv_events_config: Mapping[str, Any] | None = None
-    hash_seed: str | None = None  # vLLM: the server's PYTHONHASHSEED (the root of every block hash)
-    block_size: int = 32  # vLLM's CPU backend wants a multiple of 32
     log_dir: str | None = None  # where the server's log goes; default $WORKBENCH_SERVER_LOGS or a cache folder
     ready_timeout_s: float = 600.0
     request_timeout_s: float = 600.0
@@ -87,14 +80,12 @@ class ServedOptions(CellOptions):
             check_endpoint(self.endpoint)
 
     @classmethod
-    def from_options(cls, engine: str, options: Mapping[str, Any], *, layer_offload: bool = False) -> "ServedOptions":
-        """``options`` checked for ``engine``; ``gpu_layers`` only where the server offloads layers."""
+    def from_options(cls, engine: str, options: Mapping[str, Any]) -> "ServedOptions":
+        """``options`` as this server's options (each server's class adds its own keywords to these)."""
         values = known_options(cls, engine, options)
         if values.get("adapters"):
             raise UnsupportedFeature("LoRA adapters", engine, "they are not mapped onto served engines; open the "
                                      "in-process cell")
-        if values.get("gpu_layers") is not None and not layer_offload:
-            raise UnsupportedFeature("gpu_layers", engine, "it is llama.cpp's layer offload (llama-server's -ngl)")
         if "server_args" in values:
             values["server_args"] = tuple(str(a) for a in values["server_args"])
         return cls(**values)
@@ -147,7 +138,10 @@ class ServedCell(RequestCell):
 
     @classmethod
     def _options(cls, options: Mapping[str, Any]) -> ServedOptions:
-        return ServedOptions.from_options(cls.engine, options)
+        """``options`` as the options class this engine declared at registration."""
+        from . import options_class
+
+        return options_class(cls.engine).from_options(cls.engine, options)
 
     @classmethod
     def _refuse_model(cls, model: models.ResolvedModel) -> None:

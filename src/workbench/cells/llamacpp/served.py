@@ -70,6 +70,17 @@ class LlamaServerId(ServerId):
         cls.check_owner(answers)
         return out
 
+@dataclass(frozen=True)
+class LlamaServerOptions(ServedOptions):
+    """``open_cell("llamacpp-server", model, **options)``: the served keywords and llama.cpp's layer offload."""
+
+    gpu_layers: int | None = None  # -ngl, a negative count for all layers (-ngl all); None: the server's default
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_llama_counts(self.slots, self.threads)
+
+
 LLAMA_SERVER_ENV = "WORKBENCH_LLAMA_SERVER"  # a llama-server binary to use instead of the one make setup built
 
 
@@ -142,12 +153,6 @@ class LlamaServerCell(ServedCell):
                                 "no llama-server binary: `make setup` builds it from the pinned llama-cpp-python "
                                 f"sdist into ~/.cache/workbench/; or set {LLAMA_SERVER_ENV} to one")
         return Availability(cls.engine, True, llama_server_version(binary), None, {"binary": binary})
-
-    @classmethod
-    def _options(cls, options: Mapping[str, Any]) -> ServedOptions:
-        opts = ServedOptions.from_options(cls.engine, options, layer_offload=True)
-        check_llama_counts(opts.slots, opts.threads)
-        return opts
 
     @classmethod
     def _refuse_model(cls, model: models.ResolvedModel) -> None:

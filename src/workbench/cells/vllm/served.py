@@ -21,6 +21,19 @@ from .cell import EventCapacity
 
 
 @dataclass(frozen=True)
+class VllmServeOptions(ServedOptions):
+    """``open_cell("vllm-server", model, **options)``: the served keywords and ``vllm serve``'s own."""
+
+    speculative_config: Mapping[str, Any] | None = None  # --speculative-config
+    kv_events: bool = True  # KV events on a loopback ZMQ socket the cell binds
+    # more KVEventsConfig fields; an ``endpoint`` the publisher binds (``ipc://…``, with ``replay_endpoint``,
+    # ``buffer_steps``) lets several consumers subscribe, and the cell's own subscriber then connects to it
+    kv_events_config: Mapping[str, Any] | None = None
+    hash_seed: str | None = None  # the server's PYTHONHASHSEED (the root of every block hash)
+    block_size: int = 32  # vLLM's CPU backend wants a multiple of 32
+
+
+@dataclass(frozen=True)
 class VllmId(ServerId):
     """``vllm serve``'s ``/version``, ``/v1/models`` (``ModelCard``) and ``/metrics`` ``vllm:cache_config_info``
     (the pool's blocks, which the cell's capacity is read from)."""
@@ -99,7 +112,7 @@ class VllmServerCell(EventCapacity, ServedCell):
     server_engine = "vllm"
     prefill_now = True
 
-    def __init__(self, model: models.ResolvedModel, opts: ServedOptions) -> None:
+    def __init__(self, model: models.ResolvedModel, opts: VllmServeOptions) -> None:
         self._events: Any = None
         self._dir: Path | None = None
         super().__init__(model, opts)
