@@ -6,7 +6,8 @@ import pytest
 
 from conftest import TINY
 from test_cpu import BUILD_AMX, SPR
-from workbench import bench, cpu
+from workbench import cpu
+from workbench.cells.llamacpp import bench
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ def test_every_observer_is_a_runtime_checkable_protocol_with_methods_or_a_declar
 
 
 def test_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
-    """vLLM's cell (src/workbench/cells/vllm.py) reports num_cached_tokens as source="num_cached_tokens",
+    """vLLM's cell (src/workbench/cells/vllm/cell.py) reports num_cached_tokens as source="num_cached_tokens",
     TensorRT-LLM's as "perf_metrics"; llama.cpp's count is the cell's own common prefix."""
     from workbench.contract import PrefixStatus
 

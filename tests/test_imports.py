@@ -116,3 +116,75 @@ def test_one_job_runs_in_a_room_below_the_batch_runner_and_the_fleet():
     assert up == set()
     assert [m for m in graph if m.startswith("workbench.loop") and "workbench.runner" in _reach(graph, m)] == []
     assert _reach(graph, "workbench.files") <= {"workbench.contract"}
+
+
+WING_NAMES = {"llamacpp": r"llama_?cpp|llama_?server", "vllm": r"vllm", "trtllm": r"trtllm|tensorrt"}
+"""How code names each in-process engine: its package, its wing's modules, its classes and functions."""
+
+NAMES_ENGINES = {
+    "workbench.cli": "`workbench bench` runs llama.cpp's own overhead bench (cells/llamacpp/bench.py), as the CLI "
+                     "lists engines",
+    "workbench.events.cli": "the `events` CLI maps an endpoint's form to the engine that publishes it there "
+                            "(http:// trtllm-serve's drain, ipc:// or tcp:// vLLM's ZMQ publisher), as the CLI lists "
+                            "engines",
+    "workbench.models.hf": "llama.cpp's loader is the fast reader of a GGUF file's metadata (a file format)",
+    "workbench.loop": "the loop's arms are declared per engine, and its headline compares each arm with the best "
+                      "llama.cpp arm (speedup_vs_best_llamacpp)",
+}
+"""Modules outside a wing that name an engine, each with why (a prefix covers its submodules)."""
+
+
+def _names(tree) -> set[str]:
+    """Every identifier a module's code uses: imported modules and names, names, attributes, definitions,
+    arguments and keywords (strings and docstrings are prose and registry keys, not code naming an engine)."""
+    import ast
+
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            out |= {getattr(node, "module", None) or "", *(a.name for a in node.names), *(a.asname or "" for a in node.names)}
+        elif isinstance(node, ast.Name):
+            out.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            out.add(node.attr)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.arg, ast.keyword)):
+            out.add(node.arg or "")
+    return out - {""}
+
+
+def test_no_module_outside_an_engines_wing_names_that_engine():
+    """Adding an engine touches its wing (cells/<engine>/), its registration and its tests: no other module
+    imports, calls or defines anything of an engine's, beyond the short list of :data:`NAMES_ENGINES`."""
+    import ast
+    import pathlib
+    import re
+
+    from workbench import cells
+
+    assert set(WING_NAMES) == set(cells.engines(served=False))
+    root = pathlib.Path(__file__).resolve().parents[1] / "src" / "workbench"
+    found = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root)
+        module = ".".join(("workbench", *rel.with_suffix("").parts)).removesuffix(".__init__")
+        if any(module == m or module.startswith(m + ".") for m in NAMES_ENGINES):
+            continue
+        names = _names(ast.parse(f.read_text()))
+        for engine, pattern in WING_NAMES.items():
+            if rel.parts[:2] != ("cells", engine):
+                found += [f"{module} names {engine}: {n}" for n in sorted(names) if re.search(pattern, n, re.I)]
+    assert found == []
+
+
+def test_every_engine_declares_its_facts_and_they_load():
+    """Each engine's declared facts (its registration) load: the options dataclass, and the event plane's calls
+    with the parameters the spec names, or no plane at all."""
+    from workbench import cells
+
+    for engine in cells.engines():
+        assert cells.options_class(engine).__dataclass_fields__
+        assert cells.runs(engine) in cells.engines(served=False)
+        plane = cells.event_plane(engine)
+        assert plane is None or callable(plane.hasher)

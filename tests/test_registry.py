@@ -84,3 +84,36 @@ def test_an_added_entry_must_be_of_the_base_and_cannot_be_replaced():
         r.add("x", ArmSpec("x", "vllm", True, "none", "another"))
     with pytest.raises(TypeError, match="not a ArmSpec"):
         r.add("y", object())
+
+
+@pytest.mark.parametrize("facts, refusal", [
+    (None, "declare its facts as a EngineFacts"),
+    (cells.EngineFacts("workbench.cells.served.ServedOptions"), "options must be 'module:Class'"),
+    (cells.EngineFacts("m:Options", events="m:plane"), "events must name a module"),
+    (cells.EngineFacts("m:Options", runs="vllm-server"), "runs must name an in-process engine"),
+    (cells.EngineFacts("m:Options", runs="sglang"), "runs must name an in-process engine"),
+    (cells.EngineFacts("m:Options", runs="sglang-server"), "runs must name an in-process engine"),
+])
+def test_an_engines_facts_are_checked_as_it_registers(facts, refusal):
+    """As pluggy checks a hook implementation at register(): a wrong fact is refused before anything asks it."""
+    r: Registry = Registry("engine", facts=cells.EngineFacts)
+    r.register("vllm", "m:Cell", cells.EngineFacts("m:Options"))
+    r.register("vllm-server", "m:Served", cells.EngineFacts("m:Options", runs="vllm"))
+    with pytest.raises((TypeError, ValueError), match=refusal):
+        r.register("sglang-server", "m:Cell", facts)
+
+
+def test_an_event_plane_that_drifts_from_its_spec_is_refused_when_first_asked(monkeypatch):
+    import types
+
+    plane = types.ModuleType("drifted_plane")
+    plane.hasher = lambda d, seed: None  # the spec asks hasher(d, seed, block_size)
+    monkeypatch.setitem(sys.modules, "drifted_plane", plane)
+    monkeypatch.setattr(cells, "ENGINES", Registry("engine", facts=cells.EngineFacts))
+    cells.ENGINES.register("drifted", f"{__name__}:Good", cells.EngineFacts("m:Options", events="drifted_plane"))
+    cells.event_plane.cache_clear()
+    try:
+        with pytest.raises(TypeError, match=r"answers hasher\(d, seed\), the spec asks hasher\(d, seed, block_size\)"):
+            cells.event_plane("drifted")
+    finally:
+        cells.event_plane.cache_clear()

@@ -16,6 +16,9 @@ import pytest
 
 from conftest import TINY, interruptible, require_engine
 from workbench import models, serve
+from workbench.cells.llamacpp.served import launch as llama_server
+from workbench.cells.trtllm import served as trtllm_served
+from workbench.cells.vllm.served import launch as vllm_serve
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +77,7 @@ def test_the_os_picks_a_free_loopback_port():
 
 def test_start_waits_until_ready_and_stop_ends_the_process_group(tmp_path):
     require_engine("llamacpp-server")
-    with serve.start(_request(), tmp_path) as server:
+    with serve.start(_request(), tmp_path, build=llama_server) as server:
         assert server.url.startswith("http://127.0.0.1:") and server.alive()
         import httpx
 
@@ -92,7 +95,7 @@ def test_a_server_that_exits_before_it_is_ready_is_reported_with_its_status_and_
     bogus.write_bytes(b"this is not a GGUF file")
     req = serve.ServerRequest("llamacpp-server", str(bogus))
     with pytest.raises(serve.ServerDied) as e:
-        serve.start(req, tmp_path / "logs", ready_timeout_s=120)
+        serve.start(req, tmp_path / "logs", build=llama_server, ready_timeout_s=120)
     assert e.value.exitcode not in (None, 0) and e.value.log_tail
     assert "server" in str(e.value) and str(tmp_path / "logs") in str(e.value)
     assert not serve.live()
@@ -102,7 +105,7 @@ def test_an_exception_in_the_caller_stops_the_server(tmp_path):
     require_engine("llamacpp-server")
     pid = None
     with pytest.raises(RuntimeError):
-        with serve.start(_request(), tmp_path) as server:
+        with serve.start(_request(), tmp_path, build=llama_server) as server:
             pid = server.pid
             raise RuntimeError("the probe failed")
     assert _gone(pid)
@@ -111,8 +114,9 @@ def test_an_exception_in_the_caller_stops_the_server(tmp_path):
 CHILD = textwrap.dedent("""
     import sys, time
     from workbench import models, serve
+    from workbench.cells.llamacpp.served import launch
     req = serve.ServerRequest("llamacpp-server", str(models.resolve("synthetic:tiny").path), context_tokens=256)
-    s = serve.start(req, sys.argv[1])
+    s = serve.start(req, sys.argv[1], build=launch)
     print(s.pid, flush=True)
     time.sleep(600)
 """)
@@ -174,7 +178,7 @@ def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tm
     import json
 
     req = serve.ServerRequest("vllm-server", str(tmp_path), options={"kv_events_endpoint": "tcp://127.0.0.1:5999"})
-    argv = serve.ENGINES["vllm-server"](req, 8000, tmp_path).argv
+    argv = vllm_serve(req, 8000, tmp_path).argv
     assert "--enable-prompt-tokens-details" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5999"}
@@ -185,12 +189,12 @@ def test_trtllm_serve_is_started_with_block_reuse_events_and_perf_metrics(tmp_pa
     import yaml
 
     req = serve.ServerRequest("trtllm-serve", str(tmp_path), options={"tokens_per_block": 32})
-    launch = serve.ENGINES["trtllm-serve"](req, 8000, tmp_path)
-    options = yaml.safe_load(launch.files[serve.TRTLLM_OPTIONS])
+    launch = trtllm_served.launch(req, 8000, tmp_path)
+    options = yaml.safe_load(launch.files[trtllm_served.TRTLLM_OPTIONS])
     assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 1024,
                                           "tokens_per_block": 32}
     assert options["return_perf_metrics"] is True and options["perf_metrics_max_requests"] > 0
-    assert launch.argv[launch.argv.index("--extra_llm_api_options") + 1] == str(tmp_path / serve.TRTLLM_OPTIONS)
+    assert launch.argv[launch.argv.index("--extra_llm_api_options") + 1] == str(tmp_path / trtllm_served.TRTLLM_OPTIONS)
 
 
 def test_trtllm_serve_is_not_run_here_and_says_why():

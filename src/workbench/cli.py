@@ -389,7 +389,7 @@ def bench(
     out: Optional[Path] = typer.Option(None, "--out", help="write the result as JSON"),
 ) -> None:
     """Cell vs direct llama-cpp-python on identical prefill+decode work; prints the median ratio."""
-    from . import bench as _bench
+    from .cells.llamacpp import bench as _bench
     from .files import check_file_writable, write_output
 
     _env_folders()
@@ -501,15 +501,16 @@ def serve(
     from . import cells, isolate, serve as _serve
     from .files import check_writable
 
-    if engine not in _serve.ENGINES:
-        _fail(f"unknown served engine {engine!r}; valid: {', '.join(_serve.ENGINES)}")
+    if engine not in cells.SERVED:
+        _fail(f"unknown served engine {engine!r}; valid: {', '.join(cells.SERVED)}")
     _env_folders()
     try:
         _serve.check_extra_args(ctx.args)
         _serve.check_host(host, api_key)
         check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
-                               server_args=tuple(ctx.args), log_dir=str(log_dir), kv_events=False)
+                               server_args=tuple(ctx.args), log_dir=str(log_dir),
+                               **({"kv_events": False} if cells.takes(engine, ["kv_events"]) else {}))
     except isolate.EngineCrashed as e:
         _fail(str(e), isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError, TypeError) as e:

@@ -46,7 +46,7 @@ class Verdict(_Words):
 
 class EventKind(_Words):
     """A normalised KV event's kind: TensorRT-LLM's created/stored/removed/updated, and vLLM's cleared
-    (``AllBlocksCleared``, src/workbench/observe/vllm_events.py)."""
+    (``AllBlocksCleared``, src/workbench/cells/vllm/events.py)."""
 
     CREATED = "created"
     STORED = "stored"

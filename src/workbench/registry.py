@@ -2,14 +2,16 @@
 
 Entries are lazy ``"module:attr"`` strings, so listing names imports nothing and an engine is
 imported only when it is used. Loading checks the entry's type against the registry's base;
-registering a name twice with another target is an error; an unknown name gets "did you mean".
+registering a name twice with another target is an error; an unknown name gets "did you mean". A registry
+may ask each entry to declare its facts at registration (``facts=``: a dataclass with a ``check``), checked
+there as pluggy checks a hook implementation against its spec, so a caller asks the registry instead of guessing.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from .contract import WorkbenchError
 
@@ -21,20 +23,34 @@ class UnknownName(WorkbenchError, ValueError):
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str, base: type | None = None, requires: tuple[str, ...] = ()) -> None:
+    def __init__(self, kind: str, base: type | None = None, requires: tuple[str, ...] = (),
+                 facts: type | None = None) -> None:
         """``kind`` names the entries in messages ("engine", "probe"); every entry must be a subclass of ``base``
-        (when given) and have the callables named in ``requires`` (for classes that share a Protocol, not a base)."""
-        self.kind, self.base, self.requires = kind, base, requires
+        (when given) and have the callables named in ``requires`` (for classes that share a Protocol, not a base);
+        ``facts``: the type each entry's declared facts must be (its ``check(name, registry)`` raises)."""
+        self.kind, self.base, self.requires, self.facts_type = kind, base, requires, facts
         self._targets: dict[str, str] = {}
         self._loaded: dict[str, type[T]] = {}
+        self._facts: dict[str, Any] = {}
 
-    def register(self, name: str, target: str) -> None:
+    def register(self, name: str, target: str, facts: Any = None) -> None:
         if ":" not in target:
             raise ValueError(f"{self.kind} {name!r}: target must be 'module:attr', got {target!r}")
         if self._targets.get(name, target) != target:
             raise ValueError(f"{self.kind} {name!r} is already registered as {self._targets[name]}; "
                              f"cannot register it again as {target}")
+        if self.facts_type is not None:
+            if not isinstance(facts, self.facts_type):
+                raise TypeError(f"{self.kind} {name!r}: declare its facts as a {self.facts_type.__name__}, "
+                                f"got {facts!r}")
+            facts.check(name, self)
         self._targets[name] = target
+        self._facts[name] = facts
+
+    def facts(self, name: str) -> Any:
+        """The facts ``name`` declared at registration."""
+        self.check(name)
+        return self._facts[name]
 
     def add(self, name: str, entry: T) -> None:
         """Register an entry that is already an object (a loop arm's frozen spec): nothing to import later. It

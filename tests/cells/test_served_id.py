@@ -11,8 +11,10 @@ import threading
 import pytest
 
 from conftest import TINY
-from workbench.cells.served import TrtllmServeCell
-from workbench.cells.served_id import Answer, LlamaServerId, Mismatch, NotTheServer, TrtllmServeId, VllmId
+from workbench.cells.llamacpp.served import LlamaServerId
+from workbench.cells.served_id import Answer, Mismatch, NotTheServer
+from workbench.cells.trtllm.served import TrtllmServeCell, TrtllmServeId
+from workbench.cells.vllm.served import VllmId
 
 
 def ok(doc) -> Answer:

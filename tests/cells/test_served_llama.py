@@ -13,6 +13,7 @@ import pytest
 
 from conftest import TINY, ids, require_engine
 from workbench import ContextOverflow, open_cell, serve
+from workbench.cells.llamacpp import served as llama_served
 from workbench.contract import Cell, observer_mismatches
 
 pytestmark = pytest.mark.slow
@@ -171,7 +172,7 @@ def test_the_layers_on_the_gpu_are_read_from_the_servers_log(tmp_path, monkeypat
     from loop import standins
 
     require_engine("llamacpp-server")
-    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, str(standins.cuda_llama_server(tmp_path, TINY)))
+    monkeypatch.setenv(llama_served.LLAMA_SERVER_ENV, str(standins.cuda_llama_server(tmp_path, TINY)))
     opts = {} if gpu_layers is None else {"gpu_layers": gpu_layers}
     with open_cell("llamacpp-server", TINY, context_tokens=256, log_dir=str(tmp_path / "logs"), **opts) as c:
         assert c.describe().extra["offloaded_layers"] == offloaded

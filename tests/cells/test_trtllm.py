@@ -23,8 +23,8 @@ from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixtu
 
 from workbench.events.sequence import Sequencer
 from workbench import cells, environment
-from workbench.cells import trtllm as trtllm_cell
-from workbench.cells import trtllm_guard
+from workbench.cells.trtllm import cell as trtllm_cell
+from workbench.cells.trtllm import guard as trtllm_guard
 from workbench.contract import (
     OBSERVERS,
     observer_mismatches,
@@ -38,9 +38,9 @@ from workbench.contract import (
     WorkbenchError,
 )
 from workbench.models import ModelSpecError
-from workbench.observe import trtllm_connector
+from workbench.cells.trtllm import connector as trtllm_connector
 
-SRC = Path(trtllm_cell.__file__).resolve().parents[1]
+SRC = Path(trtllm_cell.__file__).resolve().parents[3]
 BYTES_PER_TOKEN = 2 * 2 * 2 * 16 * 2  # K+V · layers · kv_heads · head_dim · bf16
 OPEN_REQUESTS = 1  # the cell's open request precedes every probe request
 
@@ -81,7 +81,7 @@ def _requests(llm):
 
 
 def test_importing_the_cell_does_not_import_tensorrt_llm():
-    code = ("import sys, workbench, workbench.cells.trtllm, workbench.observe.trtllm_connector; "
+    code = ("import sys, workbench, workbench.cells.trtllm, workbench.cells.trtllm.connector; "
             "assert 'tensorrt_llm' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True, env=os.environ | {"PYTHONPATH": str(SRC)})
 
@@ -495,7 +495,7 @@ def test_recording_connector_logs_every_call(fake_trt, hf_dir):
     with trtllm_cell.TrtLlmCell.open(str(hf_dir), connector="record") as c:  # how the connector probe asks
         cfg = _calls(_llm(fake_trt), "__init__")[0]["kv_connector_config"]
         assert (cfg.connector_module, cfg.connector_scheduler_class, cfg.connector_worker_class) == (
-            "workbench.observe.trtllm_connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
+            "workbench.cells.trtllm.connector", "RecordingConnectorScheduler", "RecordingConnectorWorker")
         assert "connector" in c.describe().observers and c.describe().extra["connector"] == "recording"
         assert "connector" not in c.describe().switchable
         log_path = os.environ[trtllm_connector.LOG_ENV]

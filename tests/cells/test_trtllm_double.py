@@ -148,9 +148,9 @@ def the_last_prompt_token_is_never_reused(trt):
 def partial_reuse_hands_the_connector_a_match_inside_a_block(trt, monkeypatch):
     import tempfile
 
-    from workbench.observe import trtllm_connector
+    from workbench.cells.trtllm import connector as trtllm_connector
 
-    cfg = trt.llmapi.llm_args.KvCacheConnectorConfig(connector_module="workbench.observe.trtllm_connector",
+    cfg = trt.llmapi.llm_args.KvCacheConnectorConfig(connector_module="workbench.cells.trtllm.connector",
                                                      connector_scheduler_class=trtllm_connector.SCHEDULER_CLASS,
                                                      connector_worker_class=trtllm_connector.WORKER_CLASS)
     head = list(range(10, 74))  # two full blocks of 32

@@ -1,4 +1,4 @@
-"""The TensorRT-LLM version guard (``workbench.cells.trtllm_guard``): the one import and the symbol table."""
+"""The TensorRT-LLM version guard (``workbench.cells.trtllm.guard``): the one import and the symbol table."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
-from workbench.cells import trtllm as trtllm_cell
-from workbench.cells import trtllm_guard
+from workbench.cells.trtllm import cell as trtllm_cell
+from workbench.cells.trtllm import guard as trtllm_guard
 from workbench.contract import EngineUnavailable
 
-SRC = Path(trtllm_guard.__file__).resolve().parents[2]
+SRC = Path(trtllm_guard.__file__).resolve().parents[3]
 
 
 def _adapter(root: Path) -> str:
@@ -26,7 +26,7 @@ def _adapter(root: Path) -> str:
 
 
 def test_the_guard_module_does_not_import_tensorrt_llm():
-    code = "import sys, workbench.cells.trtllm_guard; assert 'tensorrt_llm' not in sys.modules, 'imported'"
+    code = "import sys, workbench.cells.trtllm.guard; assert 'tensorrt_llm' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(SRC)})
 
 

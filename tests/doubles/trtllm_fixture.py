@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from workbench import environment
-from workbench.cells import trtllm as trtllm_cell
-from workbench.cells import trtllm_guard
-from workbench.observe import trtllm_connector
+from workbench.cells.trtllm import cell as trtllm_cell
+from workbench.cells.trtllm import guard as trtllm_guard
+from workbench.cells.trtllm import connector as trtllm_connector
 
 FAKE = Path(__file__).parent / "fake_tensorrt_llm"
 GPU = {"available": True, "source": "nvml",

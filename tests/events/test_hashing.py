@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
-from workbench.events.hashing import (TRTLLM_SALT_SCHEMES, TrtllmHasher, VllmHasher, _mix32, _mix64,
-                                      std_string_hash, trtllm_salt_id, trtllm_v1_block_key)
+from workbench.cells.trtllm.hashing import (TRTLLM_SALT_SCHEMES, TrtllmHasher, _mix32, _mix64, std_string_hash,
+                                           trtllm_salt_id, trtllm_v1_block_key)
+from workbench.cells.vllm.hashing import VllmHasher
 
 
 def test_vllm_chain_hashes_full_blocks_only_and_chains_on_the_full_digest():

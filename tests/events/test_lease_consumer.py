@@ -9,7 +9,7 @@ import pytest
 from workbench.contract import KvEvent
 from workbench.events import lease
 from workbench.events.consumer import Consumer
-from workbench.events.hashing import VllmHasher
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory
 
 

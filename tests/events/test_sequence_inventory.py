@@ -4,7 +4,8 @@ make them (no engine involved: the engine runs in test_on_vllm.py)."""
 import pytest
 
 from workbench.contract import KvEvent
-from workbench.events.hashing import TrtllmHasher, VllmHasher
+from workbench.cells.trtllm.hashing import TrtllmHasher
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory
 from workbench.events.sequence import Gap, Sequencer
 

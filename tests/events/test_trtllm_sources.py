@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from workbench.events.consumer import Consumer
-from workbench.events.hashing import TrtllmHasher
+from workbench.cells.trtllm.hashing import TrtllmHasher
 from workbench.events.inventory import Inventory
-from workbench.events.sources import TrtllmHttpSource
+from workbench.cells.trtllm.sources import TrtllmHttpSource
 from workbench.probes import events_ownership
 
 

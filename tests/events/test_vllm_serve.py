@@ -9,7 +9,7 @@ import pytest
 from conftest import require_engine
 from workbench import models, serve
 from workbench.events.consumer import Consumer
-from workbench.events.hashing import VllmHasher
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -17,7 +17,8 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 def test_events_from_vllm_serve_replay_and_predict_cached_tokens(tmp_path):
     require_engine("vllm")
-    from workbench.observe import vllm_events
+    from workbench.cells.vllm import events as vllm_events
+    from workbench.cells.vllm.served import launch
 
     hf = models.hf_directory(models.resolve("synthetic:cpu"))
     pub, rep = f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay"
@@ -26,7 +27,7 @@ def test_events_from_vllm_serve_replay_and_predict_cached_tokens(tmp_path):
         "block_size": 32, "num_gpu_blocks": 16, "kv_cache_memory_bytes": 16 * 32 * per_token,
         "dtype": "float32", "hash_seed": "7", "kv_events_endpoint": pub,
         "kv_events_config": {"replay_endpoint": rep, "buffer_steps": 100}})
-    with serve.start(req, tmp_path / "logs") as server:
+    with serve.start(req, tmp_path / "logs", build=launch) as server:
         sub = vllm_events.Subscriber(connect=pub, replay=rep)
         consumer = Consumer(sub, Inventory(VllmHasher(32, "sha256", "7")))
         prompt = list(range(20, 120))  # 3 full blocks of 32

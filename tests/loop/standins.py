@@ -15,7 +15,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from workbench import cells, models, serve
+from workbench import cells, models
+from workbench.cells.llamacpp import served as llama_served
 from workbench.cells.llamacpp import LlamaCppCell, LlamaCppOptions
 from workbench.cells.llamacpp._internals import offloaded_layers
 
@@ -82,8 +83,8 @@ class CudaLogCell(LlamaCppCell):
 
 def cuda_llama_server(folder: Path, model: str) -> Path:
     """A llama-server that logs, before the real one starts, the offload line its CUDA build would for its ``-ngl``
-    (``model``'s layers); point ``serve.LLAMA_SERVER_ENV`` at it."""
-    real = serve.llama_server_binary()
+    (``model``'s layers); point ``LLAMA_SERVER_ENV`` at it."""
+    real = llama_served.llama_server_binary()
     n_layer = models.gguf_geometry(models.resolve(model).path)[0].layers
     script = folder / "llama-server"
     script.write_text(f"""#!/bin/sh

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import serve
-from workbench.cells.served import ServedOptions
-from workbench.contract import UnsupportedFeature
+from workbench import cells, serve
+from workbench.cells.llamacpp import served as llama_served
 from workbench.loop import arms
 
 
@@ -31,9 +30,9 @@ def test_on_target_the_llamacpp_arms_hold_every_layer_on_the_gpu(name, on_target
     (12, ["-ngl", "12"]),
 ])
 def test_llama_server_is_started_with_the_layers_asked_for(monkeypatch, tmp_path, gpu_layers, argv):
-    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, "/bin/true")  # any executable: only the command line is built
+    monkeypatch.setenv(llama_served.LLAMA_SERVER_ENV, "/bin/true")  # any executable: only the command line is built
     req = serve.ServerRequest("llamacpp-server", "m.gguf", options={"gpu_layers": gpu_layers})
-    got = list(serve.ENGINES["llamacpp-server"](req, 8080, tmp_path).argv)
+    got = list(llama_served.launch(req, 8080, tmp_path).argv)
     if argv is None:
         assert "-ngl" not in got
     else:
@@ -42,7 +41,8 @@ def test_llama_server_is_started_with_the_layers_asked_for(monkeypatch, tmp_path
 
 
 def test_gpu_layers_is_llamas_and_refused_on_other_served_engines():
-    assert ServedOptions.from_options("llamacpp-server", {"gpu_layers": -1}).gpu_layers == -1
+    """Options are typed per server: llama-server's class has gpu_layers, the others refuse it by name."""
+    assert cells.options_class("llamacpp-server").from_options("llamacpp-server", {"gpu_layers": -1}).gpu_layers == -1
     for engine in ("vllm-server", "trtllm-serve"):
-        with pytest.raises(UnsupportedFeature, match="gpu_layers"):
-            ServedOptions.from_options(engine, {"gpu_layers": -1})
+        with pytest.raises(TypeError, match="unknown .* option.*gpu_layers"):
+            cells.options_class(engine).from_options(engine, {"gpu_layers": -1})

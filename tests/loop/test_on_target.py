@@ -10,7 +10,8 @@ import pytest
 
 from conftest import TINY, require_engine
 from doubles.fake_nvml import FakeNvml
-from workbench import cells, environment, loop, nvml, serve, settle
+from workbench import cells, environment, loop, nvml, settle
+from workbench.cells.llamacpp import served as llama_served
 from workbench.loop import arms, equal, gate, results, target, traces
 
 from . import standins
@@ -30,7 +31,7 @@ def gpu_machine(monkeypatch, tmp_path):
     environment.gpus.cache_clear()
     standins.register(monkeypatch)
     monkeypatch.setitem(cells.ENGINES._loaded, "llamacpp", standins.CudaLogCell)
-    monkeypatch.setenv(serve.LLAMA_SERVER_ENV, str(standins.cuda_llama_server(tmp_path, TINY)))
+    monkeypatch.setenv(llama_served.LLAMA_SERVER_ENV, str(standins.cuda_llama_server(tmp_path, TINY)))
     monkeypatch.setitem(arms.ARMS._loaded, "trtllm", arms.ArmSpec(
         "trtllm", "standin-plain", True, "none", "stand-in subject (plain llama.cpp)", {"threads": 1}))
     path = tmp_path / "long.jsonl"  # Mooncake: each request extends the last or diverges after two blocks

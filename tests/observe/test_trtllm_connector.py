@@ -1,4 +1,4 @@
-"""The recording KV connector (``workbench.observe.trtllm_connector``) against the double's connector bases."""
+"""The recording KV connector (``workbench.cells.trtllm.connector``) against the double's connector bases."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import os
 import pytest
 from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
-from workbench.observe import trtllm_connector
+from workbench.cells.trtllm import connector as trtllm_connector
 
 
 def test_connector_classes_resolve_by_name(fake_trt):
-    mod = importlib.import_module("workbench.observe.trtllm_connector")
+    mod = importlib.import_module("workbench.cells.trtllm.connector")
     base = importlib.import_module("tensorrt_llm._torch.pyexecutor.kv_cache_connector")
     assert issubclass(mod.RecordingConnectorScheduler, base.KvCacheConnectorScheduler)
     assert issubclass(mod.RecordingConnectorWorker, base.KvCacheConnectorWorker)

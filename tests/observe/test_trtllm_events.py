@@ -1,4 +1,4 @@
-"""TensorRT-LLM KV-event parsing (``workbench.observe.trtllm_events``) on the 1.2 serializer's shapes."""
+"""TensorRT-LLM KV-event parsing (``workbench.cells.trtllm.events``) on the 1.2 serializer's shapes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from workbench.observe import trtllm_events
+from workbench.cells.trtllm import events as trtllm_events
 
 
 def test_event_parser_on_documented_shapes():

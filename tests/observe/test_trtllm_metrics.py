@@ -1,11 +1,11 @@
-"""TensorRT-LLM per-request perf metrics and iteration stats (``workbench.observe.trtllm_metrics``)."""
+"""TensorRT-LLM per-request perf metrics and iteration stats (``workbench.cells.trtllm.metrics``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from types import SimpleNamespace
 
-from workbench.observe import trtllm_metrics
+from workbench.cells.trtllm import metrics as trtllm_metrics
 
 
 def test_metrics_parser_on_bindings_and_serve_shapes():

@@ -115,7 +115,7 @@ def test_params_are_checked():
 def test_on_tensorrt_llm_the_pool_tensor_handed_to_the_connector_states_the_bytes(fake_trt, tmp_path):
     """No capacity observer there: the primary pool the engine registers with a KV connector is its KV memory
     (the double hands over a pool of 1.2's shape; only the reading is checked, no finding is made)."""
-    from workbench.cells import trtllm as trtllm_cell
+    from workbench.cells.trtllm import cell as trtllm_cell
     from workbench.probes.capacity import _memory
 
     with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)), kv_budget_tokens=256, connector="record") as c:

@@ -105,7 +105,7 @@ def test_the_connector_probe_reads_partial_block_reuse_from_the_trtllm_double(fa
     read here."""
     import numpy as np
 
-    from workbench.cells import trtllm as trtllm_cell
+    from workbench.cells.trtllm import cell as trtllm_cell
     from workbench.probes.connector import _call_row, connector_verdict
 
     with trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)), connector="record") as c:

@@ -6,7 +6,7 @@ import dataclasses
 
 from doubles.trtllm_fixture import fake_trt  # noqa: F401 - the fixture
 
-from workbench.cells import trtllm_guard
+from workbench.cells.trtllm import guard as trtllm_guard
 from workbench.probes import ProbeContext, churn
 from workbench.probes.contract_mapping import ContractMapping
 from workbench.probes.installed import NoParams

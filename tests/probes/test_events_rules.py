@@ -8,7 +8,8 @@ import pytest
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
 from workbench.contract import KvEvent
-from workbench.events.hashing import TRTLLM_SALT_SCHEMES, TrtllmHasher, VllmHasher
+from workbench.cells.trtllm.hashing import TRTLLM_SALT_SCHEMES, TrtllmHasher
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.probes import (events_admission, events_fidelity, events_isolation, events_overflow, events_ownership,
                               events_parity)
 
@@ -74,7 +75,7 @@ PROMPT = list(range(100, 109))  # two stored blocks of 4 (the last token never e
 def test_parity_names_a_release_whose_salt_scheme_changed(engine, verdict, named):
     rows = [{"request": i, **events_parity.request_row(_stored(engine.chain(PROMPT, salt=f"s{i}")), PROMPT,
                                                        f"s{i}", TrtllmHasher(4))} for i in range(2)]
-    o = _guarded(events_parity.verdict(rows, "0", "0", "trtllm 1.3.0"))
+    o = _guarded(events_parity.verdict(rows, "0", "0", "trtllm 1.3.0", TrtllmHasher(4)))
     assert o.verdict == verdict, o.summary
     assert ("hash scheme changed in trtllm 1.3.0" in o.summary) == bool(named), o.summary
     assert named is None or named in o.summary
@@ -205,10 +206,10 @@ def test_the_engine_block_size_is_read_from_chained_blocks_not_a_partial_tail():
 class _StreamCtx:
     """A probe context whose one cell announces ``observers`` (a kv_events stream or none), recording its options."""
 
-    def __init__(self, tmp_path, observers):
+    def __init__(self, tmp_path, observers, engine="vllm"):
         from types import SimpleNamespace
 
-        self.tmp, self.opened, self.closed = tmp_path, [], False
+        self.tmp, self.opened, self.closed, self.engine = tmp_path, [], False, engine
         d = SimpleNamespace(observers=observers, absent={} if observers else {"kv_events": "no stream here"},
                             engine="e", engine_version="1", extra={})
         self.cell = SimpleNamespace(describe=lambda: d, close=lambda: setattr(self, "closed", True))
@@ -245,6 +246,17 @@ def test_every_event_probe_opens_its_stream_alike(tmp_path, observers, verdict, 
     first = ctx.opened[0]
     assert (first["hash_seed"], first["kv_budget_tokens"], first["context_tokens"]) == ("7", 64 * 32, 128)
     assert first["kv_events_config"]["buffer_steps"] == 5
+
+
+def test_an_engine_whose_options_lack_the_stream_ones_is_opened_without_them(tmp_path):
+    """Which options an engine takes is its registered options class's, not a guess from a refusal's wording."""
+    from types import SimpleNamespace
+
+    from workbench.probes.events_common import on_stream
+
+    ctx = _StreamCtx(tmp_path, ("kv_events",), engine="trtllm")
+    on_stream(ctx, SimpleNamespace(hash_seed="7", seed=3), lambda c, p, cell, rng: probes.Outcome("confirmed", "m"))
+    assert ctx.opened == [{"kv_budget_tokens": 32 * 32, "context_tokens": 128}]
 
 
 @pytest.mark.parametrize("module", [events_fidelity, events_isolation, events_overflow, events_ownership,

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import TINY, require_engine
 from workbench import cells, models, probes
-from workbench.cells import served
+from workbench.cells.llamacpp import served
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import require_engine
 from workbench import models, probes
-from workbench.cells import vllm as vllm_cell
+from workbench.cells.vllm import cell as vllm_cell
 
 MODEL = "synthetic:cpu"
 B = 32

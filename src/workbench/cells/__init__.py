@@ -4,26 +4,71 @@
 ``open_cell("trtllm", …)`` imports tensorrt_llm and ``open_cell("vllm", …)`` imports vllm (or
 raises EngineUnavailable with the reason). The served engines (``llamacpp-server``, ``vllm-server``,
 ``trtllm-serve``) start a server process and talk HTTP to it, or attach to one (``endpoint=URL``).
+
+Each engine lives in its wing (``cells/<engine>/``) and declares its facts here, once, as it is registered
+(:class:`EngineFacts`): callers ask :func:`options_class`, :func:`takes`, :func:`runs` and :func:`event_plane`
+rather than guess an engine from its name or its description's keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import importlib
+import inspect
 from dataclasses import dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ..contract import Cell, EngineUnavailable, observer_mismatches
 from ..registry import Registry
 
-ENGINES: Registry = Registry("engine", requires=("open", "availability"))
-ENGINES.register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell")
-ENGINES.register("trtllm", "workbench.cells.trtllm:TrtLlmCell")
-ENGINES.register("vllm", "workbench.cells.vllm:VllmCell")
-# Served engines: the same contract over each server's HTTP API (workbench.cells.served, workbench.serve).
-ENGINES.register("llamacpp-server", "workbench.cells.served:LlamaServerCell")
-ENGINES.register("vllm-server", "workbench.cells.served:VllmServerCell")
-ENGINES.register("trtllm-serve", "workbench.cells.served:TrtllmServeCell")
-SERVED = {"llamacpp-server": "llamacpp", "vllm-server": "vllm", "trtllm-serve": "trtllm"}
-"""Each served engine and the in-process engine its server runs."""
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What a caller asks about an engine without opening it, declared once where the engine is registered and
+    checked there (:meth:`check`), as pluggy checks a hook implementation against its spec. Targets stay
+    ``"module:attr"`` strings, so registering imports nothing; each is checked again when first loaded."""
+
+    options: str  # "module:Class": the options dataclass its open() takes
+    runs: str | None = None  # a served engine: the in-process engine its server runs
+    events: str | None = None  # a module answering workbench.events.plane.EventPlane; None: no stream reproduced
+
+    def check(self, name: str, registry: Registry) -> None:
+        rules = (
+            (self.options.count(":") == 1, f"options must be 'module:Class', got {self.options!r}"),
+            (self.events is None or ":" not in self.events, f"events must name a module, got {self.events!r}"),
+            (self.runs is None or (self.runs != name and self.runs in registry
+                                   and registry.facts(self.runs).runs is None),
+             f"runs must name an in-process engine registered before it, got {self.runs!r}"),
+        )
+        if problems := [why for ok, why in rules if not ok]:
+            raise ValueError(f"engine {name!r}: {'; '.join(problems)}")
+
+
+ENGINES: Registry = Registry("engine", requires=("open", "availability"), facts=EngineFacts)
+SERVED: dict[str, str] = {}
+"""Each served engine and the in-process engine its server runs (its facts' ``runs``), filled as they register."""
+
+
+def register(name: str, target: str, facts: EngineFacts) -> None:
+    """Register an engine as ``"module:Class"`` with its facts; resolved lazily on first use."""
+    ENGINES.register(name, target, facts)
+    if facts.runs is not None:
+        SERVED[name] = facts.runs
+
+
+register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell", EngineFacts("workbench.cells.llamacpp:LlamaCppOptions"))
+register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell",
+         EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane"))
+register("vllm", "workbench.cells.vllm.cell:VllmCell",
+         EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane"))
+# Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
+register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
+         EngineFacts("workbench.cells.llamacpp.served:LlamaServerOptions", runs="llamacpp"))
+register("vllm-server", "workbench.cells.vllm.served:VllmServerCell",
+         EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane"))
+register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell",
+         EngineFacts("workbench.cells.served:ServedOptions", runs="trtllm", events="workbench.cells.trtllm.plane"))
 
 
 def runs(engine: str) -> str:
@@ -49,11 +94,6 @@ def known_options(cls: type, engine: str, options: Mapping[str, Any]) -> dict:
     return dict(options)
 
 
-def register(name: str, target: str) -> None:
-    """Register an engine as ``"module:Class"``; resolved lazily on first use."""
-    ENGINES.register(name, target)
-
-
 def engines(*, served: bool = True) -> list[str]:
     """Every registered engine; ``served=False``: the in-process ones only (a report's empty panels)."""
     return [e for e in ENGINES.names() if served or e not in SERVED]
@@ -61,6 +101,41 @@ def engines(*, served: bool = True) -> list[str]:
 
 def cell_class(engine: str) -> Any:
     return ENGINES.get(engine)
+
+
+@functools.cache
+def options_class(engine: str) -> type:
+    """The options dataclass ``engine`` declared, imported on first use and checked to be one."""
+    module, _, attr = ENGINES.facts(engine).options.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+        raise TypeError(f"engine {engine!r} declares options {module}:{attr}, which is not a dataclass")
+    return cls
+
+
+def takes(engine: str, options: Iterable[str]) -> bool:
+    """Whether ``engine``'s options dataclass has every one of ``options``."""
+    return set(options) <= {f.name for f in fields(options_class(engine))}
+
+
+@functools.cache
+def event_plane(engine: str) -> Any:
+    """The module answering :class:`workbench.events.plane.EventPlane` for ``engine``, None where it declared no
+    stream; checked on first use: each call with the parameters the spec names."""
+    from ..events.plane import HOOKS, EventPlane
+
+    where = ENGINES.facts(engine).events
+    if where is None:
+        return None
+    plane = importlib.import_module(where)
+    for hook in HOOKS:
+        want = list(inspect.signature(getattr(EventPlane, hook)).parameters)[1:]
+        impl = getattr(plane, hook, None)
+        got = list(inspect.signature(impl).parameters) if callable(impl) else None
+        if got != want:
+            raise TypeError(f"engine {engine!r}'s event plane {where} answers {hook}"
+                            f"({', '.join(got) if got is not None else 'nothing'}), the spec asks {hook}({', '.join(want)})")
+    return plane
 
 
 def preload(engine: str) -> tuple[str, ...]:
@@ -109,5 +184,5 @@ def _check_observers(engine: str, cls: type, cell: Cell) -> None:
     _CHECKED.add((cls, announced))
 
 
-__all__ = ["SERVED", "Availability", "availability", "cell_class", "known_options", "engines", "open_cell", "register",
-           "runs"]
+__all__ = ["SERVED", "Availability", "EngineFacts", "availability", "cell_class", "event_plane", "known_options",
+           "engines", "open_cell", "options_class", "register", "runs", "takes"]

@@ -118,90 +118,6 @@ class ServerId:
             raise Mismatch(answers["/v1/models"], f"data[0].owned_by {cls.owner!r}")
 
 
-@dataclass(frozen=True)
-class LlamaServerId(ServerId):
-    """llama-server's ``/props`` and ``/v1/models`` (tools/server/server-context.cpp)."""
-
-    label: ClassVar[str] = "llama-server"
-    paths: ClassVar[tuple[str, ...]] = ("/props", "/v1/models")
-    owner: ClassVar[str] = "llamacpp"
-
-    build_info: str
-    slot_ctx: int  # default_generation_settings.n_ctx: one slot's context
-    total_slots: int
-    eos_token: str
-    model_path: str | None
-    n_vocab: int | None
-    n_ctx_train: int | None
-
-    @classmethod
-    def read(cls, answers: Mapping[str, Answer]) -> "LlamaServerId":
-        props, card = answers["/props"], answers["/v1/models"]
-        out = cls(build_info=pick(props, "build_info", str, "unknown"),
-                  slot_ctx=pick(props, "default_generation_settings.n_ctx", int),
-                  total_slots=pick(props, "total_slots", int, 1), eos_token=pick(props, "eos_token", str, ""),
-                  model_path=pick(props, "model_path", str, None), n_vocab=pick(card, "data.0.meta.n_vocab", int, None),
-                  n_ctx_train=pick(card, "data.0.meta.n_ctx_train", int, None))
-        cls.check_owner(answers)
-        return out
-
-
-@dataclass(frozen=True)
-class VllmId(ServerId):
-    """``vllm serve``'s ``/version``, ``/v1/models`` (``ModelCard``) and ``/metrics`` ``vllm:cache_config_info``
-    (the pool's blocks, which the cell's capacity is read from)."""
-
-    label: ClassVar[str] = "vllm serve"
-    paths: ClassVar[tuple[str, ...]] = ("/version", "/v1/models", "/metrics")
-    owner: ClassVar[str] = "vllm"
-
-    version: str
-    served_model: str
-    root: str | None
-    max_model_len: int | None
-    cache_info: Mapping[str, str]
-
-    @classmethod
-    def read(cls, answers: Mapping[str, Answer]) -> "VllmId":
-        card = answers["/v1/models"]
-        version = pick(answers["/version"], "version", str)
-        cls.check_owner(answers)
-        metrics = answers["/metrics"]
-        try:
-            info = prometheus_labels(metrics.text, "vllm:cache_config_info") if metrics.status == 200 else {}
-        except ValueError:  # not a Prometheus exposition at all
-            info = {}
-        if "num_gpu_blocks" not in info:
-            raise Mismatch(metrics, "a Prometheus exposition with vllm:cache_config_info{num_gpu_blocks=…}")
-        return cls(version=version, served_model=pick(card, "data.0.id", str), root=pick(card, "data.0.root", str, None),
-                   max_model_len=pick(card, "data.0.max_model_len", int, None), cache_info=dict(info))
-
-
-@dataclass(frozen=True)
-class TrtllmServeId(ServerId):
-    """trtllm-serve 1.2's ``/version`` (``{"version": …}``), ``/v1/models`` (``ModelCard``, owned_by
-    ``tensorrt_llm``) and ``/server_info`` (1.2: ``{"disaggregated_params": …}``; 1.3+ adds the KV fields), as
-    1.2-era ``tensorrt_llm/serve/openai_server.py`` registers them."""
-
-    label: ClassVar[str] = "trtllm-serve"
-    paths: ClassVar[tuple[str, ...]] = ("/version", "/v1/models", "/server_info")
-    owner: ClassVar[str] = "tensorrt_llm"
-
-    version: str
-    served_model: str
-    server_info: Mapping[str, Any]
-
-    @classmethod
-    def read(cls, answers: Mapping[str, Answer]) -> "TrtllmServeId":
-        version = pick(answers["/version"], "version", str)
-        served = pick(answers["/v1/models"], "data.0.id", str)
-        cls.check_owner(answers)
-        info = answers["/server_info"].doc()
-        if not isinstance(info, dict):
-            raise Mismatch(answers["/server_info"], "a JSON object")
-        return cls(version=version, served_model=served, server_info=info)
-
-
 def _samples(text: str, metric: str) -> list:
     """One metric's samples in a Prometheus text exposition (``prometheus_client``'s own parser)."""
     from prometheus_client.parser import text_string_to_metric_families
@@ -243,5 +159,5 @@ def nothing_answered(url: str, label: str, path: str, e: Exception) -> NotTheSer
                         "point endpoint= at one")
 
 
-__all__ = ["Answer", "LlamaServerId", "Mismatch", "NotTheServer", "ServerId", "TrtllmServeId", "VllmId",
+__all__ = ["Answer", "Mismatch", "NotTheServer", "ServerId",
            "check_endpoint", "not_the_server", "nothing_answered", "pick", "prometheus_labels", "prometheus_sum"]

@@ -16,7 +16,7 @@ from ..contract import WorkbenchError
 from ..files import OutputError, check_env_folders
 from ..params import check_hash_seed
 from .guide import GUIDE
-from .sources import EndpointFault
+from ..cells.trtllm.sources import EndpointFault
 
 app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
 
@@ -48,15 +48,16 @@ def _zmq(option: str, value: str) -> str:
 
 
 def _source(endpoint: str, replay: Optional[str], timeout: float):
-    from . import sources
+    from ..cells.trtllm.sources import TrtllmHttpSource
+    from ..cells.vllm.events import Subscriber
 
     if endpoint.startswith(("http://", "https://")):
         if replay is not None:
             _fail("--replay: trtllm-serve 1.2 keeps no replay buffer; --replay is vLLM's (KVEventsConfig.replay_endpoint)")
-        return sources.TrtllmHttpSource(endpoint, timeout_s=timeout)
+        return TrtllmHttpSource(endpoint, timeout_s=timeout)
     if endpoint.startswith(("ipc://", "tcp://")):
-        return sources.vllm(connect=_zmq("--endpoint", endpoint),
-                            replay=None if replay is None else _zmq("--replay", replay))
+        return Subscriber(connect=_zmq("--endpoint", endpoint),
+                          replay=None if replay is None else _zmq("--replay", replay))
     _fail(f"--endpoint {endpoint!r}: give trtllm-serve's URL (http://HOST:PORT) or vLLM's ZMQ publisher "
           "(ipc://PATH or tcp://HOST:PORT, as its --kv-events-config endpoint binds it)")
 
@@ -106,7 +107,8 @@ def watch(
     from . import lease as _lease
     from . import watch as _watch
     from .consumer import Consumer
-    from .hashing import TrtllmHasher, VllmHasher
+    from ..cells.trtllm.hashing import TrtllmHasher
+    from ..cells.vllm.hashing import VllmHasher
     from .inventory import RESYNC, Inventory
 
     if policy not in RESYNC:

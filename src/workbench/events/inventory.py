@@ -11,10 +11,10 @@ engine should report for that request.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Hashable, Iterable, Sequence
 
 from ..contract import KvEvent
-from .hashing import Hasher, Lora
+from .hashing import Hasher
 
 RESYNC = ("clear", "replay")
 """Declared resync policies on a gap: ``clear`` empties the inventory and rebuilds it from later events;
@@ -85,7 +85,7 @@ class Inventory:
         self._alias.clear()
         self.resets += 1
 
-    def predict(self, tokens: Sequence[int], salt: str | None = None, lora: Lora | int | None = None) -> int:
+    def predict(self, tokens: Sequence[int], salt: str | None = None, lora: Hashable | None = None) -> int:
         """Cached tokens the engine should report for a request of ``tokens``: the leading blocks whose hashes
         the inventory holds, up to the most the engine reuses (never the last token)."""
         if self.rekey:  # its own keys carry no salt or LoRA

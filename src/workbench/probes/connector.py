@@ -116,7 +116,7 @@ class ExportGranularity(Probe):
             log = cell.connector_log()
         if not any(c.get("method") == "update_state_after_alloc" for c in log):
             raise NotRunnable("the recording connector did not record: no allocation call reached its log (the "
-                              "engine's worker processes may not see the log path; see observe/trtllm_connector.py)")
+                              "engine's worker processes may not see the log path; see cells/trtllm/connector.py)")
         # what the device may match of each request at the same positions: the tokens it shares from position 0
         # with the request before it (the first request has a fresh salt: nothing)
         shared = {len(prefix): 0, len(shifted): common_prefix(shifted, prefix)}

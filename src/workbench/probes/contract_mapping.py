@@ -2,7 +2,7 @@
 installed release with the expected signature? Static: it reads the installed package, never runs a model.
 
 Each engine's table lives with its cell (``surface_rows()``): TensorRT-LLM's is the cell's version guard
-(:mod:`workbench.cells.trtllm_guard`), whose rows also record the signature each entry point read, compared
+(:mod:`workbench.cells.trtllm.guard`), whose rows also record the signature each entry point read, compared
 across releases by :mod:`workbench.probes.churn`; another engine's table lists the entry points its own cell
 calls, a reference. Behavioural probes say whether a mechanism *works*.
 """

@@ -19,7 +19,6 @@ import numpy as np
 from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import cells
 from ..contract import KvEvent
-from ..events.hashing import TrtllmHasher, VllmHasher
 from ..events.sources import CellSource
 from .common import token_ids
 from .events_common import absent, open_with, salt_of
@@ -41,14 +40,9 @@ class Contract:
     hash_algo: str | None
 
 
-def read_contract(status: int, doc: Mapping[str, Any] | None) -> Contract:
-    """TensorRT-LLM's top-level ``tokens_per_block``/``kv_cache_hash_algo``, or vLLM's
-    ``vllm_config.cache_config.block_size``/``prefix_caching_hash_algo``."""
-    doc = doc if isinstance(doc, Mapping) else {}
-    cache = (doc.get("vllm_config") or {}).get("cache_config") if isinstance(doc.get("vllm_config"), Mapping) else {}
-    cache = cache if isinstance(cache, Mapping) else {}
-    block = doc.get("tokens_per_block") or cache.get("block_size")
-    algo = doc.get("kv_cache_hash_algo") or cache.get("prefix_caching_hash_algo")
+def read_contract(status: int, doc: Mapping[str, Any] | None, plane: Any) -> Contract:
+    """The block size and hash algorithm where the engine's event plane reads them (its ``rule``)."""
+    block, algo = plane.rule(doc if isinstance(doc, Mapping) else {})
     return Contract(status, int(block) if block else None, str(algo) if algo else None)
 
 
@@ -82,13 +76,14 @@ class Admission(Probe):
 
             r = httpx.get(f"{url}/server_info", params={"config_format": "json"}, timeout=30.0)
             doc = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
-            contract = read_contract(r.status_code, doc)
+            plane = cells.event_plane(d.engine)
+            contract = read_contract(r.status_code, doc, plane)
             source = CellSource(cell)
             source.poll(0.3)
             prompt = token_ids(rng, 4 * d.block_tokens + 1, d)
             cell.ensure_prefix(prompt)
             stored = [e for e in source.poll(1.0) if e.kind == "stored"]
-            reproduces = _reproduces(contract, d, prompt, salt_of(cell, None), stored)
+            reproduces = _reproduces(contract, plane, d, prompt, salt_of(cell, None), stored)
         actual = engine_block_size(stored)
         wrong = p.wrong_block if p.wrong_block != actual else 2 * (actual or p.wrong_block)
         rows = [{"rule_block": b, "reported_block": contract.block_size, "reported_hash": contract.hash_algo,
@@ -116,15 +111,14 @@ def engine_block_size(stored: list[KvEvent]) -> int | None:
     return max(sizes) if sizes else None
 
 
-def _reproduces(c: Contract, d, prompt: list[int], salt: str | None, stored: list[KvEvent]) -> bool | None:
+def _reproduces(c: Contract, plane: Any, d, prompt: list[int], salt: str | None, stored: list[KvEvent]) -> bool | None:
     """Whether the hash ``/server_info`` names, at the block size it names, recomputes the engine's stored hashes
     from the prompt (None: nothing named, or a hash this workbench does not reproduce)."""
     if not c.hash_algo or not stored:
         return None
     B = c.block_size or d.block_tokens
     try:
-        hasher = TrtllmHasher(B) if c.hash_algo == "v1_block_key" else VllmHasher(B, c.hash_algo,
-                                                                                  d.extra.get("kv_hash_seed"))
+        hasher = plane.rule_hasher(B, c.hash_algo, d)
     except ValueError:  # a hash this workbench does not reproduce
         return None
     engine = {h for e in stored for h in e.block_hashes}

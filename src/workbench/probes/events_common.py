@@ -4,15 +4,15 @@ implies, an evicting workload, and the not-applicable answer for an engine with 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from . import NotRunnable, Outcome, ParamError, ProbeContext
+from . import NotRunnable, Outcome, ProbeContext
+from .. import cells
 from ..contract import Cell, Description
 from ..events import sources
-from ..events.hashing import Hasher, Lora, TrtllmHasher, VllmHasher
+from ..events.hashing import Hasher
 from .common import token_ids
 
 
@@ -48,14 +48,10 @@ def on_stream(ctx: ProbeContext, p: Any, measure: Callable[[ProbeContext, Any, C
 
 
 def open_with(ctx: ProbeContext, *choices: dict) -> Cell:
-    """A cell opened with the first set of options the engine takes; the last choice's refusal is raised."""
-    for options in choices[:-1]:
-        try:
-            return ctx.open(**options)
-        except (ParamError, TypeError, ValueError) as e:
-            if "option" not in str(e):
-                raise
-    return ctx.open(**choices[-1])
+    """A cell opened with the first set of options the engine's options class has (its registered facts); the
+    last choice otherwise, whose refusal is raised."""
+    options = next((c for c in choices[:-1] if cells.takes(ctx.engine, c)), choices[-1])
+    return ctx.open(**options)
 
 
 def absent(d: Description) -> Outcome:
@@ -78,14 +74,13 @@ def absent(d: Description) -> Outcome:
 def hasher_for(d: Description, *, seed: str | None, block_size: int | None = None) -> Hasher:
     """The client-side hasher for the engine's declared hash scheme (its description), at ``block_size`` (the
     rule's; default the engine's)."""
-    B = block_size or d.block_tokens
-    algo = d.extra.get("prefix_caching_hash_algo")
-    if algo:
-        return VllmHasher(B, algo, seed)
-    if d.extra.get("kv_cache_hash_algo") == "v1_block_key":
-        return TrtllmHasher(B)
-    raise NotRunnable(f"{d.engine} declares no block-hash scheme this workbench reproduces "
-                      f"(extra: prefix_caching_hash_algo / kv_cache_hash_algo)")
+    plane = cells.event_plane(d.engine)
+    try:
+        if plane is None:
+            raise ValueError(f"{d.engine} registers no event plane")
+        return plane.hasher(d, seed, block_size or d.block_tokens)
+    except ValueError as e:
+        raise NotRunnable(f"{d.engine} declares no block-hash scheme this workbench reproduces ({e})") from None
 
 
 def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
@@ -94,7 +89,8 @@ def new_consumer(cell: Cell, *, joined: bool = False) -> sources.EventSource:
     where the engine publishes a stream (``kv_events_endpoint``) that only the cell's own subscriber receives,
     sharing that subscriber would split the workbench's bookkeeping, not the engine's stream (NotRunnable)."""
     d = cell.describe()
-    source = sources.subscribe(d)
+    plane = cells.event_plane(d.engine)
+    source = plane.subscribe(d) if plane is not None else None
     if source is not None:
         return source
     if joined and d.extra.get("kv_events_endpoint"):
@@ -111,15 +107,11 @@ def kept_out(cell: Cell) -> frozenset[int]:
     return frozenset(int(i) for i in opened.get("kv_event_ids_kept_out") or ())
 
 
-def lora_key(cell: Cell) -> Lora | int:
-    """How the engine keys the blocks of a request carrying the cell's loaded adapter: vLLM by the adapter's
-    ``lora_name`` and ``lora_path`` (``LoRARequest(Path(path).name, 1, path)``), TensorRT-LLM by its LoRA task id
-    (``lora_int_id=1``; cells/trtllm.py)."""
+def lora_key(cell: Cell) -> Hashable:
+    """How the engine keys the blocks of a request carrying the cell's loaded adapter (its event plane's
+    ``lora_key``: vLLM by the adapter's name and path, TensorRT-LLM by its LoRA task id)."""
     d = cell.describe()
-    path = (d.extra.get("adapters") or [None])[0]
-    if d.extra.get("prefix_caching_hash_algo"):
-        return Lora(Path(path).name, path)
-    return 1
+    return cells.event_plane(d.engine).lora_key(d)
 
 
 def salt_of(cell: Cell, salt: str | None) -> str | None:

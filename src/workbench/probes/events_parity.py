@@ -11,13 +11,14 @@ engine whose hashes cannot be recomputed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..params import check_hash_seed
 from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..contract import Cell, KvEvent
-from ..events.hashing import TRTLLM_SALT_SCHEMES, Hasher, SaltScheme
+from ..events.hashing import Hasher
 from .common import token_ids
 from .events_common import hasher_for, new_consumer, on_stream, salt_of
 
@@ -60,7 +61,7 @@ class HashParity(Probe):
                                  "salted": p.salted})
             finally:
                 source.close()
-        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed, f"{d.engine} {d.engine_version}")
+        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed, f"{d.engine} {d.engine_version}", hasher)
 
 
 def request_row(stored: list[KvEvent], prompt: list[int], salt: str | None, hasher: Hasher) -> dict:
@@ -82,13 +83,15 @@ def compare(stored: list[KvEvent], client: list[int], block_size: int) -> dict:
             "first_client": client[0] if client else None}
 
 
-def changed_scheme(rows: list[dict], blocks: int) -> SaltScheme | None:
-    """The known variant scheme (:data:`TRTLLM_SALT_SCHEMES`) under which the client recomputed every block."""
-    return next((s for s in TRTLLM_SALT_SCHEMES[1:] if blocks and sum(r.get(f"equal_{s.name}", 0) for r in rows)
-                 == blocks), None)
+def changed_scheme(rows: list[dict], blocks: int, hasher: Hasher | None) -> Any:
+    """The known variant scheme (``hasher.variants()``) under which the client recomputed every block."""
+    variants = [s for s, _ in hasher.variants()] if hasher is not None else []
+    return next((s for s in variants if blocks and sum(r.get(f"equal_{s.name}", 0) for r in rows) == blocks), None)
 
 
-def verdict(rows: list[dict], client_seed: str, engine_seed: str, release: str = "") -> Outcome:
+def verdict(rows: list[dict], client_seed: str, engine_seed: str, release: str = "",
+            hasher: Hasher | None = None) -> Outcome:
+    """``hasher``: the declared scheme the rows were computed under, whose variants name a changed scheme."""
     blocks = sum(r["engine_blocks"] for r in rows)
     equal = sum(r["equal"] for r in rows)
     frac = equal / blocks if blocks else float("nan")
@@ -101,12 +104,12 @@ def verdict(rows: list[dict], client_seed: str, engine_seed: str, release: str =
         return Outcome("confirmed", f"All {blocks} stored-block hashes the engine published were recomputed from the "
                        "token ids by the client.", metrics, rows, notes,
                        rests_on=(Support("hash_parity_fraction", ">=", 1.0),))
-    if (scheme := changed_scheme(rows, blocks)) is not None:
+    if (scheme := changed_scheme(rows, blocks, hasher)) is not None:
         # parity then holds for the engine under another scheme: what changed is the scheme, named, not refuted
         return Outcome("partial", f"The hash scheme changed in {release or 'this release'}: {scheme.difference}. "
                        f"Under that scheme the client recomputed all {blocks} stored-block hashes; under "
-                       f"{TRTLLM_SALT_SCHEMES[0].name}'s, {equal}. A gateway written to "
-                       f"{TRTLLM_SALT_SCHEMES[0].name} must change its hashing.", metrics, rows,
+                       f"{hasher.scheme}'s, {equal}. A gateway written to {hasher.scheme} must change its hashing.",
+                       metrics, rows,
                        notes + [f"scheme {scheme.name}: {scheme.source}"],
                        rests_on=(Support("hash_parity_fraction", "<", 1.0),))
     return Outcome("refuted" if equal == 0 else "partial",

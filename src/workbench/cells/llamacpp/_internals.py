@@ -22,6 +22,19 @@ _LOG: collections.deque[str] = collections.deque(maxlen=4096)  # recent llama.cp
 _CAPTURE: list[list[str]] = []  # open capture buffers (see captured)
 _log_callback = None  # kept referenced: llama.cpp holds the pointer
 
+#: llama.cpp's GGML_MAX_N_THREADS (ggml/include/ggml.h): more threads abort its thread pool (std::bad_alloc).
+LLAMA_MAX_THREADS = 512
+#: llama.cpp's LLAMA_MAX_SEQ (src/llama-cparams.h): its context refuses more sequences, llama-server more slots.
+LLAMA_MAX_SEQ = 256
+
+
+def check_llama_counts(slots: int, threads: int | None) -> None:
+    """llama.cpp's own ceilings on slots and threads, said before it starts (it aborts or allocates past them)."""
+    if not 1 <= slots <= LLAMA_MAX_SEQ:
+        raise ValueError(f"slots must be 1 to {LLAMA_MAX_SEQ} (llama.cpp's LLAMA_MAX_SEQ), got {slots}")
+    if threads is not None and not 1 <= threads <= LLAMA_MAX_THREADS:
+        raise ValueError(f"threads must be 1 to {LLAMA_MAX_THREADS} (llama.cpp's GGML_MAX_N_THREADS), got {threads}")
+
 
 def lib():
     """Import llama_cpp and route its log into ``_LOG`` (printed only with WORKBENCH_LLAMA_VERBOSE)."""

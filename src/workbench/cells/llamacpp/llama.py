@@ -24,9 +24,9 @@ from ...contract import (Capabilities, ContextExplanation, ContextOverflow, Deco
                          KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from .. import Availability, known_options
-from ..options import CellOptions, check_llama_counts
+from ..options import CellOptions
 from . import llama_chat_format, surface
-from ._internals import (captured, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params,
+from ._internals import (captured, check_llama_counts, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params,
                          offloaded_layers)
 from .state import parse_state
 

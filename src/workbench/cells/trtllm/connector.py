@@ -37,7 +37,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import calllog
+from ...observe import calllog
 
 LOG_ENV = "TLLM_WORKBENCH_CONNECTOR_LOG"
 BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"  # tensorrt_llm/_torch/pyexecutor/kv_cache_connector.py (1.2)

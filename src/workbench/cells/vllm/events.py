@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ..contract import KvEvent
+from ...contract import KvEvent
 
 KINDS = ("stored", "removed", "cleared")
 

@@ -27,7 +27,7 @@ PyTorch backend, driven through ``tensorrt_llm.LLM``. The mapping, row by row:
   ``LoRARequest``. **Slot switch** — :meth:`TrtLlmCell.switch` tears down and recreates the
   ``LLM``. **ContextOverflow** — from token counts, before dispatch.
 
-Nothing imports tensorrt_llm at module import: :mod:`workbench.cells.trtllm_guard` holds the one
+Nothing imports tensorrt_llm at module import: :mod:`workbench.cells.trtllm.guard` holds the one
 import and the one table of tensorrt_llm symbols the cell depends on, checked at open.
 
 What the cell relies on in tensorrt_llm 1.2 (each row is modelled by the test double and listed
@@ -60,13 +60,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .. import environment, models
-from .options import CellOptions
-from ..contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
-from ..observe import trtllm_connector, trtllm_events, trtllm_metrics
-from . import Availability, trtllm_guard
-from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
-from .trtllm_guard import ENGINE, GuardRow, guard_failure, members, resolve
+from ... import environment, models
+from ..options import CellOptions
+from ...contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
+from . import connector as trtllm_connector, events as trtllm_events, guard as trtllm_guard, metrics as trtllm_metrics
+from .. import Availability
+from ..request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
+from .guard import ENGINE, GuardRow, guard_failure, members, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MIN_DRAIN_TIMEOUT_S = 1.0  # 5 x the dispatch threads' 0.2 s sleep (executor/proxy.py, executor/worker.py)
@@ -174,7 +174,7 @@ class TrtLlmCell(RequestCell):
     label = "TensorRT-LLM"
     package = "tensorrt_llm"
     c_functions: tuple[str, ...] = ()  # its C++ Executor is surveyed from headers and symbols instead
-    surface_table = "version guard (workbench.cells.trtllm_guard.GUARD)"
+    surface_table = "version guard (workbench.cells.trtllm.guard.GUARD)"
     prefill_now = False  # TensorRT-LLM has no prefill-only request: a suffix rides the next decode's prefill
 
     @classmethod

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import calllog
+from ...observe import calllog
 
 CLASS_NAME = "RecordingKVConnector"
 BASE_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.base"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
-from ..contract import KvEvent
+from ...contract import KvEvent
 
 KINDS = ("created", "stored", "removed", "updated")
 

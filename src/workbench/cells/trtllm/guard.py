@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Iterable
 
-from ..contract import EngineUnavailable
-from ..observe.trtllm_connector import BASE_MODULE as CONNECTOR_MODULE
-from ..observe.trtllm_connector import LATER_BASE_MODULE as LATER_CONNECTOR_MODULE
+from ...contract import EngineUnavailable
+from .connector import BASE_MODULE as CONNECTOR_MODULE
+from .connector import LATER_BASE_MODULE as LATER_CONNECTOR_MODULE
 
 ENGINE = "trtllm"
 SUPPORTED_SERIES = (1, 2)

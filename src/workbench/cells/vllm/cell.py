@@ -23,8 +23,8 @@ per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping
   recreates the ``LLM``. **ContextOverflow** — from token counts, before dispatch.
 
 Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loopback, see
-:mod:`workbench.observe.vllm_events`), ``capacity`` (fill until the engine evicts, read from KV
-events), ``connector`` (a recording v1 connector, :mod:`workbench.observe.vllm_connector`).
+:mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
+events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
 
 Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
 """
@@ -44,13 +44,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .. import envvars, models
-from ..params import check_hash_seed
-from .options import CellOptions
-from ..contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
+from ... import envvars, models
+from ...params import check_hash_seed
+from ..options import CellOptions
+from ...contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
-from . import Availability, known_options
-from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
+from .. import Availability, known_options
+from ..request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm
 
 ENGINE = "vllm"
 SUPPORTED = "0.32"  # the release the cell is written and tested against
@@ -280,7 +280,7 @@ def _worker_kv_memory(worker: Any) -> dict:
 
 class EventCapacity:
     """The capacity measurement from vLLM's own KV events, shared by the in-process cell and ``vllm serve``'s
-    (:class:`~workbench.cells.served.VllmServerCell`): both warm under a salt, drain events and know the pool's
+    (:class:`~workbench.cells.vllm.served.VllmServerCell`): both warm under a salt, drain events and know the pool's
     usable blocks."""
 
     def measure_capacity(self, *, step: int | None = None, slot: int = 0) -> int:
@@ -434,7 +434,7 @@ class VllmCell(EventCapacity, RequestCell):
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
         if o.kv_events:
-            from ..observe import vllm_events
+            from . import events as vllm_events
 
             extra = dict(o.kv_events_config or {})
             self._events = vllm_events.Subscriber(connect=extra.get("endpoint"), replay=extra.get("replay_endpoint"))
@@ -444,7 +444,7 @@ class VllmCell(EventCapacity, RequestCell):
         if o.hash_algo:
             args["prefix_caching_hash_algo"] = o.hash_algo
         if o.connector:
-            from ..observe import vllm_connector
+            from . import connector as vllm_connector
 
             self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
             self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")

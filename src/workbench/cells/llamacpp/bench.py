@@ -19,12 +19,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import cpu, environment, models
-from .contract import WorkbenchError
-from .models import TOKEN_LO
-from .cells import open_cell
-from . import metrics
-from .cells.llamacpp import decide_extra_buffers, model_params
+from ... import cpu, environment, models
+from ...contract import WorkbenchError
+from ...models import TOKEN_LO
+from .. import open_cell
+from ... import metrics
+from ._internals import decide_extra_buffers, model_params
 
 
 @dataclass

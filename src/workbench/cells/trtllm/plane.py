@@ -1,0 +1,38 @@
+"""TensorRT-LLM's answers to the event plane (:class:`workbench.events.plane.EventPlane`): its v1 block key, the
+rule its ``/server_info`` states (1.3+), its LoRA key; its one destructive queue has room for no second consumer."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ...contract import Description
+from ...events.sources import EventSource
+from .hashing import TrtllmHasher
+
+HASH_ALGO = "v1_block_key"  # what the cell's description and 1.3+'s /server_info call its block key
+
+
+def hasher(d: Description, seed: str | None, block_size: int) -> TrtllmHasher:
+    if d.extra.get("kv_cache_hash_algo") != HASH_ALGO:
+        raise ValueError(f"{d.engine} declares no kv_cache_hash_algo {HASH_ALGO!r}")
+    return TrtllmHasher(block_size)
+
+
+def rule(doc: Mapping[str, Any]) -> tuple[int | None, str | None]:
+    """The top-level ``tokens_per_block`` and ``kv_cache_hash_algo``."""
+    return doc.get("tokens_per_block"), doc.get("kv_cache_hash_algo")
+
+
+def rule_hasher(block_size: int, algo: str, d: Description) -> TrtllmHasher:
+    if algo != HASH_ALGO:
+        raise ValueError(f"{algo!r} is not TensorRT-LLM's {HASH_ALGO}")
+    return TrtllmHasher(block_size)
+
+
+def lora_key(d: Description) -> int:
+    """Its LoRA task id: the cell loads its adapter as ``lora_int_id=1`` (cells/trtllm/cell.py)."""
+    return 1
+
+
+def subscribe(d: Description) -> EventSource | None:
+    return None
