@@ -303,7 +303,7 @@ def list_findings(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write to this file instead of the console"),
 ) -> None:
     """List findings side by side (engines and engine versions), reporting corrupt files; or export them."""
-    from . import findings
+    from . import findings, findings_export
 
     _output_checked(fmt, out)
     dirs = dirs or [Path("findings")]
@@ -319,13 +319,13 @@ def list_findings(
         typer.echo(f"corrupt: {path}: {err}", err=True)
     if elsewhere:
         typer.echo(f"note: {elsewhere}", err=True)
-    _emit(findings.export(scan, fmt), out)
+    _emit(findings_export.export(scan, fmt), out)
 
 
 def _output_checked(fmt: str, out: Optional[Path]) -> None:
     """Exit 2 on an unknown ``--format`` or an ``--out`` that cannot be written, before anything is read."""
     from .files import check_file_writable
-    from .findings import FORMATS
+    from .findings_export import FORMATS
 
     if fmt not in FORMATS:
         _fail(f"--format {fmt!r}: use {', '.join(FORMATS)}")
