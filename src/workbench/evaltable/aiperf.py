@@ -35,7 +35,7 @@ from ..files import tail
 from ..serve import _die_with_parent
 
 AIPERF_ENV = "WORKBENCH_AIPERF"  # an aiperf command to use instead of the one make setup linked
-AIPERF_VERSION = "0.13.0"  # what this module is written against (the Makefile installs it)
+AIPERF_VERSION = "0.13.0"  # what this module is written against; the Makefile reads it from here and installs it
 REQUEST_TIMEOUT_S = 600  # AIPerf's default is 6 h: a server that hangs would hold the table that long
 
 
