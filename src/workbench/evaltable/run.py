@@ -105,7 +105,7 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress) -> list[Ro
     model = models.resolve(req.model)
     with _server(backend, model, req) as (url, gone):
         served = backends.identify(backend, url, req.model)
-        folder = tokenizer.folder_for(model)
+        folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
         rows, seed = [], req.seed
         for name in req.workloads:

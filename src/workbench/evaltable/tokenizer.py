@@ -32,10 +32,11 @@ CHECK_TEXTS = ("Hello world, this is a test.", "  two  spaces\tand a tab\nnew li
 accents, CJK and code."""
 
 
-def folder_for(model: models.ResolvedModel) -> Path:
-    """The tokenizer folder for ``model``: a Hugging Face directory itself, else the one written from its GGUF."""
-    if model.kind == "hf":
-        return model.path
+def folder_for(model: models.ResolvedModel, served: Path) -> Path:
+    """The tokenizer folder for ``model`` served from ``served``: a Hugging Face directory itself (vLLM; a synthetic
+    model's twin), else the one written from the GGUF."""
+    if served.is_dir():
+        return served
     target = models.cache_dir().parent / "tokenizers" / model.sha256[:16]
     if not (target / "tokenizer.json").is_file():
         _write_from_gguf(model.path, target)
