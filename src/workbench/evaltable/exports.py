@@ -1,6 +1,7 @@
 """Reading what AIPerf exported for one cell: its summary (``profile_export_aiperf.json``, ~80 metrics, each
-``{"unit", "avg", "p50", "p95", …}``) and its per-request records (``profile_export.jsonl``), as the table's
-metrics in their declared units (:mod:`workbench.metrics`: seconds, not AIPerf's milliseconds).
+``{"unit", "avg", "p50", "p95", …}``) as the table's metrics in their declared units (:mod:`workbench.metrics`:
+seconds, not AIPerf's milliseconds). Its per-request records (``profile_export.jsonl``: each request's TTFT and
+the server's cached tokens) must be there and stay in the run folder; the table does not read them yet.
 
 The one boundary where AIPerf's names meet the workbench's: a release that renames a field fails here, with the
 file and the field, not as a KeyError in the table.
@@ -47,7 +48,6 @@ class CellExport:
     values: Mapping[str, float]
     completed: int
     errors: int
-    cached_per_request: tuple[int, ...]  # the server's cached prompt tokens, request by request, in send order
 
 
 def read(folder: Path) -> CellExport:
@@ -55,7 +55,9 @@ def read(folder: Path) -> CellExport:
     values = {tag: _value(summary, field, stat, folder / SUMMARY) for tag, (field, stat) in FIELDS.items()}
     completed = int(_value(summary, "completed_request_count", "avg", folder / SUMMARY))
     errors = int(sum(e.get("count", 0) for e in summary.get("error_summary") or [] if isinstance(e, dict)))
-    return CellExport(folder, values, completed, errors, _cached(folder / RECORDS))
+    if not (folder / RECORDS).is_file():
+        raise ExportError(f"AIPerf wrote no per-request records ({folder / RECORDS}): its run did not finish")
+    return CellExport(folder, values, completed, errors)
 
 
 def _json(path: Path) -> Any:
@@ -77,16 +79,3 @@ def _value(summary: Mapping[str, Any], field: str, stat: str, path: Path) -> flo
         raise ExportError(f"{path} has no {field}.{stat} in a known unit (AIPerf 0.13's field): "
                           f"{json.dumps(entry)[:120]}") from None
 
-
-def _cached(path: Path) -> tuple[int, ...]:
-    """Each request's cached prompt tokens, as the server reported them, ordered by when it was sent."""
-    rows = []
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as e:
-        raise ExportError(f"cannot read AIPerf's per-request export {path}: {e}") from None
-    for line in filter(None, lines):
-        rec = json.loads(line)
-        cached = (rec.get("metrics") or {}).get("usage_prompt_cache_read_tokens") or {}
-        rows.append((rec.get("metadata", {}).get("request_start_ns", 0), int(cached.get("value") or 0)))
-    return tuple(n for _, n in sorted(rows))
