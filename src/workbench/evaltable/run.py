@@ -1,0 +1,170 @@
+"""``workbench evaltable``: start each backend's server on loopback (or find it at ``--endpoint``), check AIPerf's
+tokenizer against it, run AIPerf once per workload × concurrency × repeat, stop the server, write the table.
+
+Nothing outlives the command: the server is stopped however the run ends (:mod:`workbench.serve`), AIPerf's
+process group is ended after each cell and its scratch removed (:mod:`.aiperf`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from .. import environment, models, serve
+from ..cells.served_id import check_endpoint
+from ..contract import WorkbenchError
+from . import aiperf, backends, tokenizer
+from .backends import Backend, ServerGone
+from .table import Row, write
+
+WORKLOADS = {
+    "no-prefix": aiperf.Workload("no-prefix"),
+    "prefix-1k": aiperf.Workload("prefix-1k", shared_prefix_tokens=1024),
+}
+"""The table's workloads: every prompt its own, or all of them after one shared 1K-token system prompt (the
+seed's "TTFT (1K prefix)"; the first request of each cell computes it cold, the others find it cached)."""
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TableRequest:
+    """What ``workbench evaltable`` was asked: ``requests`` per cell (default: 2 × concurrency, at least 4);
+    ``prefix_tokens`` resizes ``prefix-1k``'s shared prefix (its name stays; the setup records the size)."""
+
+    backends: tuple[str, ...]
+    model: str
+    concurrency: tuple[int, ...]
+    workloads: tuple[str, ...]
+    repeats: int
+    out: Path
+    endpoint: str | None = None
+    requests: int | None = None
+    prompt_tokens: int = 64
+    output_tokens: int = 16
+    prefix_tokens: int = 1024
+    threads: int = 1
+    seed: int = 0
+
+    def check(self) -> None:
+        """Refuse what would fail later, before any server starts (ValueError, one line)."""
+        for name in self.backends:
+            if name not in backends.ALL:
+                raise ValueError(f"unknown backend {name!r}; valid: {', '.join(backends.ALL)}")
+        for name in self.workloads:
+            if name not in WORKLOADS:
+                raise ValueError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
+        for what, n in [("--concurrency", c) for c in self.concurrency] + [
+                ("--repeats", self.repeats), ("--prompt-tokens", self.prompt_tokens),
+                ("--output-tokens", self.output_tokens), ("--prefix-tokens", self.prefix_tokens),
+                ("--threads", self.threads), ("--requests", self.requests or 1)]:
+            if n < 1:
+                raise ValueError(f"{what} must be at least 1, got {n}")
+        if not self.backends or not self.workloads or not self.concurrency:
+            raise ValueError("name at least one --backend, --workload and --concurrency")
+        if self.endpoint is not None:
+            check_endpoint(self.endpoint)
+            if len([b for b in self.backends if b in backends.BACKENDS]) != 1:
+                raise ValueError("--endpoint names one server: give exactly one --backend it runs")
+        models.check(self.model)
+
+    def workload(self, name: str) -> aiperf.Workload:
+        w = WORKLOADS[name]
+        prefix = self.prefix_tokens if w.shared_prefix_tokens else 0
+        return replace(w, shared_prefix_tokens=prefix, prompt_tokens=self.prompt_tokens,
+                       output_tokens=self.output_tokens)
+
+    def cell_requests(self, concurrency: int) -> int:
+        return self.requests or max(4, 2 * concurrency)
+
+    @property
+    def context_tokens(self) -> int:
+        """One slot's context: the shared prefix, the prompt, the output and room for the chat template."""
+        return self.prefix_tokens + self.prompt_tokens + self.output_tokens + 256
+
+
+def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Row], Path, Path]:
+    """Measure every backend ``req`` names and write the table; the rows and the two files."""
+    req.check()
+    aiperf.require()
+    rows: list[Row] = []
+    for name in req.backends:
+        reason = backends.unavailable(name)
+        if reason:
+            rows += [Row(name, w, None, "not-run", reason) for w in req.workloads]
+            continue
+        rows += _measure(backends.BACKENDS[name], req, progress)
+    setup = {"model": req.model, "prompt tokens": req.prompt_tokens, "output tokens": req.output_tokens,
+             "shared prefix tokens (prefix-1k)": req.prefix_tokens, "repeats": req.repeats,
+             "server threads": req.threads, "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
+    return (rows, *write(rows, req.out, setup))
+
+
+def _measure(backend: Backend, req: TableRequest, progress: Progress) -> list[Row]:
+    model = models.resolve(req.model)
+    with _server(backend, model, req) as (url, gone):
+        served = backends.identify(backend, url, req.model)
+        folder = tokenizer.folder_for(model, backends.model_path(backend, model))
+        tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
+        rows, seed = [], req.seed
+        for name in req.workloads:
+            for c in req.concurrency:
+                runs = []
+                for k in range(req.repeats):
+                    progress(f"{backend.name} {name} concurrency {c} repeat {k + 1}/{req.repeats}")
+                    cell = aiperf.Cell(url, served, folder, req.workload(name), c, req.cell_requests(c), seed)
+                    seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
+                    out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
+                    runs.append(_cell(cell, out, gone))
+                rows.append(Row.measured(backend.name, name, c, runs, req.out))
+        return rows
+
+
+def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[str], str | None]):
+    from .exports import read
+
+    where = f"{cell.workload.name} at concurrency {cell.concurrency}"
+    aiperf.run(cell, out, server_gone=lambda: gone(where))
+    export = read(out)
+    if export.errors or export.completed < cell.requests:
+        reason = gone(where)
+        if reason:
+            raise ServerGone(reason)
+        raise WorkbenchError(f"{export.errors} of {cell.requests} requests failed on {where} against {cell.url} "
+                             f"(AIPerf completed {export.completed}); see {out / 'aiperf.log'}")
+    return export
+
+
+class _server:
+    """The server to measure, as ``(url, gone)``: started on loopback and stopped on exit, or found at
+    ``req.endpoint``. ``gone(where)`` is why it can no longer be measured (it stopped), else None."""
+
+    def __init__(self, backend: Backend, model: models.ResolvedModel, req: TableRequest) -> None:
+        self.backend, self.model, self.req, self.server = backend, model, req, None
+
+    def __enter__(self) -> tuple[str, Callable[[str], str | None]]:
+        if self.req.endpoint:
+            return self.req.endpoint.rstrip("/"), self._gone_endpoint
+        request = serve.ServerRequest(self.backend.name, str(backends.model_path(self.backend, self.model)),
+                                      threads=self.req.threads, slots=max(self.req.concurrency),
+                                      context_tokens=self.req.context_tokens)
+        self.server = serve.start(request, self.req.out / "servers", build=self.backend.launch)
+        return self.server.url, self._gone_started
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+    def _gone_started(self, where: str) -> str | None:
+        dead = self.server.died(f"{where} against {self.server.url}")
+        return None if dead is None else (f"{self.backend.label} at {self.server.url} stopped during {where} "
+                                         f"({dead.headline()}); nothing was written for it, run the table again")
+
+    def _gone_endpoint(self, where: str) -> str | None:
+        url = self.req.endpoint.rstrip("/")
+        if backends.answering(url):
+            return None
+        return (f"nothing answers at {url} any more: {self.backend.label} stopped during {where}; start it there "
+                f"({self.backend.start_hint(self.req.model, url)}) and run the table again")
+

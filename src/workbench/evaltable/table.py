@@ -1,0 +1,102 @@
+"""The eval-backend table (seed 004): one row per backend × workload × concurrency, each metric the median over
+repeats with its spread (min–max), written as JSON (``evaltable.json``) and Markdown (``evaltable.md``).
+
+Metrics are the ones :mod:`workbench.metrics` declares (unit, source, description), rendered through it; the
+seed's own expectations stand beside the measured rows, labelled as its claims on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .. import metrics
+from ..files import write_output
+from .exports import FIELDS, CellExport
+
+SCHEMA = "workbench.evaltable/1"
+COLUMNS = tuple(FIELDS)
+
+SEED_CLAIMS = (
+    ("Ollama", "~80 tok/s", "~2 s"),
+    ("vLLM, prefix caching", "~200 tok/s", "~0.3 s"),
+    ("TensorRT-LLM FP8", "~600+ tok/s", "~0.1 s"),
+)
+"""Seed 004's expected throughput and TTFT with a 1K prefix, on a GB10 GPU: its claims, never measured here."""
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A metric over a cell's repeats: the median, the least and the greatest, and every repeat's value."""
+
+    median: float
+    low: float
+    high: float
+    runs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, runs: Sequence[float]) -> "Spread":
+        return cls(statistics.median(runs), min(runs), max(runs), tuple(runs))
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row: measured (``ok``, with each metric's :class:`Spread`) or ``not-run`` with its reason."""
+
+    backend: str
+    workload: str
+    concurrency: int | None
+    status: str  # ok | not-run
+    reason: str = ""
+    values: Mapping[str, Spread] = field(default_factory=dict)
+    requests: int = 0  # per repeat
+    artifacts: tuple[str, ...] = ()  # each repeat's AIPerf folder, relative to the table
+
+    @classmethod
+    def measured(cls, backend: str, workload: str, concurrency: int, runs: Sequence[CellExport], root: Path) -> "Row":
+        values = {tag: Spread.of([r.values[tag] for r in runs]) for tag in COLUMNS}
+        return cls(backend, workload, concurrency, "ok", values=values, requests=runs[0].completed,
+                   artifacts=tuple(str(r.folder.relative_to(root)) for r in runs))
+
+
+def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object]) -> tuple[Path, Path]:
+    """``evaltable.json`` and ``evaltable.md`` in ``out``; their paths."""
+    doc = {"schema": SCHEMA, "setup": dict(setup),
+           "metrics": {t: {"header": metrics.get(t).header, "unit": metrics.get(t).unit.value,
+                           "source": metrics.get(t).source, "description": metrics.get(t).description}
+                       for t in COLUMNS},
+           "rows": [asdict(r) for r in rows],
+           "seed_claims": [dict(zip(("backend", "output_tokens_per_s", "ttft_1k_prefix"), c)) for c in SEED_CLAIMS]}
+    return (write_output(out / "evaltable.json", json.dumps(doc, indent=1) + "\n"),
+            write_output(out / "evaltable.md", markdown(rows, setup)))
+
+
+def _cell(tag: str, s: Spread) -> str:
+    if s.low == s.high:
+        return metrics.render(tag, s.median)
+    return f"{metrics.render(tag, s.median)} ({metrics.render(tag, s.low)}–{metrics.render(tag, s.high)})"
+
+
+def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
+    heads = [metrics.get(t).header for t in COLUMNS]
+    lines = ["# Eval-backend table", "",
+             "Each figure: the median over repeats, (least–greatest) where they differ. "
+             + "; ".join(f"{k}: {v}" for k, v in setup.items()), "",
+             "| backend | workload | concurrency | " + " | ".join(heads) + " |",
+             "|---" * (3 + len(heads)) + "|"]
+    for r in rows:
+        if r.status == "ok":
+            cells = [_cell(t, r.values[t]) for t in COLUMNS]
+        else:
+            cells = [f"not-run: {r.reason}"] + [""] * (len(COLUMNS) - 1)
+        lines.append(f"| {r.backend} | {r.workload} | {r.concurrency or '—'} | " + " | ".join(cells) + " |")
+    lines += ["", "Metrics (units and sources: workbench.metrics):", ""]
+    lines += [f"- **{metrics.get(t).header}** ({metrics.get(t).unit.value}, {metrics.get(t).source}): "
+              f"{metrics.get(t).description}" for t in COLUMNS]
+    lines += ["", "Seed 004's expectations with a 1K prefix, its claims on a GB10 GPU (not measured here):", "",
+              "| backend | output tokens/s | TTFT (1K prefix) |", "|---|---|---|"]
+    lines += [f"| {b} | {tps} | {ttft} |" for b, tps, ttft in SEED_CLAIMS]
+    return "\n".join(lines) + "\n"
