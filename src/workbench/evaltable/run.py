@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import environment, models, serve
+from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
 from ..cells.served_id import check_endpoint
 from ..contract import WorkbenchError
 from . import aiperf, backends, tokenizer
@@ -55,12 +56,7 @@ class TableRequest:
         for name in self.workloads:
             if name not in WORKLOADS:
                 raise ValueError(f"unknown workload {name!r}; valid: {', '.join(WORKLOADS)}")
-        for what, n in [("--concurrency", c) for c in self.concurrency] + [
-                ("--repeats", self.repeats), ("--prompt-tokens", self.prompt_tokens),
-                ("--output-tokens", self.output_tokens), ("--prefix-tokens", self.prefix_tokens),
-                ("--threads", self.threads), ("--requests", self.requests or 1)]:
-            if n < 1:
-                raise ValueError(f"{what} must be at least 1, got {n}")
+        self._check_counts()
         if not self.backends or not self.workloads or not self.concurrency:
             raise ValueError("name at least one --backend, --workload and --concurrency")
         if self.endpoint is not None:
@@ -68,6 +64,17 @@ class TableRequest:
             if len([b for b in self.backends if b in backends.BACKENDS]) != 1:
                 raise ValueError("--endpoint names one server: give exactly one --backend it runs")
         models.check(self.model)
+
+    def _check_counts(self) -> None:
+        """Every count at least 1, and no more threads than llama.cpp's pool takes."""
+        for what, n in [("--concurrency", c) for c in self.concurrency] + [
+                ("--repeats", self.repeats), ("--prompt-tokens", self.prompt_tokens),
+                ("--output-tokens", self.output_tokens), ("--prefix-tokens", self.prefix_tokens),
+                ("--threads", self.threads), ("--requests", self.requests or 1)]:
+            if n < 1:
+                raise ValueError(f"{what} must be at least 1, got {n}")
+        if self.threads > LLAMA_MAX_THREADS:
+            raise ValueError(f"--threads must be at most {LLAMA_MAX_THREADS} (llama.cpp's thread pool), got {self.threads}")
 
     def workload(self, name: str) -> aiperf.Workload:
         w = WORKLOADS[name]
@@ -103,6 +110,10 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
 
 def _measure(backend: Backend, req: TableRequest, progress: Progress) -> list[Row]:
     model = models.resolve(req.model)
+    ceiling = models.context_ceiling(model)
+    if ceiling is not None and req.context_tokens > ceiling:
+        raise ValueError(f"--prefix-tokens + --prompt-tokens + --output-tokens + 256 for the chat template = "
+                         f"{req.context_tokens} tokens; {req.model} holds {ceiling} (no server was started)")
     with _server(backend, model, req) as (url, gone):
         served = backends.identify(backend, url, req.model)
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
