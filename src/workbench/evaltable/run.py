@@ -110,7 +110,7 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
 
 def _measure(backend: Backend, req: TableRequest, progress: Progress) -> list[Row]:
     model = models.resolve(req.model)
-    ceiling = models.context_ceiling(model)
+    ceiling = None if req.endpoint else models.context_ceiling(model)  # a server found at --endpoint sets its own
     if ceiling is not None and req.context_tokens > ceiling:
         raise ValueError(f"--prefix-tokens + --prompt-tokens + --output-tokens + 256 for the chat template = "
                          f"{req.context_tokens} tokens; {req.model} holds {ceiling} (no server was started)")
