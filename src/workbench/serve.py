@@ -160,7 +160,7 @@ _LOCK = threading.Lock()
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(death_signal: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+def die_with_parent(death_signal: int) -> None:  # pragma: no cover - runs in the child between fork and exec
     """The kernel sends the server ``death_signal`` when the process that started it dies, however it dies."""
     os.setsid()
     try:
@@ -281,7 +281,7 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, rea
             log.flush()
             proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                     env=os.environ | dict(launch.env) | scratch, close_fds=True,
-                                    preexec_fn=functools.partial(_die_with_parent, launch.death_signal))
+                                    preexec_fn=functools.partial(die_with_parent, launch.death_signal))
     except BaseException:
         _remove(scratch.values())
         raise

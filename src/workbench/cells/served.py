@@ -143,10 +143,18 @@ class ServedCell(RequestCell):
 
         return options_class(cls.engine).from_options(cls.engine, options)
 
+    #: The model format the server runs (a GGUF file, else a Hugging Face directory; a synthetic spec has both),
+    #: and what to tell a user who gives it the other.
+    runs_gguf: bool = False
+    model_hint: str = ""
+
     @classmethod
     def _refuse_model(cls, model: models.ResolvedModel) -> None:
         """Raise :class:`UnsupportedFeature` for a model format the server does not run (a user's to fix); checked
         before :meth:`availability`, which may import the engine (vLLM: seconds) only to refuse the model then."""
+        runs = model.is_gguf if cls.runs_gguf else model.kind in ("hf", "synthetic")
+        if not runs:
+            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine, cls.model_hint)
 
     def _start(self) -> None:
         import httpx

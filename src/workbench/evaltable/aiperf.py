@@ -32,7 +32,7 @@ from typing import Callable
 
 from ..contract import WorkbenchError
 from ..files import tail
-from ..serve import _die_with_parent
+from ..serve import die_with_parent
 
 AIPERF_ENV = "WORKBENCH_AIPERF"  # an aiperf command to use instead of the one make setup linked
 AIPERF_VERSION = "0.13.0"  # what this module is written against; the Makefile reads it from here and installs it
@@ -114,7 +114,7 @@ def run(cell: Cell, out: Path, *, server_gone: Callable[[], str | None], poll_s:
         with open(log, "wb") as sink:
             proc = subprocess.Popen(cell.argv(require(), out), stdin=subprocess.DEVNULL, stdout=sink,
                                     stderr=subprocess.STDOUT, env=env, close_fds=True,
-                                    preexec_fn=functools.partial(_die_with_parent, signal.SIGTERM))
+                                    preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))
             try:
                 gone = _wait(proc, server_gone, poll_s)
             finally:

@@ -139,6 +139,8 @@ class LlamaServerCell(ServedCell):
     counted by the server (``timings.cache_n``)."""
 
     engine = "llamacpp-server"
+    runs_gguf = True
+    model_hint = "llama-server runs GGUF files; use a .gguf path or a synthetic spec"
     label = "llama-server"
     identity = LlamaServerId
     launch = staticmethod(launch)
@@ -153,12 +155,6 @@ class LlamaServerCell(ServedCell):
                                 "no llama-server binary: `make setup` builds it from the pinned llama-cpp-python "
                                 f"sdist into ~/.cache/workbench/; or set {LLAMA_SERVER_ENV} to one")
         return Availability(cls.engine, True, llama_server_version(binary), None, {"binary": binary})
-
-    @classmethod
-    def _refuse_model(cls, model: models.ResolvedModel) -> None:
-        if not model.is_gguf:
-            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
-                                     "llama-server runs GGUF files; use a .gguf path or a synthetic spec")
 
     def _server_options(self) -> dict[str, Any]:
         # the server's --slot-save-path (kv_memory reads the slot files there): beside its log, so that even a

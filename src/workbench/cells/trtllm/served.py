@@ -74,6 +74,7 @@ class TrtllmServeCell(ServedCell):
     tensorrt_llm needs an NVIDIA GPU."""
 
     engine = "trtllm-serve"
+    model_hint = "trtllm-serve runs Hugging Face directories"
     label = "trtllm-serve"
     identity = TrtllmServeId
     launch = staticmethod(launch)
@@ -88,12 +89,6 @@ class TrtllmServeCell(ServedCell):
         a = TrtLlmCell.availability()
         reason = a.reason and f"trtllm-serve needs tensorrt_llm: {a.reason}"
         return Availability(cls.engine, a.available, a.version, reason, dict(a.details))
-
-    @classmethod
-    def _refuse_model(cls, model: models.ResolvedModel) -> None:
-        if model.kind not in ("hf", "synthetic"):
-            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
-                                     "trtllm-serve runs Hugging Face directories")
 
     def _model_path(self) -> Path:
         return models.hf_directory(self.model)

@@ -106,6 +106,7 @@ class VllmServerCell(EventCapacity, ServedCell):
     in-process vLLM cell maps it; KV events arrive on a loopback ZMQ socket the cell binds."""
 
     engine = "vllm-server"
+    model_hint = "vllm serve runs Hugging Face directories; use a 'synthetic:…' spec or a directory"
     label = "vllm serve"
     identity = VllmId
     launch = staticmethod(launch)
@@ -123,12 +124,6 @@ class VllmServerCell(EventCapacity, ServedCell):
 
         a = VllmCell.availability()
         return Availability(cls.engine, a.available, a.version, a.reason, dict(a.details))
-
-    @classmethod
-    def _refuse_model(cls, model: models.ResolvedModel) -> None:
-        if model.kind not in ("hf", "synthetic"):
-            raise UnsupportedFeature(f"{model.kind} model {model.spec!r}", cls.engine,
-                                     "vllm serve runs Hugging Face directories; use a 'synthetic:…' spec or a directory")
 
     def _prepare_model(self) -> None:
         from .cell import _check_cpu_head_size
