@@ -116,7 +116,7 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
     for nb in select(notebooks(notebooks_dir or REPO_ROOT / "notebooks"), only):
         declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
         mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
-        wrong = nbprobes.problem(nb, mine, _literals(declared))
+        wrong = nbprobes.problem(nb, mine, _literals(declared), engine)
         if wrong:
             raise RunError(f"{wrong} (nothing was run)")
         used |= mine.keys()
