@@ -35,20 +35,27 @@ def probe_calls(nb: Path) -> tuple[ProbeCall, ...]:
     from . import probes
 
     calls = []
+    for node in _calls(nb):
+        name = _probe_named(node)
+        if name is None or name not in probes.PROBES:
+            continue
+        fields = {f["name"] for f in probes.describe_params(name)}
+        takes = {kw.arg: kw.value.id for sub in ast.walk(node) for kw in getattr(sub, "keywords", ())
+                 if kw.arg in fields and isinstance(kw.value, ast.Name)}
+        calls.append(ProbeCall(name, takes))
+    return tuple(calls)
+
+
+def _calls(nb: Path) -> list[ast.Call]:
+    """Every call in ``nb``'s code cells that parse as Python."""
+    found = []
     for source in _code_cells(nb):
         try:
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        for node in ast.walk(tree):
-            name = _probe_named(node)
-            if name is None or name not in probes.PROBES:
-                continue
-            fields = {f["name"] for f in probes.describe_params(name)}
-            takes = {kw.arg: kw.value.id for sub in ast.walk(node) for kw in getattr(sub, "keywords", ())
-                     if kw.arg in fields and isinstance(kw.value, ast.Name)}
-            calls.append(ProbeCall(name, takes))
-    return tuple(calls)
+        found += [node for node in ast.walk(tree) if isinstance(node, ast.Call)]
+    return found
 
 
 def _code_cells(nb: Path) -> list[str]:
@@ -100,20 +107,13 @@ def arguments(nb: Path) -> tuple[tuple[str, str, str], ...]:
     feeds a bare name: by keyword, or by position (``run_in_child(engine, trace, …)``: the second is the trace)."""
     positional = {"run_in_child": ("engine", "trace")}
     found = set()
-    for source in _code_cells(nb):
-        try:
-            tree = ast.parse(source)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if not isinstance(node, ast.Call):
-                continue
-            callee = getattr(node.func, "attr", getattr(node.func, "id", ""))
-            named = {kw.arg: kw.value for kw in node.keywords} | dict(zip(positional.get(callee, ()), node.args))
-            for arg, value in named.items():
-                key = next((k for k in ((callee, arg), (arg, arg)) if k in ARGUMENTS), None)
-                if key and isinstance(value, ast.Name):
-                    found.add((*key, value.id))
+    for node in _calls(nb):
+        callee = getattr(node.func, "attr", getattr(node.func, "id", ""))
+        named = {kw.arg: kw.value for kw in node.keywords} | dict(zip(positional.get(callee, ()), node.args))
+        for arg, value in named.items():
+            key = next((k for k in ((callee, arg), (arg, arg)) if k in ARGUMENTS), None)
+            if key and isinstance(value, ast.Name):
+                found.add((*key, value.id))
     return tuple(sorted(found))
 
 
