@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from conftest import TINY
-from workbench import cells, models, serve
+from workbench import cells, serve
 from workbench.cells.trtllm import served as trtllm_served
 from workbench.cells.trtllm.served import TrtllmServeCell, TrtllmServeOptions
 
@@ -40,8 +40,7 @@ def test_a_value_trtllm_serve_would_refuse_is_refused_at_open(options, words):
 
 def _launch(tmp_path, **options):
     opts = TrtllmServeOptions(**options)
-    cell = TrtllmServeCell(models.resolve(TINY), opts)
-    req = serve.ServerRequest("trtllm-serve", str(tmp_path), slots=opts.slots, options=cell._server_options())
+    req = serve.ServerRequest("trtllm-serve", str(tmp_path), slots=opts.slots, options=opts.server_options())
     launch = trtllm_served.launch(req, 8000, tmp_path)
     return launch.argv, yaml.safe_load(launch.files[trtllm_served.TRTLLM_OPTIONS])
 

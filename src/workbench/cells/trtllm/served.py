@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping
 
@@ -79,6 +79,12 @@ class TrtllmServeOptions(ServedOptions):
         if self.free_gpu_memory_fraction is not None and not 0 < self.free_gpu_memory_fraction <= 1:
             raise ValueError(f"free_gpu_memory_fraction {self.free_gpu_memory_fraction}: give a fraction in (0, 1]")
 
+    def server_options(self) -> dict[str, Any]:
+        """What :func:`launch` reads (``ServerRequest.options``): trtllm-serve's own fields, the budget as
+        ``max_tokens``."""
+        own = {f.name for f in fields(self)} - {f.name for f in fields(ServedOptions)}
+        return {name: getattr(self, name) for name in sorted(own)} | {"max_tokens": self.kv_budget_tokens}
+
 
 TRTLLM_OPTIONS = "trtllm-options.yaml"
 
@@ -136,12 +142,7 @@ class TrtllmServeCell(ServedCell):
         return models.hf_directory(self.model)
 
     def _server_options(self) -> dict[str, Any]:
-        o = self.opts
-        return {"backend": o.backend, "max_num_tokens": o.max_num_tokens, "tensor_parallel_size": o.tensor_parallel_size,
-                "free_gpu_memory_fraction": o.free_gpu_memory_fraction, "trust_remote_code": o.trust_remote_code,
-                "enable_chunked_prefill": o.enable_chunked_prefill, "tokens_per_block": o.tokens_per_block,
-                "event_buffer_max_size": o.event_buffer_max_size, "max_tokens": o.kv_budget_tokens,
-                "perf_metrics_max_requests": o.perf_metrics_max_requests}
+        return self.opts.server_options()
 
     def _read_server(self) -> None:
         said = self._identify()
