@@ -43,7 +43,8 @@ def planned_models(parameters: Iterable[Mapping]) -> dict[str, tuple[str, ...]]:
     """Engine -> the model specs the notebooks' parameters name, sorted (every notebook gets engine and model)."""
     out: dict[str, set[str]] = {}
     for p in parameters:
-        out.setdefault(str(p["engine"]), set()).add(str(p["model"]))
+        if p.get("engine") is not None and p.get("model") is not None:  # an entry hand-edited without them: no claim
+            out.setdefault(str(p["engine"]), set()).add(str(p["model"]))
     return {e: tuple(sorted(m)) for e, m in sorted(out.items())}
 
 
