@@ -72,3 +72,12 @@ def test_an_index_line_that_is_not_a_run_is_skipped(tmp_path):
     index.write_text('{"not": "a run"}\nnot json\n')
     assert runindex.read_index(index) == []
     assert runindex.read_index(tmp_path / "missing.jsonl") == []
+
+
+def test_a_run_record_that_does_not_read_leaves_the_notebooks_loaded(tmp_path):
+    entry = manifest.NotebookRun("llamacpp/x", "ok", {"engine": "llamacpp", "model": "m"}, "x.ipynb", "t", 1.0)
+    manifest.record(tmp_path, entry)
+    doc = json.loads((tmp_path / "run.json").read_text())
+    (tmp_path / "run.json").write_text(json.dumps(doc | {"runs": [{"id": "r", "later_field": 1}, "junk"]}))
+    m = manifest.load(tmp_path)
+    assert m.runs == [] and m.notebooks["llamacpp/x"].status == "ok"

@@ -84,10 +84,18 @@ def load(out: Path) -> Manifest:
     """The run folder's manifest; an absent or unreadable one is empty (everything reruns)."""
     try:
         doc = json.loads(read_regular(Path(out) / MANIFEST))
-        runs = [RunRecord.from_doc(r) for r in doc.get("runs", [])]
+        runs = [r for r in map(_run_record, doc.get("runs", [])) if r is not None]
         return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""), runs=runs)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return Manifest()
+
+
+def _run_record(doc: object) -> RunRecord | None:
+    """One run's record, None where it does not read (a hand edit, a newer field): the notebooks still load."""
+    try:
+        return RunRecord.from_doc(doc)  # type: ignore[arg-type]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
