@@ -107,11 +107,14 @@ run: setup
 	$(BIN)/workbench run --out $(RUN) --engine llamacpp --engine trtllm --engine vllm \
 	  --model $(MODEL) --model vllm=$(VLLM_MODEL) -p vllm:prompt_tokens=192
 
-# JupyterLab on loopback in this environment, on the notebooks folder, the summary notebook open.
-# Widget explorers: set `interactive = True` in a notebook's parameters cell (README: "In JupyterLab").
+# JupyterLab on loopback in this environment, at the checkout's root (the notebooks, and $(RUN): its executed
+# notebooks, findings and report), open on $(RUN)'s executed summary (that run's findings) where `make run` wrote
+# one, else on notebooks/90_summary.ipynb. Widget explorers: set `interactive = True` in a notebook's parameters
+# cell (README: "In JupyterLab").
+LAB_OPENS = $(firstword $(wildcard $(RUN)/notebooks/*/90_summary.ipynb) notebooks/90_summary.ipynb)
 lab: setup
-	$(BIN)/jupyter lab --ip=127.0.0.1 --allow-root --ServerApp.root_dir=notebooks --LabApp.news_url= \
-	  --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate notebooks/90_summary.ipynb
+	$(BIN)/jupyter lab --ip=127.0.0.1 --allow-root --ServerApp.root_dir=. --LabApp.news_url= \
+	  --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate $(LAB_OPENS)
 
 # Every test: the lint gate (ruff, with the complexity and function-size baseline of tools/lint.py),
 # unit and engine tests on the real llama.cpp (in-process and llama-server on loopback) and vLLM with

@@ -156,7 +156,7 @@ def test_another_engines_finding_is_a_reference_never_the_answer():
     status = row(out, "Priority retention").split(" | ")[-1]
     first, reference = status.split("<br>")
     assert first.startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU** · resolve: "
-                            "`workbench probe retention.pinning_under_pressure --engine trtllm`")
+                            "`workbench probe retention.pinning_under_pressure --engine trtllm --model HF_DIR --out findings`")
     assert reference.startswith("reference · llamacpp 0.3.36 · refuted · ")
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", status)
     unknown = block(out, "unknown.retention_pressure")
@@ -235,7 +235,7 @@ def test_not_run_shows_as_unresolved_with_its_reason(findings_that_could_not_run
     out = bp.writeback(pristine(), findings_that_could_not_run, base=BASE)
     unknown = block(out, "unknown.connector_granularity")
     assert "**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**" in unknown
-    assert "`workbench probe connector.export_granularity --engine trtllm`" in unknown
+    assert "`workbench probe connector.export_granularity --engine trtllm --model HF_DIR --out findings`" in unknown
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", unknown)
     assert row(out, "Warm-up").split(" | ")[-1].startswith("**TensorRT-LLM: unresolved")
     assert ("- trtllm did not run (prefix.warmup_materialization): TensorRT-LLM needs an NVIDIA GPU; this machine has none"

@@ -124,9 +124,6 @@ WING_NAMES = {"llamacpp": r"llama_?cpp|llama_?server", "vllm": r"vllm", "trtllm"
 NAMES_ENGINES = {
     "workbench.cli": "`workbench bench` runs llama.cpp's own overhead bench (cells/llamacpp/bench.py), as the CLI "
                      "lists engines",
-    "workbench.events.cli": "the `events` CLI maps an endpoint's form to the engine that publishes it there "
-                            "(http:// trtllm-serve's drain, ipc:// or tcp:// vLLM's ZMQ publisher), as the CLI lists "
-                            "engines",
     "workbench.models.hf": "llama.cpp's loader is the fast reader of a GGUF file's metadata (a file format)",
     "workbench.evaltable": "the eval-backend table names each served backend it measures, with its wing's "
                            "launch line and identity (seed 004's table is backends side by side)",

@@ -93,14 +93,25 @@ def test_an_added_entry_must_be_of_the_base_and_cannot_be_replaced():
     (cells.EngineFacts("m:Options", runs="vllm-server"), "runs must name an in-process engine"),
     (cells.EngineFacts("m:Options", runs="sglang"), "runs must name an in-process engine"),
     (cells.EngineFacts("m:Options", runs="sglang-server"), "runs must name an in-process engine"),
+    (cells.EngineFacts("m:Options", watched_at=("grpc://HOST:PORT",)), "watched_at needs an event plane"),
+    (cells.EngineFacts("m:Options", events="m", watched_at=("HOST:PORT",)), "must be 'scheme://…' forms"),
+    (cells.EngineFacts("m:Options", events="m", watched_at=("tcp://HOST:PORT",)), "another engine declares"),
 ])
 def test_an_engines_facts_are_checked_as_it_registers(facts, refusal):
     """As pluggy checks a hook implementation at register(): a wrong fact is refused before anything asks it."""
     r: Registry = Registry("engine", facts=cells.EngineFacts)
     r.register("vllm", "m:Cell", cells.EngineFacts("m:Options"))
-    r.register("vllm-server", "m:Served", cells.EngineFacts("m:Options", runs="vllm"))
+    r.register("vllm-server", "m:Served", cells.EngineFacts("m:Options", runs="vllm", events="m",
+                                                            watched_at=("ipc://PATH", "tcp://HOST:PORT")))
     with pytest.raises((TypeError, ValueError), match=refusal):
         r.register("sglang-server", "m:Cell", facts)
+
+
+def test_events_watch_finds_the_engine_by_the_endpoint_form_its_wing_declared():
+    assert cells.watched_at("http://127.0.0.1:8000") == cells.watched_at("https://h:1") == "trtllm-serve"
+    assert cells.watched_at("ipc:///tmp/kv") == cells.watched_at("tcp://127.0.0.1:5557") == "vllm-server"
+    assert cells.watched_at("ftp://x") is None and cells.watched_at("127.0.0.1:8000") is None
+    assert "trtllm-serve's (http://HOST:PORT or https://HOST:PORT)" in cells.watch_forms()
 
 
 def test_an_event_plane_that_drifts_from_its_spec_is_refused_when_first_asked(monkeypatch):

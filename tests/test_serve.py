@@ -17,7 +17,6 @@ import pytest
 from conftest import TINY, interruptible, require_engine
 from workbench import models, serve
 from workbench.cells.llamacpp.served import launch as llama_server
-from workbench.cells.trtllm import served as trtllm_served
 from workbench.cells.vllm.served import launch as vllm_serve
 
 pytestmark = pytest.mark.slow
@@ -182,19 +181,6 @@ def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tm
     assert "--enable-prompt-tokens-details" in argv and argv[argv.index("--host") + 1] == "127.0.0.1"
     events = json.loads(argv[argv.index("--kv-events-config") + 1])
     assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5999"}
-
-
-def test_trtllm_serve_is_started_with_block_reuse_events_and_perf_metrics(tmp_path):
-    """Written against the 1.2-era trtllm-serve (``--extra_llm_api_options`` YAML of LlmArgs fields)."""
-    import yaml
-
-    req = serve.ServerRequest("trtllm-serve", str(tmp_path), options={"tokens_per_block": 32})
-    launch = trtllm_served.launch(req, 8000, tmp_path)
-    options = yaml.safe_load(launch.files[trtllm_served.TRTLLM_OPTIONS])
-    assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 1024,
-                                          "tokens_per_block": 32}
-    assert options["return_perf_metrics"] is True and options["perf_metrics_max_requests"] > 0
-    assert launch.argv[launch.argv.index("--extra_llm_api_options") + 1] == str(tmp_path / trtllm_served.TRTLLM_OPTIONS)
 
 
 def test_trtllm_serve_is_not_run_here_and_says_why():

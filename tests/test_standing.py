@@ -8,6 +8,8 @@ from workbench import probes, standing
 from workbench.environment import fingerprint
 from workbench.findings import Finding
 
+RESOLVE_TAIL = " --model HF_DIR --out findings"  # every resolve command names the model folder and the findings folder
+
 
 #: per verdict, an engine reading that holds and that the warm-up rule rests that verdict on
 HELD = {"confirmed": {"metrics": {"engine_reuse_fraction": {"value": 0.5, "unit": "ratio", "source": "engine"}},
@@ -34,7 +36,7 @@ def test_only_the_subject_engine_resolves_a_claim():
     s = state([f("confirmed", engine="llamacpp", version="0.3.36")])
     assert not s.resolved and [r.engine for r in s.references] == ["llamacpp"]
     assert s.headline == "unresolved — needs tensorrt_llm on an NVIDIA GPU"
-    assert s.command == "workbench probe prefix.warmup_materialization --engine trtllm"
+    assert s.command == "workbench probe prefix.warmup_materialization --engine trtllm" + RESOLVE_TAIL
     assert state([f("refuted")]).resolved
     assert not state([f("not-applicable")]).resolved  # the cell's absence list is not the engine's word
 
@@ -45,7 +47,7 @@ def test_the_subject_served_answers_like_the_subject_in_process():
     assert [r.engine for r in served.references] == ["llamacpp-server"]  # another engine served is still a reference
     waiting = state([f("not-run", engine="trtllm-serve", reason="needs tensorrt_llm")])
     assert not waiting.resolved and [s.engine for s in waiting.subject] == ["trtllm-serve"]
-    assert waiting.command == "workbench probe prefix.warmup_materialization --engine trtllm"
+    assert waiting.command == "workbench probe prefix.warmup_materialization --engine trtllm" + RESOLVE_TAIL
 
 
 def test_newest_that_ran_stands_and_not_run_never_masks_it():
@@ -131,7 +133,7 @@ def test_one_version_leaves_churn_open_with_what_it_needs():
     s = state([survey("1.2.1"), survey("1.2.1", created="2026-07-04T10:00:00+00:00")], "risk.version_churn")
     (only,) = s.subject
     assert not s.resolved and only.verdict == "inconclusive" and "≥2 TensorRT-LLM versions" in only.summary
-    assert s.command.startswith("workbench probe surface.contract_mapping --engine trtllm") and "each" in s.command
+    assert s.command.startswith("workbench probe surface.contract_mapping --engine trtllm") and "each" in s.command and s.command.endswith("into the same --out")
 
 
 def test_other_engines_versions_never_answer_churn():

@@ -34,7 +34,8 @@ class Claim:
     match: str
     text: str
     subject: str = "trtllm"  # every blueprint claim is about TensorRT-LLM
-    resolve: str | None = None  # the command that settles it, where that is not the probes citing it
+    resolve: str | None = None  # the command that settles it, where that is not the probes citing it (one shell line
+    # that pastes on a GPU machine: --model and --out given, HF_DIR the model folder to fill in, a note as a # comment)
     survey: bool = False  # about what the release ships, not how it behaves: a static survey may settle it
     on_target: bool = False  # about target hardware: settled only by a finding whose fingerprint has its GPU
 
@@ -74,8 +75,8 @@ _CLAIMS = [
     Claim("risk.version_churn", "risks", "Version churn across TensorRT-LLM releases",
           "Version churn across TensorRT-LLM releases.", survey=True,
           # settled across releases (workbench.probes.churn), not by one run
-          resolve="workbench probe surface.contract_mapping --engine trtllm --out DIR, once with each TensorRT-LLM "
-                  "release installed (at least two), into the same findings folder"),
+          resolve="workbench probe surface.contract_mapping --engine trtllm --model HF_DIR --out findings  "
+                  "# once with each TensorRT-LLM release installed (at least two), into the same --out"),
     Claim("risk.memory_fraction", "risks", "`free_gpu_memory_fraction` conflicts with byte-based capacity policy",
           "`free_gpu_memory_fraction` conflicts with byte-based capacity policy."),
     # Contract Mapping Reference rows
@@ -106,7 +107,8 @@ _CLAIMS = [
           # settled by the agentic-loop benchmark (workbench.loop), not by a probe
           on_target=True,
           resolve="workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
-                  "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE"),
+                  "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE "
+                  "--out findings"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release.", survey=True),
@@ -118,7 +120,7 @@ _CLAIMS += [
           "Admission: `GET /server_info` reports the block size and hash contract the routing rule must match "
           "(\"Confirm each endpoint's /server_info reports the expected block size before relying on KV routing\").",
           # in-process there is no /server_info (the probe says not-applicable): the served engine answers it
-          resolve="workbench probe events.admission --engine trtllm-serve"),
+          resolve="workbench probe events.admission --engine trtllm-serve --model HF_DIR --out findings"),
     Claim("gateway.one_consumer", "gateway", "Exactly one consumer: `POST /kv_cache_events` drains",
           "Exactly one consumer: `POST /kv_cache_events` drains buffered events, so a second consumer takes events "
           "from the first (\"The Gateway must be the sole consumer for each endpoint\")."),
@@ -132,7 +134,8 @@ _CLAIMS += [
           "A bounded event buffer drops events on overflow, and a consumer can detect the loss and resynchronise "
           "(\"Subscriber repeatedly resynchronizes: another consumer drains events or the engine ring overflows\").",
           # the cell's default buffer (1024 events) never overflows on the probe's few requests: shrink it
-          resolve="workbench probe events.overflow_resync --engine trtllm -c event_buffer_max_size=4"),
+          resolve="workbench probe events.overflow_resync --engine trtllm -c event_buffer_max_size=4 --model HF_DIR "
+                  "--out findings"),
     Claim("gateway.isolation", "gateway", "Isolation in the inventory: salted or LoRA requests do not merge",
           "Isolation in the inventory: salted or LoRA requests do not merge in an inventory built from events."),
     Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",

@@ -1,4 +1,5 @@
-"""A run folder's manifest (``run.json``): which notebook ran with which parameters, and how it ended.
+"""A run folder's manifest (``run.json``): which notebook ran with which parameters, and how it ended, and each
+``workbench run`` that wrote into the folder (:class:`RunRecord`: command line, commit, machine, models).
 
 Its own module, importing only leaf helpers, so that the runner (which writes it) and the report
 (which reads it) depend on it and not on each other.
@@ -38,20 +39,63 @@ class NotebookRun:
     retried: str | None = None  # why an earlier attempt was given up (a node lost mid-job)
 
 
+@dataclass(frozen=True)
+class Machine:
+    """Where a run ran, as :mod:`workbench.environment` reads it."""
+
+    cpu: str  # the CPU's model name (/proc/cpuinfo), else its architecture
+    cores: int | None
+    gpus: tuple[str, ...]  # NVML's device names; () where it sees none
+    hostname: str
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One ``workbench run`` into a folder: what was asked, by which code, where, and how its notebooks ended.
+    Written at its start (``ended`` None: still running, or stopped before its end) and again at its end."""
+
+    id: str  # one run's id (its two writes, at its start and its end, are one record)
+    folder: str  # the run folder, absolute
+    command: tuple[str, ...]  # the command line as typed (``sys.argv``)
+    version: str  # the workbench's package version
+    commit: str | None  # git commit of the checkout, ``-dirty`` with uncommitted changes (``workbench --version``)
+    machine: Machine
+    models: dict[str, tuple[str, ...]]  # engine -> the model specs this run planned for it
+    started: str
+    ended: str | None = None
+    exit_code: int | None = None
+    notebooks: dict[str, str] = field(default_factory=dict)  # manifest key -> status at the end
+
+    @classmethod
+    def from_doc(cls, doc: dict) -> "RunRecord":
+        return cls(**(doc | {"command": tuple(doc["command"]), "machine": Machine(**(doc["machine"] | {
+            "gpus": tuple(doc["machine"]["gpus"])})), "models": {k: tuple(v) for k, v in doc["models"].items()}}))
+
+
 @dataclass
 class Manifest:
     notebooks: dict[str, NotebookRun] = field(default_factory=dict)
     updated: str = ""
     schema: str = SCHEMA
+    runs: list[RunRecord] = field(default_factory=list)  # every workbench run into the folder, oldest first
 
 
 def load(out: Path) -> Manifest:
     """The run folder's manifest; an absent or unreadable one is empty (everything reruns)."""
     try:
         doc = json.loads(read_regular(Path(out) / MANIFEST))
-        return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""))
+        runs = [r for r in map(_run_record, doc.get("runs", [])) if r is not None]
+        return Manifest({k: NotebookRun(**v) for k, v in doc["notebooks"].items()}, doc.get("updated", ""), runs=runs)
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return Manifest()
+
+
+def _run_record(doc: object) -> RunRecord | None:
+    """One run's record, None where it does not read (a hand edit, a newer field): the notebooks still load."""
+    try:
+        return RunRecord.from_doc(doc)  # type: ignore[arg-type]
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
 
 
 @contextlib.contextmanager
@@ -64,13 +108,18 @@ def _locked(out: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def record(out: Path, entry: NotebookRun) -> Manifest:
-    """Merge one entry into ``run.json`` (read, update, atomic replace) under the folder's lock."""
+def record(out: Path, entry: NotebookRun | RunRecord) -> Manifest:
+    """Merge one notebook's entry, or one run's record (the same run again: by its id), into ``run.json`` (read,
+    update, atomic replace) under the folder's lock."""
     with _locked(out):
         m = load(out)
-        m.notebooks[entry.name] = entry
+        if isinstance(entry, RunRecord):
+            m.runs = [r for r in m.runs if r.id != entry.id] + [entry]
+        else:
+            m.notebooks[entry.name] = entry
         m.updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # as findings.now_iso
         doc = {"schema": m.schema, "updated": m.updated,
-               "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())}}
+               "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())},
+               "runs": [asdict(r) for r in m.runs]}
         atomic_write(out / MANIFEST, json.dumps(doc, indent=2) + "\n")
         return m

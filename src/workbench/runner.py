@@ -30,7 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import envvars, isolate, manifest, models, nbprobes, runlock
+from . import envvars, isolate, manifest, models, nbprobes, runindex, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
@@ -116,7 +116,7 @@ def plan(out: Path, engine: str, model: str, params: Mapping[str, Any] | None = 
     for nb in select(notebooks(notebooks_dir or REPO_ROOT / "notebooks"), only):
         declared = {k: v["default"] for k, v in papermill.inspect_notebook(str(nb)).items()}
         mine = {k: _coerce(k, v, declared[k]) for k, v in params.items() if k in declared}
-        wrong = nbprobes.problem(nb, mine, _literals(declared))
+        wrong = nbprobes.problem(nb, mine, _literals(declared), engine)
         if wrong:
             raise RunError(f"{wrong} (nothing was run)")
         used |= mine.keys()
@@ -396,6 +396,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     executor = executor or LocalExecutor()
     executor.check(todo)
     with _one_writer(out, wait):
+        runindex.check_models(out, [job.planned.parameters for job in todo])
         return _run_checked(out, todo, executor, progress, verbose, data_dir)
 
 
@@ -407,6 +408,7 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
     for sub in ("notebooks", "findings"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
+    run = runindex.begin(out, [job.planned.parameters for job in todo])
     with executor:
         failed = _run_jobs(out, todo, executor, progress, verbose)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
@@ -418,7 +420,10 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
         print(f"blueprint: not written: {bp_error}")
     if failed:
         print(f"failed:    {', '.join(failed)} (see {out / manifest.MANIFEST})")
-    return 1 if failed or bp_error else 0
+    code = 1 if failed or bp_error else 0
+    runindex.end(out, run, code)
+    print(f"index:     {runindex.index_path(out)}")
+    return code
 
 
 def _running(running: Mapping[str, manifest.NotebookRun]) -> str:

@@ -216,12 +216,19 @@ def _citing() -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in out.items()}
 
 
+SUBJECT_MODEL = "HF_DIR"
+"""The model a resolve command names: the subject (TensorRT-LLM) runs a Hugging Face model folder, and none ships
+with the workbench, so the command names the one word to fill in."""
+
+
 def resolve_command(claim_id: str) -> str:
-    """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there)."""
+    """The command that answers ``claim_id`` on its subject engine (the probes that cite it, run there), one shell
+    line that pastes on a GPU machine with ``--model`` and ``--out`` (tests/test_resolve_commands.py parses each)."""
     claim = _claims.get(claim_id)
     if claim.resolve:  # settled by something other than the probes that cite it
         return claim.resolve
     names = _citing().get(claim_id, ())
     if not names:
         return f"no probe cites {claim_id} yet"
-    return " && ".join(f"workbench probe {n} --engine {claim.subject}" for n in names)
+    return " && ".join(f"workbench probe {n} --engine {claim.subject} --model {SUBJECT_MODEL} --out findings"
+                       for n in names)

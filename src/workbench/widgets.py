@@ -54,10 +54,14 @@ def _show_evidence(f: Finding, rows: Sequence[dict]) -> None:
 
 
 def evidence(f: Finding, *, by: str | None = None, interactive: bool = False) -> None:
-    """Figures and evidence rows of ``f``; interactively, a picker over the values of column ``by``."""
+    """Figures and evidence rows of ``f``; interactively, a picker over the values of column ``by``. With fewer than
+    two values there is nothing to pick: the evidence is shown whole, with a line saying why there is no picker; a
+    picker left with nothing picked says so instead of showing an empty area."""
     rows = f.evidence.get("rows", [])
     values = list(dict.fromkeys(r[by] for r in rows if by in r)) if by else []
-    if not (interactive and values):
+    if not (interactive and len(values) > 1):
+        if interactive and by:
+            display(Markdown(f"*{_nothing_to_pick(by, values)}*"))
         _show_evidence(f, rows)
         return
     import ipywidgets as w
@@ -68,11 +72,20 @@ def evidence(f: Finding, *, by: str | None = None, interactive: bool = False) ->
     def redraw(_: object = None) -> None:
         with area:
             area.clear_output(wait=True)
-            _show_evidence(f, [r for r in rows if r.get(by) in picker.value])
+            if picker.value:
+                _show_evidence(f, [r for r in rows if r.get(by) in picker.value])
+            else:
+                display(Markdown(f"*no {by} picked: pick one or more above (ctrl-click or shift-click)*"))
 
     picker.observe(redraw, names="value")
     redraw()
     display(w.VBox([picker, area]))
+
+
+def _nothing_to_pick(by: str, values: Sequence) -> str:
+    if values:
+        return f"one {by} in this evidence ({values[0]}): nothing to pick, all of it is shown"
+    return f"no {by} in this evidence: nothing to pick, all of it is shown"
 
 
 def findings_browser(table: pd.DataFrame, *, interactive: bool = False) -> None:

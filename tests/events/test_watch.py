@@ -32,7 +32,7 @@ def test_watch_refuses_an_endpoint_another_consumer_holds(state):
 
 def test_watch_rejects_an_endpoint_it_cannot_read(state):
     r = subprocess.run([*CLI, "--endpoint", "ftp://x", "--duration", "1"], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and "give trtllm-serve's URL" in r.stderr
+    assert r.returncode == 2 and "give trtllm-serve's (http://HOST:PORT" in r.stderr and "vllm-server's (ipc://PATH" in r.stderr
     assert not lease.lease_path("ftp://x").exists()  # the lease is released
 
 

@@ -32,9 +32,16 @@ class EngineFacts:
     options: str  # "module:Class": the options dataclass its open() takes
     runs: str | None = None  # a served engine: the in-process engine its server runs
     events: str | None = None  # a module answering workbench.events.plane.EventPlane; None: no stream reproduced
+    # the endpoint forms `workbench events watch` consumes this engine's stream at ("http://HOST:PORT"), by scheme
+    watched_at: tuple[str, ...] = ()
 
     def check(self, name: str, registry: Registry) -> None:
+        taken = {_scheme(f) for other in registry.names() for f in registry.facts(other).watched_at}
         rules = (
+            (not self.watched_at or self.events is not None, "watched_at needs an event plane (events=)"),
+            (all("://" in f for f in self.watched_at), f"watched_at must be 'scheme://…' forms, got {self.watched_at!r}"),
+            (not taken & {_scheme(f) for f in self.watched_at},
+             f"watched_at {self.watched_at!r}: another engine declares one of these schemes"),
             (self.options.count(":") == 1, f"options must be 'module:Class', got {self.options!r}"),
             (self.events is None or ":" not in self.events, f"events must name a module, got {self.events!r}"),
             (self.runs is None or (self.runs != name and self.runs in registry
@@ -43,6 +50,10 @@ class EngineFacts:
         )
         if problems := [why for ok, why in rules if not ok]:
             raise ValueError(f"engine {name!r}: {'; '.join(problems)}")
+
+
+def _scheme(form: str) -> str:
+    return form.partition("://")[0]
 
 
 ENGINES: Registry = Registry("engine", requires=("open", "availability"), facts=EngineFacts)
@@ -66,9 +77,11 @@ register("vllm", "workbench.cells.vllm.cell:VllmCell",
 register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
          EngineFacts("workbench.cells.llamacpp.served:LlamaServerOptions", runs="llamacpp"))
 register("vllm-server", "workbench.cells.vllm.served:VllmServerCell",
-         EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane"))
+         EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane",
+                     watched_at=("ipc://PATH", "tcp://HOST:PORT")))
 register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell",
-         EngineFacts("workbench.cells.served:ServedOptions", runs="trtllm", events="workbench.cells.trtllm.plane"))
+         EngineFacts("workbench.cells.trtllm.served:TrtllmServeOptions", runs="trtllm",
+                     events="workbench.cells.trtllm.plane", watched_at=("http://HOST:PORT", "https://HOST:PORT")))
 
 
 def runs(engine: str) -> str:
@@ -138,6 +151,19 @@ def event_plane(engine: str) -> Any:
     return plane
 
 
+def watched_at(endpoint: str) -> str | None:
+    """The engine whose event stream ``workbench events watch`` consumes at ``endpoint``, by its scheme (the forms
+    each engine declared in its facts), None where no engine declares that form."""
+    scheme = _scheme(endpoint) if "://" in endpoint else None
+    return next((e for e in ENGINES.names() if scheme in {_scheme(f) for f in ENGINES.facts(e).watched_at}), None)
+
+
+def watch_forms() -> str:
+    """Every endpoint form ``events watch`` takes, by engine, for a message ("trtllm-serve's (http://HOST:PORT …)")."""
+    return " or ".join(f"{e}'s ({' or '.join(ENGINES.facts(e).watched_at)})" for e in ENGINES.names()
+                       if ENGINES.facts(e).watched_at)
+
+
 def preload(engine: str) -> tuple[str, ...]:
     """The modules a child working ``engine`` imports anyway (its cell's module and the cell's ``preload``), for
     :func:`workbench.isolate.call`; none for an engine whose cell cannot be imported here."""
@@ -185,4 +211,4 @@ def _check_observers(engine: str, cls: type, cell: Cell) -> None:
 
 
 __all__ = ["SERVED", "Availability", "EngineFacts", "availability", "cell_class", "event_plane", "known_options",
-           "engines", "open_cell", "options_class", "register", "runs", "takes"]
+           "engines", "open_cell", "options_class", "register", "runs", "takes", "watch_forms", "watched_at"]

@@ -47,7 +47,8 @@ TRANSPORT = "http"
 @dataclass(frozen=True)
 class ServedOptions(CellOptions):
     """``open_cell("llamacpp-server" | "vllm-server" | "trtllm-serve", model, **options)`` keywords every server
-    takes; a server's own class adds its own (``LlamaServerOptions``, ``VllmServeOptions``)."""
+    takes; a server's own class adds its own (``LlamaServerOptions``, ``VllmServeOptions``,
+    ``TrtllmServeOptions``)."""
 
     endpoint: str | None = None  # attach to a server someone else runs (its URL); None: start one
     slots: int = 1  # llama-server: -np (each its own id_slot); vLLM/TensorRT-LLM: the cell's bookkeeping

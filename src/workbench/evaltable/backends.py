@@ -51,7 +51,7 @@ BACKENDS: dict[str, Backend] = {
 
 NOT_HERE: Mapping[str, str] = {
     "trtllm-serve": "trtllm-serve (TensorRT-LLM 1.2) needs an NVIDIA GPU and is not installable here; on a GPU "
-                    "machine: pip install 'tensorrt_llm>=1.2,<1.3', then `workbench evaltable --backend trtllm-serve`",
+                    "machine: pip install 'tensorrt_llm>=1.2,<1.3', then `workbench evaltable --backend trtllm-serve --model HF_DIR --out runs/evaltable`",
     "triton-trtllm": "Triton with the TensorRT-LLM backend (ensemble and LLM-API models) needs an NVIDIA GPU and "
                      "a TensorRT-LLM engine; this table does not drive it yet (issue 39 items 2 and 5)",
 }

@@ -16,7 +16,7 @@ from ..contract import WorkbenchError
 from ..files import OutputError, check_env_folders
 from ..params import check_hash_seed
 from .guide import GUIDE
-from ..cells.trtllm.sources import EndpointFault
+from .sources import EndpointFault
 
 app = typer.Typer(no_args_is_help=True, help="The KV event plane: a gateway's consumer of one endpoint.")
 
@@ -36,30 +36,15 @@ def _seconds(value: Optional[float]) -> Optional[float]:
     return value
 
 
-def _zmq(option: str, value: str) -> str:
-    """A vLLM ZMQ endpoint as its publisher binds it: ``ipc://PATH`` or ``tcp://HOST:PORT`` (ZMQ connects lazily,
-    so a wrong one would otherwise wait in silence, a replay one until the first gap)."""
-    scheme, _, rest = value.partition("://")
-    host, _, port = rest.rpartition(":")
-    if (scheme == "ipc" and rest) or (scheme == "tcp" and host and port.isdigit() and 0 < int(port) < 65536):
-        return value
-    _fail(f"{option} {value!r}: give vLLM's ZMQ endpoint (ipc://PATH or tcp://HOST:PORT, as its --kv-events-config "
-          "binds it)")
+def _watch(endpoint: str, replay: Optional[str], timeout: float, block_size: int, hash_seed: Optional[str],
+           hash_algo: str):
+    """The stream at ``endpoint``, from the engine that declares its form (the registry's ``watched_at``)."""
+    from .. import cells
 
-
-def _source(endpoint: str, replay: Optional[str], timeout: float):
-    from ..cells.trtllm.sources import TrtllmHttpSource
-    from ..cells.vllm.events import Subscriber
-
-    if endpoint.startswith(("http://", "https://")):
-        if replay is not None:
-            _fail("--replay: trtllm-serve 1.2 keeps no replay buffer; --replay is vLLM's (KVEventsConfig.replay_endpoint)")
-        return TrtllmHttpSource(endpoint, timeout_s=timeout)
-    if endpoint.startswith(("ipc://", "tcp://")):
-        return Subscriber(connect=_zmq("--endpoint", endpoint),
-                          replay=None if replay is None else _zmq("--replay", replay))
-    _fail(f"--endpoint {endpoint!r}: give trtllm-serve's URL (http://HOST:PORT) or vLLM's ZMQ publisher "
-          "(ipc://PATH or tcp://HOST:PORT, as its --kv-events-config endpoint binds it)")
+    engine = cells.watched_at(endpoint)
+    if engine is None:
+        _fail(f"--endpoint {endpoint!r}: give {cells.watch_forms()} event endpoint")
+    return cells.event_plane(engine).watch(endpoint, replay, timeout, block_size, hash_seed, hash_algo)
 
 
 def _keep(drained: list[dict], url: str) -> str:
@@ -105,10 +90,8 @@ def watch(
     answered rightly exits 3. Either way the events drained so far (the drain is destructive) are kept in the
     recovery folder, and the message says how many and where."""
     from . import lease as _lease
-    from . import watch as _watch
+    from . import watch as _watcher
     from .consumer import Consumer
-    from ..cells.trtllm.hashing import TrtllmHasher
-    from ..cells.vllm.hashing import VllmHasher
     from .inventory import RESYNC, Inventory
 
     if policy not in RESYNC:
@@ -124,17 +107,16 @@ def watch(
     if held.note:
         typer.echo(held.note, err=True)
     try:
-        source = _source(endpoint, replay, timeout)
-        hasher = TrtllmHasher(block_size) if source.engine == "trtllm" else VllmHasher(block_size, hash_algo, hash_seed)
+        watching = _watch(endpoint, replay, timeout, block_size, hash_seed, hash_algo)
     except (ValueError, typer.Exit) as e:
         held.release()
         if isinstance(e, typer.Exit):
             raise
         _fail(str(e))
-    consumer = Consumer(source, Inventory(hasher), policy, None, held)
+    consumer = Consumer(watching.source, Inventory(watching.hasher), policy, None, held)
     try:  # a drain waits on the server (--timeout), a vLLM poll on the refresh (--interval)
-        _watch.watch(consumer, duration_s=duration, interval_s=timeout if source.engine == "trtllm" else interval,
-                     as_json=as_json, requests=requests, out=sys.stdout)
+        _watcher.watch(consumer, duration_s=duration, interval_s=watching.wait_s or interval,
+                         as_json=as_json, requests=requests, out=sys.stdout)
     except EndpointFault as e:
         _fail(f"{e}; {_keep(e.drained, e.url)}", DROPPED_EXIT if e.dropped else 2)
     except WorkbenchError as e:

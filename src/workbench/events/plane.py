@@ -4,11 +4,22 @@ guessing the engine from its description's keys."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Protocol
 
 from ..contract import Description
 from .hashing import Hasher
 from .sources import EventSource
+
+
+@dataclass(frozen=True)
+class Watch:
+    """What ``workbench events watch`` consumes at one endpoint: its stream, the hasher of its blocks, and how long
+    one refresh waits on it (None: the user's ``--interval``; a drain that blocks on the server waits its timeout)."""
+
+    source: EventSource
+    hasher: Hasher
+    wait_s: float | None
 
 
 class EventPlane(Protocol):
@@ -30,6 +41,12 @@ class EventPlane(Protocol):
         """A new, independent consumer of the cell's published stream, where its publisher binds an endpoint
         others can connect to; None where the stream has room for the cell's own consumer only."""
 
+    def watch(self, endpoint: str, replay: str | None, timeout_s: float, block_size: int, seed: str | None,
+              algo: str) -> Watch:
+        """The stream at ``endpoint`` (one of the forms the engine declared as its facts' ``watched_at``), with
+        ``replay`` where the engine keeps a replay buffer; ValueError naming the flag (``--endpoint``,
+        ``--replay``) whose value this engine's stream cannot take."""
 
-HOOKS = ("hasher", "rule", "rule_hasher", "lora_key", "subscribe")
+
+HOOKS = ("hasher", "rule", "rule_hasher", "lora_key", "subscribe", "watch")
 """The calls an engine's plane answers (:class:`EventPlane`'s methods), checked when the plane is first asked."""

@@ -10,7 +10,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from ..contract import KvEvent
+from ..contract import KvEvent, WorkbenchError
+
+
+class EndpointFault(WorkbenchError):
+    """An endpoint's stream answered something other than what its engine sends (``expected``), or stopped
+    answering. ``dropped``: it had answered rightly before (a server that went away, not a wrong address).
+    ``drained`` holds every event object it handed over: a destructive drain's events exist nowhere else, so the
+    caller must keep them."""
+
+    def __init__(self, url: str, answered: str, drained: list[dict], expected: str, *, dropped: bool = False) -> None:
+        self.url, self.answered, self.drained, self.dropped = url, answered, drained, dropped
+        super().__init__(f"{url} {answered}; expected {expected}")
 
 
 @runtime_checkable

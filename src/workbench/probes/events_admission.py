@@ -95,7 +95,7 @@ class Admission(Probe):
 def served_command(ctx: ProbeContext) -> str:
     """The command that runs this probe on the served twin of the engine run in-process here."""
     served = [s for s, runs in cells.SERVED.items() if runs == cells.runs(ctx.engine)]
-    return (f"workbench probe events.admission --engine {served[0]} --model {ctx.model}" if served
+    return (f"workbench probe events.admission --engine {served[0]} --model {ctx.model} --out findings" if served
             else f"no served twin of {ctx.engine} is registered")
 
 

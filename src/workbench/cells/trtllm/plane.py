@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from ...contract import Description
+from ...events.plane import Watch
 from ...events.sources import EventSource
 from .hashing import TrtllmHasher
 
@@ -36,3 +37,15 @@ def lora_key(d: Description) -> int:
 
 def subscribe(d: Description) -> EventSource | None:
     return None
+
+
+def watch(endpoint: str, replay: str | None, timeout_s: float, block_size: int, seed: str | None,
+          algo: str) -> Watch:
+    """trtllm-serve's ``POST /kv_cache_events`` drain at ``http(s)://HOST:PORT``; a drain blocks on the server, so a
+    refresh waits the timeout."""
+    from .sources import TrtllmHttpSource
+
+    if replay is not None:
+        raise ValueError("--replay: trtllm-serve 1.2 keeps no replay buffer; --replay is vLLM's "
+                         "(KVEventsConfig.replay_endpoint)")
+    return Watch(TrtllmHttpSource(endpoint, timeout_s=timeout_s), TrtllmHasher(block_size), timeout_s)

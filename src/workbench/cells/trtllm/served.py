@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping
 
@@ -14,7 +14,7 @@ from ...contract import Description, KvEvent, Retention, UnsupportedFeature
 from ...serve import Launch, ServerRequest
 from .. import Availability
 from ..request import DEFAULT_CONTEXT_TOKENS, Slot, Step, Warm
-from ..served import ServedCell
+from ..served import ServedCell, ServedOptions
 from ..served_id import Answer, Mismatch, ServerId, pick
 
 
@@ -43,27 +43,76 @@ class TrtllmServeId(ServerId):
         return cls(version=version, served_model=served, server_info=info)
 
 
+BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
+"""``trtllm-serve --backend``'s choices (``tensorrt_llm/commands/serve.py``, ``ChoiceWithAlias``; ``trt`` is an alias)."""
+
+
+@dataclass(frozen=True)
+class TrtllmServeOptions(ServedOptions):
+    """``open_cell("trtllm-serve", model, **options)``: the served keywords and ``trtllm-serve``'s own, as the
+    1.2-era ``tensorrt_llm/commands/serve.py`` (its ``serve`` click command) and ``llmapi/llm_args.py``
+    (``KvCacheConfig``, written to ``--extra_llm_api_options``) name them. ``kv_budget_tokens`` is
+    ``kv_cache_config.max_tokens``; a budget in bytes has no 1.2 knob and is refused."""
+
+    backend: str = "pytorch"  # --backend; the cell reads reuse from /perf_metrics, which the PyTorch backend fills
+    max_num_tokens: int | None = None  # --max_num_tokens (None: BuildConfig's default)
+    tensor_parallel_size: int = 1  # --tp_size
+    free_gpu_memory_fraction: float | None = None  # --kv_cache_free_gpu_memory_fraction (None: serve.py's 0.9)
+    trust_remote_code: bool = False  # --trust_remote_code
+    enable_chunked_prefill: bool = False  # --enable_chunked_prefill
+    tokens_per_block: int = 32  # kv_cache_config.tokens_per_block (1.2's default; /server_info says it from 1.3)
+    event_buffer_max_size: int = 1024  # kv_cache_config.event_buffer_max_size (0 turns KV events off)
+    perf_metrics_max_requests: int = 1000  # perf_metrics_max_requests (/perf_metrics keeps this many)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: trtllm-serve 1.2 takes {', '.join(BACKENDS)}")
+        if self.kv_budget_bytes is not None:
+            raise ValueError("trtllm-serve 1.2 takes a KV budget in tokens (kv_budget_tokens, its "
+                             "kv_cache_config.max_tokens), not bytes")
+        counts = {"tensor_parallel_size": self.tensor_parallel_size, "tokens_per_block": self.tokens_per_block,
+                  "perf_metrics_max_requests": self.perf_metrics_max_requests, "max_num_tokens": self.max_num_tokens or 1}
+        if bad := [f"{k} {v}" for k, v in counts.items() if v < 1] + (
+                [f"event_buffer_max_size {self.event_buffer_max_size}"] if self.event_buffer_max_size < 0 else []):
+            raise ValueError(f"trtllm-serve: {', '.join(bad)}: give whole numbers of at least 1 (events: 0 or more)")
+        if self.free_gpu_memory_fraction is not None and not 0 < self.free_gpu_memory_fraction <= 1:
+            raise ValueError(f"free_gpu_memory_fraction {self.free_gpu_memory_fraction}: give a fraction in (0, 1]")
+
+    def server_options(self) -> dict[str, Any]:
+        """What :func:`launch` reads (``ServerRequest.options``): trtllm-serve's own fields, the budget as
+        ``max_tokens``."""
+        own = {f.name for f in fields(self)} - {f.name for f in fields(ServedOptions)}
+        return {name: getattr(self, name) for name in sorted(own)} | {"max_tokens": self.kv_budget_tokens}
+
+
 TRTLLM_OPTIONS = "trtllm-options.yaml"
 
 
 def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
-    """``trtllm-serve`` 1.2 (PyTorch backend), written against the 1.2-era ``tensorrt_llm/commands/serve.py``
-    and ``llmapi/llm_args.py``: block reuse and KV events on, per-request perf metrics for ``/perf_metrics``
-    (its ``kv_cache_metrics`` give each request's reused blocks). Not run on this machine (no NVIDIA GPU)."""
+    """``trtllm-serve`` 1.2, written against the 1.2-era ``tensorrt_llm/commands/serve.py`` (its click options) and
+    ``llmapi/llm_args.py`` (the YAML of ``--extra_llm_api_options``): block reuse and KV events on, per-request perf
+    metrics for ``/perf_metrics`` (its ``kv_cache_metrics`` give each request's reused blocks). ``req.options``:
+    :class:`TrtllmServeOptions`' server fields, as the cell's ``_server_options`` hands them over. Not run on this
+    machine (no NVIDIA GPU)."""
     binary = shutil.which("trtllm-serve") or str(Path(sys.executable).parent / "trtllm-serve")
     o = req.options
+    kv = {"tokens_per_block": o.get("tokens_per_block"), "max_tokens": o.get("max_tokens"),
+          "free_gpu_memory_fraction": o.get("free_gpu_memory_fraction")}
     options = "\n".join([
         "kv_cache_config:",
         "  enable_block_reuse: true",
         f"  event_buffer_max_size: {int(o.get('event_buffer_max_size', 1024))}",
-        *([f"  tokens_per_block: {int(o['tokens_per_block'])}"] if o.get("tokens_per_block") else []),
+        *(f"  {k}: {v}" for k, v in kv.items() if v is not None),
         "return_perf_metrics: true",
         f"perf_metrics_max_requests: {int(o.get('perf_metrics_max_requests', 1000))}",
         "",
     ])
-    argv = [binary, req.model_path, "--host", req.host, "--port", str(port), "--backend", "pytorch",
+    argv = [binary, req.model_path, "--host", req.host, "--port", str(port), "--backend", o.get("backend", "pytorch"),
             "--max_seq_len", str(req.context_tokens), "--max_batch_size", str(max(req.slots, 1)),
-            "--extra_llm_api_options", str(folder / TRTLLM_OPTIONS)]
+            "--tp_size", str(o.get("tensor_parallel_size", 1)), "--extra_llm_api_options", str(folder / TRTLLM_OPTIONS)]
+    argv += ["--max_num_tokens", str(o["max_num_tokens"])] if o.get("max_num_tokens") else []
+    argv += [flag for flag in ("--trust_remote_code", "--enable_chunked_prefill") if o.get(flag[2:])]
     return Launch(tuple(argv + list(req.extra_args)), {}, {TRTLLM_OPTIONS: options})
 
 
@@ -80,7 +129,6 @@ class TrtllmServeCell(ServedCell):
     launch = staticmethod(launch)
     server_engine = "trtllm"
     prefill_now = True
-    TOKENS_PER_BLOCK = 32  # 1.2's KvCacheConfig default; /server_info does not say it before 1.3
 
     @classmethod
     def availability(cls) -> Availability:
@@ -94,7 +142,7 @@ class TrtllmServeCell(ServedCell):
         return models.hf_directory(self.model)
 
     def _server_options(self) -> dict[str, Any]:
-        return {"tokens_per_block": self.TOKENS_PER_BLOCK}
+        return self.opts.server_options()
 
     def _read_server(self) -> None:
         said = self._identify()
@@ -109,10 +157,10 @@ class TrtllmServeCell(ServedCell):
 
     @property
     def _granularity(self) -> int:
-        return int(self.server_info.get("tokens_per_block") or self.TOKENS_PER_BLOCK)
+        return int(self.server_info.get("tokens_per_block") or self.opts.tokens_per_block)
 
     def _capacity_tokens(self) -> int:
-        return self.context_tokens * len(self._slots)
+        return self.opts.kv_budget_tokens or self.context_tokens * len(self._slots)
 
     def _body(self, tokens: list[int], key: str | None, max_tokens: int) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.served_model, "prompt": list(tokens), "max_tokens": max_tokens,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from ...contract import KvEvent, WorkbenchError
+from ...contract import KvEvent
+from ...events.sources import EndpointFault
 from . import events as trtllm_events
 
 
@@ -28,16 +29,6 @@ STATUS_HINTS = {
          "(aget_kv_events asserts): send one request first",
 }
 """What a status says about the endpoint, where it says more than its number (docs: event-plane.md A1)."""
-
-
-class EndpointFault(WorkbenchError):
-    """The drain answered something other than :data:`EXPECTED`, or stopped answering. ``dropped``: it had
-    answered rightly before (a server that went away, not a wrong address). ``drained`` holds every event object
-    it handed over: the drain is destructive, so they exist nowhere else and the caller must keep them."""
-
-    def __init__(self, url: str, answered: str, drained: list[dict], *, dropped: bool = False) -> None:
-        self.url, self.answered, self.drained, self.dropped = url, answered, drained, dropped
-        super().__init__(f"{url} {answered}; expected {EXPECTED}")
 
 
 class TrtllmHttpSource:
@@ -76,7 +67,7 @@ class TrtllmHttpSource:
                 f"{type(e).__name__}: {e}")
             answered = f"stopped answering after {self.answers} right answer(s): {why}" if self.answers else (
                 f"gave no answer: {why}")
-            raise EndpointFault(self.url, answered, self.drained, dropped=self.answers > 0) from None
+            raise EndpointFault(self.url, answered, self.drained, EXPECTED, dropped=self.answers > 0) from None
         events = self.read(r.status_code, r.reason_phrase, r.headers.get("content-type", ""), r.content)
         self.answers += 1
         return events
@@ -119,7 +110,7 @@ class TrtllmHttpSource:
                                 f"shape: {type(e).__name__} {e}")
 
     def _refuse(self, answered: str) -> NoReturn:
-        raise EndpointFault(self.url, answered, self.drained)
+        raise EndpointFault(self.url, answered, self.drained, EXPECTED)
 
     def replay(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
         return None  # 1.2 keeps no replay buffer: a gap is rebuilt by the consumer

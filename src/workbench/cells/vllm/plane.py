@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ...contract import Description
+from ...events.plane import Watch
 from ...events.sources import EventSource
 from .hashing import Lora, VllmHasher
 
@@ -45,3 +46,24 @@ def subscribe(d: Description) -> EventSource | None:
     if not endpoint or not str(endpoint).startswith("ipc://"):
         return None
     return Subscriber(connect=endpoint, replay=d.extra.get("kv_events_replay_endpoint"))
+
+
+def _zmq(option: str, value: str) -> str:
+    """A ZMQ endpoint as vLLM's publisher binds it: ``ipc://PATH`` or ``tcp://HOST:PORT`` (ZMQ connects lazily, so a
+    wrong one would otherwise wait in silence, a replay one until the first gap)."""
+    scheme, _, rest = value.partition("://")
+    host, _, port = rest.rpartition(":")
+    if (scheme == "ipc" and rest) or (scheme == "tcp" and host and port.isdigit() and 0 < int(port) < 65536):
+        return value
+    raise ValueError(f"{option} {value!r}: give vLLM's ZMQ endpoint (ipc://PATH or tcp://HOST:PORT, as its "
+                     "--kv-events-config binds it)")
+
+
+def watch(endpoint: str, replay: str | None, timeout_s: float, block_size: int, seed: str | None,
+          algo: str) -> Watch:
+    """vLLM's ZMQ publisher (``KVEventsConfig.endpoint``), with its replay endpoint where one is given."""
+    from .events import Subscriber
+
+    connect, again = _zmq("--endpoint", endpoint), None if replay is None else _zmq("--replay", replay)
+    hasher = VllmHasher(block_size, algo, seed)
+    return Watch(Subscriber(connect=connect, replay=again), hasher, None)
