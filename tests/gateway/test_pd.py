@@ -94,3 +94,21 @@ def test_the_probe_is_declared_with_its_claims_and_figures():
 def test_llamacpp_has_no_pd_transfer_so_the_probe_is_not_applicable():
     f = probes.run("gateway.pd", engine="llamacpp", model="synthetic:tiny", isolated=False)
     assert f.verdict == "not-applicable" and "no P/D transfer" in f.summary
+
+
+def test_the_shape_claims_land_in_the_guide_unresolved_on_trtllm_serve_with_their_command(tmp_path):
+    from pathlib import Path
+
+    from workbench import claims
+    from workbench.events import guide
+
+    found = tmp_path / "findings"
+    f = probes.run("gateway.pd", engine="trtllm-serve", model="synthetic:tiny", out=found, isolated=False)
+    assert f.verdict == "not-run"
+    out = tmp_path / "guide.md"
+    source = Path(__file__).resolve().parents[2] / "data" / guide.GUIDE
+    assert guide.run_writeback(source, [found], "write", out) == 0
+    text = out.read_text()
+    for c in claims.in_section("shapes"):
+        block = text[text.index(f"<!-- workbench:begin {c.id} -->"):text.index(f"<!-- workbench:end {c.id} -->")]
+        assert "**TensorRT-LLM: unresolved" in block and "gateway.pd --engine trtllm-serve" in block, c.id
