@@ -13,6 +13,7 @@ from workbench.probes import ProbeContext, gateway_pd
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 MODEL = "synthetic:cpu"
+FAULTS = gateway_pd.FAULTS
 
 
 @pytest.fixture(scope="module")
@@ -46,5 +47,5 @@ def test_pd_equals_one_engine_and_the_decode_loads_the_prefix(pair):
     ("no_early_exit", "refuted", "confirmed"),
 ])
 def test_each_fault_drives_a_verdict_otherwise(pair, fault, life, kv):
-    o = run(pair, fault, 2)
+    o = run(pair, fault, 2 + FAULTS.index(fault))
     assert o.claim_verdicts == {"shapes.pd_lifecycle": life, "shapes.pd_transferred_kv": kv}, o.summary

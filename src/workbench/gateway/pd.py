@@ -107,8 +107,9 @@ def _choice(doc: Mapping[str, Any]) -> dict:
 
 
 def sse(client: Any, url: str, body: Mapping[str, Any]) -> Iterator[dict]:
-    """POST ``body`` with ``stream: true`` to ``url``; each ``data:`` line as JSON until ``[DONE]``."""
-    with client.stream("POST", url, json=dict(body, stream=True)) as r:
+    """POST ``body`` with ``stream: true`` (and the usage in the last chunk) to ``url``; each ``data:`` line as
+    JSON until ``[DONE]``."""
+    with client.stream("POST", url, json=dict(body, stream=True, stream_options={"include_usage": True})) as r:
         if r.status_code != 200:
             r.read()
             raise WorkbenchError(f"{url} answered {r.status_code}: {r.text[:300]}")

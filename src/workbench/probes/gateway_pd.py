@@ -132,17 +132,18 @@ class PdShape(Probe):
 
 
 def measure(pair: Pair, p: Params, rng: np.random.Generator, d: Any) -> Outcome:
-    """The experiment on an open pair (tests share one pair across faults): each call draws its own prompt."""
-    tokens = token_ids(rng, p.prompt_tokens, d)
-    block = int(d.block_tokens)
-    single = _single(pair, tokens, p.max_tokens)
-    fault = _Fault(pair, p.fault)
+    """The experiment on an open pair (tests share one pair across faults): each call draws its own prompt, and
+    no stored entry of it is left from before."""
+    tokens, block = token_ids(rng, p.prompt_tokens, d), int(d.block_tokens)
+    entry = pair.store.entry(tokens, block) if pair.store is not None else None
+    single = _single(pair, tokens, p.max_tokens, entry)
     before = pair.counts(pair.generation)
     ex = pd.relay(pair.client, pair.wire, pair.body(tokens, p.max_tokens, fresh_salt("pd")),
                   context_url=pair.url(pair.context), generation_url=pair.url(pair.generation),
-                  tamper=pd.rewrite_prompt if p.fault == "prompt_rewritten" else None, between=fault.between)
+                  tamper=pd.rewrite_prompt if p.fault == "prompt_rewritten" else None,
+                  between=lambda ex: _fault(pair, entry, p.fault))
     after = pair.counts(pair.generation)
-    zeroed = _zeroed_control(pair, fault.entry, tokens, p.max_tokens)
+    zeroed = _zeroed_control(pair, entry, tokens, p.max_tokens)
     exits = _early_exit(pair, rng, d, p)
     rows = [_row("single", single, single), _row("P/D", ex, single), _row("zeroed store", zeroed, single),
             {"run": "early exit", "finish_reason": exits["finish_reason"], "early_exit": exits["early_exit"],
@@ -155,46 +156,39 @@ def measure(pair: Pair, p: Params, rng: np.random.Generator, d: Any) -> Outcome:
          "pd_ttft_s": ex.ttft_s, "pd_context_s": ex.context_s, "single_ttft_s": single.ttft_s}
     m["pd_external_exact"] = external == m["pd_expected_external_tokens"]
     notes = [f"fault: {p.fault}", f"relayed state (the context answer's, untouched): {ex.state!r}",
-             f"generation leg prompt kept: {ex.generation_body.get('prompt') == tokens if ex.generation_body else None}"]
+             f"generation leg prompt kept: {ex.generation_body.get('prompt') == tokens if ex.generation_body else None}",
+             f"zeroed-store control: {'ran' if zeroed else 'not run (no stored entry of the prompt to zero)'}"]
     return decide(m, rows, notes)
 
 
-class _Fault:
+def _fault(pair: Pair, entry: Any, fault: str) -> None:
     """A fault on the state between the legs, through the transfer's own files: the entry the context leg wrote
-    removed (``state_dropped``) or zeroed (``state_altered``). Remembers the entry for the zeroed control."""
-
-    def __init__(self, pair: Pair, fault: str) -> None:
-        self.pair, self.fault = pair, fault
-        self.known = pair.store.entries() if pair.store is not None else set()
-        self.entry = None
-
-    def between(self, ex: pd.Exchange) -> None:
-        if self.pair.store is None:
-            return
-        new = sorted(self.pair.store.entries() - self.known)
-        self.entry = new[0] if new else None
-        if self.entry is not None and self.fault == "state_dropped":
-            self.pair.store.remove(self.entry)
-        elif self.entry is not None and self.fault == "state_altered":
-            self.pair.store.zero(self.entry)
+    removed (``state_dropped``) or zeroed (``state_altered``)."""
+    if entry is None or not entry.exists():
+        return
+    if fault == "state_dropped":
+        pair.store.remove(entry)
+    elif fault == "state_altered":
+        pair.store.zero(entry)
 
 
-def _single(pair: Pair, tokens: list[int], max_tokens: int) -> pd.Exchange:
-    """The reference on the context endpoint (its connector only stores); the entry it stored is removed, so the
-    context leg writes its own."""
-    known = pair.store.entries() if pair.store is not None else set()
+def _single(pair: Pair, tokens: list[int], max_tokens: int, entry: Any) -> pd.Exchange:
+    """The reference on the context endpoint (its connector only stores: no entry of the prompt exists before it);
+    the entry it stored is removed after, so the context leg writes its own."""
+    if entry is not None:
+        pair.store.remove(entry)
     out = pd.single(pair.client, pair.url(pair.context), pair.body(tokens, max_tokens, fresh_salt("single")))
-    for entry in (pair.store.entries() - known) if pair.store is not None else ():
+    if entry is not None:
         pair.store.remove(entry)
     return out
 
 
 def _zeroed_control(pair: Pair, entry: Any, tokens: list[int], max_tokens: int) -> pd.Exchange | None:
-    """The stored tensors zeroed, the generation leg sent again under a fresh salt; None without a file store."""
-    if pair.store is None:
+    """The stored tensors zeroed, the generation leg sent again under a fresh salt; None where no stored entry of
+    the prompt exists (no file store, or a fault removed it)."""
+    if entry is None or not entry.exists():
         return None
-    if entry is not None and entry.exists():
-        pair.store.zero(entry)
+    pair.store.zero(entry)
     body = pair.wire.generation_body(pair.body(tokens, max_tokens, fresh_salt("zeroed")), None)
     return pd.single(pair.client, pair.url(pair.generation), body)
 

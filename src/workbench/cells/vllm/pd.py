@@ -12,10 +12,13 @@ leg hands over *is* the store entry, and the OpenAI answer's ``kv_transfer_param
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+
+import numpy as np
 
 from ...gateway.pd import Counts
 from ..served_id import prometheus_sum
@@ -76,7 +79,7 @@ class VllmWire:
 def request(served_model: str, tokens: list[int], max_tokens: int, salt: str | None, **more: Any) -> dict:
     """A greedy completion on token ids that returns the engine's token ids (``return_token_ids``)."""
     body = {"model": served_model, "prompt": list(tokens), "max_tokens": max_tokens, "temperature": 0.0,
-            "return_token_ids": True, "stream_options": {"include_usage": True}} | more
+            "return_token_ids": True} | more
     return body if salt is None else body | {"cache_salt": salt}
 
 
@@ -91,8 +94,17 @@ class Store:
 
     root: Path
 
-    def entries(self) -> set[Path]:
-        return {p for p in self.root.iterdir() if p.is_dir()} if self.root.is_dir() else set()
+    def entry(self, tokens: list[int], block_size: int) -> Path:
+        """The folder the connector stores ``tokens`` under: the hash of the int64 bytes of the prompt's whole
+        blocks (``ReqMeta.make_meta`` aligns ``len``, the lookup ``len - 1``: they agree unless ``len`` is one past
+        a block) (``_generate_foldername_debug``: ``safe_hash``, md5 unless the platform refuses it, then sha256)."""
+        stored = (len(tokens) - 1) // block_size * block_size
+        data = np.asarray(tokens[:stored], dtype=np.int64).tobytes()
+        try:
+            digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        except ValueError:
+            digest = hashlib.sha256(data).hexdigest()
+        return self.root / digest
 
     def files(self, entry: Path) -> list[Path]:
         return sorted(entry.glob("*.safetensors"))
