@@ -93,7 +93,7 @@ def test_the_probe_is_declared_with_its_claims_and_figures():
 
 def test_llamacpp_has_no_pd_transfer_so_the_probe_is_not_applicable():
     f = probes.run("gateway.pd", engine="llamacpp", model="synthetic:tiny", isolated=False)
-    assert f.verdict == "not-applicable" and "no P/D transfer" in f.summary
+    assert f.verdict == "not-applicable" and "No P/D transfer on llamacpp" in f.summary
 
 
 def test_the_shape_claims_land_in_the_guide_unresolved_on_trtllm_serve_with_their_command(tmp_path):

@@ -15,6 +15,7 @@ no early exit.
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -87,19 +88,22 @@ def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
     store = ctx.scratch("workbench-pd-")
     context = -(-(p.prompt_tokens + p.max_tokens + 1) // 32) * 32
     opts = {"context_tokens": context, "kv_budget_tokens": 4 * context} | ctx.fixed_threads(1) | ctx.cell_options
-    sides = []
-    try:
-        for role in ("context", "generation"):
-            cell = cells.open_cell(engine, ctx.model, **(opts | wire.cell_options(role, store)))
-            sides.append(cell)
-            cell.__enter__()
-        if ctx.description is None:
-            ctx.description, ctx.resolved = sides[0].describe(), getattr(sides[0], "model", None)
-        with httpx.Client(timeout=600.0) as client:
-            yield Pair(sides[0], sides[1], wire, wire.store(store), client)
-    finally:
-        for cell in sides:
-            cell.close()
+    sides = [cells.open_cell(engine, ctx.model, **(opts | wire.cell_options(role, store)))
+             for role in ("context", "generation")]
+    # both start at once, the generation side from a thread that lives as long as its server: the server is told
+    # to die with the thread that started it (serve.die_with_parent, PR_SET_PDEATHSIG is per thread)
+    with ThreadPoolExecutor(1) as starter:
+        try:
+            started = starter.submit(sides[1].__enter__)
+            sides[0].__enter__()
+            started.result()
+            if ctx.description is None:
+                ctx.description, ctx.resolved = sides[0].describe(), getattr(sides[0], "model", None)
+            with httpx.Client(timeout=600.0) as client:
+                yield Pair(sides[0], sides[1], wire, wire.store(store), client)
+        finally:
+            for cell in sides:
+                cell.close()
 
 
 class PdShape(Probe):
@@ -128,7 +132,7 @@ class PdShape(Probe):
         except UnsupportedFeature as e:
             if cells.runs(served_twin(ctx.engine)) == self.claim.subject:
                 raise NotRunnable(str(e)) from None
-            return Outcome("not-applicable", f"{ctx.engine} has no P/D transfer: {e.reason}", notes=[str(e)])
+            return Outcome("not-applicable", f"No P/D transfer on {ctx.engine}: {e}.", notes=[str(e)])
 
 
 def measure(pair: Pair, p: Params, rng: np.random.Generator, d: Any) -> Outcome:
