@@ -112,3 +112,27 @@ def test_the_shape_claims_land_in_the_guide_unresolved_on_trtllm_serve_with_thei
     for c in claims.in_section("shapes"):
         block = text[text.index(f"<!-- workbench:begin {c.id} -->"):text.index(f"<!-- workbench:end {c.id} -->")]
         assert "**TensorRT-LLM: unresolved" in block and "gateway.pd --engine trtllm-serve" in block, c.id
+
+
+def test_vllm_serve_gets_the_kv_transfer_config_on_its_command_line(tmp_path):
+    import json
+
+    from workbench.cells.vllm.served import launch
+    from workbench.serve import ServerRequest
+
+    config = vllm_pd.transfer_config("kv_consumer", "/store")
+    argv = launch(ServerRequest("vllm-server", "/m", options={"kv_transfer_config": config}), 8000, tmp_path).argv
+    assert json.loads(argv[argv.index("--kv-transfer-config") + 1]) == config
+    assert "--kv-transfer-config" not in launch(ServerRequest("vllm-server", "/m"), 8000, tmp_path).argv
+
+
+def test_the_figures_draw_the_ttft_split_and_the_cached_tokens():
+    from workbench.gateway import pd_figures
+
+    rows = [{"run": "single", "ttft_s": 0.2, "prompt_tokens": 200, "cached_tokens": 0},
+            {"run": "P/D", "ttft_s": 0.15, "context_s": 0.05, "prompt_tokens": 200, "cached_tokens": 192},
+            {"run": "early exit", "finish_reason": "stop"}]
+    split = pd_figures.ttft_split(rows)
+    assert [list(t.y) for t in split.data] == [[0.0, 0.05], [0.2, pytest.approx(0.1)]]
+    assert [list(t.y) for t in pd_figures.cached_tokens(rows).data] == [[200, 200], [0, 192]]
+    assert pd_figures.ttft_split([]).layout.annotations[0].text == "no timed runs"
