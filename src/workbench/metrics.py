@@ -351,9 +351,10 @@ _DECLARED = [
        "had already finished (0 when the early exit holds)"),
     _m("pd_early_exits", "early exits", "count", "cell", "requests the relay answered from the context leg alone"),
     _m("pd_ttft_s", "TTFT P/D", "s", "timed",
-       "from the context leg's send to the generation leg's first token (transfer and first decode step included)"),
-    _m("pd_context_s", "context leg", "s", "timed", "the context leg's round trip (prefill and store)"),
-    _m("single_ttft_s", "TTFT single", "s", "timed", "time to the first token of the same request on one engine"),
+       "median over the run's P/D requests, from the context leg's send to the generation leg's first token (the "
+       "transfer and the first decode step included)"),
+    _m("pd_context_s", "context leg", "s", "timed", "median round trip of the context leg (prefill and store)"),
+    _m("single_ttft_s", "TTFT single", "s", "timed", "median time to the first token of the same requests on one engine"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -26,7 +26,7 @@ def pair(tmp_path_factory):
 
 def run(pair, fault: str, seed: int) -> probes.Outcome:
     p, d = pair
-    params = gateway_pd.Params(fault=fault, seed=seed)
+    params = gateway_pd.Params(fault=fault, seed=seed, repeats=3 if fault == "none" else 1)
     return probes.at_most_inconclusive_without_engine(gateway_pd.measure(p, params, np.random.default_rng(seed), d))
 
 
@@ -36,7 +36,7 @@ def test_pd_equals_one_engine_and_the_decode_loads_the_prefix(pair):
     assert o.claim_verdicts == {"shapes.pd_lifecycle": "confirmed", "shapes.pd_transferred_kv": "confirmed"}, o.summary
     assert m["pd_external_tokens"] == m["pd_expected_external_tokens"] == 192
     assert m["pd_decode_cached_tokens"] == 192 and m["pd_early_exits"] == 1
-    assert m["pd_ttft_s"] > m["pd_context_s"] > 0
+    assert m["pd_ttft_s"] > m["pd_context_s"] > 0 and len([r for r in o.rows if r.get("repeat")]) == 4
     probes.check_rests(probes.get("gateway.pd"), o, subject=False)
 
 
