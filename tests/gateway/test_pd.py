@@ -136,3 +136,11 @@ def test_the_figures_draw_the_ttft_split_and_the_cached_tokens():
     assert [list(t.y) for t in split.data] == [[0.0, 0.05], [0.2, pytest.approx(0.1)]]
     assert [list(t.y) for t in pd_figures.cached_tokens(rows).data] == [[200, 200], [0, 192]]
     assert pd_figures.ttft_split([]).layout.annotations[0].text == "no timed runs"
+
+
+def test_a_model_the_server_cannot_run_is_not_run_not_not_applicable():
+    from conftest import require_engine
+
+    require_engine("vllm-server")
+    f = probes.run("gateway.pd", engine="vllm", model="smollm2-135m", isolated=False)
+    assert f.verdict == "not-run" and "vllm-server" in f.reason

@@ -45,6 +45,10 @@ class Params:
     seed: int = param(0, "seed for the token ids", SEED)
 
 
+class NoTransfer(UnsupportedFeature):
+    """The engine has no KV transfer between two servers mapped (no P/D wire): not-applicable off the subject."""
+
+
 @dataclass
 class Pair:
     """The two endpoints of one P/D shape, their wire and the transfer's files."""
@@ -77,15 +81,15 @@ def served_twin(engine: str) -> str:
 @contextlib.contextmanager
 def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
     """The context and generation endpoints of ``ctx``'s engine, sharing a store folder of this run, sized for
-    ``p``'s requests (the run's cell options win); UnsupportedFeature where the engine has no P/D wire."""
+    ``p``'s requests (the run's cell options win); NoTransfer where the engine has no P/D wire."""
     import httpx
 
     engine = served_twin(ctx.engine)
     try:
         wire = pd.wire_for(cells.runs(engine))
     except UnknownName:
-        raise UnsupportedFeature("P/D disaggregation", ctx.engine, "no KV transfer between two servers is mapped "
-                                 "(no connector or transceiver)") from None
+        raise NoTransfer("P/D disaggregation", ctx.engine, "no KV transfer between two servers is mapped "
+                         "(no connector or transceiver)") from None
     store = ctx.scratch("workbench-pd-")
     context = -(-(p.prompt_tokens + p.max_tokens + 1) // 32) * 32
     opts = {"context_tokens": context, "kv_budget_tokens": 4 * context} | ctx.fixed_threads(1) | ctx.cell_options
@@ -130,7 +134,7 @@ class PdShape(Probe):
         try:
             with open_pair(ctx, p) as pair:
                 return measure(pair, p, np.random.default_rng(p.seed), ctx.description)
-        except UnsupportedFeature as e:
+        except NoTransfer as e:  # any other refusal (a model format, a counter not mapped) is the run's not-run
             if cells.runs(served_twin(ctx.engine)) == self.claim.subject:
                 raise NotRunnable(str(e)) from None
             return Outcome("not-applicable", f"No P/D transfer on {ctx.engine}: {e}.", notes=[str(e)])
