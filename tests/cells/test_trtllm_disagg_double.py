@@ -11,6 +11,7 @@ What the double models of 1.2, one row each, with the file it mirrors (tests/dou
 | the generation request is the client's with the context answer's params and ``generation_only`` | openai_disagg_service.py ``_get_gen_request`` |
 | the orchestrator's YAML: ``hostname``, ``port``, ``backend``, ``context_servers``/``generation_servers`` ``urls`` | tensorrt_llm/llmapi/disagg_utils.py ``parse_disagg_config_file`` |
 | ``cache_transceiver_config: {backend, max_tokens_in_buffer}`` in a worker's extra options | tensorrt_llm/llmapi/llm_args.py ``CacheTransceiverConfig`` |
+| a repeated ``--extra_llm_api_options``: the last one given is read (a click option) | tensorrt_llm/commands/serve.py |
 
 No finding comes from the double.
 """
@@ -81,27 +82,30 @@ def test_a_context_answer_without_params_is_refused():
         disagg.TrtllmWire().generation_body({"prompt": [1]}, None)
 
 
-def test_the_worker_and_orchestrator_configs():
+def test_the_worker_and_orchestrator_configs(tmp_path):
     wire = disagg.TrtllmWire()
-    assert wire.cell_options("context", "/unused") == {"cache_transceiver_config": {"backend": "DEFAULT"},
-                                                       "disable_overlap_scheduler": True}
-    assert wire.cell_options("generation", "/unused")["disable_overlap_scheduler"] is False
+    ctx = wire.cell_options("context", str(tmp_path))
+    assert ctx == {"server_args": ("--extra_llm_api_options", str(tmp_path / "context.yml"))}
+    text = (tmp_path / "context.yml").read_text()
+    assert 'cache_transceiver_config: {"backend": "DEFAULT"}' in text and "disable_overlap_scheduler: true" in text
+    wire.cell_options("generation", str(tmp_path))
+    assert "disable_overlap_scheduler" not in (tmp_path / "generation.yml").read_text()
     assert wire.store("/unused") is None and wire.transferable(200, 32) == 200
     assert disagg.transceiver("UCX", 4096) == {"backend": "UCX", "max_tokens_in_buffer": 4096}
     with pytest.raises(ValueError, match="backend must be"):
         disagg.transceiver("TCP")
+    with pytest.raises(ValueError, match="role must be"):
+        disagg.worker_options("prefill")
     text = disagg.orchestrator_config(["http://10.0.0.1:8001/"], ["http://10.0.0.2:8002"], port=8000)
     assert 'context_servers: {"num_instances": 1, "urls": ["10.0.0.1:8001"]}' in text
     assert 'generation_servers: {"num_instances": 1, "urls": ["10.0.0.2:8002"]}' in text and "port: 8000" in text
 
 
-def test_the_launch_line_carries_the_transceiver(tmp_path):
-    from workbench.cells.trtllm.served import TRTLLM_OPTIONS, launch
+def test_a_worker_is_started_with_its_options_last(tmp_path):
+    from workbench.cells.trtllm.served import launch
     from workbench.serve import ServerRequest
 
-    req = ServerRequest("trtllm-serve", "/m", options={"tokens_per_block": 32,
-                                                       "cache_transceiver_config": {"backend": "DEFAULT"},
-                                                       "disable_overlap_scheduler": True})
-    files = launch(req, 8001, tmp_path).files
-    assert 'cache_transceiver_config: {"backend": "DEFAULT"}' in files[TRTLLM_OPTIONS]
-    assert "disable_overlap_scheduler: true" in files[TRTLLM_OPTIONS]
+    extra = disagg.TrtllmWire().cell_options("generation", str(tmp_path))["server_args"]
+    argv = launch(ServerRequest("trtllm-serve", "/m", extra_args=extra), 8002, tmp_path).argv
+    flags = [i for i, a in enumerate(argv) if a == "--extra_llm_api_options"]
+    assert len(flags) == 2 and argv[flags[-1] + 1] == str(tmp_path / "generation.yml")  # click keeps the last

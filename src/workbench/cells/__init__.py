@@ -68,8 +68,7 @@ register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
 register("vllm-server", "workbench.cells.vllm.served:VllmServerCell",
          EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane"))
 register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell",
-         EngineFacts("workbench.cells.trtllm.served:TrtllmServeOptions", runs="trtllm",
-                     events="workbench.cells.trtllm.plane"))
+         EngineFacts("workbench.cells.served:ServedOptions", runs="trtllm", events="workbench.cells.trtllm.plane"))
 
 
 def runs(engine: str) -> str:

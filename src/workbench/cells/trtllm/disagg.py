@@ -27,6 +27,7 @@ zeroed-store control does not apply (:meth:`TrtllmWire.store` is None).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ...contract import UnsupportedFeature
@@ -38,8 +39,11 @@ class TrtllmWire:
     ``trtllm-serve disaggregated`` send the workers the same requests)."""
 
     def cell_options(self, role: str, store: str) -> dict:
-        """A worker's side: the transceiver (``DEFAULT`` backend) on both, the overlap scheduler off on context."""
-        return {"cache_transceiver_config": transceiver(), "disable_overlap_scheduler": role == "context"}
+        """A worker's side: its ``--extra_llm_api_options`` written into ``store`` (:func:`worker_options`), passed
+        after the cell's own so that it is the one trtllm-serve reads."""
+        path = Path(store) / f"{role}.yml"
+        path.write_text(worker_options(role))
+        return {"server_args": ("--extra_llm_api_options", str(path))}
 
     def request(self, served_model: str, tokens: list[int], max_tokens: int, salt: str | None, **more: Any) -> dict:
         body = {"model": served_model, "prompt": list(tokens), "max_tokens": max_tokens, "temperature": 0.0} | more
@@ -80,6 +84,16 @@ def transceiver(backend: str = "DEFAULT", max_tokens_in_buffer: int | None = Non
     if backend not in ("DEFAULT", "UCX", "NIXL", "MOONCAKE", "MPI"):
         raise ValueError(f"cache_transceiver_config backend must be DEFAULT, UCX, NIXL, MOONCAKE or MPI, got {backend!r}")
     return {"backend": backend} | ({"max_tokens_in_buffer": int(max_tokens_in_buffer)} if max_tokens_in_buffer else {})
+
+
+def worker_options(role: str, backend: str = "DEFAULT") -> str:
+    """A P/D worker's ``--extra_llm_api_options`` YAML (examples/disaggregated/README.md): the transceiver on both
+    sides, the overlap scheduler off on the context side, block reuse and per-request perf metrics kept on."""
+    if role not in ("context", "generation"):
+        raise ValueError(f"role must be context or generation, got {role!r}")
+    doc = {"cache_transceiver_config": transceiver(backend), "kv_cache_config": {"enable_block_reuse": True},
+           "return_perf_metrics": True} | ({"disable_overlap_scheduler": True} if role == "context" else {})
+    return "\n".join(f"{k}: {json.dumps(v)}" for k, v in doc.items()) + "\n"  # JSON values are YAML flow values
 
 
 def orchestrator_config(context_urls: Sequence[str], generation_urls: Sequence[str], *, host: str = "127.0.0.1",

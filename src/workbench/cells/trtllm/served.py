@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -15,7 +14,7 @@ from ...contract import Description, KvEvent, Retention, UnsupportedFeature
 from ...serve import Launch, ServerRequest
 from .. import Availability
 from ..request import DEFAULT_CONTEXT_TOKENS, Slot, Step, Warm
-from ..served import ServedCell, ServedOptions
+from ..served import ServedCell
 from ..served_id import Answer, Mismatch, ServerId, pick
 
 
@@ -47,15 +46,6 @@ class TrtllmServeId(ServerId):
 TRTLLM_OPTIONS = "trtllm-options.yaml"
 
 
-@dataclass(frozen=True)
-class TrtllmServeOptions(ServedOptions):
-    """``open_cell("trtllm-serve", model, **options)``: the served keywords, and a worker's P/D side
-    (:mod:`.disagg`): its ``cache_transceiver_config`` and ``disable_overlap_scheduler`` (a context worker's)."""
-
-    cache_transceiver_config: Mapping[str, Any] | None = None
-    disable_overlap_scheduler: bool = False
-
-
 def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
     """``trtllm-serve`` 1.2 (PyTorch backend), written against the 1.2-era ``tensorrt_llm/commands/serve.py``
     and ``llmapi/llm_args.py``: block reuse and KV events on, per-request perf metrics for ``/perf_metrics``
@@ -69,9 +59,6 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
         *([f"  tokens_per_block: {int(o['tokens_per_block'])}"] if o.get("tokens_per_block") else []),
         "return_perf_metrics: true",
         f"perf_metrics_max_requests: {int(o.get('perf_metrics_max_requests', 1000))}",
-        *([f"cache_transceiver_config: {json.dumps(dict(o['cache_transceiver_config']))}"]
-          if o.get("cache_transceiver_config") else []),
-        *(["disable_overlap_scheduler: true"] if o.get("disable_overlap_scheduler") else []),
         "",
     ])
     argv = [binary, req.model_path, "--host", req.host, "--port", str(port), "--backend", "pytorch",
@@ -107,10 +94,7 @@ class TrtllmServeCell(ServedCell):
         return models.hf_directory(self.model)
 
     def _server_options(self) -> dict[str, Any]:
-        o = self.opts
-        return {"tokens_per_block": self.TOKENS_PER_BLOCK,
-                "cache_transceiver_config": getattr(o, "cache_transceiver_config", None),
-                "disable_overlap_scheduler": getattr(o, "disable_overlap_scheduler", False)}
+        return {"tokens_per_block": self.TOKENS_PER_BLOCK}
 
     def _read_server(self) -> None:
         said = self._identify()
