@@ -50,6 +50,7 @@ SECTIONS = {
     "contract": "Contract Mapping Reference",
     "entry": "Admissible Future Shape",
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
+    "shapes": "Gateway shape claims",  # the gateway guide's shapes on a pool of real engines (workbench.gateway)
 }
 
 _CLAIMS = [
@@ -141,6 +142,19 @@ _CLAIMS += [
     Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",
           "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong (the guide's failure "
           "diagnosis)."),
+]
+
+# The gateway guide's shapes (data/guide/trtllm-gateway.md, "Gateway shape claims"): subject trtllm-serve.
+_PD = ("workbench probe gateway.pd --engine trtllm-serve --model HF_DIR (two trtllm-serve workers with "
+       "cache_transceiver_config, on an NVIDIA GPU)")
+_CLAIMS += [
+    Claim("shapes.pd_lifecycle", "shapes", "The P/D lifecycle holds",
+          "The P/D lifecycle holds: the generation leg keeps the original prompt, the opaque state is relayed "
+          "untouched, and a context result that already finished skips generation (\"Sequential P/D lifecycle\").",
+          resolve=_PD),
+    Claim("shapes.pd_transferred_kv", "shapes", "The decode uses the transferred KV",
+          "The decode uses the transferred KV: the generation endpoint loads the context leg's KV instead of "
+          "recomputing it.", resolve=_PD),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

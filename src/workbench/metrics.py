@@ -332,6 +332,29 @@ _DECLARED = [
        "cached tokens the inventory predicted for a request under another tenant's salt"),
     _m("engine_cross_tenant_reused_tokens", "cross-tenant reuse", "tokens", "engine",
        "cached tokens the engine reported for a request under another tenant's salt"),
+    # the gateway's sequential P/D shape (workbench.gateway.pd)
+    _m("pd_external_tokens", "external KV", "tokens", "engine",
+       "prompt tokens the generation endpoint's own counter says its KV connector supplied to the P/D request "
+       "(vLLM: vllm:external_prefix_cache_hits_total, its difference over the leg)"),
+    _m("pd_expected_external_tokens", "expected external", "tokens", "derived",
+       "the prompt's tokens the connector moves (vLLM ExampleConnector: whole blocks of all but the last token)"),
+    _m("pd_external_exact", "external = prefix", "bool", "engine",
+       "the generation endpoint's own external count equals the original prompt's transferable prefix"),
+    _m("pd_decode_cached_tokens", "decode cached", "tokens", "engine",
+       "usage.prompt_tokens_details.cached_tokens of the generation leg (local and external hits together)"),
+    _m("pd_output_matches_single", "P/D = single", "bool", "engine",
+       "the P/D answer's greedy token ids equal one engine's for the same request"),
+    _m("pd_zeroed_output_changed", "zeroed store changes output", "bool", "engine",
+       "with the transferred KV zeroed in the store, the generation endpoint's token ids differ from one engine's"),
+    _m("pd_early_exit_generation_requests", "gen requests on early exit", "count", "engine",
+       "requests the generation endpoint's own counter finished while the relay served a request whose context leg "
+       "had already finished (0 when the early exit holds)"),
+    _m("pd_early_exits", "early exits", "count", "cell", "requests the relay answered from the context leg alone"),
+    _m("pd_ttft_s", "TTFT P/D", "s", "timed",
+       "median over the run's P/D requests, from the context leg's send to the generation leg's first token (the "
+       "transfer and the first decode step included)"),
+    _m("pd_context_s", "context leg", "s", "timed", "median round trip of the context leg (prefill and store)"),
+    _m("single_ttft_s", "TTFT single", "s", "timed", "median time to the first token of the same requests on one engine"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

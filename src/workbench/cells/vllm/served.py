@@ -31,6 +31,7 @@ class VllmServeOptions(ServedOptions):
     kv_events_config: Mapping[str, Any] | None = None
     hash_seed: str | None = None  # the server's PYTHONHASHSEED (the root of every block hash)
     block_size: int = 32  # vLLM's CPU backend wants a multiple of 32
+    kv_transfer_config: Mapping[str, Any] | None = None  # --kv-transfer-config (a KV connector: P/D, cells/vllm/pd.py)
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
     """``vllm serve`` (its CPU build here) with ``--enable-prompt-tokens-details`` (``cached_tokens`` per
     request) and KV events published to ``options["kv_events_endpoint"]`` (a loopback ZMQ socket the
     caller bound) when given. ``options``: ``block_size``, ``num_gpu_blocks``, ``kv_cache_memory_bytes``,
-    ``dtype``, ``speculative_config``, ``seed``, ``kv_events_config`` (more ``KVEventsConfig`` fields:
+    ``dtype``, ``speculative_config``, ``kv_transfer_config``, ``seed``, ``kv_events_config`` (more ``KVEventsConfig`` fields:
     ``replay_endpoint``, ``buffer_steps``, ``hwm``), ``hash_seed`` (``PYTHONHASHSEED``)."""
     o = req.options
     # `vllm serve`'s server, started as its module: the `vllm` command reads the `vllm` distribution's version,
@@ -88,6 +89,8 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
                                                   | dict(o.get("kv_events_config") or {}))]
     if o.get("speculative_config"):
         argv += ["--speculative-config", json.dumps(dict(o["speculative_config"]))]
+    if o.get("kv_transfer_config"):
+        argv += ["--kv-transfer-config", json.dumps(dict(o["kv_transfer_config"]))]
     if req.api_key:
         argv += ["--api-key", req.api_key]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
@@ -154,6 +157,8 @@ class VllmServerCell(EventCapacity, ServedCell):
             out["kv_cache_memory_bytes"] = out["num_gpu_blocks"] * o.block_size * geometry.bytes_per_token
         if o.speculative_config:
             out["speculative_config"] = dict(o.speculative_config)
+        if o.kv_transfer_config:
+            out["kv_transfer_config"] = dict(o.kv_transfer_config)
         if o.kv_events:
             from . import events as vllm_events
 
