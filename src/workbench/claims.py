@@ -145,8 +145,8 @@ _CLAIMS += [
 ]
 
 # The gateway guide's shapes (data/guide/trtllm-gateway.md, "Gateway shape claims"): subject trtllm-serve.
-_PD = ("workbench probe gateway.pd --engine trtllm-serve --model HF_DIR (two trtllm-serve workers with "
-       "cache_transceiver_config, on an NVIDIA GPU)")
+_PD = ("workbench probe gateway.pd --engine trtllm-serve --model HF_DIR --out findings  "
+       "# two trtllm-serve workers with cache_transceiver_config, on an NVIDIA GPU")
 _CLAIMS += [
     Claim("shapes.pd_lifecycle", "shapes", "The P/D lifecycle holds",
           "The P/D lifecycle holds: the generation leg keeps the original prompt, the opaque state is relayed "
