@@ -49,6 +49,7 @@ SECTIONS = {
     "contract": "Contract Mapping Reference",
     "entry": "Admissible Future Shape",
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
+    "seed004": "Seed 004: TensorRT-LLM as an eval backend",  # its acceptance criteria (workbench evaltable)
 }
 
 _CLAIMS = [
@@ -138,6 +139,15 @@ _CLAIMS += [
     Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",
           "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong (the guide's failure "
           "diagnosis)."),
+]
+
+# Seed 004 (TensorRT-LLM as an eval backend): the acceptance criteria the eval-backend table measures.
+_CLAIMS += [
+    Claim("seed004.prefix_caching", "seed004", "Paged KV cache + prefix caching flags confirmed active",
+          "Paged KV cache + prefix caching flags confirmed active: a request that repeats a served prompt's shared "
+          "prefix finds it cached, as the server counts it.",
+          # settled by the table's shared-prefix cells (workbench.evaltable.finding), not by a probe
+          resolve="workbench evaltable --backend trtllm-serve --model HF_DIR --workload prefix-1k --out DIR"),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
