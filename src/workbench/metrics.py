@@ -256,6 +256,9 @@ _DECLARED = [
        "over the cell's requests"),
     _m("engine_cache_read_fraction", "engine cache read", "ratio", "engine",
        "those cached tokens / the prompt tokens the server counted, over the cell's requests"),
+    _m("goodput_per_s", "goodput", "requests/s", "timed",
+       "requests per second that met the table's SLO (TTFT and ITL each at most the setup's), over the cell's "
+       "benchmark (AIPerf goodput)"),
     _m("load_ttft_cold_p50_s", "TTFT cold p50", "s", "timed",
        "median TTFT of the cell's requests that did not find their prompt cached: the server read less than half of "
        "it from its cache (or, where it reports no count, each run's first `concurrency` requests: the row's split "

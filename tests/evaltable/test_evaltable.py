@@ -79,9 +79,18 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--concurrency", "0"], "--concurrency must be at least 1"),
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),
+    (["--slo-ttft", "0"], "--slo-ttft must be above 0"),
+    (["--no-prefix-caching", "--endpoint", "http://127.0.0.1:1"], "a server found at --endpoint keeps its own"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, args, says):
     assert says in _one_line_exit_2(_table(tmp_path, *args))
+
+
+def test_a_multi_turn_cell_is_counted_in_whole_conversations(tmp_path):
+    req = evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (2,), ("multi-turn",), 1, tmp_path, requests=5)
+    w = req.workload("multi-turn")
+    assert req.cell_requests(2, w) == 6 and w.count_args(6)[:2] == ["--conversation-num", "2"]
+    assert req.workload("no-prefix").count_args(5) == ["--request-count", "5"]
 
 
 def _req(ttft: float, prompt: float | None, cached: float | None, at: int) -> Request:

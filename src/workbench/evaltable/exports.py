@@ -28,6 +28,7 @@ _SCALE = {"ms": 1e-3, "sec": 1.0, "tokens/sec": 1.0, "requests/sec": 1.0, "token
 FIELDS: Mapping[str, tuple[str, str]] = {
     "output_tokens_per_s": ("output_token_throughput", "avg"),
     "requests_per_s": ("request_throughput", "avg"),
+    "goodput_per_s": ("goodput", "avg"),
     "load_ttft_p50_s": ("time_to_first_token", "p50"),
     "load_ttft_p95_s": ("time_to_first_token", "p95"),
     "load_itl_s": ("inter_token_latency", "avg"),

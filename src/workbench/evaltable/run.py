@@ -22,9 +22,11 @@ from .table import Row, write
 WORKLOADS = {
     "no-prefix": aiperf.Workload("no-prefix"),
     "prefix-1k": aiperf.Workload("prefix-1k", shared_prefix_tokens=1024),
+    "multi-turn": aiperf.Workload("multi-turn", turns=3),
 }
-"""The table's workloads: every prompt its own, or all of them after one shared 1K-token system prompt (the
-seed's "TTFT (1K prefix)"; the first request of each cell computes it cold, the others find it cached)."""
+"""The table's workloads: every prompt its own; all of them after one shared 1K-token system prompt (the
+seed's "TTFT (1K prefix)"; the first request of each cell computes it cold, the others find it cached); or
+conversations of three turns, each turn sent with the ones before it and their answers."""
 
 Progress = Callable[[str], None]
 
@@ -48,6 +50,8 @@ class TableRequest:
     threads: int = 1
     seed: int = 0
     prefix_caching: bool = True  # False: each server started with its own prefix caching off (the finding's fault)
+    slo_ttft_s: float = 2.0  # goodput counts the requests whose TTFT and ITL are at most these
+    slo_itl_s: float = 0.1
 
     def check(self) -> None:
         """Refuse what would fail later, before any server starts (ValueError, one line)."""
@@ -77,6 +81,9 @@ class TableRequest:
                 ("--threads", self.threads), ("--requests", self.requests or 1)]:
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
+        for what, x in (("--slo-ttft", self.slo_ttft_s), ("--slo-itl", self.slo_itl_s)):
+            if not 0 < x < 3600:
+                raise ValueError(f"{what} must be above 0 and below an hour (seconds), got {x}")
         if self.threads > LLAMA_MAX_THREADS:
             raise ValueError(f"--threads must be at most {LLAMA_MAX_THREADS} (llama.cpp's thread pool), got {self.threads}")
 
@@ -86,8 +93,10 @@ class TableRequest:
         return replace(w, shared_prefix_tokens=prefix, prompt_tokens=self.prompt_tokens,
                        output_tokens=self.output_tokens)
 
-    def cell_requests(self, concurrency: int) -> int:
-        return self.requests or max(4, 2 * concurrency)
+    def cell_requests(self, concurrency: int, workload: aiperf.Workload) -> int:
+        """``--requests`` (default 2 × concurrency, at least 4), rounded up to whole conversations."""
+        n = self.requests or max(4, 2 * concurrency)
+        return -(-n // workload.turns) * workload.turns
 
     @property
     def shares_prefix(self) -> bool:
@@ -96,8 +105,11 @@ class TableRequest:
 
     @property
     def context_tokens(self) -> int:
-        """One slot's context: the shared prefix, the prompt, the output and room for the chat template."""
-        return self.prefix_tokens + self.prompt_tokens + self.output_tokens + 256
+        """One slot's context: the shared prefix, the prompt and the output (or a whole conversation's turns), and
+        room for the chat template."""
+        turns = max(WORKLOADS[w].turns for w in self.workloads)
+        return max(self.prefix_tokens, (turns - 1) * (self.prompt_tokens + self.output_tokens)) + \
+            self.prompt_tokens + self.output_tokens + 256
 
 
 @dataclass
@@ -117,6 +129,7 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
     setup = {"model": req.model, "prompt tokens": req.prompt_tokens, "output tokens": req.output_tokens,
              "shared prefix tokens (prefix-1k)": req.prefix_tokens, "repeats": req.repeats,
              "server threads": req.threads, "prefix caching": "on" if req.prefix_caching else "off (the fault)",
+             "goodput SLO": f"TTFT ≤ {req.slo_ttft_s:g} s, ITL ≤ {req.slo_itl_s:g} s",
              "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
     done = Measured()
     try:
@@ -145,8 +158,9 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
     model = models.resolve(req.model)
     ceiling = None if req.endpoint else models.context_ceiling(model)  # a server found at --endpoint sets its own
     if ceiling is not None and req.context_tokens > ceiling:
-        raise ValueError(f"--prefix-tokens + --prompt-tokens + --output-tokens + 256 for the chat template = "
-                         f"{req.context_tokens} tokens; {req.model} holds {ceiling} (no server was started)")
+        raise ValueError(f"the longest request asked for takes {req.context_tokens} tokens (--prefix-tokens, or a "
+                         "multi-turn conversation's earlier turns, + --prompt-tokens + --output-tokens + 256 for the "
+                         f"chat template); {req.model} holds {ceiling} (no server was started)")
     with _server(backend, model, req) as (url, gone):
         served, version = backends.identify(backend, url, req.model)
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
@@ -160,7 +174,9 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                     for k in range(req.repeats):
                         where = f"{name} at concurrency {c}, repeat {k + 1} of {req.repeats}"
                         progress(f"{backend.name} {where}")
-                        cell = aiperf.Cell(url, served, folder, req.workload(name), c, req.cell_requests(c), seed)
+                        w = req.workload(name)
+                        cell = aiperf.Cell(url, served, folder, w, c, req.cell_requests(c, w), seed,
+                                           (req.slo_ttft_s, req.slo_itl_s))
                         seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
                         out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
                         try:
@@ -180,7 +196,10 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
 def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str):
     from .exports import read
 
-    aiperf.run(cell, out, server_gone=gone)
+    try:
+        aiperf.run(cell, out, server_gone=gone)
+    except aiperf.ServerStopped as e:
+        raise ServerGone(str(e)) from None
     export = read(out)
     if export.errors or export.completed < cell.requests:
         reason = gone()
