@@ -142,8 +142,10 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
                 continue
             _measure(backends.BACKENDS[name], req, progress, done, setup)
     except ServerGone as e:
-        _, as_md = _keep(done, req, setup)
         measured = sum(r.status == "ok" for r in done.rows)
+        if not measured and all(f.verdict == "not-run" for f in done.findings):
+            raise  # nothing was measured: no table, no finding
+        _, as_md = _keep(done, req, setup)
         raise ServerGone(f"{e}; the {measured} cell(s) measured before it are kept in {as_md}, AIPerf's exports "
                          "beside it; run the table again") from None
     return (done.rows, *_keep(done, req, setup))
