@@ -200,10 +200,13 @@ def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_w
         pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
     out = tmp_path / "t"
     killer = _kill_llama_server_once_running(out / "aiperf" / "llamacpp-server" / "no-prefix")
-    said = _one_line_exit_2(_table(tmp_path, "--no-prefix-caching", "--workload", "prefix-1k,no-prefix",
-                                   "--concurrency", "1", "--repeats", "1", "--requests", "3", "--prompt-tokens", "32",
-                                   "--output-tokens", "64", "--prefix-tokens", "256"))
+    res = _table(tmp_path, "--no-prefix-caching", "--workload", "prefix-1k,no-prefix", "--concurrency", "1",
+                 "--repeats", "1", "--requests", "3", "--prompt-tokens", "32", "--output-tokens", "8",
+                 "--prefix-tokens", "256")
     killer.join(timeout=10)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    said = res.output.splitlines()[-1]  # after the progress lines: the error, one line
+    assert said.startswith("error: "), res.output
     assert "llama-server: server crashed with SIGKILL (signal 9) during no-prefix at concurrency 1" in said, said
     assert "against http://127.0.0.1:" in said and "its log ends" in said and "1 cell(s) measured" in said
     doc = json.loads((out / "evaltable.json").read_text())
