@@ -36,6 +36,7 @@ class Backend:
     launch: Callable  # the wing's launch line for serve.start (cells/<engine>/served.py)
     cache_off: tuple[str, ...]  # the server's own arguments that turn prefix caching off (the finding's fault)
     version: Callable[[ServerId], str]  # the engine version its identity says
+    options: Callable[[Path, int, int], dict] = lambda path, context, slots: {}  # the wing's launch options
 
     def start_hint(self, model: str, url: str = "") -> str:
         port = url.rsplit(":", 1)[-1] if url else "PORT"
@@ -53,7 +54,8 @@ BACKENDS: dict[str, Backend] = {
                            lambda t: ("/tokenize", {"prompt": t, "add_special_tokens": False}), needs_gguf=False,
                            launch=vllm_served.launch,
                            # after the wing's --enable-prefix-caching: argparse's last boolean flag wins
-                           cache_off=("--no-enable-prefix-caching",), version=lambda i: i.version),
+                           cache_off=("--no-enable-prefix-caching",), version=lambda i: i.version,
+                           options=vllm_served.pool_options),
 }
 
 NOT_HERE: Mapping[str, str] = {

@@ -222,10 +222,11 @@ class _server:
     def __enter__(self) -> tuple[str, Callable[[str], str | None]]:
         if self.req.endpoint:
             return self.req.endpoint.rstrip("/"), self._gone_endpoint
-        request = serve.ServerRequest(self.backend.name, str(backends.model_path(self.backend, self.model)),
-                                      threads=self.req.threads, slots=max(self.req.concurrency),
+        path, slots = backends.model_path(self.backend, self.model), max(self.req.concurrency)
+        request = serve.ServerRequest(self.backend.name, str(path), threads=self.req.threads, slots=slots,
                                       context_tokens=self.req.context_tokens,
-                                      extra_args=() if self.req.prefix_caching else self.backend.cache_off)
+                                      extra_args=() if self.req.prefix_caching else self.backend.cache_off,
+                                      options=self.backend.options(path, self.req.context_tokens, slots))
         self.server = serve.start(request, self.req.out / "servers", build=self.backend.launch)
         return self.server.url, self._gone_started
 
