@@ -80,6 +80,7 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),
     (["--slo-ttft", "0"], "--slo-ttft must be above 0"),
+    (["--backend", "vllm-server"], "vllm-server serves a Hugging Face directory, and smollm2-135m is a GGUF"),
     (["--no-prefix-caching", "--endpoint", "http://127.0.0.1:1"], "a server found at --endpoint keeps its own"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, args, says):

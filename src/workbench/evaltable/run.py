@@ -72,6 +72,10 @@ class TableRequest:
                 raise ValueError("--no-prefix-caching starts each server with its own caching off; a server found "
                                  "at --endpoint keeps its own: leave out one of them")
         models.check(self.model)
+        hf = [b for b in self.backends if b in backends.BACKENDS and not backends.BACKENDS[b].needs_gguf]
+        if hf and models.resolve(self.model).kind in ("default", "gguf"):
+            raise ValueError(f"{', '.join(hf)} serves a Hugging Face directory, and {self.model} is a GGUF: give "
+                             "--model synthetic:… or a model directory (a table per model)")
 
     def _check_counts(self) -> None:
         """Every count at least 1, and no more threads than llama.cpp's pool takes."""
