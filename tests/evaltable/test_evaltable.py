@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from conftest import require_engine
 from workbench import findings, serve, settle
 from workbench.cli import app
-from workbench.evaltable import aiperf, finding, run as evaltable
+from workbench.evaltable import aiperf, exports, finding, run as evaltable
 from workbench.evaltable.exports import Request
 from workbench.evaltable.split import ENGINE, POSITION, split
 
@@ -92,6 +92,26 @@ def test_a_multi_turn_cell_is_counted_in_whole_conversations(tmp_path):
     w = req.workload("multi-turn")
     assert req.cell_requests(2, w) == 6 and w.count_args(6)[:2] == ["--conversation-num", "2"]
     assert req.workload("no-prefix").count_args(5) == ["--request-count", "5"]
+
+
+def test_aiperf_request_records_are_read_in_send_order_without_warmup_or_failed_ones(tmp_path):
+    """The shape AIPerf 0.13 writes to profile_export.jsonl (one record seen in a real run, trimmed)."""
+    def record(start: int, ttft_ms: float, cached: int | None, phase: str = "profiling", error=None) -> str:
+        got = {"time_to_first_token": {"value": ttft_ms, "unit": "ms"}, "input_sequence_length": {"value": 302,
+                                                                                                 "unit": "tokens"}}
+        if cached is not None:
+            got["usage_prompt_cache_read_tokens"] = {"value": cached, "unit": "tokens"}
+        return json.dumps({"metadata": {"request_start_ns": start, "benchmark_phase": phase}, "metrics": got,
+                           "error": error})
+
+    path = tmp_path / exports.RECORDS
+    path.write_text("\n".join([record(20, 800.0, 264), record(10, 7269.5, 3), record(5, 1.0, 0, phase="warmup"),
+                               record(30, 1.0, None, error={"code": 500}), record(40, 900.0, None)]) + "\n")
+    assert exports.requests(path) == (Request(10, 7.2695, 302, 3), Request(20, 0.8, 302, 264),
+                                      Request(40, 0.9, 302, None))
+    path.write_text('{"metadata": {}}\n')
+    with pytest.raises(exports.ExportError, match="line 1 is not an AIPerf 0.13 request record"):
+        exports.requests(path)
 
 
 def _req(ttft: float, prompt: float | None, cached: float | None, at: int) -> Request:
