@@ -88,8 +88,7 @@ def decide(rows: Sequence[Mapping[str, Any]], prefix_tokens: int) -> tuple[str, 
     repeats = [r for r in rows if r["repeat"]]
     counted = [r["cached_tokens"] for r in repeats if r["cached_tokens"] is not None]
     if not repeats:
-        return "inconclusive", "no request could find the prefix cached (each run sent no more than its "\
-                               "concurrency)", {}, ()
+        return "inconclusive", "no request could find the prefix cached (no run sent more than its concurrency)", {}, ()
     if len(counted) < len(repeats):
         return "inconclusive", (f"the server reported cached tokens on {len(counted)} of {len(repeats)} repeats "
                                 "(vLLM: --enable-prompt-tokens-details)"), {}, ()

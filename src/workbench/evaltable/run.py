@@ -121,7 +121,7 @@ class Measured:
     """What a table run has measured so far: its rows and findings, kept when a server stops mid-run."""
 
     rows: list[Row] = field(default_factory=list)
-    findings: list = field(default_factory=list)
+    findings: list[findings.Finding] = field(default_factory=list)
 
 
 def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Row], Path, Path]:
