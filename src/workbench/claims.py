@@ -51,6 +51,7 @@ SECTIONS = {
     "entry": "Admissible Future Shape",
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
     "shapes": "Gateway shape claims",  # the gateway guide's shapes on a pool of real engines (workbench.gateway)
+    "seed004": "Seed 004: TensorRT-LLM as an eval backend",  # its acceptance criteria (workbench evaltable)
 }
 
 _CLAIMS = [
@@ -155,6 +156,15 @@ _CLAIMS += [
     Claim("shapes.pd_transferred_kv", "shapes", "The decode uses the transferred KV",
           "The decode uses the transferred KV: the generation endpoint loads the context leg's KV instead of "
           "recomputing it.", resolve=_PD),
+]
+
+# Seed 004 (TensorRT-LLM as an eval backend): the acceptance criteria the eval-backend table measures.
+_CLAIMS += [
+    Claim("seed004.prefix_caching", "seed004", "Paged KV cache + prefix caching flags confirmed active",
+          "Paged KV cache + prefix caching flags confirmed active: a request that repeats a served prompt's shared "
+          "prefix finds it cached, as the server counts it.",
+          # settled by the table's shared-prefix cells (workbench.evaltable.finding), not by a probe
+          resolve="workbench evaltable --backend trtllm-serve --model HF_DIR --workload prefix-1k --out DIR"),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

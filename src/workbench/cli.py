@@ -531,7 +531,8 @@ def evaltable(
                                       help="llamacpp-server | vllm-server | trtllm-serve | triton-trtllm (repeatable)"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
     concurrency: str = typer.Option("1,2", "--concurrency", help="comma-separated concurrencies"),
-    workload: str = typer.Option("no-prefix,prefix-1k", "--workload", help="comma-separated: no-prefix, prefix-1k"),
+    workload: str = typer.Option("no-prefix,prefix-1k", "--workload",
+                                 help="comma-separated: no-prefix, prefix-1k, multi-turn"),
     repeats: int = typer.Option(2, "--repeats", help="AIPerf runs per cell"),
     out: Path = typer.Option(Path("runs/evaltable"), "--out", help="folder for the table and AIPerf's exports"),
     endpoint: Optional[str] = typer.Option(None, "--endpoint", help="measure the server at this URL instead of "
@@ -542,6 +543,11 @@ def evaltable(
     output_tokens: int = typer.Option(16, "--output-tokens", help="tokens each request decodes"),
     prefix_tokens: int = typer.Option(1024, "--prefix-tokens", help="shared prefix of the prefix-1k workload"),
     threads: int = typer.Option(1, "--threads", help="server threads"),
+    prefix_caching: bool = typer.Option(True, "--prefix-caching/--no-prefix-caching",
+                                        help="off: start each server with its own prefix caching off (the fault "
+                                             "that must refute the prefix-caching finding)"),
+    slo_ttft: float = typer.Option(2.0, "--slo-ttft", help="goodput's SLO: a request's TTFT at most this (s)"),
+    slo_itl: float = typer.Option(0.1, "--slo-itl", help="goodput's SLO: a request's ITL at most this (s)"),
 ) -> None:
     """Seed 004's eval-backend table: output tokens/s, requests/s, TTFT p50/p95, ITL and end-to-end latency per
     backend × workload × concurrency, measured with AIPerf against a server started on loopback."""
@@ -552,7 +558,8 @@ def evaltable(
         req = _run.TableRequest(tuple(backend), model, _ints(concurrency, "--concurrency"),
                                 tuple(w.strip() for w in workload.split(",") if w.strip()), repeats, out,
                                 endpoint=endpoint, requests=requests, prompt_tokens=prompt_tokens,
-                                output_tokens=output_tokens, prefix_tokens=prefix_tokens, threads=threads)
+                                output_tokens=output_tokens, prefix_tokens=prefix_tokens, threads=threads,
+                                prefix_caching=prefix_caching, slo_ttft_s=slo_ttft, slo_itl_s=slo_itl)
         req.check()
         check_writable(out)
         rows, as_json, as_md = _run.run(req, progress=lambda what: typer.echo(what, err=True))
@@ -561,7 +568,7 @@ def evaltable(
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(as_md.read_text())
-    typer.echo(f"table: {as_json} and {as_md}")
+    typer.echo(f"table: {as_json} and {as_md}; prefix-caching findings: {out / 'findings'}")
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:

@@ -256,6 +256,25 @@ _DECLARED = [
        "over the cell's requests"),
     _m("engine_cache_read_fraction", "engine cache read", "ratio", "engine",
        "those cached tokens / the prompt tokens the server counted, over the cell's requests"),
+    _m("goodput_per_s", "goodput", "requests/s", "timed",
+       "requests per second that met the table's SLO (TTFT and ITL each at most the setup's), over the cell's "
+       "benchmark (AIPerf goodput)"),
+    _m("load_ttft_cold_p50_s", "TTFT cold p50", "s", "timed",
+       "median TTFT of the cell's requests that did not find their prompt cached: the server read less than half of "
+       "it from its cache (or, where it reports no count, each run's first `concurrency` requests: the row's split "
+       "says which)"),
+    _m("load_ttft_cached_p50_s", "TTFT cached p50", "s", "timed",
+       "median TTFT of the cell's requests that found their prompt cached (the same split)"),
+    _m("engine_repeat_prefix_cached", "repeats' prefix cached", "ratio", "engine",
+       "over a shared-prefix workload's requests sent after each run's first `concurrency` (which could find the "
+       "prefix cached), the median of the server's cached prompt tokens (usage.prompt_tokens_details.cached_tokens) "
+       "over the shared prefix's tokens"),
+    _m("load_ttft_repeat_over_first", "TTFT repeats/first", "x", "derived",
+       "median TTFT of those repeats over the median TTFT of each run's first requests (AIPerf's timings)"),
+    _m("load_ttft_repeat_over_first_ci_low", "TTFT repeats/first CI low", "x", "derived",
+       "lower bound of its percentile bootstrap CI (each group resampled on its own; the finding's notes give B "
+       "and level)"),
+    _m("load_ttft_repeat_over_first_ci_high", "TTFT repeats/first CI high", "x", "derived", "upper bound of that CI"),
     # agentic loop (workbench loop)
     _m("turns", "turns", "count", "derived", "agent-loop turns replayed per arm"),
     _m("compared_turns", "compared turns", "count", "derived",

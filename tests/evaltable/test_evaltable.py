@@ -1,21 +1,29 @@
-"""``workbench evaltable``: one real small table against llama-server measured by AIPerf, and the one-line
-errors for a server that is not there or is another kind (before AIPerf or any engine starts)."""
+"""``workbench evaltable``: one real small table against llama-server measured by AIPerf (TTFT cold and cached from
+its per-request records, the prefix-caching finding confirmed by the server's cached tokens), the same finding
+refuted with the server's own caching off and a server killed mid-run reported in one line with what was measured
+kept, one real small table against ``vllm serve``, and the one-line errors for a server that is not there or is
+another kind (before AIPerf or any engine starts)."""
 
 from __future__ import annotations
 
 import http.server
 import json
 import os
+import signal
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from conftest import require_engine
-from workbench import serve
+from workbench import findings, serve, settle
 from workbench.cli import app
-from workbench.evaltable import aiperf, run as evaltable
+from workbench.evaltable import aiperf, exports, finding, run as evaltable
+from workbench.evaltable.exports import Request
+from workbench.evaltable.split import ENGINE, POSITION, split
 
 
 @pytest.fixture
@@ -71,16 +79,84 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--concurrency", "0"], "--concurrency must be at least 1"),
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),
+    (["--slo-ttft", "0"], "--slo-ttft must be above 0"),
+    (["--backend", "vllm-server"], "vllm-server serves a Hugging Face directory, and smollm2-135m is a GGUF"),
+    (["--no-prefix-caching", "--endpoint", "http://127.0.0.1:1"], "a server found at --endpoint keeps its own"),
 ])
 def test_bad_input_is_refused_before_anything_starts(tmp_path, args, says):
     assert says in _one_line_exit_2(_table(tmp_path, *args))
 
 
+def test_a_multi_turn_cell_is_counted_in_whole_conversations(tmp_path):
+    req = evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (2,), ("multi-turn",), 1, tmp_path, requests=5)
+    w = req.workload("multi-turn")
+    assert req.cell_requests(2, w) == 6 and w.count_args(6)[:2] == ["--conversation-num", "2"]
+    assert req.workload("no-prefix").count_args(5) == ["--request-count", "5"]
+
+
+def test_aiperf_request_records_are_read_in_send_order_without_warmup_or_failed_ones(tmp_path):
+    """The shape AIPerf 0.13 writes to profile_export.jsonl (one record seen in a real run, trimmed)."""
+    def record(start: int, ttft_ms: float, cached: int | None, phase: str = "profiling", error=None) -> str:
+        got = {"time_to_first_token": {"value": ttft_ms, "unit": "ms"}, "input_sequence_length": {"value": 302,
+                                                                                                 "unit": "tokens"}}
+        if cached is not None:
+            got["usage_prompt_cache_read_tokens"] = {"value": cached, "unit": "tokens"}
+        return json.dumps({"metadata": {"request_start_ns": start, "benchmark_phase": phase}, "metrics": got,
+                           "error": error})
+
+    path = tmp_path / exports.RECORDS
+    path.write_text("\n".join([record(20, 800.0, 264), record(10, 7269.5, 3), record(5, 1.0, 0, phase="warmup"),
+                               record(30, 1.0, None, error={"code": 500}), record(40, 900.0, None)]) + "\n")
+    assert exports.requests(path) == (Request(10, 7.2695, 302, 3), Request(20, 0.8, 302, 264),
+                                      Request(40, 0.9, 302, None))
+    path.write_text('{"metadata": {}}\n')
+    with pytest.raises(exports.ExportError, match="line 1 is not an AIPerf 0.13 request record"):
+        exports.requests(path)
+
+
+def _req(ttft: float, prompt: float | None, cached: float | None, at: int) -> Request:
+    return Request(at, ttft, prompt, cached)
+
+
+def test_ttft_splits_by_the_servers_cached_tokens_or_else_by_position():
+    by_engine = split([_req(2.0, 300, 20, 0), _req(1.9, 300, 20, 1), _req(0.3, 300, 280, 2), _req(0.4, 300, 150, 3)], 2)
+    assert (by_engine.cold, by_engine.cached, by_engine.source) == ((2.0, 1.9), (0.3, 0.4), ENGINE)
+    uncounted = split([_req(2.0, 300, None, 0), _req(1.9, 300, 20, 1), _req(0.3, 300, 280, 2)], 1)
+    assert (uncounted.cold, uncounted.cached, uncounted.source) == ((2.0,), (1.9, 0.3), POSITION)
+    assert split([_req(2.0, 300, 0, 0)], 1).p50("cached") is None
+
+
+@pytest.mark.parametrize("cached, verdict", [((20, 1040, 1050), "confirmed"), ((20, 0, 0), "refuted"),
+                                             ((20, 1040, None), "inconclusive"), ((20,), "inconclusive")])
+def test_the_prefix_caching_rule_rests_on_the_repeats_cached_tokens(cached, verdict):
+    rows = [{"repeat": i >= 1, "cached_tokens": c} for i, c in enumerate(cached)]
+    said, _, values, rests = finding.decide(rows, 1024)
+    assert said == verdict and bool(rests) == (verdict != "inconclusive")
+    assert all(s.holds(values[s.metric]) for s in rests)
+
+
+def _measured(doc: dict, backend: str) -> dict:
+    return {(r["workload"], r["concurrency"]): r for r in doc["rows"] if r["backend"] == backend}
+
+
+def _caching_finding(folder: Path, engine: str) -> findings.Finding:
+    found = [f for _, f in findings.scan([folder / "findings"]).findings if f.engine == engine]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _settles(f: findings.Finding) -> None:
+    """The verdict re-derives from what the finding recorded (workbench.settle), resting on the server's count."""
+    assert settle.unsettled(f, finding.CLAIM) == ()
+    assert f.metrics["engine_repeat_prefix_cached"]["source"] == "engine"
+
+
 @pytest.mark.slow
 def test_a_small_table_against_llama_server(tmp_path):
-    """Both workloads at concurrency 2, two repeats each: every cell measured with its spread, the server's own
-    cache counter above zero on the shared prefix (and above the no-prefix workload's), TensorRT-LLM and Triton
-    rows not-run with their reason, AIPerf's exports in the run folder and nothing of it in the temp folder."""
+    """Both workloads at concurrency 2, two repeats each: every cell measured with its spread, TTFT cold and cached
+    split by the server's cached tokens, the server's own cache counter above zero on the shared prefix (and above
+    the no-prefix workload's), prefix caching confirmed by it, TensorRT-LLM and Triton rows not-run with their
+    reason (trtllm-serve's finding too), AIPerf's exports in the run folder and nothing of it in the temp folder."""
     require_engine("llamacpp-server")
     if aiperf.binary() is None:
         pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
@@ -90,18 +166,96 @@ def test_a_small_table_against_llama_server(tmp_path):
                                  output_tokens=8, prefix_tokens=256)
     rows, as_json, as_md = evaltable.run(req)
     doc = json.loads(as_json.read_text())
-    measured = {(r["workload"], r["concurrency"]): r for r in doc["rows"] if r["backend"] == "llamacpp-server"}
+    measured = _measured(doc, "llamacpp-server")
     assert set(measured) == {("no-prefix", 2), ("prefix-1k", 2)} and all(r["status"] == "ok" for r in measured.values())
     for r in measured.values():
-        assert r["requests"] == 4 and len(r["artifacts"]) == 2
+        assert r["requests"] == 4 and len(r["artifacts"]) == 2 and r["split"] == ENGINE
         for tag in doc["metrics"]:
-            assert len(r["values"][tag]["runs"]) == 2 and r["values"][tag]["low"] <= r["values"][tag]["high"]
+            v = r["values"][tag]
+            assert v is None or (1 <= len(v["runs"]) <= 2 and v["low"] <= v["high"]), (tag, v)
         assert r["values"]["output_tokens_per_s"]["median"] > 0 and r["values"]["load_ttft_p50_s"]["median"] > 0
+    prefix = measured[("prefix-1k", 2)]["values"]
+    assert prefix["load_ttft_cold_p50_s"] and prefix["load_ttft_cached_p50_s"]  # each run: 2 slots cold, then cached
     cached = {w: measured[(w, 2)]["values"]["engine_cached_prompt_tokens"]["low"] for w in ("no-prefix", "prefix-1k")}
     assert cached["prefix-1k"] > cached["no-prefix"] and cached["prefix-1k"] > 0, cached
     others = [r for r in doc["rows"] if r["backend"] != "llamacpp-server"]
     assert len(others) == 4 and all(r["status"] == "not-run" and "NVIDIA GPU" in r["reason"] for r in others)
     assert (tmp_path / measured[("prefix-1k", 2)]["artifacts"][0] / "profile_export.jsonl").is_file()
     assert "| llamacpp-server | prefix-1k | 2 |" in as_md.read_text()
+    f = _caching_finding(tmp_path, "llamacpp-server")
+    assert f.verdict == "confirmed", f.summary
+    _settles(f)
+    assert f.metric("load_ttft_repeat_over_first") is not None  # the TTFT drop beside it, with its interval
+    subject = _caching_finding(tmp_path, "trtllm-serve")
+    assert subject.verdict == "not-run" and "tensorrt_llm" in subject.reason
     assert not {n for n in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - tmp if n.startswith(("wb-aiperf-",
                                                                                                      "aiperf"))}
+
+
+def _kill_llama_server_once_running(folder: Path) -> threading.Thread:
+    """SIGKILL this test's llama-server once AIPerf has started on ``folder`` (it made the folder) and run a while."""
+    import psutil
+
+    def kill() -> None:
+        deadline = time.monotonic() + 300
+        while not folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(3)  # AIPerf is starting its services and sending: the server stops under it
+        for child in psutil.Process().children(recursive=True):
+            if child.name() == "llama-server":
+                os.kill(child.pid, signal.SIGKILL)
+
+    t = threading.Thread(target=kill, daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.slow
+def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_was_measured_kept(tmp_path):
+    """llama-server started with its own prompt caching off (``--no-cache-prompt``): the shared prefix is computed
+    again on every request, so the finding is refuted by the server's count. Then the server is SIGKILLed during
+    the next AIPerf run: one line naming the URL, the signal and the log's end, exit 2, the measured row, its
+    AIPerf exports and the finding kept, and the cell it stopped in marked crashed."""
+    require_engine("llamacpp-server")
+    if aiperf.binary() is None:
+        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
+    out = tmp_path / "t"
+    killer = _kill_llama_server_once_running(out / "aiperf" / "llamacpp-server" / "no-prefix")
+    res = _table(tmp_path, "--no-prefix-caching", "--workload", "prefix-1k,no-prefix", "--concurrency", "1",
+                 "--repeats", "1", "--requests", "3", "--prompt-tokens", "32", "--output-tokens", "8",
+                 "--prefix-tokens", "256")
+    killer.join(timeout=10)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    said = res.output.splitlines()[-1]  # after the progress lines: the error, one line
+    assert said.startswith("error: "), res.output
+    assert "llama-server: server crashed with SIGKILL (signal 9) during no-prefix at concurrency 1" in said, said
+    assert "against http://127.0.0.1:" in said and "its log ends" in said and "1 cell(s) measured" in said
+    doc = json.loads((out / "evaltable.json").read_text())
+    rows = _measured(doc, "llamacpp-server")
+    assert rows[("prefix-1k", 1)]["status"] == "ok" and rows[("no-prefix", 1)]["status"] == "crashed"
+    assert doc["setup"]["prefix caching"] == "off (the fault)"
+    assert (out / rows[("prefix-1k", 1)]["artifacts"][0] / "profile_export.jsonl").is_file()
+    f = _caching_finding(out, "llamacpp-server")
+    assert f.verdict == "refuted" and f.params["prefix_caching"] is False, f.summary
+    assert f.metric("engine_repeat_prefix_cached") == 0
+    _settles(f)
+
+
+@pytest.mark.slow
+def test_a_small_table_against_vllm_serve(tmp_path):
+    """``vllm serve`` on the synthetic model's Hugging Face twin (its own folder is AIPerf's tokenizer): the shared
+    prefix at concurrency 1, every cell measured, TTFT split by vLLM's own cached tokens, prefix caching confirmed
+    by them."""
+    require_engine("vllm-server")
+    if aiperf.binary() is None:
+        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
+    req = evaltable.TableRequest(("vllm-server",), "synthetic:cpu", (1,), ("prefix-1k",), 1, tmp_path, requests=3,
+                                 prompt_tokens=32, output_tokens=8, prefix_tokens=256)
+    evaltable.run(req)
+    doc = json.loads((tmp_path / "evaltable.json").read_text())
+    row = _measured(doc, "vllm-server")[("prefix-1k", 1)]
+    assert row["status"] == "ok" and row["requests"] == 3 and row["split"] == ENGINE
+    assert row["values"]["output_tokens_per_s"]["median"] > 0 and row["values"]["load_ttft_cached_p50_s"]
+    f = _caching_finding(tmp_path, "vllm-server")
+    assert f.verdict == "confirmed", f.summary
+    _settles(f)

@@ -42,12 +42,22 @@ REQUEST_TIMEOUT_S = 600  # AIPerf's default is 6 h: a server that hangs would ho
 @dataclass(frozen=True)
 class Workload:
     """What each request of a cell sends: a prompt of ``prompt_tokens`` after a system prompt of
-    ``shared_prefix_tokens`` every request shares (0: none), asking for exactly ``output_tokens``."""
+    ``shared_prefix_tokens`` every request shares (0: none), asking for exactly ``output_tokens``; with ``turns``
+    above 1, conversations of that many turns, each turn sent with the earlier turns and their answers."""
 
     name: str
     shared_prefix_tokens: int = 0
     prompt_tokens: int = 64
     output_tokens: int = 16
+    turns: int = 1
+
+    def count_args(self, requests: int) -> list[str]:
+        """``requests`` requests: single ones, or ``requests / turns`` conversations (AIPerf counts a multi-turn
+        run in conversations, ``--conversation-num``, not in requests)."""
+        if self.turns == 1:
+            return ["--request-count", str(requests)]
+        return ["--conversation-num", str(requests // self.turns), "--conversation-turn-mean", str(self.turns),
+                "--conversation-turn-stddev", "0"]
 
     def args(self) -> list[str]:
         out = ["--prompt-input-tokens-mean", str(self.prompt_tokens), "--prompt-input-tokens-stddev", "0",
@@ -70,14 +80,16 @@ class Cell:
     concurrency: int
     requests: int
     seed: int
+    slo_s: tuple[float, float] = (2.0, 0.1)  # goodput's SLO: a request's TTFT and ITL at most these
 
     def argv(self, binary: str, out: Path) -> list[str]:
         return [binary, "profile", "--model", self.served_model, "--url", self.url, "--endpoint-type", "chat",
                 "--streaming", "--tokenizer", str(self.tokenizer), "--use-server-token-count",
                 "--connection-reuse-strategy", "never", "--concurrency", str(self.concurrency),
-                "--request-count", str(self.requests), "--random-seed", str(self.seed),
+                *self.workload.count_args(self.requests), "--random-seed", str(self.seed),
                 "--request-timeout-seconds", str(REQUEST_TIMEOUT_S), "--workers-max", "1",
                 "--record-processor-service-count", "1", "--ui-type", "none",
+                "--goodput", f"time_to_first_token:{self.slo_s[0] * 1e3:g} inter_token_latency:{self.slo_s[1] * 1e3:g}",
                 "--output-artifact-dir", str(out), *self.workload.args()]
 
 
@@ -101,9 +113,13 @@ class AiperfFailed(WorkbenchError):
     """AIPerf exited non-zero: its exit status and the last lines of its log."""
 
 
+class ServerStopped(WorkbenchError):
+    """The server stopped while AIPerf ran (AIPerf was ended): why, as ``server_gone`` said it."""
+
+
 def run(cell: Cell, out: Path, *, server_gone: Callable[[], str | None], poll_s: float = 1.0) -> Path:
     """Run ``cell`` with its exports in ``out``; return ``out``. ``server_gone`` is asked every ``poll_s``: a
-    reason (the server stopped) ends AIPerf at once and is raised as :class:`WorkbenchError`."""
+    reason (the server stopped) ends AIPerf at once and is raised as :class:`ServerStopped`."""
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="wb-aiperf-"))  # short: AIPerf's IPC socket paths live in it
     env = os.environ | {"TMPDIR": str(scratch), "XDG_CACHE_HOME": str(scratch / "cache"),
@@ -121,8 +137,10 @@ def run(cell: Cell, out: Path, *, server_gone: Callable[[], str | None], poll_s:
                 _end(proc)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if not gone and proc.returncode:  # AIPerf may fail on a server that stopped before the poll saw it
+        gone = server_gone()
     if gone:
-        raise WorkbenchError(gone)
+        raise ServerStopped(gone)
     if proc.returncode:
         raise AiperfFailed(f"aiperf exited {proc.returncode} on {cell.workload.name} at concurrency "
                            f"{cell.concurrency} against {cell.url}; last lines of {log}:\n"

@@ -34,6 +34,9 @@ class Backend:
     tokenize: Callable[[str], tuple[str, dict]]  # text -> (route, body); the answer's "tokens" are the ids
     needs_gguf: bool
     launch: Callable  # the wing's launch line for serve.start (cells/<engine>/served.py)
+    cache_off: tuple[str, ...]  # the server's own arguments that turn prefix caching off (the finding's fault)
+    version: Callable[[ServerId], str]  # the engine version its identity says
+    options: Callable[[Path, int, int], dict] = lambda path, context, slots: {}  # the wing's launch options
 
     def start_hint(self, model: str, url: str = "") -> str:
         port = url.rsplit(":", 1)[-1] if url else "PORT"
@@ -43,10 +46,16 @@ class Backend:
 BACKENDS: dict[str, Backend] = {
     "llamacpp-server": Backend("llamacpp-server", "llama-server", llama_served.LlamaServerId,
                                lambda t: ("/tokenize", {"content": t, "add_special": False}), needs_gguf=True,
-                               launch=llama_served.launch),
+                               launch=llama_served.launch,
+                               # common/arg.cpp: --no-cache-prompt sets params.cache_prompt, the default of every
+                               # request's cache_prompt; off, a slot reuses none of its tokens (server-context.cpp)
+                               cache_off=("--no-cache-prompt",), version=lambda i: i.build_info),
     "vllm-server": Backend("vllm-server", "vllm serve", vllm_served.VllmId,
                            lambda t: ("/tokenize", {"prompt": t, "add_special_tokens": False}), needs_gguf=False,
-                           launch=vllm_served.launch),
+                           launch=vllm_served.launch,
+                           # after the wing's --enable-prefix-caching: argparse's last boolean flag wins
+                           cache_off=("--no-enable-prefix-caching",), version=lambda i: i.version,
+                           options=vllm_served.pool_options),
 }
 
 NOT_HERE: Mapping[str, str] = {
@@ -58,12 +67,15 @@ NOT_HERE: Mapping[str, str] = {
 """Backends the table names but cannot measure on this machine → the reason its row says ``not-run``."""
 
 ALL = (*BACKENDS, *NOT_HERE)
+SUBJECT = ("trtllm-serve",)  # the claim's subject served: its not-run finding names the command that resolves it
 
 
 def unavailable(name: str) -> str | None:
     """Why ``name`` cannot be measured here, or None."""
     if name in NOT_HERE:
-        return NOT_HERE[name] if name != "trtllm-serve" or not shutil.which("trtllm-serve") else None
+        if shutil.which(name):  # installed (a GPU machine), but no launch line here yet
+            return f"{name} is installed, but this table does not start it yet (issue 39 item 2)"
+        return NOT_HERE[name]
     if name == "llamacpp-server" and llama_served.llama_server_binary() is None:
         return f"no llama-server binary: `make setup` builds it; or set {llama_served.LLAMA_SERVER_ENV} to one"
     if name == "vllm-server":
@@ -79,9 +91,9 @@ def model_path(backend: Backend, model: models.ResolvedModel) -> Path:
     return model.path if backend.needs_gguf else models.hf_directory(model)
 
 
-def identify(backend: Backend, url: str, model: str) -> str:
-    """The model name the server at ``url`` serves (``/v1/models`` ``data[0].id``), once it answers as
-    ``backend``; :class:`ServerGone` where nothing answers or something else does."""
+def identify(backend: Backend, url: str, model: str) -> tuple[str, str]:
+    """The model name the server at ``url`` serves (``/v1/models`` ``data[0].id``) and its engine version, once
+    it answers as ``backend``; :class:`ServerGone` where nothing answers or something else does."""
     import httpx
 
     answers = {}
@@ -95,8 +107,8 @@ def identify(backend: Backend, url: str, model: str) -> str:
                                  "and the table starts one") from None
             answers[path] = Answer(path, r.status_code, r.headers.get("content-type", ""), r.text)
     try:
-        backend.identity.read(answers)
-        return str(answers["/v1/models"].doc()["data"][0]["id"])
+        ident = backend.identity.read(answers)
+        return str(answers["/v1/models"].doc()["data"][0]["id"]), backend.version(ident)
     except Mismatch as e:
         said = str(not_the_server(url, backend.label, answers, e)).split("; point endpoint=")[0]
         raise ServerGone(f"{said}; start {backend.label} there: {backend.start_hint(model, url)}") from None

@@ -1,7 +1,10 @@
 """Reading what AIPerf exported for one cell: its summary (``profile_export_aiperf.json``, ~80 metrics, each
 ``{"unit", "avg", "p50", "p95", …}``) as the table's metrics in their declared units (:mod:`workbench.metrics`:
-seconds, not AIPerf's milliseconds). Its per-request records (``profile_export.jsonl``: each request's TTFT and
-the server's cached tokens) must be there and stay in the run folder; the table does not read them yet.
+seconds, not AIPerf's milliseconds), and its per-request records (``profile_export.jsonl``: one JSON object a
+request, ``{"metadata": {"request_start_ns", "benchmark_phase", …}, "metrics": {"time_to_first_token": {"value",
+"unit"}, "usage_prompt_cache_read_tokens": …}, "error"}``) as :class:`Request` (each request's TTFT and the
+server's own cached tokens), which split TTFT into cold and cached (:mod:`.split`) and carry the prefix-caching
+finding (:mod:`.finding`).
 
 The one boundary where AIPerf's names meet the workbench's: a release that renames a field fails here, with the
 file and the field, not as a KeyError in the table.
@@ -25,6 +28,7 @@ _SCALE = {"ms": 1e-3, "sec": 1.0, "tokens/sec": 1.0, "requests/sec": 1.0, "token
 FIELDS: Mapping[str, tuple[str, str]] = {
     "output_tokens_per_s": ("output_token_throughput", "avg"),
     "requests_per_s": ("request_throughput", "avg"),
+    "goodput_per_s": ("goodput", "avg"),
     "load_ttft_p50_s": ("time_to_first_token", "p50"),
     "load_ttft_p95_s": ("time_to_first_token", "p95"),
     "load_itl_s": ("inter_token_latency", "avg"),
@@ -41,13 +45,26 @@ class ExportError(WorkbenchError):
 
 
 @dataclass(frozen=True)
+class Request:
+    """One profiled request as AIPerf recorded it: when it was sent, its TTFT, the prompt tokens the server
+    counted and the ones it said it read from its cache (None: the response carried no such count)."""
+
+    start_ns: int
+    ttft_s: float
+    prompt_tokens: float | None
+    cached_tokens: float | None
+
+
+@dataclass(frozen=True)
 class CellExport:
-    """One AIPerf run's figures: the table's metrics, the requests that completed and failed, and where it is."""
+    """One AIPerf run's figures: the table's metrics, the requests that completed and failed, each profiled
+    request that succeeded (in the order they were sent), and where it is."""
 
     folder: Path
     values: Mapping[str, float]
     completed: int
     errors: int
+    requests: tuple[Request, ...] = ()
 
 
 def read(folder: Path) -> CellExport:
@@ -57,7 +74,40 @@ def read(folder: Path) -> CellExport:
     errors = int(sum(e.get("count", 0) for e in summary.get("error_summary") or [] if isinstance(e, dict)))
     if not (folder / RECORDS).is_file():
         raise ExportError(f"AIPerf wrote no per-request records ({folder / RECORDS}): its run did not finish")
-    return CellExport(folder, values, completed, errors)
+    return CellExport(folder, values, completed, errors, requests(folder / RECORDS))
+
+
+def requests(path: Path) -> tuple[Request, ...]:
+    """The profiled requests in ``path`` that succeeded, in the order they were sent (warm-up ones and failed
+    ones left out: neither has a TTFT that belongs to the cell's load)."""
+    out = []
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise ExportError(f"cannot read AIPerf's export {path}: {e}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            meta, got = rec["metadata"], rec.get("metrics") or {}
+            if rec.get("error") or meta.get("benchmark_phase", "profiling") != "profiling":
+                continue
+            out.append(Request(int(meta["request_start_ns"]), _measure(got["time_to_first_token"]),
+                               _optional(got.get("input_sequence_length")),
+                               _optional(got.get("usage_prompt_cache_read_tokens"))))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ExportError(f"{path} line {n} is not an AIPerf 0.13 request record (metadata.request_start_ns, "
+                              f"metrics.time_to_first_token): {type(e).__name__}: {e}") from None
+    return tuple(sorted(out, key=lambda r: r.start_ns))
+
+
+def _measure(entry: Mapping[str, Any]) -> float:
+    return float(entry["value"]) * _SCALE[entry["unit"]]
+
+
+def _optional(entry: Mapping[str, Any] | None) -> float | None:
+    return None if entry is None else _measure(entry)
 
 
 def _json(path: Path) -> Any:

@@ -7,24 +7,26 @@ process group is ended after each cell and its scratch removed (:mod:`.aiperf`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from .. import environment, models, serve
+from .. import environment, findings, models, serve
 from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
 from ..cells.served_id import check_endpoint
 from ..contract import WorkbenchError
-from . import aiperf, backends, tokenizer
+from . import aiperf, backends, finding, tokenizer
 from .backends import Backend, ServerGone
 from .table import Row, write
 
 WORKLOADS = {
     "no-prefix": aiperf.Workload("no-prefix"),
     "prefix-1k": aiperf.Workload("prefix-1k", shared_prefix_tokens=1024),
+    "multi-turn": aiperf.Workload("multi-turn", turns=3),
 }
-"""The table's workloads: every prompt its own, or all of them after one shared 1K-token system prompt (the
-seed's "TTFT (1K prefix)"; the first request of each cell computes it cold, the others find it cached)."""
+"""The table's workloads: every prompt its own; all of them after one shared 1K-token system prompt (the
+seed's "TTFT (1K prefix)"; the first request of each cell computes it cold, the others find it cached); or
+conversations of three turns, each turn sent with the ones before it and their answers."""
 
 Progress = Callable[[str], None]
 
@@ -47,6 +49,9 @@ class TableRequest:
     prefix_tokens: int = 1024
     threads: int = 1
     seed: int = 0
+    prefix_caching: bool = True  # False: each server started with its own prefix caching off (the finding's fault)
+    slo_ttft_s: float = 2.0  # goodput counts the requests whose TTFT and ITL are at most these
+    slo_itl_s: float = 0.1
 
     def check(self) -> None:
         """Refuse what would fail later, before any server starts (ValueError, one line)."""
@@ -63,7 +68,14 @@ class TableRequest:
             check_endpoint(self.endpoint)
             if len([b for b in self.backends if b in backends.BACKENDS]) != 1:
                 raise ValueError("--endpoint names one server: give exactly one --backend it runs")
+            if not self.prefix_caching:
+                raise ValueError("--no-prefix-caching starts each server with its own caching off; a server found "
+                                 "at --endpoint keeps its own: leave out one of them")
         models.check(self.model)
+        hf = [b for b in self.backends if b in backends.BACKENDS and not backends.BACKENDS[b].needs_gguf]
+        if hf and models.resolve(self.model).kind in ("default", "gguf"):
+            raise ValueError(f"{', '.join(hf)} serves a Hugging Face directory, and {self.model} is a GGUF: give "
+                             "--model synthetic:… or a model directory (a table per model)")
 
     def _check_counts(self) -> None:
         """Every count at least 1, and no more threads than llama.cpp's pool takes."""
@@ -73,6 +85,9 @@ class TableRequest:
                 ("--threads", self.threads), ("--requests", self.requests or 1)]:
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
+        for what, x in (("--slo-ttft", self.slo_ttft_s), ("--slo-itl", self.slo_itl_s)):
+            if not 0 < x < 3600:
+                raise ValueError(f"{what} must be above 0 and below an hour (seconds), got {x}")
         if self.threads > LLAMA_MAX_THREADS:
             raise ValueError(f"--threads must be at most {LLAMA_MAX_THREADS} (llama.cpp's thread pool), got {self.threads}")
 
@@ -82,64 +97,118 @@ class TableRequest:
         return replace(w, shared_prefix_tokens=prefix, prompt_tokens=self.prompt_tokens,
                        output_tokens=self.output_tokens)
 
-    def cell_requests(self, concurrency: int) -> int:
-        return self.requests or max(4, 2 * concurrency)
+    def cell_requests(self, concurrency: int, workload: aiperf.Workload) -> int:
+        """``--requests`` (default 2 × concurrency, at least 4), rounded up to whole conversations."""
+        n = self.requests or max(4, 2 * concurrency)
+        return -(-n // workload.turns) * workload.turns
+
+    @property
+    def shares_prefix(self) -> bool:
+        """Whether a workload asked for shares a prefix (the prefix-caching finding's evidence)."""
+        return any(WORKLOADS[w].shared_prefix_tokens for w in self.workloads)
 
     @property
     def context_tokens(self) -> int:
-        """One slot's context: the shared prefix, the prompt, the output and room for the chat template."""
-        return self.prefix_tokens + self.prompt_tokens + self.output_tokens + 256
+        """One slot's context: the shared prefix, the prompt and the output (or a whole conversation's turns), and
+        room for the chat template."""
+        turns = max(WORKLOADS[w].turns for w in self.workloads)
+        return max(self.prefix_tokens, (turns - 1) * (self.prompt_tokens + self.output_tokens)) + \
+            self.prompt_tokens + self.output_tokens + 256
+
+
+@dataclass
+class Measured:
+    """What a table run has measured so far: its rows and findings, kept when a server stops mid-run."""
+
+    rows: list[Row] = field(default_factory=list)
+    findings: list[findings.Finding] = field(default_factory=list)
 
 
 def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Row], Path, Path]:
-    """Measure every backend ``req`` names and write the table; the rows and the two files."""
+    """Measure every backend ``req`` names and write the table and the prefix-caching findings (``out/findings``);
+    the rows and the table's two files. A server that stops mid-run is :class:`ServerGone`, raised after what was
+    measured before it (a ``crashed`` row for the cell it stopped in) has been written."""
     req.check()
     aiperf.require()
-    rows: list[Row] = []
-    for name in req.backends:
-        reason = backends.unavailable(name)
-        if reason:
-            rows += [Row(name, w, None, "not-run", reason) for w in req.workloads]
-            continue
-        rows += _measure(backends.BACKENDS[name], req, progress)
     setup = {"model": req.model, "prompt tokens": req.prompt_tokens, "output tokens": req.output_tokens,
              "shared prefix tokens (prefix-1k)": req.prefix_tokens, "repeats": req.repeats,
-             "server threads": req.threads, "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
-    return (rows, *write(rows, req.out, setup))
+             "server threads": req.threads, "prefix caching": "on" if req.prefix_caching else "off (the fault)",
+             "goodput SLO": f"TTFT ≤ {req.slo_ttft_s:g} s, ITL ≤ {req.slo_itl_s:g} s",
+             "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
+    done = Measured()
+    try:
+        for name in req.backends:
+            reason = backends.unavailable(name)
+            if reason:
+                done.rows += [Row(name, w, None, "not-run", reason) for w in req.workloads]
+                if name in backends.SUBJECT and req.shares_prefix:
+                    done.findings.append(finding.not_run(name, reason, setup))
+                continue
+            _measure(backends.BACKENDS[name], req, progress, done, setup)
+    except ServerGone as e:
+        measured = sum(r.status == "ok" for r in done.rows)
+        if not measured and all(f.verdict == "not-run" for f in done.findings):
+            raise  # nothing was measured: no table, no finding
+        _, as_md = _keep(done, req, setup)
+        raise ServerGone(f"{e}; the {measured} cell(s) measured before it are kept in {as_md}, AIPerf's exports "
+                         "beside it; run the table again") from None
+    return (done.rows, *_keep(done, req, setup))
 
 
-def _measure(backend: Backend, req: TableRequest, progress: Progress) -> list[Row]:
+def _keep(done: Measured, req: TableRequest, setup: dict) -> tuple[Path, Path]:
+    findings.write_all(done.findings, req.out / "findings")
+    return write(done.rows, req.out, setup)
+
+
+def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Measured, setup: dict) -> None:
     model = models.resolve(req.model)
     ceiling = None if req.endpoint else models.context_ceiling(model)  # a server found at --endpoint sets its own
     if ceiling is not None and req.context_tokens > ceiling:
-        raise ValueError(f"--prefix-tokens + --prompt-tokens + --output-tokens + 256 for the chat template = "
-                         f"{req.context_tokens} tokens; {req.model} holds {ceiling} (no server was started)")
+        raise ValueError(f"the longest request asked for takes {req.context_tokens} tokens (--prefix-tokens, or a "
+                         "multi-turn conversation's earlier turns, + --prompt-tokens + --output-tokens + 256 for the "
+                         f"chat template); {req.model} holds {ceiling} (no server was started)")
     with _server(backend, model, req) as (url, gone):
-        served = backends.identify(backend, url, req.model)
+        served, version = backends.identify(backend, url, req.model)
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
-        rows, seed = [], req.seed
-        for name in req.workloads:
-            for c in req.concurrency:
-                runs = []
-                for k in range(req.repeats):
-                    progress(f"{backend.name} {name} concurrency {c} repeat {k + 1}/{req.repeats}")
-                    cell = aiperf.Cell(url, served, folder, req.workload(name), c, req.cell_requests(c), seed)
-                    seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
-                    out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
-                    runs.append(_cell(cell, out, gone))
-                rows.append(Row.measured(backend.name, name, c, runs, req.out))
-        return rows
+        shared: list = []  # (concurrency, export) of every shared-prefix run: the finding's evidence
+        seed = req.seed
+        try:
+            for name in req.workloads:
+                for c in req.concurrency:
+                    runs = []
+                    for k in range(req.repeats):
+                        where = f"{name} at concurrency {c}, repeat {k + 1} of {req.repeats}"
+                        progress(f"{backend.name} {where}")
+                        w = req.workload(name)
+                        cell = aiperf.Cell(url, served, folder, w, c, req.cell_requests(c, w), seed,
+                                           (req.slo_ttft_s, req.slo_itl_s))
+                        seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
+                        out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
+                        try:
+                            runs.append(_cell(cell, out, lambda w=where: gone(w), where))
+                        except ServerGone as e:
+                            done.rows.append(Row(backend.name, name, c, "crashed", str(e)))
+                            raise
+                        if cell.workload.shared_prefix_tokens:
+                            shared.append((c, runs[-1]))
+                    done.rows.append(Row.measured(backend.name, name, c, runs, req.out))
+        finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
+            if shared:
+                on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens)
+                done.findings.append(finding.finding(on, shared, model, setup))
 
 
-def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[str], str | None]):
+def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str):
     from .exports import read
 
-    where = f"{cell.workload.name} at concurrency {cell.concurrency}"
-    aiperf.run(cell, out, server_gone=lambda: gone(where))
+    try:
+        aiperf.run(cell, out, server_gone=gone)
+    except aiperf.ServerStopped as e:
+        raise ServerGone(str(e)) from None
     export = read(out)
     if export.errors or export.completed < cell.requests:
-        reason = gone(where)
+        reason = gone()
         if reason:
             raise ServerGone(reason)
         raise WorkbenchError(f"{export.errors} of {cell.requests} requests failed on {where} against {cell.url} "
@@ -157,9 +226,11 @@ class _server:
     def __enter__(self) -> tuple[str, Callable[[str], str | None]]:
         if self.req.endpoint:
             return self.req.endpoint.rstrip("/"), self._gone_endpoint
-        request = serve.ServerRequest(self.backend.name, str(backends.model_path(self.backend, self.model)),
-                                      threads=self.req.threads, slots=max(self.req.concurrency),
-                                      context_tokens=self.req.context_tokens)
+        path, slots = backends.model_path(self.backend, self.model), max(self.req.concurrency)
+        request = serve.ServerRequest(self.backend.name, str(path), threads=self.req.threads, slots=slots,
+                                      context_tokens=self.req.context_tokens,
+                                      extra_args=() if self.req.prefix_caching else self.backend.cache_off,
+                                      options=self.backend.options(path, self.req.context_tokens, slots))
         self.server = serve.start(request, self.req.out / "servers", build=self.backend.launch)
         return self.server.url, self._gone_started
 
@@ -169,8 +240,10 @@ class _server:
 
     def _gone_started(self, where: str) -> str | None:
         dead = self.server.died(f"{where} against {self.server.url}")
-        return None if dead is None else (f"{self.backend.label} at {self.server.url} stopped during {where} "
-                                         f"({dead.headline()}); nothing was written for it, run the table again")
+        if dead is None:
+            return None
+        last = f"; its log ends {dead.log_tail[-1].strip()[:160]!r}" if dead.log_tail else ""
+        return f"{self.backend.label}: {dead.headline()}{last}"
 
     def _gone_endpoint(self, where: str) -> str | None:
         url = self.req.endpoint.rstrip("/")

@@ -1,8 +1,10 @@
 """The eval-backend table (seed 004): one row per backend × workload × concurrency, each metric the median over
 repeats with its spread (min–max), written as JSON (``evaltable.json``) and Markdown (``evaltable.md``).
 
-Metrics are the ones :mod:`workbench.metrics` declares (unit, source, description), rendered through it; the
-seed's own expectations stand beside the measured rows, labelled as its claims on a GPU.
+Metrics are the ones :mod:`workbench.metrics` declares (unit, source, description), rendered through it; TTFT
+cold and cached come from AIPerf's per-request records (:mod:`.split`: by the server's cached tokens, or by
+position where it reports none, which the row's ``split`` says). The seed's own expectations stand beside the
+measured rows, labelled as its claims on a GPU. A row whose server stopped is ``crashed`` with the reason.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ from typing import Mapping, Sequence
 from .. import metrics
 from ..files import write_output
 from .exports import FIELDS, CellExport
+from .split import ENGINE, POSITION, split
 
-SCHEMA = "workbench.evaltable/1"
-COLUMNS = tuple(FIELDS)
+SCHEMA = "workbench.evaltable/2"  # 2: TTFT cold and cached, the rows' split, crashed rows
+SPLIT_COLUMNS = ("load_ttft_cold_p50_s", "load_ttft_cached_p50_s")
+COLUMNS = (*FIELDS, *SPLIT_COLUMNS)
 
 SEED_CLAIMS = (
     ("Ollama", "~80 tok/s", "~2 s"),
@@ -38,28 +42,36 @@ class Spread:
     runs: tuple[float, ...]
 
     @classmethod
-    def of(cls, runs: Sequence[float]) -> "Spread":
-        return cls(statistics.median(runs), min(runs), max(runs), tuple(runs))
+    def of(cls, runs: Sequence[float | None]) -> "Spread | None":
+        """Over the repeats that have a value (a run with no cached request has no cached TTFT); None if none."""
+        got = [x for x in runs if x is not None]
+        return cls(statistics.median(got), min(got), max(got), tuple(got)) if got else None
 
 
 @dataclass(frozen=True)
 class Row:
-    """One table row: measured (``ok``, with each metric's :class:`Spread`) or ``not-run`` with its reason."""
+    """One table row: measured (``ok``, with each metric's :class:`Spread`, None where no repeat has it), or
+    ``not-run`` or ``crashed`` with its reason."""
 
     backend: str
     workload: str
     concurrency: int | None
-    status: str  # ok | not-run
+    status: str  # ok | not-run | crashed
     reason: str = ""
-    values: Mapping[str, Spread] = field(default_factory=dict)
+    values: Mapping[str, Spread | None] = field(default_factory=dict)
     requests: int = 0  # per repeat
     artifacts: tuple[str, ...] = ()  # each repeat's AIPerf folder, relative to the table
+    split: str = ""  # how TTFT was split into cold and cached: split.ENGINE or split.POSITION
 
     @classmethod
     def measured(cls, backend: str, workload: str, concurrency: int, runs: Sequence[CellExport], root: Path) -> "Row":
-        values = {tag: Spread.of([r.values[tag] for r in runs]) for tag in COLUMNS}
+        values = {tag: Spread.of([r.values[tag] for r in runs]) for tag in FIELDS}
+        splits = [split(r.requests, concurrency) for r in runs]
+        values |= {tag: Spread.of([s.p50(which) for s in splits])
+                   for tag, which in zip(SPLIT_COLUMNS, ("cold", "cached"))}
         return cls(backend, workload, concurrency, "ok", values=values, requests=runs[0].completed,
-                   artifacts=tuple(str(r.folder.relative_to(root)) for r in runs))
+                   artifacts=tuple(str(r.folder.relative_to(root)) for r in runs),
+                   split=ENGINE if all(s.source == ENGINE for s in splits) else POSITION)
 
 
 def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object]) -> tuple[Path, Path]:
@@ -74,10 +86,17 @@ def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object]) -> tuple[
             write_output(out / "evaltable.md", markdown(rows, setup)))
 
 
-def _cell(tag: str, s: Spread) -> str:
+def _cell(tag: str, s: Spread | None) -> str:
+    if s is None:
+        return "—"
     if s.low == s.high:
         return metrics.render(tag, s.median)
     return f"{metrics.render(tag, s.median)} ({metrics.render(tag, s.low)}–{metrics.render(tag, s.high)})"
+
+
+_SPLIT_WORDS = {ENGINE: "engine: the server's cached tokens (at least half the prompt: cached)",
+                POSITION: "workbench: each run's first `concurrency` requests cold, the rest cached (computed here, "
+                          "the server reported no cached tokens)"}
 
 
 def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
@@ -85,17 +104,18 @@ def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
     lines = ["# Eval-backend table", "",
              "Each figure: the median over repeats, (least–greatest) where they differ. "
              + "; ".join(f"{k}: {v}" for k, v in setup.items()), "",
-             "| backend | workload | concurrency | " + " | ".join(heads) + " |",
-             "|---" * (3 + len(heads)) + "|"]
+             "| backend | workload | concurrency | " + " | ".join(heads) + " | cold/cached split by |",
+             "|---" * (4 + len(heads)) + "|"]
     for r in rows:
         if r.status == "ok":
-            cells = [_cell(t, r.values[t]) for t in COLUMNS]
+            cells = [_cell(t, r.values[t]) for t in COLUMNS] + [_SPLIT_WORDS[r.split]]
         else:
-            cells = [f"not-run: {r.reason}"] + [""] * (len(COLUMNS) - 1)
+            cells = [f"{r.status}: {r.reason}"] + [""] * len(COLUMNS)
         lines.append(f"| {r.backend} | {r.workload} | {r.concurrency or '—'} | " + " | ".join(cells) + " |")
     lines += ["", "Metrics (units and sources: workbench.metrics):", ""]
     lines += [f"- **{metrics.get(t).header}** ({metrics.get(t).unit.value}, {metrics.get(t).source}): "
               f"{metrics.get(t).description}" for t in COLUMNS]
+    lines.append("- **cold/cached split by**: " + "; or ".join(_SPLIT_WORDS.values()))
     lines += ["", "Seed 004's expectations with a 1K prefix, its claims on a GB10 GPU (not measured here):", "",
               "| backend | output tokens/s | TTFT (1K prefix) |", "|---|---|---|"]
     lines += [f"| {b} | {tps} | {ttft} |" for b, tps, ttft in SEED_CLAIMS]

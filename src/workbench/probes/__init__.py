@@ -204,8 +204,10 @@ for _name, _target in {
 
 
 SOURCES: Registry = Registry("finding source", base=Declared)
-"""Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``)."""
+"""Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``,
+``evaltable.prefix_caching``)."""
 SOURCES.register("loop", "workbench.loop.results:Loop")
+SOURCES.register("evaltable", "workbench.evaltable.finding:PrefixCaching")
 
 
 def names() -> list[str]:

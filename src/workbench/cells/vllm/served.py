@@ -65,6 +65,18 @@ class VllmId(ServerId):
                    max_model_len=pick(card, "data.0.max_model_len", int, None), cache_info=dict(info))
 
 
+def pool_options(model_dir: Path, context_tokens: int, slots: int, block_size: int = 32) -> dict[str, Any]:
+    """:func:`launch` options for a server that holds ``slots`` sequences of ``context_tokens``: a pool of whole
+    blocks with bytes to match (without them vLLM's CPU build reserves 92 % of the machine's memory, and refuses to
+    start where other work holds some), at the dtype ``config.json`` declares (its "auto" turns float32 into
+    bfloat16 on a CPU)."""
+    config = models.hf_config(model_dir)
+    geometry, _ = models.hf_geometry(config)
+    blocks = max(-(-context_tokens * slots // block_size) + 1, 2)
+    return {"block_size": block_size, "dtype": models.hf_dtype(config) or "bfloat16", "num_gpu_blocks": blocks,
+            "kv_cache_memory_bytes": blocks * block_size * geometry.bytes_per_token}
+
+
 def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
     """``vllm serve`` (its CPU build here) with ``--enable-prompt-tokens-details`` (``cached_tokens`` per
     request) and KV events published to ``options["kv_events_endpoint"]`` (a loopback ZMQ socket the
