@@ -101,7 +101,8 @@ def _spreads(f: Finding) -> dict[str, tuple[float, float, float]]:
         if not tag.endswith("_ci_low"):
             continue
         base = tag[: -len("_ci_low")]
-        values = [t for t in f.metrics if t == base or (t.startswith(base + "_") and not t.startswith(base + "_ci_"))]
+        values = [base] if base in f.metrics else [t for t in f.metrics if t.startswith(base + "_")
+                                                   and not t.startswith(base + "_ci_")]
         v, low, high = (f.metric(values[0]) if len(values) == 1 else None), f.metric(tag), f.metric(base + "_ci_high")
         if all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (v, low, high)):
             out[values[0]] = (float(v), float(low), float(high))
