@@ -142,7 +142,8 @@ def compare(a: Path, b: Path) -> Comparison:
     return compare_found(scanned(run_folder(a, "nothing was compared")), scanned(run_folder(b, "nothing was compared")))
 
 
-def previous(found: Found, m: _manifest.Manifest) -> Found:
-    """The previous run in a folder: the findings that no notebook's current attempt (in ``run.json``) wrote."""
-    current = {n.attempt for n in m.notebooks.values() if n.attempt}
+def previous(found: Found, m: _manifest.Manifest | None) -> Found:
+    """The previous run in a folder: the findings that no notebook's current attempt (in ``run.json``) wrote (none
+    without a manifest: then nothing tells this run from an earlier one)."""
+    current = {n.attempt for n in (m.notebooks.values() if m else []) if n.attempt}
     return [(p, f) for p, f in found if f.attempt not in current] if current else []

@@ -105,6 +105,9 @@ class Finding:
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
         self.attempt = self.attempt or os.environ.get(ATTEMPT_ENV) or None
+        # a row without a verdict of its own has the summary as its reason: a finding restated without that row's
+        # verdict (dataclasses.replace) keeps no reason for it (a file that gives one is refused by validate)
+        self.claim_reasons = {c: r for c, r in self.claim_reasons.items() if c in self.claim_verdicts}
         if not self.id:
             stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
             self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"

@@ -182,17 +182,17 @@ def card_id(finding_id: str) -> str:
     return f"finding-{finding_id}"
 
 
-def reason_of(s: _standing.Standing) -> str | None:
-    """What a matrix cell says beside a standing verdict: its claim row's reason; why it settles nothing, where its
-    verdict is not re-derived; nothing for not-run (the engines that did not run are listed once)."""
+def reason_of(s: _standing.Standing, subject: bool = True) -> str | None:
+    """What a matrix cell says beside a standing verdict: its claim row's reason, led on the claim's subject by why it
+    settles nothing where its verdict is not re-derived (a reference settles nothing anyway: its card says why);
+    nothing for not-run (the engines that did not run are listed once)."""
     if s.verdict == "not-run":
         return None
-    if s.unsettled:
-        return f"settles nothing: {s.unsettled[0]}"
-    return s.claim_reason or NOT_RECORDED
+    reason = s.claim_reason or NOT_RECORDED
+    return f"settles nothing ({s.unsettled[0]}): {reason}" if s.unsettled and subject else reason
 
 
-def _badges(stood: Sequence[_standing.Standing]) -> tuple[Badge, ...]:
+def _badges(stood: Sequence[_standing.Standing], subject: bool = True) -> tuple[Badge, ...]:
     groups: dict[str, list[_standing.Standing]] = {}
     for s in stood:
         groups.setdefault(s.verdict, []).append(s)
@@ -200,7 +200,7 @@ def _badges(stood: Sequence[_standing.Standing]) -> tuple[Badge, ...]:
     for v, ss in groups.items():
         top = max(ss, key=lambda s: (_standing.when(s.created), s.finding_id))
         out.append(Badge(v, len(ss), "; ".join(" · ".join(x for x in (s.probe, s.engine_version, s.model) if x)
-                                               for s in ss), reason_of(top),
+                                               for s in ss), reason_of(top, subject),
                          "#not-run" if v == "not-run" else f"#{card_id(top.finding_id)}"))
     return tuple(out)
 
@@ -215,7 +215,8 @@ def verdict_matrix(found: Found) -> Matrix:
     others = sorted((set(cells.engines()) | {s.engine for ss in by_claim.values() for s in ss}) - set(subjects))
     engines = (*subjects, *others)
     rows = tuple(MatrixRow(st.claim, st.headline, st.resolved,
-                           tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e]) for e in engines))
+                           tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e],
+                                         cells.runs(e) == st.claim.subject) for e in engines))
                  for st in _standing.claim_states(found))
     return Matrix(engines, rows)
 
@@ -312,8 +313,8 @@ class Tally:
         return out
 
 
-def tally(scan: _findings.Scan, m: Manifest | None = None) -> Tally:
-    matrix = verdict_matrix(scan.findings)
+def tally(scan: _findings.Scan, m: Manifest | None = None, matrix: Matrix | None = None) -> Tally:
+    matrix = matrix or verdict_matrix(scan.findings)
     verdicts: dict[str, int] = {}
     engines: dict[str, dict[str, int]] = {}
     for row in matrix.rows:
@@ -464,13 +465,7 @@ def changes(found: Found, m: Manifest | None, against: Path | None) -> tuple[str
     this folder (:func:`workbench.compare.previous`)."""
     if against is not None:
         return str(against), _compare.compare_found(_compare.scanned(against), found)
-    return "the previous run in this folder", _compare.compare_found(_compare.previous(found, m or _no_manifest()), found)
-
-
-def _no_manifest() -> Manifest:
-    from .manifest import Manifest
-
-    return Manifest()
+    return "the previous run in this folder", _compare.compare_found(_compare.previous(found, m), found)
 
 
 def render(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> str:
@@ -491,16 +486,17 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
                        if f.verdict != "not-run"} - {None})
     since, changed = changes(found, manifest, against)
+    matrix = verdict_matrix(found)
     return template.render(
         title=f"workbench run — {out.name}",
-        tally=tally(scan, manifest),
+        tally=tally(scan, manifest, matrix),
         since=since,
         changed=changed,
         cards=cards(found, manifest, {pf.probe for pf in figures}, rel),
         figures_id=figures_id,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
-        matrix=verdict_matrix(found),
+        matrix=matrix,
         not_run=not_run_engines(found),
         open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
