@@ -34,7 +34,8 @@ def run_dir(tmp_path_factory) -> Path:
 def test_report_is_offline_and_self_contained(run_dir):
     page = report.write(run_dir, manifest.load(run_dir)).read_text()
     assert page.count("Plotly.newPlot") >= 3  # survival, matrix and timelines
-    assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
+    assert len(re.findall(r"^\* plotly\.js \(basic - minified\) v\d", page, re.M)) == 1  # inlined once: the partial
+    assert len(page) < 1_500_000  # bundle, 1.2 MB where the whole of plotly.js is 4.8 MB
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched: no CDN, no file next to it
 
 

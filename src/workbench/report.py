@@ -449,9 +449,22 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
-def _plotlyjs() -> str:
+#: plotly.js's own partial bundle of the traces the report's figures draw (npm's ``plotly.js-basic-dist-min``, MIT,
+#: ``static/plotly-basic.LICENSE``): 1.2 MB where the whole of plotly.js is 4.8 MB. Used only where it is the
+#: plotly.js release the installed plotly writes figures for, and every figure's traces are in it.
+PARTIAL_BUNDLE = "static/plotly-basic.min.js"
+PARTIAL_TRACES = frozenset({"bar", "pie", "scatter"})
+
+
+def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
+    """The plotly.js the page inlines: the partial bundle where it draws every trace, else the whole library."""
     import plotly.offline
 
+    partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
+    said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
+    traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
+    if said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES:
+        return partial
     return plotly.offline.get_plotlyjs()
 
 
@@ -504,7 +517,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        plotlyjs=_plotlyjs() if figures else "",
+        plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
