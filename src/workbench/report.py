@@ -116,8 +116,10 @@ def _said_of(f: Finding) -> str:
 
 
 def _said(s: _standing.Standing) -> str:
-    """A standing's summary, led by why it settles nothing where its verdict is not re-derived."""
-    return f"Settles nothing ({'; '.join(s.unsettled)}): {s.summary}" if s.unverified else s.summary
+    """A standing's reason for its verdict on its claim (its claim row's own, never the summary of another verdict),
+    led by why it settles nothing where its verdict is not re-derived."""
+    said = s.claim_reason or NOT_RECORDED
+    return f"Settles nothing ({'; '.join(s.unsettled)}): {said}" if s.unverified else said
 
 
 def open_claims(found: Found) -> pd.DataFrame:
