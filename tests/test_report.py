@@ -335,4 +335,7 @@ def test_first_screen_tallies_what_was_learned_and_puts_errors_up_front(run_dir,
     page = report.render(out, manifest.load(out))
     assert page.index("Every notebook failed (2)") < page.index('class="matrix"')  # never an empty grid alone
     assert "nothing was measured in this run" in report.tally_text(out, manifest.load(out))
+    cut = report.tally(scan, manifest.Manifest({"a": manifest.NotebookRun("a", "running", {}, "a.ipynb", "t")}))
+    assert (cut.failed, cut.unfinished, cut.all_failed) == ((), ("a",), False)  # a run stopped midway: not a failure
+    assert "unfinished: a (still running, or the run was stopped)" in cut.lines()
 

@@ -294,8 +294,9 @@ class Tally:
     verdicts: tuple[tuple[str, int], ...]  # standing verdicts that ran, per verdict
     engines: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # per engine, its standing verdicts per verdict
     notebooks: int
-    failed: tuple[str, ...]  # notebooks that did not end ok
+    failed: tuple[str, ...]  # notebooks that ended in an error or a timeout
     corrupt: int  # finding files that could not be read
+    unfinished: tuple[str, ...] = ()  # notebooks still running, or cut off (the run was stopped)
 
     @property
     def all_failed(self) -> bool:
@@ -312,6 +313,8 @@ class Tally:
                        + (": nothing was measured in this run" if self.all_failed else ""))
         if self.corrupt:
             out.append(f"errors:    {self.corrupt} finding file(s) could not be read (listed in the report)")
+        if self.unfinished:
+            out.append(f"unfinished: {', '.join(self.unfinished)} (still running, or the run was stopped)")
         return out
 
 
@@ -328,7 +331,8 @@ def tally(scan: _findings.Scan, m: Manifest | None = None, matrix: Matrix | None
     notebooks = list(m.notebooks.values()) if m else []
     return Tally(sum(r.resolved for r in matrix.rows), len(matrix.rows), tuple(sorted(verdicts.items())),
                  tuple((e, tuple(sorted(c.items()))) for e, c in engines.items()), len(notebooks),
-                 tuple(n.name for n in notebooks if n.status != "ok"), len(scan.errors))
+                 tuple(n.name for n in notebooks if n.status not in ("ok", "running")), len(scan.errors),
+                 tuple(n.name for n in notebooks if n.status == "running"))
 
 
 def tally_text(out: Path, m: Manifest | None = None) -> str:
