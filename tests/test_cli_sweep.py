@@ -67,6 +67,7 @@ BAD: dict[str, Callable[[Path], str]] = {
 KINDS: dict[str, tuple[str, ...]] = {
     "file-in": ("missing", "folder", "empty", "binary", "latin1", "bad-json", "bad-yaml", "under-a-file"),
     "dir-in": ("missing", "file", "under-a-file"),
+    "run-in": ("missing", "file", "under-a-file", "folder"),  # a run folder: an empty folder is not one
     "dir-out": ("file", "under-a-file"),
     "file-out": ("folder", "under-a-file"),
     "model": ("missing", "folder", "empty", "binary", "latin1", "under-a-file"),
@@ -101,7 +102,8 @@ COMMANDS: dict[str, Command] = {
                     "address": "url", "matrix": "file-in", "job_timeout": "number"},
                    needs={"address": ("--executor", "ray")}),
     "findings": Command(("findings", "{tmp}"), {"dirs": "dir-in", "fmt": NOT_INPUT, "out": "file-out"}),
-    "report": Command(("report", "{tmp}"), {"out": "dir-in"}),
+    "report": Command(("report", "{tmp}"), {"out": "run-in", "against": "run-in"}),
+    "compare": Command(("compare", "{tmp}", "{tmp}"), {"before": "run-in", "after": "run-in"}),
     "writeback": Command(("writeback", "{tmp}/blueprint.md", "--findings", "{tmp}", "--out", "{tmp}/out.md"),
                          {"blueprint": "file-in", "findings_dirs": "dir-in", "dry_run": NOT_INPUT,
                           "check": NOT_INPUT, "out": "file-out"}),
@@ -179,7 +181,8 @@ def _argv(name: str, param: str, bad: str, tmp: Path) -> list[str]:
     if spec.param_type_name == "argument":
         positional = [i for i, a in enumerate(argv) if i >= len(name.split()) and not a.startswith("-")
                       and not argv[i - 1].startswith("-")]
-        argv[positional[0]] = value
+        arguments = [p.name for p in _app_commands()[name] if p.param_type_name == "argument"]
+        argv[positional[arguments.index(param)]] = value  # the argument's own place (compare A B)
     else:
         opt = spec.opts[0]
         if opt in argv:
@@ -217,6 +220,7 @@ def _alarm(signum, frame):
 def case_dir(tmp_path):
     shutil.copy(ROOT / "data/blueprint/blueprint.md", tmp_path / "blueprint.md")
     shutil.copy(ROOT / "data/guide/trtllm-gateway.md", tmp_path / "guide.md")
+    (tmp_path / "findings").mkdir()  # the case folder is a run folder (report, compare), with no findings yet
     return tmp_path
 
 

@@ -19,6 +19,7 @@ def run_dir(tmp_path_factory) -> Path:
     for name in ("retention.pinning_under_pressure", "reuse.per_request_metrics"):
         probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
                    params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
+    probes.run("surface.contract_mapping", engine="llamacpp", out=out / "findings", isolated=False)
     finding = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny")
     not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm", claim_verdicts={},
                       summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
@@ -33,7 +34,8 @@ def run_dir(tmp_path_factory) -> Path:
 def test_report_is_offline_and_self_contained(run_dir):
     page = report.write(run_dir, manifest.load(run_dir)).read_text()
     assert page.count("Plotly.newPlot") >= 3  # survival, matrix and timelines
-    assert len(re.findall(r"plotly\.js v\d", page)) == 1  # plotly.js inlined exactly once
+    assert len(re.findall(r"^\* plotly\.js \(basic - minified\) v\d", page, re.M)) == 1  # inlined once: the partial
+    assert len(page) < 1_500_000  # bundle, 1.2 MB where the whole of plotly.js is 4.8 MB
     assert not re.search(r"<script[^>]+src=", page)  # nothing fetched: no CDN, no file next to it
 
 
@@ -175,7 +177,7 @@ def with_vllm(run_dir: Path, tmp_path: Path) -> Path:
 
 def test_each_report_figure_shows_every_engine_side_by_side(run_dir, tmp_path):
     page = report.render(with_vllm(run_dir, tmp_path))
-    section = page[page.index("<h3>reuse.per_request_metrics</h3>"):]
+    section = page[page.index('id="fig-reuse-per-request-metrics">reuse.per_request_metrics</h3>'):]
     lines = re.findall(r"</span> (\w+)[^:<]*:", section[:section.index("</ul>")])
     assert lines == ["trtllm", "llamacpp", "vllm"]  # each engine's verdict line, in the panels' order
     figs = plotted(page)
@@ -260,4 +262,80 @@ def test_the_loop_draws_its_declared_figures_through_the_probes_figure_path(loop
     by_arm = {f.params["arm"]: f for _, f in found}
     assert set(bars) == {a for a, f in by_arm.items() if "speedup_vs_best_llamacpp" in f.metrics} != set()
     assert all(bars[a] == pytest.approx(by_arm[a].metric("speedup_vs_best_llamacpp")) for a in bars)
-    assert page.index('id="figures"') < page.index("<h3>loop</h3>")  # in the figures' section, beside the probes'
+    assert page.index('id="figures"') < page.index('<h3 id="fig-loop">loop</h3>')  # in the figures' section, beside the probes'
+
+
+# --------------------------------------------------------------------------- each claim row's reason, and its card
+
+
+def test_every_claim_row_of_a_finding_has_its_own_reason_from_the_rule(run_dir):
+    """A row with a verdict of its own carries its rule's words; a row with the finding's verdict, the summary."""
+    found = [f for _, f in findings.scan([run_dir / "findings"]).findings if f.verdict != "not-run"]
+    assert found and all(f.claim_reasons.keys() == f.claim_verdicts.keys() for f in found)
+    assert all(f.reason_on(c) for f in found for c in f.claims)
+    survey = next(f for f in found if f.probe == "surface.contract_mapping")
+    for row in ("contract.decode", "contract.embed", "contract.slot_switch"):  # why llama.cpp reads not-applicable
+        assert survey.verdict_on(row) == "not-applicable"
+        assert survey.reason_on(row).startswith("Not applicable to llamacpp: the row names a TensorRT-LLM mechanism")
+    retention = next(f for f in found if f.probe.startswith("retention"))
+    if retention.verdict_on("risk.retention_bias") != retention.verdict:  # its own verdict: never the summary
+        assert retention.reason_on("risk.retention_bias") != retention.summary
+
+
+def test_each_badge_links_to_its_findings_card_and_the_cell_shows_the_claims_reason(run_dir):
+    found = findings.scan([run_dir / "findings"]).findings
+    page = report.render(run_dir, manifest.load(run_dir))
+    m = report.verdict_matrix(found)
+    badges = [b for r in m.rows for cell in r.cells for b in cell if b.verdict != "not-run"]
+    assert badges and all(b.href.startswith("#finding-") and b.reason for b in badges)
+    cards = set(re.findall(r'<section class="card" id="([^"]+)"', page))
+    assert {b.href[1:] for b in badges} <= cards  # every link lands on a card
+    survey = next(f for _, f in found if f.probe == "surface.contract_mapping")
+    row = next(r for r in m.rows if r.claim.id == "contract.decode")
+    (badge,) = dict(zip(m.engines, row.cells))["llamacpp"]
+    assert badge.reason == survey.reason_on("contract.decode") and badge.href == f"#finding-{survey.id}"
+    assert f'href="#finding-{survey.id}"' in page and survey.reason_on("contract.decode") in page
+
+
+def test_older_findings_load_with_the_rows_reason_derived_or_marked_absent(run_dir, tmp_path):
+    """A v3 finding (no reasons) still loads: a row's reason derived from the supports it recorded, else absent;
+    the card says so rather than show the summary beside another verdict."""
+    import json
+
+    path, f = next((p, f) for p, f in findings.scan([run_dir / "findings"]).findings
+                   if f.probe == "surface.contract_mapping")
+    doc = json.loads(path.read_text())
+    doc.pop("claim_reasons")
+    (tmp_path / "findings").mkdir()
+    (tmp_path / "findings" / path.name).write_text(json.dumps(doc | {"schema": "workbench.finding/v3"}))
+    ((_, old),) = findings.scan([tmp_path / "findings"]).findings
+    assert old.schema == findings.SCHEMA_ID and old.claim_reasons.keys() == f.claim_verdicts.keys()
+    assert set(old.claim_reasons.values()) == {None}  # its rows rest on no reading: absent, not made up
+    assert findings.rests_words("refuted", [{"metric": "rows_verified", "op": "==", "value": 0}],
+                                {"rows_verified": {"value": 0}}).startswith("refuted, resting on ")  # derived
+    assert report.NOT_RECORDED in report.render(tmp_path)
+
+
+def test_first_screen_tallies_what_was_learned_and_puts_errors_up_front(run_dir, tmp_path):
+    import shutil
+
+    scan = findings.scan([run_dir / "findings"])
+    t = report.tally(scan, manifest.load(run_dir))
+    assert (t.resolved, t.total) == (0, len(claims.CLAIMS)) and t.failed == ("20_reuse_metrics",) and t.corrupt == 1
+    assert dict(t.verdicts)["not-applicable"] >= 3 and "llamacpp" in dict(t.engines)
+    page = report.render(run_dir, manifest.load(run_dir))
+    assert page.index('id="errors"') < page.index('id="tally"') < page.index('class="matrix"')
+    assert "1 of 2 notebooks failed" in page and "Every notebook failed" not in page
+    assert report.tally_text(run_dir, manifest.load(run_dir)).splitlines()[0].startswith(
+        f"claims:    0 of {len(claims.CLAIMS)} resolved")
+    out = tmp_path / "failed"
+    shutil.copytree(run_dir, out)
+    manifest.record(out, manifest.NotebookRun("10_retention", "error", {}, "notebooks/10_retention.ipynb", "t", 1.0,
+                                              "RuntimeError: no kernel"))
+    page = report.render(out, manifest.load(out))
+    assert page.index("Every notebook failed (2)") < page.index('class="matrix"')  # never an empty grid alone
+    assert "nothing was measured in this run" in report.tally_text(out, manifest.load(out))
+    cut = report.tally(scan, manifest.Manifest({"a": manifest.NotebookRun("a", "running", {}, "a.ipynb", "t")}))
+    assert (cut.failed, cut.unfinished, cut.all_failed) == ((), ("a",), False)  # a run stopped midway: not a failure
+    assert "unfinished: a (still running, or the run was stopped)" in cut.lines()
+

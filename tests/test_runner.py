@@ -299,6 +299,7 @@ def test_engine_logs_go_to_the_notebooks_log_and_the_console_gets_one_line(tmp_p
     failed = manifest.load(tmp_path).notebooks["llamacpp/raises_error"]
     assert f"log: {tmp_path / failed.log}" in console  # where to look, then its last lines
     assert "RuntimeError: this notebook fails on purpose" in console
+    assert "claims:    0 of" in r.stdout and "errors:    1 of 2 notebooks failed (llamacpp/raises_error)" in r.stdout
 
 
 def test_verbose_brings_the_engine_logs_back_to_the_console(tmp_path):

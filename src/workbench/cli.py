@@ -351,12 +351,26 @@ def _emit(text: str, out: Optional[Path]) -> None:
 
 
 @app.command("report")
-def report_cmd(out: Path = typer.Argument(..., help="run folder (the --out of `workbench run`)")) -> None:
+def report_cmd(out: Path = typer.Argument(..., help="run folder (the --out of `workbench run`)"),
+               against: Optional[Path] = typer.Option(None, "--against", help="run folder the first screen says what "
+                                                      "changed since (default: the previous run in OUT)")) -> None:
     """Draw a run folder's report.html again from its findings and run.json."""
     from . import report
 
     try:
-        typer.echo(f"report: {report.redraw(out)}")
+        typer.echo(f"report: {report.redraw(out, against)}")
+    except WorkbenchError as e:
+        _fail(str(e))
+
+
+@app.command("compare")
+def compare_cmd(before: Path = typer.Argument(..., help="run folder A (before)"),
+                after: Path = typer.Argument(..., help="run folder B (after)")) -> None:
+    """What changed from run A to run B: verdicts that flipped, metrics that moved beyond their spread."""
+    from . import compare
+
+    try:
+        typer.echo("\n".join(compare.compare(before, after).lines()))
     except WorkbenchError as e:
         _fail(str(e))
 

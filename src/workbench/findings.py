@@ -7,8 +7,12 @@ met twice (the same id in two folders) counts once.
 Schema v2 records provenance apart: ``probe_version``, the probe's ``params`` and the run's
 ``cell_options`` are separate fields, and every metric carries its ``source`` (engine, cell or
 derived). v3 adds the supports each verdict rests on (``rests_on``, ``claim_rests_on``), so whatever reads a
-finding can re-check its verdict (:mod:`workbench.settle`) instead of believing its verdict string. Findings
-written under v1 and v2 still load: :func:`upgrade` reads them into the v3 shape, with no supports recorded.
+finding can re-check its verdict (:mod:`workbench.settle`) instead of believing its verdict string. v4 adds each
+claim row's own one-line reason (``claim_reasons``) where a row has a verdict of its own: the rule's words for that
+row, so a report never shows the finding's summary beside a row it does not speak to; a row that carries the
+finding's verdict has the summary as its reason. Findings written under v1 to v3 still load: :func:`upgrade` reads
+them into the v4 shape, with no supports recorded (v1, v2) and a row's reason derived from the supports it rests on,
+else recorded as absent (``None``), never made up.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from . import metrics as _metrics
 from .contract import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
-SCHEMA_ID = "workbench.finding/v3"
-OLD_SCHEMAS = ("workbench.finding/v1", "workbench.finding/v2")
+SCHEMA_ID = "workbench.finding/v4"
+OLD_SCHEMAS = ("workbench.finding/v1", "workbench.finding/v2", "workbench.finding/v3")
 SCHEMA_FAMILY = "workbench.finding/"
 #: ``workbench run`` sets this for each notebook's attempt; every finding written under it carries the id, so a
 #: resume sets aside exactly what an unfinished attempt wrote (never another engine's or notebook's findings).
@@ -92,6 +96,7 @@ class Finding:
     claim_verdicts: dict = field(default_factory=dict)
     rests_on: list = field(default_factory=list)  # [{"metric", "op", "value"}]: what the verdict rests on
     claim_rests_on: dict = field(default_factory=dict)  # claim id -> supports of that claim row's own verdict
+    claim_reasons: dict = field(default_factory=dict)  # claim id (of claim_verdicts) -> its row's reason; None: absent
     id: str = ""
     created: str = ""
     schema: str = SCHEMA_ID
@@ -100,6 +105,9 @@ class Finding:
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
         self.attempt = self.attempt or os.environ.get(ATTEMPT_ENV) or None
+        # a row without a verdict of its own has the summary as its reason: a finding restated without that row's
+        # verdict (dataclasses.replace) keeps no reason for it (a file that gives one is refused by validate)
+        self.claim_reasons = {c: r for c, r in self.claim_reasons.items() if c in self.claim_verdicts}
         if not self.id:
             stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
             self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"
@@ -116,6 +124,11 @@ class Finding:
         """The verdict this finding gives ``claim_id``: its claim row's own, else the finding's."""
         return self.claim_verdicts.get(claim_id, self.verdict)
 
+    def reason_on(self, claim_id: str) -> str | None:
+        """The one-line reason for the verdict on ``claim_id``: its claim row's own where the row has a verdict of its
+        own (``None`` where that was not recorded: a finding from before v4), else the finding's summary."""
+        return self.claim_reasons.get(claim_id) if claim_id in self.claim_verdicts else self.summary
+
     def supports_of(self, claim_id: str) -> tuple[_metrics.Support, ...]:
         """The recorded supports of the verdict on ``claim_id`` (its claim row's own, else the finding's)."""
         docs = self.claim_rests_on.get(claim_id, self.rests_on)
@@ -123,7 +136,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on"):
+        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons"):
             if not d[optional]:
                 d.pop(optional)
         return d
@@ -136,6 +149,15 @@ class Finding:
 def supports_doc(supports: Iterable[_metrics.Support]) -> list[dict]:
     """Supports as the finding records them."""
     return [{"metric": s.metric, "op": s.op, "value": s.value} for s in supports]
+
+
+def rests_words(verdict: str, supports: Iterable[Mapping[str, Any]], values: Mapping[str, Any]) -> str | None:
+    """A claim row's reason derived from what its verdict rests on (the row gave no words of its own): each support
+    with the value the finding read; None where it rests on nothing (then the reason is absent, not made up)."""
+    said = [f"{_metrics.METRICS[s['metric']].header if s['metric'] in _metrics.METRICS else s['metric']} "
+            f"{s['op']} {s['value']} (read: {(values.get(s['metric']) or {}).get('value', 'not recorded')})"
+            for s in supports]
+    return f"{verdict}, resting on {'; '.join(said)}" if said else None
 
 
 def metric_values(values: Mapping[str, Any], sources: Mapping[str, str] | None = None) -> dict:
@@ -160,16 +182,29 @@ def upgrade(doc: Mapping[str, Any]) -> dict:
     doc = dict(doc)
     if doc.get("schema") not in OLD_SCHEMAS:
         return doc
-    if doc["schema"] == "workbench.finding/v2":  # v3 only adds the optional supports
-        return doc | {"schema": SCHEMA_ID}
+    if doc["schema"] in ("workbench.finding/v2", "workbench.finding/v3"):  # v3 adds the optional supports, v4 reasons
+        return _rows_reasoned(doc | {"schema": SCHEMA_ID})
     doc.pop("claim", None)
     doc["schema"] = SCHEMA_ID
     doc.setdefault("probe_version", "0")
     doc.setdefault("cell_options", {})
     doc["metrics"] = {t: {"source": _metrics.METRICS[t].source if t in _metrics.METRICS else "cell", **m}
                       for t, m in (doc.get("metrics") or {}).items()}
-    return doc
+    return _rows_reasoned(doc)
 
+
+def _rows_reasoned(doc: dict) -> dict:
+    """A pre-v4 finding's claim rows with a verdict of their own, each with its reason derived from the supports it
+    recorded (its own, else the finding's), or ``None``: not recorded."""
+    own = doc.get("claim_rests_on") or {}
+    rows = doc.get("claim_verdicts") or {}
+    if not isinstance(rows, dict) or not isinstance(own, dict):
+        return doc  # the schema names what is wrong
+    try:
+        return doc | {"claim_reasons": {c: rests_words(v, own.get(c, doc.get("rests_on") or []), doc.get("metrics") or {})
+                                        for c, v in rows.items()}}
+    except (TypeError, KeyError, AttributeError):  # supports shaped unlike the schema's: it names what is wrong
+        return doc
 
 @lru_cache(maxsize=1)
 def _validator() -> Any:
@@ -188,6 +223,10 @@ def validate(doc: Mapping[str, Any]) -> None:
     for cid in list(doc["claims"]) + list(doc.get("claim_verdicts", {})):
         if cid not in _claims.CLAIMS:
             raise FindingError(f"finding cites unknown claim {cid!r}")
+    stray = set(doc.get("claim_reasons", {})) - set(doc.get("claim_verdicts", {}))
+    if stray:
+        raise FindingError(f"finding gives a reason to {', '.join(sorted(stray))}, which has no verdict of its own "
+                           "(a row that carries the finding's verdict has its summary as reason)")
 
 
 def from_dict(doc: Mapping[str, Any]) -> Finding:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import textwrap
 from dataclasses import dataclass
 from functools import partial
@@ -183,9 +184,14 @@ def latency(rows: Rows) -> go.Figure:
     if not rows:
         return empty(title, "no timed requests")
     fig = plotstyle.axes(title, "procedure", "time to first token (s)")
-    for proc in dict.fromkeys(r["procedure"] for r in rows):
-        fig.add_trace(go.Box(y=[r["ttft_s"] for r in rows if r["procedure"] == proc], name=str(proc),
-                             boxpoints="all", jitter=0.3, pointpos=0))
+    procs = list(dict.fromkeys(r["procedure"] for r in rows))
+    for i, proc in enumerate(procs):  # every trial as a point, spread across its lane, and the lane's median
+        ys = [r["ttft_s"] for r in rows if r["procedure"] == proc]
+        xs = [i + 0.3 * ((k * 0.618034) % 1 - 0.5) for k in range(len(ys))]  # a fixed spread: a redraw is identical
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=str(proc), marker=dict(size=6, opacity=0.6)))
+        fig.add_trace(go.Scatter(x=[i - 0.3, i + 0.3], y=[statistics.median(ys)] * 2, mode="lines", showlegend=False,
+                                 line=dict(color="#333", width=2), name=f"{proc} median", hoverinfo="name+y"))
+    fig.update_xaxes(tickvals=list(range(len(procs))), ticktext=[str(p) for p in procs], range=[-0.6, len(procs) - 0.4])
     fig.update_yaxes(type="log", dtick=LOG_TICKS)
     fig.update_layout(showlegend=False)
     return fig

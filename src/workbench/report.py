@@ -22,10 +22,10 @@ import jinja2
 import pandas as pd
 
 from . import claims as _claims
+from . import compare as _compare
 from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
-from .contract import WorkbenchError
 from .files import atomic_write
 from . import standing as _standing
 from .findings import Finding
@@ -116,8 +116,10 @@ def _said_of(f: Finding) -> str:
 
 
 def _said(s: _standing.Standing) -> str:
-    """A standing's summary, led by why it settles nothing where its verdict is not re-derived."""
-    return f"Settles nothing ({'; '.join(s.unsettled)}): {s.summary}" if s.unverified else s.summary
+    """A standing's reason for its verdict on its claim (its claim row's own, never the summary of another verdict),
+    led by why it settles nothing where its verdict is not re-derived."""
+    said = s.claim_reason or NOT_RECORDED
+    return f"Settles nothing ({'; '.join(s.unsettled)}): {said}" if s.unverified else said
 
 
 def open_claims(found: Found) -> pd.DataFrame:
@@ -143,11 +145,15 @@ def churn_frame(found: Found) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Badge:
     """One verdict in a matrix cell; ``count`` standings share it (versions, models, loop arms), ``detail``
-    names them (the badge's tooltip)."""
+    names them (the badge's tooltip). ``reason`` is the newest one's reason for its verdict on the claim (its claim
+    row's own, from the probe's rule), ``href`` the anchor of its finding's card (not-run: the list of engines that
+    did not run)."""
 
     verdict: str
     count: int
     detail: str
+    reason: str | None = None
+    href: str = "#not-run"
 
 
 @dataclass(frozen=True)
@@ -170,12 +176,35 @@ class Matrix:
                 if any(r.claim.section == key for r in self.rows)]
 
 
-def _badges(stood: Sequence[_standing.Standing]) -> tuple[Badge, ...]:
+NOT_RECORDED = "reason not recorded (a finding written before schema v4; re-run it)"
+
+
+def card_id(finding_id: str) -> str:
+    """The anchor of a finding's card on the page."""
+    return f"finding-{finding_id}"
+
+
+def reason_of(s: _standing.Standing, subject: bool = True) -> str | None:
+    """What a matrix cell says beside a standing verdict: its claim row's reason, led on the claim's subject by why it
+    settles nothing where its verdict is not re-derived (a reference settles nothing anyway: its card says why);
+    nothing for not-run (the engines that did not run are listed once)."""
+    if s.verdict == "not-run":
+        return None
+    reason = s.claim_reason or NOT_RECORDED
+    return f"settles nothing ({s.unsettled[0]}): {reason}" if s.unsettled and subject else reason
+
+
+def _badges(stood: Sequence[_standing.Standing], subject: bool = True) -> tuple[Badge, ...]:
     groups: dict[str, list[_standing.Standing]] = {}
     for s in stood:
         groups.setdefault(s.verdict, []).append(s)
-    return tuple(Badge(v, len(ss), "; ".join(" · ".join(x for x in (s.probe, s.engine_version, s.model) if x)
-                                             for s in ss)) for v, ss in groups.items())
+    out = []
+    for v, ss in groups.items():
+        top = max(ss, key=lambda s: (_standing.when(s.created), s.finding_id))
+        out.append(Badge(v, len(ss), "; ".join(" · ".join(x for x in (s.probe, s.engine_version, s.model) if x)
+                                               for s in ss), reason_of(top, subject),
+                         "#not-run" if v == "not-run" else f"#{card_id(top.finding_id)}"))
+    return tuple(out)
 
 
 def verdict_matrix(found: Found) -> Matrix:
@@ -188,7 +217,8 @@ def verdict_matrix(found: Found) -> Matrix:
     others = sorted((set(cells.engines()) | {s.engine for ss in by_claim.values() for s in ss}) - set(subjects))
     engines = (*subjects, *others)
     rows = tuple(MatrixRow(st.claim, st.headline, st.resolved,
-                           tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e]) for e in engines))
+                           tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e],
+                                         cells.runs(e) == st.claim.subject) for e in engines))
                  for st in _standing.claim_states(found))
     return Matrix(engines, rows)
 
@@ -254,6 +284,126 @@ def open_summary(found: Found) -> Open:
                 tuple((c, tuple(ids)) for c, ids in by_command.items()))
 
 
+@dataclass(frozen=True)
+class Tally:
+    """The first screen's count of what was learned (and ``workbench run``'s last lines): claims resolved by their
+    subject, the standing verdicts by verdict and by engine, and what failed."""
+
+    resolved: int
+    total: int
+    verdicts: tuple[tuple[str, int], ...]  # standing verdicts that ran, per verdict
+    engines: tuple[tuple[str, tuple[tuple[str, int], ...]], ...]  # per engine, its standing verdicts per verdict
+    notebooks: int
+    failed: tuple[str, ...]  # notebooks that ended in an error or a timeout
+    corrupt: int  # finding files that could not be read
+    unfinished: tuple[str, ...] = ()  # notebooks still running, or cut off (the run was stopped)
+
+    @property
+    def all_failed(self) -> bool:
+        return bool(self.notebooks) and len(self.failed) == self.notebooks
+
+    def lines(self) -> list[str]:
+        """The tally as ``workbench run`` prints it."""
+        each = lambda counts: ", ".join(f"{n} {v}" for v, n in counts) or "none"  # noqa: E731
+        out = [f"claims:    {self.resolved} of {self.total} resolved by their subject engine",
+               f"verdicts:  {each(self.verdicts)}",
+               *(f"  {e}: {each(c)}" for e, c in self.engines)]
+        if self.failed:
+            out.append(f"errors:    {len(self.failed)} of {self.notebooks} notebooks failed ({', '.join(self.failed)})"
+                       + (": nothing was measured in this run" if self.all_failed else ""))
+        if self.corrupt:
+            out.append(f"errors:    {self.corrupt} finding file(s) could not be read (listed in the report)")
+        if self.unfinished:
+            out.append(f"unfinished: {', '.join(self.unfinished)} (still running, or the run was stopped)")
+        return out
+
+
+def tally(scan: _findings.Scan, m: Manifest | None = None, matrix: Matrix | None = None) -> Tally:
+    matrix = matrix or verdict_matrix(scan.findings)
+    verdicts: dict[str, int] = {}
+    engines: dict[str, dict[str, int]] = {}
+    for row in matrix.rows:
+        for engine, cell in zip(matrix.engines, row.cells):
+            for b in cell:
+                if b.verdict != "not-run":
+                    verdicts[b.verdict] = verdicts.get(b.verdict, 0) + b.count
+                    engines.setdefault(engine, {})[b.verdict] = engines.get(engine, {}).get(b.verdict, 0) + b.count
+    notebooks = list(m.notebooks.values()) if m else []
+    return Tally(sum(r.resolved for r in matrix.rows), len(matrix.rows), tuple(sorted(verdicts.items())),
+                 tuple((e, tuple(sorted(c.items()))) for e, c in engines.items()), len(notebooks),
+                 tuple(n.name for n in notebooks if n.status not in ("ok", "running")), len(scan.errors),
+                 tuple(n.name for n in notebooks if n.status == "running"))
+
+
+def tally_text(out: Path, m: Manifest | None = None) -> str:
+    """:class:`Tally`'s lines for run folder ``out``."""
+    return "\n".join(tally(_findings.scan([Path(out) / "findings"]), m).lines())
+
+
+@dataclass(frozen=True)
+class ClaimRow:
+    """One claim row of a finding's card: the verdict the finding gives it and the row's reason."""
+
+    claim: _claims.Claim
+    verdict: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SupportRow:
+    """A value a verdict rests on: the claim row (None: the finding's own verdict), the condition, what the finding
+    read and where that came from (engine, cell or derived)."""
+
+    claim: str | None
+    metric: str
+    condition: str
+    read: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Card:
+    """A finding as the page shows it when a badge is clicked: its claim rows with their reasons, summary, supports
+    with their sources, and links to its figures, its executed notebook and its JSON."""
+
+    anchor: str
+    finding: Finding
+    rows: tuple[ClaimRow, ...]
+    supports: tuple[SupportRow, ...]
+    json: str | None
+    notebook: str | None
+    figures: str | None
+    unsettled: tuple[str, ...]
+
+
+def _supports(f: Finding) -> tuple[SupportRow, ...]:
+    own = [(None, d) for d in f.rests_on] + [(c, d) for c, ds in f.claim_rests_on.items() for d in ds]
+    return tuple(SupportRow(c, metric_header(d["metric"]), f"{d['op']} {d['value']}",
+                            metric_text(d["metric"], f.metric(d["metric"])) if d["metric"] in f.metrics
+                            else "not recorded", (f.metrics.get(d["metric"]) or {}).get("source", "—"))
+                 for c, d in own)
+
+
+def cards(found: Found, m: Manifest | None, figured: set[str], rel) -> list[Card]:
+    """A card per finding that stands in the matrix (not-run ones are listed with their engine instead)."""
+    from . import probes
+
+    ids = {s.finding_id for ss in _standing.standings(found).values() for s in ss if s.verdict != "not-run"}
+    notebooks = {n.attempt: n.output for n in (m.notebooks.values() if m else []) if n.attempt}
+    out = []
+    for path, f in sorted(((p, f) for p, f in found if f.id in ids), key=lambda pf: (pf[1].probe, pf[1].engine)):
+        rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
+                     for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
+        family = probes.family(f.probe)
+        out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), notebooks.get(f.attempt),
+                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f)))
+    return out
+
+
+def figures_id(probe: str) -> str:
+    return f"fig-{_slug(probe)}"
+
+
 # --------------------------------------------------------------------------- the page
 
 
@@ -305,9 +455,22 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
-def _plotlyjs() -> str:
+#: plotly.js's own partial bundle of the traces the report's figures draw (npm's ``plotly.js-basic-dist-min``, MIT,
+#: ``static/plotly-basic.LICENSE``): 1.2 MB where the whole of plotly.js is 4.8 MB. Used only where it is the
+#: plotly.js release the installed plotly writes figures for, and every figure's traces are in it.
+PARTIAL_BUNDLE = "static/plotly-basic.min.js"
+PARTIAL_TRACES = frozenset({"bar", "pie", "scatter"})
+
+
+def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
+    """The plotly.js the page inlines: the partial bundle where it draws every trace, else the whole library."""
     import plotly.offline
 
+    partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
+    said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
+    traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
+    if said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES:
+        return partial
     return plotly.offline.get_plotlyjs()
 
 
@@ -316,8 +479,17 @@ def _records(df: pd.DataFrame) -> list[dict]:
     return df.astype(object).where(df.notna(), None).to_dict("records")
 
 
-def render(out: Path, manifest: Manifest | None = None) -> str:
-    """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network)."""
+def changes(found: Found, m: Manifest | None, against: Path | None) -> tuple[str, _compare.Comparison]:
+    """What changed, for the first screen: since run folder ``against`` where named, else since the previous run in
+    this folder (:func:`workbench.compare.previous`)."""
+    if against is not None:
+        return str(against), _compare.compare_found(_compare.scanned(against), found)
+    return "the previous run in this folder", _compare.compare_found(_compare.previous(found, m), found)
+
+
+def render(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> str:
+    """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network); its first screen
+    says what changed since run folder ``against`` (default: the previous run in ``out``)."""
     scan = _findings.scan([out / "findings"])
     found = scan.findings
     figures = side_by_side(found)
@@ -332,11 +504,18 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
                        if f.verdict != "not-run"} - {None})
+    since, changed = changes(found, manifest, against)
+    matrix = verdict_matrix(found)
     return template.render(
         title=f"workbench run — {out.name}",
+        tally=tally(scan, manifest, matrix),
+        since=since,
+        changed=changed,
+        cards=cards(found, manifest, {pf.probe for pf in figures}, rel),
+        figures_id=figures_id,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
-        matrix=verdict_matrix(found),
+        matrix=matrix,
         not_run=not_run_engines(found),
         open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
@@ -344,7 +523,7 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        plotlyjs=_plotlyjs() if figures else "",
+        plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
@@ -352,31 +531,23 @@ def render(out: Path, manifest: Manifest | None = None) -> str:
     )
 
 
-def write(out: Path, manifest: Manifest | None = None) -> Path:
+def write(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> Path:
     """Write ``out/report.html`` atomically and return its path."""
     out = Path(out)
-    page = render(out, manifest)
+    page = render(out, manifest, against)
     return atomic_write(out / "report.html", page)
 
 
-class NotARunFolder(WorkbenchError):
-    """``workbench report DIR`` given something that is not a run folder; nothing was written."""
-
-
-def redraw(out: Path) -> Path:
+def redraw(out: Path, against: Path | None = None) -> Path:
     """``workbench report DIR``: draw run folder ``out``'s report again from its findings and ``run.json`` (after a
-    workbench upgrade, or findings added by hand), checked first: a path that is no run folder, or a folder that
-    cannot take the page, is a :class:`~workbench.contract.WorkbenchError` with nothing written."""
+    workbench upgrade, or findings added by hand), checked first: a path that is no run folder (``out``, or
+    ``against``, the run its first screen compares with), or a folder that cannot take the page, is a
+    :class:`~workbench.contract.WorkbenchError` with nothing written."""
     from . import manifest as _manifest
     from .files import check_file_writable
 
-    out = Path(out)
-    nothing = "nothing was written"
-    if not out.is_dir():
-        raise NotARunFolder(f"{out} is {'a file' if out.exists() else 'not there'}: give a run folder, the --out of "
-                            f"`workbench run` ({nothing})")
-    if not (out / "findings").is_dir() and not (out / _manifest.MANIFEST).is_file():
-        raise NotARunFolder(f"{out} is not a run folder: it holds neither findings/ nor {_manifest.MANIFEST}; give the "
-                            f"--out of `workbench run` ({nothing})")
-    check_file_writable(out / "report.html", "report", nothing)
-    return write(out, _manifest.load(out))
+    out = _compare.run_folder(out)
+    if against is not None:
+        _compare.run_folder(against)
+    check_file_writable(out / "report.html", "report", "nothing was written")
+    return write(out, _manifest.load(out), against)

@@ -414,6 +414,7 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, manifest.load(out))
     print(f"report:    {page}")
+    print(report.tally_text(out, manifest.load(out)))
     if written:
         print(f"blueprint: {written}")
     if bp_error:

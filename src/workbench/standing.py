@@ -49,6 +49,7 @@ class Standing:
     path: Path
     model: str | None = None  # None for a static survey (it runs no model)
     unsettled: tuple[str, ...] = ()  # why its verdict is not re-derived from what it recorded (settle.unsettled)
+    claim_reason: str | None = None  # the finding's one-line reason for its verdict on this claim (None: not recorded)
 
     @property
     def date(self) -> str:
@@ -105,7 +106,7 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         for cid in dict.fromkeys(f.claims):
             s = Standing(cid, f.verdict_on(cid), f.engine, f.engine_version,
                          (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
-                         f.probe, f.id, path, model, settle.unsettled(f, cid))
+                         f.probe, f.id, path, model, settle.unsettled(f, cid), f.reason_on(cid))
             groups.setdefault((cid, f.engine, f.engine_version, model, arm), []).append(s)
     stood = {k: max(v, key=_rank) for k, v in groups.items()}
     ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run" and not s.unsettled}
@@ -139,7 +140,7 @@ def version_churn(found: Found) -> Standing | None:
     path, last = max(newest.values(), key=lambda pf: (when(pf[1].created), pf[1].id))
     return Standing(churn.CLAIM, out.verdict, subject, " → ".join(versions),
                     (last.environment.get("hardware") or {}).get("summary"), last.created, out.summary, None,
-                    last.probe, last.id, path)
+                    last.probe, last.id, path, claim_reason=out.summary)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ figure overlap (read from the DOM's bounding boxes). Screenshots stay in the tes
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,6 +102,34 @@ def test_first_screen_is_the_verdict_matrix(small_run, watched, tmp_path):
     text = w.page.locator("body").text_content()  # closed <details> and the figures' JSON included
     assert text.count(reason) == 1  # the full install text once, in the collapsible block
     assert w.page.locator("#install").evaluate("(d) => !d.open")
+
+
+def test_a_verdict_badge_opens_its_findings_card_with_the_claims_reason(small_run, watched, tmp_path):
+    """Issue 40's done-when: at 1024 px the grid fits the page; clicking llama.cpp's LoRA badge lands on its
+    finding's card, in view, whose LoRA row gives that row's own reason, the one the cell shows."""
+    w = watched(1024, 800)
+    open_report(w, small_run)
+    assert w.page.evaluate("() => document.documentElement.scrollWidth") <= 1024  # no sideways scrolling
+    matrix = w.page.locator("table.matrix")
+    assert matrix.bounding_box()["x"] + matrix.bounding_box()["width"] <= 1024
+    col = matrix.locator("tr").first.locator("th").all_inner_texts().index("llamacpp")
+    row = matrix.locator("tr", has=w.page.locator("td.claim code", has_text=re.compile(r"^contract\.lora$")))
+    cell = row.locator("td").nth(col)
+    badge = cell.locator("a.verdict").first
+    href = badge.get_attribute("href")
+    assert href and href.startswith("#finding-")
+    badge.click()
+    w.page.wait_for_function("(h) => location.hash === h", arg=href)
+    card = w.page.locator("section.card:target")
+    assert card.count() == 1 and card.get_attribute("id") == href[1:]
+    assert 0 < card.bounding_box()["y"] < 800  # scrolled to it (its top just below the window's)
+    w.shot(tmp_path / "card.png")
+    finding = next(f for _, f in findings.scan([small_run / "findings"]).findings if f"finding-{f.id}" == href[1:])
+    said = card.locator("tr.claim-row", has=w.page.locator("code", has_text=re.compile(r"^contract\.lora$")))
+    reason = said.locator("td.reason").inner_text()
+    assert reason == finding.reason_on("contract.lora") != finding.summary  # the row's own, not the summary
+    assert cell.locator(".why").first.get_attribute("title") == reason  # the cell shows the same reason
+    assert w.errors == [] and w.refused == []
 
 
 def test_the_overlap_check_sees_overlapping_text(watched, tmp_path):

@@ -73,6 +73,8 @@ def test_the_engines_bytes_are_graded_not_tokens_times_the_config_geometry():
     out = verdict(heavier, p)
     assert out.verdict == "refuted" and out.metrics["max_overshoot"] == pytest.approx(12 / 256)
     assert out.claim_verdicts["contract.describe"] == "partial"  # budget met, geometry not the engine's
+    assert "the engine 268" in out.claim_reasons["contract.describe"]  # the row's own reason says which half failed
+    assert "are the engine's" in verdict(same, p).claim_reasons["contract.describe"]
     assert verdict([_row(256, 256, engine_bpt=300), _row(1000, 1000, engine_bpt=300)], p).verdict == "partial"
 
 

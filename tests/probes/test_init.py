@@ -177,3 +177,20 @@ def test_admission_in_process_on_tensorrt_llm_is_not_run_with_the_served_command
     f = probes.run("events.admission", engine="trtllm", model=str(model_dir(tmp_path)), isolated=False)
     assert f.verdict == "not-run"
     assert "workbench probe events.admission --engine trtllm-serve" in f.reason
+
+
+def test_each_claim_row_gets_a_reason_that_cannot_contradict_its_verdict():
+    """A probe that names no row's reason still gets one per row (issue 40): the summary where the row carries the
+    finding's verdict, what the row rests on where it has a verdict of its own; the rule's own words win; a row the
+    guard demotes says why."""
+    engine = {"engine_reused_tokens": 12}
+    o = Outcome("confirmed", "The engine reused 12 tokens.", engine, rests_on=(Support("engine_reused_tokens", ">", 0),),
+                claim_verdicts={"risk.reuse_metrics": "confirmed", "unknown.reuse_metrics": "refuted"})
+    assert probes.row_reasons(o) == {"risk.reuse_metrics": "The engine reused 12 tokens.",
+                                     "unknown.reuse_metrics": "refuted, resting on engine reuse > 0 (read: 12)"}
+    own = dataclasses.replace(o, claim_reasons={"unknown.reuse_metrics": "Its own\nwords."})
+    assert probes.row_reasons(own)["unknown.reuse_metrics"] == "Its own words."  # one line
+    cell = dataclasses.replace(o, metrics={"reused_tokens": 12}, rests_on=(Support("reused_tokens", ">", 0),))
+    out = at_most_inconclusive_without_engine(cell)
+    assert out.claim_verdicts["unknown.reuse_metrics"] == "inconclusive"
+    assert "At most inconclusive" in out.claim_reasons["unknown.reuse_metrics"]

@@ -352,3 +352,18 @@ def test_the_isolation_ladder_gives_each_verdict_from_its_summary(summary, verdi
     d = decide(summary)
     assert d.verdict == verdict_, d.case
     assert bool(d.rests_on) == (verdict_ in ("confirmed", "refuted"))
+
+
+def test_the_lora_row_gives_its_own_reason_never_the_salts_summary():
+    """The LoRA row has its own rule and its own reason: a timing summary about the salt ("too noisy") never stands
+    beside a LoRA verdict the counts gave (issue 40); demoted by the guard, the row's reason says why."""
+    from dataclasses import replace
+
+    o = verdict(_engine_counted(_rows()), ADAPTER, P, lora_arm=ARM)
+    said = o.claim_reasons["contract.lora"]
+    assert o.claim_verdicts["contract.lora"] == "confirmed" and "adapter KV is kept apart" in said
+    assert said != o.summary and "\n" not in said
+    out = at_most_inconclusive_without_engine(replace(o, metrics=o.metrics | {"engine_lora_cross_reused_tokens": 32}))
+    assert out.claim_reasons["contract.lora"].startswith(said) and "At most inconclusive" in out.claim_reasons["contract.lora"]
+    unanswered = verdict(_engine_counted(_rows()), ADAPTER, P, lora_arm=None)
+    assert unanswered.claim_reasons["contract.lora"] == "No adapter request reached the engine, so the LoRA row stays inconclusive."

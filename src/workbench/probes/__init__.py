@@ -44,6 +44,7 @@ class Outcome:
     rests_on: tuple[Support, ...] = ()  # the value of each metric the verdict rests on: engine-read, finite, holding
     claim_rests_on: dict[str, tuple[Support, ...]] = field(default_factory=dict)  # a claim row with its own evidence
     sources: dict[str, str] = field(default_factory=dict)  # a metric's source in this run, where not the declared one
+    claim_reasons: dict[str, str] = field(default_factory=dict)  # a claim row's own reason, in its rule's words
 
     def __post_init__(self) -> None:  # a misspelt verdict fails where the rule returns it, not at the schema
         self.verdict = Verdict.check(self.verdict, "a probe's verdict")
@@ -416,10 +417,26 @@ def at_most_inconclusive_without_engine(o: Outcome, subject: bool = False) -> Ou
     if not why and not rows:
         return o
     said = dict.fromkeys([*why, *(f"{c}: {w}" if c in o.claim_rests_on else w for c, ws in rows.items() for w in ws)])
+    reasons = row_reasons(o)
     return dataclasses.replace(
         o, verdict="inconclusive" if why else o.verdict,
         summary=o.summary + f" (At most inconclusive: {'; '.join(said)}.)",
-        claim_verdicts={c: "inconclusive" if c in rows else v for c, v in o.claim_verdicts.items()})
+        claim_verdicts={c: "inconclusive" if c in rows else v for c, v in o.claim_verdicts.items()},
+        claim_reasons=reasons | {c: f"{reasons[c]} (At most inconclusive: {'; '.join(ws)}.)" for c, ws in rows.items()})
+
+
+def row_reasons(o: Outcome) -> dict[str, str]:
+    """Each claim row with a verdict of its own, with its one-line reason: the rule's words for it
+    (``Outcome.claim_reasons``); else the summary, where the row's verdict is the finding's; else what the row rests
+    on (:func:`workbench.findings.rests_words`), so a probe that names no row's reason still never shows a row beside
+    words about another verdict."""
+    values = findings.metric_values(o.metrics, o.sources)
+    out = {}
+    for c, v in o.claim_verdicts.items():
+        words = o.claim_reasons.get(c) or (o.summary if v == o.verdict else findings.rests_words(
+            v, findings.supports_doc(o.claim_rests_on.get(c, o.rests_on)), values))
+        out[c] = " ".join((words or f"{v} on this row; the rule gave it no words and it rests on no reading").split())
+    return out
 
 
 def is_subject(engine: str, claim_ids: Sequence[str]) -> bool:
@@ -458,7 +475,7 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         metrics=findings.metric_values(o.metrics, o.sources),
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
-        claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()},
+        claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
     )
 
 

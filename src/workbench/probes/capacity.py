@@ -248,7 +248,23 @@ def verdict(rows: list[dict], p: Params) -> Outcome:
     s = summarise(rows, p)
     d = decide(s)
     return Outcome(d.verdict, explain(d, s), _metrics(d, s), rows, _notes(s), dict(d.claim_verdicts),
-                   rests_on=d.rests_on)
+                   rests_on=d.rests_on, claim_reasons=_describe_reason(d, s))
+
+
+def _describe_reason(d: Decision, s: Budgets) -> dict[str, str]:
+    """The Describe row's own reason ("KV geometry from config.json, enforced via max_tokens"): the budget's grade
+    read as that row's, and whether the config's bytes per token are the engine's."""
+    row = d.claim_verdicts.get("contract.describe")
+    if row is None:
+        return {}
+    geometry = (f"the config's geometry says {s.geometry_off['kv_bytes_per_token']} B/token, the engine "
+                f"{s.geometry_off['engine_kv_bytes_per_token']:g}" if s.geometry_off else
+                "the config's bytes per token are the engine's")
+    enforced = {"over": "a capacity set from the config is not what the engine holds (bytes over the budget)",
+                "short": "a capacity set from the config is not what the engine holds (capacity short of the budget)",
+                "missed": "the engine follows the budget only up to its allocation unit",
+                "met": "the capacity set from the config is what the engine holds"}[d.case]
+    return {"contract.describe": f"{enforced[:1].upper()}{enforced[1:]}; {geometry}."}
 
 
 def _note(r: dict) -> str:

@@ -186,24 +186,33 @@ def export_verdict(rows: list[dict], p: Params, engine: str, geometry_bytes: int
     rows = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]
     if not restored:
         return Outcome("refuted", f"Exported state does not even restore identically on {engine}.", metrics, rows,
-                       notes, {"contract.snapshot": "confirmed"}, rests_on=(Support("restored_identical", "==", False),))
+                       notes, {"contract.snapshot": "confirmed"}, rests_on=(Support("restored_identical", "==", False),),
+                       claim_reasons={"contract.snapshot": f"KV blobs are not exportable, as the row says: the "
+                                      f"state {engine} exported did not restore identically, so no usable KV blob "
+                                      "left it."})
     held = Support("restored_identical", "==", True)
     what = {"subrange_export": subrange, "shifted_import_exact": exact}  # each branch rests on the parts that held
     rests = (held, *(Support(k, "==", True) for k, v in what.items() if v)) if subrange or exact else (
         held, *(Support(k, "==", False) for k in what))
     snapshot = {"contract.snapshot": "refuted"}  # a KV blob was exported and restored
+    said = {"contract.snapshot": (f"KV blobs are exportable, against the row's \"not exportable\": {engine} "
+                                  f"exported a {original['state_bytes']}-byte KV state and restored it with identical "
+                                  "greedy tokens, so KV can leave the engine.")}
     if subrange and exact:
         return Outcome("confirmed", f"{engine} exports KV with positions: a trimmed sub-range of a sequence exports "
                        f"on its own, and a {p.prefix_tokens}-token state imported at a +{p.shift} shift continues "
-                       "with identical greedy tokens.", metrics, rows, notes, snapshot, rests_on=rests)
+                       "with identical greedy tokens.", metrics, rows, notes, snapshot, rests_on=rests,
+                       claim_reasons=said)
     if exact or subrange:
         return Outcome("partial", f"{engine} exports KV with positions only in part: sub-range export "
                        f"{'works' if subrange else 'does not work'}, shifted import "
-                       f"{'is exact' if exact else 'is not exact'}.", metrics, rows, notes, snapshot, rests_on=rests)
+                       f"{'is exact' if exact else 'is not exact'}.", metrics, rows, notes, snapshot, rests_on=rests,
+                       claim_reasons=said)
     agree = common_prefix(shifted["tokens"], original["tokens"])
     return Outcome("partial", f"{engine} exports whole sequences only; a state imported at a +{p.shift} shift is "
                    f"accepted but not exact (greedy continuation agreed for {agree} of {len(original['tokens'])} "
-                   "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot, rests_on=rests)
+                   "tokens; the shifted K is re-rotated, with rounding).", metrics, rows, notes, snapshot, rests_on=rests,
+                   claim_reasons=said)
 
 
 def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str]) -> Outcome:
@@ -224,6 +233,8 @@ def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str])
     notes = notes + [f"partial-block reuse (a match inside a block at the same positions, not a shifted offer): "
                      f"num_computed_tokens {[r['num_computed_tokens'] for r in partial_block]}"] if partial_block else notes
     snapshot = {"contract.snapshot": "refuted"}  # KV blocks left the engine through the connector
+    said = {"contract.snapshot": ("KV blobs are exportable, against the row's \"not exportable\": the "
+                                  "engine handed KV blocks to the connector to save, so KV can leave the engine.")}
     if not judged:
         return Outcome("inconclusive", "No get_num_new_matched_tokens call could be tied to a probe request; what the "
                        "connector was offered cannot be read against the shifted lead-in.", metrics, rows, notes)
@@ -232,13 +243,14 @@ def connector_verdict(rows: list[dict], B: int, metrics: dict, notes: list[str])
         return Outcome("partial", f"The connector was offered {r['num_computed_tokens']} matched tokens for a request "
                        f"that shares only {r['shared_tokens']} with the one before it at the same positions: KV behind "
                        "a shifted lead-in reaches it, but no exact shifted import was shown.", metrics, rows, notes,
-                       snapshot, rests_on=(Support("connector_calls", ">", 0),))
+                       snapshot, rests_on=(Support("connector_calls", ">", 0),), claim_reasons=said)
     unit = (f"; offers inside a block ({len(partial_block)}) are partial-block reuse at the same positions"
             if partial_block else "")
     return Outcome("refuted", f"The connector exports whole blocks of {B} tokens (all layers) identified by block ids in "
                    "sequence order; import is offered only as a continuation of the device-matched prefix "
                    f"(get_num_new_matched_tokens){unit}, so the same prefix behind a shifted lead-in is not "
-                   "importable: whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=(Support("connector_calls", ">", 0),))
+                   "importable: whole-prefix onboard only.", metrics, rows, notes, snapshot, rests_on=(Support("connector_calls", ">", 0),),
+                   claim_reasons=said)
 
 
 def _call_row(call: dict, shared: dict[int, int]) -> dict:

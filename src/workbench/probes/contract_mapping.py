@@ -53,23 +53,46 @@ def mapping_verdict(rows: list[dict], engine: str, own_table: str | None = None)
                      | {churn.CLAIM: "not-applicable", "entry.contract_table": "not-applicable"})
         said = (f"all {len(table)} of its own rows are present with the expected parameter names"
                 if not broken else f"{len(broken)} of its own {len(table)} rows have missing or renamed entry points")
-        return Outcome("not-applicable" if not broken else "partial",
-                       f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
-                       f"{said} (checked against the {own_table}).",
-                       metrics, rows, notes, per_claim,
-                       rests_on=(Support("rows_verified", "<", len(table)),) if broken else ())
+        summary = (f"The contract rows name TensorRT-LLM mechanisms, which {engine} does not have; as a reference, "
+                   f"{said} (checked against the {own_table}).")
+        return Outcome("not-applicable" if not broken else "partial", summary, metrics, rows, notes, per_claim,
+                       rests_on=(Support("rows_verified", "<", len(table)),) if broken else (),
+                       claim_reasons={r["claim"]: _reference_reason(r, engine) for r in table}
+                       | {churn.CLAIM: "Version churn is about TensorRT-LLM releases; this survey reads none.",
+                          "entry.contract_table": summary})
     one = churn.churn_verdict({str(rows[0].get("version")) if rows else "?": churn.signature_table(rows)})
     notes.append(f"version churn: {one.summary}")
     # Existence alone never settles a row: at most partial (behavioural probes say whether it works).
     per_claim = {r["claim"]: ("inconclusive" if not r["mechanism_count"] else "partial" if r["ok"] else "refuted")
                  for r in table} | {churn.CLAIM: one.verdict}
+    reasons = {r["claim"]: _subject_reason(r, engine) for r in table} | {churn.CLAIM: one.summary}
     if not broken:
         return Outcome("partial", f"All {len(table)} contract rows map onto mechanisms present in the installed "
                        f"{engine} release with the expected parameter names; existence only, so at most partial "
                        "(behavioural probes say whether they work).", metrics, rows, notes,
                        per_claim | {"entry.contract_table": "partial"},
-                       rests_on=(Support("rows_verified", "==", len(table)),))
+                       rests_on=(Support("rows_verified", "==", len(table)),), claim_reasons=reasons)
     return Outcome("partial" if verified else "refuted", f"{len(verified)}/{len(table)} contract rows map onto the "
                    f"installed {engine} release; {len(broken)} rows name mechanisms that are missing or changed.",
                    metrics, rows, notes, per_claim,
-                   rests_on=(Support("rows_verified", "<", len(table)) if verified else Support("rows_verified", "==", 0),))
+                   rests_on=(Support("rows_verified", "<", len(table)) if verified else Support("rows_verified", "==", 0),),
+                   claim_reasons=reasons)
+
+
+def _reference_reason(row: dict, engine: str) -> str:
+    """Another engine's contract row: why not-applicable (the row names a TensorRT-LLM mechanism, not the feature)."""
+    own = ("present with the expected parameter names" if row["ok"]
+           else f"missing or changed: {', '.join(row['missing'])}")
+    return (f"Not applicable to {engine}: the row names a TensorRT-LLM mechanism; {engine} does this with its own "
+            f"calls ({row['mechanism'] or 'none listed'}), {own}.")
+
+
+def _subject_reason(row: dict, engine: str) -> str:
+    """The subject's contract row: what the survey found of its mechanism (existence only)."""
+    if not row["mechanism_count"]:
+        return (f"The row maps to {row['mechanism'] or 'no mechanism'}: nothing to look for in the installed package, "
+                "so the survey cannot speak to it.")
+    if row["ok"]:
+        return (f"{row['mechanism']} present in the installed {engine} release with the expected parameter names; "
+                "existence only, so at most partial.")
+    return f"Missing or changed in the installed {engine} release: {', '.join(row['missing'])}."

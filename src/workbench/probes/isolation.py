@@ -272,6 +272,17 @@ def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tup
                                          Support("engine_lora_reused_tokens", ">", 0))
 
 
+def lora_reason(verdict: str, metrics: dict, notes: list[str]) -> str:
+    """The LoRA row's own reason, from what :func:`lora_row` returned: the note that decided it, or, confirmed, the
+    engine's counts it rests on (the finding's summary is about the salt, and can read otherwise)."""
+    if verdict != "confirmed":
+        return notes[-1][:1].upper() + notes[-1][1:] + "."
+    return (f"The adapter changed the engine's output, and the engine reused none of the base model's KV of the same "
+            f"prompt under the same key for it (0 tokens; a base repeat reused "
+            f"{metrics['engine_lora_base_reused_tokens']}) while reusing the adapter's own on a repeat "
+            f"({metrics['engine_lora_reused_tokens']} tokens): adapter KV is kept apart.")
+
+
 def _unanswered(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tuple[str, str] | None:
     """The LoRA row where no adapter request was answered, and why: (verdict, note); None when they were."""
     if no_salt and len(refusals) > 1:  # an engine without a salt has no key to fold an adapter's digest into
@@ -470,4 +481,5 @@ def verdict(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | No
     return Outcome(d.verdict, explain(d, s, engine), _metrics(s, rows) | lora_metrics,
                    rows + refusals + [arm for arm in (engine, lora_arm) if arm], notes,
                    {"contract.lora": lora_verdict} | dict(d.claim_verdicts), rests_on=d.rests_on,
-                   claim_rests_on={"contract.lora": lora_rests}, sources=sources)
+                   claim_rests_on={"contract.lora": lora_rests}, sources=sources,
+                   claim_reasons={"contract.lora": lora_reason(lora_verdict, lora_metrics, lora_notes)})

@@ -425,4 +425,22 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
                "admitted_load": s.admitted, "overflow_errors": s.refused, "silent_evictions": s.silent_evictions,
                "capacity_tokens": s.capacity_tokens}
     return Outcome(d.verdict, explain(d, s, p), metrics, rows, _notes(d, s), dict(d.claim_verdicts),
-                   rests_on=d.rests_on)
+                   rests_on=d.rests_on, claim_reasons=_bias_reason(d, s))
+
+
+def _bias_reason(d: Decision, s: Ramp) -> dict[str, str]:
+    """The bias risk's own reason ("priority retention may only bias LRU rather than pin"), from the same ramp."""
+    bias = d.claim_verdicts.get("risk.retention_bias")
+    if d.case == "pinned":
+        return {"risk.retention_bias": (
+            f"Priority {s.top.priority} pinned its prefix through the ramp while lower priorities were lost: retention "
+            "does more than bias LRU." if bias == "refuted" else
+            f"Priority {s.top.priority} held its prefix, but with one priority arm, or no lower one lost, the ramp "
+            "cannot tell pinning from a bias.")}
+    if d.case == "lost":
+        return {"risk.retention_bias": (
+            f"Priority {s.top.priority} was lost under pressure and the priorities "
+            + ("ordered eviction: retention biases LRU, it does not pin." if s.ordered else
+               "fell alike: retention neither pins nor orders eviction." if s.tied else
+               "were in no consistent order, so whether retention biases LRU cannot be told."))}
+    return {}

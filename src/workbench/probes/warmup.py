@@ -203,4 +203,15 @@ def verdict(rows: list[dict]) -> Outcome:
     metrics = {s.fraction_tag: s.min_all, "overflow_errors": sum(r["fillers_refused"] for r in s.rows)}
     notes = [f"worst case: {w['prefix_tokens']} tokens ({w['boundary']}) at {w['pressure']:g}× pressure "
              f"reused {w['followup_reused']}"]
-    return Outcome(d.verdict, explain(d, s), metrics, list(s.rows), notes, dict(d.claim_verdicts), rests_on=d.rests_on)
+    return Outcome(d.verdict, explain(d, s), metrics, list(s.rows), notes, dict(d.claim_verdicts), rests_on=d.rests_on,
+                   claim_reasons=_row_reason(d, s))
+
+
+def _row_reason(d: Decision, s: FollowUps) -> dict[str, str]:
+    """The EnsurePrefix row's own reason: the mechanism the risk row is about, read the other way round."""
+    said = {"whole": "The warm-up left the whole prefix reusable at every length and pressure: EnsurePrefix holds.",
+            "lost": (f"The warm-up materializes the whole prefix, but it is not retained under pressure (a follow-up "
+                     f"reused as little as {s.min_pressed:.0%}): EnsurePrefix holds only without pressure."),
+            "short": (f"Even without pressure a follow-up reused only {s.min_calm:.0%} of some prefixes (worst at "
+                      f"{s.worst['boundary'] if s.worst else '—'}): the warm-up does not materialize the prefix.")}
+    return {"contract.ensure_prefix": said[d.case]} if d.case in said else {}

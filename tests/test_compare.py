@@ -1,0 +1,75 @@
+"""``workbench compare A B`` and the report's "what changed": verdicts that flipped, metrics beyond their spread."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from workbench import compare, findings, manifest, probes, report
+from workbench.cli import app
+
+
+@pytest.fixture(scope="module")
+def survey() -> findings.Finding:
+    """A real finding: the static contract survey of the installed llama.cpp (no model runs)."""
+    return probes.run("surface.contract_mapping", engine="llamacpp", isolated=False)
+
+
+def folder(tmp: Path, name: str, *found: findings.Finding) -> Path:
+    findings.write_all(found, tmp / name / "findings")
+    return tmp / name
+
+
+def flipped(f: findings.Finding, **kw) -> findings.Finding:
+    """``f`` again, later, with its Decode row's verdict changed (comparison only: such a finding is no evidence)."""
+    return replace(f, id="", created="", claim_verdicts=f.claim_verdicts | {"contract.decode": "partial"},
+                   claim_reasons=f.claim_reasons | {"contract.decode": "a changed row"}, **kw)
+
+
+def test_compare_names_the_verdicts_that_flipped(survey, tmp_path):
+    a, b = folder(tmp_path, "a", survey), folder(tmp_path, "b", flipped(survey))
+    c = compare.compare(a, b)
+    assert [(f.claim, f.engine, f.before, f.after, f.reason) for f in c.flips] == [
+        ("contract.decode", "llamacpp", "not-applicable", "partial", "a changed row")]
+    assert c.compared == len(survey.claims) and compare.compare(a, a).flips == ()
+    r = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert r.exit_code == 0 and "contract.decode" in r.stdout and "not-applicable → partial" in r.stdout
+    assert r.stdout.startswith(f"1 of {len(survey.claims)} verdicts flipped")
+
+
+def test_a_metric_moved_only_beyond_its_spread_is_a_change(survey, tmp_path):
+    def ratio(value: float, low: float, high: float) -> findings.Finding:
+        return replace(survey, id="", created="", metrics=survey.metrics | findings.metric_values(
+            {"ttft_ratio": value, "ttft_ratio_ci_low": low, "ttft_ratio_ci_high": high,
+             "ttft_ratio_other": 9.0, "ttft_ratio_other_ci_low": 8.0, "ttft_ratio_other_ci_high": 10.0}))
+
+    a = folder(tmp_path, "a", ratio(1.0, 0.9, 1.1))
+    assert compare.compare(a, folder(tmp_path, "inside", ratio(1.05, 0.95, 1.15))).shifts == ()  # noise
+    (moved,) = compare.compare(a, folder(tmp_path, "beyond", ratio(1.5, 1.3, 1.7))).shifts
+    assert (moved.metric, moved.before, moved.after) == ("ttft_ratio", (1.0, 0.9, 1.1), (1.5, 1.3, 1.7))
+
+
+def test_a_path_that_is_no_run_folder_exits_2_naming_it(survey, tmp_path):
+    a = folder(tmp_path, "a", survey)
+    (tmp_path / "empty").mkdir()
+    for bad in (tmp_path / "empty", tmp_path / "absent"):
+        r = CliRunner().invoke(app, ["compare", str(a), str(bad)])
+        assert r.exit_code == 2 and str(bad) in r.stderr and "run folder" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_the_first_screen_says_what_changed_since_the_previous_run_in_the_folder(survey, tmp_path):
+    """The previous run in a folder is what no notebook's current attempt wrote; a named folder can stand for it."""
+    old = replace(survey, id="", created="2026-01-01T00:00:00+00:00", attempt="old-attempt")
+    new = flipped(survey, attempt="new-attempt")
+    out = folder(tmp_path, "run", old, new)
+    manifest.record(out, manifest.NotebookRun("15_survey", "ok", {}, "notebooks/15_survey.ipynb", "t", 1.0,
+                                              attempt="new-attempt"))
+    found = findings.scan([out / "findings"]).findings
+    assert [f.attempt for _, f in compare.previous(found, manifest.load(out))] == ["old-attempt"]
+    page = report.render(out, manifest.load(out))
+    assert "Since the previous run in this folder:</b> 1 of" in page and "not-applicable → partial" in page
+    page = report.render(out, manifest.load(out), against=folder(tmp_path, "other", survey))
+    assert f"Since {tmp_path / 'other'}:</b> 1 of" in page
