@@ -49,6 +49,7 @@ SECTIONS = {
     "contract": "Contract Mapping Reference",
     "entry": "Admissible Future Shape",
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
+    "shapes": "Gateway shape claims",  # the guide's shapes measured on a pool of real engines (workbench.gateway)
 }
 
 _CLAIMS = [
@@ -138,6 +139,15 @@ _CLAIMS += [
     Claim("gateway.diagnosis", "gateway", "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong",
           "\"KV hits remain zero\" when block size, tokenizer or event ownership is wrong (the guide's failure "
           "diagnosis)."),
+]
+
+# The gateway guide's shapes, measured on a pool of served endpoints (workbench.gateway).
+_CLAIMS += [
+    Claim("shapes.kv_routing", "shapes", "KV-exact routing beats fullproxy on engine-read hit rate and TTFT",
+          "KV-exact routing beats fullproxy on engine-read hit rate and TTFT (\"Single-pool KV-exact: add "
+          "`kvExactMode: 3` and a matching `kvBlockSize`\").",
+          resolve="workbench probe gateway.routing --engine trtllm-serve --model HF_DIR (on a GPU machine with "
+                  "tensorrt_llm)"),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

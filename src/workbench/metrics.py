@@ -332,6 +332,24 @@ _DECLARED = [
        "cached tokens the inventory predicted for a request under another tenant's salt"),
     _m("engine_cross_tenant_reused_tokens", "cross-tenant reuse", "tokens", "engine",
        "cached tokens the engine reported for a request under another tenant's salt"),
+    # the gateway's shapes on a pool (workbench.gateway)
+    _m("routing_hit_gain", "KV-exact hit gain", "ratio", "engine",
+       "engine-read hit rate (cached_tokens / prompt tokens) of KV-exact routing minus the better fullproxy shape's, "
+       "on the same requests"),
+    _m("routing_hit_gain_ci_low", "hit gain CI low", "ratio", "engine",
+       "lower bound of the paired 95% bootstrap CI of that gain (engine-read counts, resampled by request)"),
+    _m("routing_hit_gain_ci_high", "hit gain CI high", "ratio", "engine",
+       "upper bound of the paired 95% bootstrap CI of that gain"),
+    _m("routing_kv_hit_rate", "KV-exact hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over the KV-exact shape's requests"),
+    _m("routing_fullproxy_hit_rate", "fullproxy hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over the better fullproxy shape's requests"),
+    _m("routing_best_hit_rate", "best placement", "ratio", "derived",
+       "hit rate of the best placement (any earlier request's prefix, unbounded KV), computed by the workbench"),
+    _m("routing_ttft_speedup", "TTFT speed-up", "x", "timed",
+       "the better fullproxy shape's median TTFT over KV-exact's, on the same requests"),
+    _m("routing_retried_requests", "retried", "count", "cell",
+       "KV-exact requests retried on another endpoint after theirs died"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

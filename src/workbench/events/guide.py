@@ -11,7 +11,7 @@ from pathlib import Path
 from .. import blueprint
 
 GUIDE = Path("guide") / "trtllm-gateway.md"  # under the data folder
-SECTIONS = ("gateway",)
+SECTIONS = ("gateway", "shapes")
 
 
 def run_writeback(guide: Path, finding_dirs: list[Path], mode: blueprint.Mode = "write", out: Path | None = None) -> int:

@@ -198,6 +198,7 @@ for _name, _target in {
     "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
     "events.admission": "workbench.probes.events_admission:Admission",
+    "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
 }.items():
     PROBES.register(_name, _target)
 
