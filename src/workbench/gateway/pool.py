@@ -152,8 +152,7 @@ class Pool:
     def hasher(self, block_size: int | None = None) -> Hasher:
         """The rule's hasher: the engine's scheme as the first endpoint declares it, at ``block_size`` tokens per
         block (None: the endpoint's own)."""
-        first = next(iter(self.endpoints.values()))
-        d = first.cell.describe()
+        d = next(iter(self.endpoints.values())).cell.describe()  # the cell's own record: no request
         return cells.event_plane(self.spec.engine).hasher(d, d.extra.get("kv_hash_seed"), block_size or d.block_tokens)
 
     def admit(self, http: Any, rule_block: int, *, check_events: bool = True, seed: int = 0) -> list[dict]:
@@ -185,6 +184,11 @@ class Pool:
                            "rule_hash_reproduces": reproduces, "decision": decision}
             rows.append(e.admission)
         return rows
+
+    def died(self, name: str) -> bool:
+        """Whether endpoint ``name``'s server process has exited."""
+        server = getattr(self.endpoints[name].cell, "server", None)
+        return server is not None and not server.alive()
 
     def kill(self, name: str) -> None:
         """Fault: SIGKILL one endpoint's server process group (the engine dies as a crash would end it)."""

@@ -130,9 +130,8 @@ def _row(pool: Pool, router: Router, http: Any, wi: int, r: Request, c: Any, got
     """One request's row; a failed send is retried (the dead endpoint dropped first) until one endpoint serves."""
     failed: list[str] = []
     while isinstance(got, EndpointFailed):
-        dead = pool.endpoints[c.endpoint]
-        if dead.cell.server is not None and not dead.cell.server.alive():
-            dead.alive = False
+        if pool.died(c.endpoint):
+            pool.endpoints[c.endpoint].alive = False
             router.drop(c.endpoint, str(got))
         failed.append(c.endpoint)
         if len(failed) > len(pool.endpoints):

@@ -29,10 +29,20 @@ MARGIN = 0.01
 """A hit-rate gain below one percentage point of prompt tokens is no gain."""
 
 
+def _check_trace(value: str, what: str) -> None:
+    from ..loop import traces
+
+    try:
+        traces.resolve(value)
+    except traces.TraceError as e:
+        raise ValueError(f"{what}: {e}") from None
+
+
 @dataclass(frozen=True)
 class Params:
     endpoints: int = param(2, "served endpoints in the pool", Bound(1, 4))
-    trace: str = param("claude-code", "the loop's trace replayed (a hash-only one: claude-code, mooncake)")
+    trace: str = param("claude-code", "the loop's trace replayed (a hash-only one: claude-code, mooncake, or a "
+                       "path)", check=_check_trace)
     sessions: int = param(4, "sessions of the trace", COUNT)
     turns: int = param(4, "turns per session", COUNT)
     concurrency: int = param(2, "sessions in flight at once", Bound(1, 16))
@@ -68,16 +78,17 @@ class GatewayRouting(Probe):
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
-        runs = cells.runs(ctx.engine)
+        engine = pool_engine(ctx.engine)
         if cells.event_plane(ctx.engine) is None:
             return Outcome("not-applicable", f"{ctx.engine} publishes no KV event stream: there is no inventory to "
                            "route by.", notes=["KV-exact routing needs each endpoint's KV events"])
-        if runs == ctx.engine:
-            served = [s for s, r in cells.SERVED.items() if r == runs]
-            raise NotRunnable(f"{ctx.engine} runs in-process here: a gateway routes over served endpoints; run "
-                              f"`workbench probe gateway.routing --engine {served[0] if served else '<served>'} "
-                              f"--model {ctx.model}`")
-        spec = PoolSpec(p.endpoints, ctx.engine, ctx.model, {
+        if engine is None:
+            raise NotRunnable(f"{ctx.engine} has no served twin registered: a gateway routes over served endpoints")
+        avail = cells.availability(engine)
+        if not avail.available:
+            raise NotRunnable(f"{engine} (the pool's endpoints) cannot run here: {avail.reason}; run `workbench probe "
+                              f"gateway.routing --engine {engine} --model HF_DIR` where it can")
+        spec = PoolSpec(p.endpoints, engine, ctx.model, {
             "kv_budget_tokens": p.kv_budget_tokens, "context_tokens": p.context_tokens} | ctx.cell_options)
         folder = Path(os.environ.get("WORKBENCH_SERVER_LOGS") or ctx.scratch("wbgw-")) / f"gateway-{time.time_ns()}"
         plan = experiment.Plan(repeats=p.repeats, concurrency=p.concurrency, rule_block=p.router_block or None,
@@ -87,8 +98,17 @@ class GatewayRouting(Probe):
             ctx.description, ctx.resolved = first.cell.describe(), getattr(first.cell, "model", None)
             sessions = _sessions(p, ctx.description)
             result = experiment.run(pool, sessions, plan)
-            logs = [e.log_path for e in pool.endpoints.values()]
-        return verdict(result, p, logs)
+            said = [f"pool: {p.endpoints} × {engine} on {ctx.model}, started and stopped by the workbench",
+                    *(f"endpoint {e.name} log: {e.log_path}" for e in pool.endpoints.values())]
+        return verdict(result, p, said)
+
+
+def pool_engine(engine: str) -> str | None:
+    """The served engine a pool of ``engine`` runs: itself where it is served, else its served twin (a pool is of
+    served endpoints; the finding stays ``engine``'s, which runs the same engine)."""
+    if engine in cells.SERVED:
+        return engine
+    return next((s for s, runs in cells.SERVED.items() if runs == engine), None)
 
 
 def _sessions(p: Params, d) -> list[list[Request]]:
@@ -147,7 +167,7 @@ def explain(d: Decision, s: Summary, rule_block: int) -> str:
     return lead + said + retried
 
 
-def verdict(result: experiment.Result, p: Params, logs: list[str] | None = None) -> Outcome:
+def verdict(result: experiment.Result, p: Params, said: list[str] | None = None) -> Outcome:
     s = summarise(result, p)
     d = decide(s)
     kv = next(x for x in s.shapes if x["shape"] == "kv-exact")
@@ -163,6 +183,6 @@ def verdict(result: experiment.Result, p: Params, logs: list[str] | None = None)
                 "(learned from the engine's events at admission)"),
              "hit rate: engine-read cached_tokens / prompt tokens; best placement and predicted hits are "
              "workbench-computed; TTFT is timed by the gateway around the stream",
-             *(f"endpoint log: {x}" for x in logs or [])]
+             *(said or [])]
     return Outcome(d.verdict, explain(d, s, result.rule_block), metrics, rows, notes, dict(d.claim_verdicts),
                    d.rests_on)
