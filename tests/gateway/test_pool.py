@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 def pool(tmp_path_factory):
     require_engine("vllm-server")
     folder = tmp_path_factory.mktemp("gateway")
-    spec = PoolSpec(2, "vllm-server", "synthetic:cpu", {"kv_budget_tokens": 8192, "context_tokens": 512})
+    spec = PoolSpec(2, "vllm-server", "synthetic:cpu", {"kv_budget_tokens": 16384, "context_tokens": 2048})
     with Pool(spec, folder) as p:
         servers = [e.cell.server for e in p.endpoints.values()]
         yield p
@@ -31,7 +31,7 @@ def pool(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sessions():
-    found, _ = sessions_from_trace("claude-code", sessions=3, turns=3, context_tokens=512, vocab_size=512)
+    found, _ = sessions_from_trace("claude-code", sessions=3, turns=3, context_tokens=2048, vocab_size=512)
     return [[Request(r.session, r.turn, r.prompt, 2) for r in s] for s in found]
 
 

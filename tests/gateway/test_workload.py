@@ -44,9 +44,10 @@ def test_best_placement_is_the_longest_prefix_any_earlier_request_holds():
 
 
 def test_a_hash_only_trace_becomes_sessions_of_growing_prompts():
-    sessions, rule = sessions_from_trace("claude-code", sessions=2, turns=3, context_tokens=1024, vocab_size=512)
-    assert 1 <= len(sessions) <= 2 and all(1 <= len(s) <= 3 for s in sessions)
-    assert "deterministic tokens" in rule
+    sessions, rule = sessions_from_trace("claude-code", sessions=3, turns=3, context_tokens=2048, vocab_size=512)
+    assert [len(s) for s in sessions] == [3, 3, 3] and "deterministic tokens" in rule
     for s in sessions:
-        assert all(0 < len(r.prompt) <= 1024 and all(260 <= t < 512 for t in r.prompt) for r in s)
-        assert [r.turn for r in s] == sorted(r.turn for r in s)
+        assert all(0 < len(r.prompt) + r.max_tokens <= 2048 and all(260 <= t < 512 for t in r.prompt) for r in s)
+        assert [r.turn for r in s] == [0, 1, 2]
+    sub_agents = sessions[1][0].prompt, sessions[2][0].prompt  # both open on the same system prompt
+    assert sub_agents[0][:100] == sub_agents[1][:100]

@@ -22,10 +22,10 @@ import contextlib
 import os
 import signal
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -87,6 +87,20 @@ class PoolSpec:
                              "pool needs one (e.g. vllm-server)")
 
 
+@contextlib.contextmanager
+def _closing(started: Future) -> Iterator[None]:
+    """Close the cell ``started`` opened, once it has (a start that failed has nothing to close)."""
+    try:
+        yield
+    finally:
+        try:
+            cell = started.result()
+        except BaseException:  # noqa: BLE001 - the failed start is raised where its result is read
+            cell = None
+        if cell is not None:
+            cell.close()
+
+
 class Pool:
     """``with Pool(spec, run_dir) as pool:`` — the endpoints, started in parallel and stopped on leaving."""
 
@@ -108,21 +122,16 @@ class Pool:
 
     def __enter__(self) -> "Pool":
         names = [f"ep{i}" for i in range(self.spec.size)]
+        # the threads that start the servers live as long as the servers: the kernel sends a server its parent-death
+        # signal (PR_SET_PDEATHSIG, workbench.serve) when the *thread* that forked it exits, not the process
+        starter = ThreadPoolExecutor(len(names), thread_name_prefix="workbench-pool")
+        self._stack.callback(starter.shutdown)
         try:
-            with ThreadPoolExecutor(len(names)) as ex:
-                futures = {n: ex.submit(self._open, n) for n in names}
-                opened = {}
-                for n, fut in futures.items():
-                    try:
-                        opened[n] = fut.result()
-                    except BaseException:
-                        for other in futures.values():  # close every endpoint that did start
-                            with contextlib.suppress(BaseException):
-                                self._stack.callback(other.result().close)
-                        raise
-            for n in names:
-                self._stack.callback(opened[n].close)
-                self.endpoints[n] = self._endpoint(n, opened[n])
+            futures = {n: starter.submit(self._open, n) for n in names}
+            for n, fut in futures.items():  # each started cell is closed on leaving, whichever failed
+                self._stack.enter_context(_closing(fut))
+            for n, fut in futures.items():
+                self.endpoints[n] = self._endpoint(n, fut.result())
         except BaseException:
             self._stack.close()
             raise

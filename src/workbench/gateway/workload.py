@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from ..events.hashing import Hasher
@@ -32,15 +33,21 @@ class Request:
 
 
 def sessions_from_trace(trace: str, *, sessions: int, turns: int, context_tokens: int, vocab_size: int,
-                        tokens_per_block: int | None = None, tokenizer: Any = None) -> tuple[list[list[Request]], str]:
+                        tokens_per_block: int | None = None, tokenizer: str | Path | None = None
+                        ) -> tuple[list[list[Request]], str]:
     """The first ``sessions`` sessions of ``trace`` (each cut to ``turns`` turns) as requests, and the rendering
-    rule; a chat trace needs ``tokenizer`` (the loop's :class:`~workbench.loop.render.Tokenizer`)."""
+    rule; a chat trace (τ-bench) is rendered with the tokenizer folder ``tokenizer`` (the model's own)."""
     from ..loop import replay, traces
 
     tr = traces.load(trace).subset(sessions, turns)
-    if tr.block_tokens is None and tokenizer is None:
-        raise traces.TraceError(f"{trace} is a chat trace: rendering it needs the model's tokenizer")
-    work = replay.build(tr, tokenizer, context_tokens, vocab_size, tokens_per_block)
+    tok = None
+    if tr.block_tokens is None:
+        if tokenizer is None:
+            raise traces.TraceError(f"{trace} is a chat trace: rendering it needs the model's tokenizer folder")
+        from .tokenizer import LocalChat
+
+        tok = LocalChat(tokenizer)
+    work = replay.build(tr, tok, context_tokens, vocab_size, tokens_per_block)
     out: list[list[Request]] = [[] for _ in tr.sessions]
     for t in work.turns:
         out[t.session].append(Request(t.session, t.turn, list(t.rendered.prompt), t.rendered.max_tokens))

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import Bound, COUNT, Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, SEED, Support, TOKENS, param
-from .. import cells
+from .. import cells, models
 from ..gateway import experiment, measure
 from ..gateway.pool import Pool, PoolSpec
 from ..gateway.router import FULLPROXY
@@ -41,15 +41,15 @@ def _check_trace(value: str, what: str) -> None:
 @dataclass(frozen=True)
 class Params:
     endpoints: int = param(2, "served endpoints in the pool", Bound(1, 4))
-    trace: str = param("claude-code", "the loop's trace replayed (a hash-only one: claude-code, mooncake, or a "
-                       "path)", check=_check_trace)
-    sessions: int = param(4, "sessions of the trace", COUNT)
+    trace: str = param("claude-code", "the loop's trace replayed: claude-code, mooncake (hash-only), taubench (chat: "
+                       "the model's own tokenizer folder renders it), or a path", check=_check_trace)
+    sessions: int = param(3, "sessions of the trace (claude-code has 3: the main one and two sub-agents)", COUNT)
     turns: int = param(4, "turns per session", COUNT)
     concurrency: int = param(2, "sessions in flight at once", Bound(1, 16))
     repeats: int = param(2, "repeats of every shape (their order rotates)", Bound(1, 20))
-    context_tokens: int = param(1024, "each endpoint's context; the trace is scaled into it", TOKENS)
+    context_tokens: int = param(2048, "each endpoint's context; the trace is scaled into it", TOKENS)
     max_tokens: int = param(4, "output tokens per request at most (the trace's own length when shorter)", TOKENS)
-    kv_budget_tokens: int = param(16384, "each endpoint's KV budget", TOKENS)
+    kv_budget_tokens: int = param(16384, "each endpoint's KV budget, in tokens", COUNT)
     router_block: int = param(0, "fault: the router's block size (0: the one admission learned from the engine)",
                               Bound(0, 4096))
     kill_wave: int = param(-1, "fault: kill endpoint ep0 once this wave of the first KV-exact run is in flight "
@@ -96,7 +96,7 @@ class GatewayRouting(Probe):
         with Pool(spec, folder) as pool:
             first = next(iter(pool.endpoints.values()))
             ctx.description, ctx.resolved = first.cell.describe(), getattr(first.cell, "model", None)
-            sessions = _sessions(p, ctx.description)
+            sessions = _sessions(p, ctx.description, ctx.resolved)
             result = experiment.run(pool, sessions, plan)
             said = [f"pool: {p.endpoints} × {engine} on {ctx.model}, started and stopped by the workbench",
                     *(f"endpoint {e.name} log: {e.log_path}" for e in pool.endpoints.values())]
@@ -111,12 +111,13 @@ def pool_engine(engine: str) -> str | None:
     return next((s for s, runs in cells.SERVED.items() if runs == engine), None)
 
 
-def _sessions(p: Params, d) -> list[list[Request]]:
+def _sessions(p: Params, d, model) -> list[list[Request]]:
     vocab = d.extra.get("vocab_size")
     if not vocab:
         raise NotRunnable(f"{d.engine} states no vocabulary size, which rendering the trace into token ids needs")
+    folder = models.hf_directory(model) if model is not None else None
     sessions, _rule = sessions_from_trace(p.trace, sessions=p.sessions, turns=p.turns, context_tokens=p.context_tokens,
-                                          vocab_size=int(vocab))
+                                          vocab_size=int(vocab), tokenizer=folder)
     return [[Request(r.session, r.turn, r.prompt, min(r.max_tokens, p.max_tokens)) for r in s] for s in sessions]
 
 
