@@ -51,3 +51,22 @@ def test_a_hash_only_trace_becomes_sessions_of_growing_prompts():
         assert [r.turn for r in s] == [0, 1, 2]
     sub_agents = sessions[1][0].prompt, sessions[2][0].prompt  # both open on the same system prompt
     assert sub_agents[0][:100] == sub_agents[1][:100]
+
+
+def test_a_chat_trace_is_rendered_offline_by_the_models_own_tokenizer_folder():
+    pytest.importorskip("transformers")
+    from workbench import models
+
+    folder = models.hf_directory(models.resolve("synthetic:cpu"))
+    sessions, rule = sessions_from_trace("taubench", sessions=2, turns=2, context_tokens=8192, vocab_size=512,
+                                         tokenizer=folder)
+    assert "chat template of the model" in rule and [len(s) for s in sessions] == [2, 2]
+    for s in sessions:  # a turn's prompt opens with the conversation before it
+        assert s[1].prompt[:len(s[0].prompt) - 8] == s[0].prompt[:-8]
+
+
+def test_a_chat_trace_without_a_tokenizer_says_what_it_needs():
+    from workbench.loop.traces import TraceError
+
+    with pytest.raises(TraceError, match="tokenizer folder"):
+        sessions_from_trace("taubench", sessions=1, turns=1, context_tokens=8192, vocab_size=512)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from workbench.probes import gateway_routing as gr
@@ -29,3 +31,17 @@ def test_every_verdict_of_the_rule(summary, verdict, case):
     assert gr.explain(d, summary, 32)
     if verdict in ("confirmed", "partial", "refuted"):
         assert d.rests_on and gr.GatewayRouting.rests[("*", verdict)][0] == d.rests_on
+
+
+def test_on_tensorrt_llm_the_claim_reads_unresolved_in_the_guide_with_the_command_for_a_gpu_machine(tmp_path):
+    from workbench import probes
+    from workbench.events import guide
+
+    f = probes.run("gateway.routing", engine="trtllm", model="synthetic:tiny", out=tmp_path / "f", isolated=False)
+    assert f.verdict == "not-run"
+    out = tmp_path / "guide.md"
+    assert guide.run_writeback(Path(__file__).resolve().parents[2] / "data" / guide.GUIDE, [tmp_path / "f"], "write",
+                               out) == 0
+    text = out.read_text().split("## Gateway shape claims")[1]
+    block = text[text.index("workbench:begin shapes.kv_routing"):text.index("workbench:end shapes.kv_routing")]
+    assert "**TensorRT-LLM: unresolved" in block and "gateway.routing --engine trtllm-serve" in block

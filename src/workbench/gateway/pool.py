@@ -22,6 +22,7 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,7 +180,7 @@ class Pool:
             contract = read_contract(r.status_code, doc, plane)
             e.pump(0.2, self.t0)
             prompt = token_ids(rng, 4 * max(rule_block, e.cell.describe().block_tokens) + 1, e.cell.describe())
-            salt = f"admission-{e.name}"
+            salt = f"admission-{e.name}-{uuid.uuid4().hex[:8]}"  # new blocks, so the engine stores (and says) them
             complete(http, e.url, e.served_model, prompt, 1, salt)
             stored = [x for x in e.pump(1.0, self.t0) if x.kind == "stored"]
             hashes = {h for x in stored for h in x.block_hashes}
