@@ -349,7 +349,7 @@ _DECLARED = [
     _m("routing_ttft_speedup", "TTFT speed-up", "x", "timed",
        "the better fullproxy shape's median TTFT over KV-exact's, on the same requests"),
     _m("routing_retried_requests", "retried", "count", "cell",
-       "KV-exact requests retried on another endpoint after theirs died"),
+       "requests retried on another endpoint after theirs died (the kill fault)"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -16,7 +16,8 @@ from .workload import BestPlacement, Fault, Request, run_shape, waves
 class Plan:
     """What to replay and how: ``shapes`` (router policies); ``rule_block``: the router's block size (None: the
     one admission learned from the engine; another value is the wrong-block fault, admitted blind);
-    ``kill``: (endpoint, wave) to kill mid-run in the KV-exact shape of the first repeat."""
+    ``kill``: (endpoint, wave) to kill mid-run in the last shape of the last repeat (every shape before it measured
+    on the whole pool)."""
 
     shapes: tuple[str, ...] = (*FULLPROXY, "kv-exact")
     repeats: int = 2
@@ -57,7 +58,7 @@ def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
             for name in pool.endpoints:
                 if not pool.endpoints[name].alive:
                     router.drop(name, "died earlier in the run")
-            fault = Fault(*plan.kill) if plan.kill and k == 0 and shape == "kv-exact" else None
+            fault = Fault(*plan.kill) if plan.kill and k == plan.repeats - 1 and shape == order[-1] else None
             rows = run_shape(pool, router, schedule, salt=f"{shape}-{k}-{nonce}",
                              best=BestPlacement(pool.hasher()), fault=fault,
                              on_wave=(lambda w, s=shape, k=k: on_wave(s, k, w)) if on_wave else None)

@@ -52,7 +52,7 @@ class Params:
     kv_budget_tokens: int = param(16384, "each endpoint's KV budget, in tokens", COUNT)
     router_block: int = param(0, "fault: the router's block size (0: the one admission learned from the engine)",
                               Bound(0, 4096))
-    kill_wave: int = param(-1, "fault: kill endpoint ep0 once this wave of the first KV-exact run is in flight "
+    kill_wave: int = param(-1, "fault: kill endpoint ep0 once this wave of the run's last shape is in flight "
                            "(-1: none)", Bound(-1, 10_000))
     seed: int = param(0, "seed for the admission prompts", SEED)
 
@@ -125,11 +125,10 @@ def summarise(result: experiment.Result, p: Params) -> Summary:
     shapes = measure.shape_rows(result.rows)
     fullproxy = [s for s in shapes if s["shape"] in FULLPROXY]
     better = max(fullproxy, key=lambda s: s["engine_hit_rate"])["shape"]
-    kv = [r for r in result.rows if r["shape"] == "kv-exact"]
     return Summary(shapes, measure.paired(result.rows, "kv-exact", better),
                    max((s["best_hit_rate"] for s in shapes), default=0.0),
                    sum(1 for r in result.rows if r["cached_tokens"] is None),
-                   sum(1 for r in kv if r.get("retried_from")), p.kill_wave)
+                   sum(1 for r in result.rows if r.get("retried_from")), p.kill_wave)
 
 
 def decide(s: Summary) -> Decision:
