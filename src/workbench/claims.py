@@ -146,8 +146,7 @@ _CLAIMS += [
     Claim("shapes.kv_routing", "shapes", "KV-exact routing beats fullproxy on engine-read hit rate and TTFT",
           "KV-exact routing beats fullproxy on engine-read hit rate and TTFT (\"Single-pool KV-exact: add "
           "`kvExactMode: 3` and a matching `kvBlockSize`\").",
-          resolve="workbench probe gateway.routing --engine trtllm-serve --model HF_DIR (on a GPU machine with "
-                  "tensorrt_llm)"),
+          resolve="workbench probe gateway.routing --engine trtllm-serve --model HF_DIR"),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}
