@@ -33,7 +33,8 @@ def _rate(cached: np.ndarray, prompt: np.ndarray) -> float:
 
 def shape_rows(rows: Sequence[dict]) -> list[dict]:
     """One row per shape: requests, engine-read hit rate with its interval over requests, best placement,
-    TTFT p50/p95 (with the p50's interval), end-to-end p50, throughput over the shape's wall time."""
+    TTFT p50/p95 (with the p50's interval), end-to-end p50, throughput (requests over the shape's wall time, summed
+    over repeats; ``done_s``: when the request's wave completed, since its shape started)."""
     out = []
     for shape in dict.fromkeys(r["shape"] for r in rows):
         mine = [r for r in rows if r["shape"] == shape]
@@ -42,7 +43,7 @@ def shape_rows(rows: Sequence[dict]) -> list[dict]:
         ttft = np.array([r["ttft_s"] for r in mine], float)
         rate, lo, hi = _ci(_rate, cached, prompt)
         p50, p50_lo, p50_hi = _ci(np.median, ttft)
-        wall = sum(max(x["done_s"] for x in mine if x["repeat"] == k) + 0.0 for k in {r["repeat"] for r in mine})
+        wall = sum(max(x["done_s"] for x in mine if x["repeat"] == k) for k in {r["repeat"] for r in mine})
         out.append({"shape": shape, "requests": len(mine), "engine_hit_rate": rate, "hit_ci_low": lo, "hit_ci_high": hi,
                     "best_hit_rate": _rate(np.array([r["best_tokens"] for r in mine], float), prompt),
                     "predicted_hit_rate": _rate(np.array([r["predicted_tokens"] or 0 for r in mine], float), prompt),

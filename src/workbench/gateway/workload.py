@@ -112,11 +112,11 @@ def run_shape(pool: Pool, router: Router, plan: Sequence[Sequence[Request]], *, 
     import httpx
 
     rows: list[dict] = []
+    t0 = time.perf_counter()  # the shape's start: a row's done_s is when its wave completed, since then
     with httpx.Client(timeout=600.0) as http, ThreadPoolExecutor(max(len(w) for w in plan)) as ex:
         for wi, wave in enumerate(plan):
             bests = [best.see(r.prompt) for r in wave]
             choices = [router.route(r.prompt, salt) for r in wave]
-            t0 = time.perf_counter()
             futures = [ex.submit(_send, pool, http, c.endpoint, r, salt) for c, r in zip(choices, wave)]
             if fault is not None and fault.wave == wi:
                 time.sleep(0.05)
