@@ -30,7 +30,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .. import cells
+from .. import cells, serve
 from ..contract import Cell, KvEvent, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.hashing import Hasher
@@ -134,10 +134,19 @@ class Pool:
             for n, fut in futures.items():
                 self.endpoints[n] = self._endpoint(n, fut.result())
         except BaseException:
+            self._stop_starting()
             self._stack.close()
             raise
         self.t0 = time.monotonic()
         return self
+
+    def _stop_starting(self) -> None:
+        """Stop the servers this pool's threads are still starting (an interrupt or a failed start): each start then
+        ends at once, as a server that died, instead of waiting to be ready only to be closed."""
+        folder = (self.run_dir / "pool").resolve()
+        for server in serve.live():
+            if folder in Path(server.log_path).resolve().parents:
+                server.stop(grace_s=5.0)
 
     def _endpoint(self, name: str, cell: Cell) -> Endpoint:
         d = cell.describe()
