@@ -71,8 +71,10 @@ CASES = [  # (case, engine, cell options, probe params, what the one line says)
      ["tail_tokens=32000001"], "tail_tokens=32000001 exceeds the context"),
     ("zero tokens", "llamacpp", [], ["suffix_tokens=0"], "suffix_tokens=0 must be at least 1"),
     ("a negative item", "llamacpp", [], ["blocks=2,-1"], "blocks=-1 must be at least 1"),
+    ("an unknown trace, before any pool starts", "vllm-server", [], ["trace=nope"], "unknown trace 'nope'"),
 ]
-PROBE = {"suffix_tokens=0": "prefix.warmup_materialization", "blocks=2,-1": "prefix.warmup_materialization"}
+PROBE = {"suffix_tokens=0": "prefix.warmup_materialization", "blocks=2,-1": "prefix.warmup_materialization",
+         "trace=nope": "gateway.routing"}
 
 
 def argv(engine: str, cell: list[str], params: list[str], fake: str, free: int, out: str) -> list[str]:

@@ -149,6 +149,10 @@ _CLAIMS += [
 _PD = ("workbench probe gateway.pd --engine trtllm-serve --model HF_DIR --out findings  "
        "# two trtllm-serve workers with cache_transceiver_config, on an NVIDIA GPU")
 _CLAIMS += [
+    Claim("shapes.kv_routing", "shapes", "KV-exact routing beats fullproxy on engine-read hit rate and TTFT",
+          "KV-exact routing beats fullproxy on engine-read hit rate and TTFT (\"Single-pool KV-exact: add "
+          "`kvExactMode: 3` and a matching `kvBlockSize`\").",
+          resolve="workbench probe gateway.routing --engine trtllm-serve --model HF_DIR --out findings"),
     Claim("shapes.pd_lifecycle", "shapes", "The P/D lifecycle holds",
           "The P/D lifecycle holds: the generation leg keeps the original prompt, the opaque state is relayed "
           "untouched, and a context result that already finished skips generation (\"Sequential P/D lifecycle\").",

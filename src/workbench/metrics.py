@@ -374,6 +374,24 @@ _DECLARED = [
        "transfer and the first decode step included)"),
     _m("pd_context_s", "context leg", "s", "timed", "median round trip of the context leg (prefill and store)"),
     _m("single_ttft_s", "TTFT single", "s", "timed", "median time to the first token of the same requests on one engine"),
+    # the gateway's shapes on a pool (workbench.gateway)
+    _m("routing_hit_gain", "KV-exact hit gain", "ratio", "engine",
+       "engine-read hit rate (cached_tokens / prompt tokens) of KV-exact routing minus the better fullproxy shape's, "
+       "on the same requests"),
+    _m("routing_hit_gain_ci_low", "hit gain CI low", "ratio", "engine",
+       "lower bound of the paired 95% bootstrap CI of that gain (engine-read counts, resampled by request)"),
+    _m("routing_hit_gain_ci_high", "hit gain CI high", "ratio", "engine",
+       "upper bound of the paired 95% bootstrap CI of that gain"),
+    _m("routing_kv_hit_rate", "KV-exact hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over the KV-exact shape's requests"),
+    _m("routing_fullproxy_hit_rate", "fullproxy hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over the better fullproxy shape's requests"),
+    _m("routing_best_hit_rate", "best placement", "ratio", "derived",
+       "hit rate of the best placement (any earlier request's prefix, unbounded KV), computed by the workbench"),
+    _m("routing_ttft_speedup", "TTFT speed-up", "x", "timed",
+       "the better fullproxy shape's median TTFT over KV-exact's, on the same requests"),
+    _m("routing_retried_requests", "retried", "count", "cell",
+       "requests retried on another endpoint after theirs died (the kill fault)"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -24,6 +24,7 @@ import plotly.io as pio
 from . import metrics, plotstyle
 from .events import figures as _event_figures
 from .gateway import pd_figures as _pd_figures
+from .gateway import figures as _gateway_figures
 from .findings import Finding
 from .probes import Figure
 from .standing import model_of
@@ -313,6 +314,7 @@ BUILDERS: dict[str, Callable[..., go.Figure]] = {
     "loop_ttft": loop_ttft, "loop_reuse": loop_reuse, "loop_attribution": loop_attribution, "loop_speedup": loop_speedup,
     **_event_figures.BUILDERS,
     **_pd_figures.BUILDERS,
+    **_gateway_figures.BUILDERS,
 }
 """The figure kinds a declaration may name (``probes.Declared.figures``: a probe's, the loop's), with its options."""
 

@@ -109,7 +109,7 @@ def test_the_shape_claims_land_in_the_guide_unresolved_on_trtllm_serve_with_thei
     source = Path(__file__).resolve().parents[2] / "data" / guide.GUIDE
     assert guide.run_writeback(source, [found], "write", out) == 0
     text = out.read_text()
-    for c in claims.in_section("shapes"):
+    for c in (claims.get("shapes.pd_lifecycle"), claims.get("shapes.pd_transferred_kv")):
         block = text[text.index(f"<!-- workbench:begin {c.id} -->"):text.index(f"<!-- workbench:end {c.id} -->")]
         assert "**TensorRT-LLM: unresolved" in block and "gateway.pd --engine trtllm-serve" in block, c.id
 

@@ -200,6 +200,7 @@ for _name, _target in {
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
     "events.admission": "workbench.probes.events_admission:Admission",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
+    "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
 }.items():
     PROBES.register(_name, _target)
 

@@ -1,0 +1,219 @@
+"""A pool of served endpoints with their KV event streams: what a cache-aware gateway routes over.
+
+Each endpoint is a served cell of a registered engine (``vllm-server`` here), started by the workbench's server
+lifecycle (:mod:`workbench.serve` through the engine's wing) with its KV events on, its log in the run folder
+(``<run>/pool/<endpoint>/``). The pool is one consumer per endpoint (the cell's own subscriber, fed into an
+:class:`~workbench.events.consumer.Consumer` and its :class:`~workbench.events.inventory.Inventory`), and a
+context manager: every server it started is stopped on leaving it, an exception or KeyboardInterrupt included
+(and, beyond that, by the lifecycle's atexit, SIGTERM and parent-death hooks).
+
+Admission (the guide's "confirm each endpoint's /server_info reports the expected block size"): each endpoint's
+``/server_info`` is read through the engine's event plane (:func:`workbench.probes.events_admission.read_contract`)
+and the gateway's gate applied to the rule's block size; the block size the engine's own stored events show and
+whether the rule's hash recomputes them is checked beside it, on a warm-up request, since vLLM answers
+``/server_info`` only in its dev mode (nothing reported: admitted as legacy, the blind spot the guide warns of).
+
+Endpoints on several machines (the Ray fleet) are not pooled yet: every endpoint here is a local process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from .. import cells, serve
+from ..contract import Cell, KvEvent, WorkbenchError
+from ..events.consumer import Consumer
+from ..events.hashing import Hasher
+from ..events.inventory import Inventory
+from ..events.sources import CellSource
+from ..probes.common import token_ids
+from ..probes.events_admission import engine_block_size, gate, read_contract
+from .client import complete
+
+
+@dataclass
+class Endpoint:
+    """One served engine in the pool, with its sole event consumer and its inventory over time."""
+
+    name: str
+    cell: Cell
+    consumer: Consumer
+    url: str
+    served_model: str
+    log_path: str
+    alive: bool = True
+    admission: dict = field(default_factory=dict)
+    timeline: list[dict] = field(default_factory=list)  # (t, blocks in the inventory) after every pump
+
+    @property
+    def inventory(self) -> Inventory:
+        return self.consumer.inventory
+
+    def pump(self, timeout_s: float = 0.3, t0: float = 0.0) -> list[KvEvent]:
+        """Apply every event the endpoint published since the last pump; those events."""
+        if not self.alive:
+            return []
+        got = self.consumer.pump(timeout_s)
+        self.timeline.append({"endpoint": self.name, "t_s": round(time.monotonic() - t0, 3),
+                              "inventory_blocks": len(self.inventory), "events": self.consumer.events})
+        return got
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """``size`` endpoints of ``engine`` on ``model``; ``options``: the cell options every endpoint gets (its KV
+    budget, threads); the pool adds its events, its hash seed where the engine takes one, and its log folder."""
+
+    size: int = 2
+    engine: str = "vllm-server"
+    model: str = "synthetic:cpu"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    hash_seed: str = "0"
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"a pool needs at least one endpoint, got {self.size}")
+        if cells.event_plane(self.engine) is None:
+            raise ValueError(f"engine {self.engine!r} publishes no KV event stream this workbench reads; a KV-exact "
+                             "pool needs one (e.g. vllm-server)")
+
+
+@contextlib.contextmanager
+def _closing(started: Future) -> Iterator[None]:
+    """Close the cell ``started`` opened, once it has (a start that failed has nothing to close)."""
+    try:
+        yield
+    finally:
+        try:
+            cell = started.result()
+        except BaseException:  # noqa: BLE001 - the failed start is raised where its result is read
+            cell = None
+        if cell is not None:
+            cell.close()
+
+
+class Pool:
+    """``with Pool(spec, run_dir) as pool:`` — the endpoints, started in parallel and stopped on leaving."""
+
+    def __init__(self, spec: PoolSpec, run_dir: str | os.PathLike) -> None:
+        self.spec, self.run_dir = spec, Path(run_dir)
+        self.endpoints: dict[str, Endpoint] = {}
+        self._stack = contextlib.ExitStack()
+        self.t0 = time.monotonic()
+
+    def _cell_options(self, name: str) -> dict[str, Any]:
+        o = dict(self.spec.options) | {"log_dir": str(self.run_dir / "pool" / name)}
+        for key, value in (("kv_events", True), ("hash_seed", self.spec.hash_seed)):
+            if cells.takes(self.spec.engine, [key]):
+                o.setdefault(key, value)
+        return o
+
+    def _open(self, name: str) -> Cell:
+        return cells.open_cell(self.spec.engine, self.spec.model, **self._cell_options(name))
+
+    def __enter__(self) -> "Pool":
+        names = [f"ep{i}" for i in range(self.spec.size)]
+        # the threads that start the servers live as long as the servers: the kernel sends a server its parent-death
+        # signal (PR_SET_PDEATHSIG, workbench.serve) when the *thread* that forked it exits, not the process
+        starter = ThreadPoolExecutor(len(names), thread_name_prefix="workbench-pool")
+        self._stack.callback(starter.shutdown)
+        try:
+            futures = {n: starter.submit(self._open, n) for n in names}
+            for n, fut in futures.items():  # each started cell is closed on leaving, whichever failed
+                self._stack.enter_context(_closing(fut))
+            for n, fut in futures.items():
+                self.endpoints[n] = self._endpoint(n, fut.result())
+        except BaseException:
+            self._stop_starting()
+            self._stack.close()
+            raise
+        self.t0 = time.monotonic()
+        return self
+
+    def _stop_starting(self) -> None:
+        """Stop the servers this pool's threads are still starting (an interrupt or a failed start): each start then
+        ends at once, as a server that died, instead of waiting to be ready only to be closed."""
+        folder = (self.run_dir / "pool").resolve()
+        for server in serve.live():
+            if folder in Path(server.log_path).resolve().parents:
+                server.stop(grace_s=5.0)
+
+    def _endpoint(self, name: str, cell: Cell) -> Endpoint:
+        d = cell.describe()
+        plane = cells.event_plane(self.spec.engine)
+        hasher = plane.hasher(d, d.extra.get("kv_hash_seed"), d.block_tokens)
+        consumer = Consumer(CellSource(cell), Inventory(hasher), policy="clear")
+        self._stack.callback(consumer.close)
+        server = getattr(cell, "server", None)
+        return Endpoint(name, cell, consumer, str(d.extra.get("endpoint") or getattr(cell, "url", "")),
+                        str(d.extra.get("served_model") or self.spec.model),
+                        str(server.log_path) if server is not None else "")
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def alive(self) -> list[Endpoint]:
+        return [e for e in self.endpoints.values() if e.alive]
+
+    def pump(self, timeout_s: float = 0.3) -> int:
+        return sum(len(e.pump(timeout_s, self.t0)) for e in self.alive())
+
+    def hasher(self, block_size: int | None = None) -> Hasher:
+        """The rule's hasher: the engine's scheme as the first endpoint declares it, at ``block_size`` tokens per
+        block (None: the endpoint's own)."""
+        d = next(iter(self.endpoints.values())).cell.describe()  # the cell's own record: no request
+        return cells.event_plane(self.spec.engine).hasher(d, d.extra.get("kv_hash_seed"), block_size or d.block_tokens)
+
+    def admit(self, http: Any, rule_block: int, *, check_events: bool = True, seed: int = 0) -> list[dict]:
+        """Each endpoint's admission against a rule of ``rule_block`` tokens per block, before any routing: what
+        ``/server_info`` says and the gate's decision on it, beside the block size the engine's own stored events
+        show for a warm-up prompt and whether the rule's hash recomputes them. ``check_events``: refuse a rule the
+        events contradict (False: the gate alone, which admits anything where ``/server_info`` names nothing)."""
+        rows = []
+        plane = cells.event_plane(self.spec.engine)
+        rule = self.hasher(rule_block)
+        rng = np.random.default_rng(seed)
+        for e in self.alive():
+            r = http.get(f"{e.url}/server_info", params={"config_format": "json"}, timeout=30.0)
+            doc = r.json() if r.headers.get("content-type", "").startswith("application/json") else None
+            contract = read_contract(r.status_code, doc, plane)
+            e.pump(0.2, self.t0)
+            prompt = token_ids(rng, 4 * max(rule_block, e.cell.describe().block_tokens) + 1, e.cell.describe())
+            salt = f"admission-{e.name}-{uuid.uuid4().hex[:8]}"  # new blocks, so the engine stores (and says) them
+            complete(http, e.url, e.served_model, prompt, 1, salt)
+            stored = [x for x in e.pump(1.0, self.t0) if x.kind == "stored"]
+            hashes = {h for x in stored for h in x.block_hashes}
+            engine_block = engine_block_size(stored)
+            reproduces = bool(hashes) and set(rule.chain(prompt, salt)) <= hashes
+            decision = gate(contract, rule_block)
+            if check_events and decision.startswith("admitted") and not (engine_block == rule_block and reproduces):
+                decision = "refused (the engine's events contradict the rule)"
+            e.admission = {"endpoint": e.name, "status": r.status_code, "reported_block": contract.block_size,
+                           "reported_hash": contract.hash_algo, "engine_block": engine_block, "rule_block": rule_block,
+                           "rule_hash_reproduces": reproduces, "decision": decision}
+            rows.append(e.admission)
+        return rows
+
+    def died(self, name: str) -> bool:
+        """Whether endpoint ``name``'s server process has exited."""
+        server = getattr(self.endpoints[name].cell, "server", None)
+        return server is not None and not server.alive()
+
+    def kill(self, name: str) -> None:
+        """Fault: SIGKILL one endpoint's server process group (the engine dies as a crash would end it)."""
+        server = getattr(self.endpoints[name].cell, "server", None)
+        if server is None:
+            raise WorkbenchError(f"endpoint {name} runs no server this pool started")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        server.proc.wait(30)

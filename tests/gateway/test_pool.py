@@ -1,0 +1,72 @@
+"""The pool on real engines: two ``vllm serve`` endpoints on ``synthetic:cpu`` (one module-scoped pool), admission,
+the shapes replayed and the rule's verdicts (a gain; none with a wrong block size), an endpoint killed mid-run, and
+nothing left running afterwards."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from conftest import require_engine
+from workbench import serve
+from workbench.gateway import experiment
+from workbench.gateway.pool import Pool, PoolSpec
+from workbench.gateway.router import Router
+from workbench.gateway.workload import BestPlacement, Fault, Request, run_shape, sessions_from_trace, waves
+from workbench.probes import gateway_routing as gr
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    require_engine("vllm-server")
+    folder = tmp_path_factory.mktemp("gateway")
+    spec = PoolSpec(2, "vllm-server", "synthetic:cpu", {"kv_budget_tokens": 16384, "context_tokens": 2048})
+    with Pool(spec, folder) as p:
+        servers = [e.cell.server for e in p.endpoints.values()]
+        yield p
+    assert not any(s.alive() for s in servers) and not set(servers) & set(serve.live())
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    found, _ = sessions_from_trace("claude-code", sessions=3, turns=3, context_tokens=2048, vocab_size=512)
+    return [[Request(r.session, r.turn, r.prompt, 2) for r in s] for s in found]
+
+
+def test_each_endpoint_logs_in_the_run_folder_and_admits_the_engines_rule(pool):
+    for e in pool.endpoints.values():
+        assert e.log_path.startswith(str(pool.run_dir / "pool" / e.name))
+    with httpx.Client() as http:
+        right = pool.admit(http, 32)
+        wrong = pool.admit(http, 16)
+        blind = pool.admit(http, 16, check_events=False)
+    assert {(a["engine_block"], a["rule_hash_reproduces"], a["decision"]) for a in right} == {
+        (32, True, "admitted (legacy: nothing reported)")}  # vLLM answers /server_info only in its dev mode
+    assert {a["decision"] for a in wrong} == {"refused (the engine's events contradict the rule)"}
+    assert {a["decision"] for a in blind} == {"admitted (legacy: nothing reported)"}
+
+
+def test_kv_exact_beats_fullproxy_on_the_engines_count_and_a_wrong_block_size_gains_nothing(pool, sessions):
+    p = gr.Params(repeats=1, concurrency=2)
+    happy = experiment.run(pool, sessions, experiment.Plan(repeats=1))
+    kv = [r for r in happy.rows if r["shape"] == "kv-exact"]
+    assert sum(r["predicted_tokens"] == r["cached_tokens"] for r in kv) >= len(kv) - 1  # the inventory is exact
+    out = gr.verdict(happy, p)
+    assert out.verdict in ("confirmed", "partial"), out.summary
+    assert out.metrics["routing_hit_gain_ci_low"] > 0
+    fault = gr.verdict(experiment.run(pool, sessions, experiment.Plan(repeats=1, rule_block=16)), p)
+    assert fault.verdict == "refuted", fault.summary
+    assert {r["predicted_tokens"] for r in fault.rows if r.get("kind") == "request"} == {0}
+
+
+def test_an_endpoint_killed_mid_run_is_dropped_and_its_requests_served_elsewhere(pool, sessions):
+    router = Router("round-robin", {n: e.inventory for n, e in pool.endpoints.items()}, pool.hasher())
+    plan = waves(sessions, 2)
+    rows = run_shape(pool, router, plan, salt="kill", best=BestPlacement(pool.hasher()), fault=Fault("ep0", 1))
+    assert len(rows) == sum(len(w) for w in plan)  # nothing lost
+    assert "ep0" in router.dropped and not pool.endpoints["ep0"].alive
+    retried = [r for r in rows if r["retried_from"]]
+    assert retried and all(r["retried_from"] == "ep0" and r["endpoint"] == "ep1" for r in retried)
+    assert all(r["endpoint"] == "ep1" for r in rows if r["wave"] > 1)
