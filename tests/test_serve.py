@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +109,19 @@ def test_an_exception_in_the_caller_stops_the_server(tmp_path):
             pid = server.pid
             raise RuntimeError("the probe failed")
     assert _gone(pid)
+
+
+def test_a_server_started_from_a_thread_that_ends_lives_on(tmp_path):
+    """The kernel's parent-death signal follows the thread that forked (prctl(2)): a pool's starter thread that
+    ends must not take its server with it."""
+    require_engine("llamacpp-server")
+    started = []
+    starter = threading.Thread(target=lambda: started.append(serve.start(_request(), tmp_path, build=llama_server)))
+    starter.start()
+    starter.join()
+    with started[0] as server:
+        assert not _gone(server.pid, 2.0), "the server died with the thread that started it"
+        assert server.alive()
 
 
 CHILD = textwrap.dedent("""

@@ -12,7 +12,9 @@ tests; each engine's wing supplies its launch line (a :data:`Builder`: ``cells/<
   exiting (atexit), SIGTERM (a handler stops every server, then the signal takes its default course), an
   exception in the caller (context manager) and the caller being killed outright (Linux
   ``PR_SET_PDEATHSIG``: the kernel sends the server SIGTERM, llama-server SIGKILL, when its parent dies)
-  all stop it.
+  all stop it. The kernel counts the *thread* that forked as the parent (prctl(2)), so every child is forked
+  from one daemon thread that lives as long as the process (:func:`spawn`): a server started from a worker
+  thread that then ends (a pool's starters) is not killed with it.
 
 Nothing here imports or names an engine: :func:`start` runs the :class:`Launch` its builder returns.
 """
@@ -20,10 +22,12 @@ Nothing here imports or names an engine: :func:`start` runs the :class:`Launch` 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import ipaddress
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -33,6 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -160,13 +165,54 @@ _LOCK = threading.Lock()
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(death_signal: int) -> None:  # pragma: no cover - runs in the child between fork and exec
+def _die_with_parent(death_signal: int) -> None:  # pragma: no cover - runs in the child between fork and exec
     """The kernel sends the server ``death_signal`` when the process that started it dies, however it dies."""
     os.setsid()
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, death_signal)
     except (OSError, AttributeError):
         pass
+
+
+_SPAWNS: queue.SimpleQueue = queue.SimpleQueue()
+_SPAWNER: threading.Thread | None = None
+
+
+def _spawner() -> None:
+    while True:
+        popen, done = _SPAWNS.get()
+        if done.set_running_or_notify_cancel():
+            try:
+                done.set_result(popen())
+            except BaseException as e:  # handed to the caller, who raises it
+                done.set_exception(e)
+
+
+def _reap(done: Future) -> None:
+    """A child whose caller was interrupted while it was being forked: nobody holds it, so it goes now."""
+    if not done.cancelled() and done.exception() is None:
+        proc = done.result()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def spawn(argv: Sequence[str], death_signal: int, **popen: Any) -> subprocess.Popen:
+    """``subprocess.Popen(argv, **popen)`` in a process group of its own, sent ``death_signal`` when this process
+    dies, forked from the one thread that lives as long as this process (the death signal follows the thread)."""
+    global _SPAWNER
+    with _LOCK:
+        if _SPAWNER is None or not _SPAWNER.is_alive():  # first use, or a forked copy of this process
+            _SPAWNER = threading.Thread(target=_spawner, name="workbench-spawner", daemon=True)
+            _SPAWNER.start()
+    done: Future = Future()
+    _SPAWNS.put((functools.partial(subprocess.Popen, list(argv), preexec_fn=functools.partial(
+        _die_with_parent, death_signal), **popen), done))
+    try:
+        return done.result()
+    except BaseException:
+        done.add_done_callback(_reap)
+        raise
 
 
 def _stop_all() -> None:
@@ -279,9 +325,8 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, rea
         with open(log_path, "ab") as log:
             log.write(f"$ {' '.join(launch.argv)}\n".encode())
             log.flush()
-            proc = subprocess.Popen(launch.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=os.environ | dict(launch.env) | scratch, close_fds=True,
-                                    preexec_fn=functools.partial(die_with_parent, launch.death_signal))
+            proc = spawn(launch.argv, launch.death_signal, stdin=subprocess.DEVNULL, stdout=log,
+                         stderr=subprocess.STDOUT, env=os.environ | dict(launch.env) | scratch, close_fds=True)
     except BaseException:
         _remove(scratch.values())
         raise

@@ -18,7 +18,6 @@ workbench's Python, as it does llama-server. It runs:
 
 from __future__ import annotations
 
-import functools
 import os
 import shutil
 import signal
@@ -32,7 +31,7 @@ from typing import Callable
 
 from ..contract import WorkbenchError
 from ..files import tail
-from ..serve import die_with_parent
+from ..serve import spawn
 
 AIPERF_ENV = "WORKBENCH_AIPERF"  # an aiperf command to use instead of the one make setup linked
 AIPERF_VERSION = "0.13.0"  # what this module is written against; the Makefile reads it from here and installs it
@@ -128,9 +127,8 @@ def run(cell: Cell, out: Path, *, server_gone: Callable[[], str | None], poll_s:
     log = out / "aiperf.log"
     try:
         with open(log, "wb") as sink:
-            proc = subprocess.Popen(cell.argv(require(), out), stdin=subprocess.DEVNULL, stdout=sink,
-                                    stderr=subprocess.STDOUT, env=env, close_fds=True,
-                                    preexec_fn=functools.partial(die_with_parent, signal.SIGTERM))
+            proc = spawn(cell.argv(require(), out), signal.SIGTERM, stdin=subprocess.DEVNULL, stdout=sink,
+                         stderr=subprocess.STDOUT, env=env, close_fds=True)
             try:
                 gone = _wait(proc, server_gone, poll_s)
             finally:

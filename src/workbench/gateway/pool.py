@@ -123,20 +123,17 @@ class Pool:
 
     def __enter__(self) -> "Pool":
         names = [f"ep{i}" for i in range(self.spec.size)]
-        # the threads that start the servers live as long as the servers: the kernel sends a server its parent-death
-        # signal (PR_SET_PDEATHSIG, workbench.serve) when the *thread* that forked it exits, not the process
-        starter = ThreadPoolExecutor(len(names), thread_name_prefix="workbench-pool")
-        self._stack.callback(starter.shutdown)
-        try:
-            futures = {n: starter.submit(self._open, n) for n in names}
-            for n, fut in futures.items():  # each started cell is closed on leaving, whichever failed
-                self._stack.enter_context(_closing(fut))
-            for n, fut in futures.items():
-                self.endpoints[n] = self._endpoint(n, fut.result())
-        except BaseException:
-            self._stop_starting()
-            self._stack.close()
-            raise
+        with ThreadPoolExecutor(len(names), thread_name_prefix="workbench-pool") as starter:  # side by side
+            try:
+                futures = {n: starter.submit(self._open, n) for n in names}
+                for n, fut in futures.items():  # each started cell is closed on leaving, whichever failed
+                    self._stack.enter_context(_closing(fut))
+                for n, fut in futures.items():
+                    self.endpoints[n] = self._endpoint(n, fut.result())
+            except BaseException:
+                self._stop_starting()
+                self._stack.close()
+                raise
         self.t0 = time.monotonic()
         return self
 

@@ -95,8 +95,7 @@ def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
     opts = {"context_tokens": context, "kv_budget_tokens": 4 * context} | ctx.fixed_threads(1) | ctx.cell_options
     sides = [cells.open_cell(engine, ctx.model, **(opts | wire.cell_options(role, store)))
              for role in ("context", "generation")]
-    # both start at once, the generation side from a thread that lives as long as its server: the server is told
-    # to die with the thread that started it (serve.die_with_parent, PR_SET_PDEATHSIG is per thread)
+    # both start at once, the generation side from a worker thread
     with ThreadPoolExecutor(1) as starter:
         try:
             started = starter.submit(sides[1].__enter__)
