@@ -176,7 +176,7 @@ _DECLARED = [
     _m("ks_p_same_manifest", "KS p (same)", "p", "derived", "two-sample KS p-value, repeat vs cold, same manifest"),
     _m("ks_p_other_manifest", "KS p (other)", "p", "derived", "two-sample KS p-value, other manifest vs cold"),
     _m("tost_p_other_manifest", "TOST p (other)", "p", "derived",
-       "equivalence (TOST) p-value, other manifest vs cold, at the stated margin"),
+       "equivalence (TOST) p-value, other manifest vs cold, paired by trial on log TTFT, at the stated margin"),
     _m("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "cell",
        "tokens the cell reported reused across manifests (must be 0)", varies=True),
     _m("engine_cross_manifest_reused_tokens", "engine cross-manifest reuse", "tokens", "engine",
