@@ -292,7 +292,7 @@ def test_a_speed_up_over_few_turns_is_labelled_as_such(n, few):
     summaries = results.summarise(marked, list(dict.fromkeys(marked.arm)), {})
     label = f"(CI over {n} turns)"
     for s in summaries:
-        assert s.ci["speedup_vs_best_llamacpp"]["few_turns"] is few
+        assert s.ci["speedup_vs_best_llamacpp"]["few_turns"] is few and s.metrics["speedup_turns"] == n
         assert (label in results._summary_line(s)) is few
         assert any(f"CI is over {n} turns" in note for note in s.notes) is few
     rule = gate.GateRule(min_turns=2)

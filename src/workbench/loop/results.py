@@ -155,7 +155,8 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
     if best is not None and (steps := equal.common_turns(rows, [best, name])):
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
-        s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
+        s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high,
+                      "speedup_turns": est.n}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
         _few(est, f"speed-up over {best}", s)
         if name != best:
