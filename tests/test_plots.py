@@ -275,3 +275,10 @@ def test_a_metrics_figure_draws_one_row_per_finding():
     rows = plots.rows_of(probes.Figure("s", "loop_speedup", rows="metrics"), [f, f])
     assert rows == [{"arm": "a", "model": "m", "speedup_vs_best_llamacpp": 2.0}] * 2
     assert plots.rows_of(probes.Figure("s", "survival"), [f]) == RETENTION_ROWS
+
+
+def test_a_loop_speed_up_over_few_turns_says_so_under_its_arm():
+    """make run's loop compares 3 turns; its bars were titled 95% CIs like any other."""
+    rows = [{"arm": arm, "speedup_vs_best_llamacpp": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1,
+             **({"speedup_turns": n} if n is not None else {})} for arm, n in (("a", 3), ("b", 25), ("c", None))]
+    assert list(plots.loop_speedup(rows).layout.xaxis.ticktext) == ["a<br>CI over 3 turns", "b", "c"]

@@ -176,7 +176,7 @@ _DECLARED = [
     _m("ks_p_same_manifest", "KS p (same)", "p", "derived", "two-sample KS p-value, repeat vs cold, same manifest"),
     _m("ks_p_other_manifest", "KS p (other)", "p", "derived", "two-sample KS p-value, other manifest vs cold"),
     _m("tost_p_other_manifest", "TOST p (other)", "p", "derived",
-       "equivalence (TOST) p-value, other manifest vs cold, at the stated margin"),
+       "equivalence (TOST) p-value, other manifest vs cold, paired by trial on log TTFT, at the stated margin"),
     _m("cross_manifest_reused_tokens", "cross-manifest reuse", "tokens", "cell",
        "tokens the cell reported reused across manifests (must be 0)", varies=True),
     _m("engine_cross_manifest_reused_tokens", "engine cross-manifest reuse", "tokens", "engine",
@@ -309,6 +309,9 @@ _DECLARED = [
     _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
     _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),
     _m("speedup_ci_high", "speed-up CI high", "x", "derived", "upper bound of the 95% bootstrap CI of that speed-up"),
+    _m("speedup_turns", "speed-up turns", "count", "derived",
+       "turns that speed-up and its CI are over (both arms' compared turns); under 10 the CI is shown as \"CI over n "
+       "turns\": it cannot reach past those turns' own ratios, so it is narrower than 95%"),
     _m("speedup_excluded_against_low", "speed-up CI low, excluded turns against", "x", "derived",
        "lower bound of the 95% bootstrap CI of that speed-up over every turn both arms served, each excluded one counted "
        "against this arm (its time no less than the best arm's there): a confirmation must hold here too"),

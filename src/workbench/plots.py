@@ -292,7 +292,10 @@ def loop_attribution(rows: Rows) -> go.Figure:
 
 def loop_speedup(rows: Rows) -> go.Figure:
     """Each arm's loop-time speed-up over the best llama.cpp arm with its bootstrap CI (rows: one per arm, its
-    parameters and metrics)."""
+    parameters and metrics); an arm whose CI is over fewer than :data:`.loop.stats.FEW_TURNS` turns says so
+    under its name."""
+    from .loop.stats import FEW_TURNS
+
     title = "Speed-up over the best llama.cpp arm (loop time, 95% CI)"
     value, low, high = "speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high"
     ran = _having(rows, "arm", value, low, high)
@@ -304,6 +307,9 @@ def loop_speedup(rows: Rows) -> go.Figure:
                          error_y=dict(type="data", symmetric=False, array=[r[high] - r[value] for r in ran],
                                       arrayminus=[r[value] - r[low] for r in ran])))
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
+    fig.update_xaxes(tickmode="array", tickvals=[r["arm"] for r in ran], ticktext=[
+        r["arm"] + (f"<br>CI over {r['speedup_turns']:g} turns" if r.get("speedup_turns", FEW_TURNS) < FEW_TURNS
+                    else "") for r in ran])
     fig.update_layout(showlegend=False)
     return fig
 

@@ -284,6 +284,24 @@ def test_length_differences_are_reported():
     assert any("decoded lengths differ from llamacpp's on 25 of the 25 compared turns" in n for n in by["trtllm"].notes)
 
 
+@pytest.mark.parametrize("n, few", [(3, True), (25, False)])
+def test_a_speed_up_over_few_turns_is_labelled_as_such(n, few):
+    """make run's loop compares 3 turns: its "95%" interval (10 distinct resamples) read like one over 25 turns. The
+    label stands in the arm's summary, its notes, its recorded CI and the gate's summary, live and decided again."""
+    marked = equal.mark(pd.DataFrame(run_of(BASE | {"trtllm": 1.0}, n=n)), equal.EqualWork())
+    summaries = results.summarise(marked, list(dict.fromkeys(marked.arm)), {})
+    label = f"(CI over {n} turns)"
+    for s in summaries:
+        assert s.ci["speedup_vs_best_llamacpp"]["few_turns"] is few and s.metrics["speedup_turns"] == n
+        assert (label in results._summary_line(s)) is few
+        assert any(f"CI is over {n} turns" in note for note in s.notes) is few
+    rule = gate.GateRule(min_turns=2)
+    out = gate.decide(rule, results.gate_evidence(summaries, rule, ON_TARGET, on_gpu=list(marked.arm)))
+    assert (label in out.summary) is few and "compared turns" in out.summary
+    doc = {"trace": "hand-built", "turns": n, "rule": "by hand", "equal_work_rule": "the claim's"}
+    g = results.gate_finding(summaries, rule, {"model": "synthetic:tiny", "equal_work": {}}, doc, None)
+    assert (label in gate.decide(rule, results.recorded_evidence(g)).summary) is few
+
 def test_excluded_turns_are_reported_at_their_worst_both_ways():
     rows = with_long(run_of(BASE | {"trtllm": 1.0}, n=20), {"llamacpp": 17.8, "llamacpp-server-spec": 20, "trtllm": 17.8},
                      gap=0.3)

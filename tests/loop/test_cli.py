@@ -27,6 +27,8 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
         assert f.verdict == "inconclusive" and f.engine == "llamacpp"
         assert {"reuse_efficiency", "ttft_p50_s", "loop_time_s", "speedup_vs_best_llamacpp"} <= f.metrics.keys()
         assert len(f.evidence["rows"]) == 4 and f.claims == ["entry.step_function"]
+        n = f.metric("speedup_turns")  # 4 turns at most: labelled as a CI over so few wherever it is shown
+        assert f.evidence["ci"]["speedup_vs_best_llamacpp"]["few_turns"] and f"(CI over {int(n)} turns)" in f.summary
     rows = found["loop.llamacpp"].evidence["rows"]
     # turn 4 extends turn 2's sequence, which turn 3 overwrote in the one-slot cell: an eviction, attributed
     assert sum(r["eviction"] for r in rows) > 0 and all(r["unexplained"] == 0 for r in rows)

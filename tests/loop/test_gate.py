@@ -1,14 +1,11 @@
-"""The entry.step_function rule: every verdict it can give, and the bootstrap it reads."""
+"""The entry.step_function rule: every verdict it can give."""
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import pytest
 
 from workbench import claims
-from workbench.loop import arms, equal, gate, results, stats
+from workbench.loop import arms, equal, gate, results
 
 
 def est(value, low, high):
@@ -160,15 +157,3 @@ def test_only_the_claims_rule_is_not_exploratory():
     assert "margin_sd 0 instead of the claim's 0.25" in equal.EqualWork(margin_sd=0).exploratory
     assert gate.GateRule(min_speedup=0.5).as_dict()["exploratory"]
     assert claims.get(gate.CLAIM).section == "entry"
-
-
-def test_bootstrap_pairs_turns_and_brackets_the_estimate():
-    rng = np.random.default_rng(1)
-    ref = rng.uniform(1, 2, 40)
-    arm = ref / 2 * rng.uniform(0.9, 1.1, 40)
-    e = stats.bootstrap([ref, arm], stats.ratio_of_sums, seed=3)
-    assert e.low <= e.value <= e.high and 1.8 < e.value < 2.2
-    assert e == stats.bootstrap([ref, arm], stats.ratio_of_sums, seed=3)  # seeded: reproducible
-    assert math.isnan(stats.bootstrap([[1.0], [2.0]], stats.ratio_of_sums).low)
-    with pytest.raises(ValueError):
-        stats.bootstrap([[1.0, 2.0], [1.0]], stats.ratio_of_sums)

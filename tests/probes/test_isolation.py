@@ -193,9 +193,50 @@ def test_a_missing_engine_count_is_missing_not_zero():
 
 
 def test_tost_tells_equal_from_different():
-    same = [1.0 + 0.01 * i for i in range(10)]
-    assert tost_log(same, same, 0.25) < 0.01
-    assert tost_log([2 * x for x in same], same, 0.25) > 0.5
+    rng = np.random.default_rng(0)
+    cold = 1 + 0.02 * rng.standard_normal(10)
+    same = cold * (1 + 0.02 * rng.standard_normal(10))
+    assert tost_log(same, cold, 0.25) < 0.01
+    assert tost_log(2 * same, cold, 0.25) > 0.5
+    assert np.isnan(tost_log(same[:1], cold[:1], 0.25))  # one pair has no variance to test against
+    with pytest.raises(ValueError, match="paired"):
+        tost_log(same, cold[:5], 0.25)
+
+
+N = 16
+DRIFT = np.exp(np.linspace(-0.6, 0.6, N))  # cold TTFT drifting 3.3× over the trials (a machine warming, other jobs)
+SIGN = (-1.0) ** np.arange(N)
+_noise = np.random.default_rng(0).standard_normal((2, N))
+
+
+@pytest.mark.parametrize("other, cold, equivalent", [
+    # B tracks cold trial by trial (±1 %): equivalent; Welch's unpaired test saw only the drift (p 0.055)
+    (DRIFT * (1 + 0.01 * _noise[0]), DRIFT, True),
+    # within each trial one of the two pays a cost the other does not (B/cold 0.67 or 1.49, alternately): the means
+    # match, every trial is outside the ±25 % band; Welch's test called it equivalent (p 0.002)
+    (np.exp(-0.2 * SIGN), np.exp(0.2 * SIGN), False),
+    # controls, where both agree: B 40 % slower on every trial; independent ±2 % noise around one TTFT
+    (1.4 * DRIFT * (1 + 0.01 * _noise[0]), DRIFT, False),
+    (1 + 0.02 * _noise[0], 1 + 0.02 * _noise[1], True),
+], ids=["tracks-drift", "anti-correlated", "slower-control", "independent-control"])
+def test_the_tost_pairs_each_trials_other_key_with_its_cold_request(other, cold, equivalent):
+    """Each trial times cold A and B on one prompt back to back, and the bootstrap resamples them in pairs; the
+    TOST was Welch's unpaired test, which disagrees with the paired one where pairs are correlated."""
+    assert (tost_log(other, cold, P.margin) < P.alpha) is equivalent
+
+
+def _drifting(rows):
+    """``rows`` with every procedure's TTFT in trial t scaled by DRIFT[t]: B still tracks cold trial by trial."""
+    return [r | {"ttft_s": r["ttft_s"] * DRIFT[r["trial"]]} for r in rows]
+
+
+def test_a_drifting_machine_does_not_hide_equivalence_and_trials_pair_by_index():
+    rows = _drifting(_rows(n=N))
+    o = verdict(rows, REFUSED, P)
+    assert o.verdict == "confirmed" and o.metrics["tost_p_other_manifest"] < P.alpha, o.summary
+    assert "paired TOST p=" in o.summary
+    shuffled = [rows[i] for i in np.random.default_rng(1).permutation(len(rows))]
+    assert verdict(shuffled, REFUSED, P).metrics["tost_p_other_manifest"] == o.metrics["tost_p_other_manifest"]
 
 
 def test_without_an_engine_salt_a_shape_refusal_is_no_salt_either():

@@ -18,6 +18,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
+from .stats import interval
+
 CLAIM = "entry.step_function"
 CLAIM_MIN_SPEEDUP = 2.0  # "a step-function win": the blueprint's 2×, the one home of that number
 CLAIM_MIN_TURNS = 20  # compared turns below which a bootstrap CI over turns is no basis for a verdict
@@ -109,10 +111,6 @@ class GateOutcome:
     reason: str | None = None
 
 
-def _figure(e: dict) -> str:
-    return f"{e['value']:.3g}× [{e['low']:.3g}, {e['high']:.3g}]"
-
-
 def _side(rule: GateRule, e: dict) -> str:
     """Where an estimate lies against the rule's bar: ``confirmed``, ``refuted``, or why neither."""
     x = e["low"] if rule.bound == "low" else e["value"]
@@ -135,11 +133,11 @@ def decide(rule: GateRule, ev: GateEvidence) -> GateOutcome:
         return GateOutcome("not-run" if ev.no_reference is None else "inconclusive", f"Unresolved: {why}", why)
     if ev.disqualified:
         return GateOutcome("inconclusive", f"{rule.subject} cannot be compared: {ev.disqualified}")
-    figure = f"{_figure(ev.speedup)} over {ev.best_reference} on {ev.compared_turns} compared turns"
+    figure = f"{interval(ev.speedup)} over {ev.best_reference} on {ev.compared_turns} compared turns"
     if ev.excluded_turns:
         figure += (f" ({ev.excluded_turns} excluded turns counted against it: "
-                   f"{_figure(ev.against) if ev.against else 'not measured'}; in its favour: "
-                   f"{_figure(ev.favour) if ev.favour else 'not measured'})")
+                   f"{interval(ev.against) if ev.against else 'not measured'}; in its favour: "
+                   f"{interval(ev.favour) if ev.favour else 'not measured'})")
     if ev.compared_turns < rule.min_turns:
         return GateOutcome("inconclusive", f"{rule.subject} {figure}: fewer than the rule's {rule.min_turns} turns")
     verdict = _side(rule, ev.speedup)

@@ -77,9 +77,10 @@ def _loop_time(df: pd.DataFrame) -> float:
 
 def paired(rows: pd.DataFrame, a: str, b: str, column: str, steps: Sequence[int] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
-    """Column values of arms a and b on the same turns (step order); only ``steps`` when given."""
+    """Column values of arms a and b on the same turns (step order); only ``steps`` when given. An arm paired with
+    itself (the best llama.cpp arm's own speed-up) gives its column twice, each one-dimensional."""
     wide = rows.pivot(index="step", columns="arm", values=column)
-    both = wide[[a, b]].dropna()
+    both = wide[list(dict.fromkeys([a, b]))].dropna()
     if steps is not None:
         both = both[both.index.isin(steps)]
     return both[a].to_numpy(float), both[b].to_numpy(float)
@@ -154,8 +155,10 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
     if best is not None and (steps := equal.common_turns(rows, [best, name])):
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
-        s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high}
+        s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high,
+                      "speedup_turns": est.n}
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
+        _few(est, f"speed-up over {best}", s)
         if name != best:
             _lengths(rows, best, name, steps, s)
             _excluded_at_worst(rows, best, name, steps, s, seed)
@@ -174,6 +177,14 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         est = stats.bootstrap([base, arm], stats.median_ratio, seed=seed)
         s.metrics["decode_speedup_copy_heavy"] = est.value
         s.ci["decode_speedup_copy_heavy"] = est.as_dict() | {"turns": len(steps), "reference": plain}
+        _few(est, f"copy-heavy decode speed-up over {plain}", s)
+
+
+def _few(est: stats.Estimate, what: str, s: ArmSummary) -> None:
+    """A note where an interval rests on fewer than :data:`.stats.FEW_TURNS` turns (its ``few_turns`` flag)."""
+    if est.few and est.n > 1:
+        s.notes.append(f"the {what}'s 95% bootstrap CI is over {est.n} turns, fewer than {stats.FEW_TURNS}: it "
+                       "cannot reach past those turns' own ratios, so it is narrower than a 95% interval")
 
 
 def _lengths(rows: pd.DataFrame, best: str, name: str, steps: Sequence[int], s: ArmSummary) -> None:
@@ -280,9 +291,8 @@ def _summary_line(s: ArmSummary) -> str:
              f"TTFT p50 {metrics.render('ttft_p50_s', m['ttft_p50_s'])}",
              f"reuse {metrics.render('reuse_efficiency', m['reuse_efficiency'])} of theoretical",
              f"{m['compared_turns']}/{m['turns']} turns compared"]
-    if "speedup_vs_best_llamacpp" in m:
-        parts.append(f"{m['speedup_vs_best_llamacpp']:.3g}× [{m['speedup_ci_low']:.3g}, {m['speedup_ci_high']:.3g}] "
-                     "vs best llama.cpp")
+    if "speedup_vs_best_llamacpp" in s.ci:
+        parts.append(f"{stats.interval(s.ci['speedup_vs_best_llamacpp'])} vs best llama.cpp")
     if "acceptance_rate" in m:
         counted = ("the cell's count" if s.sources.get("acceptance_rate") != "engine" else
                    "read from llama-server's timings.draft_n, draft_n_accepted" if s.engine == "llamacpp-server"
@@ -363,12 +373,12 @@ def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     finding's own fingerprint has a GPU and the verified target, the equal-work rule's laxity from the rule in its
     params, the best llama.cpp arm from its rows, the rest from ``evidence["gate"]``."""
     values = {t: f.metric(t) for t in ("speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high")}
-    speedup = (None if any(v is None for v in values.values()) else
-               {"value": values["speedup_vs_best_llamacpp"], "low": values["speedup_ci_low"],
-                "high": values["speedup_ci_high"]})
     from ..settle import has_gpu
 
     rest = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(f.evidence["gate"]).items()}
+    speedup = (None if any(v is None for v in values.values()) else
+               {"value": values["speedup_vs_best_llamacpp"], "low": values["speedup_ci_low"],
+                "high": values["speedup_ci_high"], "n": rest.get("compared_turns")})
     work = {k: v for k, v in dict(f.params["equal_work"]).items() if k != "exploratory"}
     best = [r["arm"] for r in f.evidence.get("rows", []) if r.get("best_llamacpp") is True]
     return _gate.GateEvidence(**rest | {  # what the rows and the rule give is read from them, not from the summary

@@ -4,7 +4,8 @@ The same prompt under reuse keys A, A, B (B before or after A's pair, at random 
 time to the first decoded token (another sequence's one-token request runs before each timed request, so
 even a full repeat recomputes its last prompt token on the cached KV: real engine work, not a cached answer): a one-sided two-sample Kolmogorov–Smirnov test (the method of "Auditing Prompt
 Caching in LM APIs") that repeat-under-A is faster than cold, and a TOST equivalence test at a
-stated margin that B-after-A is *as slow as* cold (a non-significant KS is not proof of equality).
+stated margin that B-after-A is *as slow as* cold (a non-significant KS is not proof of equality),
+paired by trial as the bootstrap is: each trial times cold A and B on one prompt, back to back.
 Beside the tests, the effect sizes: median TTFT of repeat-under-A and of B, each over median cold,
 with a percentile bootstrap CI (trials resampled in pairs, seeded, ``resamples`` draws, level 1 − 2α,
 the interval that matches a TOST at α); "no leak" needs B's interval inside the equivalence margin.
@@ -85,8 +86,9 @@ def same_kv_shape(d) -> str:
 
 
 class CacheSalt(Probe):
-    version = "7"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys);
-    # 7: a refused adapter is not-applicable only where the release lacks the LoRA symbols
+    version = "8"  # 6: a salt-less engine handed no foreign state is inconclusive (its cell made the 0 across keys);
+    # 7: a refused adapter is not-applicable only where the release lacks the LoRA symbols; 8: the TOST is paired
+    # by trial (it was Welch's unpaired test on trials the bootstrap pairs)
     claims = ("contract.manifest", "contract.lora")
     _applied = Support("lora_changed_output", "==", True)
     rests = {("*", "refuted"): ((Support("engine_cross_manifest_reused_tokens", ">", 0),),),
@@ -180,11 +182,18 @@ class CacheSalt(Probe):
             return {"arm": "engine, cell check bypassed", "refused": True, "decoded": None, "error": str(e)}
 
 
-def tost_log(x: list[float], y: list[float], margin: float) -> float:
-    """TOST p-value that mean log x lies within ±log(1+margin) of mean log y (Welch t-tests)."""
-    lx, ly, d = np.log(x), np.log(y), math.log1p(margin)
-    lower = stats.ttest_ind(lx + d, ly, equal_var=False, alternative="greater").pvalue
-    upper = stats.ttest_ind(lx - d, ly, equal_var=False, alternative="less").pvalue
+def tost_log(x: np.ndarray, y: np.ndarray, margin: float) -> float:
+    """Paired TOST p-value that the mean of log x − log y, pair by pair, lies within ±log(1+margin): the larger
+    p of two one-sided one-sample t-tests of the log ratios, against −log(1+margin) and +log(1+margin). This is
+    statsmodels' ``ttost_paired(x, y, 1/(1+margin), 1+margin, transform=np.log)``
+    (statsmodels/stats/weightstats.py) built on scipy. NaN below two pairs."""
+    if len(x) != len(y):
+        raise ValueError("a paired TOST needs one y per x")
+    if len(x) < 2:
+        return float("nan")
+    d, m = np.log(x) - np.log(y), math.log1p(margin)
+    lower = stats.ttest_1samp(d, -m, alternative="greater").pvalue
+    upper = stats.ttest_1samp(d, m, alternative="less").pvalue
     return float(max(lower, upper))
 
 
@@ -212,21 +221,28 @@ def _median_ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.median(x, axis=axis) / np.median(y, axis=axis)
 
 
-def ttft_ratio(rows: list[dict], proc: str, p: Params) -> Ratio:
-    """Median TTFT of ``proc`` over median cold TTFT, with a percentile bootstrap CI at level 1 − 2·alpha that
-    resamples trials, keeping each trial's pair together (same prompt, adjacent in time)."""
+def paired_trials(rows: list[dict], proc: str) -> tuple[np.ndarray, np.ndarray]:
+    """TTFT of ``proc`` and of cold A, trial by trial, over the trials that timed both: a trial times its
+    procedures on one prompt, back to back, so the two are paired (what the TOST and the bootstrap resample)."""
     by_trial: dict[int, dict[str, float]] = {}
     for r in rows:
         by_trial.setdefault(r["trial"], {})[r["procedure"]] = r["ttft_s"]
     pairs = [(t[proc], t["cold A"]) for t in by_trial.values() if proc in t and "cold A" in t]
-    x, y = (np.array(c, dtype=float) for c in zip(*pairs)) if pairs else (np.array([]), np.array([]))
+    x, y = zip(*pairs) if pairs else ((), ())
+    return np.array(x, dtype=float), np.array(y, dtype=float)
+
+
+def ttft_ratio(rows: list[dict], proc: str, p: Params) -> Ratio:
+    """Median TTFT of ``proc`` over median cold TTFT, with a percentile bootstrap CI at level 1 − 2·alpha that
+    resamples trials, keeping each trial's pair together (:func:`paired_trials`)."""
+    x, y = paired_trials(rows, proc)
     level = 1 - 2 * p.alpha
-    if len(pairs) < 2:
-        return Ratio(float("nan"), float("nan"), float("nan"), level, p.resamples, len(pairs))
+    if len(x) < 2:
+        return Ratio(float("nan"), float("nan"), float("nan"), level, p.resamples, len(x))
     ci = stats.bootstrap((x, y), _median_ratio, paired=True, vectorized=True, n_resamples=p.resamples,
                          confidence_level=level, method="percentile", rng=np.random.default_rng(p.seed))
     return Ratio(float(_median_ratio(x, y)), float(ci.confidence_interval.low), float(ci.confidence_interval.high),
-                 level, p.resamples, len(pairs))
+                 level, p.resamples, len(x))
 
 
 def lora_row(arm: dict | None, refusals: list[dict], no_salt: str | None) -> tuple[str, dict, list[str], tuple]:
@@ -314,7 +330,7 @@ class Separation:
     ks_same: float  # one-sided KS p that a repeat under A is faster than cold
     ks_other: float  # the same for B
     ks_floor: float
-    tost: float  # TOST p that B is as slow as cold
+    tost: float  # paired TOST p that B is as slow as cold (NaN below two trials)
     warm: Ratio  # median repeat / median cold TTFT
     other: Ratio  # median B / median cold TTFT
     alpha: float
@@ -353,7 +369,7 @@ def summarise(rows: list[dict], refusals: list[dict], p: Params, no_salt: str | 
         # One-sided: a cache hit can only make a request faster ("greater" = first sample's CDF lies above).
         ks_same=stats.ks_2samp(t["repeat A"], t["cold A"], alternative="greater").pvalue,
         ks_other=stats.ks_2samp(t["other B"], t["cold A"], alternative="greater").pvalue,
-        ks_floor=ks_floor(len(t["cold A"])), tost=tost_log(t["other B"], t["cold A"], p.margin),
+        ks_floor=ks_floor(len(t["cold A"])), tost=tost_log(*paired_trials(rows, "other B"), p.margin),
         warm=ttft_ratio(rows, "repeat A", p), other=ttft_ratio(rows, "other B", p), alpha=p.alpha, margin=p.margin,
         snapshot_crossed=any(r["refused"] is False for r in refusals), no_salt=no_salt,
         engine_took=None if not (no_salt and engine) else engine["refused"] is False)
@@ -376,7 +392,7 @@ def decide(s: Separation) -> Decision:
         return Decision("inconclusive", "no-reuse")
     if s.ks_same >= s.alpha:
         return Decision("inconclusive", "repeat-not-faster")
-    if s.tost >= s.alpha or not s.other.within(s.margin):
+    if not s.tost < s.alpha or not s.other.within(s.margin):  # NaN (too few trials) is not shown equivalent
         return Decision("inconclusive", "not-equivalent")
     return Decision("confirmed", "isolated", rests_on=(Support("engine_cross_manifest_reused_tokens", "==", 0),
                                                        Support("engine_reused_tokens", ">", 0)))
@@ -418,11 +434,11 @@ def explain(d: Decision, s: Separation, engine: dict | None) -> str:
                 "channel cannot show a cross-key hit either way at this prompt length; raise prompt_tokens.")
     if d.case == "not-equivalent":
         return (f"Reuse stayed within one key by the counters, but other-key requests could not be shown as slow as "
-                f"cold within ±{s.margin:.0%} (TOST p={s.tost:.2g}; B/cold median TTFT {other}, equivalence band "
+                f"cold within ±{s.margin:.0%} (paired TOST p={s.tost:.2g}; B/cold median TTFT {other}, equivalence band "
                 f"{s.band}); timing is too noisy to rule out a cross-key hit.")
     return (f"Reuse stayed within one key: repeats under A reused {s.within} tokens (faster than cold, one-sided KS "
             f"p={s.ks_same:.2g}; repeat/cold median TTFT {warm}), B reused 0 and was as slow as cold within "
-            f"±{s.margin:.0%} (TOST p={s.tost:.2g}; B/cold median TTFT {other}, inside {s.band}), and snapshots "
+            f"±{s.margin:.0%} (paired TOST p={s.tost:.2g}; B/cold median TTFT {other}, inside {s.band}), and snapshots "
             "were refused across manifests.")
 
 
