@@ -140,7 +140,7 @@ def findings_view(table: pd.DataFrame, out: str | os.PathLike, base: Path | None
         return _link(_relative(r["path"], base), "JSON")
 
     rows = table.sort_values("created", ascending=False, kind="stable").reset_index(drop=True)
-    view = rows[BROWSER_COLUMNS[:-1]].map(lambda v: "" if v is None or v != v else html.escape(str(v)))
+    view = rows[BROWSER_COLUMNS[:-1]].map(lambda v: "" if pd.isna(v) else html.escape(str(v)))
     return view.assign(open=[link(r) for _, r in rows.iterrows()] if len(rows) else [])
 
 
