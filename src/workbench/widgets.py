@@ -94,9 +94,10 @@ def _nothing_to_pick(by: str, values: Sequence) -> str:
 #: The findings browser's columns, in order; ``open`` links each row to its finding's card or JSON.
 BROWSER_COLUMNS = ["created", "probe", "engine", "engine_version", "model", "verdict", "summary", "open"]
 #: itables' options for the browser: the rows as given (escaped text, newest first), every one kept (no
-#: downsampling), paged, and DataTables from itables' wheel rather than a CDN.
+#: downsampling), paged, a click on a column's header sorts by it, and DataTables from itables' wheel, not a CDN.
 DATATABLES = dict(connected=False, allow_html=True, showIndex=False, order=[], maxBytes=0, pageLength=10,
-                  lengthMenu=[10, 25, 100], classes="display compact", display_logo_when_loading=False)
+                  lengthMenu=[10, 25, 100], classes="display compact", display_logo_when_loading=False,
+                  text_in_header_can_be_selected=False)
 _CARD_ID = re.compile(r'<section class="card" id="([^"]+)"')
 
 

@@ -69,5 +69,5 @@ def test_the_browser_sorts_searches_and_pages_offline_and_opens_a_card(watched, 
     card.evaluate("(a) => a.removeAttribute('target')")  # the same tab, to read where it lands
     card.click()
     w.page.wait_for_url(f"**/run/report.html#{report.card_id(survey.id)}")
-    assert w.page.locator(f"section.card#{report.card_id(survey.id)}:target").count() == 1
+    assert w.page.locator(f'section.card[id="{report.card_id(survey.id)}"]:target').count() == 1
     assert w.refused == [] and w.errors == []
