@@ -154,8 +154,11 @@ def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive
         display(HTML(view.to_html(escape=False, index=False)))
         return
     import itables
+    from itables import javascript, options
 
-    itables.init_notebook_mode(all_interactive=False, connected=False)  # the bundle, once per notebook
+    # the bundle alone: init_notebook_mode (2.9.1) shows its dark-mode script before the bundle that script awaits,
+    # which JupyterLab runs at once (an uncaught error there)
+    display(HTML(javascript.generate_init_offline_itables_html(options.dt_bundle)))
     display(HTML(itables.to_html_datatable(view, **DATATABLES)))
 
 
