@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -138,9 +139,9 @@ def test_findings_browser_shows_every_finding_statically(run_dir, monkeypatch):
     monkeypatch.setattr(widgets, "display", shown.append)
     with pytest.warns(UserWarning, match="broken.json"):
         table = findings.load(run_dir / "findings")
-    widgets.findings_browser(table, interactive=False)
-    (frame,) = shown
-    assert len(frame) == len(table) and frame.created.is_monotonic_decreasing
+    widgets.findings_browser(table, run_dir / "findings", interactive=False)
+    (page,) = shown
+    assert page.data.count("<a href=") == len(table) and all(html.escape(s.strip()) in page.data for s in table.summary)
 
 
 # --------------------------------------------------------------------------- the engines side by side

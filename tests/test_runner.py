@@ -142,6 +142,15 @@ def _one_finding(out: Path) -> Path:
     return out / f"{f.id}.json"
 
 
+def test_a_notebooks_kernel_is_told_where_its_executed_copy_lives(tmp_path):
+    """As Jupyter tells a kernel its notebook's path (``JPY_SESSION_NAME``), so the copy's relative links resolve."""
+    assert batch(tmp_path, ["prints_parameters"]) == 0
+    copy = tmp_path / manifest.load(tmp_path).notebooks["llamacpp/prints_parameters"].output
+    printed = "".join("".join(o["text"]) for c in json.loads(copy.read_text())["cells"] for o in c["outputs"]
+                      if o.get("name") == "stdout")
+    assert f"notebook: {copy.resolve()}\n" in printed
+
+
 def test_cell_options_arrive_as_a_json_object(tmp_path):
     nb = Path(__file__).resolve().parents[1] / "notebooks"
     planned = runner.plan(tmp_path, "trtllm", "/models/x", {"cell_options": '{"dummy_weights": true}'},

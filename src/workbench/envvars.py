@@ -7,6 +7,10 @@ import contextlib
 import os
 from typing import Iterator, Mapping, Sequence
 
+#: The running notebook's path, which jupyter_server gives the kernel it starts (and the runner its batch kernels):
+#: what a notebook's relative links resolve against.
+NOTEBOOK = "JPY_SESSION_NAME"
+
 
 @contextlib.contextmanager
 def scoped(set: Mapping[str, str] | None = None, *, default: Mapping[str, str] | None = None,

@@ -160,7 +160,9 @@ def execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
     with _deadline(timeout_s, kernels) as expired:
         try:
             (out / p.output).parent.mkdir(parents=True, exist_ok=True)
-            with envvars.scoped({ATTEMPT_ENV: attempt}), engine_log(out / p.log, echo=verbose) as fd:
+            # the executed copy's path, as Jupyter tells a kernel its notebook's (its output's relative links)
+            with envvars.scoped({ATTEMPT_ENV: attempt, envvars.NOTEBOOK: str((out / p.output).resolve())}), \
+                    engine_log(out / p.log, echo=verbose) as fd:
                 papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                            kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
                                            kernel_manager_class=_logged_kernel_manager(fd, kernels))

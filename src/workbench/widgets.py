@@ -8,12 +8,15 @@ notebook must read the same wherever it ran. Static mode shows everything the ex
 from __future__ import annotations
 
 import html
+import os
+import re
+from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 from IPython.display import HTML, Markdown, display
 
-from . import claims, plots, report
+from . import claims, envvars, plots, report
 from .findings import Finding
 
 
@@ -88,32 +91,75 @@ def _nothing_to_pick(by: str, values: Sequence) -> str:
     return f"no {by} in this evidence: nothing to pick, all of it is shown"
 
 
-def findings_browser(table: pd.DataFrame, *, interactive: bool = False) -> None:
-    """Every finding (a ``findings.load`` table), newest first; interactively, filtered by dropdowns."""
-    cols = ["created", "probe", "engine", "engine_version", "model", "verdict", "summary"]
-    table = table[cols].sort_values("created", ascending=False, kind="stable").reset_index(drop=True)
-    if not (interactive and len(table)):
-        display(table)
+#: The findings browser's columns, in order; ``open`` links each row to its finding's card or JSON.
+BROWSER_COLUMNS = ["created", "probe", "engine", "engine_version", "model", "verdict", "summary", "open"]
+#: itables' options for the browser: the rows as given (escaped text, newest first), every one kept (no
+#: downsampling), paged, a click on a column's header sorts by it, and DataTables from itables' wheel, not a CDN.
+DATATABLES = dict(connected=False, allow_html=True, showIndex=False, order=[], maxBytes=0, pageLength=10,
+                  lengthMenu=[10, 25, 100], classes="display compact", display_logo_when_loading=False,
+                  text_in_header_can_be_selected=False)
+_CARD_ID = re.compile(r'<section class="card" id="([^"]+)"')
+
+
+def notebook_dir() -> Path:
+    """The folder of the running notebook, which its output's relative links resolve against: Jupyter tells its
+    kernels the notebook's path (:data:`envvars.NOTEBOOK`; the runner does too, for the executed copy); else the
+    working directory, where Jupyter and papermill start a notebook's kernel."""
+    session = os.environ.get(envvars.NOTEBOOK)
+    return Path(session).resolve().parent if session else Path.cwd()
+
+
+def _cards(page: Path) -> set[str]:
+    """The card anchors ``report.html`` holds: a report older than a finding has no card for it."""
+    try:
+        return set(_CARD_ID.findall(page.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return set()
+
+
+def _relative(path: str | os.PathLike, base: Path) -> str:
+    return Path(os.path.relpath(Path(path).resolve(), base)).as_posix()
+
+
+def _link(href: str, text: str) -> str:
+    return f"<a href='{html.escape(href, quote=True)}' target='_blank'>{text}</a>"
+
+
+def findings_view(table: pd.DataFrame, out: str | os.PathLike, base: Path | None = None) -> pd.DataFrame:
+    """The findings browser's rows (a ``findings.load`` table of folder ``out``), newest first, as HTML cells
+    (text escaped): whole summaries, and in ``open`` a link, relative to ``base`` (default :func:`notebook_dir`),
+    to the finding's card in the run's ``report.html`` (the folder above ``out``) where that page has one, else
+    to the finding's JSON."""
+    base = (base or notebook_dir()).resolve()
+    page = Path(out).resolve().parent / "report.html"
+    cards = _cards(page)
+
+    def link(r: pd.Series) -> str:
+        anchor = report.card_id(r["id"])
+        if anchor in cards:
+            return _link(f"{_relative(page, base)}#{anchor}", "card")
+        return _link(_relative(r["path"], base), "JSON")
+
+    rows = table.sort_values("created", ascending=False, kind="stable").reset_index(drop=True)
+    view = rows[BROWSER_COLUMNS[:-1]].map(lambda v: "" if pd.isna(v) else html.escape(str(v)))
+    return view.assign(open=[link(r) for _, r in rows.iterrows()] if len(rows) else [])
+
+
+def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive: bool = False) -> None:
+    """Every finding (a ``findings.load`` table of folder ``out``, :func:`findings_view`'s rows) with its whole
+    summary and a link to its card; interactively, an itables table that sorts, searches and pages, with
+    DataTables inlined in the output from itables' wheel (nothing fetched); statically, all of it as one table."""
+    view = findings_view(table, out)
+    if not interactive:
+        display(HTML(view.to_html(escape=False, index=False)))
         return
-    import ipywidgets as w
+    import itables
+    from itables import javascript, options
 
-    pickers = {c: w.Dropdown(options=["(all)", *sorted(table[c].dropna().astype(str).unique())], description=c)
-               for c in ("probe", "engine", "verdict")}
-    area = w.Output()
-
-    def redraw(_: object = None) -> None:
-        keep = pd.Series(True, index=table.index)
-        for c, p in pickers.items():
-            if p.value != "(all)":
-                keep &= table[c].astype(str) == p.value
-        with area:
-            area.clear_output(wait=True)
-            display(table[keep])
-
-    for p in pickers.values():
-        p.observe(redraw, names="value")
-    redraw()
-    display(w.VBox([w.HBox(list(pickers.values())), area]))
+    # the bundle alone: init_notebook_mode (2.9.1) shows its dark-mode script before the bundle that script awaits,
+    # which JupyterLab runs at once (an uncaught error there)
+    display(HTML(javascript.generate_init_offline_itables_html(options.dt_bundle)))
+    display(HTML(itables.to_html_datatable(view, **DATATABLES)))
 
 
 def claim_tables(status: pd.DataFrame) -> None:

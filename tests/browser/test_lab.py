@@ -1,6 +1,6 @@
 """JupyterLab as a researcher meets it: served on loopback from this environment, notebooks opened in a real
 Chromium with ``interactive = True``, every cell run from the Run menu, no error, and the widget explorers
-answering: the findings browser's filter and the evidence picker change what is shown.
+answering: the findings browser sorts and the evidence picker changes what is shown.
 
 The notebooks are copies (the committed ones stay output-free); their parameters cell is edited the way the
 README tells a researcher to. Screenshots stay in the test's temporary folder.
@@ -123,29 +123,38 @@ def assert_no_error(nb: dict, page) -> None:
 
 def table_rows(output) -> list[dict]:
     """The pandas table shown in a widget's output area, as rows of column → cell text."""
-    return output.locator("table.dataframe").first.evaluate(
+    return rows_of(output.locator("table.dataframe").first)
+
+
+def rows_of(table) -> list[dict]:
+    """A table's rows as column → cell text."""
+    return table.evaluate(
         """(t) => { const cols = [...t.querySelectorAll('thead tr:last-child th')].map(h => h.textContent.trim());
                     return [...t.querySelectorAll('tbody tr')].map(r => Object.fromEntries(
                         [...r.children].map((c, i) => [cols[i] || 'index', c.textContent.trim()]))); }""")
 
 
-def test_findings_browser_filters_in_jupyterlab(lab, watched, tmp_path):
+def test_findings_browser_sorts_in_jupyterlab(lab, watched, tmp_path):
+    """itables' table, its DataTables from the notebook's own output (nothing fetched): a click on a column's header
+    sorts by it (two rows fit one page, so itables shows no search box or pager: tests/browser/test_findings_browser
+    pages and searches); each row links to its finding's JSON (no report here), relative to the notebook."""
     w = watched(1400, 1000)
     nb = run_all(w, lab, "90_summary.ipynb", tmp_path)
     assert_no_error(nb, w.page)
     assert w.refused == [] and w.errors == []
-    browser = w.page.locator(".widget-vbox", has=w.page.locator(".widget-dropdown")).first
-    browser.scroll_into_view_if_needed()
-    engine = browser.locator(".widget-dropdown", has_text="engine").locator("select")
-    area = browser.locator(".widget-output")
-    before = table_rows(area)
-    assert sorted(r["engine"] for r in before) == ["llamacpp", "trtllm"]
-    engine.select_option("trtllm")
-    w.page.wait_for_function("(n) => document.querySelectorAll('.widget-output table.dataframe tbody tr').length "
-                             "!= n", arg=len(before), timeout=30_000)
-    after = table_rows(area)
-    browser.screenshot(path=str(tmp_path / "90_summary-filtered.png"))
-    assert [r["engine"] for r in after] == ["trtllm"]
+    table = w.page.locator("table.dataTable").first
+    table.locator("tbody tr").first.wait_for(timeout=60_000)
+    table.scroll_into_view_if_needed()
+    assert all(h.startswith("../runs/findings/") for h in table.locator("a").evaluate_all(
+        "(as) => as.map(a => a.getAttribute('href'))"))
+    engine = table.locator("thead th", has_text="engine").first
+    for order in (["llamacpp", "trtllm"], ["trtllm", "llamacpp"]):  # ascending, then descending
+        engine.click()
+        w.page.wait_for_function("(o) => [...document.querySelectorAll('table.dataTable tbody tr td:nth-child(3)')]"
+                                 ".map(c => c.textContent.trim()).join() == o", arg=",".join(order), timeout=30_000)
+        assert [r["engine"] for r in rows_of(table)] == order
+    table.screenshot(path=str(tmp_path / "90_summary-sorted.png"))
+
 
 def test_evidence_picker_redraws_in_jupyterlab(lab, watched, tmp_path):
     """The reuse notebook's picker over the evidence's cases (llama.cpp gives several on the synthetic model)."""
