@@ -408,8 +408,8 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
     for sub in ("notebooks", "findings"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WORKBENCH_SERVER_LOGS", str(out / "servers"))  # served engines' logs, kernels inherit it
-    run = runindex.begin(out, [job.planned.parameters for job in todo])
-    with executor:
+    with executor:  # a cluster that does not answer leaves no run record behind
+        run = runindex.begin(out, [job.planned.parameters for job in todo])
         failed = _run_jobs(out, todo, executor, progress, verbose)
     written, bp_error = _writeback(out, data_dir or REPO_ROOT / "data")
     page = report.write(out, manifest.load(out))
