@@ -9,22 +9,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..loop.stats import bootstrap
+
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 
 
 def _ci(stat: Callable[..., float], *samples: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
-    """The statistic and its paired percentile bootstrap interval; a degenerate sample (every resample the same)
-    gives the value as both bounds."""
-    from scipy import stats
-
+    """The statistic and its paired percentile bootstrap interval (the loop's, :func:`workbench.loop.stats.bootstrap`);
+    a degenerate sample (every resample the same) or an undefined interval gives the value as both bounds."""
     value = float(stat(*samples))
     if len(samples[0]) < 2 or all(np.ptp(s) == 0 for s in samples):
         return value, value, value
-    res = stats.bootstrap(samples, stat, paired=True, vectorized=False, n_resamples=RESAMPLES,
-                          confidence_level=CONFIDENCE, method="percentile", random_state=seed)
-    lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return (value, lo, hi) if np.isfinite(lo) and np.isfinite(hi) else (value, value, value)
+    e = bootstrap(samples, stat, resamples=RESAMPLES, level=CONFIDENCE, seed=seed)
+    return (value, e.low, e.high) if np.isfinite(e.low) and np.isfinite(e.high) else (value, value, value)
 
 
 def _rate(cached: np.ndarray, prompt: np.ndarray) -> float:
