@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -163,6 +164,21 @@ def run_probe(tmp_path):
         return f
 
     return run
+
+
+@pytest.fixture(scope="session")
+def vllm_reuse(tmp_path_factory):
+    """``reuse.per_request_metrics`` run once on the real vLLM in this process (``synthetic:cpu``, one repeat) and
+    the folder it wrote its finding to: tests/probes/test_on_vllm.py and tests/test_report.py each ran this same
+    probe with these same parameters (one engine load each)."""
+    from workbench import findings, probes
+
+    require_engine("vllm")
+    out = tmp_path_factory.mktemp("vllm-reuse")
+    f = probes.run("reuse.per_request_metrics", engine="vllm", model="synthetic:cpu", params={"repeats": 1}, out=out,
+                   isolated=False)
+    findings.validate(json.loads((out / f"{f.id}.json").read_text()))
+    return f, out
 
 
 @pytest.fixture
