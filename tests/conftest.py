@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 
@@ -163,6 +164,53 @@ def run_probe(tmp_path):
         return f
 
     return run
+
+
+@pytest.fixture(scope="session")
+def vllm_reuse(tmp_path_factory):
+    """``reuse.per_request_metrics`` run once on the real vLLM in this process (``synthetic:cpu``, one repeat) and
+    the folder it wrote its finding to: tests/probes/test_on_vllm.py and tests/test_report.py each ran this same
+    probe with these same parameters (one engine load each)."""
+    from workbench import findings, probes
+
+    require_engine("vllm")
+    out = tmp_path_factory.mktemp("vllm-reuse")
+    f = probes.run("reuse.per_request_metrics", engine="vllm", model="synthetic:cpu", params={"repeats": 1}, out=out,
+                   isolated=False)
+    findings.validate(json.loads((out / f"{f.id}.json").read_text()))
+    return f, out
+
+
+VLLM_CHILD = """
+import json
+from workbench.loop import arms, spec
+arm = arms.open_arm("vllm-spec", "synthetic:cpu", threads=1, context_tokens=1024, drafter=spec.Drafter())
+try:
+    from vllm.usage import usage_lib
+    print("usage stats enabled:", usage_lib.is_usage_stats_enabled())
+    prompt = [300 + i % 11 for i in range(160)]  # a repeating prompt: n-gram lookups find matches
+    out = [arm.turn(prompt, 32) for _ in range(2)]
+finally:
+    arm.close()
+print(json.dumps([[r.speculation_source, r.drafted, r.accepted, r.drafted_steps] for r in out]))
+"""
+
+
+@pytest.fixture(scope="session")
+def vllm_child(tmp_path_factory):
+    """A fresh Python that starts the workbench's in-process vLLM (the n-gram speculation arm, two turns) with
+    neither VLLM_NO_USAGE_STATS nor DO_NOT_TRACK set and a HOME of its own (no ~/.config/vllm/do_not_track of the
+    machine's), and what it printed: tests/loop/test_spec.py reads the engine's speculation counters,
+    tests/probes/test_on_vllm.py its usage-statistics switch. Each started such a child (a cold vLLM import, tens
+    of seconds here). Speculation runs in a child because its n-gram proposer imports numba, whose objects break
+    later in-process vLLM starts here."""
+    import subprocess
+    import sys
+
+    require_engine("vllm")
+    env = {k: v for k, v in os.environ.items() if k not in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK")}
+    env["HOME"] = str(tmp_path_factory.mktemp("home"))
+    return subprocess.run([sys.executable, "-c", VLLM_CHILD], capture_output=True, text=True, env=env, timeout=900)
 
 
 @pytest.fixture

@@ -17,12 +17,12 @@ from workbench import claims, findings, manifest, metrics, probes, report, settl
 def run_dir(tmp_path_factory) -> Path:
     """A run folder with real findings on the synthetic model, one not-run finding and one corrupt file."""
     out = tmp_path_factory.mktemp("run")
-    for name in ("retention.pinning_under_pressure", "reuse.per_request_metrics"):
-        probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
-                   params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
+    ran = {name: probes.run(name, engine="llamacpp", model="synthetic:tiny", out=out / "findings",
+                            params={"repeats": 1} if name.startswith("reuse") else {"pressure": "0.5,2", "expiry_ms": 0})
+           for name in ("retention.pinning_under_pressure", "reuse.per_request_metrics")}
     probes.run("surface.contract_mapping", engine="llamacpp", out=out / "findings", isolated=False)
-    finding = probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny")
-    not_run = replace(finding, id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm", claim_verdicts={},
+    # the not-run finding is a copy of a real one, as TensorRT-LLM's would be: no second run of the probe for it
+    not_run = replace(ran["reuse.per_request_metrics"], id="", created="", verdict="not-run", reason="no GPU here", engine="trtllm", claim_verdicts={},
                       summary="Not run on trtllm: no GPU here", metrics={}, evidence={"rows": [], "notes": []})
     findings.write(not_run, out / "findings")
     (out / "findings" / "broken.json").write_text("{not json")
@@ -206,18 +206,16 @@ def test_report_figures_follow_the_standing_rule(run_dir):
 
 @pytest.mark.vllm
 @pytest.mark.slow
-def test_three_real_engines_side_by_side(run_dir, tmp_path):
+def test_three_real_engines_side_by_side(run_dir, vllm_reuse, tmp_path):
     """The reuse probe run for real on vLLM beside the run folder's llama.cpp and TensorRT-LLM findings: its
-    figures draw both engines that ran, each in its own panel, and keep TensorRT-LLM's with its reason."""
+    figures draw both engines that ran, each in its own panel, and keep TensorRT-LLM's with its reason. The vLLM
+    finding is the session's one run of that probe (tests/conftest.py: vllm_reuse)."""
     import shutil
 
-    from conftest import require_engine
-
-    require_engine("vllm")
+    f, ran = vllm_reuse
     out = tmp_path / "run"
     shutil.copytree(run_dir, out)
-    probes.run("reuse.per_request_metrics", engine="vllm", model="synthetic:cpu", params={"repeats": 1},
-               out=out / "findings", isolated=False)
+    shutil.copy(ran / f"{f.id}.json", out / "findings")
     matrix = plotted(report.render(out))["wb-fig-reuse-per-request-metrics-matrix"]
     titles = panel_titles(matrix)
     assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]

@@ -81,26 +81,33 @@ def test_cell_satisfies_the_contract_protocol(cell):
     assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol
 
 
-def test_a_cell_opened_without_the_connector_does_not_announce_it():
+@pytest.fixture(scope="module")
+def plain(cell):
+    """A second cell, without the connector, opened while the module's is open (so its engine runs out of process):
+    one serves the two tests below, which each opened this same cell (a start costs tens of seconds here); the
+    second of them closes it."""
+    with open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B) as c:
+        yield c
+
+
+def test_a_cell_opened_without_the_connector_does_not_announce_it(plain):
     """The connector observer is announced only when the cell was opened with it on; otherwise the cell says it
     can be turned on (``switchable``) and ``connector_log`` says how."""
-    require_engine("vllm")
-    with open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B) as plain:
-        d = plain.describe()
-        assert "connector" not in d.observers and "connector=True" in d.switchable["connector"]
-        assert observer_mismatches(plain, d.observers) == []
-        with pytest.raises(UnsupportedFeature, match="connector=True"):
-            plain.connector_log()
+    d = plain.describe()
+    assert "connector" not in d.observers and "connector=True" in d.switchable["connector"]
+    assert observer_mismatches(plain, d.observers) == []
+    with pytest.raises(UnsupportedFeature, match="connector=True"):
+        plain.connector_log()
 
 
-def test_a_second_engine_runs_out_of_process_and_leaves_no_socket_behind(cell):
+def test_a_second_engine_runs_out_of_process_and_leaves_no_socket_behind(plain):
     """With the module's cell open, another runs its engine core in processes of its own, which talk over unix
     sockets that vLLM never removes (``vllm/utils/network_utils.py: get_open_zmq_ipc_path``): they are made in the
     cell's own folder, which goes with it."""
-    with open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B) as other:
-        assert not other._inprocess
-        folder = Path(other._tmp)
-        assert any(p.is_socket() for p in folder.iterdir()), list(folder.iterdir())
+    assert not plain._inprocess
+    folder = Path(plain._tmp)
+    assert any(p.is_socket() for p in folder.iterdir()), list(folder.iterdir())
+    plain.close()
     assert not folder.exists()
 
 

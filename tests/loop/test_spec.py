@@ -57,31 +57,14 @@ def test_spec_arm_is_token_identical_to_plain(model):
         assert 0 < sum(b.accepted for _, b in results) < drafted
 
 
-SPEC_CHILD = """
-import json
-from workbench.loop import arms, spec
-arm = arms.open_arm("vllm-spec", "synthetic:cpu", threads=1, context_tokens=1024, drafter=spec.Drafter())
-try:
-    prompt = [300 + i % 11 for i in range(160)]  # a repeating prompt: n-gram lookups find matches
-    out = [arm.turn(prompt, 32) for _ in range(2)]
-finally:
-    arm.close()
-print(json.dumps([[r.speculation_source, r.drafted, r.accepted, r.drafted_steps] for r in out]))
-"""
-
-
 @pytest.mark.vllm
-def test_vllm_speculation_reports_its_acceptance_from_the_engine():
+def test_vllm_speculation_reports_its_acceptance_from_the_engine(vllm_child):
     """vLLM's own n-gram speculation: drafted and accepted tokens are vLLM's counters, not ours. In a child
-    process: its n-gram proposer imports numba, whose objects break later in-process vLLM starts here."""
+    process (tests/conftest.py: vllm_child): its n-gram proposer imports numba, whose objects break later in-process
+    vLLM starts here."""
     import json
-    import subprocess
-    import sys
 
-    from conftest import require_engine
-
-    require_engine("vllm")
-    done = subprocess.run([sys.executable, "-c", SPEC_CHILD], capture_output=True, text=True, timeout=900)
+    done = vllm_child
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for source, drafted, accepted, steps in results:

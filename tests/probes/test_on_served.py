@@ -164,10 +164,16 @@ def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path):
 
 
 @pytest.mark.vllm
-def test_vllm_server_capacity_is_filled_until_it_evicts_but_its_kv_bytes_are_not_over_http(tmp_path):
+def test_vllm_server_capacity_is_filled_until_it_evicts_but_its_kv_bytes_are_not_over_http(tmp_path, monkeypatch):
     """The pool measured from the server's own KV events (stored blocks before the first removed one), graded
-    nowhere: vllm serve states no KV bytes over HTTP, so the verdict is inconclusive and says what it could not read."""
+    nowhere: vllm serve states no KV bytes over HTTP, so the verdict is inconclusive and says what it could not read.
+    Two of the probe's five budgets (one server each, a start of three fresh vLLM processes here): the whole set is
+    graded on the in-process engine (tests/probes/test_on_vllm.py)."""
+    from workbench.probes import capacity
+
+    monkeypatch.setattr(capacity, "BUDGETS", capacity.BUDGETS[:2])
     f = run("capacity.budget_policy", "vllm-server", tmp_path)
+    assert sorted(r["budget_tokens"] for r in f.evidence["rows"]) == [256, 300]
     served_by(f, "vllm-server")
     rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
     assert rows[256]["measured_capacity_tokens"] == rows[256]["reported_capacity_tokens"] == 256 - 32  # null block
