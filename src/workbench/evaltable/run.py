@@ -141,7 +141,8 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
             if name in backends.AT_ENDPOINT and req.endpoint:
                 from . import triton
 
-                done.rows += triton.rows(name, req.endpoint, req.workloads, req.prefix_tokens,
+                shares = [(w, bool(WORKLOADS[w].shared_prefix_tokens)) for w in req.workloads]
+                done.rows += triton.rows(name, req.endpoint, shares, req.prefix_tokens,
                                          req.cell_requests(1, req.workload("prefix-1k")), req.output_tokens, req.out)
                 continue
             reason = backends.unavailable(name)

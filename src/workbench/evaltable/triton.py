@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..files import write_output
-from . import run
 from .backends import ServerGone
 from .table import Row
 
@@ -161,17 +160,18 @@ def prefix_reuse(url: str, shape: Shape, prefix: str, prompts: Sequence[str], ma
     return tuple(out)
 
 
-def rows(name: str, url: str, workloads: Sequence[str], prefix_tokens: int, requests: int, output_tokens: int,
-         out: Path) -> list[Row]:
-    """The table's rows for a Triton backend at ``url``: checked, then for a shared-prefix workload the engine's
-    reused blocks read over ``requests`` prompts after one shared prefix (kept in ``out/triton-NAME.json``). Load is
-    not measured (AIPerf's profile here speaks the OpenAI routes), so every row is ``not-run`` saying what was read."""
+def rows(name: str, url: str, workloads: Sequence[tuple[str, bool]], prefix_tokens: int, requests: int,
+         output_tokens: int, out: Path) -> list[Row]:
+    """The table's rows for a Triton backend at ``url`` (``workloads``: each name and whether it shares a prefix):
+    the server checked, then, where a workload shares a prefix, the engine's reused blocks read over ``requests``
+    prompts after one shared prefix (kept in ``out/NAME.json``). Load is not measured (AIPerf's profile here speaks
+    the OpenAI routes), so every row is ``not-run``, saying what was read."""
     shape = SHAPES[name]
     served = connect(url, shape)
     said = (f"Triton {served.triton_version} at {served.url} serves the {shape.label} {shape.model!r}; load not "
             "measured: this table's AIPerf profile speaks the OpenAI routes, not Triton's generate endpoint")
     read = ""
-    if any(run.WORKLOADS[w].shared_prefix_tokens for w in workloads):
+    if any(shares for _, shares in workloads):
         prefix = "shared prefix " * (prefix_tokens // 2)  # about prefix_tokens tokens: no tokenizer is asked
         got = prefix_reuse(served.url, shape, prefix, [f" question {k}: answer briefly." for k in range(requests)],
                            output_tokens)
@@ -181,5 +181,4 @@ def rows(name: str, url: str, workloads: Sequence[str], prefix_tokens: int, requ
              "generations": [asdict(g) for g in got]}, indent=1) + "\n")
         read = (f"; the engine's {shape.reused} on {len(counts)} requests after one shared prefix, in order: "
                 f"{counts} ({name}.json)")
-    return [Row(name, w, None, "not-run", said + (read if run.WORKLOADS[w].shared_prefix_tokens else ""))
-            for w in workloads]
+    return [Row(name, w, None, "not-run", said + (read if shares else "")) for w, shares in workloads]
