@@ -7,6 +7,7 @@ kind, a model that is missing or of the other shape, and a server killed mid-run
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import os
@@ -23,6 +24,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
+from test_evaltable import _one_line_exit_2
 from workbench import serve
 from workbench.cli import app
 from workbench.evaltable import aiperf, backends, triton
@@ -131,12 +133,6 @@ def _table(tmp_path, monkeypatch, *args: str):
     return CliRunner().invoke(app, ["evaltable", "--out", str(tmp_path / "t"), *args])
 
 
-def _one_line_exit_2(res) -> str:
-    assert res.exit_code == 2, res.output
-    assert "Traceback" not in res.output and res.output.count("\n") == 1, res.output
-    return res.output
-
-
 def test_the_table_reads_a_triton_at_its_endpoint_into_not_run_rows_and_makes_no_finding(server, tmp_path, monkeypatch):
     url, _ = server
     res = _table(tmp_path, monkeypatch, "--backend", "triton-llmapi", "--endpoint", url, "--workload",
@@ -160,23 +156,20 @@ def test_a_triton_not_running_is_one_line_naming_the_url_and_what_to_start(tmp_p
 
 
 def test_a_server_of_another_kind_is_one_line(tmp_path, monkeypatch):
-    class NotTriton(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(404)
-            self.end_headers()
-            self.wfile.write(b"File Not Found")
-
+    """A plain file server: ``GET /v2`` is its 404 page."""
+    class Files(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *a):
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotTriton) as httpd:
+    handler = functools.partial(Files, directory=str(tmp_path))
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         try:
             said = _one_line_exit_2(_table(tmp_path, monkeypatch, "--backend", "triton-llmapi", "--endpoint", url))
         finally:
             httpd.shutdown()
-    assert f"{url} is not Triton: GET /v2 answered 404 'File Not Found'" in said and "LLM-API model" in said
+    assert f"{url} is not Triton: GET /v2 answered 404" in said and "LLM-API model" in said
 
 
 def test_a_missing_model_and_one_of_the_other_shape_are_refused(server):
