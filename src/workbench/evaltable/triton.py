@@ -7,15 +7,17 @@ The shapes (:data:`SHAPES`), from the backend's own files:
 - ``ensemble``: tensorrtllm_backend ``all_models/inflight_batcher_llm/ensemble/config.pbtxt`` (c2e65b8, the last
   commit before the model files moved to TensorRT-LLM's ``triton_backend/``): ``text_input`` (string) and
   ``max_tokens`` (INT32) required, ``return_perf_metrics`` (BOOL) switching on ``kv_cache_reused_blocks`` (INT32),
-  which ``tensorrt_llm/1/model.py`` sends only when the result carries its request perf metrics;
+  which ``tensorrt_llm/1/model.py`` sends only when the result carries its request perf metrics (the backend's
+  ``docs/model_config.md``: "Set the optional input ``return_perf_metrics`` to ``true``");
 - ``tensorrt_llm`` (the LLM-API model): TensorRT-LLM ``triton_backend/all_models/llmapi/tensorrt_llm/config.pbtxt``:
   ``text_input`` and ``sampling_param_max_tokens``, ``sampling_param_return_perf_metrics`` switching on
   ``kv_cache_reused_block``, which its ``1/model.py`` sends in ``text_output``'s dtype: a string such as ``"5"``
-  (tensorrtllm_backend ``docs/llmapi.md`` shows it so).
+  (tensorrtllm_backend ``docs/llmapi.md`` shows ``"kv_cache_reused_block": "0"``).
 
-httpx rather than ``tritonclient``: its HTTP client has ``infer`` and the repository calls but no call for the
-generate extension, which is the path the backend documents; and with no server it raises a bare
-``ConnectionRefusedError`` rather than its own exception. Every failure here is :class:`~.backends.ServerGone`:
+httpx (already the served cells' client) rather than ``tritonclient``: its HTTP client (2.73.0,
+``tritonclient/http/_client.py``) has ``infer``, metadata, repository, statistics, trace, log and shared-memory
+calls but none for the generate extension, which is the path the backend documents; and with no server it raises
+a bare ``ConnectionRefusedError`` rather than its own exception. Every failure here is :class:`~.backends.ServerGone`:
 one line naming the URL and what to start there.
 """
 

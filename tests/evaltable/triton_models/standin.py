@@ -12,7 +12,7 @@ only (it never makes a finding). Triton loads this file as ``1/model.py`` of eac
   ``"kv_cache_reused_block": "5"``).
 
 Its "KV cache" is a chain of block hashes over the prompt's characters (``block_chars`` per block): a request
-reuses the leading blocks an earlier request already stored, unless the config's ``enable_kv_cache_reuse`` is off.
+reuses the leading blocks an earlier request already stored.
 """
 
 import json
@@ -42,7 +42,7 @@ class TritonPythonModel:
         chain, reused, leading = 0, 0, True
         for i in range(len(text) // size):
             chain = hash((chain, text[i * size:(i + 1) * size]))
-            if leading and chain in self.seen and self.p["enable_kv_cache_reuse"] == "true":
+            if leading and chain in self.seen:
                 reused += 1
             else:
                 leading = False
