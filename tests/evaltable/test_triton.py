@@ -148,6 +148,17 @@ def test_the_table_reads_a_triton_at_its_endpoint_into_not_run_rows_and_makes_no
     assert not list((tmp_path / "t").glob("findings/*.json"))
 
 
+def test_without_an_endpoint_the_triton_rows_are_not_run_with_the_command_that_resolves_them(tmp_path, monkeypatch):
+    res = _table(tmp_path, monkeypatch, "--backend", "triton-ensemble", "--backend", "triton-llmapi",
+                 "--workload", "prefix-1k")
+    assert res.exit_code == 0, res.output
+    rows = json.loads((tmp_path / "t/evaltable.json").read_text())["rows"]
+    assert [(r["backend"], r["status"]) for r in rows] == [("triton-ensemble", "not-run"), ("triton-llmapi", "not-run")]
+    for r in rows:
+        assert "NVIDIA GPU" in r["reason"] and f"`workbench evaltable --backend {r['backend']} --endpoint " in r["reason"]
+    assert not list((tmp_path / "t").glob("findings/*.json"))
+
+
 def test_a_triton_not_running_is_one_line_naming_the_url_and_what_to_start(tmp_path, monkeypatch):
     url = f"http://127.0.0.1:{serve.free_port()}"
     said = _one_line_exit_2(_table(tmp_path, monkeypatch, "--backend", "triton-ensemble", "--endpoint", url))

@@ -33,8 +33,6 @@ from ..files import write_output
 from .backends import ServerGone
 from .table import Row
 
-STARTS = "tritonserver --model-repository=REPO --http-port PORT (tensorrtllm_backend docs/llmapi.md)"
-
 
 @dataclass(frozen=True)
 class Shape:
@@ -50,8 +48,9 @@ class Shape:
 
     def start_hint(self, url: str) -> str:
         port = url.rsplit(":", 1)[-1]
-        return (f"start Triton with the TensorRT-LLM backend's {self.label} there "
-                f"(`{STARTS.replace('PORT', port)}`, a repository holding the `{self.model}` model)")
+        return (f"start Triton with the TensorRT-LLM backend's {self.label} there: `tritonserver "
+                f"--model-repository=REPO --http-port {port}`, REPO holding its `{self.model}` model "
+                "(tensorrtllm_backend docs/llmapi.md)")
 
 
 SHAPES = {
