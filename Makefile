@@ -12,7 +12,7 @@ VLLM_MODEL ?= synthetic:cpu
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup setup-vllm setup-aiperf setup-browser run test lint test-fast nbval bench doctor lab clean
+.PHONY: setup setup-vllm setup-aiperf setup-triton setup-browser run test lint test-fast nbval bench doctor lab clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), and with CUDA for this GPU's compute capability where NVML reports a
@@ -54,6 +54,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(MAKE) --no-print-directory setup-vllm
 	$(MAKE) --no-print-directory setup-aiperf
+	$(MAKE) --no-print-directory setup-triton
 	$(MAKE) --no-print-directory setup-browser
 	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
 	touch $@
@@ -68,6 +69,17 @@ setup-aiperf:
 	@test -x $(AIPERF_VENV)/bin/aiperf || { test -x $(AIPERF_VENV)/bin/python || $(PYTHON) -m venv $(AIPERF_VENV); \
 	  $(AIPERF_VENV)/bin/python -m pip install -q --upgrade pip && $(AIPERF_VENV)/bin/python -m pip install -q aiperf==$(AIPERF_VERSION); }
 	ln -sf $(abspath $(AIPERF_VENV))/bin/aiperf $(BIN)/aiperf
+
+# The Triton client's tests (tests/evaltable/test_triton.py) run a real tritonserver: 2.51.0, bundled in
+# nvidia-pytriton 0.7.0's wheel (manylinux_2_35 x86_64), in an environment of its own. Only the server is used, so
+# the wheel goes in without its dependencies (they pin numpy<2 and tritonclient~=2.50), beside numpy<2 for the
+# tests' stand-in models: the python backend's stub misread BYTES tensors under numpy 2.4. ~40 s, 250 MB.
+TRITON_VENV := .venv-triton
+setup-triton:
+	@ls $(TRITON_VENV)/lib/python3*/site-packages/pytriton/tritonserver/bin/tritonserver > /dev/null 2>&1 || { \
+	  { test -x $(TRITON_VENV)/bin/python || $(PYTHON) -m venv $(TRITON_VENV); } && \
+	  $(TRITON_VENV)/bin/python -m pip install -q --no-deps nvidia-pytriton==0.7.0 'numpy<2' \
+	  || echo "tritonserver NOT installed (nvidia-pytriton has wheels for Linux x86_64, glibc 2.35+): the Triton client's tests skip"; }
 
 # The browser tests drive Debian's chromium with Playwright's Python API (Playwright's own browser
 # download is never needed). apt installs it where it can (root, or sudo without a password);
@@ -138,4 +150,4 @@ doctor: setup
 	$(BIN)/workbench doctor
 
 clean:
-	rm -rf $(VENV) $(AIPERF_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(AIPERF_VENV) $(TRITON_VENV) runs .pytest_cache

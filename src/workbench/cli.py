@@ -542,7 +542,7 @@ def serve(
 @app.command()
 def evaltable(
     backend: List[str] = typer.Option(["llamacpp-server"], "--backend", "-b",
-                                      help="llamacpp-server | vllm-server | trtllm-serve | triton-trtllm (repeatable)"),
+                                      help="llamacpp-server | vllm-server | trtllm-serve | triton-ensemble | triton-llmapi (repeatable)"),
     model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
     concurrency: str = typer.Option("1,2", "--concurrency", help="comma-separated concurrencies"),
     workload: str = typer.Option("no-prefix,prefix-1k", "--workload",

@@ -161,7 +161,7 @@ def test_a_small_table_against_llama_server(tmp_path):
     if aiperf.binary() is None:
         pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
     tmp = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
-    req = evaltable.TableRequest(("llamacpp-server", "trtllm-serve", "triton-trtllm"), "smollm2-135m", (2,),
+    req = evaltable.TableRequest(("llamacpp-server", "trtllm-serve", "triton-ensemble", "triton-llmapi"), "smollm2-135m", (2,),
                                  ("no-prefix", "prefix-1k"), 2, tmp_path, requests=4, prompt_tokens=32,
                                  output_tokens=8, prefix_tokens=256)
     rows, as_json, as_md = evaltable.run(req)
@@ -179,7 +179,7 @@ def test_a_small_table_against_llama_server(tmp_path):
     cached = {w: measured[(w, 2)]["values"]["engine_cached_prompt_tokens"]["low"] for w in ("no-prefix", "prefix-1k")}
     assert cached["prefix-1k"] > cached["no-prefix"] and cached["prefix-1k"] > 0, cached
     others = [r for r in doc["rows"] if r["backend"] != "llamacpp-server"]
-    assert len(others) == 4 and all(r["status"] == "not-run" and "NVIDIA GPU" in r["reason"] for r in others)
+    assert len(others) == 6 and all(r["status"] == "not-run" and "NVIDIA GPU" in r["reason"] for r in others)
     assert (tmp_path / measured[("prefix-1k", 2)]["artifacts"][0] / "profile_export.jsonl").is_file()
     assert "| llamacpp-server | prefix-1k | 2 |" in as_md.read_text()
     f = _caching_finding(tmp_path, "llamacpp-server")

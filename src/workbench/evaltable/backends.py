@@ -61,12 +61,15 @@ BACKENDS: dict[str, Backend] = {
 NOT_HERE: Mapping[str, str] = {
     "trtllm-serve": "trtllm-serve (TensorRT-LLM 1.2) needs an NVIDIA GPU and is not installable here; on a GPU "
                     "machine: pip install 'tensorrt_llm>=1.2,<1.3', then `workbench evaltable --backend trtllm-serve --model HF_DIR --out runs/evaltable`",
-    "triton-trtllm": "Triton with the TensorRT-LLM backend (ensemble and LLM-API models) needs an NVIDIA GPU and "
-                     "a TensorRT-LLM engine; this table does not drive it yet (issue 39 items 2 and 5)",
+    **{name: f"Triton with the TensorRT-LLM backend ({what}) needs an NVIDIA GPU and a TensorRT-LLM model; the table "
+                f"does not start it: start tritonserver with the {what} on a GPU machine, then `workbench evaltable "
+                f"--backend {name} --endpoint http://127.0.0.1:8000 --model HF_DIR --out runs/evaltable`"
+       for name, what in (("triton-ensemble", "ensemble model"), ("triton-llmapi", "LLM-API model"))},
 }
 """Backends the table names but cannot measure on this machine → the reason its row says ``not-run``."""
 
 ALL = (*BACKENDS, *NOT_HERE)
+AT_ENDPOINT = ("triton-ensemble", "triton-llmapi")  # read at --endpoint by the Triton client (.triton)
 SUBJECT = ("trtllm-serve",)  # the claim's subject served: its not-run finding names the command that resolves it
 
 

@@ -66,7 +66,7 @@ class TableRequest:
             raise ValueError("name at least one --backend, --workload and --concurrency")
         if self.endpoint is not None:
             check_endpoint(self.endpoint)
-            if len([b for b in self.backends if b in backends.BACKENDS]) != 1:
+            if len([b for b in self.backends if b in (*backends.BACKENDS, *backends.AT_ENDPOINT)]) != 1:
                 raise ValueError("--endpoint names one server: give exactly one --backend it runs")
             if not self.prefix_caching:
                 raise ValueError("--no-prefix-caching starts each server with its own caching off; a server found "
@@ -138,6 +138,13 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
     done = Measured()
     try:
         for name in req.backends:
+            if name in backends.AT_ENDPOINT and req.endpoint:
+                from . import triton
+
+                shares = [(w, bool(WORKLOADS[w].shared_prefix_tokens)) for w in req.workloads]
+                done.rows += triton.rows(name, req.endpoint, shares, req.prefix_tokens,
+                                         req.cell_requests(1, req.workload("prefix-1k")), req.output_tokens, req.out)
+                continue
             reason = backends.unavailable(name)
             if reason:
                 done.rows += [Row(name, w, None, "not-run", reason) for w in req.workloads]
