@@ -108,6 +108,16 @@ def test_resources_rule(engine, options, gpus):
     assert resources_for(engine, options) == Resources(1.0, float(gpus))
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_only_a_gpu_only_engine_without_a_gpu_times_nothing(monkeypatch, gpu):
+    """TensorRT-LLM's jobs can only report not-run where NVML sees no GPU; every other engine runs on the CPU."""
+    from workbench import executors, nvml
+
+    monkeypatch.setattr(nvml, "read", lambda: {"available": gpu})
+    assert [e for e in ("trtllm", "trtllm-serve", "llamacpp", "vllm") if executors.untimed_here(e)] == \
+        ([] if gpu else ["trtllm", "trtllm-serve"])
+
+
 def test_the_local_executor_refuses_environments_before_running(tmp_path):
     (p,) = runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["writes_finding"], FIXTURES)
     with pytest.raises(ExecutorError, match="--executor ray"):

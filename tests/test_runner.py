@@ -382,22 +382,39 @@ def test_one_batch_gives_an_engine_its_own_model_and_parameters(tmp_path):
 
 
 def test_every_engines_forkserver_imports_beside_the_environment_survey_and_never_beside_timed_work(tmp_path):
-    """At the batch's first job every engine's server starts; the survey (per_batch first, timing nothing) runs
-    beside their imports, and the next job starts only once vLLM's ~15 s of imports are done."""
+    """At the batch's first job every engine's server starts; the survey (per_batch first, timing nothing) and the
+    jobs of an engine that can only report not-run here run beside their imports, and the next job starts only
+    once vLLM's ~15 s of imports are done."""
     if importlib.util.find_spec("vllm") is None:
         pytest.skip("needs vllm installed: its import is the slow one")
     nbs = _notebooks(tmp_path, {"00_env": "prints_parameters", "50_probe": "prints_parameters"}, {"00_env": "first"})
-    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "vllm"], "synthetic:tiny", notebooks_dir=nbs)
-    assert [j.planned.key for j in jobs] == ["llamacpp/00_env", "llamacpp/50_probe", "vllm/50_probe"]
-    with runner._Forkservers(tmp_path / "logs") as servers:
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "synthetic:tiny", notebooks_dir=nbs)
+    jobs = runner.untimed_first(jobs, frozenset({"trtllm"}))
+    assert [j.planned.key for j in jobs] == ["llamacpp/00_env", "trtllm/50_probe", "llamacpp/50_probe", "vllm/50_probe"]
+    with runner._Forkservers(tmp_path / "logs", frozenset({"trtllm"})) as servers:
         survey = servers.for_job(jobs[0], jobs[1:])
-        assert len(servers.open) == 2
+        assert len(servers.open) == 3
         readies = {e: Path(json.loads(servers.open[probes.preload(e)][0])["ready"]) for e in ("llamacpp", "vllm")}
         assert not readies["vllm"].exists()  # the survey does not wait for the imports
-        timed = servers.for_job(jobs[1], jobs[2:])
+        servers.for_job(jobs[1], jobs[2:])
+        assert not readies["vllm"].exists()  # nor does a job that times nothing
+        timed = servers.for_job(jobs[2], jobs[3:])
         assert all(r.exists() for r in readies.values())  # a timed job does
-        assert timed == survey and servers.for_job(jobs[2], []) != survey  # each engine's own server
-        assert len(servers.open) == 1  # llama.cpp's stopped after its last job
+        assert timed == survey and servers.for_job(jobs[3], []) != survey  # each engine's own server
+        assert len(servers.open) == 1  # llama.cpp's and trtllm's stopped after their last jobs
+
+
+def test_the_jobs_of_an_engine_that_times_nothing_here_run_first_the_summary_last(tmp_path):
+    """make run's order on a machine without a GPU: the survey, TensorRT-LLM's not-run notebooks (beside the
+    imports), then llama.cpp's and vLLM's in the batch's order, the summary last. With a GPU nothing moves."""
+    nbs = _notebooks(tmp_path, {"00_env": "prints_parameters", "50_probe": "prints_parameters",
+                                "90_sum": "prints_parameters"}, {"00_env": "first", "90_sum": "last"})
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "synthetic:tiny", notebooks_dir=nbs)
+    keys = [j.planned.key for j in jobs]
+    assert keys == ["llamacpp/00_env", "llamacpp/50_probe", "trtllm/50_probe", "vllm/50_probe", "vllm/90_sum"]
+    moved = [j.planned.key for j in runner.untimed_first(jobs, frozenset({"trtllm"}))]
+    assert moved == ["llamacpp/00_env", "trtllm/50_probe", "llamacpp/50_probe", "vllm/50_probe", "vllm/90_sum"]
+    assert [j.planned.key for j in runner.untimed_first(jobs, frozenset())] == keys
 
 
 def test_an_unknown_per_batch_value_is_refused_naming_the_notebook(tmp_path):

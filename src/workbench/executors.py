@@ -40,6 +40,17 @@ def resources_for(engine: str, cell_options: Mapping[str, Any] | None = None) ->
     return Resources(1.0, 1.0 if gpu else 0.0)
 
 
+def untimed_here(engine: str) -> bool:
+    """Whether ``engine``'s jobs can only report ``not-run`` on this machine, so time nothing: a GPU-only engine
+    (:data:`GPU_ENGINES`) where NVML sees no GPU. Known without importing the engine (vLLM's own availability
+    check imports vllm, ~15 s)."""
+    if engine not in GPU_ENGINES:
+        return False
+    from . import nvml
+
+    return not nvml.read()["available"]
+
+
 @dataclass(frozen=True)
 class Job:
     """One notebook to execute: ``planned`` (a :class:`workbench.jobs.Planned`), the matrix environment it

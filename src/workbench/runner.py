@@ -34,7 +34,7 @@ from . import envvars, isolate, manifest, models, nbprobes, runindex, runlock
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
-from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for
+from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, untimed_here
 from .findings import now_iso
 from .jobs import KERNEL, Planned, execute, kernel_manager
 
@@ -271,7 +271,9 @@ class LocalExecutor(Executor):
             models.check(spec)
 
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
-        with _Forkservers(out / "logs") as servers:
+        untimed = frozenset(e for e in {_engine(j) for j in jobs} if untimed_here(e))
+        jobs = untimed_first(jobs, untimed)
+        with _Forkservers(out / "logs", untimed) as servers:
             for i, job in enumerate(jobs):
                 shared = servers.for_job(job, jobs[i + 1:])
                 attempt = start(job)
@@ -281,17 +283,34 @@ class LocalExecutor(Executor):
                 yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
 
 
+def _engine(job: Job) -> str:
+    return str(job.planned.parameters.get("engine", ""))
+
+
+def untimed_first(jobs: Sequence[Job], untimed: frozenset[str]) -> list[Job]:
+    """``jobs`` with those of the ``untimed`` engines (:func:`~workbench.executors.untimed_here`: ``not-run``
+    findings only) moved up behind the batch's first notebooks (the environment survey), in order: they run while
+    the engines' forkservers import, where a timed job waits (:class:`_Forkservers`). The summary stays last."""
+    def rank(job: Job) -> int:
+        per_batch = job.planned.per_batch
+        return 0 if per_batch == "first" else 1 if per_batch != "last" and _engine(job) in untimed else 2
+
+    return sorted(jobs, key=rank)  # stable: each rank keeps the batch's order
+
+
 class _Forkservers(contextlib.ExitStack):
     """One forkserver per engine, shared by that engine's notebook kernels (:func:`isolate.shared_forkserver`):
     vLLM's ~15 s of imports on 2 cores are paid once per run instead of in every notebook's first probe.
 
     Every engine's server starts with the batch's first job and stops after that engine's last. Their imports
-    run beside the environment survey only (the notebook run first and once per batch, which times nothing):
-    any other job waits until every server has done them, so no import runs beside timed work."""
+    run beside the environment survey (the notebook run first and once per batch) and the jobs of ``untimed``
+    engines only, which time nothing: any other job waits until every server has done them, so no import runs
+    beside timed work."""
 
-    def __init__(self, logs: Path) -> None:
+    def __init__(self, logs: Path, untimed: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.logs, self.open, self.ready = logs, {}, False  # preload → (the environment value naming it, its ExitStack)
+        self.untimed = untimed
 
     def for_job(self, job: Job, later: Sequence[Job]) -> str:
         """The value of :data:`isolate.SHARED_ENV` for ``job``'s kernel (its engine's server)."""
@@ -299,8 +318,7 @@ class _Forkservers(contextlib.ExitStack):
 
         needed: dict[tuple[str, ...], str] = {}  # preload → the first engine that needs it
         for j in (job, *later):
-            engine = str(j.planned.parameters.get("engine", ""))
-            needed.setdefault(probes.preload(engine), engine)
+            needed.setdefault(probes.preload(_engine(j)), _engine(j))
         for done in [k for k in self.open if k not in needed]:
             self.open.pop(done)[1].close()
         for want, engine in needed.items():
@@ -308,7 +326,7 @@ class _Forkservers(contextlib.ExitStack):
                 stack = self.enter_context(contextlib.ExitStack())
                 log = self.logs / f"forkserver-{engine}.log"
                 self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, log)), stack)
-        if not self.ready and job.planned.per_batch != "first":
+        if not self.ready and job.planned.per_batch != "first" and _engine(job) not in self.untimed:
             for value, _ in self.open.values():
                 isolate.wait_ready(value)
             self.ready = True
