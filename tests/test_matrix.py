@@ -84,7 +84,8 @@ def test_a_bad_matrix_file_is_one_line_exit_2_before_anything_runs(tmp_path, mon
     took = time.perf_counter() - start
     assert (r.exit_code, r.output.strip().count("\n"), "Traceback" in r.output) == (2, 0, False), r.output
     assert f"m.yaml, {says}" in r.output or f"m.yaml: fix {says}" in r.output, r.output
-    assert took < 1.0 and not (tmp_path / "run").exists()
+    # a guard, not a speed test: an expanded bomb takes minutes; 30 s leaves room for a loaded machine
+    assert took < 30 and not (tmp_path / "run").exists()
 
 
 def test_jobs_cover_the_axes_and_only_varying_axes_name_the_folder(tmp_path):
