@@ -172,6 +172,8 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
         shared: list = []  # (concurrency, export) of every shared-prefix run: the finding's evidence
+        scraped: list[backends.Counters | None] = []  # the server's /metrics counters over each of those runs
+        cells: list[dict] = []  # every run's throughput, for the finding's figures
         seed = req.seed
         try:
             for name in req.workloads:
@@ -185,18 +187,23 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                                            (req.slo_ttft_s, req.slo_itl_s))
                         seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
                         out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
+                        before = backends.counters(backend, url) if w.shared_prefix_tokens else None
                         try:
                             runs.append(_cell(cell, out, lambda w=where: gone(w), where))
                         except ServerGone as e:
                             done.rows.append(Row(backend.name, name, c, "crashed", str(e)))
                             raise
-                        if cell.workload.shared_prefix_tokens:
+                        cells.append(finding.cell_row(name, c, runs[-1]))
+                        if w.shared_prefix_tokens:
+                            after = backends.counters(backend, url)
                             shared.append((c, runs[-1]))
+                            scraped.append(after - before if after and before else None)
                     done.rows.append(Row.measured(backend.name, name, c, runs, req.out))
         finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
             if shared:
                 on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens)
-                done.findings.append(finding.finding(on, shared, model, setup))
+                whole = None if None in scraped else sum(scraped[1:], scraped[0])
+                done.findings.append(finding.finding(on, shared, model, setup, whole, cells))
 
 
 def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str):
