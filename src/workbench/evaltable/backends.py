@@ -74,6 +74,19 @@ NOT_HERE: Mapping[str, str] = {
 """Backends the table names but cannot measure on this machine → the reason its row says ``not-run``."""
 
 ALL = (*BACKENDS, *NOT_HERE)
+
+ENGINE_BACKENDS: Mapping[str, tuple[str, ...]] = {"llamacpp": ("llamacpp-server",), "vllm": ("vllm-server",),
+                                                  "trtllm": ("trtllm-serve", "triton-trtllm")}
+"""A batch's engine (``workbench run --engine``) → the served backends its table measures (a served engine's name
+is its own backend)."""
+
+
+def for_engine(engine: str) -> tuple[str, ...]:
+    if engine in ALL:
+        return (engine,)
+    if engine not in ENGINE_BACKENDS:
+        raise ValueError(f"no eval-table backend for engine {engine!r}; valid: {', '.join([*ENGINE_BACKENDS, *ALL])}")
+    return ENGINE_BACKENDS[engine]
 SUBJECT = ("trtllm-serve",)  # the claim's subject served: its not-run finding names the command that resolves it
 
 
