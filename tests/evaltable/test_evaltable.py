@@ -277,3 +277,19 @@ def test_a_small_table_against_vllm_serve(tmp_path, caching):
     assert f.verdict == ("confirmed" if caching else "refuted"), f.summary
     assert (f.metric("engine_metrics_cached_tokens") > 0) == caching and f.params["prefix_caching"] is caching
     _settles(f)
+
+
+def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside_the_runs_findings(tmp_path, some_aiperf):
+    """``make run``'s TensorRT-LLM arm of ``notebooks/80_evaltable`` (``in_batch``): no GPU, so trtllm-serve and
+    Triton rows are not-run with their reason, the table lands in the run folder's ``evaltable/trtllm/`` and
+    trtllm-serve's finding in the run's findings, naming the command that resolves it."""
+    assert backends.for_engine("vllm") == ("vllm-server",) and backends.for_engine("vllm-server") == ("vllm-server",)
+    with pytest.raises(ValueError, match="no eval-table backend for engine 'ollama'"):
+        backends.for_engine("ollama")
+    rows, table, found = evaltable.in_batch("trtllm", "smollm2-135m", tmp_path / "findings", concurrency="1,2",
+                                            workloads="prefix-1k", requests=4, repeats=1)
+    assert table == tmp_path / "evaltable" / "trtllm" / "evaltable.md"
+    assert [(r.backend, r.status) for r in rows] == [("trtllm-serve", "not-run"), ("triton-trtllm", "not-run")]
+    [f] = found
+    assert f.verdict == "not-run" and "workbench evaltable --backend trtllm-serve" in f.reason
+    assert [p.name.split("-")[0] for p in (tmp_path / "findings").iterdir()] == ["evaltable.prefix_caching"]
