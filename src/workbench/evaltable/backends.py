@@ -74,19 +74,6 @@ NOT_HERE: Mapping[str, str] = {
 """Backends the table names but cannot measure on this machine → the reason its row says ``not-run``."""
 
 ALL = (*BACKENDS, *NOT_HERE)
-
-ENGINE_BACKENDS: Mapping[str, tuple[str, ...]] = {"llamacpp": ("llamacpp-server",), "vllm": ("vllm-server",),
-                                                  "trtllm": ("trtllm-serve", "triton-trtllm")}
-"""A batch's engine (``workbench run --engine``) → the served backends its table measures (a served engine's name
-is its own backend)."""
-
-
-def for_engine(engine: str) -> tuple[str, ...]:
-    if engine in ALL:
-        return (engine,)
-    if engine not in ENGINE_BACKENDS:
-        raise ValueError(f"no eval-table backend for engine {engine!r}; valid: {', '.join([*ENGINE_BACKENDS, *ALL])}")
-    return ENGINE_BACKENDS[engine]
 SUBJECT = ("trtllm-serve",)  # the claim's subject served: its not-run finding names the command that resolves it
 
 
@@ -104,6 +91,20 @@ def unavailable(name: str) -> str | None:
         if importlib.util.find_spec("vllm") is None:
             return "vLLM is not installed (the vllm extra: `make setup` on Linux x86_64)"
     return None
+
+
+ENGINE_BACKENDS: Mapping[str, tuple[str, ...]] = {"llamacpp": ("llamacpp-server",), "vllm": ("vllm-server",),
+                                                  "trtllm": tuple(NOT_HERE)}
+"""A batch's engine (``workbench run --engine``) → the served backends its table measures (a served engine's name
+is its own backend; TensorRT-LLM's are every one that needs it: trtllm-serve and Triton's)."""
+
+
+def for_engine(engine: str) -> tuple[str, ...]:
+    if engine in ALL:
+        return (engine,)
+    if engine not in ENGINE_BACKENDS:
+        raise ValueError(f"no eval-table backend for engine {engine!r}; valid: {', '.join([*ENGINE_BACKENDS, *ALL])}")
+    return ENGINE_BACKENDS[engine]
 
 
 def model_path(backend: Backend, model: models.ResolvedModel) -> Path:
