@@ -269,6 +269,18 @@ _DECLARED = [
        "over a shared-prefix workload's requests sent after each run's first `concurrency` (which could find the "
        "prefix cached), the median of the server's cached prompt tokens (usage.prompt_tokens_details.cached_tokens) "
        "over the shared prefix's tokens"),
+    _m("engine_metrics_prefix_cached", "/metrics prefix cached", "ratio", "engine",
+       "the server's own /metrics cache counter (llama-server llamacpp:prompt_tokens_cached_total, vLLM "
+       "vllm:prefix_cache_hits_total), its rise over a shared-prefix workload's runs, per repeat over the shared "
+       "prefix's tokens: the second reading of engine_repeat_prefix_cached"),
+    _m("engine_metrics_cached_tokens", "/metrics cached tokens", "tokens", "engine",
+       "that counter's rise over the shared-prefix runs: prompt tokens the server read from its cache"),
+    _m("engine_metrics_hit_rate", "/metrics hit rate", "ratio", "engine",
+       "over the shared-prefix runs, the server's /metrics cached prompt tokens over those it looked up (llama-server: "
+       "cached + computed, llamacpp:prompt_tokens_total; vLLM: vllm:prefix_cache_queries_total)"),
+    _m("expected_prefix_hit_rate", "expected hit rate", "ratio", "derived",
+       "the shared-prefix runs' theoretical hit rate: every repeat reads the whole shared prefix and nothing else is "
+       "read, over the prompt tokens the server counted (computed here)"),
     _m("load_ttft_repeat_over_first", "TTFT repeats/first", "x", "derived",
        "median TTFT of those repeats over the median TTFT of each run's first requests (AIPerf's timings)"),
     _m("load_ttft_repeat_over_first_ci_low", "TTFT repeats/first CI low", "x", "derived",

@@ -28,6 +28,7 @@ from . import metrics as _metrics
 from . import plots
 from .files import atomic_write
 from . import standing as _standing
+from .evaltable import table as _evaltable
 from .findings import Finding
 from .settle import unsettled_answer
 
@@ -523,6 +524,8 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
+        evaltables=[(rel(p.with_suffix(".md")), setup, rows) for p, setup, rows in _evaltable.in_run(out)],
+        evaltable_heads=_evaltable.heads(),
         plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,

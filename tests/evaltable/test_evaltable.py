@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from conftest import require_engine
 from workbench import findings, serve, settle
 from workbench.cli import app
-from workbench.evaltable import aiperf, exports, finding, run as evaltable
+from workbench.evaltable import aiperf, backends, exports, finding, run as evaltable
 from workbench.evaltable.exports import Request
 from workbench.evaltable.split import ENGINE, POSITION, split
 
@@ -135,6 +135,18 @@ def test_the_prefix_caching_rule_rests_on_the_repeats_cached_tokens(cached, verd
     assert all(s.holds(values[s.metric]) for s in rests)
 
 
+@pytest.mark.parametrize("cached, scraped, verdict", [
+    ((20, 1040, 1050), 2100, "confirmed"), ((20, 0, 0), 0, "refuted"),
+    ((20, 1040, 1050), 0, "inconclusive"), ((20, 0, 0), 2100, "inconclusive")])
+def test_the_servers_metrics_counter_rests_beside_the_per_request_counts(cached, scraped, verdict):
+    """The /metrics reading over the same runs must agree with the per-request counts; both then rest the verdict."""
+    rows = [{"repeat": i >= 1, "cached_tokens": c} for i, c in enumerate(cached)]
+    said, words, values, rests = finding.decide(rows, 1024, backends.Counters(scraped, 3000))
+    assert said == verdict and {s.metric for s in rests} == (
+        {"engine_repeat_prefix_cached", "engine_metrics_prefix_cached"} if verdict != "inconclusive" else set())
+    assert all(s.holds(values[s.metric]) for s in rests) and ("disagree" in words) == (verdict == "inconclusive")
+
+
 def _measured(doc: dict, backend: str) -> dict:
     return {(r["workload"], r["concurrency"]): r for r in doc["rows"] if r["backend"] == backend}
 
@@ -146,9 +158,11 @@ def _caching_finding(folder: Path, engine: str) -> findings.Finding:
 
 
 def _settles(f: findings.Finding) -> None:
-    """The verdict re-derives from what the finding recorded (workbench.settle), resting on the server's count."""
+    """The verdict re-derives from what the finding recorded (workbench.settle), resting on the server's two
+    counts: each response's cached tokens and its /metrics counter over the same runs."""
     assert settle.unsettled(f, finding.CLAIM) == ()
-    assert f.metrics["engine_repeat_prefix_cached"]["source"] == "engine"
+    assert {s["metric"] for s in f.rests_on} == {"engine_repeat_prefix_cached", "engine_metrics_prefix_cached"}
+    assert all(f.metrics[s["metric"]]["source"] == "engine" for s in f.rests_on)
 
 
 @pytest.mark.slow
@@ -186,6 +200,7 @@ def test_a_small_table_against_llama_server(tmp_path):
     assert f.verdict == "confirmed", f.summary
     _settles(f)
     assert f.metric("load_ttft_repeat_over_first") is not None  # the TTFT drop beside it, with its interval
+    assert 0 < f.metric("engine_metrics_hit_rate") <= 1 and f.metric("expected_prefix_hit_rate") > 0  # cross-check
     subject = _caching_finding(tmp_path, "trtllm-serve")
     assert subject.verdict == "not-run" and "tensorrt_llm" in subject.reason
     assert not {n for n in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - tmp if n.startswith(("wb-aiperf-",
@@ -237,25 +252,45 @@ def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_w
     assert (out / rows[("prefix-1k", 1)]["artifacts"][0] / "profile_export.jsonl").is_file()
     f = _caching_finding(out, "llamacpp-server")
     assert f.verdict == "refuted" and f.params["prefix_caching"] is False, f.summary
-    assert f.metric("engine_repeat_prefix_cached") == 0
+    assert f.metric("engine_repeat_prefix_cached") == 0 and f.metric("engine_metrics_cached_tokens") == 0
     _settles(f)
 
 
 @pytest.mark.slow
-def test_a_small_table_against_vllm_serve(tmp_path):
+@pytest.mark.parametrize("caching", [True, False], ids=["caching-on", "caching-off"])
+def test_a_small_table_against_vllm_serve(tmp_path, caching):
     """``vllm serve`` on the synthetic model's Hugging Face twin (its own folder is AIPerf's tokenizer): the shared
     prefix at concurrency 1, every cell measured, TTFT split by vLLM's own cached tokens, prefix caching confirmed
-    by them."""
+    by them and by vLLM's /metrics; started with ``--no-enable-prefix-caching`` (the fault), refuted by both."""
     require_engine("vllm-server")
     if aiperf.binary() is None:
         pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
     req = evaltable.TableRequest(("vllm-server",), "synthetic:cpu", (1,), ("prefix-1k",), 1, tmp_path, requests=3,
-                                 prompt_tokens=32, output_tokens=8, prefix_tokens=256)
+                                 prompt_tokens=32, output_tokens=8, prefix_tokens=256, prefix_caching=caching)
     evaltable.run(req)
     doc = json.loads((tmp_path / "evaltable.json").read_text())
     row = _measured(doc, "vllm-server")[("prefix-1k", 1)]
     assert row["status"] == "ok" and row["requests"] == 3 and row["split"] == ENGINE
-    assert row["values"]["output_tokens_per_s"]["median"] > 0 and row["values"]["load_ttft_cached_p50_s"]
+    assert row["values"]["output_tokens_per_s"]["median"] > 0
+    assert bool(row["values"]["load_ttft_cached_p50_s"]) == caching
     f = _caching_finding(tmp_path, "vllm-server")
-    assert f.verdict == "confirmed", f.summary
+    assert f.verdict == ("confirmed" if caching else "refuted"), f.summary
+    assert (f.metric("engine_metrics_cached_tokens") > 0) == caching and f.params["prefix_caching"] is caching
     _settles(f)
+
+
+def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside_the_runs_findings(tmp_path, some_aiperf):
+    """``make run``'s TensorRT-LLM arm of ``notebooks/80_evaltable`` (``in_batch``): no GPU, so trtllm-serve and
+    Triton rows are not-run with their reason, the table lands in the run folder's ``evaltable/trtllm/`` and
+    trtllm-serve's finding in the run's findings, naming the command that resolves it."""
+    assert backends.for_engine("vllm") == ("vllm-server",) and backends.for_engine("vllm-server") == ("vllm-server",)
+    with pytest.raises(ValueError, match="no eval-table backend for engine 'ollama'"):
+        backends.for_engine("ollama")
+    rows, table, found = evaltable.in_batch("trtllm", "smollm2-135m", tmp_path / "findings", concurrency="1,2",
+                                            workloads="prefix-1k", requests=4, repeats=1)
+    assert table == tmp_path / "evaltable" / "trtllm" / "evaltable.md"
+    assert [(r.backend, r.status) for r in rows] == [(n, "not-run") for n in backends.NOT_HERE]  # trtllm-serve, Triton
+    assert rows[0].backend == "trtllm-serve" and len(rows) >= 2
+    [f] = found
+    assert f.verdict == "not-run" and "workbench evaltable --backend trtllm-serve" in f.reason
+    assert [p.name.split("-")[0] for p in (tmp_path / "findings").iterdir()] == ["evaltable.prefix_caching"]

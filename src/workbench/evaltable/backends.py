@@ -36,6 +36,7 @@ class Backend:
     launch: Callable  # the wing's launch line for serve.start (cells/<engine>/served.py)
     cache_off: tuple[str, ...]  # the server's own arguments that turn prefix caching off (the finding's fault)
     version: Callable[[ServerId], str]  # the engine version its identity says
+    counters: tuple[str, tuple[str, ...]]  # /metrics: (prompt tokens read from the cache, those + the ones computed)
     options: Callable[[Path, int, int], dict] = lambda path, context, slots: {}  # the wing's launch options
 
     def start_hint(self, model: str, url: str = "") -> str:
@@ -49,12 +50,18 @@ BACKENDS: dict[str, Backend] = {
                                launch=llama_served.launch,
                                # common/arg.cpp: --no-cache-prompt sets params.cache_prompt, the default of every
                                # request's cache_prompt; off, a slot reuses none of its tokens (server-context.cpp)
-                               cache_off=("--no-cache-prompt",), version=lambda i: i.build_info),
+                               cache_off=("--no-cache-prompt",), version=lambda i: i.build_info,
+                               # tools/server/server-context.cpp (metrics): "prompt tokens reused from the cache",
+                               # and "processed, excluding cached tokens"; the wing starts it with --metrics
+                               counters=("llamacpp:prompt_tokens_cached_total",
+                                         ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"))),
     "vllm-server": Backend("vllm-server", "vllm serve", vllm_served.VllmId,
                            lambda t: ("/tokenize", {"prompt": t, "add_special_tokens": False}), needs_gguf=False,
                            launch=vllm_served.launch,
                            # after the wing's --enable-prefix-caching: argparse's last boolean flag wins
                            cache_off=("--no-enable-prefix-caching",), version=lambda i: i.version,
+                           # vllm/v1/metrics/loggers.py: prompt tokens looked up in the prefix cache, and found
+                           counters=("vllm:prefix_cache_hits_total", ("vllm:prefix_cache_queries_total",)),
                            options=vllm_served.pool_options),
 }
 
@@ -87,6 +94,20 @@ def unavailable(name: str) -> str | None:
         if importlib.util.find_spec("vllm") is None:
             return "vLLM is not installed (the vllm extra: `make setup` on Linux x86_64)"
     return None
+
+
+ENGINE_BACKENDS: Mapping[str, tuple[str, ...]] = {"llamacpp": ("llamacpp-server",), "vllm": ("vllm-server",),
+                                                  "trtllm": tuple(NOT_HERE)}
+"""A batch's engine (``workbench run --engine``) → the served backends its table measures (a served engine's name
+is its own backend; TensorRT-LLM's are every one that needs it: trtllm-serve and Triton's)."""
+
+
+def for_engine(engine: str) -> tuple[str, ...]:
+    if engine in ALL:
+        return (engine,)
+    if engine not in ENGINE_BACKENDS:
+        raise ValueError(f"no eval-table backend for engine {engine!r}; valid: {', '.join([*ENGINE_BACKENDS, *ALL])}")
+    return ENGINE_BACKENDS[engine]
 
 
 def model_path(backend: Backend, model: models.ResolvedModel) -> Path:
@@ -132,6 +153,40 @@ def tokenize(backend: Backend, url: str, texts: tuple[str, ...]) -> list[list[in
             except (httpx.HTTPError, KeyError, ValueError, TypeError) as e:
                 raise ServerGone(f"{backend.label} at {url} did not tokenize ({route}: {type(e).__name__}: {e})") from None
     return out
+
+
+@dataclass(frozen=True)
+class Counters:
+    """The server's own prompt-token counters from ``/metrics`` (:attr:`Backend.counters`): read from its cache,
+    and looked up in all (read + computed)."""
+
+    cached: float
+    looked_up: float
+
+    def __sub__(self, before: "Counters") -> "Counters":
+        return Counters(self.cached - before.cached, self.looked_up - before.looked_up)
+
+    def __add__(self, other: "Counters") -> "Counters":
+        return Counters(self.cached + other.cached, self.looked_up + other.looked_up)
+
+
+def counters(backend: Backend, url: str) -> Counters | None:
+    """``backend``'s cache counters at ``url`` now; None where ``/metrics`` does not answer them (a server found
+    at ``--endpoint`` started without llama-server's ``--metrics``)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    samples: dict[str, float] = {}  # each counter summed over its label sets (vLLM labels each engine core)
+    try:
+        r = httpx.get(url + "/metrics", timeout=30)
+        for s in (s for f in text_string_to_metric_families(r.text) for s in f.samples) if r.status_code == 200 else ():
+            samples[s.name] = samples.get(s.name, 0.0) + s.value
+    except (httpx.HTTPError, ValueError):
+        return None
+    cached, parts = backend.counters
+    if not {cached, *parts} <= samples.keys():
+        return None
+    return Counters(samples[cached], sum(samples[p] for p in parts))
 
 
 def answering(url: str) -> bool:

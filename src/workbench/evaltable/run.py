@@ -50,6 +50,7 @@ class TableRequest:
     threads: int = 1
     seed: int = 0
     prefix_caching: bool = True  # False: each server started with its own prefix caching off (the finding's fault)
+    findings_dir: Path | None = None  # where the findings go (default: out/findings; a batch: the run's findings)
     slo_ttft_s: float = 2.0  # goodput counts the requests whose TTFT and ITL are at most these
     slo_itl_s: float = 0.1
 
@@ -124,10 +125,12 @@ class Measured:
     findings: list[findings.Finding] = field(default_factory=list)
 
 
-def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Row], Path, Path]:
+def run(req: TableRequest, progress: Progress = lambda _: None, done: Measured | None = None
+        ) -> tuple[list[Row], Path, Path]:
     """Measure every backend ``req`` names and write the table and the prefix-caching findings (``out/findings``);
-    the rows and the table's two files. A server that stops mid-run is :class:`ServerGone`, raised after what was
-    measured before it (a ``crashed`` row for the cell it stopped in) has been written."""
+    the rows and the table's two files (``done``, where given, holds the findings too). A server that stops mid-run
+    is :class:`ServerGone`, raised after what was measured before it (a ``crashed`` row for the cell it stopped
+    in) has been written."""
     req.check()
     aiperf.require()
     setup = {"model": req.model, "prompt tokens": req.prompt_tokens, "output tokens": req.output_tokens,
@@ -135,7 +138,7 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
              "server threads": req.threads, "prefix caching": "on" if req.prefix_caching else "off (the fault)",
              "goodput SLO": f"TTFT ≤ {req.slo_ttft_s:g} s, ITL ≤ {req.slo_itl_s:g} s",
              "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
-    done = Measured()
+    done = Measured() if done is None else done
     try:
         for name in req.backends:
             if name in backends.AT_ENDPOINT and req.endpoint:
@@ -162,8 +165,25 @@ def run(req: TableRequest, progress: Progress = lambda _: None) -> tuple[list[Ro
     return (done.rows, *_keep(done, req, setup))
 
 
+def in_batch(engine: str, model: str, findings_dir: str | Path, *, concurrency: str, workloads: str,
+             **sizes: int) -> tuple[list[Row], Path, list[findings.Finding]]:
+    """The table as a batch notebook runs it (``notebooks/80_evaltable``): ``engine``'s backends, the table in
+    the run folder's ``evaltable/ENGINE/`` beside ``findings_dir`` (the run's findings, where the findings go);
+    ``concurrency`` and ``workloads`` comma-separated as notebook parameters are. Its rows, Markdown and findings."""
+    out = Path(findings_dir).resolve().parent / "evaltable" / engine
+    try:
+        levels = tuple(int(c) for c in concurrency.split(","))
+    except ValueError:
+        raise ValueError(f"concurrency takes comma-separated integers, got {concurrency!r}") from None
+    req = TableRequest(backends.for_engine(engine), model, levels, tuple(workloads.split(",")), out=out,
+                       findings_dir=Path(findings_dir), **sizes)
+    done = Measured()
+    rows, _, as_md = run(req, done=done)
+    return rows, as_md, done.findings
+
+
 def _keep(done: Measured, req: TableRequest, setup: dict) -> tuple[Path, Path]:
-    findings.write_all(done.findings, req.out / "findings")
+    findings.write_all(done.findings, req.findings_dir or req.out / "findings")
     return write(done.rows, req.out, setup)
 
 
@@ -179,6 +199,8 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
         shared: list = []  # (concurrency, export) of every shared-prefix run: the finding's evidence
+        scraped: list[backends.Counters | None] = []  # the server's /metrics counters over each of those runs
+        cells: list[dict] = []  # every run's throughput, for the finding's figures
         seed = req.seed
         try:
             for name in req.workloads:
@@ -192,18 +214,23 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                                            (req.slo_ttft_s, req.slo_itl_s))
                         seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
                         out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
+                        before = backends.counters(backend, url) if w.shared_prefix_tokens else None
                         try:
                             runs.append(_cell(cell, out, lambda w=where: gone(w), where))
                         except ServerGone as e:
                             done.rows.append(Row(backend.name, name, c, "crashed", str(e)))
                             raise
-                        if cell.workload.shared_prefix_tokens:
+                        cells.append(finding.cell_row(name, c, runs[-1]))
+                        if w.shared_prefix_tokens:
+                            after = backends.counters(backend, url)
                             shared.append((c, runs[-1]))
+                            scraped.append(after - before if after and before else None)
                     done.rows.append(Row.measured(backend.name, name, c, runs, req.out))
         finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
             if shared:
                 on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens)
-                done.findings.append(finding.finding(on, shared, model, setup))
+                whole = None if None in scraped else sum(scraped[1:], scraped[0])
+                done.findings.append(finding.finding(on, shared, model, setup, whole, cells))
 
 
 def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str):

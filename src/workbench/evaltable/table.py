@@ -99,19 +99,54 @@ _SPLIT_WORDS = {ENGINE: "engine: the server's cached tokens (at least half the p
                           "the server reported no cached tokens)"}
 
 
-def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
-    heads = [metrics.get(t).header for t in COLUMNS]
-    lines = ["# Eval-backend table", "",
-             "Each figure: the median over repeats, (least–greatest) where they differ. "
-             + "; ".join(f"{k}: {v}" for k, v in setup.items()), "",
-             "| backend | workload | concurrency | " + " | ".join(heads) + " | cold/cached split by |",
-             "|---" * (4 + len(heads)) + "|"]
+def heads() -> list[str]:
+    """The table's column heads, as :func:`text_rows` fills them."""
+    return ["backend", "workload", "concurrency", *(metrics.get(t).header for t in COLUMNS), "cold/cached split by"]
+
+
+def text_rows(rows: Sequence[Row]) -> list[list[str]]:
+    """Each row as the text of its cells under :func:`heads` (a row not measured: its status and reason)."""
+    out = []
     for r in rows:
         if r.status == "ok":
             cells = [_cell(t, r.values[t]) for t in COLUMNS] + [_SPLIT_WORDS[r.split]]
         else:
             cells = [f"{r.status}: {r.reason}"] + [""] * len(COLUMNS)
-        lines.append(f"| {r.backend} | {r.workload} | {r.concurrency or '—'} | " + " | ".join(cells) + " |")
+        out.append([r.backend, r.workload, str(r.concurrency or "—"), *cells])
+    return out
+
+
+def read(path: Path) -> tuple[dict, list[Row]]:
+    """A written ``evaltable.json``: its document and its rows."""
+    doc = json.loads(path.read_text())
+
+    def spread(v: dict | None) -> Spread | None:
+        return Spread(v["median"], v["low"], v["high"], tuple(v["runs"])) if v else None
+
+    return doc, [Row(**{**r, "values": {t: spread(v) for t, v in r["values"].items()},
+                        "artifacts": tuple(r["artifacts"])}) for r in doc["rows"]]
+
+
+def in_run(run: Path) -> list[tuple[Path, dict, list[list[str]]]]:
+    """The tables a batch wrote in run folder ``run`` (``evaltable/ENGINE/evaltable.json``, by
+    ``notebooks/80_evaltable``), each with its setup and rows as text; one that cannot be read is left out (the
+    executed notebook says why)."""
+    out = []
+    for path in sorted(run.glob("evaltable/*/evaltable.json")):
+        try:
+            doc, rows = read(path)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        out.append((path, doc.get("setup", {}), text_rows(rows)))
+    return out
+
+
+def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
+    lines = ["# Eval-backend table", "",
+             "Each figure: the median over repeats, (least–greatest) where they differ. "
+             + "; ".join(f"{k}: {v}" for k, v in setup.items()), "",
+             "| " + " | ".join(heads()) + " |", "|---" * len(heads()) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in text_rows(rows)]
     lines += ["", "Metrics (units and sources: workbench.metrics):", ""]
     lines += [f"- **{metrics.get(t).header}** ({metrics.get(t).unit.value}, {metrics.get(t).source}): "
               f"{metrics.get(t).description}" for t in COLUMNS]

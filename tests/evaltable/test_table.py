@@ -1,0 +1,25 @@
+"""The eval table as written and read back: a batch's tables (``RUN/evaltable/ENGINE/evaltable.json``) appear in
+the run's report, each row as the Markdown writes it, measured or not-run with its reason."""
+
+from workbench import report
+from workbench.evaltable import table
+from workbench.evaltable.exports import FIELDS
+from workbench.evaltable.split import ENGINE
+
+
+def test_a_batchs_tables_read_back_and_show_in_the_report(tmp_path):
+    values = {t: table.Spread.of([0.5, 0.7]) for t in table.COLUMNS} | {"load_ttft_cached_p50_s": None}
+    rows = [table.Row("llamacpp-server", "prefix-1k", 2, "ok", values=values, requests=4, split=ENGINE),
+            table.Row("trtllm-serve", "prefix-1k", None, "not-run", "needs an NVIDIA GPU; on a GPU machine: …")]
+    as_json, as_md = table.write(rows, tmp_path / "evaltable" / "llamacpp", {"model": "smollm2-135m"})
+    (tmp_path / "evaltable" / "vllm").mkdir()
+    (tmp_path / "evaltable" / "vllm" / "evaltable.json").write_text("{")  # a table cut off: left out
+    doc, back = table.read(as_json)
+    assert back == rows and doc["setup"] == {"model": "smollm2-135m"}
+    [(path, setup, shown)] = table.in_run(tmp_path)
+    assert path == as_json and shown == table.text_rows(rows) and shown[0][:3] == ["llamacpp-server", "prefix-1k", "2"]
+    assert len(shown[0]) == len(table.heads()) == 3 + len(FIELDS) + 3
+    page = report.render(tmp_path)
+    assert 'id="evaltable"' in page and 'href="evaltable/llamacpp/evaltable.md"' in page
+    assert f"<td>{shown[0][3]}</td>" in page and "not-run: needs an NVIDIA GPU" in page
+    assert "| llamacpp-server | prefix-1k | 2 |" in as_md.read_text()
