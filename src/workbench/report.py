@@ -455,6 +455,15 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
+def loop_arms(found: Found):
+    """The agentic loop's arms × metrics table (:mod:`workbench.loop.table`) over its findings that stand; None where
+    the loop did not run here."""
+    from .loop.table import arm_table
+
+    table = arm_table(standing_findings(found, "loop"))
+    return table if table.rows or table.not_run else None
+
+
 #: plotly.js's own partial bundle of the traces the report's figures draw (npm's ``plotly.js-basic-dist-min``, MIT,
 #: ``static/plotly-basic.LICENSE``): 1.2 MB where the whole of plotly.js is 4.8 MB. Used only where it is the
 #: plotly.js release the installed plotly writes figures for, and every figure's traces are in it.
@@ -523,6 +532,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
+        arms=loop_arms(found),
         plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
