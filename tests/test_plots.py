@@ -226,7 +226,8 @@ def test_side_by_side_shares_the_quantity_axis_colours_and_legend():
     survival, timeline = (fig for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs))
     assert survival.layout.yaxis3.matches == "y2"
     assert survival.layout.xaxis3.matches is None  # each engine sweeps its own range
-    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "log"  # the builder's axes, per panel
+    # the builder's log axes, per panel: pressures 0.5 to 2 span under a decade, so they read linear
+    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "linear"
     assert survival.layout.yaxis3.title.text is None and survival.layout.yaxis2.title.text
     assert sorted(s.xref for s in survival.layout.shapes) == ["x2", "x3"]  # the capacity line, in each panel
     by_name: dict[str, set] = {}
@@ -282,3 +283,23 @@ def test_a_loop_speed_up_over_few_turns_says_so_under_its_arm():
     rows = [{"arm": arm, "speedup_vs_best_llamacpp": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1,
              **({"speedup_turns": n} if n is not None else {})} for arm, n in (("a", 3), ("b", 25), ("c", None))]
     assert list(plots.loop_speedup(rows).layout.xaxis.ticktext) == ["a<br>CI over 3 turns", "b", "c"]
+
+
+def test_log_axes_label_their_ticks_in_full_or_turn_linear_under_a_decade():
+    """Plotly's own log ticks read "5, 2, 0.1, 5" (a bare digit between powers of ten); a log axis spanning decades
+    gets 1, 2 and 5 of each decade written out, one spanning less reads linear, matched panels get one set of ticks."""
+    fig = plotstyle.subplots(rows=1, cols=2)
+    fig.add_scatter(x=[1, 2], y=[0.004, 0.03], row=1, col=1)
+    fig.add_scatter(x=[1, 2], y=[0.2, 0.3], row=1, col=2)
+    fig.update_yaxes(type="log", dtick="D2")
+    fig.update_yaxes(matches="y", row=1, col=2)
+    plotstyle.log_ticks(fig)
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2):
+        assert axis.type == "log" and axis.dtick is None
+        assert list(axis.ticktext) == ["0.005", "0.01", "0.02", "0.05", "0.1", "0.2"]  # the union's: 0.004 to 0.3
+    fig.data[0].y, fig.data[1].y = [0.02, 0.03], [0.025, 0.035]
+    assert plotstyle.log_ticks(fig).layout.yaxis.type == plotstyle.log_ticks(fig).layout.yaxis2.type == "linear"
+    wide = plotstyle.new(dict(type="scatter", x=[1, 2], y=[1e-6, 1e6]))
+    wide.update_yaxes(type="log")
+    ticks = list(plotstyle.log_ticks(wide).layout.yaxis.ticktext)
+    assert len(ticks) <= plotstyle.MAX_TICKS and ticks[0] == "1e-06" and ticks[-1] == "1e+06"

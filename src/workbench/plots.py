@@ -38,7 +38,6 @@ VERDICT_COLOURS = {
     "not-run": "#9e9e9e",
 }
 SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
-LOG_TICKS = "D2"  # log axes label 1, 2 and 5 of each decade: every digit of a short range would collide
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -193,7 +192,7 @@ def latency(rows: Rows) -> go.Figure:
         fig.add_trace(go.Scatter(x=[i - 0.3, i + 0.3], y=[statistics.median(ys)] * 2, mode="lines", showlegend=False,
                                  line=dict(color="#333", width=2), name=f"{proc} median", hoverinfo="name+y"))
     fig.update_xaxes(tickvals=list(range(len(procs))), ticktext=[str(p) for p in procs], range=[-0.6, len(procs) - 0.4])
-    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_yaxes(type="log")
     fig.update_layout(showlegend=False)
     return fig
 
@@ -251,7 +250,7 @@ def loop_ttft(rows: Rows) -> go.Figure:
                                  name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
                                  hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
                                                "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
-    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_yaxes(type="log")
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -356,7 +355,7 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
         data = rows_of(decl, [f]) if rows is None or decl.rows != "evidence" else rows
         fig = build(data) if data else empty(decl.name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
-        figs.append((decl.name, fig))
+        figs.append((decl.name, plotstyle.log_ticks(fig)))
     return figs
 
 
@@ -516,7 +515,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
                       title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
                       margin=dict(l=60, r=20, t=125, b=140),
                       legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
-    return fig
+    return plotstyle.log_ticks(fig)
 
 
 @dataclass(frozen=True)
