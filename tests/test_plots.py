@@ -303,3 +303,10 @@ def test_log_axes_label_their_ticks_in_full_or_turn_linear_under_a_decade():
     wide.update_yaxes(type="log")
     ticks = list(plotstyle.log_ticks(wide).layout.yaxis.ticktext)
     assert len(ticks) <= plotstyle.MAX_TICKS and ticks[0] == "1e-06" and ticks[-1] == "1e+06"
+
+
+def test_an_unnamed_series_stays_out_of_the_side_by_side_legend():
+    """Plotly names an unnamed trace "trace 0" in the legend: a composed figure leaves it out, named ones stay."""
+    one = plotstyle.axes("t", "x", "y").add_bar(x=["a"], y=[1]).add_scatter(x=["a"], y=[2], name="named")
+    fig = plots._compose([one, one], ["<b>e1</b>", "<b>e2</b>"], "title")
+    assert [t.name for t in fig.data if t.showlegend] == ["named"]

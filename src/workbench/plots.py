@@ -505,7 +505,8 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     for t in fig.data:
         first_seen = t.name not in colours
         colours.setdefault(t.name, t.marker.color or palette[len(colours) % len(palette)])
-        t.update(legendgroup=t.name, showlegend=first_seen, marker_color=colours[t.name])
+        # an unnamed trace (one series, said by the axis title) stays out of the legend: plotly would call it "trace 0"
+        t.update(legendgroup=t.name, showlegend=first_seen and bool(t.name), marker_color=colours[t.name])
         if "line" in t:
             t.update(line_color=colours[t.name])
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
