@@ -310,3 +310,13 @@ def test_an_unnamed_series_stays_out_of_the_side_by_side_legend():
     one = plotstyle.axes("t", "x", "y").add_bar(x=["a"], y=[1]).add_scatter(x=["a"], y=[2], name="named")
     fig = plots._compose([one, one], ["<b>e1</b>", "<b>e2</b>"], "title")
     assert [t.name for t in fig.data if t.showlegend] == ["named"]
+
+
+def test_a_series_keeps_the_colour_its_builder_gave_it_side_by_side():
+    """The isolation lanes' medians are dark lines over coloured trials: composing the panels keeps them so."""
+    rows = [{"procedure": p, "ttft_s": 0.01 * (k + 1) * (1 if p == "cold A" else 20)} for p in ("cold A", "other B")
+            for k in range(3)]
+    fig = plots._compose([plots.latency(rows)], ["<b>e</b>"], "title")
+    medians = [t for t in fig.data if t.name.endswith("median")]
+    assert len(medians) == 2 and {t.line.color for t in medians} == {"#333"}
+    assert fig.layout.yaxis.type == "log" and "0.1" in fig.layout.yaxis.ticktext  # 0.01 to 0.6: over a decade

@@ -504,7 +504,8 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     palette, colours = plotly.colors.qualitative.Plotly, {}
     for t in fig.data:
         first_seen = t.name not in colours
-        colours.setdefault(t.name, t.marker.color or palette[len(colours) % len(palette)])
+        own = t.marker.color or (t.line.color if "line" in t else None)  # a builder's own colour (a median's grey)
+        colours.setdefault(t.name, own or palette[len(colours) % len(palette)])
         # an unnamed trace (one series, said by the axis title) stays out of the legend: plotly would call it "trace 0"
         t.update(legendgroup=t.name, showlegend=first_seen and bool(t.name), marker_color=colours[t.name])
         if "line" in t:
