@@ -94,6 +94,9 @@ def test_report_div_uses_the_given_id_and_no_script_source():
     div = plots.to_div(plots.survival(RETENTION_ROWS), "wb-fig-0-x")
     assert re.findall(r'<div id="([^"]+)"', div) == ["wb-fig-0-x"]
     assert "<script src" not in div
+    assert '"template"' not in div and "var template = {" in plots.page_script()  # the house template once, for the page
+    own = plots.survival(RETENTION_ROWS).update_layout(template="plotly_dark")
+    assert '"template"' in plots.to_div(own, "wb-fig-0-y")  # another template stays with its figure
 
 
 def test_verdict_table_figure():

@@ -541,6 +541,25 @@ def show(fig: go.Figure) -> Shown:
     return Shown(fig)
 
 
+def _house() -> dict:
+    return pio.templates[plotstyle.TEMPLATE].to_plotly_json()
+
+
+def page_script() -> str:
+    """What the report runs once, after plotly.js: the house template, given to each figure :func:`to_div` wrote
+    without one (7 kB a figure, the same in each)."""
+    from plotly.io.json import to_json_plotly
+
+    return ("(function () { var template = " + to_json_plotly(_house()) + "; var plot = Plotly.newPlot;\n"
+            "Plotly.newPlot = function (div, data, layout, config) {\n"
+            "  return plot(div, data, Object.assign({template: template}, layout), config); }; })();")
+
+
 def to_div(fig: go.Figure, div_id: str) -> str:
-    """HTML for the report: the caller's ``div_id`` (deterministic), plotly.js loaded once by the page."""
-    return fig.to_html(include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False})
+    """HTML for the report: the caller's ``div_id`` (deterministic), plotly.js loaded once by the page, and the house
+    template left to :func:`page_script` where the figure wears it."""
+    d = fig.to_plotly_json()
+    if d["layout"].get("template") == _house():
+        d["layout"] = {k: v for k, v in d["layout"].items() if k != "template"}
+    return pio.to_html(d, include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False},
+                       validate=False)

@@ -533,7 +533,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         colours=plots.VERDICT_COLOURS,
         figures=figures,
         arms=loop_arms(found),
-        plotlyjs=_plotlyjs(figures) if figures else "",
+        plotlyjs=f"{_plotlyjs(figures)}\n{plots.page_script()}" if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
