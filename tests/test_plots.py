@@ -323,3 +323,20 @@ def test_a_series_keeps_the_colour_its_builder_gave_it_side_by_side():
     medians = [t for t in fig.data if t.name.endswith("median")]
     assert len(medians) == 2 and {t.line.color for t in medians} == {"#333"}
     assert fig.layout.yaxis.type == "log" and "0.1" in fig.layout.yaxis.ticktext  # 0.01 to 0.6: over a decade
+
+
+def test_an_engine_gets_one_panel_for_its_not_run_findings_and_none_beside_one_where_it_ran():
+    """make run's loop: the llama.cpp pass reports vLLM's and TensorRT-LLM's arms not-run on its model, vLLM's own pass
+    runs them on another; each engine is one panel, not one per model a pass reported it on."""
+    from dataclasses import replace
+
+    probe = "reuse.per_request_metrics"
+    fs = three_engines(probe, REUSE_ROWS, REUSE_ROWS[:2])
+    vllm_not_run = on(finding(probe, [], "not-run", "no GGUF on vLLM"), "vllm", "0.32.0")
+    trtllm_again = on(finding(probe, [], "not-run", "tensorrt_llm is not installed"), "trtllm", None)
+    fs += [replace(vllm_not_run, params={"model": "smollm2-135m"}), replace(trtllm_again, params={"model": "other"})]
+    cols = plots.columns(probe, fs, ["llamacpp", "trtllm"])
+    assert [e for e, _ in cols] == ["trtllm", "llamacpp", "vllm"]
+    assert [f.verdict for f in dict(cols)["vllm"]] == ["confirmed"] and len(dict(cols)["trtllm"]) == 2
+    for _, fig in plots.side_by_side(probe, fs, ["llamacpp", "trtllm"]):
+        assert len(panels(fig)) == 3

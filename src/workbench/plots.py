@@ -389,17 +389,26 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
 
 def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, list[Finding]]]:
     """The panels of ``probe``'s side-by-side figures, left to right, as (engine, its findings): one panel per
-    engine, version and model (the loop's arms of one engine share it); the claims' subject engine first, then
-    the references by name; an engine's versions and models keep the order given; each of ``engines`` without a
-    finding gets a panel with none."""
+    engine, version and model that ran (the loop's arms of one engine share it), and one for an engine that ran
+    nowhere here, its not-run findings together (a pass for another engine reports it not-run on that pass's model:
+    a second panel would repeat it); the claims' subject engine first, then the references by name; an engine's
+    versions and models keep the order given; each of ``engines`` without a finding gets a panel with none."""
     from . import probes
 
     subject = probes.declared(probe).claim.subject
     groups: dict[tuple[str, str | None, str], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.engine, f.engine_version, model_of(f)), []).append(f)
+    ran = {f.engine for f in findings if f.verdict != "not-run"}
+    kept: dict[tuple, list[Finding]] = {}
+    for k, fs in groups.items():  # an engine's not-run findings: one slim panel, none beside a panel where it ran
+        if all(f.verdict == "not-run" for f in fs):
+            if k[0] in ran:
+                continue
+            k = (k[0], None, "")
+        kept.setdefault(k, []).extend(fs)
     present = {f.engine for f in findings}
-    return sorted([(k[0], fs) for k, fs in groups.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
+    return sorted([(k[0], fs) for k, fs in kept.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
                   key=lambda c: (c[0] != subject, c[0]))
 
 
