@@ -472,15 +472,15 @@ PARTIAL_TRACES = frozenset({"bar", "pie", "scatter"})
 
 
 def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
-    """The plotly.js the page inlines: the partial bundle where it draws every trace, else the whole library."""
+    """The plotly.js the page inlines (the partial bundle where it draws every trace, else the whole library), then
+    the house template its figures share (:func:`workbench.plots.page_script`)."""
     import plotly.offline
 
     partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
     said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
     traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
-    if said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES:
-        return partial
-    return plotly.offline.get_plotlyjs()
+    whole = not (said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES)
+    return f"{plotly.offline.get_plotlyjs() if whole else partial}\n{plots.page_script()}"
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
@@ -525,6 +525,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
         matrix=matrix,
+        arms=loop_arms(found),
         not_run=not_run_engines(found),
         open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
@@ -532,8 +533,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        arms=loop_arms(found),
-        plotlyjs=f"{_plotlyjs(figures)}\n{plots.page_script()}" if figures else "",
+        plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
         blueprint="blueprint.md" if (out / "blueprint.md").exists() else None,
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
