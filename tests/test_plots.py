@@ -94,6 +94,9 @@ def test_report_div_uses_the_given_id_and_no_script_source():
     div = plots.to_div(plots.survival(RETENTION_ROWS), "wb-fig-0-x")
     assert re.findall(r'<div id="([^"]+)"', div) == ["wb-fig-0-x"]
     assert "<script src" not in div
+    assert '"template"' not in div and "var template = {" in plots.page_script()  # the house template once, for the page
+    own = plots.survival(RETENTION_ROWS).update_layout(template="plotly_dark")
+    assert '"template"' in plots.to_div(own, "wb-fig-0-y")  # another template stays with its figure
 
 
 def test_verdict_table_figure():
@@ -226,7 +229,8 @@ def test_side_by_side_shares_the_quantity_axis_colours_and_legend():
     survival, timeline = (fig for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs))
     assert survival.layout.yaxis3.matches == "y2"
     assert survival.layout.xaxis3.matches is None  # each engine sweeps its own range
-    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "log"  # the builder's axes, per panel
+    # the builder's log axes, per panel: pressures 0.5 to 2 span under a decade, so they read linear
+    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "linear"
     assert survival.layout.yaxis3.title.text is None and survival.layout.yaxis2.title.text
     assert sorted(s.xref for s in survival.layout.shapes) == ["x2", "x3"]  # the capacity line, in each panel
     by_name: dict[str, set] = {}
@@ -282,3 +286,57 @@ def test_a_loop_speed_up_over_few_turns_says_so_under_its_arm():
     rows = [{"arm": arm, "speedup_vs_best_llamacpp": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1,
              **({"speedup_turns": n} if n is not None else {})} for arm, n in (("a", 3), ("b", 25), ("c", None))]
     assert list(plots.loop_speedup(rows).layout.xaxis.ticktext) == ["a<br>CI over 3 turns", "b", "c"]
+
+
+def test_log_axes_label_their_ticks_in_full_or_turn_linear_under_a_decade():
+    """Plotly's own log ticks read "5, 2, 0.1, 5" (a bare digit between powers of ten); a log axis spanning decades
+    gets 1, 2 and 5 of each decade written out, one spanning less reads linear, matched panels get one set of ticks."""
+    fig = plotstyle.subplots(rows=1, cols=2)
+    fig.add_scatter(x=[1, 2], y=[0.004, 0.03], row=1, col=1)
+    fig.add_scatter(x=[1, 2], y=[0.2, 0.3], row=1, col=2)
+    fig.update_yaxes(type="log", dtick="D2")
+    fig.update_yaxes(matches="y", row=1, col=2)
+    plotstyle.log_ticks(fig)
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2):
+        assert axis.type == "log" and axis.dtick is None
+        assert list(axis.ticktext) == ["0.005", "0.01", "0.02", "0.05", "0.1", "0.2"]  # the union's: 0.004 to 0.3
+    fig.data[0].y, fig.data[1].y = [0.02, 0.03], [0.025, 0.035]
+    assert plotstyle.log_ticks(fig).layout.yaxis.type == plotstyle.log_ticks(fig).layout.yaxis2.type == "linear"
+    wide = plotstyle.new(dict(type="scatter", x=[1, 2], y=[1e-6, 1e6]))
+    wide.update_yaxes(type="log")
+    ticks = list(plotstyle.log_ticks(wide).layout.yaxis.ticktext)
+    assert len(ticks) <= plotstyle.MAX_TICKS and ticks[0] == "1e-06" and ticks[-1] == "1e+06"
+
+
+def test_an_unnamed_series_stays_out_of_the_side_by_side_legend():
+    """Plotly names an unnamed trace "trace 0" in the legend: a composed figure leaves it out, named ones stay."""
+    one = plotstyle.axes("t", "x", "y").add_bar(x=["a"], y=[1]).add_scatter(x=["a"], y=[2], name="named")
+    fig = plots._compose([one, one], ["<b>e1</b>", "<b>e2</b>"], "title")
+    assert [t.name for t in fig.data if t.showlegend] == ["named"]
+
+
+def test_a_series_keeps_the_colour_its_builder_gave_it_side_by_side():
+    """The isolation lanes' medians are dark lines over coloured trials: composing the panels keeps them so."""
+    rows = [{"procedure": p, "ttft_s": 0.01 * (k + 1) * (1 if p == "cold A" else 20)} for p in ("cold A", "other B")
+            for k in range(3)]
+    fig = plots._compose([plots.latency(rows)], ["<b>e</b>"], "title")
+    medians = [t for t in fig.data if t.name.endswith("median")]
+    assert len(medians) == 2 and {t.line.color for t in medians} == {"#333"}
+    assert fig.layout.yaxis.type == "log" and "0.1" in fig.layout.yaxis.ticktext  # 0.01 to 0.6: over a decade
+
+
+def test_an_engine_gets_one_panel_for_its_not_run_findings_and_none_beside_one_where_it_ran():
+    """make run's loop: the llama.cpp pass reports vLLM's and TensorRT-LLM's arms not-run on its model, vLLM's own pass
+    runs them on another; each engine is one panel, not one per model a pass reported it on."""
+    from dataclasses import replace
+
+    probe = "reuse.per_request_metrics"
+    fs = three_engines(probe, REUSE_ROWS, REUSE_ROWS[:2])
+    vllm_not_run = on(finding(probe, [], "not-run", "no GGUF on vLLM"), "vllm", "0.32.0")
+    trtllm_again = on(finding(probe, [], "not-run", "tensorrt_llm is not installed"), "trtllm", None)
+    fs += [replace(vllm_not_run, params={"model": "smollm2-135m"}), replace(trtllm_again, params={"model": "other"})]
+    cols = plots.columns(probe, fs, ["llamacpp", "trtllm"])
+    assert [e for e, _ in cols] == ["trtllm", "llamacpp", "vllm"]
+    assert [f.verdict for f in dict(cols)["vllm"]] == ["confirmed"] and len(dict(cols)["trtllm"]) == 2
+    for _, fig in plots.side_by_side(probe, fs, ["llamacpp", "trtllm"]):
+        assert len(panels(fig)) == 3

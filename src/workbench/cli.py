@@ -463,6 +463,7 @@ def loop_cmd(
     from .loop.equal import EqualWork
     from .findings import FindingNotSaved
     from .loop.gate import GateRule
+    from .loop.table import arm_table
 
     _writable(out)
     try:
@@ -494,6 +495,7 @@ def loop_cmd(
         for tag, m in f.metrics.items():
             typer.echo(f"  {metrics.get(tag).header:<30} {metrics.render(tag, m['value'])}")
         typer.echo(f"  finding: {path}")
+    typer.echo("\nThe arms side by side:\n" + arm_table(res.findings).text())
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -317,6 +317,12 @@ _DECLARED = [
        "least-squares TTFT slope per computed prompt token"),
     _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",
        "least-squares TTFT slope per prompt (context) token"),
+    _m("itl_p50_s", "ITL (TPOT) p50", "s", "timed",
+       "median over turns of a turn's mean time between its decoded tokens after the first (the request's TPOT, "
+       "its mean inter-token latency, as vllm bench serve and AIPerf define them)"),
+    _m("e2e_p50_s", "end-to-end p50", "s", "timed", "median time from a turn's EnsurePrefix to its last decoded token"),
+    _m("loop_output_tokens_per_s", "output throughput", "tokens/s", "timed",
+       "tokens the arm decoded over the loop / its loop time: output throughput of one sequential agent"),
     _m("loop_time_s", "loop time", "s", "timed", "end-to-end time of every turn, summed"),
     _m("speedup_vs_best_llamacpp", "speed-up", "x", "derived", "best llama.cpp arm's loop time / this arm's (paired turns)"),
     _m("speedup_ci_low", "speed-up CI low", "x", "derived", "lower bound of the 95% bootstrap CI of that speed-up"),

@@ -39,7 +39,6 @@ VERDICT_COLOURS = {
     "not-run": "#9e9e9e",
 }
 SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
-LOG_TICKS = "D2"  # log axes label 1, 2 and 5 of each decade: every digit of a short range would collide
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -194,7 +193,7 @@ def latency(rows: Rows) -> go.Figure:
         fig.add_trace(go.Scatter(x=[i - 0.3, i + 0.3], y=[statistics.median(ys)] * 2, mode="lines", showlegend=False,
                                  line=dict(color="#333", width=2), name=f"{proc} median", hoverinfo="name+y"))
     fig.update_xaxes(tickvals=list(range(len(procs))), ticktext=[str(p) for p in procs], range=[-0.6, len(procs) - 0.4])
-    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_yaxes(type="log")
     fig.update_layout(showlegend=False)
     return fig
 
@@ -252,7 +251,7 @@ def loop_ttft(rows: Rows) -> go.Figure:
                                  name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
                                  hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
                                                "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
-    fig.update_yaxes(type="log", dtick=LOG_TICKS)
+    fig.update_yaxes(type="log")
     fig.update_xaxes(dtick=1)
     return fig
 
@@ -358,7 +357,7 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
         data = rows_of(decl, [f]) if rows is None or decl.rows != "evidence" else rows
         fig = build(data) if data else empty(decl.name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
         fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
-        figs.append((decl.name, fig))
+        figs.append((decl.name, plotstyle.log_ticks(fig)))
     return figs
 
 
@@ -392,17 +391,26 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
 
 def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, list[Finding]]]:
     """The panels of ``probe``'s side-by-side figures, left to right, as (engine, its findings): one panel per
-    engine, version and model (the loop's arms of one engine share it); the claims' subject engine first, then
-    the references by name; an engine's versions and models keep the order given; each of ``engines`` without a
-    finding gets a panel with none."""
+    engine, version and model that ran (the loop's arms of one engine share it), and one for an engine that ran
+    nowhere here, its not-run findings together (a pass for another engine reports it not-run on that pass's model:
+    a second panel would repeat it); the claims' subject engine first, then the references by name; an engine's
+    versions and models keep the order given; each of ``engines`` without a finding gets a panel with none."""
     from . import probes
 
     subject = probes.declared(probe).claim.subject
     groups: dict[tuple[str, str | None, str], list[Finding]] = {}
     for f in findings:
         groups.setdefault((f.engine, f.engine_version, model_of(f)), []).append(f)
+    ran = {f.engine for f in findings if f.verdict != "not-run"}
+    kept: dict[tuple, list[Finding]] = {}
+    for k, fs in groups.items():  # an engine's not-run findings: one slim panel, none beside a panel where it ran
+        if all(f.verdict == "not-run" for f in fs):
+            if k[0] in ran:
+                continue
+            k = (k[0], None, "")
+        kept.setdefault(k, []).extend(fs)
     present = {f.engine for f in findings}
-    return sorted([(k[0], fs) for k, fs in groups.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
+    return sorted([(k[0], fs) for k, fs in kept.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
                   key=lambda c: (c[0] != subject, c[0]))
 
 
@@ -507,8 +515,10 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     palette, colours = plotly.colors.qualitative.Plotly, {}
     for t in fig.data:
         first_seen = t.name not in colours
-        colours.setdefault(t.name, t.marker.color or palette[len(colours) % len(palette)])
-        t.update(legendgroup=t.name, showlegend=first_seen, marker_color=colours[t.name])
+        own = t.marker.color or (t.line.color if "line" in t else None)  # a builder's own colour (a median's grey)
+        colours.setdefault(t.name, own or palette[len(colours) % len(palette)])
+        # an unnamed trace (one series, said by the axis title) stays out of the legend: plotly would call it "trace 0"
+        t.update(legendgroup=t.name, showlegend=first_seen and bool(t.name), marker_color=colours[t.name])
         if "line" in t:
             t.update(line_color=colours[t.name])
     lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
@@ -518,7 +528,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
                       title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
                       margin=dict(l=60, r=20, t=125, b=140),
                       legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
-    return fig
+    return plotstyle.log_ticks(fig)
 
 
 @dataclass(frozen=True)
@@ -542,6 +552,25 @@ def show(fig: go.Figure) -> Shown:
     return Shown(fig)
 
 
+def _house() -> dict:
+    return pio.templates[plotstyle.TEMPLATE].to_plotly_json()
+
+
+def page_script() -> str:
+    """What the report runs once, after plotly.js: the house template, given to each figure :func:`to_div` wrote
+    without one (7 kB a figure, the same in each)."""
+    from plotly.io.json import to_json_plotly
+
+    return ("(function () { var template = " + to_json_plotly(_house()) + "; var plot = Plotly.newPlot;\n"
+            "Plotly.newPlot = function (div, data, layout, config) {\n"
+            "  return plot(div, data, Object.assign({template: template}, layout), config); }; })();")
+
+
 def to_div(fig: go.Figure, div_id: str) -> str:
-    """HTML for the report: the caller's ``div_id`` (deterministic), plotly.js loaded once by the page."""
-    return fig.to_html(include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False})
+    """HTML for the report: the caller's ``div_id`` (deterministic), plotly.js loaded once by the page, and the house
+    template left to :func:`page_script` where the figure wears it."""
+    d = fig.to_plotly_json()
+    if d["layout"].get("template") == _house():
+        d["layout"] = {k: v for k, v in d["layout"].items() if k != "template"}
+    return pio.to_html(d, include_plotlyjs=False, full_html=False, div_id=div_id, config={"displaylogo": False},
+                       validate=False)

@@ -456,6 +456,15 @@ def side_by_side(found: Found) -> list[ProbeFigures]:
     return out
 
 
+def loop_arms(found: Found):
+    """The agentic loop's arms × metrics table (:mod:`workbench.loop.table`) over its findings that stand; None where
+    the loop did not run here."""
+    from .loop.table import arm_table
+
+    table = arm_table(standing_findings(found, "loop"))
+    return table if table.rows or table.not_run else None
+
+
 #: plotly.js's own partial bundle of the traces the report's figures draw (npm's ``plotly.js-basic-dist-min``, MIT,
 #: ``static/plotly-basic.LICENSE``): 1.2 MB where the whole of plotly.js is 4.8 MB. Used only where it is the
 #: plotly.js release the installed plotly writes figures for, and every figure's traces are in it.
@@ -464,15 +473,15 @@ PARTIAL_TRACES = frozenset({"bar", "pie", "scatter"})
 
 
 def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
-    """The plotly.js the page inlines: the partial bundle where it draws every trace, else the whole library."""
+    """The plotly.js the page inlines (the partial bundle where it draws every trace, else the whole library), then
+    the house template its figures share (:func:`workbench.plots.page_script`)."""
     import plotly.offline
 
     partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
     said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
     traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
-    if said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES:
-        return partial
-    return plotly.offline.get_plotlyjs()
+    whole = not (said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES)
+    return f"{plotly.offline.get_plotlyjs() if whole else partial}\n{plots.page_script()}"
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
@@ -517,6 +526,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
         matrix=matrix,
+        arms=loop_arms(found),
         not_run=not_run_engines(found),
         open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],

@@ -4,7 +4,9 @@ figure overlap (read from the DOM's bounding boxes). Screenshots stay in the tes
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,7 @@ from browser.pages import TEXT_BOXES, WIDTHS, overlapping
 from workbench import findings, loop, manifest, probes, report
 
 pytestmark = pytest.mark.slow
+RUN_ENV = "WORKBENCH_REPORT_RUN"  # a run folder whose report the last tests check too (a real make run's)
 
 SMALL = {  # every figure kind, on the tiny synthetic model, sized for seconds
     "retention.pinning_under_pressure": {"pressure": "0.5,2", "expiry_ms": 0, "repeats": 1},
@@ -129,6 +132,59 @@ def test_a_verdict_badge_opens_its_findings_card_with_the_claims_reason(small_ru
     reason = said.locator("td.reason").inner_text()
     assert reason == finding.reason_on("contract.lora") != finding.summary  # the row's own, not the summary
     assert cell.locator(".why").first.get_attribute("title") == reason  # the cell shows the same reason
+    arms = w.page.locator("table.arms")  # the loop's arms × metrics, within the page's width too
+    assert arms.locator("tr").count() == 1 + 3 and "ITL (TPOT) p50" in arms.locator("tr").first.inner_text()
+    assert arms.bounding_box()["x"] + arms.bounding_box()["width"] <= 1024
+    assert w.errors == [] and w.refused == []
+
+
+# every badge of the matrix but not-run's (which link to the list of engines that did not run): its row's claim, its
+# link, the reason its cell shows, and what the card it links to says on that claim (None: no card, or no such row)
+BADGES = """() => [...document.querySelectorAll('table.matrix tr')].flatMap(tr => {
+    const claim = tr.querySelector('td.claim code');
+    return claim ? [...tr.querySelectorAll('a.verdict')].filter(a => !a.textContent.startsWith('not-run'))
+        .map(a => { const href = a.getAttribute('href') || '';
+                    const card = href.startsWith('#finding-') ? document.getElementById(href.slice(1)) : null;
+                    const why = a.nextElementSibling && a.nextElementSibling.classList.contains('why')
+                                ? a.nextElementSibling.getAttribute('title') : null;
+                    const row = card && [...card.querySelectorAll('tr.claim-row')]
+                        .find(r => r.querySelector('code').textContent === claim.textContent);
+                    return {claim: claim.textContent, href: href, why: why,
+                            card: card ? card.tagName : null,
+                            said: row ? row.querySelector('td.reason').textContent : null}; }) : []; })"""
+
+
+def badges_off_their_cards(w) -> tuple[int, list[dict]]:
+    """How many badges there are (not-run's aside), and those that link to no finding's card, or to one that lacks
+    their claim's row or gives another reason than the cell (a subject's cell may lead with why it settles nothing)."""
+    badges = w.page.evaluate(BADGES)
+    return len(badges), [b for b in badges if b["card"] != "SECTION" or not b["said"] or not b["why"]
+                         or not b["why"].endswith(b["said"])]
+
+
+def test_every_badge_lands_on_a_card_that_gives_its_cells_reason(small_run, watched):
+    w = watched(1400, 900)
+    open_report(w, small_run)
+    n, off = badges_off_their_cards(w)
+    assert n >= len(SMALL) and off == []
+
+
+@pytest.mark.skipif(not os.environ.get(RUN_ENV), reason=f"{RUN_ENV} names no run folder (e.g. a make run's)")
+def test_a_named_runs_report_every_badge_lands_on_its_card(watched, tmp_path):
+    """The same on a run folder given by hand, such as a real ``make run``'s (``RUN=runs/latest``): its report
+    redrawn into a copy, every badge checked, and the first clicked."""
+    run = tmp_path / "run"
+    shutil.copytree(os.environ[RUN_ENV], run, ignore=shutil.ignore_patterns("report.html", "*.lock"))
+    report.redraw(run)
+    w = watched(1024, 800)
+    open_report(w, run)
+    n, off = badges_off_their_cards(w)
+    assert n > 0 and off == [], off[:3]
+    badge = w.page.locator("table.matrix a.verdict[href^='#finding-']").last
+    href = badge.get_attribute("href")
+    badge.click()
+    w.page.wait_for_function("(h) => location.hash === h", arg=href)
+    assert w.page.locator("section.card:target").get_attribute("id") == href[1:]
     assert w.errors == [] and w.refused == []
 
 

@@ -37,6 +37,9 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     assert {"drafted", "accepted", "same_tokens_as_reference"} <= set(found["loop.llamacpp-spec"].evidence["columns"])
     # vLLM's CPU attention cannot run the tiny model's head dim 16: its arms say so instead of failing the loop
     assert found["loop.vllm"].verdict == "not-run" and "head dim 16" in found["loop.vllm"].reason
+    # the arms side by side, as serving benchmarks name their numbers, each column's unit and source said once
+    assert "ITL (TPOT) p50 (ms)" in res.output and "output throughput (tok/s)" in res.output
+    assert "timed by the workbench: TTFT p50" in res.output and "engine-read: reuse efficiency" in res.output
     g = found["loop.gate"]
     assert g.verdict == "not-run" and g.engine == "trtllm"
     assert "gpu_layers" in g.reason and "certified model" in g.reason and "llamacpp-spec" in g.reason

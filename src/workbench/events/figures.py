@@ -57,9 +57,10 @@ def loss_curve(rows: Sequence[dict]) -> go.Figure:
     fig = _figure("Consumers on one endpoint: share of the stream each received", "consumer (1 holds the lease)",
                   "events received / stream", None if rows else "no consumers")
     if rows:
-        fig.add_trace(go.Bar(x=[f"{r['consumer']} ({r.get('lease')})" for r in rows],
+        fig.add_trace(go.Bar(name="share received", x=[f"{r['consumer']} ({r.get('lease')})" for r in rows],
                              y=[r["seen_fraction"] for r in rows], marker_color="#1565c0"))
         fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
+        fig.update_layout(showlegend=False)  # one series, which the axis title names
     return fig
 
 

@@ -75,6 +75,10 @@ def _loop_time(df: pd.DataFrame) -> float:
     return float(df["e2e_s"].sum())
 
 
+def _per_s(tokens: float, seconds: float) -> float:
+    return float(tokens / seconds) if seconds > 0 else float("nan")
+
+
 def paired(rows: pd.DataFrame, a: str, b: str, column: str, steps: Sequence[int] | None = None
            ) -> tuple[np.ndarray, np.ndarray]:
     """Column values of arms a and b on the same turns (step order); only ``steps`` when given. An arm paired with
@@ -236,6 +240,9 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
             "unexplained_miss_tokens": int(df["unexplained"].abs().sum()),
             "ttft_p50_s": stats.percentile(df["ttft_s"], 50),
             "ttft_p90_s": stats.percentile(df["ttft_s"], 90),
+            "itl_p50_s": stats.percentile(pd.to_numeric(df["itl_s"], errors="coerce").dropna(), 50),
+            "e2e_p50_s": stats.percentile(df["e2e_s"], 50),
+            "loop_output_tokens_per_s": _per_s(df["decode_tokens"].sum(), _loop_time(df)),
             "loop_time_s": _loop_time(df),
             "greedy_gap_max_sd": float(df["greedy_gap_sd"].max()),
         }, disqualified=barred[name], is_best=name == best)

@@ -1,0 +1,174 @@
+"""The loop's arms side by side: one row per arm that ran, the numbers a serving benchmark reports (TTFT, ITL/TPOT,
+end-to-end time, output tokens/s, as ``vllm bench serve`` and AIPerf name them) beside the loop's own (reuse
+efficiency, the speed-up over the best llama.cpp arm with its bootstrap CI).
+
+Built from the loop's findings (the gate's carries the subject arm's metrics), so ``workbench loop``, notebook 60 and
+the report show the same table. Each column is one metric of :mod:`workbench.metrics` in one unit, stated once in its
+header with where its numbers come from (read from the engine, timed or computed by the workbench); a value whose
+finding records another source than its column's says so beside it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import pandas as pd
+
+from .. import metrics
+from ..findings import Finding
+from ..standing import model_of
+from . import arms as _arms
+from .stats import FEW_TURNS
+
+COLUMNS = ("ttft_p50_s", "ttft_p90_s", "itl_p50_s", "e2e_p50_s", "loop_output_tokens_per_s", "loop_time_s",
+           "reuse_efficiency", "speedup_vs_best_llamacpp")
+SPEEDUP = "speedup_vs_best_llamacpp"
+SOURCE_WORDS = {"engine": "engine-read", "timed": "timed by the workbench", "cell": "the cell's own count",
+                "derived": "computed by the workbench"}
+
+
+@dataclass(frozen=True)
+class Column:
+    tag: str
+    header: str  # the metric's declared header
+    unit: str  # the unit every value of the column is shown in
+    source: str  # the metric's declared source, in words
+
+    @property
+    def title(self) -> str:
+        return f"{self.header} ({self.unit})"
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    arm: str
+    engine: str  # with its version
+    model: str
+    turns: str  # compared of replayed
+    values: tuple[str, ...]  # per column, in its unit; "—" where not recorded
+    best: bool  # the best llama.cpp arm, which the speed-ups are over
+
+
+@dataclass(frozen=True)
+class ArmTable:
+    columns: tuple[Column, ...]
+    rows: tuple[ArmRow, ...]
+    not_run: tuple[tuple[str, str], ...]  # (arm, why it did not run here)
+
+    def frame(self) -> pd.DataFrame:
+        """The table as a DataFrame: a column per metric, titled with its unit."""
+        return pd.DataFrame([{"arm": r.arm + (" (best llama.cpp)" if r.best else ""), "engine": r.engine,
+                              "model": r.model, "turns compared": r.turns,
+                              **{c.title: v for c, v in zip(self.columns, r.values)}} for r in self.rows],
+                            columns=["arm", "engine", "model", "turns compared", *(c.title for c in self.columns)])
+
+    def sources(self) -> list[tuple[str, list[str]]]:
+        """The columns' headers grouped by where their numbers come from (engine-read, timed, computed)."""
+        out: dict[str, list[str]] = {}
+        for c in self.columns:
+            out.setdefault(c.source, []).append(c.header)
+        return list(out.items())
+
+    def legend(self) -> str:
+        """Where each column's numbers come from, in one line."""
+        return "sources: " + "; ".join(f"{source}: {', '.join(hs)}" for source, hs in self.sources())
+
+    def text(self) -> str:
+        """The table as ``workbench loop`` prints it: the rows, then each column's source and the arms not run."""
+        lines = [self.frame().to_string(index=False)] if self.rows else ["no arm ran"]
+        lines.append(self.legend())
+        lines += [f"not run: {arm}: {why}" for arm, why in self.not_run]
+        return "\n".join(lines)
+
+
+def arm_of(f: Finding) -> str | None:
+    """The arm a loop finding is about (the gate's: the subject's arm), None for another finding."""
+    return (f.params or {}).get("arm") if f.probe.startswith("loop.") else None
+
+
+def _display(unit: metrics.Unit, values: Sequence[float]) -> tuple[str, float]:
+    """The unit a column shows its values in, and the factor from the stored unit: seconds as ms where every value is
+    under a second, ratios as %."""
+    if unit is metrics.Unit.SECONDS:
+        return ("ms", unit.convert(1.0, "ms")) if all(abs(v) < 1 for v in values) else ("s", 1.0)
+    if unit is metrics.Unit.RATIO:
+        return "%", unit.convert(1.0, "%")
+    return {metrics.Unit.TIMES: "×", metrics.Unit.TOKENS_PER_S: "tok/s"}.get(unit, unit.value), 1.0
+
+
+def _number(v: float, factor: float, unit: str) -> str:
+    x = v * factor
+    return f"{x:.1f}" if unit == "%" else f"{x:.3g}"
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _speedup(f: Finding, factor: float, unit: str) -> str:
+    """The speed-up with its 95% bootstrap CI, and the turns it is over where they are few (:mod:`.stats`)."""
+    value, low, high = (f.metric(t) for t in (SPEEDUP, "speedup_ci_low", "speedup_ci_high"))
+    if not _finite(value):
+        return "—"
+    text = _number(value, factor, unit)
+    if _finite(low) and _finite(high):
+        text += f" [{_number(low, factor, unit)}, {_number(high, factor, unit)}]"
+        n = f.metric("speedup_turns")
+        if _finite(n) and n < FEW_TURNS:
+            text += f" (CI over {n:g} turn{'s' if n != 1 else ''})"
+    return text
+
+
+def arm_table(found: Sequence[Finding]) -> ArmTable:
+    """The table of the loop findings among ``found`` (the ones that stand: the caller picks them): a row per arm that
+    ran, arms in the registry's order, the claims' subject first; the others listed with why they did not run."""
+    from ..loop import gate
+
+    loop = [(arm_of(f), f) for f in found if arm_of(f)]
+    order = _arms.names()
+    rank = lambda af: (af[0] != gate.GateRule().subject, order.index(af[0]) if af[0] in order else len(order),  # noqa: E731
+                       af[1].engine_version or "", model_of(af[1]))
+    ran = sorted(((a, f) for a, f in loop if f.verdict != "not-run"), key=rank)
+    not_run = tuple(dict.fromkeys((a, _short(f.reason)) for a, f in sorted(loop, key=rank) if f.verdict == "not-run"))
+    columns, cells = [], []
+    for tag in COLUMNS:
+        m = metrics.get(tag)
+        values = [v for _, f in ran if _finite(v := f.metric(tag))]
+        unit, factor = _display(m.unit, values)
+        columns.append(Column(tag, m.header, unit, SOURCE_WORDS[m.source]))
+        cells.append([_cell(f, tag, m, factor, unit) for _, f in ran])
+    rows = tuple(ArmRow(a, f"{f.engine} {f.engine_version or ''}".strip(), model_of(f),
+                        f"{_count(f.metric('compared_turns'))}/{_count(f.metric('turns'))}",
+                        tuple(col[i] for col in cells), _best(f, a))
+                 for i, (a, f) in enumerate(ran))
+    return ArmTable(tuple(columns), rows, not_run)
+
+
+def _cell(f: Finding, tag: str, m: metrics.Metric, factor: float, unit: str) -> str:
+    if tag == SPEEDUP:
+        return _speedup(f, factor, unit)
+    v = f.metric(tag)
+    if not _finite(v):
+        return "—"
+    source = (f.metrics.get(tag) or {}).get("source", m.source)
+    return _number(v, factor, unit) + (f" ({SOURCE_WORDS.get(source, source)})" if source != m.source else "")
+
+
+def _count(v: Any) -> str:
+    return f"{v:g}" if _finite(v) else "—"
+
+
+def _best(f: Finding, arm: str) -> bool:
+    """Whether ``arm`` is the best llama.cpp arm its speed-up was taken over (its CI records the reference)."""
+    return ((f.evidence.get("ci") or {}).get(SPEEDUP) or {}).get("reference") == arm
+
+
+def _short(reason: str | None) -> str:
+    from ..plots import short_reason
+
+    return short_reason(reason, 90)
+
+
+__all__ = ["ArmRow", "ArmTable", "COLUMNS", "Column", "arm_of", "arm_table"]

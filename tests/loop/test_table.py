@@ -1,0 +1,48 @@
+"""The loop's arms × metrics table, over the findings of a real three-turn loop on llama.cpp (TensorRT-LLM's arm not
+run here): a row per arm that ran, each column one declared metric in one unit with its source, CIs labelled."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from workbench import loop, metrics
+from workbench.loop.table import COLUMNS, SOURCE_WORDS, arm_table
+
+
+@pytest.fixture(scope="module")
+def run():
+    return loop.run("claude-code", arms="llamacpp-cold,llamacpp,trtllm", model="synthetic:tiny", sessions=1, turns=3,
+                    threads=1, context_tokens=1024)
+
+
+def test_a_row_per_arm_that_ran_with_the_serving_metrics_in_one_unit_each(run):
+    t = arm_table(run.findings)
+    assert [r.arm for r in t.rows] == ["llamacpp-cold", "llamacpp"]
+    assert t.not_run == (("trtllm", "tensorrt_llm is not installed"),)
+    assert [c.tag for c in t.columns] == list(COLUMNS)
+    for c in t.columns:  # the header and the source are the declaration's, the unit said once in the column's title
+        assert c.header == metrics.get(c.tag).header and c.source == SOURCE_WORDS[metrics.get(c.tag).source]
+    by = {c.tag: c for c in t.columns}
+    assert by["itl_p50_s"].unit == "ms" and by["reuse_efficiency"].unit == "%"  # a CPU turn's gaps: under a second
+    assert by["itl_p50_s"].source == "timed by the workbench" and by["reuse_efficiency"].source == "engine-read"
+    cold = next(f for f in run.findings if f.probe == "loop.llamacpp-cold")
+    row = dict(zip(COLUMNS, t.rows[0].values))
+    assert row["itl_p50_s"] == f"{cold.metric('itl_p50_s') * 1e3:.3g}" and "ms" not in row["itl_p50_s"]
+    assert cold.metric("loop_output_tokens_per_s") == pytest.approx(
+        sum(r["decode_tokens"] for r in cold.evidence["rows"]) / cold.metric("loop_time_s"))
+    assert row["speedup_vs_best_llamacpp"].endswith("(CI over 3 turns)") and " [" in row["speedup_vs_best_llamacpp"]
+    assert t.rows[1].best and not t.rows[0].best  # reuse beats a cold sequence every turn
+    text = t.text()
+    assert "ITL (TPOT) p50 (ms)" in text and "engine-read: reuse efficiency" in text
+    assert "not run: trtllm: tensorrt_llm is not installed" in text
+
+
+def test_a_value_whose_finding_records_another_source_says_so(run):
+    """Reuse efficiency is engine-read where the engine counted the reuse; on the cell's own count the cell says so."""
+    f = next(f for f in run.findings if f.probe == "loop.llamacpp")
+    own = replace(f, metrics=f.metrics | {"reuse_efficiency": f.metrics["reuse_efficiency"] | {"source": "cell"}})
+    row = dict(zip(COLUMNS, arm_table([own]).rows[0].values))
+    assert row["reuse_efficiency"].endswith("(the cell's own count)")
+    assert dict(zip(COLUMNS, arm_table([f]).rows[0].values))["reuse_efficiency"] == f"{f.metric('reuse_efficiency'):.1%}"[:-1]
