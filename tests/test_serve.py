@@ -197,6 +197,15 @@ def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tm
     assert events == {"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:5999"}
 
 
+def test_vllm_serve_runs_its_model_in_the_engine_core_unless_the_user_says_otherwise(tmp_path, monkeypatch):
+    """Two processes per server (front end, engine core), not three: the worker's import of torch and vLLM saved."""
+    req = serve.ServerRequest("vllm-server", str(tmp_path))
+    monkeypatch.delenv("VLLM_ENABLE_V1_MULTIPROCESSING", raising=False)
+    assert vllm_serve(req, 8000, tmp_path).env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    assert "VLLM_ENABLE_V1_MULTIPROCESSING" not in vllm_serve(req, 8000, tmp_path).env
+
+
 def test_trtllm_serve_is_not_run_here_and_says_why():
     from workbench import cells
 
