@@ -4,10 +4,18 @@ nothing left running afterwards."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
 import httpx
 import pytest
 
-from conftest import require_engine
+from conftest import descendants, gone_within, interruptible, require_engine
 from workbench import serve
 from workbench.gateway import experiment
 from workbench.gateway.pool import Pool, PoolSpec
@@ -53,6 +61,7 @@ def test_kv_exact_beats_fullproxy_on_the_engines_count_and_a_wrong_block_size_ga
     happy = experiment.run(pool, sessions, experiment.Plan(repeats=1))
     kv = [r for r in happy.rows if r["shape"] == "kv-exact"]
     assert sum(r["predicted_tokens"] == r["cached_tokens"] for r in kv) >= len(kv) - 1  # the inventory is exact
+    assert happy.gaps == {"ep0": 0, "ep1": 0}  # every endpoint's stream arrived whole (vLLM's sequence numbers)
     out = gr.verdict(happy, p)
     assert out.verdict in ("confirmed", "partial"), out.summary
     assert out.metrics["routing_hit_gain_ci_low"] > 0
@@ -70,3 +79,51 @@ def test_an_endpoint_killed_mid_run_is_dropped_and_its_requests_served_elsewhere
     retried = [r for r in rows if r["retried_from"]]
     assert retried and all(r["retried_from"] == "ep0" and r["endpoint"] == "ep1" for r in retried)
     assert all(r["endpoint"] == "ep1" for r in rows if r["wave"] > 1)
+
+
+INTERRUPTED = textwrap.dedent("""
+    import json, sys, time
+    from workbench import serve
+    from workbench.gateway.pool import Pool, PoolSpec
+    try:
+        with Pool(PoolSpec(2, "vllm-server", "synthetic:cpu", {"context_tokens": 256}), sys.argv[1]):
+            print("ready", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", json.dumps([s.pid for s in serve.live()]), flush=True)
+        time.sleep(600)  # held: whatever still runs now was left by the pool, not by the interpreter's exit
+""")
+
+
+def test_ctrl_c_while_the_pool_starts_leaves_nothing_running(tmp_path):
+    """Ctrl-C once both servers are spawned, long before either is ready: the pool stops both at once (neither
+    gets to serve), with every process each started (vLLM's engine core and worker), before the interrupt leaves
+    it (the child then holds on, so the interpreter's exit hooks stop nothing)."""
+    require_engine("vllm-server")
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=interruptible)
+    try:
+        deadline = time.monotonic() + 300
+        while len(servers := [p for p in descendants(child.pid) if b"vllm" in _cmdline(p)]) < 2:
+            assert child.poll() is None and time.monotonic() < deadline, "the pool never spawned its two servers"
+            time.sleep(0.2)
+        assert not any(_ready(tmp_path / "pool" / n) for n in ("ep0", "ep1"))
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline()
+        assert line == "interrupted []\n", line  # the pool let go of every server it had started
+        assert gone_within(30, servers + descendants(child.pid)) == []
+        assert not any(_ready(tmp_path / "pool" / n) for n in ("ep0", "ep1"))  # stopped, not waited for
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _ready(folder: Path) -> bool:
+    """Whether the server logging in ``folder`` already said it serves (the interrupt would then not be mid-start)."""
+    return any("Starting vLLM server" in f.read_text(errors="replace") for f in folder.glob("*.log"))

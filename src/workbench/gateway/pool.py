@@ -19,6 +19,7 @@ Endpoints on several machines (the Ray fleet) are not pooled yet: every endpoint
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -26,7 +27,7 @@ import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -102,6 +103,32 @@ def _closing(started: Future) -> Iterator[None]:
             cell.close()
 
 
+@contextlib.contextmanager
+def started(opens: Mapping[str, Callable[[], Cell]], folder: Path) -> Iterator[dict[str, Cell]]:
+    """Open every cell of ``opens`` side by side (a served cell starts its server as it opens: seconds each, so
+    one after another would add them up) and yield them by name; every cell that started is closed on leaving,
+    whichever start failed. An interrupt or a failed start stops at once the servers still starting whose log lies
+    under ``folder`` (their starts then end as servers that died, instead of waiting to be ready only to be
+    closed)."""
+    with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(opens), thread_name_prefix="workbench-start") as ex:
+        futures = {n: ex.submit(f) for n, f in opens.items()}
+        for fut in futures.values():
+            stack.enter_context(_closing(fut))
+        try:
+            cells_by_name = {n: fut.result() for n, fut in futures.items()}
+        except BaseException:
+            _stop_starting(folder)
+            raise
+        yield cells_by_name
+
+
+def _stop_starting(folder: Path) -> None:
+    root = Path(folder).resolve()
+    for server in serve.live():
+        if root in Path(server.log_path).resolve().parents:
+            server.stop(grace_s=5.0)
+
+
 class Pool:
     """``with Pool(spec, run_dir) as pool:`` — the endpoints, started in parallel and stopped on leaving."""
 
@@ -123,27 +150,16 @@ class Pool:
 
     def __enter__(self) -> "Pool":
         names = [f"ep{i}" for i in range(self.spec.size)]
-        with ThreadPoolExecutor(len(names), thread_name_prefix="workbench-pool") as starter:  # side by side
-            try:
-                futures = {n: starter.submit(self._open, n) for n in names}
-                for n, fut in futures.items():  # each started cell is closed on leaving, whichever failed
-                    self._stack.enter_context(_closing(fut))
-                for n, fut in futures.items():
-                    self.endpoints[n] = self._endpoint(n, fut.result())
-            except BaseException:
-                self._stop_starting()
-                self._stack.close()
-                raise
+        try:
+            cells_by_name = self._stack.enter_context(
+                started({n: functools.partial(self._open, n) for n in names}, self.run_dir / "pool"))
+            for n in names:
+                self.endpoints[n] = self._endpoint(n, cells_by_name[n])
+        except BaseException:
+            self._stack.close()
+            raise
         self.t0 = time.monotonic()
         return self
-
-    def _stop_starting(self) -> None:
-        """Stop the servers this pool's threads are still starting (an interrupt or a failed start): each start then
-        ends at once, as a server that died, instead of waiting to be ready only to be closed."""
-        folder = (self.run_dir / "pool").resolve()
-        for server in serve.live():
-            if folder in Path(server.log_path).resolve().parents:
-                server.stop(grace_s=5.0)
 
     def _endpoint(self, name: str, cell: Cell) -> Endpoint:
         d = cell.describe()

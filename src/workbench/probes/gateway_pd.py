@@ -15,15 +15,19 @@ no early exit.
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
+import functools
+import time
 from dataclasses import dataclass
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from .. import cells
 from ..contract import Cell, UnsupportedFeature
+from ..cells.served import default_log_dir
 from ..gateway import pd
+from ..gateway.pool import started
 from ..registry import UnknownName
 from . import SEED, TOKENS, Bound, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, token_ids
@@ -93,21 +97,17 @@ def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
     store = ctx.scratch("workbench-pd-")
     context = -(-(p.prompt_tokens + p.max_tokens + 1) // 32) * 32
     opts = {"context_tokens": context, "kv_budget_tokens": 4 * context} | ctx.fixed_threads(1) | ctx.cell_options
-    sides = [cells.open_cell(engine, ctx.model, **(opts | wire.cell_options(role, store)))
-             for role in ("context", "generation")]
-    # both start at once, the generation side from a worker thread
-    with ThreadPoolExecutor(1) as starter:
-        try:
-            started = starter.submit(sides[1].__enter__)
-            sides[0].__enter__()
-            started.result()
-            if ctx.description is None:
-                ctx.description, ctx.resolved = sides[0].describe(), getattr(sides[0], "model", None)
-            with httpx.Client(timeout=600.0) as client:
-                yield Pair(sides[0], sides[1], wire, wire.store(store), client)
-        finally:
-            for cell in sides:
-                cell.close()
+    logs = Path(opts.get("log_dir") or default_log_dir()) / f"pd-{time.time_ns()}"
+
+    def side(role: str) -> Callable[[], Cell]:
+        return functools.partial(cells.open_cell, engine, ctx.model,
+                                 **(opts | wire.cell_options(role, store) | {"log_dir": str(logs / role)}))
+
+    with started({role: side(role) for role in ("context", "generation")}, logs) as sides, \
+            httpx.Client(timeout=600.0) as client:
+        if ctx.description is None:
+            ctx.description, ctx.resolved = sides["context"].describe(), getattr(sides["context"], "model", None)
+        yield Pair(sides["context"], sides["generation"], wire, wire.store(store), client)
 
 
 class PdShape(Probe):

@@ -183,6 +183,8 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
                 "(learned from the engine's events at admission)"),
              "hit rate: engine-read cached_tokens / prompt tokens; best placement and predicted hits are "
              "workbench-computed; TTFT is timed by the gateway around the stream",
+             "event gaps per endpoint (the engine's own sequence numbers; a gap clears that inventory): "
+             + (", ".join(f"{n} {g}" for n, g in result.gaps.items()) or "not read"),
              *(said or [])]
     return Outcome(d.verdict, explain(d, s, result.rule_block), metrics, rows, notes, dict(d.claim_verdicts),
                    d.rests_on)

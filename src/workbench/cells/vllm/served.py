@@ -107,6 +107,13 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
         argv += ["--api-key", req.api_key]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
+    # the model runs inside the engine core (UniProcExecutor) instead of a worker process of its own: one import of
+    # torch and vLLM fewer per start (of three: front end, engine core, worker). The CPU platform forces its MP
+    # executor only while this is 1, to set OpenMP's binding in the worker (vllm/platforms/cpu.py,
+    # check_and_update_config); the binding is off here (nobind) and the threads set above. The front end still
+    # runs the engine core as a process of its own (AsyncLLM: make_async_mp_client). A user's own setting wins.
+    if "VLLM_ENABLE_V1_MULTIPROCESSING" not in os.environ:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if o.get("hash_seed") is not None:  # vLLM derives NONE_HASH, the root of every block hash, from it
         env["PYTHONHASHSEED"] = str(o["hash_seed"])
     # its front end and engine core talk over unix sockets named ipc://$VLLM_RPC_BASE_PATH/<uuid>
