@@ -183,7 +183,7 @@ def test_side_by_side_draws_one_panel_per_engine_subject_first():
         assert len(titles) == 3 and len([k for k in fig.layout if k.startswith("xaxis")]) == 3
         assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
         assert "subject" in titles[0] and all("reference" in t for t in titles[1:])
-        assert all(" · probe v" in t for t in titles)  # which run each panel shows: date and probe version
+        assert all(" · probe v" in t.replace("<br>", " ") for t in titles)  # which run each panel shows: date and probe version
         assert "0.3.36" in titles[1] and "0.32.0" in titles[2] and "synthetic:tiny" in titles[2]
         assert drawn_on(fig) == ["x2", "x3"]  # both engines that ran draw their own panel, not one of them
 
@@ -340,3 +340,18 @@ def test_an_engine_gets_one_panel_for_its_not_run_findings_and_none_beside_one_w
     assert [f.verdict for f in dict(cols)["vllm"]] == ["confirmed"] and len(dict(cols)["trtllm"]) == 2
     for _, fig in plots.side_by_side(probe, fs, ["llamacpp", "trtllm"]):
         assert len(panels(fig)) == 3
+
+
+def test_a_loop_speed_up_whose_arms_share_few_turns_says_so_once_under_the_axis():
+    """Said under each of five arms, the two-line ticks ran into one another on the real report at 1024 px."""
+    rows = [{"arm": arm, "speedup_vs_best_llamacpp": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1,
+             "speedup_turns": 3} for arm in ("a", "b")]
+    fig = plots.loop_speedup(rows)
+    assert fig.layout.xaxis.title.text == "arm (CI over 3 turns)" and fig.layout.xaxis.ticktext is None
+
+
+def test_a_panel_title_is_wrapped_to_its_column_the_engine_line_whole():
+    title = "<b>llamacpp</b> 0.3.36 · reference<br>SmolLM2-135M-Instruct-Q4_1 · inconclusive<br>2026-12-07 · probe v4"
+    lines = plots._fit(title, 0.15).split("<br>")
+    assert lines[0] == "<b>llamacpp</b> 0.3.36 · reference" and len(lines) > 3
+    assert max(len(x) for x in lines[1:]) <= int(0.15 * plots.NARROWEST_PLOT_PX / plots.CHAR_PX)

@@ -307,9 +307,13 @@ def loop_speedup(rows: Rows) -> go.Figure:
                          error_y=dict(type="data", symmetric=False, array=[r[high] - r[value] for r in ran],
                                       arrayminus=[r[value] - r[low] for r in ran])))
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
-    fig.update_xaxes(tickmode="array", tickvals=[r["arm"] for r in ran], ticktext=[
-        r["arm"] + (f"<br>CI over {r['speedup_turns']:g} turns" if r.get("speedup_turns", FEW_TURNS) < FEW_TURNS
-                    else "") for r in ran])
+    few = {r["speedup_turns"] for r in ran if r.get("speedup_turns", FEW_TURNS) < FEW_TURNS}
+    if len(few) == 1 and all(r.get("speedup_turns") in few for r in ran):  # said once, under the axis
+        fig.update_xaxes(title_text=f"arm (CI over {few.pop():g} turns)")
+    else:  # under each arm whose CI is over few turns (a two-line tick ran into its neighbours when said by all)
+        fig.update_xaxes(tickmode="array", tickvals=[r["arm"] for r in ran], ticktext=[
+            r["arm"] + (f"<br>CI over {r['speedup_turns']:g} turns" if r.get("speedup_turns", FEW_TURNS) < FEW_TURNS
+                        else "") for r in ran])
     fig.update_layout(showlegend=False)
     return fig
 
@@ -438,6 +442,18 @@ def short_reason(reason: str | None, width: int = 60) -> str:
     return head if len(head) <= width else head[:width - 1].rstrip() + "…"
 
 
+NARROWEST_PLOT_PX, CHAR_PX = 880, 7  # a figure's plot area on the narrowest page checked (1024 px); a 12 px character
+
+
+def _fit(title: str, share: float) -> str:
+    """A panel title's lines wrapped to what its column holds on the narrowest page (its ``share`` of the plot
+    area): plotly centres a subplot title on its column and never wraps it, so a long line ran into the next
+    panel's title. The first line (the engine, in bold) stays whole."""
+    chars = max(10, int(share * NARROWEST_PLOT_PX / CHAR_PX))
+    head, *rest = title.split("<br>")
+    return "<br>".join([head] + [w for line in rest for w in textwrap.wrap(line, chars) or [""]])
+
+
 def _wrapped(text: str, width: int = 42) -> str:
     """Plotly does not wrap text: a third of a page holds about 42 characters a line."""
     return "<br>".join(textwrap.wrap(text, width))
@@ -496,8 +512,10 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
     shared = len(drawn) > 1 and not lanes
     widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
-    fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=list(titles), column_widths=widths,
-                             horizontal_spacing=0.13 if lanes else 0.07)
+    spacing = 0.13 if lanes else 0.07
+    titles = [_fit(t, w / sum(widths) * (1 - spacing * (len(panels) - 1))) for t, w in zip(titles, widths)]
+    fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=titles, column_widths=widths,
+                             horizontal_spacing=spacing)
     fig.update_annotations(font_size=12)  # the panel titles
     for col, p in enumerate(panels, 1):
         for t in p.data:
@@ -526,7 +544,7 @@ def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> 
     # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
     fig.update_layout(height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
                       title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
-                      margin=dict(l=60, r=20, t=125, b=140),
+                      margin=dict(l=60, r=20, t=70 + 16 * max(t.count("<br>") + 1 for t in titles), b=140),
                       legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
     return plotstyle.log_ticks(fig)
 
