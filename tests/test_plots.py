@@ -90,11 +90,23 @@ def test_notebook_bundle_is_offline_and_deterministic():
     assert len(json.dumps(bundles)) < 100_000  # no plotly.js in the notebook
 
 
+def test_page_script_packs_plotlyjs_and_keeps_its_licence_readable():
+    import base64
+    import gzip
+
+    js = "/**\n* plotly.js v0 (MIT)\n*/\nwindow.Plotly = {};"
+    script = plots.page_script(js)
+    assert script.startswith("/**\n* plotly.js v0 (MIT)\n*/\n")  # the licence header, as the bundle has it
+    packed = re.search(r'var packed = "([^"]+)"', script).group(1)
+    assert gzip.decompress(base64.b64decode(packed)).decode() == js  # unpacked in the page by DecompressionStream
+    assert script == plots.page_script(js)  # byte-identical across runs (gzip's mtime 0)
+
+
 def test_report_div_uses_the_given_id_and_no_script_source():
     div = plots.to_div(plots.survival(RETENTION_ROWS), "wb-fig-0-x")
     assert re.findall(r'<div id="([^"]+)"', div) == ["wb-fig-0-x"]
     assert "<script src" not in div
-    assert '"template"' not in div and "var template = {" in plots.page_script()  # the house template once, for the page
+    assert '"template"' not in div and "var template = {" in plots.page_script("")  # the house template once, for the page
     own = plots.survival(RETENTION_ROWS).update_layout(template="plotly_dark")
     assert '"template"' in plots.to_div(own, "wb-fig-0-y")  # another template stays with its figure
 

@@ -473,15 +473,15 @@ PARTIAL_TRACES = frozenset({"bar", "pie", "scatter"})
 
 
 def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
-    """The plotly.js the page inlines (the partial bundle where it draws every trace, else the whole library), then
-    the house template its figures share (:func:`workbench.plots.page_script`)."""
+    """The script that brings the page its plotly.js (the partial bundle where it draws every trace, else the whole
+    library) and the house template its figures share (:func:`workbench.plots.page_script`)."""
     import plotly.offline
 
     partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
     said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
     traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
     whole = not (said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES)
-    return f"{plotly.offline.get_plotlyjs() if whole else partial}\n{plots.page_script()}"
+    return plots.page_script(plotly.offline.get_plotlyjs() if whole else partial)
 
 
 def _records(df: pd.DataFrame) -> list[dict]:
