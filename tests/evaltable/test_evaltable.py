@@ -19,7 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import require_engine
-from workbench import findings, serve, settle
+from workbench import findings, probes, serve, settle
+from workbench.metrics import Support
 from workbench.cli import app
 from workbench.evaltable import aiperf, backends, exports, finding, run as evaltable
 from workbench.evaltable.exports import Request
@@ -147,6 +148,21 @@ def test_the_servers_metrics_counter_rests_beside_the_per_request_counts(cached,
     assert all(s.holds(values[s.metric]) for s in rests) and ("disagree" in words) == (verdict == "inconclusive")
 
 
+@pytest.mark.parametrize("caching, rests, why", [
+    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), ""),
+    (True, ("engine_repeat_prefix_cached",), "does not rest on it"),  # a disagreeing /metrics reading left aside
+    (False, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "exploratory: prefix_caching=False")])
+def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(caching, rests, why):
+    """What settle re-checks in a stored finding (a reviewer's case: /metrics recorded at 0, the verdict resting on
+    the per-request count alone, would have settled as confirmed)."""
+    values = {"engine_repeat_prefix_cached": 1.0, "engine_metrics_prefix_cached": 1.0 if len(rests) == 2 else 0.0}
+    o = probes.Outcome("confirmed", "x", values, [{"repeat": True}],
+                       rests_on=tuple(Support(m, ">=", finding.COVER) for m in rests))
+    f = finding._as_finding(o, finding.Served("llamacpp-server", "b1", caching, 1024), None, {"model": "m"})
+    said = settle.unsettled(f, finding.CLAIM)
+    assert (said == ()) if not why else any(why in s for s in said), said
+
+
 def _measured(doc: dict, backend: str) -> dict:
     return {(r["workload"], r["concurrency"]): r for r in doc["rows"] if r["backend"] == backend}
 
@@ -157,10 +173,13 @@ def _caching_finding(folder: Path, engine: str) -> findings.Finding:
     return found[0]
 
 
-def _settles(f: findings.Finding) -> None:
+def _settles(f: findings.Finding, fault: bool = False) -> None:
     """The verdict re-derives from what the finding recorded (workbench.settle), resting on the server's two
-    counts: each response's cached tokens and its /metrics counter over the same runs."""
-    assert settle.unsettled(f, finding.CLAIM) == ()
+    counts: each response's cached tokens and its /metrics counter over the same runs; a run with caching off
+    (the fault) settles nothing, as exploratory, and for that reason only."""
+    said = settle.unsettled(f, finding.CLAIM)
+    assert said == (() if not fault else tuple(s for s in said if s.startswith("exploratory: prefix_caching=False"))), said
+    assert bool(said) == fault
     assert {s["metric"] for s in f.rests_on} == {"engine_repeat_prefix_cached", "engine_metrics_prefix_cached"}
     assert all(f.metrics[s["metric"]]["source"] == "engine" for s in f.rests_on)
 
@@ -253,7 +272,7 @@ def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_w
     f = _caching_finding(out, "llamacpp-server")
     assert f.verdict == "refuted" and f.params["prefix_caching"] is False, f.summary
     assert f.metric("engine_repeat_prefix_cached") == 0 and f.metric("engine_metrics_cached_tokens") == 0
-    _settles(f)
+    _settles(f, fault=True)
 
 
 @pytest.mark.slow
@@ -276,7 +295,7 @@ def test_a_small_table_against_vllm_serve(tmp_path, caching):
     f = _caching_finding(tmp_path, "vllm-server")
     assert f.verdict == ("confirmed" if caching else "refuted"), f.summary
     assert (f.metric("engine_metrics_cached_tokens") > 0) == caching and f.params["prefix_caching"] is caching
-    _settles(f)
+    _settles(f, fault=not caching)
 
 
 def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside_the_runs_findings(tmp_path, some_aiperf):

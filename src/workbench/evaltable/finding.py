@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .. import environment, findings, probes
+from .. import claims, environment, findings, probes
 from ..metrics import Support
 from ..probes import Declared, Figure, Outcome
 from .backends import Counters
@@ -34,6 +34,7 @@ CLAIM = "seed004.prefix_caching"
 PROBE = "evaltable.prefix_caching"
 COVER = 0.5  # repeats' median cached tokens / shared prefix tokens at or above which the prefix was reused
 RESAMPLES, LEVEL = 2000, 0.95
+METRICS_READING = "engine_metrics_prefix_cached"  # the server's /metrics counter: the second engine reading
 
 
 class PrefixCaching(Declared):
@@ -48,6 +49,21 @@ class PrefixCaching(Declared):
 
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         return "workbench evaltable (AIPerf's per-request records)"
+
+    def outcome_defaults(self) -> dict[str, bool]:
+        """A table run with the server's prefix caching off (the fault) refutes by construction: exploratory."""
+        return {"prefix_caching": True}
+
+    def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
+        """The rule's, and: a /metrics reading the finding recorded is one its verdict rests on (resting on the
+        per-request counts alone is for a server whose /metrics did not answer; a reading that disagrees makes
+        the verdict inconclusive, never one left aside)."""
+        why = super().rederive(f, claim)
+        rested = {s.metric for s in f.supports_of(claim.id)} if not why else set()
+        if not why and METRICS_READING in f.metrics and f.verdict_on(claim.id) in ("confirmed", "refuted") \
+                and METRICS_READING not in rested:
+            why.append(f"its /metrics reading ({METRICS_READING}) was recorded, but the verdict does not rest on it")
+        return why
 
 
 @dataclass(frozen=True)

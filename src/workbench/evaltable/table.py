@@ -135,9 +135,11 @@ def in_run(run: Path) -> list[tuple[Path, dict, list[list[str]]]]:
     for path in sorted(run.glob("evaltable/*/evaltable.json")):
         try:
             doc, rows = read(path)
-        except (OSError, ValueError, KeyError, TypeError):
+            if doc.get("schema") != SCHEMA:
+                continue
+            out.append((path, doc.get("setup", {}), text_rows(rows)))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        out.append((path, doc.get("setup", {}), text_rows(rows)))
     return out
 
 
