@@ -417,6 +417,22 @@ def test_the_jobs_of_an_engine_that_times_nothing_here_run_first_the_summary_las
     assert [j.planned.key for j in runner.untimed_first(jobs, frozenset())] == keys
 
 
+@pytest.mark.parametrize("options, untimed", [(None, {"trtllm-serve"}), ({"endpoint": "http://10.0.0.2:8000"}, set()),
+                                             ('{"endpoint": "http://10.0.0.2:8000"}', set()), ("{not json", set())])
+def test_a_tensorrt_llm_job_at_an_endpoint_is_timed_work_even_without_a_local_gpu(tmp_path, monkeypatch, options,
+                                                                                  untimed):
+    """trtllm-serve at ``endpoint`` runs real probes on a GPU elsewhere: its jobs wait for the imports like any
+    timed job (a reviewer's case: they were moved up beside vLLM's import for want of a local GPU)."""
+    from dataclasses import replace
+
+    monkeypatch.setattr(runner, "untimed_here", lambda e: e in ("trtllm", "trtllm-serve"))  # no GPU here
+    nbs = _notebooks(tmp_path, {"50_probe": "prints_parameters"}, {})
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm-serve"], "synthetic:tiny", notebooks_dir=nbs)
+    jobs = [replace(j, planned=replace(j.planned, parameters={**j.planned.parameters, "cell_options": options}))
+            if runner._engine(j) == "trtllm-serve" and options is not None else j for j in jobs]
+    assert runner.untimed_engines(jobs) == untimed
+
+
 def test_an_unknown_per_batch_value_is_refused_naming_the_notebook(tmp_path):
     nbs = _notebooks(tmp_path, {"odd": "prints_parameters"}, {"odd": "sometimes"})
     with pytest.raises(runner.RunError, match=r"odd.ipynb: metadata.workbench.per_batch is 'sometimes'; use one of first, last"):

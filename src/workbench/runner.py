@@ -271,7 +271,7 @@ class LocalExecutor(Executor):
             models.check(spec)
 
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
-        untimed = frozenset(e for e in {_engine(j) for j in jobs} if untimed_here(e))
+        untimed = untimed_engines(jobs)
         jobs = untimed_first(jobs, untimed)
         with _Forkservers(out / "logs", untimed) as servers:
             for i, job in enumerate(jobs):
@@ -285,6 +285,20 @@ class LocalExecutor(Executor):
 
 def _engine(job: Job) -> str:
     return str(job.planned.parameters.get("engine", ""))
+
+
+def untimed_engines(jobs: Sequence[Job]) -> frozenset[str]:
+    """The engines whose jobs can only report not-run here (:func:`~workbench.executors.untimed_here`). One with a
+    job at an ``endpoint`` (a served cell on a GPU elsewhere) times real probes on the claims' subject: never."""
+    def remote(job: Job) -> bool:
+        options = job.planned.parameters.get("cell_options") or {}
+        try:
+            return "endpoint" in (json.loads(options) if isinstance(options, str) else options)
+        except ValueError:  # the notebook refuses it in one line; here it only must not count as untimed
+            return True
+
+    at_endpoint = {_engine(j) for j in jobs if remote(j)}
+    return frozenset(e for e in {_engine(j) for j in jobs} - at_endpoint if untimed_here(e))
 
 
 def untimed_first(jobs: Sequence[Job], untimed: frozenset[str]) -> list[Job]:
