@@ -215,7 +215,7 @@ def turn(arm, step, e2e, *, asked=200, got=200, finish="length", gap=0.0, stop=3
     """One hand-built, scored (turn, arm) row with the columns :func:`loop.run` writes."""
     return {"arm": arm, "step": step, "max_tokens": asked, "decode_tokens": got, "finish": finish,
             "greedy_gap_sd": gap, "greedy_gap_at": 0, "stop_gap_sd": stop, "e2e_s": e2e, "ttft_s": e2e / 10,
-            "decode_s": e2e * 0.9, "prompt": 1000, "theoretical": 900, "reused": 900, "computed": 100, "unexplained": 0,
+            "decode_s": e2e * 0.9, "itl_s": e2e * 0.9 / max(got - 1, 1), "prompt": 1000, "theoretical": 900, "reused": 900, "computed": 100, "unexplained": 0,
             "reuse_source": "engine", "speculation_source": "none", "drafted": 0, "accepted": 0, "drafted_steps": 0,
             "engine_resident": None, "held_after": 0, "engine_lost_before": 0, "same_tokens_as_reference": True,
             "own_copy_fraction": 0.0}
