@@ -451,7 +451,7 @@ def _fit(title: str, share: float) -> str:
     panel's title. The first line (the engine, in bold) stays whole."""
     chars = max(10, int(share * NARROWEST_PLOT_PX / CHAR_PX))
     head, *rest = title.split("<br>")
-    return "<br>".join([head] + [w for line in rest for w in textwrap.wrap(line, chars) or [""]])
+    return "<br>".join([head] + [w for line in rest for w in textwrap.wrap(line, chars, break_on_hyphens=False) or [""]])
 
 
 def _wrapped(text: str, width: int = 42) -> str:
