@@ -312,8 +312,8 @@ def loop_speedup(rows: Rows) -> go.Figure:
         fig.update_xaxes(title_text=f"arm (CI over {few.pop():g} turns)")
     else:  # under each arm whose CI is over few turns (a two-line tick ran into its neighbours when said by all)
         fig.update_xaxes(tickmode="array", tickvals=[r["arm"] for r in ran], ticktext=[
-            r["arm"] + (f"<br>CI over {r['speedup_turns']:g} turns" if r.get("speedup_turns", FEW_TURNS) < FEW_TURNS
-                        else "") for r in ran])
+            r["arm"] + (f"<br>CI over {r['speedup_turns']:g} turns" if r.get("speedup_turns") in few else "")
+            for r in ran])
     fig.update_layout(showlegend=False)
     return fig
 

@@ -60,8 +60,13 @@ def interval(e: Mapping) -> str:
     """An estimate as the loop shows it, ``1.5× [1.2, 1.8]``, with ``(CI over 3 turns)`` where its ``n`` is
     below :data:`FEW_TURNS` (an estimate dict without ``n`` is shown without it)."""
     text = f"{e['value']:.3g}× [{e['low']:.3g}, {e['high']:.3g}]"
-    n = e.get("n")
-    return text + (f" (CI over {n} turn{'s' if n != 1 else ''})" if n is not None and n < FEW_TURNS else "")
+    return text + few_turns(e.get("n"))
+
+
+def few_turns(n: float | None) -> str:
+    """`` (CI over 3 turns)`` where ``n`` is below :data:`FEW_TURNS` (too few to read the CI as its level), else
+    nothing: the one wording of the label wherever the loop shows a CI."""
+    return f" (CI over {n:g} turn{'s' if n != 1 else ''})" if n is not None and n < FEW_TURNS else ""
 
 
 def ratio_of_sums(num: np.ndarray, den: np.ndarray) -> float:
@@ -80,4 +85,4 @@ def percentile(values: Sequence[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if len(values) else float("nan")
 
 
-__all__ = ["Estimate", "FEW_TURNS", "bootstrap", "interval", "median_ratio", "percentile", "ratio_of_sums"]
+__all__ = ["Estimate", "FEW_TURNS", "bootstrap", "interval", "few_turns", "median_ratio", "percentile", "ratio_of_sums"]

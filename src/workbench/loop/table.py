@@ -20,7 +20,7 @@ from .. import metrics
 from ..findings import Finding
 from ..standing import model_of
 from . import arms as _arms
-from .stats import FEW_TURNS
+from .stats import few_turns
 
 COLUMNS = ("ttft_p50_s", "ttft_p90_s", "itl_p50_s", "e2e_p50_s", "loop_output_tokens_per_s", "loop_time_s",
            "reuse_efficiency", "speedup_vs_best_llamacpp")
@@ -116,8 +116,7 @@ def _speedup(f: Finding, factor: float, unit: str) -> str:
     if _finite(low) and _finite(high):
         text += f" [{_number(low, factor, unit)}, {_number(high, factor, unit)}]"
         n = f.metric("speedup_turns")
-        if _finite(n) and n < FEW_TURNS:
-            text += f" (CI over {n:g} turn{'s' if n != 1 else ''})"
+        text += few_turns(n if _finite(n) else None)
     return text
 
 
