@@ -9,8 +9,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ..loop.stats import bootstrap
-
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 
@@ -21,6 +19,9 @@ def _ci(stat: Callable[..., float], *samples: np.ndarray, seed: int = 0) -> tupl
     value = float(stat(*samples))
     if len(samples[0]) < 2 or all(np.ptp(s) == 0 for s in samples):
         return value, value, value
+    from ..loop.stats import bootstrap  # here: the loop package imports scipy.stats (seconds), which a process
+    # that only reads the routing probe's declarations (a notebook drawing its figures) never needs
+
     e = bootstrap(samples, stat, resamples=RESAMPLES, level=CONFIDENCE, seed=seed)
     return (value, e.low, e.high) if np.isfinite(e.low) and np.isfinite(e.high) else (value, value, value)
 

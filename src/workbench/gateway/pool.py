@@ -179,7 +179,11 @@ class Pool:
         return [e for e in self.endpoints.values() if e.alive]
 
     def pump(self, timeout_s: float = 0.3) -> int:
-        return sum(len(e.pump(timeout_s, self.t0)) for e in self.alive())
+        """Every alive endpoint's pump, side by side (each waits for its stream to settle: one after another, the
+        waits would add up after every wave); the events applied."""
+        alive = self.alive()
+        with ThreadPoolExecutor(max(len(alive), 1), thread_name_prefix="workbench-pump") as ex:
+            return sum(len(got) for got in ex.map(lambda e: e.pump(timeout_s, self.t0), alive))
 
     def hasher(self, block_size: int | None = None) -> Hasher:
         """The rule's hasher: the engine's scheme as the first endpoint declares it, at ``block_size`` tokens per
