@@ -11,6 +11,7 @@ from workbench.events import lease
 from workbench.events.consumer import Consumer
 from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory
+from workbench.events.sources import Lossy
 
 
 @pytest.fixture(autouse=True)
@@ -96,3 +97,21 @@ def test_a_gap_follows_the_declared_policy(policy, buffer_from, expect, kept, ca
     assert c.timeline[-1].cause == cause
     assert (c.inventory.predict(list(range(10, 15))) == 4) is kept
     assert c.inventory.predict(list(range(30, 35))) == 4  # the event after the gap is always applied
+
+
+def test_a_lossy_source_drops_whole_batches_even_across_polls_and_replays_from_its_source():
+    """vLLM numbers batches (every event of one shares its number): the fault drops the next n numbers whole, the
+    part of a batch that arrives in the next poll included, and a replay still asks the source."""
+    h = VllmHasher(4)
+    evs = [_ev(i, list(range(10 * i, 10 * i + 5)), h) for i in range(4)]
+    twin = KvEvent("stored", 1, (7,), None, ((1, 2, 3, 4),))  # batch 1's second event, in the next poll
+    lossy = Lossy(ScriptedSource([[evs[0]], [evs[1]], [twin, evs[2]], [evs[3]]], evs))
+    assert [e.event_id for e in lossy.poll()] == [0]
+    lossy.lose(1)
+    assert [e.event_id for e in lossy.poll() + lossy.poll() + lossy.poll()] == [2, 3] and lossy.dropped == [1]
+    c = Consumer(Lossy(ScriptedSource([[evs[0]], [evs[1]], [evs[2], evs[3]]], evs)), Inventory(h), "replay")
+    c.pump()
+    c.source.lose(1)
+    c.pump(), c.pump()
+    assert [m.kind for m in c.timeline if m.kind != "events"] == ["gap", "replayed"]
+    assert c.inventory.predict(list(range(10, 15))) == 4  # the lost batch, back from the replay

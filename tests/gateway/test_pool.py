@@ -13,24 +13,28 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 from conftest import descendants, gone_within, interruptible, require_engine
 from workbench import serve
 from workbench.gateway import experiment
+from workbench.gateway.client import complete
 from workbench.gateway.pool import Pool, PoolSpec
 from workbench.gateway.router import Router
 from workbench.gateway.workload import BestPlacement, Fault, Request, run_shape, sessions_from_trace, waves
 from workbench.probes import gateway_routing as gr
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+REPLAY_STEPS = 4  # batches each endpoint's publisher keeps for replay: small, so a longer loss outruns it
 
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     require_engine("vllm-server")
     folder = tmp_path_factory.mktemp("gateway")
-    spec = PoolSpec(2, "vllm-server", "synthetic:cpu", {"kv_budget_tokens": 16384, "context_tokens": 2048})
+    spec = PoolSpec(2, "vllm-server", "synthetic:cpu", {"kv_budget_tokens": 16384, "context_tokens": 2048},
+                    replay_steps=REPLAY_STEPS)
     with Pool(spec, folder) as p:
         servers = [e.cell.server for e in p.endpoints.values()]
         yield p
@@ -61,13 +65,43 @@ def test_kv_exact_beats_fullproxy_on_the_engines_count_and_a_wrong_block_size_ga
     happy = experiment.run(pool, sessions, experiment.Plan(repeats=1))
     kv = [r for r in happy.rows if r["shape"] == "kv-exact"]
     assert sum(r["predicted_tokens"] == r["cached_tokens"] for r in kv) >= len(kv) - 1  # the inventory is exact
-    assert happy.gaps == {"ep0": 0, "ep1": 0}  # every endpoint's stream arrived whole (vLLM's sequence numbers)
+    assert {n: g["gaps"] for n, g in happy.gaps.items()} == {"ep0": 0, "ep1": 0}  # every stream arrived whole
     out = gr.verdict(happy, p)
     assert out.verdict in ("confirmed", "partial"), out.summary
     assert out.metrics["routing_hit_gain_ci_low"] > 0
     fault = gr.verdict(experiment.run(pool, sessions, experiment.Plan(repeats=1, rule_block=16)), p)
     assert fault.verdict == "refuted", fault.summary
     assert {r["predicted_tokens"] for r in fault.rows if r.get("kind") == "request"} == {0}
+
+
+def test_a_gap_is_recovered_from_the_engines_replay_buffer_and_cleared_once_the_buffer_no_longer_holds_it(pool):
+    """The consumer loses batches between vLLM's socket and itself (Endpoint.lose). One lost batch: the next one
+    shows the gap, vLLM's replay socket still holds the batch, the inventory gets it and predicts the engine's own
+    count for that prompt. More lost than the publisher buffers (buffer_steps): cleared, cause beyond-buffer."""
+    e = pool.endpoints["ep1"]
+    rng = np.random.default_rng(7)
+    e.pump(0.5, pool.t0)
+    before = e.resyncs()
+    with httpx.Client(timeout=120.0) as http:
+        def send(prompt, salt="gap"):
+            got = complete(http, e.url, e.served_model, prompt, 1, salt)
+            e.pump(0.5, pool.t0)
+            return got.cached_tokens
+
+        lost = [int(t) for t in rng.integers(10, 500, 100)]
+        e.lose(1)
+        assert send(lost) == 0 and e.inventory.predict(lost, "gap") == 0  # its stored batch never arrived
+        send([int(t) for t in rng.integers(10, 500, 100)])  # the next batch: the gap, replayed
+        assert e.resyncs() == before | {"gaps": before["gaps"] + 1, "recovered": before["recovered"] + 1}
+        assert e.inventory.predict(lost, "gap") == send(lost) == 96  # the replayed blocks, as the engine counts them
+        e.lose(REPLAY_STEPS + 2)
+        while e.consumer.source.pending:
+            send([int(t) for t in rng.integers(10, 500, 100)])
+        send([int(t) for t in rng.integers(10, 500, 100)])
+    after = e.resyncs()
+    assert after == {"gaps": before["gaps"] + 2, "recovered": before["recovered"] + 1, "cleared": before["cleared"] + 1}
+    assert [m.cause for m in e.consumer.timeline if m.kind == "cleared"][-1] == "beyond-buffer"
+    assert "ep1 2 (1 recovered from the engine's replay buffer, 1 lost" in gr.gap_note({"ep1": after})
 
 
 def test_an_endpoint_killed_mid_run_is_dropped_and_its_requests_served_elsewhere(pool, sessions):
@@ -127,3 +161,4 @@ def _cmdline(pid: int) -> bytes:
 def _ready(folder: Path) -> bool:
     """Whether the server logging in ``folder`` already said it serves (the interrupt would then not be mid-start)."""
     return any("Starting vLLM server" in f.read_text(errors="replace") for f in folder.glob("*.log"))
+

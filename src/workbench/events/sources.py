@@ -39,7 +39,8 @@ class EventSource(Protocol):
 
 
 class CellSource:
-    """A cell's own ``kv_events`` observer (``drain_kv_events``), for probes on any engine that announces it."""
+    """A cell's own ``kv_events`` observer (``drain_kv_events``), for probes on any engine that announces it; its
+    replay is the cell's ``replay_kv_events`` where the cell has one (vLLM's replay socket), else none."""
 
     def __init__(self, cell: Any) -> None:
         self._cell = cell
@@ -50,7 +51,42 @@ class CellSource:
         return self._cell.drain_kv_events(timeout_s)
 
     def replay(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
-        return None
+        again = getattr(self._cell, "replay_kv_events", None)
+        return again(start_seq, timeout_s) if again is not None else None
 
     def close(self) -> None:
         pass
+
+
+class Lossy:
+    """``source`` with a fault: :meth:`lose` makes it drop every event of the next ``n`` sequence numbers it would
+    hand over, as a consumer that fell behind its socket's high-water mark loses them. Its replay is the source's
+    own, so what the engine still buffers can be asked for again."""
+
+    def __init__(self, source: EventSource) -> None:
+        self.source, self.engine, self.endpoint = source, source.engine, source.endpoint
+        self.pending = 0  # sequence numbers still to drop
+        self.dropped: list[int] = []
+        self._dropping: int | None = None  # the number being dropped (its batch may span two polls)
+
+    def lose(self, n: int) -> None:
+        self.pending += n
+
+    def poll(self, timeout_s: float = 2.0) -> list[KvEvent]:
+        kept = []
+        for e in self.source.poll(timeout_s):
+            if e.event_id == self._dropping:
+                continue
+            if self.pending:
+                self.pending -= 1
+                self._dropping = e.event_id
+                self.dropped.append(e.event_id)
+                continue
+            kept.append(e)
+        return kept
+
+    def replay(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
+        return self.source.replay(start_seq, timeout_s)
+
+    def close(self) -> None:
+        self.source.close()

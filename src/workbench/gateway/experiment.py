@@ -32,8 +32,8 @@ class Result:
     rows: list[dict] = field(default_factory=list)
     admission: list[dict] = field(default_factory=list)
     timeline: list[dict] = field(default_factory=list)
-    gaps: dict[str, int] = field(default_factory=dict)  # per endpoint: gaps in the engine's own sequence numbers (each
-    # cleared that endpoint's inventory: its predictions are low from there on)
+    gaps: dict[str, dict[str, int]] = field(default_factory=dict)  # per endpoint: gaps in the engine's own sequence
+    # numbers, recovered from its replay buffer apart from cleared (Endpoint.resyncs)
     rule_block: int = 0
 
 
@@ -66,6 +66,6 @@ def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
                              on_wave=(lambda w, s=shape, k=k: on_wave(s, k, w)) if on_wave else None)
             out.rows += [r | {"shape": shape, "repeat": k} for r in rows]
     out.timeline = [row for e in pool.endpoints.values() for row in e.timeline]
-    out.gaps = {n: sum(1 for m in e.consumer.timeline if m.kind == "gap") for n, e in pool.endpoints.items()}
+    out.gaps = {n: e.resyncs() for n, e in pool.endpoints.items()}
     return out
 

@@ -7,6 +7,12 @@ lifecycle (:mod:`workbench.serve` through the engine's wing) with its KV events 
 context manager: every server it started is stopped on leaving it, an exception or KeyboardInterrupt included
 (and, beyond that, by the lifecycle's atexit, SIGTERM and parent-death hooks).
 
+A gap in an endpoint's event sequence numbers (events lost between the engine and its consumer) is resynced from
+the engine's replay buffer where it keeps one (vLLM: ``KVEventsConfig.replay_endpoint`` on a socket in a short
+folder of the pool's own, ``buffer_steps`` batches): the missed batches are applied and the inventory stays whole;
+only where the buffer no longer holds them (or the engine keeps none) is the inventory cleared and rebuilt from
+later events. :meth:`Endpoint.lose` drops batches on the consumer's side (the fault that makes such a gap).
+
 Admission (the guide's "confirm each endpoint's /server_info reports the expected block size"): each endpoint's
 ``/server_info`` is read through the engine's event plane (:func:`workbench.probes.events_admission.read_contract`)
 and the gateway's gate applied to the rule's block size; the block size the engine's own stored events show and
@@ -21,7 +27,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
+import tempfile
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,7 +44,7 @@ from ..contract import Cell, KvEvent, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.hashing import Hasher
 from ..events.inventory import Inventory
-from ..events.sources import CellSource
+from ..events.sources import CellSource, Lossy
 from ..probes.common import token_ids
 from ..probes.events_admission import engine_block_size, gate, read_contract
 from .client import complete
@@ -60,6 +68,22 @@ class Endpoint:
     def inventory(self) -> Inventory:
         return self.consumer.inventory
 
+    def lose(self, batches: int) -> None:
+        """Fault: the consumer loses the next ``batches`` sequence numbers the endpoint publishes (a gap)."""
+        source = self.consumer.source
+        if not isinstance(source, Lossy):
+            raise WorkbenchError(f"endpoint {self.name}'s consumer takes no loss fault")
+        source.lose(batches)
+
+    def resyncs(self) -> dict[str, int]:
+        """The gaps the consumer saw in the engine's own sequence numbers, apart by how each ended: ``recovered``
+        (the engine's replay buffer still held every missed batch: the inventory stayed whole) or ``cleared`` (it
+        did not, or the engine keeps none: the inventory was emptied and rebuilt from later events, its
+        predictions low until then)."""
+        marks = self.consumer.timeline
+        return {"gaps": sum(m.kind == "gap" for m in marks), "recovered": sum(m.kind == "replayed" for m in marks),
+                "cleared": sum(m.kind == "cleared" for m in marks)}
+
     def pump(self, timeout_s: float = 0.3, t0: float = 0.0) -> list[KvEvent]:
         """Apply every event the endpoint published since the last pump; those events."""
         if not self.alive:
@@ -80,6 +104,7 @@ class PoolSpec:
     model: str = "synthetic:cpu"
     options: Mapping[str, Any] = field(default_factory=dict)
     hash_seed: str = "0"
+    replay_steps: int = 1000  # batches each endpoint keeps for a consumer's resync, where the engine keeps any
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -136,6 +161,7 @@ class Pool:
         self.spec, self.run_dir = spec, Path(run_dir)
         self.endpoints: dict[str, Endpoint] = {}
         self._stack = contextlib.ExitStack()
+        self._sockets = ""  # a short folder for the endpoints' replay sockets (an ipc:// path must be short)
         self.t0 = time.monotonic()
 
     def _cell_options(self, name: str) -> dict[str, Any]:
@@ -143,6 +169,9 @@ class Pool:
         for key, value in (("kv_events", True), ("hash_seed", self.spec.hash_seed)):
             if cells.takes(self.spec.engine, [key]):
                 o.setdefault(key, value)
+        if self.spec.replay_steps and cells.takes(self.spec.engine, ["kv_events_config"]):
+            o["kv_events_config"] = {"replay_endpoint": f"ipc://{self._sockets}/{name}",
+                                     "buffer_steps": self.spec.replay_steps} | dict(o.get("kv_events_config") or {})
         return o
 
     def _open(self, name: str) -> Cell:
@@ -150,6 +179,8 @@ class Pool:
 
     def __enter__(self) -> "Pool":
         names = [f"ep{i}" for i in range(self.spec.size)]
+        self._sockets = tempfile.mkdtemp(prefix="wbgw-")
+        self._stack.callback(shutil.rmtree, self._sockets, True)  # last: once every server stopped
         try:
             cells_by_name = self._stack.enter_context(
                 started({n: functools.partial(self._open, n) for n in names}, self.run_dir / "pool"))
@@ -165,7 +196,7 @@ class Pool:
         d = cell.describe()
         plane = cells.event_plane(self.spec.engine)
         hasher = plane.hasher(d, d.extra.get("kv_hash_seed"), d.block_tokens)
-        consumer = Consumer(CellSource(cell), Inventory(hasher), policy="clear")
+        consumer = Consumer(Lossy(CellSource(cell)), Inventory(hasher), policy="replay")
         self._stack.callback(consumer.close)
         server = getattr(cell, "server", None)
         return Endpoint(name, cell, consumer, str(d.extra.get("endpoint") or getattr(cell, "url", "")),

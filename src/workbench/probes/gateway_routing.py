@@ -167,6 +167,18 @@ def explain(d: Decision, s: Summary, rule_block: int) -> str:
     return lead + said + retried
 
 
+def gap_note(gaps: dict[str, dict[str, int]]) -> str:
+    """The event gaps per endpoint, those its replay buffer recovered counted apart from those that cleared it."""
+    def one(name: str, g: dict[str, int]) -> str:
+        if not g["gaps"]:
+            return f"{name} none"
+        return (f"{name} {g['gaps']} ({g['recovered']} recovered from the engine's replay buffer, {g['cleared']} "
+                "lost: inventory cleared and rebuilt)")
+
+    return ("event gaps per endpoint (the engine's own sequence numbers): "
+            + (", ".join(one(n, g) for n, g in gaps.items()) or "not read"))
+
+
 def verdict(result: experiment.Result, p: Params, said: list[str] | None = None) -> Outcome:
     s = summarise(result, p)
     d = decide(s)
@@ -183,8 +195,7 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
                 "(learned from the engine's events at admission)"),
              "hit rate: engine-read cached_tokens / prompt tokens; best placement and predicted hits are "
              "workbench-computed; TTFT is timed by the gateway around the stream",
-             "event gaps per endpoint (the engine's own sequence numbers; a gap clears that inventory): "
-             + (", ".join(f"{n} {g}" for n, g in result.gaps.items()) or "not read"),
+             gap_note(result.gaps),
              *(said or [])]
     return Outcome(d.verdict, explain(d, s, result.rule_block), metrics, rows, notes, dict(d.claim_verdicts),
                    d.rests_on)

@@ -317,3 +317,9 @@ class VllmServerCell(EventCapacity, ServedCell):
         if self._events is None:
             raise UnsupportedFeature("KV events", self.engine, "open the cell with kv_events=True (and not attached)")
         return self._events.drain(timeout_s=timeout_s)
+
+    def replay_kv_events(self, start_seq: int, timeout_s: float = 5.0) -> list[KvEvent] | None:
+        """The batches from ``start_seq`` on that the server's publisher still buffers, from its replay socket
+        (``kv_events_config`` ``replay_endpoint``, ``buffer_steps``); None where it was given none."""
+        self._check_open()
+        return self._events.replay(start_seq, timeout_s) if self._events is not None else None
