@@ -20,7 +20,7 @@ from conftest import descendants, gone_within, interruptible, require_engine
 from workbench import serve
 from workbench.gateway import experiment
 from workbench.gateway.client import complete
-from workbench.gateway.pool import Pool, PoolSpec
+from workbench.gateway.pool import Pool, PoolSpec, started
 from workbench.gateway.router import Router
 from workbench.gateway.workload import BestPlacement, Fault, Request, run_shape, sessions_from_trace, waves
 from workbench.probes import gateway_routing as gr
@@ -118,7 +118,7 @@ def test_an_endpoint_killed_mid_run_is_dropped_and_its_requests_served_elsewhere
 INTERRUPTED = textwrap.dedent("""
     import json, sys, time
     from workbench import serve
-    from workbench.gateway.pool import Pool, PoolSpec
+    from workbench.gateway.pool import Pool, PoolSpec, started
     try:
         with Pool(PoolSpec(2, "vllm-server", "synthetic:cpu", {"context_tokens": 256}), sys.argv[1]):
             print("ready", flush=True)
@@ -162,3 +162,45 @@ def _ready(folder: Path) -> bool:
     """Whether the server logging in ``folder`` already said it serves (the interrupt would then not be mid-start)."""
     return any("Starting vLLM server" in f.read_text(errors="replace") for f in folder.glob("*.log"))
 
+
+SLOW_HEALTH = textwrap.dedent("""
+    import http.server, sys, time
+    time.sleep(float(sys.argv[2]))  # a server that takes its time to start, then answers GET /health
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+""")
+
+
+class _Opened:
+    def __init__(self, server):
+        self.server = server
+
+    def close(self):
+        self.server.stop()
+
+
+def test_a_start_that_registers_its_server_after_the_interrupt_is_stopped_then_not_waited_for(tmp_path):
+    """One start is interrupted at once; the other had not yet spawned its server (a thread cannot be
+    interrupted). That server is stopped the moment it registers, so its start ends as a server that died, never
+    one that got to answer /health (with the old single sweep it started, became ready, and was closed then)."""
+    ended = {}
+
+    def late():
+        time.sleep(0.5)
+        try:
+            return _Opened(serve.start(serve.ServerRequest("slow", "none"), tmp_path / "late", build=lambda req, port,
+                                       folder: serve.Launch((sys.executable, "-c", SLOW_HEALTH, str(port), "5"))))
+        except BaseException as e:
+            ended["late"] = e
+            raise
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), started({"late": late, "now": interrupted}, tmp_path):
+        pass
+    assert isinstance(ended.get("late"), serve.ServerDied), ended
+    assert not [s for s in serve.live() if tmp_path in Path(s.log_path).parents]  # (the module's pool is still up)

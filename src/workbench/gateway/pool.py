@@ -32,7 +32,7 @@ import signal
 import tempfile
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
@@ -133,25 +133,39 @@ def started(opens: Mapping[str, Callable[[], Cell]], folder: Path) -> Iterator[d
     """Open every cell of ``opens`` side by side (a served cell starts its server as it opens: seconds each, so
     one after another would add them up) and yield them by name; every cell that started is closed on leaving,
     whichever start failed. An interrupt or a failed start stops at once the servers still starting whose log lies
-    under ``folder`` (their starts then end as servers that died, instead of waiting to be ready only to be
-    closed)."""
+    under ``folder``, and each that registers later as soon as it does (their starts then end as servers that died,
+    instead of waiting to be ready only to be closed)."""
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(opens), thread_name_prefix="workbench-start") as ex:
         futures = {n: ex.submit(f) for n, f in opens.items()}
         for fut in futures.values():
             stack.enter_context(_closing(fut))
         try:
-            cells_by_name = {n: fut.result() for n, fut in futures.items()}
+            cells_by_name = _results(futures)
         except BaseException:
-            _stop_starting(folder)
+            _stop_starting(folder, list(futures.values()))
             raise
         yield cells_by_name
 
 
-def _stop_starting(folder: Path) -> None:
+def _results(futures: Mapping[str, Future]) -> dict[str, Cell]:
+    """Each start's cell; the first start that fails raises as soon as it does, not after the others are ready."""
+    wait(futures.values(), return_when=FIRST_EXCEPTION)
+    for fut in futures.values():
+        if fut.done() and fut.exception() is not None:
+            fut.result()
+    return {n: fut.result() for n, fut in futures.items()}
+
+
+def _stop_starting(folder: Path, starts: list[Future], poll_s: float = 0.1) -> None:
+    """Stop every server under ``folder`` until each of ``starts`` has ended: a start that had not yet spawned or
+    registered its server (a thread cannot be interrupted) is stopped the moment it has, not once it is ready."""
     root = Path(folder).resolve()
-    for server in serve.live():
-        if root in Path(server.log_path).resolve().parents:
-            server.stop(grace_s=5.0)
+    while True:
+        for server in serve.live():
+            if root in Path(server.log_path).resolve().parents:
+                server.stop(grace_s=5.0)
+        if wait(starts, timeout=poll_s).not_done == set():
+            return
 
 
 class Pool:
