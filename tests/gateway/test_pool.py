@@ -66,6 +66,7 @@ def test_kv_exact_beats_fullproxy_on_the_engines_count_and_a_wrong_block_size_ga
     kv = [r for r in happy.rows if r["shape"] == "kv-exact"]
     assert sum(r["predicted_tokens"] == r["cached_tokens"] for r in kv) >= len(kv) - 1  # the inventory is exact
     assert {n: g["gaps"] for n, g in happy.gaps.items()} == {"ep0": 0, "ep1": 0}  # every stream arrived whole
+    assert not any(d["diverged"] for d in happy.divergence.values())
     out = gr.verdict(happy, p)
     assert out.verdict in ("confirmed", "partial"), out.summary
     assert out.metrics["routing_hit_gain_ci_low"] > 0

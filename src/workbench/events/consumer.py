@@ -111,6 +111,14 @@ class Consumer:
     def gaps(self) -> list[Gap]:
         return self.sequencer.gaps
 
+    def resyncs(self) -> dict[str, int]:
+        """The gaps seen, apart by how each ended: ``recovered`` (the replay held every missed event: the inventory
+        stayed whole) or ``cleared`` (it did not, or the source keeps none: the inventory was emptied and rebuilt
+        from later events, its predictions low until then)."""
+        marks = self.timeline
+        return {"gaps": sum(m.kind == "gap" for m in marks), "recovered": sum(m.kind == "replayed" for m in marks),
+                "cleared": sum(m.kind == "cleared" for m in marks)}
+
     def close(self) -> None:
         if self.lease is not None:
             self.lease.release()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from .pool import Pool
 from .router import FULLPROXY, Router
@@ -35,6 +35,21 @@ class Result:
     gaps: dict[str, dict[str, int]] = field(default_factory=dict)  # per endpoint: gaps in the engine's own sequence
     # numbers, recovered from its replay buffer apart from cleared (Endpoint.resyncs)
     rule_block: int = 0
+    divergence: dict[str, dict] = field(default_factory=dict)  # per endpoint: its inventory against the engine
+
+
+def divergence(rows: Sequence[dict], gaps: Mapping[str, Mapping[str, int]]) -> dict[str, dict]:
+    """Per endpoint, its inventory against the engine: the requests it served, those whose prediction (the router's
+    match there, made before dispatch) differs from the engine's own ``cached_tokens``, and the gaps in its event
+    numbers the consumer could not recover (``lost``: events another consumer of a destructive drain took, or
+    dropped past the replay buffer). ``diverged``: some were lost, so the inventory is no longer the engine's
+    (mispredictions alone do not say it: requests of one wave that share a prefix mispredict too)."""
+    out = {}
+    for name, g in gaps.items():
+        mine = [r for r in rows if r["endpoint"] == name and r["cached_tokens"] is not None]
+        out[name] = {"requests": len(mine), "mispredicted": sum(r["predicted_tokens"] != r["cached_tokens"] for r in mine),
+                     "gaps": g["gaps"], "lost": g["cleared"], "diverged": g["cleared"] > 0}
+    return out
 
 
 def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
@@ -67,5 +82,6 @@ def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
             out.rows += [r | {"shape": shape, "repeat": k} for r in rows]
     out.timeline = [row for e in pool.endpoints.values() for row in e.timeline]
     out.gaps = {n: e.resyncs() for n, e in pool.endpoints.items()}
+    out.divergence = divergence(out.rows, out.gaps)
     return out
 

@@ -76,13 +76,9 @@ class Endpoint:
         source.lose(batches)
 
     def resyncs(self) -> dict[str, int]:
-        """The gaps the consumer saw in the engine's own sequence numbers, apart by how each ended: ``recovered``
-        (the engine's replay buffer still held every missed batch: the inventory stayed whole) or ``cleared`` (it
-        did not, or the engine keeps none: the inventory was emptied and rebuilt from later events, its
-        predictions low until then)."""
-        marks = self.consumer.timeline
-        return {"gaps": sum(m.kind == "gap" for m in marks), "recovered": sum(m.kind == "replayed" for m in marks),
-                "cleared": sum(m.kind == "cleared" for m in marks)}
+        """The gaps the consumer saw in the engine's own sequence numbers, recovered from its replay buffer apart
+        from cleared (:meth:`Consumer.resyncs`)."""
+        return self.consumer.resyncs()
 
     def pump(self, timeout_s: float = 0.3, t0: float = 0.0) -> list[KvEvent]:
         """Apply every event the endpoint published since the last pump; those events."""

@@ -179,6 +179,19 @@ def gap_note(gaps: dict[str, dict[str, int]]) -> str:
             + (", ".join(one(n, g) for n, g in gaps.items()) or "not read"))
 
 
+def divergence_note(divergence: dict[str, dict]) -> str:
+    """Each endpoint's inventory against the engine, and where events it never got made it diverge."""
+    def one(name: str, d: dict) -> str:
+        said = f"{name} {d['mispredicted']} of {d['requests']} predicted otherwise than the engine counted"
+        if d["diverged"]:
+            said += (f"; DIVERGED: {d['lost']} gap(s) in its event numbers lost for good (another consumer drained "
+                     "them, or they fell past the replay buffer)")
+        return said
+
+    return ("inventory against the engine per endpoint: "
+            + ("; ".join(one(n, d) for n, d in divergence.items()) or "not read"))
+
+
 def verdict(result: experiment.Result, p: Params, said: list[str] | None = None) -> Outcome:
     s = summarise(result, p)
     d = decide(s)
@@ -195,7 +208,7 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
                 "(learned from the engine's events at admission)"),
              "hit rate: engine-read cached_tokens / prompt tokens; best placement and predicted hits are "
              "workbench-computed; TTFT is timed by the gateway around the stream",
-             gap_note(result.gaps),
+             gap_note(result.gaps), divergence_note(result.divergence),
              *(said or [])]
     return Outcome(d.verdict, explain(d, s, result.rule_block), metrics, rows, notes, dict(d.claim_verdicts),
                    d.rests_on)
