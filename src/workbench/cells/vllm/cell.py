@@ -210,6 +210,8 @@ class VllmOptions(CellOptions):
     # vLLM's own speculative decoding, passed as is, e.g. {"method": "ngram", "num_speculative_tokens": 4,
     # "prompt_lookup_max": 4} (measured to run on the CPU build; the loop's vllm-spec arm uses it)
     speculative_config: Mapping[str, Any] | None = None
+    # a KV connector of vLLM's own, passed as is (P/D in-process: ExampleConnector, cells/vllm/pd.py transfer_config)
+    kv_transfer_config: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -223,6 +225,8 @@ class VllmOptions(CellOptions):
         check_hash_seed(self.hash_seed, "hash_seed")
         if self.connector not in (False, True, "record"):
             raise ValueError(f"connector must be False, True or 'record' (the recording connector), got {self.connector!r}")
+        if self.connector and self.kv_transfer_config:
+            raise ValueError("connector and kv_transfer_config both set vLLM's one KV connector: give one")
         for name in ("kv_budget_tokens", "kv_budget_bytes", "context_tokens"):
             v = getattr(self, name)
             if v is not None and v <= 0:
@@ -419,6 +423,18 @@ class VllmCell(EventCapacity, RequestCell):
             blocks = -(-self.context_tokens * o.slots // B) + 1
         return {"num_gpu_blocks_override": blocks, "kv_cache_memory_bytes": blocks * B * self._bytes_per_token}
 
+    def _kv_connector(self, o: VllmOptions) -> dict[str, Any]:
+        """vLLM's one KV connector: one of its own as configured (``kv_transfer_config``), or the recording one."""
+        if o.kv_transfer_config:
+            return {"kv_transfer_config": dict(o.kv_transfer_config)}
+        if not o.connector:
+            return {}
+        from . import connector as vllm_connector
+
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+        self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")
+        return {"kv_transfer_config": self._connector.config}
+
     def _start(self) -> None:
         vllm, o = _import_vllm(), self.opts
         from vllm.config import KVEventsConfig
@@ -443,12 +459,7 @@ class VllmCell(EventCapacity, RequestCell):
                                                           "endpoint": self._events.endpoint} | extra))
         if o.hash_algo:
             args["prefix_caching_hash_algo"] = o.hash_algo
-        if o.connector:
-            from . import connector as vllm_connector
-
-            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
-            self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")
-            args["kv_transfer_config"] = self._connector.config
+        args.update(self._kv_connector(o))
         self._lora_request = None
         if o.adapters:
             from vllm.lora.request import LoRARequest
