@@ -50,6 +50,8 @@ def test_options_are_checked_before_anything_starts():
         vllm_cell.VllmOptions(block_size=48)
     with pytest.raises(TypeError, match="unknown vllm cell option"):
         vllm_cell.VllmOptions.from_options({"tokens_per_block": 32})
+    with pytest.raises(ValueError, match="connector and kv_transfer_config both set vLLM's one KV connector"):
+        vllm_cell.VllmOptions(connector=True, kv_transfer_config={"kv_connector": "ExampleConnector"})
 
 
 def test_without_vllm_availability_says_how_to_install(monkeypatch):
