@@ -1,9 +1,9 @@
 """The pool's inventory divergence check (``experiment.divergence``) against a trtllm-serve double, where a second
 consumer splits the event stream.
 
-The double models one trtllm-serve 1.2 endpoint as the gateway sees it, from the 1.2 source:
-``POST /kv_cache_events`` (tensorrt_llm/serve/openai_server.py, ``get_kv_cache_events``) collects what
-``LLM.get_kv_cache_events_async`` yields, and that is the executor's one shared ``IterationResult`` queue
+The double (an ``httpx.MockTransport`` handler) models one trtllm-serve 1.2 endpoint as the gateway sees it, from
+the 1.2 source: ``POST /kv_cache_events`` (tensorrt_llm/serve/openai_server.py, ``get_kv_cache_events``) collects
+what ``LLM.get_kv_cache_events_async`` yields, and that is the executor's one shared ``IterationResult`` queue
 (tensorrt_llm/executor/executor.py ``aget_kv_events``, executor/result.py ``IterationResult.__anext__``): each
 event goes to exactly one caller, so a second consumer drains events the gateway then never sees (facts gathered in
 the workbench's reference notes on the event plane, A1). Events are numbered one by one (``event_id``, from the C++
@@ -14,10 +14,9 @@ blocks are full blocks of all but the last prompt token, keyed by the v1 block k
 
 from __future__ import annotations
 
-import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import httpx
 import pytest
 
 from workbench.cells.trtllm.hashing import TrtllmHasher
@@ -28,6 +27,7 @@ from workbench.gateway.experiment import divergence
 from workbench.probes.gateway_routing import divergence_note
 
 BLOCK = 4
+URL = "http://trtllm-serve.test:8000"
 
 
 class TrtllmServeDouble:
@@ -58,27 +58,25 @@ class TrtllmServeDouble:
             out, self.queue = self.queue, []
         return out
 
+    def handler(self, request: httpx.Request) -> httpx.Response:
+        """``POST /kv_cache_events``: everything queued, to whichever caller asked first."""
+        if request.method != "POST" or request.url.path != "/kv_cache_events":
+            return httpx.Response(404)
+        return httpx.Response(200, json=self.drain())
+
 
 @pytest.fixture
 def endpoint():
     engine = TrtllmServeDouble()
+    clients = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 - http.server's name
-            body = json.dumps(engine.drain()).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def source() -> TrtllmHttpSource:  # one consumer, with its own client on the endpoint
+        clients.append(httpx.Client(transport=httpx.MockTransport(engine.handler)))
+        return TrtllmHttpSource(URL, client=clients[-1])
 
-        def log_message(self, *a):
-            pass
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", engine
-    httpd.shutdown()
+    yield source, engine
+    for c in clients:
+        c.close()
 
 
 def _sessions(n: int = 3, turns: int = 4) -> list[list[int]]:
@@ -95,9 +93,9 @@ def _sessions(n: int = 3, turns: int = 4) -> list[list[int]]:
 @pytest.mark.parametrize("second_consumer", [False, True])
 def test_a_second_consumer_of_trtllm_serves_drain_makes_the_pool_say_its_inventory_diverged(endpoint,
                                                                                               second_consumer):
-    url, engine = endpoint
-    gateway = Consumer(TrtllmHttpSource(url), Inventory(TrtllmHasher(BLOCK)), policy="replay")  # the pool's policy
-    other = TrtllmHttpSource(url)  # a monitoring job on the same endpoint
+    source, engine = endpoint
+    gateway = Consumer(source(), Inventory(TrtllmHasher(BLOCK)), policy="replay")  # the pool's policy
+    other = source()  # a monitoring job on the same endpoint
     rows = []
     for i, tokens in enumerate(_sessions()):
         predicted = gateway.inventory.predict(tokens)
