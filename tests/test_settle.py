@@ -39,6 +39,11 @@ def finding(probe="events.hash_parity", verdict="confirmed", *, claims=("gateway
         **more)
 
 
+_ROUTING = {"routing_hit_gain_ci_low": m(0.08), "routing_ttft_speedup_ci_low": m(1.2, "timed", "x")}
+_RB = {"router_block": 0}  # the outcome parameter at its default: a measured run
+_ROUTED = [{"metric": "routing_hit_gain_ci_low", "op": ">", "value": 0.0}]
+
+
 def gate_finding(verdict="confirmed", *, low=2.5, high=3.5, gpu=GPU, target=True, metrics=True, claim_verdicts=None,
                  **ev) -> Finding:
     """A loop.gate finding as gate_finding writes it: the subject's speed-up as metrics, the rest of the gate's
@@ -144,6 +149,18 @@ CASES = [
                                               rests_on=[{"metric": "engine_cross_tenant_reused_tokens", "op": ">",
                                                          "value": 0}]), False, "exploratory"),
     ("a GPU fingerprint that is not a mapping", finding(gpu="none"), True, None),
+    ("routing confirmed on its hit gain and TTFT", finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
+                                                           metrics=_ROUTING, rests_on=_ROUTED), True, None),
+    ("routing confirmed with no TTFT recorded (it tells confirmed from partial)",
+     finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB, metrics={"routing_hit_gain_ci_low": m(0.08)},
+             rests_on=_ROUTED), False, "not recorded"),
+    ("routing confirmed though TTFT's interval does not clear 1",
+     finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
+             metrics=_ROUTING | {"routing_ttft_speedup_ci_low": m(0.9, "timed", "x")}, rests_on=_ROUTED), False,
+     "the rule says partial"),
+    ("routing partial though TTFT's interval clears 1",
+     finding("gateway.routing", "partial", claims=("shapes.kv_routing",), params=_RB, metrics=_ROUTING, rests_on=_ROUTED),
+     False, "the rule says confirmed"),
     ("the gate, decided again from what it recorded", gate_finding(), True, None),
     ("the gate whose claim row says more than its verdict",
      gate_finding("inconclusive", low=1.5, claim_verdicts={"entry.step_function": "confirmed"}), False,

@@ -411,6 +411,8 @@ _DECLARED = [
        "hit rate of the best placement (any earlier request's prefix, unbounded KV), computed by the workbench"),
     _m("routing_ttft_speedup", "TTFT speed-up", "x", "timed",
        "the better fullproxy shape's median TTFT over KV-exact's, on the same requests"),
+    _m("routing_ttft_speedup_ci_low", "TTFT speed-up CI low", "x", "timed",
+       "lower bound of the paired 95% bootstrap CI of that TTFT speed-up (resampled by request)"),
     _m("routing_retried_requests", "retried", "count", "cell",
        "requests retried on another endpoint after theirs died (the kill fault)"),
 ]

@@ -13,6 +13,7 @@ mid-run: dropped, its requests retried elsewhere and named in the rows).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -27,6 +28,11 @@ from ..gateway.workload import Request, sessions_from_trace
 
 MARGIN = 0.01
 """A hit-rate gain below one percentage point of prompt tokens is no gain."""
+
+_GAIN = Support("routing_hit_gain_ci_low", ">", 0.0)
+TTFT_LOW = "routing_ttft_speedup_ci_low"
+"""What tells confirmed from partial: a timing, so no support (supports are engine readings), but recorded and
+re-checked (:meth:`GatewayRouting.rederive`)."""
 
 
 def _check_trace(value: str, what: str) -> None:
@@ -68,14 +74,28 @@ class Summary:
 
 
 class GatewayRouting(Probe):
-    version = "1"
+    version = "2"
     claims = ("shapes.kv_routing",)
     outcome_params = ("router_block",)
-    rests = {("*", "confirmed"): ((Support("routing_hit_gain_ci_low", ">", 0.0),),),
-             ("*", "partial"): ((Support("routing_hit_gain_ci_low", ">", 0.0),),),
+    rests = {("*", "confirmed"): ((_GAIN,),),
+             ("*", "partial"): ((_GAIN,),),
              ("*", "refuted"): ((Support("routing_hit_gain_ci_high", "<=", MARGIN),),)}
     figures = (Figure("shapes", "gateway_shapes"), Figure("inventory", "gateway_inventory"))
     Params = Params
+
+    def rederive(self, f, claim) -> list[str]:
+        """The rule's supports, and what tells confirmed from partial: the TTFT speed-up's recorded lower bound
+        clears 1 for confirmed and does not for partial."""
+        why = super().rederive(f, claim)
+        verdict = f.verdict_on(claim.id)
+        if why or verdict not in ("confirmed", "partial"):
+            return why
+        low = (f.metrics.get(TTFT_LOW) or {}).get("value")
+        if not isinstance(low, (int, float)) or not math.isfinite(low):
+            return [f"{TTFT_LOW} is not recorded, which tells confirmed from partial"]
+        if (low > 1) != (verdict == "confirmed"):
+            return [f"{TTFT_LOW} is {low:g}: the rule says {'confirmed' if low > 1 else 'partial'}, not {verdict}"]
+        return []
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         engine = pool_engine(ctx.engine)
@@ -139,9 +159,9 @@ def decide(s: Summary) -> Decision:
     if s.unread:
         return Decision("inconclusive", "unread")
     if g["hit_gain_ci_low"] > 0:
-        verdict = "confirmed" if g["ttft_speedup_ci_low"] > 1 else "partial"
-        return Decision(verdict, "gain" if verdict == "confirmed" else "hit-only",
-                        rests_on=(Support("routing_hit_gain_ci_low", ">", 0.0),))
+        faster = g["ttft_speedup_ci_low"] > 1
+        return Decision("confirmed" if faster else "partial", "gain" if faster else "hit-only",
+                        rests_on=(_GAIN,))
     if g["hit_gain_ci_high"] <= MARGIN:
         return Decision("refuted", "no-gain", rests_on=(Support("routing_hit_gain_ci_high", "<=", MARGIN),))
     return Decision("inconclusive", "overlap")
@@ -200,7 +220,8 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
     metrics = {"routing_hit_gain": s.gain["hit_gain"], "routing_hit_gain_ci_low": s.gain["hit_gain_ci_low"],
                "routing_hit_gain_ci_high": s.gain["hit_gain_ci_high"], "routing_kv_hit_rate": kv["engine_hit_rate"],
                "routing_fullproxy_hit_rate": other["engine_hit_rate"], "routing_best_hit_rate": s.best_rate,
-               "routing_ttft_speedup": s.gain["ttft_speedup"], "routing_retried_requests": s.retried}
+               "routing_ttft_speedup": s.gain["ttft_speedup"], TTFT_LOW: s.gain["ttft_speedup_ci_low"],
+               "routing_retried_requests": s.retried}
     rows = ([r | {"kind": "request"} for r in result.rows] + [x | {"kind": "shape"} for x in s.shapes]
             + [a | {"kind": "admission"} for a in result.admission] + [t | {"kind": "inventory"} for t in result.timeline])
     notes = [f"rule: {result.rule_block} tokens per block "
