@@ -39,8 +39,12 @@ def finding(probe="events.hash_parity", verdict="confirmed", *, claims=("gateway
         **more)
 
 
-_ROUTING = {"routing_hit_gain_ci_low": m(0.08), "routing_ttft_speedup_ci_low": m(1.2, "timed", "x")}
-_RB = {"router_block": 0}  # the outcome parameter at its default: a measured run
+_ROUTING = {"routing_hit_gain_ci_low": m(0.08), "routing_hit_gain_ci_high": m(0.2),
+            "routing_ttft_speedup_ci_low": m(1.2, "timed", "x"), "routing_unread_requests": m(0, "cell", "count"),
+            "routing_events_lost": m(0, "cell", "count")}
+_NO_GAIN = _ROUTING | {"routing_hit_gain_ci_low": m(-0.004), "routing_hit_gain_ci_high": m(0.005)}
+_REFUTED = [{"metric": "routing_hit_gain_ci_high", "op": "<=", "value": 0.01}]
+_RB = {"router_block": 0, "kill_wave": -1}  # the outcome parameters at their defaults: a measured run
 _ROUTED = [{"metric": "routing_hit_gain_ci_low", "op": ">", "value": 0.0}]
 
 
@@ -149,11 +153,25 @@ CASES = [
                                               rests_on=[{"metric": "engine_cross_tenant_reused_tokens", "op": ">",
                                                          "value": 0}]), False, "exploratory"),
     ("a GPU fingerprint that is not a mapping", finding(gpu="none"), True, None),
+    ("a cell with a KV connector in it (its loads count as cached tokens)",
+     finding(cell_options={"kv_transfer_config": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}}), False,
+     "KV connector"),
     ("routing confirmed on its hit gain and TTFT", finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
                                                            metrics=_ROUTING, rests_on=_ROUTED), True, None),
     ("routing confirmed with no TTFT recorded (it tells confirmed from partial)",
-     finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB, metrics={"routing_hit_gain_ci_low": m(0.08)},
-             rests_on=_ROUTED), False, "not recorded"),
+     finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
+             metrics={k: v for k, v in _ROUTING.items() if "ttft" not in k}, rests_on=_ROUTED), False, "not recorded"),
+    ("routing confirmed over unread requests", finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
+     metrics=_ROUTING | {"routing_unread_requests": m(2, "cell", "count")}, rests_on=_ROUTED), False, "unread"),
+    ("routing refuted, no gain and nothing lost", finding("gateway.routing", "refuted", claims=("shapes.kv_routing",),
+                                                          params=_RB, metrics=_NO_GAIN, rests_on=_REFUTED), True, None),
+    ("routing refuted while events were lost (KV-exact routed blind)",
+     finding("gateway.routing", "refuted", claims=("shapes.kv_routing",), params=_RB,
+             metrics=_NO_GAIN | {"routing_events_lost": m(3, "cell", "count")}, rests_on=_REFUTED), False, "lost"),
+    ("routing refuted though the gain's lower bound is above 0",
+     finding("gateway.routing", "refuted", claims=("shapes.kv_routing",), params=_RB,
+             metrics=_NO_GAIN | {"routing_hit_gain_ci_low": m(0.002), "routing_hit_gain_ci_high": m(0.008)},
+             rests_on=_REFUTED), False, "the rule says a gain"),
     ("routing confirmed though TTFT's interval does not clear 1",
      finding("gateway.routing", claims=("shapes.kv_routing",), params=_RB,
              metrics=_ROUTING | {"routing_ttft_speedup_ci_low": m(0.9, "timed", "x")}, rests_on=_ROUTED), False,

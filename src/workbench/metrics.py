@@ -415,6 +415,11 @@ _DECLARED = [
        "lower bound of the paired 95% bootstrap CI of that TTFT speed-up (resampled by request)"),
     _m("routing_retried_requests", "retried", "count", "cell",
        "requests retried on another endpoint after theirs died (the kill fault)"),
+    _m("routing_unread_requests", "unread", "count", "cell",
+       "requests whose answer carried no cached_tokens (an engine reading missing: no verdict rests on such a run)"),
+    _m("routing_events_lost", "events lost", "count", "cell",
+       "gaps in the endpoints' own event numbers that no replay recovered, plus served requests whose blocks "
+       "never reached the inventory: the inventory was no longer the engine's"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -303,7 +303,11 @@ def _remove(folders: Iterable[str]) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, ready_timeout_s: float = 600.0,
+#: How long a server may take to become ready before its start fails (and it is stopped).
+READY_TIMEOUT_S = 600.0
+
+
+def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, ready_timeout_s: float = READY_TIMEOUT_S,
           on_wait: Callable[[float], None] | None = None) -> Server:
     """Start ``req`` as ``build`` builds it (its engine's launch line) and return it once ``GET /health`` answers
     200.

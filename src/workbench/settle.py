@@ -80,8 +80,18 @@ def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.
 def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
     moved = [f"{k}={f.params.get(k, '(not recorded)')!r}" for k, default in (d.outcome_defaults() if d else {}).items()
              if k not in f.params or f.params[k] != default]  # a parameter left out is no evidence of the default
-    return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps the "
-            "default)" if moved else None)
+    if moved:
+        return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps "
+                "the default)")
+    if (f.cell_options or {}).get(CONNECTOR_OPTION):
+        return (f"exploratory: the cell ran with a KV connector ({CONNECTOR_OPTION}), which loads KV from outside the "
+                "engine's own cache: its cached-token counts are not the engine's prefix cache")
+    return None
+
+
+#: A cell option that puts a KV connector in the engine: what it loads counts as cached tokens (vLLM counts
+#: external hits in ``num_cached_tokens``), so a probe of the engine's own cache measures the connector instead.
+CONNECTOR_OPTION = "kv_transfer_config"
 
 
 def has_gpu(f: Finding) -> bool:

@@ -24,6 +24,7 @@ from workbench.cells.trtllm.sources import TrtllmHttpSource
 from workbench.events.consumer import Consumer
 from workbench.events.inventory import Inventory
 from workbench.gateway.experiment import divergence
+from workbench.gateway.workload import unseen
 from workbench.probes.gateway_routing import divergence_note
 
 BLOCK = 4
@@ -90,25 +91,42 @@ def _sessions(n: int = 3, turns: int = 4) -> list[list[int]]:
     return order
 
 
-@pytest.mark.parametrize("second_consumer", [False, True])
-def test_a_second_consumer_of_trtllm_serves_drain_makes_the_pool_say_its_inventory_diverged(endpoint,
-                                                                                              second_consumer):
-    source, engine = endpoint
+def _replay(source, engine, drains) -> dict:
+    """The sessions through one endpoint as the pool serves them (predict, serve, pump, then the unseen check),
+    a second consumer draining first after the requests ``drains`` picks; the endpoint's divergence."""
     gateway = Consumer(source(), Inventory(TrtllmHasher(BLOCK)), policy="replay")  # the pool's policy
     other = source()  # a monitoring job on the same endpoint
     rows = []
     for i, tokens in enumerate(_sessions()):
         predicted = gateway.inventory.predict(tokens)
         rows.append({"endpoint": "ep0", "predicted_tokens": predicted, "cached_tokens": engine.complete(tokens)})
-        if second_consumer and i % 2:
+        if drains(i):
             other.poll(5)  # it drains first: this request's event is gone before the gateway asks
         gateway.pump(5)
+        rows[-1]["unseen"] = unseen(gateway.inventory, tokens, None)
     found = divergence(rows, {"ep0": gateway.resyncs()})["ep0"]
     gateway.close(), other.close()
-    if not second_consumer:
-        assert found == {"requests": 12, "mispredicted": 0, "gaps": 0, "lost": 0, "diverged": False}
-        assert "DIVERGED" not in divergence_note({"ep0": found})
-        return
+    return found
+
+
+def test_with_one_consumer_the_pools_inventory_is_the_engines(endpoint):
+    found = _replay(*endpoint, lambda i: False)
+    assert found == {"requests": 12, "mispredicted": 0, "gaps": 0, "lost": 0, "unseen": 0, "causes": {},
+                     "diverged": False}
+    assert "DIVERGED" not in divergence_note({"ep0": found})
+
+
+def test_a_second_consumer_of_trtllm_serves_drain_makes_the_pool_say_its_inventory_diverged(endpoint):
+    found = _replay(*endpoint, lambda i: i % 2)
     assert found["diverged"] and found["lost"] == found["gaps"] > 0  # no replay on trtllm-serve 1.2: each gap lost
+    assert found["causes"] == {"no-replay": found["lost"]}
     assert found["mispredicted"] > 0  # the inventory missed the blocks the other consumer took
     assert "ep0 " in (note := divergence_note({"ep0": found})) and "DIVERGED" in note and "another consumer" in note
+
+
+@pytest.mark.parametrize("drains", [lambda i: True, lambda i: i >= 6], ids=["every event", "every event from the 7th"])
+def test_a_consumer_that_drains_every_event_leaves_no_gap_yet_the_pool_says_it_diverged(endpoint, drains):
+    found = _replay(*endpoint, drains)
+    assert found["gaps"] == 0 and found["lost"] == 0  # nothing later arrives to show a gap
+    assert found["unseen"] > 0 and found["diverged"]
+    assert "never reached it" in divergence_note({"ep0": found})

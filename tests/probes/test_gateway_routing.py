@@ -9,12 +9,12 @@ import pytest
 from workbench.probes import gateway_routing as gr
 
 
-def _summary(gain=(0.2, 0.1, 0.3), speedup=(1.5, 1.2, 1.8), best=0.6, unread=0) -> gr.Summary:
+def _summary(gain=(0.2, 0.1, 0.3), speedup=(1.5, 1.2, 1.8), best=0.6, unread=0, lost=0) -> gr.Summary:
     shapes = [{"shape": s, "engine_hit_rate": r, "ttft_p50_s": t, "best_hit_rate": best}
               for s, r, t in (("round-robin", 0.3, 0.2), ("least-load", 0.3, 0.2), ("kv-exact", 0.5, 0.1))]
     g = {"against": "round-robin", "hit_gain": gain[0], "hit_gain_ci_low": gain[1], "hit_gain_ci_high": gain[2],
          "ttft_speedup": speedup[0], "ttft_speedup_ci_low": speedup[1], "ttft_speedup_ci_high": speedup[2]}
-    return gr.Summary(shapes, g, best, unread, 0, -1)
+    return gr.Summary(shapes, g, best, unread, 0, -1, lost)
 
 
 @pytest.mark.parametrize("summary, verdict, case", [
@@ -24,6 +24,8 @@ def _summary(gain=(0.2, 0.1, 0.3), speedup=(1.5, 1.2, 1.8), best=0.6, unread=0) 
     (_summary(gain=(0.02, -0.01, 0.05)), "inconclusive", "overlap"),
     (_summary(best=0.0), "inconclusive", "no-sharing"),
     (_summary(unread=2), "inconclusive", "unread"),
+    (_summary(gain=(0.0, 0.0, 0.0), lost=3), "inconclusive", "diverged"),  # KV-exact routed on an emptied inventory
+    (_summary(lost=3), "confirmed", "gain"),  # lost events only handicap KV-exact: a gain still stands
 ])
 def test_every_verdict_of_the_rule(summary, verdict, case):
     d = gr.decide(summary)

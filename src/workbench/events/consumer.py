@@ -8,6 +8,7 @@ live view."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -89,7 +90,12 @@ class Consumer:
     def _resync(self, gap: Gap) -> None:
         self._mark("gap", gap.got, gap.missing, f"expected {gap.expected}, got {gap.got}")
         if self.policy == "replay" and not gap.regression:
-            replayed = self.source.replay(gap.expected)
+            try:
+                replayed = self.source.replay(gap.expected)
+            except (TimeoutError, OSError) as e:  # a replay that does not answer recovers nothing: clear, said
+                replayed, unanswered = [], f"{type(e).__name__}: {e}"
+            else:
+                unanswered = ""
             missed = [e for e in replayed or () if gap.expected <= e.event_id < gap.got]
             if missed and missed[0].event_id == gap.expected and {e.event_id for e in missed} == set(
                     range(gap.expected, gap.got)):
@@ -100,6 +106,7 @@ class Consumer:
                 return
             cause = "no-replay" if replayed is None else "beyond-buffer"
             why = ("the source keeps no replay buffer" if replayed is None else
+                   f"the replay did not answer ({unanswered})" if unanswered else
                    f"the replay buffer starts at {min((e.event_id for e in replayed), default='nothing')}")
         else:
             cause = "regression" if gap.regression else "policy"
@@ -116,8 +123,9 @@ class Consumer:
         stayed whole) or ``cleared`` (it did not, or the source keeps none: the inventory was emptied and rebuilt
         from later events, its predictions low until then)."""
         marks = self.timeline
+        causes = Counter(m.cause for m in marks if m.kind == "cleared")
         return {"gaps": sum(m.kind == "gap" for m in marks), "recovered": sum(m.kind == "replayed" for m in marks),
-                "cleared": sum(m.kind == "cleared" for m in marks)}
+                "cleared": sum(causes.values()), **{f"cleared:{c}": n for c, n in sorted(causes.items())}}
 
     def close(self) -> None:
         if self.lease is not None:

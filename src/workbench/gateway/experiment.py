@@ -40,15 +40,20 @@ class Result:
 
 def divergence(rows: Sequence[dict], gaps: Mapping[str, Mapping[str, int]]) -> dict[str, dict]:
     """Per endpoint, its inventory against the engine: the requests it served, those whose prediction (the router's
-    match there, made before dispatch) differs from the engine's own ``cached_tokens``, and the gaps in its event
-    numbers the consumer could not recover (``lost``: events another consumer of a destructive drain took, or
-    dropped past the replay buffer). ``diverged``: some were lost, so the inventory is no longer the engine's
-    (mispredictions alone do not say it: requests of one wave that share a prefix mispredict too)."""
+    match there, made before dispatch) differs from the engine's own ``cached_tokens``, the gaps in its event
+    numbers the consumer could not recover (``lost``, by cause: ``causes``), and the served requests whose blocks
+    never reached it (``unseen``, :func:`workload.unseen`: events drained by another consumer with no later event to
+    show a gap). ``diverged``: some were lost or unseen, so the inventory is no longer the engine's (mispredictions
+    alone do not say it: requests of one wave that share a prefix mispredict too)."""
     out = {}
     for name, g in gaps.items():
-        mine = [r for r in rows if r["endpoint"] == name and r["cached_tokens"] is not None]
+        served = [r for r in rows if r["endpoint"] == name]
+        mine = [r for r in served if r["cached_tokens"] is not None]
+        unseen = sum(bool(r.get("unseen")) for r in served)
         out[name] = {"requests": len(mine), "mispredicted": sum(r["predicted_tokens"] != r["cached_tokens"] for r in mine),
-                     "gaps": g["gaps"], "lost": g["cleared"], "diverged": g["cleared"] > 0}
+                     "gaps": g["gaps"], "lost": g["cleared"], "unseen": unseen,
+                     "causes": {k.split(":", 1)[1]: v for k, v in g.items() if k.startswith("cleared:")},
+                     "diverged": g["cleared"] > 0 or unseen > 0}
     return out
 
 

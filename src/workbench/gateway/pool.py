@@ -154,12 +154,15 @@ def _results(futures: Mapping[str, Future]) -> dict[str, Cell]:
 
 def _stop_starting(folder: Path, starts: list[Future], poll_s: float = 0.1) -> None:
     """Stop every server under ``folder`` until each of ``starts`` has ended: a start that had not yet spawned or
-    registered its server (a thread cannot be interrupted) is stopped the moment it has, not once it is ready."""
-    root = Path(folder).resolve()
-    while True:
+    registered its server (a thread cannot be interrupted) is stopped the moment it has, not once it is ready. One
+    stop that fails does not end the sweep; a start still running after the servers' own start limit is left to
+    the exit hooks (serve.py), which stop every server this process started."""
+    root, deadline = Path(folder).resolve(), time.monotonic() + serve.READY_TIMEOUT_S
+    while time.monotonic() < deadline:
         for server in serve.live():
             if root in Path(server.log_path).resolve().parents:
-                server.stop(grace_s=5.0)
+                with contextlib.suppress(Exception):
+                    server.stop(grace_s=5.0)
         if wait(starts, timeout=poll_s).not_done == set():
             return
 

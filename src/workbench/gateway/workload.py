@@ -105,6 +105,15 @@ def _send(pool: Pool, http: Any, name: str, r: Request, salt: str) -> Served | E
         return err
 
 
+def unseen(inventory: Any, prompt: Sequence[int], salt: str | None) -> bool:
+    """Whether a request the engine just served left blocks its endpoint's inventory never got. Once its wave's
+    events are pumped, an inventory that is the engine's holds every reusable block of a prompt the engine just
+    computed (unless the engine evicted some since: the caller checks no removal came): a consumer that drained
+    those events elsewhere, or lost them with no gap to show it (the last events, or all of them), leaves a hole."""
+    h = inventory.hasher
+    return inventory.predict(prompt, salt) < h.reusable_blocks(len(prompt)) * h.block_size
+
+
 def run_shape(pool: Pool, router: Router, plan: Sequence[Sequence[Request]], *, salt: str, best: BestPlacement,
               fault: Fault | None = None, on_wave: Callable[[int], None] | None = None) -> list[dict]:
     """Send every wave of ``plan`` through ``router``; one row per request. A request whose endpoint fails is
@@ -115,6 +124,7 @@ def run_shape(pool: Pool, router: Router, plan: Sequence[Sequence[Request]], *, 
     t0 = time.perf_counter()  # the shape's start: a row's done_s is when its wave completed, since then
     with httpx.Client(timeout=600.0) as http, ThreadPoolExecutor(max(len(w) for w in plan)) as ex:
         for wi, wave in enumerate(plan):
+            removed = {n: e.consumer.removed_blocks for n, e in pool.endpoints.items()}
             bests = [best.see(r.prompt) for r in wave]
             choices = [router.route(r.prompt, salt) for r in wave]
             futures = [ex.submit(_send, pool, http, c.endpoint, r, salt) for c, r in zip(choices, wave)]
@@ -127,6 +137,10 @@ def run_shape(pool: Pool, router: Router, plan: Sequence[Sequence[Request]], *, 
             for r, c, got, b in zip(wave, choices, results, bests):
                 rows.append(_row(pool, router, http, wi, r, c, got, b, salt, t0))
             pool.pump(0.3)
+            for r, row in zip(wave, rows[-len(wave):]):
+                e = pool.endpoints[row["endpoint"]]
+                row["unseen"] = (e.alive and e.consumer.removed_blocks == removed[e.name]
+                                 and unseen(e.inventory, r.prompt, salt))
             if on_wave:
                 on_wave(wi)
     return rows

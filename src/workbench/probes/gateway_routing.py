@@ -71,12 +71,13 @@ class Summary:
     unread: int  # requests whose answer carried no cached_tokens
     retried: int
     kill_wave: int
+    lost: int = 0  # events the inventories never got (experiment.divergence), over the pool
 
 
 class GatewayRouting(Probe):
-    version = "2"
+    version = "3"
     claims = ("shapes.kv_routing",)
-    outcome_params = ("router_block",)
+    outcome_params = ("router_block", "kill_wave")  # a killed endpoint's retried requests time from their retry
     rests = {("*", "confirmed"): ((_GAIN,),),
              ("*", "partial"): ((_GAIN,),),
              ("*", "refuted"): ((Support("routing_hit_gain_ci_high", "<=", MARGIN),),)}
@@ -84,17 +85,31 @@ class GatewayRouting(Probe):
     Params = Params
 
     def rederive(self, f, claim) -> list[str]:
-        """The rule's supports, and what tells confirmed from partial: the TTFT speed-up's recorded lower bound
-        clears 1 for confirmed and does not for partial."""
+        """The rule's supports, then :func:`decide`'s ladder again on what the finding recorded: every request
+        read; a refutation only where the gain's interval stays at or under no gain and no event was lost (a lost
+        event empties KV-exact's inventory, so it routes as fullproxy does); the TTFT speed-up's lower bound,
+        a timing and so no support, telling confirmed (above 1) from partial."""
         why = super().rederive(f, claim)
         verdict = f.verdict_on(claim.id)
-        if why or verdict not in ("confirmed", "partial"):
+        if why or verdict not in ("confirmed", "partial", "refuted"):
             return why
-        low = (f.metrics.get(TTFT_LOW) or {}).get("value")
-        if not isinstance(low, (int, float)) or not math.isfinite(low):
-            return [f"{TTFT_LOW} is not recorded, which tells confirmed from partial"]
-        if (low > 1) != (verdict == "confirmed"):
-            return [f"{TTFT_LOW} is {low:g}: the rule says {'confirmed' if low > 1 else 'partial'}, not {verdict}"]
+        got = {k: (f.metrics.get(k) or {}).get("value") for k in ("routing_unread_requests", "routing_events_lost",
+                                                                   "routing_hit_gain_ci_low", TTFT_LOW)}
+        missing = [k for k, v in got.items() if not isinstance(v, (int, float)) or not math.isfinite(v)
+                   if verdict != "refuted" or k != TTFT_LOW]
+        if missing:
+            return [f"{', '.join(missing)} not recorded, which the rule decides {verdict} on"]
+        if got["routing_unread_requests"]:
+            return [f"{got['routing_unread_requests']:g} request(s) unread: the rule says inconclusive, not {verdict}"]
+        if verdict == "refuted":
+            if got["routing_hit_gain_ci_low"] > 0:
+                return [f"the hit gain's lower bound is {got['routing_hit_gain_ci_low']:g}: the rule says a gain"]
+            if got["routing_events_lost"]:
+                return [f"{got['routing_events_lost']:g} event(s) lost: the rule says inconclusive, not refuted"]
+            return []
+        if (got[TTFT_LOW] > 1) != (verdict == "confirmed"):
+            return [f"{TTFT_LOW} is {got[TTFT_LOW]:g}: the rule says {'confirmed' if got[TTFT_LOW] > 1 else 'partial'}, "
+                    f"not {verdict}"]
         return []
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
@@ -148,11 +163,13 @@ def summarise(result: experiment.Result, p: Params) -> Summary:
     return Summary(shapes, measure.paired(result.rows, "kv-exact", better),
                    max((s["best_hit_rate"] for s in shapes), default=0.0),
                    sum(1 for r in result.rows if r["cached_tokens"] is None),
-                   sum(1 for r in result.rows if r.get("retried_from")), p.kill_wave)
+                   sum(1 for r in result.rows if r.get("retried_from")), p.kill_wave,
+                   sum(d["lost"] + d.get("unseen", 0) for d in result.divergence.values()))
 
 
 def decide(s: Summary) -> Decision:
-    """The ladder: reuse possible → every request read → a gain on the engine's hit rate, with TTFT → none."""
+    """The ladder: reuse possible → every request read → a gain on the engine's hit rate, with TTFT → no event
+    lost (a lost event empties KV-exact's inventory, so it routes as fullproxy: no refutation then) → none."""
     g = s.gain
     if s.best_rate <= 0:
         return Decision("inconclusive", "no-sharing")
@@ -162,6 +179,8 @@ def decide(s: Summary) -> Decision:
         faster = g["ttft_speedup_ci_low"] > 1
         return Decision("confirmed" if faster else "partial", "gain" if faster else "hit-only",
                         rests_on=(_GAIN,))
+    if s.lost:
+        return Decision("inconclusive", "diverged")
     if g["hit_gain_ci_high"] <= MARGIN:
         return Decision("refuted", "no-gain", rests_on=(Support("routing_hit_gain_ci_high", "<=", MARGIN),))
     return Decision("inconclusive", "overlap")
@@ -183,7 +202,9 @@ def explain(d: Decision, s: Summary, rule_block: int) -> str:
             "gain": "KV-exact routing beats fullproxy on engine-read hit rate and TTFT. ",
             "hit-only": "KV-exact routing beats fullproxy on engine-read hit rate; TTFT does not separate here. ",
             "no-gain": "KV-exact routing gains nothing over fullproxy on engine-read hit rate. ",
-            "overlap": "The hit-rate gain's interval straddles no gain: more sessions or repeats. "}[d.case]
+            "overlap": "The hit-rate gain's interval straddles no gain: more sessions or repeats. ",
+            "diverged": f"{s.lost} event(s) never reached the inventories (see the divergence note), so KV-exact "
+                        "routed on an inventory that was not the engine's: no gain says nothing of the rule. "}[d.case]
     return lead + said + retried
 
 
@@ -199,13 +220,23 @@ def gap_note(gaps: dict[str, dict[str, int]]) -> str:
             + (", ".join(one(n, g) for n, g in gaps.items()) or "not read"))
 
 
+_CAUSES = {"no-replay": "lost for good: the engine keeps no replay buffer (another consumer of its drain took them)",
+           "beyond-buffer": "lost: past the engine's replay buffer",
+           "regression": "where the engine's numbering went backwards (a restart)",
+           "policy": "cleared by the consumer's policy"}
+
+
 def divergence_note(divergence: dict[str, dict]) -> str:
     """Each endpoint's inventory against the engine, and where events it never got made it diverge."""
     def one(name: str, d: dict) -> str:
-        said = f"{name} {d['mispredicted']} of {d['requests']} predicted otherwise than the engine counted"
+        said = (f"{name} {d['mispredicted']} of {d['requests']} predicted otherwise than the engine counted"
+                if d["requests"] else f"{name} no request's cached_tokens read")
         if d["diverged"]:
-            said += (f"; DIVERGED: {d['lost']} gap(s) in its event numbers lost for good (another consumer drained "
-                     "them, or they fell past the replay buffer)")
+            lost = [f"{n} gap(s) {_CAUSES.get(c, c)}" for c, n in d.get("causes", {}).items()]
+            if d.get("unseen"):
+                lost.append(f"{d['unseen']} served request(s) whose blocks never reached it (their events were "
+                            "drained by another consumer, with no later event to show a gap)")
+            said += f"; DIVERGED: {'; '.join(lost) or str(d['lost']) + ' gap(s) lost'}"
         return said
 
     return ("inventory against the engine per endpoint: "
@@ -221,7 +252,8 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
                "routing_hit_gain_ci_high": s.gain["hit_gain_ci_high"], "routing_kv_hit_rate": kv["engine_hit_rate"],
                "routing_fullproxy_hit_rate": other["engine_hit_rate"], "routing_best_hit_rate": s.best_rate,
                "routing_ttft_speedup": s.gain["ttft_speedup"], TTFT_LOW: s.gain["ttft_speedup_ci_low"],
-               "routing_retried_requests": s.retried}
+               "routing_retried_requests": s.retried, "routing_unread_requests": s.unread,
+               "routing_events_lost": s.lost}
     rows = ([r | {"kind": "request"} for r in result.rows] + [x | {"kind": "shape"} for x in s.shapes]
             + [a | {"kind": "admission"} for a in result.admission] + [t | {"kind": "inventory"} for t in result.timeline])
     notes = [f"rule: {result.rule_block} tokens per block "
