@@ -10,8 +10,10 @@ What each times: AIPerf, from sending ``POST /v1/chat/completions`` on a new con
 ``--connection-reuse-strategy never``) with text that the server templates and tokenizes, to the first streamed
 chunk with content; the cell, from sending token ids on its pooled connection to the first streamed token. Both
 include the same prefill of the request's own tokens after its cached prefix. They agree when their ranges
-(least–greatest) overlap; otherwise the difference is stated with what each includes. Both are timings: the
-check is labelled workbench-timed and settles nothing.
+(least–greatest) overlap; otherwise the difference is stated with what each includes, and the load that differs
+(AIPerf's own services run beside the server during its requests; on two shared cores, 2026-12-07, that made its
+TTFT ~3× the cell's on llama-server, 1.54 s against 0.46 s). Both are timings: the check is labelled
+workbench-timed and settles nothing.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ class TtftCheck:
             return said + ": they agree within their spread"
         return (said + f": they differ by {abs(a - c) * 1e3:.0f} ms ({'AIPerf' if a > c else 'the cell'} slower); "
                 f"AIPerf's includes a new connection (median {statistics.median(self.connect_s) * 1e3:.1f} ms) and "
-                "the server's chat template and tokenizing, the cell's neither; the prefill they share is the same")
+                "the server's chat template and tokenizing, the cell's neither, and the prefill they share is the "
+                "same; what those leave unexplained is load: AIPerf's services share the CPU with the server while "
+                "it sends, the cell sends after they have exited")
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self) | {"agree": self.agree, "words": self.words()}
