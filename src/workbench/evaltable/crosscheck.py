@@ -86,13 +86,14 @@ def ttft(backend: str, model: str, url: str, folder: Path, root: Path, concurren
          requests: Sequence[Request]) -> TtftCheck | None:
     """The served cell's TTFT on ``requests``' repeats (those after the first ``concurrency``) of the AIPerf run
     in ``folder``; None where the run had no repeat."""
-    from ..cells import open_cell
+    from ..cells import cell_class
 
     repeats = list(requests[concurrency:])
     if not repeats:
         return None
     messages = _payloads(folder)
-    with open_cell(backend, model, endpoint=url, slots=1) as cell:
+    # the class's own open, not open_cell: attached to the server, its engine is not imported into this process
+    with cell_class(backend).open(model, endpoint=url, slots=1) as cell:
         ids = {r.conversation: cell._tokens_of(messages[r.conversation]) for r in requests}
         shared = _common(list(ids.values()))
         salt = f"ttft-crosscheck-{uuid.uuid4().hex[:8]}"  # nothing AIPerf sent is cached under it
