@@ -247,7 +247,7 @@ def _crosscheck(backend: Backend, req: TableRequest, url: str, phase: tuple[int,
     c, export = phase
     try:
         check = crosscheck.ttft(backend.name, req.model, url, export.folder, req.out, c, export.requests)
-    except WorkbenchError as e:
+    except (WorkbenchError, ValueError) as e:  # the cell's errors (a refused request, a prompt too long) and ids'
         return f"TTFT cross-check not made (workbench-timed, settles nothing): {str(e).splitlines()[0]}"
     return check.words() if check else "TTFT cross-check not made: the run's first phase had no repeat"
 
