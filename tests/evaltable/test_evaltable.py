@@ -79,6 +79,7 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--workload", "prefix-2k"], "unknown workload 'prefix-2k'"),
     (["--concurrency", "0"], "--concurrency must be at least 1"),
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
+    (["--concurrency", "2,1,2"], "--concurrency names each level once, got 2,1,2"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),
     (["--slo-ttft", "0"], "--slo-ttft must be above 0"),
     (["--backend", "vllm-server"], "vllm-server serves a Hugging Face directory, and smollm2-135m is a GGUF"),

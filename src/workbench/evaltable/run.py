@@ -87,6 +87,8 @@ class TableRequest:
                 ("--threads", self.threads), ("--requests", self.requests or 1)]:
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
+        if len(set(self.concurrency)) < len(self.concurrency):  # each level is a phase of one AIPerf run, named by it
+            raise ValueError(f"--concurrency names each level once, got {','.join(map(str, self.concurrency))}")
         for what, x in (("--slo-ttft", self.slo_ttft_s), ("--slo-itl", self.slo_itl_s)):
             if not 0 < x < 3600:
                 raise ValueError(f"{what} must be above 0 and below an hour (seconds), got {x}")
