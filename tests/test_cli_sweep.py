@@ -126,7 +126,7 @@ COMMANDS: dict[str, Command] = {
                           "workload": NOT_INPUT, "repeats": "limit", "out": "dir-out", "endpoint": "url",
                           "requests": "limit", "prompt_tokens": "number", "output_tokens": "number",
                           "prefix_tokens": "number", "threads": "number", "prefix_caching": NOT_INPUT,
-                          "slo_ttft": "number", "slo_itl": "number"}),
+                          "slo_ttft": "number", "slo_itl": "number", "ttft_crosscheck": NOT_INPUT}),
     "events watch": Command(("events", "watch", "--endpoint", "tcp://127.0.0.1:1", "--duration", "0.2"),
                             {"endpoint": "url", "replay": "url", "block_size": "limit", "hash_seed": NOT_INPUT,
                              "hash_algo": NOT_INPUT, "policy": NOT_INPUT, "steal": NOT_INPUT, "as_json": NOT_INPUT,

@@ -564,6 +564,9 @@ def evaltable(
                                              "that must refute the prefix-caching finding)"),
     slo_ttft: float = typer.Option(2.0, "--slo-ttft", help="goodput's SLO: a request's TTFT at most this (s)"),
     slo_itl: float = typer.Option(0.1, "--slo-itl", help="goodput's SLO: a request's ITL at most this (s)"),
+    ttft_crosscheck: bool = typer.Option(True, "--ttft-crosscheck/--no-ttft-crosscheck",
+                                         help="the workbench's served cell times a shared-prefix run's repeats again "
+                                              "beside AIPerf's TTFT (workbench-timed, settles nothing)"),
 ) -> None:
     """Seed 004's eval-backend table: output tokens/s, requests/s, TTFT p50/p95, ITL and end-to-end latency per
     backend × workload × concurrency, measured with AIPerf against a server started on loopback."""
@@ -575,7 +578,8 @@ def evaltable(
                                 tuple(w.strip() for w in workload.split(",") if w.strip()), repeats, out,
                                 endpoint=endpoint, requests=requests, prompt_tokens=prompt_tokens,
                                 output_tokens=output_tokens, prefix_tokens=prefix_tokens, threads=threads,
-                                prefix_caching=prefix_caching, slo_ttft_s=slo_ttft, slo_itl_s=slo_itl)
+                                prefix_caching=prefix_caching, slo_ttft_s=slo_ttft, slo_itl_s=slo_itl,
+                                ttft_crosscheck=ttft_crosscheck)
         req.check()
         check_writable(out)
         rows, as_json, as_md = _run.run(req, progress=lambda what: typer.echo(what, err=True))

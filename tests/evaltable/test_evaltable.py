@@ -79,6 +79,7 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--workload", "prefix-2k"], "unknown workload 'prefix-2k'"),
     (["--concurrency", "0"], "--concurrency must be at least 1"),
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
+    (["--concurrency", "2,1,2"], "--concurrency names each level once, got 2,1,2"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),
     (["--slo-ttft", "0"], "--slo-ttft must be above 0"),
     (["--backend", "vllm-server"], "vllm-server serves a Hugging Face directory, and smollm2-135m is a GGUF"),
@@ -88,11 +89,15 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, args, says):
     assert says in _one_line_exit_2(_table(tmp_path, *args))
 
 
-def test_a_multi_turn_cell_is_counted_in_whole_conversations(tmp_path):
-    req = evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (2,), ("multi-turn",), 1, tmp_path, requests=5)
+def test_a_multi_turn_cell_is_counted_in_whole_conversations_and_each_concurrency_is_a_phase(tmp_path):
+    req = evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (1, 2), ("multi-turn",), 1, tmp_path,
+                                 requests=5)
     w = req.workload("multi-turn")
-    assert req.cell_requests(2, w) == 6 and w.count_args(6)[:2] == ["--conversation-num", "2"]
-    assert req.workload("no-prefix").count_args(5) == ["--request-count", "5"]
+    assert req.cell_requests(2, w) == 6 and w.stop(6) == {"sessions": 2}
+    assert req.workload("no-prefix").stop(5) == {"requests": 5}
+    cfg = aiperf.Cell("http://h:1", "m", tmp_path, w, ((1, 6), (2, 6)), 7).config(tmp_path / "out")["benchmark"]
+    assert [(p["name"], p["concurrency"], p["sessions"]) for p in cfg["phases"]] == [("c1", 1, 2), ("c2", 2, 2)]
+    assert cfg["datasets"][0]["entries"] == 4 and cfg["datasets"][0]["turns"] == {"mean": 3, "stddev": 0}
 
 
 def test_aiperf_request_records_are_read_in_send_order_without_warmup_or_failed_ones(tmp_path):
@@ -148,17 +153,54 @@ def test_the_servers_metrics_counter_rests_beside_the_per_request_counts(cached,
     assert all(s.holds(values[s.metric]) for s in rests) and ("disagree" in words) == (verdict == "inconclusive")
 
 
-@pytest.mark.parametrize("caching, rests, why", [
-    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), ""),
-    (True, ("engine_repeat_prefix_cached",), "does not rest on it"),  # a disagreeing /metrics reading left aside
-    (False, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "exploratory: prefix_caching=False")])
-def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(caching, rests, why):
+_RUN2_FAILED = "prefix-1k at concurrency 2, repeat 1 of 1: the read after the run failed (GET /metrics: ConnectError)"
+
+
+@pytest.mark.parametrize("readings, same, verdict, rests, says", [
+    # one failed read leaves that run out of the /metrics reading, named; the other run's reading still rests
+    ([backends.Counters(528, 900), _RUN2_FAILED], "", "confirmed", {"engine_repeat_prefix_cached",
+                                                                    "engine_metrics_prefix_cached"}, _RUN2_FAILED),
+    ([_RUN2_FAILED, backends.Counters(528, 900)], "", "confirmed", {"engine_repeat_prefix_cached",
+                                                                    "engine_metrics_prefix_cached"}, "1 of 2 run(s)"),
+    ([backends.Counters(0, 900), _RUN2_FAILED], "", "inconclusive", set(), "disagree"),
+    (["r1: the read before the run failed (/metrics has no x)", _RUN2_FAILED], "", "confirmed",
+     {"engine_repeat_prefix_cached"}, "the per-request counts alone"),
+    # llama-server: /metrics is the responses' own variable: it checks their sum, and rests nothing
+    ([backends.Counters(528, 900), backends.Counters(528, 900)], "server-context.cpp: n_past", "confirmed",
+     {"engine_repeat_prefix_cached"}, "own variable (server-context.cpp: n_past)"),
+    ([backends.Counters(0, 900), backends.Counters(0, 900)], "server-context.cpp: n_past", "inconclusive", set(),
+     "disagree"),
+])
+def test_metrics_are_read_per_run_and_the_same_counter_is_no_second_reading(readings, same, verdict, rests, says):
+    """A reviewer's two cases: one failed /metrics read turned the cross-check off for the whole finding; and
+    llama-server's /metrics counter, the very variable each response's cached_tokens is, counted as a second
+    reading. Two runs of two repeats each, 264 of a 256-token prefix cached on every repeat."""
+    rows = [{"repeat": i >= 1, "cached_tokens": 264 if i >= 1 else 8, "prompt_tokens": 300, "run_index": k}
+            for k in (0, 1) for i in range(3)]
+    said, words, values, rested = finding.decide(rows, 256, readings, same)
+    assert said == verdict and {s.metric for s in rested} == rests and says in words, words
+    assert all(s.holds(values[s.metric]) for s in rested)
+    if "engine_metrics_prefix_cached" in values and not any(isinstance(r, str) for r in readings):
+        assert values["engine_metrics_cached_tokens"] == sum(r.cached for r in readings)
+    rates = finding.hit_rates(rows, 256, readings)
+    assert ("engine_metrics_hit_rate" in rates) == any(isinstance(r, backends.Counters) for r in readings)
+
+
+@pytest.mark.parametrize("caching, rests, same, why", [
+    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "", ""),
+    (True, ("engine_repeat_prefix_cached",), "", "does not rest on it"),  # a disagreeing /metrics reading left aside
+    (False, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "", "exploratory: prefix_caching=False"),
+    (True, ("engine_repeat_prefix_cached",), "n_past", ""),  # llama-server: the same counter rests nothing
+    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "n_past", "as a second reading")])
+def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(caching, rests, same, why):
     """What settle re-checks in a stored finding (a reviewer's case: /metrics recorded at 0, the verdict resting on
-    the per-request count alone, would have settled as confirmed)."""
-    values = {"engine_repeat_prefix_cached": 1.0, "engine_metrics_prefix_cached": 1.0 if len(rests) == 2 else 0.0}
+    the per-request count alone, would have settled as confirmed; and one resting on llama-server's /metrics counter,
+    the per-request count's own variable, as if it were a second reading)."""
+    values = {"engine_repeat_prefix_cached": 1.0,
+              "engine_metrics_prefix_cached": 1.0 if len(rests) == 2 or same else 0.0}
     o = probes.Outcome("confirmed", "x", values, [{"repeat": True}],
                        rests_on=tuple(Support(m, ">=", finding.COVER) for m in rests))
-    f = finding._as_finding(o, finding.Served("llamacpp-server", "b1", caching, 1024), None, {"model": "m"})
+    f = finding._as_finding(o, finding.Served("llamacpp-server", "b1", caching, 1024, same), None, {"model": "m"})
     said = settle.unsettled(f, finding.CLAIM)
     assert (said == ()) if not why else any(why in s for s in said), said
 
@@ -175,12 +217,17 @@ def _caching_finding(folder: Path, engine: str) -> findings.Finding:
 
 def _settles(f: findings.Finding, fault: bool = False) -> None:
     """The verdict re-derives from what the finding recorded (workbench.settle), resting on the server's two
-    counts: each response's cached tokens and its /metrics counter over the same runs; a run with caching off
-    (the fault) settles nothing, as exploratory, and for that reason only."""
+    counts: each response's cached tokens and its /metrics counter over the same runs (llama-server: the first
+    alone, its /metrics counter being the same variable); a run with caching off (the fault) settles nothing, as
+    exploratory, and for that reason only."""
     said = settle.unsettled(f, finding.CLAIM)
     assert said == (() if not fault else tuple(s for s in said if s.startswith("exploratory: prefix_caching=False"))), said
     assert bool(said) == fault
-    assert {s["metric"] for s in f.rests_on} == {"engine_repeat_prefix_cached", "engine_metrics_prefix_cached"}
+    same = backends.BACKENDS[f.engine].same_counter
+    assert f.params["metrics_counter"] == ("same" if same else "independent")
+    assert {s["metric"] for s in f.rests_on} == {"engine_repeat_prefix_cached"} | (
+        set() if same else {"engine_metrics_prefix_cached"})
+    assert "engine_metrics_prefix_cached" in f.metrics
     assert all(f.metrics[s["metric"]]["source"] == "engine" for s in f.rests_on)
 
 
@@ -218,6 +265,9 @@ def test_a_small_table_against_llama_server(tmp_path):
     f = _caching_finding(tmp_path, "llamacpp-server")
     assert f.verdict == "confirmed", f.summary
     _settles(f)
+    [check] = doc["ttft_crosscheck"]  # the served cell's TTFT beside AIPerf's, on prefix-1k's first run
+    assert check.startswith("TTFT cross-check on 2 repeats of aiperf/llamacpp-server/prefix-1k/r1 (workbench-timed"), check
+    assert check in f.evidence["notes"] and "Cross-check of AIPerf's TTFT" in as_md.read_text()
     assert f.metric("load_ttft_repeat_over_first") is not None  # the TTFT drop beside it, with its interval
     assert 0 < f.metric("engine_metrics_hit_rate") <= 1 and f.metric("expected_prefix_hit_rate") > 0  # cross-check
     subject = _caching_finding(tmp_path, "trtllm-serve")

@@ -11,15 +11,24 @@ def test_a_batchs_tables_read_back_and_show_in_the_report(tmp_path):
     values = {t: table.Spread.of([0.5, 0.7]) for t in table.COLUMNS} | {"load_ttft_cached_p50_s": None}
     rows = [table.Row("llamacpp-server", "prefix-1k", 2, "ok", values=values, requests=4, split=ENGINE),
             table.Row("trtllm-serve", "prefix-1k", None, "not-run", "needs an NVIDIA GPU; on a GPU machine: …")]
-    as_json, as_md = table.write(rows, tmp_path / "evaltable" / "llamacpp", {"model": "smollm2-135m"})
+    check = "TTFT cross-check on 3 repeats of … (workbench-timed, settles nothing): … they agree within their spread"
+    as_json, as_md = table.write(rows, tmp_path / "evaltable" / "llamacpp", {"model": "smollm2-135m", "repeats": 1},
+                                 [check])
     (tmp_path / "evaltable" / "vllm").mkdir()
     (tmp_path / "evaltable" / "vllm" / "evaltable.json").write_text("{")  # a table cut off: left out
     doc, back = table.read(as_json)
-    assert back == rows and doc["setup"] == {"model": "smollm2-135m"}
+    assert back == rows and doc["setup"] == {"model": "smollm2-135m", "repeats": 1} and doc["ttft_crosscheck"] == [check]
     [(path, setup, shown)] = table.in_run(tmp_path)
+    assert setup["TTFT cross-check"] == check  # shown beside the table in the report
     assert path == as_json and shown == table.text_rows(rows) and shown[0][:3] == ["llamacpp-server", "prefix-1k", "2"]
     assert len(shown[0]) == len(table.heads()) == 3 + len(FIELDS) + 3
     page = report.render(tmp_path)
     assert 'id="evaltable"' in page and 'href="evaltable/llamacpp/evaltable.md"' in page
     assert f"<td>{shown[0][3]}</td>" in page and "not-run: needs an NVIDIA GPU" in page
-    assert "| llamacpp-server | prefix-1k | 2 |" in as_md.read_text()
+    md = as_md.read_text()
+    assert "| llamacpp-server | prefix-1k | 2 |" in md and check in md and check in page
+    # spreads: two runs show their range and count; a table of one repeat says so plainly, no spread invented
+    assert shown[0][3].endswith(", 2 runs)") and "ran 1 repeat per cell" in md
+    one = table.Row("vllm-server", "prefix-1k", 1, "ok", values={t: table.Spread.of([0.5]) for t in table.COLUMNS},
+                    requests=4, split=ENGINE)
+    assert table.text_rows([one])[0][3].endswith("(1 run)")

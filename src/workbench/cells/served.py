@@ -132,9 +132,10 @@ class ServedCell(RequestCell):
         resolved = models.resolve(model)
         if opts.endpoint is None:  # a format the server never runs is refused before its engine is imported
             cls._refuse_model(resolved)
-        avail = cls.availability()
-        if not avail.available and opts.endpoint is None:
-            raise EngineUnavailable(cls.engine, avail.reason or "unknown reason")
+            # attached at an endpoint, the engine need not be installed here (vLLM's check imports it: ~5 s)
+            avail = cls.availability()
+            if not avail.available:
+                raise EngineUnavailable(cls.engine, avail.reason or "unknown reason")
         return cls(resolved, opts)
 
     @classmethod

@@ -38,6 +38,7 @@ class Backend:
     version: Callable[[ServerId], str]  # the engine version its identity says
     counters: tuple[str, tuple[str, ...]]  # /metrics: (prompt tokens read from the cache, those + the ones computed)
     options: Callable[[Path, int, int], dict] = lambda path, context, slots: {}  # the wing's launch options
+    same_counter: str = ""  # where /metrics' cached counter is the variable each response's cached_tokens is: the source
 
     def start_hint(self, model: str, url: str = "") -> str:
         port = url.rsplit(":", 1)[-1] if url else "PORT"
@@ -54,7 +55,13 @@ BACKENDS: dict[str, Backend] = {
                                # tools/server/server-context.cpp (metrics): "prompt tokens reused from the cache",
                                # and "processed, excluding cached tokens"; the wing starts it with --metrics
                                counters=("llamacpp:prompt_tokens_cached_total",
-                                         ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total"))),
+                                         ("llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total")),
+                               # the one n_past a slot reuses sets both, in the same lines (llama.cpp as
+                               # llama-cpp-python 0.3.36 vendors it)
+                               same_counter="llama.cpp tools/server/server-context.cpp: the n_past a slot reuses "
+                                            "sets slot.stats.n_prompt_cached (each response's usage.prompt_tokens_"
+                                            "details.cached_tokens, server-task.cpp) and metrics.add_prompt_cached("
+                                            "n_past) (llamacpp:prompt_tokens_cached_total) together"),
     "vllm-server": Backend("vllm-server", "vllm serve", vllm_served.VllmId,
                            lambda t: ("/tokenize", {"prompt": t, "add_special_tokens": False}), needs_gguf=False,
                            launch=vllm_served.launch,
@@ -170,23 +177,34 @@ class Counters:
         return Counters(self.cached + other.cached, self.looked_up + other.looked_up)
 
 
-def counters(backend: Backend, url: str) -> Counters | None:
-    """``backend``'s cache counters at ``url`` now; None where ``/metrics`` does not answer them (a server found
-    at ``--endpoint`` started without llama-server's ``--metrics``)."""
+def counters(backend: Backend, url: str) -> Counters | str:
+    """``backend``'s cache counters at ``url`` now, or why they could not be read (``/metrics`` did not answer, or
+    lacks them: a server found at ``--endpoint`` started without llama-server's ``--metrics``)."""
     import httpx
     from prometheus_client.parser import text_string_to_metric_families
 
     samples: dict[str, float] = {}  # each counter summed over its label sets (vLLM labels each engine core)
     try:
         r = httpx.get(url + "/metrics", timeout=30)
-        for s in (s for f in text_string_to_metric_families(r.text) for s in f.samples) if r.status_code == 200 else ():
+        if r.status_code != 200:
+            return f"GET /metrics answered {r.status_code}"
+        for s in (s for f in text_string_to_metric_families(r.text) for s in f.samples):
             samples[s.name] = samples.get(s.name, 0.0) + s.value
-    except (httpx.HTTPError, ValueError):
-        return None
+    except (httpx.HTTPError, ValueError) as e:
+        return f"GET /metrics: {type(e).__name__}"
     cached, parts = backend.counters
-    if not {cached, *parts} <= samples.keys():
-        return None
+    missing = sorted({cached, *parts} - samples.keys())
+    if missing:
+        return f"/metrics has no {', '.join(missing)}"
     return Counters(samples[cached], sum(samples[p] for p in parts))
+
+
+def rise(before: Counters | str, after: Counters | str) -> Counters | str:
+    """The counters' rise between the reads before and after a run, or why there is none (which read failed)."""
+    for when, read in (("before", before), ("after", after)):
+        if isinstance(read, str):
+            return f"the read {when} the run failed ({read})"
+    return after - before
 
 
 def answering(url: str) -> bool:

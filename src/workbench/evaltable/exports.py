@@ -1,7 +1,8 @@
-"""Reading what AIPerf exported for one cell: its summary (``profile_export_aiperf.json``, ~80 metrics, each
+"""Reading what AIPerf exported for one cell, a profiling phase of a run: the phase's summary
+(``phases/c<N>/profile_export_aiperf.json``, ~80 metrics, each
 ``{"unit", "avg", "p50", "p95", …}``) as the table's metrics in their declared units (:mod:`workbench.metrics`:
-seconds, not AIPerf's milliseconds), and its per-request records (``profile_export.jsonl``: one JSON object a
-request, ``{"metadata": {"request_start_ns", "benchmark_phase", …}, "metrics": {"time_to_first_token": {"value",
+seconds, not AIPerf's milliseconds), and its per-request records (the run's ``profile_export.jsonl``: one JSON
+object a request, ``{"metadata": {"request_start_ns", "benchmark_phase", "phase_name", …}, "metrics": {"time_to_first_token": {"value",
 "unit"}, "usage_prompt_cache_read_tokens": …}, "error"}``) as :class:`Request` (each request's TTFT and the
 server's own cached tokens), which split TTFT into cold and cached (:mod:`.split`) and carry the prefix-caching
 finding (:mod:`.finding`).
@@ -53,33 +54,42 @@ class Request:
     ttft_s: float
     prompt_tokens: float | None
     cached_tokens: float | None
+    conversation: str = ""  # AIPerf's conversation id: the request body it sent (inputs.json)
+    connect_s: float | None = None  # the connection setup inside its TTFT (http_req_connecting)
 
 
 @dataclass(frozen=True)
 class CellExport:
-    """One AIPerf run's figures: the table's metrics, the requests that completed and failed, each profiled
-    request that succeeded (in the order they were sent), and where it is."""
+    """One cell's figures, a phase of an AIPerf run: the table's metrics, the requests that completed and failed,
+    each profiled request that succeeded (in the order they were sent), the run's folder and the phase's name."""
 
     folder: Path
     values: Mapping[str, float]
     completed: int
     errors: int
     requests: tuple[Request, ...] = ()
+    phase: str = ""
 
 
-def read(folder: Path) -> CellExport:
-    summary = _json(folder / SUMMARY)
-    values = {tag: _value(summary, field, stat, folder / SUMMARY) for tag, (field, stat) in FIELDS.items()}
-    completed = int(_value(summary, "completed_request_count", "avg", folder / SUMMARY))
+def read(folder: Path, phase: str) -> CellExport:
+    """Phase ``phase`` of the AIPerf run in ``folder``: its summary and its requests. AIPerf 0.13 writes each
+    phase's summary in ``phases/NAME/`` where a run has several profiling phases, and only the run's own where it
+    has one."""
+    path = folder / "phases" / phase / SUMMARY
+    if not (folder / "phases").is_dir():
+        path = folder / SUMMARY
+    summary = _json(path)
+    values = {tag: _value(summary, field, stat, path) for tag, (field, stat) in FIELDS.items()}
+    completed = int(_value(summary, "completed_request_count", "avg", path))
     errors = int(sum(e.get("count", 0) for e in summary.get("error_summary") or [] if isinstance(e, dict)))
     if not (folder / RECORDS).is_file():
         raise ExportError(f"AIPerf wrote no per-request records ({folder / RECORDS}): its run did not finish")
-    return CellExport(folder, values, completed, errors, requests(folder / RECORDS))
+    return CellExport(folder, values, completed, errors, requests(folder / RECORDS, phase), phase)
 
 
-def requests(path: Path) -> tuple[Request, ...]:
-    """The profiled requests in ``path`` that succeeded, in the order they were sent (warm-up ones and failed
-    ones left out: neither has a TTFT that belongs to the cell's load)."""
+def requests(path: Path, phase: str | None = None) -> tuple[Request, ...]:
+    """The profiled requests in ``path`` that succeeded (of phase ``phase`` where given), in the order they were
+    sent (warm-up ones and failed ones left out: neither has a TTFT that belongs to the cell's load)."""
     out = []
     try:
         lines = path.read_text().splitlines()
@@ -91,11 +101,13 @@ def requests(path: Path) -> tuple[Request, ...]:
         try:
             rec = json.loads(line)
             meta, got = rec["metadata"], rec.get("metrics") or {}
-            if rec.get("error") or meta.get("benchmark_phase", "profiling") != "profiling":
+            if rec.get("error") or meta.get("benchmark_phase", "profiling") != "profiling" or \
+                    phase not in (None, meta.get("phase_name")):
                 continue
             out.append(Request(int(meta["request_start_ns"]), _measure(got["time_to_first_token"]),
                                _optional(got.get("input_sequence_length")),
-                               _optional(got.get("usage_prompt_cache_read_tokens"))))
+                               _optional(got.get("usage_prompt_cache_read_tokens")),
+                               str(meta.get("conversation_id", "")), _optional(got.get("http_req_connecting"))))
         except (ValueError, KeyError, TypeError) as e:
             raise ExportError(f"{path} line {n} is not an AIPerf 0.13 request record (metadata.request_start_ns, "
                               f"metrics.time_to_first_token): {type(e).__name__}: {e}") from None

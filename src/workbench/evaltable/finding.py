@@ -7,8 +7,10 @@ it): the median over the repeats of cached tokens / the shared prefix's tokens. 
 prefix: confirmed; less: refuted (the server computed what it had already seen); no repeat, or no count in the
 responses: inconclusive. A second reading of the same runs rests beside it: the server's own ``/metrics`` cache
 counter (:attr:`.backends.Backend.counters`), read before and after each shared-prefix run, per repeat over the
-prefix's tokens; the two must agree (else inconclusive), and where ``/metrics`` does not answer (a server found at
-``--endpoint`` without them) the verdict rests on the per-request counts alone and says so. The TTFT drop (median repeat TTFT over median first-request TTFT, with a percentile
+prefix's tokens, over the runs where both reads answered (one that failed is left out of it, named); the two must
+agree (else inconclusive). Where ``/metrics`` answered over no run (a server found at ``--endpoint`` without them)
+the verdict rests on the per-request counts alone and says so; where the counter is the per-request count's own
+variable (llama-server: :attr:`.backends.Backend.same_counter`) it checks their sum and rests nothing. The TTFT drop (median repeat TTFT over median first-request TTFT, with a percentile
 bootstrap interval) stands beside it, timed by AIPerf: it cannot confirm anything.
 
 The fault that must refute it is the engine's own switch (``workbench evaltable --no-prefix-caching``, each
@@ -40,7 +42,8 @@ METRICS_READING = "engine_metrics_prefix_cached"  # the server's /metrics counte
 class PrefixCaching(Declared):
     """The table's prefix-caching findings: the claim, the version and what each verdict rests on."""
 
-    version = "2"  # 2: the server's /metrics counter rests beside the per-request counts
+    version = "3"  # 2: the server's /metrics counter rests beside the per-request counts; 3: not where it is the
+    # same variable (params.metrics_counter "same"), and a run whose /metrics read failed is left out of it alone
     claims = (CLAIM,)
     rests = {("*", v): ((Support("engine_repeat_prefix_cached", op, COVER), Support("engine_metrics_prefix_cached", op, COVER)),
                         (Support("engine_repeat_prefix_cached", op, COVER),))
@@ -59,9 +62,13 @@ class PrefixCaching(Declared):
         per-request counts alone is for a server whose /metrics did not answer; a reading that disagrees makes
         the verdict inconclusive, never one left aside)."""
         why = super().rederive(f, claim)
-        rested = {s.metric for s in f.supports_of(claim.id)} if not why else set()
-        if not why and METRICS_READING in f.metrics and f.verdict_on(claim.id) in ("confirmed", "refuted") \
-                and METRICS_READING not in rested:
+        if why or METRICS_READING not in f.metrics or f.verdict_on(claim.id) not in ("confirmed", "refuted"):
+            return why
+        rested = {s.metric for s in f.supports_of(claim.id)}
+        if f.params.get("metrics_counter") == "same" and METRICS_READING in rested:
+            why.append(f"its /metrics reading ({METRICS_READING}) is the variable the per-request counts are "
+                       "(params.metrics_counter), yet the verdict rests on it as a second reading")
+        elif f.params.get("metrics_counter") != "same" and METRICS_READING not in rested:
             why.append(f"its /metrics reading ({METRICS_READING}) was recorded, but the verdict does not rest on it")
         return why
 
@@ -74,18 +81,26 @@ class Served:
     engine_version: str | None
     prefix_caching: bool  # False: started with the engine's own switch off (the fault)
     prefix_tokens: int
+    same_counter: str = ""  # where /metrics' counter is the per-request count's own variable: the source saying so
 
 
-def _repeats(runs: Sequence[tuple[int, CellExport]]) -> tuple[list[dict], list[float], list[float]]:
-    """Each request as an evidence row, and the first requests' and the repeats' TTFTs."""
+Run = Sequence[tuple[int, CellExport]]
+"""One AIPerf run of a shared-prefix workload: its phases in the order they ran, ``(concurrency, export)`` each."""
+
+
+def _repeats(runs: Sequence[Run]) -> tuple[list[dict], list[float], list[float]]:
+    """Each request as an evidence row, and the first requests' and the repeats' TTFTs. A run's first phase sends
+    its first ``concurrency`` requests before any could find the prefix cached; every later request, and every
+    request of a later phase (the first phase computed the prefix), is a repeat."""
     rows, first, repeat = [], [], []
-    for concurrency, run in runs:
-        for i, r in enumerate(run.requests):
-            is_repeat = i >= concurrency
-            (repeat if is_repeat else first).append(r.ttft_s)
-            rows.append({"kind": "request", "run": run.folder.name, "concurrency": concurrency, "order": i,
-                         "repeat": is_repeat,
-                         "ttft_s": r.ttft_s, "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens})
+    for k, phases in enumerate(runs):
+        for p, (concurrency, run) in enumerate(phases):
+            for i, r in enumerate(run.requests):
+                is_repeat = p > 0 or i >= concurrency
+                (repeat if is_repeat else first).append(r.ttft_s)
+                rows.append({"kind": "request", "run": f"{run.folder.name}/{run.phase}", "run_index": k,
+                             "concurrency": concurrency, "order": i, "repeat": is_repeat, "ttft_s": r.ttft_s,
+                             "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens})
     return rows, first, repeat
 
 
@@ -106,10 +121,17 @@ def ttft_drop(first: Sequence[float], repeat: Sequence[float], seed: int = 0) ->
             "load_ttft_repeat_over_first_ci_high": float(ci.high)}
 
 
-def decide(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Counters | None = None
-           ) -> tuple[str, str, dict, tuple[Support, ...]]:
+Reading = Counters | str
+"""One shared-prefix run's ``/metrics`` rise (:func:`.backends.rise`), or why it could not be read."""
+
+
+def decide(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Sequence[Reading] | Counters | None = None,
+           same_counter: str = "") -> tuple[str, str, dict, tuple[Support, ...]]:
     """The verdict, its reason in words, the engine-read metrics and the supports it rests on: the per-request
-    counts, and the server's ``/metrics`` counters over the same runs (``scraped``) where it answered them."""
+    counts, and the server's ``/metrics`` counters over the same runs (``scraped``: each run's reading, aligned
+    with the rows' ``run_index``; one :class:`Counters` for all of them) over the runs where they were read. Where
+    that counter is the per-request count's own variable (``same_counter``, the source saying so) it checks
+    their sum and is no second reading: the verdict rests on the per-request counts."""
     repeats = [r for r in rows if r["repeat"]]
     counted = [r["cached_tokens"] for r in repeats if r["cached_tokens"] is not None]
     if not repeats:
@@ -118,52 +140,72 @@ def decide(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Count
         return "inconclusive", (f"the server reported cached tokens on {len(counted)} of {len(repeats)} repeats "
                                 "(vLLM: --enable-prompt-tokens-details)"), {}, ()
     cover = statistics.median(counted) / prefix_tokens
-    values = {"engine_repeat_prefix_cached": cover}
+    values: dict[str, float] = {"engine_repeat_prefix_cached": cover}
     said = (f"the server read a median {statistics.median(counted):.0f} cached tokens on {len(repeats)} requests "
             f"that repeated a {prefix_tokens}-token shared prefix ({cover:.0%} of it)")
     verdict, op = ("confirmed", ">=") if cover >= COVER else ("refuted", "<")
     rests = [Support("engine_repeat_prefix_cached", op, COVER)]
-    if scraped is None:
-        said += "; the server's /metrics did not answer its cache counters: the per-request counts alone"
+    readings = [scraped] if isinstance(scraped, Counters) else list(scraped or [])
+    read = {i for i, x in enumerate(readings) if isinstance(x, Counters)}
+    unread = "; ".join(x for x in readings if isinstance(x, str))
+    mine = [r for r in repeats if r.get("run_index", 0) in read]
+    if not mine:
+        said += (f"; the server's /metrics did not answer its cache counters ({unread or 'not read'}): the "
+                 "per-request counts alone")
+        return verdict, said, values, tuple(rests)
+    total = sum((readings[i] for i in sorted(read)), Counters(0.0, 0.0))
+    per_repeat = total.cached / (len(mine) * prefix_tokens)
+    values |= {"engine_metrics_prefix_cached": per_repeat, "engine_metrics_cached_tokens": total.cached}
+    said += (f"; its /metrics counted {total.cached:.0f} cached prompt tokens over {len(read)} of {len(readings)} "
+             f"run(s) ({per_repeat:.0%} of the prefix per repeat)")
+    if unread:
+        said += f", the other(s) left out of it: {unread}"
+    same_runs = statistics.median(r["cached_tokens"] for r in mine) / prefix_tokens
+    if (per_repeat >= COVER) != (same_runs >= COVER):
+        return "inconclusive", said + ": the two readings disagree", values, ()
+    if same_counter:
+        said += (f"; that counter is the per-request counts' own variable ({same_counter}): it checks their sum, no "
+                 "second reading, and the verdict rests on the per-request counts")
     else:
-        per_repeat = scraped.cached / (len(repeats) * prefix_tokens)
-        values |= {"engine_metrics_prefix_cached": per_repeat, "engine_metrics_cached_tokens": scraped.cached}
-        said += (f"; its /metrics counted {scraped.cached:.0f} cached prompt tokens over the same runs "
-                 f"({per_repeat:.0%} of the prefix per repeat)")
-        if (per_repeat >= COVER) != (cover >= COVER):
-            return "inconclusive", said + ": the two readings disagree", values, ()
         rests.append(Support("engine_metrics_prefix_cached", op, COVER))
     return verdict, said, values, tuple(rests)
 
 
-def hit_rates(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Counters | None) -> dict[str, float]:
-    """The cross-check of hit rates over the shared-prefix runs: the server's (``/metrics``: cached / looked-up
-    prompt tokens) beside the workload's theoretical one (every repeat reads the whole prefix, nothing else is
-    read: computed here, over the prompt tokens the server counted)."""
-    prompt = sum(r["prompt_tokens"] or 0 for r in rows)
+def hit_rates(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Sequence[Reading] | Counters | None
+              ) -> dict[str, float]:
+    """The cross-check of hit rates over the shared-prefix runs whose ``/metrics`` was read: the server's (cached /
+    looked-up prompt tokens) beside the workload's theoretical one (every repeat reads the whole prefix, nothing
+    else is read: computed here, over the prompt tokens the server counted)."""
+    readings = [scraped] if isinstance(scraped, Counters) else list(scraped or [])
+    read = {i for i, x in enumerate(readings) if isinstance(x, Counters)}
+    mine = [r for r in rows if r.get("run_index", 0) in read] if read else list(rows)
+    prompt = sum(r["prompt_tokens"] or 0 for r in mine)
     out = {}
     if prompt:
-        out["expected_prefix_hit_rate"] = sum(r["repeat"] for r in rows) * prefix_tokens / prompt
-    if scraped is not None and scraped.looked_up > 0:
-        out["engine_metrics_hit_rate"] = scraped.cached / scraped.looked_up
+        out["expected_prefix_hit_rate"] = sum(r["repeat"] for r in mine) * prefix_tokens / prompt
+    total = sum((readings[i] for i in sorted(read)), Counters(0.0, 0.0))
+    if read and total.looked_up > 0:
+        out["engine_metrics_hit_rate"] = total.cached / total.looked_up
     return out
 
 
 def cell_row(workload: str, concurrency: int, run: CellExport) -> dict:
     """One AIPerf run of the table as an evidence row beside the requests (``kind`` ``cell``): what the figures
     draw its throughput from; nothing rests on it."""
-    return {"kind": "cell", "workload": workload, "concurrency": concurrency, "run": run.folder.name,
+    return {"kind": "cell", "workload": workload, "concurrency": concurrency, "run": f"{run.folder.name}/{run.phase}",
             "output_tokens_per_s": run.values["output_tokens_per_s"], "requests_per_s": run.values["requests_per_s"],
             "ttft_s": run.values["load_ttft_p50_s"]}
 
 
-def finding(served: Served, runs: Sequence[tuple[int, CellExport]], model: Any, setup: Mapping[str, Any],
-            scraped: Counters | None = None, cells: Sequence[dict] = ()) -> findings.Finding:
-    """The backend's finding from its shared-prefix runs (``(concurrency, export)`` each) and the server's
-    ``/metrics`` counters over them (``scraped``; None where it did not answer them); ``cells``
-    (:func:`cell_row`, every run of the backend's table) ride along in its evidence for the figures."""
+def finding(served: Served, runs: Sequence[Run], model: Any, setup: Mapping[str, Any],
+            scraped: Sequence[Reading] = (), cells: Sequence[dict] = (), checks: Sequence[str] = ()
+            ) -> findings.Finding:
+    """The backend's finding from its shared-prefix runs (:data:`Run` each) and the server's ``/metrics``
+    counters over each of them (``scraped``, aligned with ``runs``: the rise, or why it was not read); ``cells``
+    (:func:`cell_row`, every phase of the backend's table) ride along in its evidence for the figures, ``checks``
+    (the TTFT cross-check's words, :mod:`.crosscheck`) in its notes."""
     rows, first, repeat = _repeats(runs)
-    verdict, said, values, rests = decide(rows, served.prefix_tokens, scraped)
+    verdict, said, values, rests = decide(rows, served.prefix_tokens, scraped, served.same_counter)
     drop, rates = ttft_drop(first, repeat), hit_rates(rows, served.prefix_tokens, scraped)
     if drop:
         said += (f"; TTFT of the repeats / of the first requests {drop['load_ttft_repeat_over_first']:.3g}× "
@@ -175,9 +217,12 @@ def finding(served: Served, runs: Sequence[tuple[int, CellExport]], model: Any, 
     switch = "on" if served.prefix_caching else "off (the engine's own switch: the fault)"
     outcome = Outcome(verdict, f"Prefix caching {verdict} on {served.backend}, caching {switch}: {said}.",
                       values | drop | rates, [*rows, *cells], rests_on=rests,
-                      notes=[f"repeats: each run's requests after its first `concurrency` (those sent before any "
-                             f"could find the prefix cached); confirmed at a median cover of {COVER:.0%} or more",
-                             f"bootstrap: B={RESAMPLES}, level {LEVEL:.0%}, each group resampled on its own"])
+                      notes=[f"repeats: each run's requests after its first phase's first `concurrency` (those sent "
+                             "before any could find the prefix cached), every request of a later phase among them; "
+                             f"confirmed at a median cover of {COVER:.0%} or more", *checks,
+                             f"bootstrap: B={RESAMPLES}, level {LEVEL:.0%}, each group resampled on its own",
+                             *([f"/metrics is the same counter as each response's cached_tokens, not a second "
+                                f"reading: {served.same_counter}"] if served.same_counter else [])])
     return _as_finding(outcome, served, model, setup)
 
 
@@ -190,7 +235,8 @@ def _as_finding(o: Outcome, served: Served, model: Any, setup: Mapping[str, Any]
         probe=PROBE, probe_version=decl.version, claims=[CLAIM], verdict=o.verdict, summary=o.summary,
         engine=served.backend, environment=env,
         params={"model": setup.get("model"), "prefix_tokens": served.prefix_tokens,
-                "prefix_caching": served.prefix_caching},
+                "prefix_caching": served.prefix_caching,
+                "metrics_counter": "same" if served.same_counter else "independent"},
         metrics=findings.metric_values(o.metrics),
         evidence={"columns": list(dict.fromkeys(k for r in o.rows for k in r)), "rows": o.rows, "notes": o.notes},
         rests_on=findings.supports_doc(o.rests_on))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import environment, findings, models, serve
 from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
@@ -50,6 +50,7 @@ class TableRequest:
     threads: int = 1
     seed: int = 0
     prefix_caching: bool = True  # False: each server started with its own prefix caching off (the finding's fault)
+    ttft_crosscheck: bool = True  # the served cell's TTFT beside AIPerf's on a shared-prefix run's repeats
     findings_dir: Path | None = None  # where the findings go (default: out/findings; a batch: the run's findings)
     slo_ttft_s: float = 2.0  # goodput counts the requests whose TTFT and ITL are at most these
     slo_itl_s: float = 0.1
@@ -86,6 +87,8 @@ class TableRequest:
                 ("--threads", self.threads), ("--requests", self.requests or 1)]:
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
+        if len(set(self.concurrency)) < len(self.concurrency):  # each level is a phase of one AIPerf run, named by it
+            raise ValueError(f"--concurrency names each level once, got {','.join(map(str, self.concurrency))}")
         for what, x in (("--slo-ttft", self.slo_ttft_s), ("--slo-itl", self.slo_itl_s)):
             if not 0 < x < 3600:
                 raise ValueError(f"{what} must be above 0 and below an hour (seconds), got {x}")
@@ -123,6 +126,7 @@ class Measured:
 
     rows: list[Row] = field(default_factory=list)
     findings: list[findings.Finding] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)  # the TTFT cross-checks' words, one per backend (settle nothing)
 
 
 def run(req: TableRequest, progress: Progress = lambda _: None, done: Measured | None = None
@@ -184,7 +188,7 @@ def in_batch(engine: str, model: str, findings_dir: str | Path, *, concurrency: 
 
 def _keep(done: Measured, req: TableRequest, setup: dict) -> tuple[Path, Path]:
     findings.write_all(done.findings, req.findings_dir or req.out / "findings")
-    return write(done.rows, req.out, setup)
+    return write(done.rows, req.out, setup, done.checks)
 
 
 def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Measured, setup: dict) -> None:
@@ -198,56 +202,75 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
         served, version = backends.identify(backend, url, req.model)
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
-        shared: list = []  # (concurrency, export) of every shared-prefix run: the finding's evidence
-        scraped: list[backends.Counters | None] = []  # the server's /metrics counters over each of those runs
-        cells: list[dict] = []  # every run's throughput, for the finding's figures
+        shared: list[finding.Run] = []  # every shared-prefix run's phases: the finding's evidence
+        scraped: list[finding.Reading] = []  # the server's /metrics counters over each of those runs (or why not)
+        cells: list[dict] = []  # every phase's throughput, for the finding's figures
+        checks: list[str] = []  # the TTFT cross-check's words (settles nothing)
         seed = req.seed
         try:
             for name in req.workloads:
-                for c in req.concurrency:
-                    runs = []
-                    for k in range(req.repeats):
-                        where = f"{name} at concurrency {c}, repeat {k + 1} of {req.repeats}"
-                        progress(f"{backend.name} {where}")
-                        w = req.workload(name)
-                        cell = aiperf.Cell(url, served, folder, w, c, req.cell_requests(c, w), seed,
-                                           (req.slo_ttft_s, req.slo_itl_s))
-                        seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
-                        out = req.out / "aiperf" / backend.name / name / f"c{c}" / f"r{k + 1}"
-                        before = backends.counters(backend, url) if w.shared_prefix_tokens else None
-                        try:
-                            runs.append(_cell(cell, out, lambda w=where: gone(w), where))
-                        except ServerGone as e:
-                            done.rows.append(Row(backend.name, name, c, "crashed", str(e)))
-                            raise
-                        cells.append(finding.cell_row(name, c, runs[-1]))
-                        if w.shared_prefix_tokens:
-                            after = backends.counters(backend, url)
-                            shared.append((c, runs[-1]))
-                            scraped.append(after - before if after and before else None)
-                    done.rows.append(Row.measured(backend.name, name, c, runs, req.out))
+                w = req.workload(name)
+                phases: dict[int, list] = {c: [] for c in req.concurrency}
+                for k in range(req.repeats):
+                    where = f"{name} at concurrency {','.join(map(str, req.concurrency))}, repeat {k + 1} of {req.repeats}"
+                    progress(f"{backend.name} {where}")
+                    cell = aiperf.Cell(url, served, folder, w, tuple((c, req.cell_requests(c, w)) for c in req.concurrency),
+                                       seed, (req.slo_ttft_s, req.slo_itl_s))
+                    seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached
+                    out = req.out / "aiperf" / backend.name / name / f"r{k + 1}"
+                    before = backends.counters(backend, url) if w.shared_prefix_tokens else ""
+                    try:
+                        got = _cell(cell, out, lambda w=where: gone(w), where)
+                    except ServerGone as e:
+                        done.rows += [Row(backend.name, name, c, "crashed", str(e)) for c in req.concurrency]
+                        raise
+                    for c, export in got:
+                        phases[c].append(export)
+                        cells.append(finding.cell_row(name, c, export))
+                    if w.shared_prefix_tokens:
+                        shared.append(got)
+                        read = backends.rise(before, backends.counters(backend, url))
+                        scraped.append(f"{where}: {read}" if isinstance(read, str) else read)
+                        if req.ttft_crosscheck and not checks:
+                            checks.append(_crosscheck(backend, req, url, got[0]))
+                done.rows += [Row.measured(backend.name, name, c, phases[c], req.out) for c in req.concurrency]
         finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
             if shared:
-                on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens)
-                whole = None if None in scraped else sum(scraped[1:], scraped[0])
-                done.findings.append(finding.finding(on, shared, model, setup, whole, cells))
+                on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens, backend.same_counter)
+                done.findings.append(finding.finding(on, shared, model, setup, scraped, cells, checks))
+                done.checks += checks
 
 
-def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str):
+def _crosscheck(backend: Backend, req: TableRequest, url: str, phase: tuple[int, Any]) -> str:
+    """The TTFT cross-check on a run's first phase (:mod:`.crosscheck`), in words; a failure is said, never
+    raised: the check settles nothing."""
+    from . import crosscheck
+
+    c, export = phase
+    try:
+        check = crosscheck.ttft(backend.name, req.model, url, export.folder, req.out, c, export.requests)
+    except (WorkbenchError, ValueError) as e:  # the cell's errors (a refused request, a prompt too long) and ids'
+        return f"TTFT cross-check not made (workbench-timed, settles nothing): {str(e).splitlines()[0]}"
+    return check.words() if check else "TTFT cross-check not made: the run's first phase had no repeat"
+
+
+def _cell(cell: aiperf.Cell, out: Path, gone: Callable[[], str | None], where: str) -> list[tuple[int, Any]]:
+    """Each phase of ``cell``'s run, ``(concurrency, export)``, in the order they ran."""
     from .exports import read
 
     try:
         aiperf.run(cell, out, server_gone=gone)
     except aiperf.ServerStopped as e:
         raise ServerGone(str(e)) from None
-    export = read(out)
-    if export.errors or export.completed < cell.requests:
-        reason = gone()
-        if reason:
-            raise ServerGone(reason)
-        raise WorkbenchError(f"{export.errors} of {cell.requests} requests failed on {where} against {cell.url} "
-                             f"(AIPerf completed {export.completed}); see {out / 'aiperf.log'}")
-    return export
+    got = [(c, read(out, f"c{c}")) for c, _ in cell.levels]
+    for (c, export), (_, asked) in zip(got, cell.levels):
+        if export.errors or export.completed < asked:
+            reason = gone()
+            if reason:
+                raise ServerGone(reason)
+            raise WorkbenchError(f"{export.errors} of {asked} requests failed on {where} (concurrency {c}) against "
+                                 f"{cell.url} (AIPerf completed {export.completed}); see {out / 'aiperf.log'}")
+    return got
 
 
 class _server:

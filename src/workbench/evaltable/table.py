@@ -74,24 +74,36 @@ class Row:
                    split=ENGINE if all(s.source == ENGINE for s in splits) else POSITION)
 
 
-def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object]) -> tuple[Path, Path]:
-    """``evaltable.json`` and ``evaltable.md`` in ``out``; their paths."""
-    doc = {"schema": SCHEMA, "setup": dict(setup),
+def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object], checks: Sequence[str] = ()
+          ) -> tuple[Path, Path]:
+    """``evaltable.json`` and ``evaltable.md`` in ``out``, with the TTFT cross-checks' words (``checks``,
+    :mod:`.crosscheck`); their paths."""
+    doc = {"schema": SCHEMA, "setup": dict(setup), "ttft_crosscheck": list(checks),
            "metrics": {t: {"header": metrics.get(t).header, "unit": metrics.get(t).unit.value,
                            "source": metrics.get(t).source, "description": metrics.get(t).description}
                        for t in COLUMNS},
            "rows": [asdict(r) for r in rows],
            "seed_claims": [dict(zip(("backend", "output_tokens_per_s", "ttft_1k_prefix"), c)) for c in SEED_CLAIMS]}
     return (write_output(out / "evaltable.json", json.dumps(doc, indent=1) + "\n"),
-            write_output(out / "evaltable.md", markdown(rows, setup)))
+            write_output(out / "evaltable.md", markdown(rows, setup, checks)))
 
 
 def _cell(tag: str, s: Spread | None) -> str:
+    """The median, then its spread over the runs that have it, or that one run had it (no spread to show)."""
     if s is None:
         return "—"
-    if s.low == s.high:
-        return metrics.render(tag, s.median)
-    return f"{metrics.render(tag, s.median)} ({metrics.render(tag, s.low)}–{metrics.render(tag, s.high)})"
+    if len(s.runs) == 1:
+        return f"{metrics.render(tag, s.median)} (1 run)"
+    return (f"{metrics.render(tag, s.median)} ({metrics.render(tag, s.low)}–{metrics.render(tag, s.high)}, "
+            f"{len(s.runs)} runs)")
+
+
+def spread_words(setup: Mapping[str, object]) -> str:
+    """How the table's figures read, saying plainly where a cell ran once and so has no spread."""
+    said = "Each figure: the median over the cell's repeats, with (least–greatest, n runs)"
+    if setup.get("repeats") == 1:
+        return said + "; this table ran 1 repeat per cell, so each figure is one run's, \"(1 run)\": no spread"
+    return said + "; \"(1 run)\" where only one run had the figure: no spread"
 
 
 _SPLIT_WORDS = {ENGINE: "engine: the server's cached tokens (at least half the prompt: cached)",
@@ -137,22 +149,26 @@ def in_run(run: Path) -> list[tuple[Path, dict, list[list[str]]]]:
             doc, rows = read(path)
             if doc.get("schema") != SCHEMA:
                 continue
-            out.append((path, doc.get("setup", {}), text_rows(rows)))
+            checks = {f"TTFT cross-check {i + 1}" if i else "TTFT cross-check": str(c)
+                      for i, c in enumerate(doc.get("ttft_crosscheck") or [])}
+            out.append((path, {**doc.get("setup", {}), **checks}, text_rows(rows)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return out
 
 
-def markdown(rows: Sequence[Row], setup: Mapping[str, object]) -> str:
-    lines = ["# Eval-backend table", "",
-             "Each figure: the median over repeats, (least–greatest) where they differ. "
-             + "; ".join(f"{k}: {v}" for k, v in setup.items()), "",
+def markdown(rows: Sequence[Row], setup: Mapping[str, object], checks: Sequence[str] = ()) -> str:
+    lines = ["# Eval-backend table", "", spread_words(setup) + ". " + "; ".join(f"{k}: {v}" for k, v in setup.items()),
+             "",
              "| " + " | ".join(heads()) + " |", "|---" * len(heads()) + "|"]
     lines += ["| " + " | ".join(cells) + " |" for cells in text_rows(rows)]
     lines += ["", "Metrics (units and sources: workbench.metrics):", ""]
     lines += [f"- **{metrics.get(t).header}** ({metrics.get(t).unit.value}, {metrics.get(t).source}): "
               f"{metrics.get(t).description}" for t in COLUMNS]
     lines.append("- **cold/cached split by**: " + "; or ".join(_SPLIT_WORDS.values()))
+    if checks:
+        lines += ["", "Cross-check of AIPerf's TTFT against the workbench's served cell on the same requests "
+                  "(workbench-timed: it settles nothing):", ""] + [f"- {c}" for c in checks]
     lines += ["", "Seed 004's expectations with a 1K prefix, its claims on a GB10 GPU (not measured here):", "",
               "| backend | output tokens/s | TTFT (1K prefix) |", "|---|---|---|"]
     lines += [f"| {b} | {tps} | {ttft} |" for b, tps, ttft in SEED_CLAIMS]

@@ -24,11 +24,13 @@ one line naming the URL and what to start there.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..contract import WorkbenchError
 from ..files import write_output
 from .backends import ServerGone
 from .table import Row
@@ -143,8 +145,27 @@ def generate(url: str, shape: Shape, text: str, max_tokens: int) -> Generation:
     if r.status_code != 200 or "text_output" not in doc:
         raise ServerGone(f"Triton at {url} did not generate with {shape.model!r} ({r.status_code}: "
                          f"{doc.get('error', r.text[:120])!r}); {shape.start_hint(url)}")
-    reused = doc.get(shape.reused)
-    return Generation(str(doc["text_output"]), None if reused is None else int(float(reused)), seconds)
+    return Generation(str(doc["text_output"]), reused_count(doc.get(shape.reused), shape, url), seconds)
+
+
+def reused_count(value: object, shape: Shape, url: str) -> int | None:
+    """The engine's reused-block count as the model answered it: an integer, the LLM-API model's string of one
+    (``"5"``), or either as a one-element list (a shape-[1] tensor); None where the model did not return it.
+    Anything else (a fraction, a negative, ``"inf"``, not-a-number, text, several values) is one line naming the
+    value: a count the table cannot read is never guessed."""
+    if value is None:
+        return None
+    got = value[0] if isinstance(value, list) and len(value) == 1 else value
+    try:
+        number = float(got) if isinstance(got, (int, float, str)) and not isinstance(got, bool) else math.nan
+    except ValueError:
+        number = math.nan
+    if math.isfinite(number) and number >= 0 and number == int(number):
+        return int(number)
+    what = "not a number" if math.isnan(number) else "not a whole count of blocks"
+    raise WorkbenchError(f"Triton at {url}: the {shape.label} {shape.model!r} answered {shape.reused} = "
+                         f"{json.dumps(value)[:80]}, {what}; the table reads only a count of reused KV-cache blocks "
+                         "(check the model's outputs in its config.pbtxt)")
 
 
 def prefix_reuse(url: str, shape: Shape, prefix: str, prompts: Sequence[str], max_tokens: int,
