@@ -89,6 +89,26 @@ def _import_failure(e: BaseException) -> str:
             f"usual cause: {INSTALL_HINT}")
 
 
+@contextlib.contextmanager
+def _collections_deferred() -> Iterator[None]:
+    """Hold back the full collections vLLM's in-process shutdown runs on the CPU platform until ours, the one after
+    the engine's last reference is gone (:func:`_release_inprocess_state`). ``EngineCore.shutdown`` unfreezes the
+    heap, then ``GPUModelRunner._cleanup_profiling_kv_cache`` and ``cleanup_dist_env_and_memory`` each walk all of it
+    (vllm/v1/worker/gpu_model_runner.py, vllm/distributed/parallel_state.py): three walks of the forkserver's
+    ~700,000 imported objects per engine closed, 1.3 s of them on 2 cores; ours alone frees everything they would
+    have. A GPU keeps vLLM's own order (each collection there precedes a cache release)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        yield
+        return
+    collect, gc.collect = gc.collect, lambda generation=2: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+
+
 def _release_inprocess_state() -> None:
     """Tear down the process-wide distributed state an in-process engine set up, so the next can start, and collect
     the engine (``cleanup_dist_env_and_memory`` unfreezes the heap first, so a cycle frozen with it is freed too)."""
@@ -488,7 +508,7 @@ class VllmCell(EventCapacity, RequestCell):
     def _stop(self) -> None:
         if self._llm is not None:
             llm, self._llm, self._engine = self._llm, None, None  # no reference left: the collection below frees it
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), _collections_deferred() if self._inprocess else contextlib.nullcontext():
                 llm.llm_engine.engine_core.shutdown(timeout=2.0)
             del llm
             if self._inprocess:
