@@ -67,13 +67,16 @@ def test_without_vllm_availability_says_how_to_install(monkeypatch):
 
 def test_closing_an_in_process_engine_frees_it_and_freezes_the_heap_again():
     """Runs before the module's cell opens (a second cell would run out of process). vLLM unfreezes the heap to
-    free an engine; the cell lets it go (no reference left) and freezes what is left again."""
+    free an engine; the cell lets it go (no reference left) and freezes what is left again. vLLM's own collections
+    during its shutdown are held back for the cell's one (gc.collect is the interpreter's again afterwards)."""
     require_engine("vllm")
+    collect = gc.collect
     c = open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B)
     assert c._inprocess, "another cell of this process was open: this test must run before the module's cell"
     engine = weakref.ref(c._engine)
     c.close()
     assert engine() is None and gc.get_freeze_count() > 0
+    assert gc.collect is collect
 
 
 def test_cell_satisfies_the_contract_protocol(cell):
