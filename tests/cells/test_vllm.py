@@ -79,6 +79,22 @@ def test_closing_an_in_process_engine_frees_it_and_freezes_the_heap_again():
     assert gc.collect is collect
 
 
+def test_a_later_engine_keeps_the_kernel_overrides_the_first_registered(cell):
+    """The module's cell is this process's second in-process engine (the test above started the first): vLLM's
+    registry already holds the CPU kernel overrides, so the next start skips the sys.modules walk; afterwards the
+    platform registers as vLLM wrote it."""
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    registered = dict(dispatcher._registry)
+    assert registered, "the module's cell started without vLLM's CPU kernel overrides"
+    before = type(current_platform).register_triton_kernel_overrides
+    with vllm_cell._kernels_registered_once():
+        current_platform.register_triton_kernel_overrides()
+        assert dispatcher._registry == registered  # nothing wrapped again
+    assert type(current_platform).register_triton_kernel_overrides == before
+
+
 def test_cell_satisfies_the_contract_protocol(cell):
     assert isinstance(cell, Cell)
     assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol

@@ -109,6 +109,31 @@ def _collections_deferred() -> Iterator[None]:
         gc.collect = collect
 
 
+@contextlib.contextmanager
+def _kernels_registered_once() -> Iterator[None]:
+    """Start an in-process engine without registering vLLM's CPU kernel overrides again where this process holds
+    them: each engine's worker calls ``CpuPlatform.register_triton_kernel_overrides`` (vllm/platforms/cpu.py),
+    whose ``register_kernels`` walks every module in ``sys.modules`` to rebind each kernel to its stand-in
+    (vllm/triton_utils/dispatcher.py; 0.7 s a time in a forkserver child). Once vLLM's registry holds them, every
+    holder already refers to the stand-ins, and a second pass would only wrap the wrappers."""
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    platform = type(current_platform)
+    if not current_platform.is_cpu() or not dispatcher._registry:
+        yield
+        return
+    register = platform.__dict__.get("register_triton_kernel_overrides")
+    platform.register_triton_kernel_overrides = classmethod(lambda cls: None)
+    try:
+        yield
+    finally:
+        if register is None:  # inherited: the class's own override goes, the base's shows again
+            del platform.register_triton_kernel_overrides
+        else:
+            platform.register_triton_kernel_overrides = register
+
+
 def _release_inprocess_state() -> None:
     """Tear down the process-wide distributed state an in-process engine set up, so the next can start, and collect
     the engine (``cleanup_dist_env_and_memory`` unfreezes the heap first, so a cycle frozen with it is freed too)."""
@@ -490,7 +515,8 @@ class VllmCell(EventCapacity, RequestCell):
             own["PYTHONHASHSEED"] = o.hash_seed
         with envvars.scoped(own, default=env, drop=("VLLM_CPU_KVCACHE_SPACE",)):
             try:
-                self._llm = vllm.LLM(**args)
+                with _kernels_registered_once() if self._inprocess else contextlib.nullcontext():
+                    self._llm = vllm.LLM(**args)
             except Exception as e:  # noqa: BLE001 - the engine core reports its failures as anything
                 raise WorkbenchError(f"vLLM could not start on {self.model.name}: {type(e).__name__}: {e}") from e
             if self._inprocess:  # EngineCore caches every VLLM_* variable; a later engine must read them afresh
