@@ -95,6 +95,19 @@ def test_a_later_engine_keeps_the_kernel_overrides_the_first_registered(cell):
     assert type(current_platform).register_triton_kernel_overrides == before
 
 
+def test_the_forkserver_preload_registers_the_kernel_overrides_for_its_children():
+    """The vLLM forkserver imports :mod:`workbench.cells.vllm.kernels` after vllm itself, so every child it forks
+    holds the overrides in vLLM's registry and its engines start without registering them again."""
+    require_engine("vllm")
+    import importlib
+
+    from vllm.triton_utils import dispatcher
+
+    assert vllm_cell.VllmCell.preload[-1] == "workbench.cells.vllm.kernels"
+    importlib.import_module("workbench.cells.vllm.kernels")
+    assert dispatcher._registry
+
+
 def test_cell_satisfies_the_contract_protocol(cell):
     assert isinstance(cell, Cell)
     assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol

@@ -26,7 +26,8 @@ Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loo
 :mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
 events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
 
-Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
+Nothing imports vllm at module import; :func:`_import_vllm` is the one seam (and :mod:`.kernels`, which only the
+forkserver imports, beside vllm itself).
 """
 
 from __future__ import annotations
@@ -367,7 +368,8 @@ class VllmCell(EventCapacity, RequestCell):
     """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
 
     engine = ENGINE
-    preload = ("vllm.entrypoints.llm", "vllm.v1.attention.backends.cpu_attn")  # ~15 s of imports on 2 cores
+    preload = ("vllm.entrypoints.llm", "vllm.v1.attention.backends.cpu_attn",  # ~15 s of imports on 2 cores
+               "workbench.cells.vllm.kernels")  # and the CPU kernel overrides, once for every child
     label = "vLLM"
     package = "vllm"
     c_functions: tuple[str, ...] = ()  # no C entry point: its shared libraries are Python extension modules
