@@ -69,13 +69,45 @@ def test_without_vllm_availability_says_how_to_install(monkeypatch):
 
 def test_closing_an_in_process_engine_frees_it_and_freezes_the_heap_again():
     """Runs before the module's cell opens (a second cell would run out of process). vLLM unfreezes the heap to
-    free an engine; the cell lets it go (no reference left) and freezes what is left again."""
+    free an engine; the cell lets it go (no reference left) and freezes what is left again. vLLM's own collections
+    during its shutdown are held back for the cell's one (gc.collect is the interpreter's again afterwards)."""
     require_engine("vllm")
+    collect = gc.collect
     c = open_cell("vllm", MODEL, kv_budget_tokens=BLOCKS * B)
     assert c._inprocess, "another cell of this process was open: this test must run before the module's cell"
     engine = weakref.ref(c._engine)
     c.close()
     assert engine() is None and gc.get_freeze_count() > 0
+    assert gc.collect is collect
+
+
+def test_a_later_engine_keeps_the_kernel_overrides_the_first_registered(cell):
+    """The module's cell is this process's second in-process engine (the test above started the first): vLLM's
+    registry already holds the CPU kernel overrides, so the next start skips the sys.modules walk; afterwards the
+    platform registers as vLLM wrote it."""
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    registered = dict(dispatcher._registry)
+    assert registered, "the module's cell started without vLLM's CPU kernel overrides"
+    before = type(current_platform).register_triton_kernel_overrides
+    with vllm_cell._kernels_registered_once():
+        current_platform.register_triton_kernel_overrides()
+        assert dispatcher._registry == registered  # nothing wrapped again
+    assert type(current_platform).register_triton_kernel_overrides == before
+
+
+def test_the_forkserver_preload_registers_the_kernel_overrides_for_its_children():
+    """The vLLM forkserver imports :mod:`workbench.cells.vllm.kernels` after vllm itself, so every child it forks
+    holds the overrides in vLLM's registry and its engines start without registering them again."""
+    require_engine("vllm")
+    import importlib
+
+    from vllm.triton_utils import dispatcher
+
+    assert vllm_cell.VllmCell.preload[-1] == "workbench.cells.vllm.kernels"
+    importlib.import_module("workbench.cells.vllm.kernels")
+    assert dispatcher._registry
 
 
 def test_cell_satisfies_the_contract_protocol(cell):

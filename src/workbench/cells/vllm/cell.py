@@ -26,7 +26,8 @@ Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loo
 :mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
 events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
 
-Nothing imports vllm at module import; :func:`_import_vllm` is the one seam.
+Nothing imports vllm at module import; :func:`_import_vllm` is the one seam (and :mod:`.kernels`, which only the
+forkserver imports, beside vllm itself).
 """
 
 from __future__ import annotations
@@ -87,6 +88,51 @@ def _import_failure(e: BaseException) -> str:
         return f"{e.name} is not installed: {INSTALL_HINT}"
     return (f"vllm is installed but failed to import ({type(e).__name__}: {e}); a torch/torchvision mismatch is the "
             f"usual cause: {INSTALL_HINT}")
+
+
+@contextlib.contextmanager
+def _collections_deferred() -> Iterator[None]:
+    """Hold back the full collections vLLM's in-process shutdown runs on the CPU platform until ours, the one after
+    the engine's last reference is gone (:func:`_release_inprocess_state`). ``EngineCore.shutdown`` unfreezes the
+    heap, then ``GPUModelRunner._cleanup_profiling_kv_cache`` and ``cleanup_dist_env_and_memory`` each walk all of it
+    (vllm/v1/worker/gpu_model_runner.py, vllm/distributed/parallel_state.py): three walks of the forkserver's
+    ~700,000 imported objects per engine closed, 1.3 s of them on 2 cores; ours alone frees everything they would
+    have. A GPU keeps vLLM's own order (each collection there precedes a cache release)."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        yield
+        return
+    collect, gc.collect = gc.collect, lambda generation=2: 0
+    try:
+        yield
+    finally:
+        gc.collect = collect
+
+
+@contextlib.contextmanager
+def _kernels_registered_once() -> Iterator[None]:
+    """Start an in-process engine without registering vLLM's CPU kernel overrides again where this process holds
+    them: each engine's worker calls ``CpuPlatform.register_triton_kernel_overrides`` (vllm/platforms/cpu.py),
+    whose ``register_kernels`` walks every module in ``sys.modules`` to rebind each kernel to its stand-in
+    (vllm/triton_utils/dispatcher.py; 0.7 s a time in a forkserver child). Once vLLM's registry holds them, every
+    holder already refers to the stand-ins, and a second pass would only wrap the wrappers."""
+    from vllm.platforms import current_platform
+    from vllm.triton_utils import dispatcher
+
+    platform = type(current_platform)
+    if not current_platform.is_cpu() or not dispatcher._registry:
+        yield
+        return
+    register = platform.__dict__.get("register_triton_kernel_overrides")
+    platform.register_triton_kernel_overrides = classmethod(lambda cls: None)
+    try:
+        yield
+    finally:
+        if register is None:  # inherited: the class's own override goes, the base's shows again
+            del platform.register_triton_kernel_overrides
+        else:
+            platform.register_triton_kernel_overrides = register
 
 
 def _release_inprocess_state() -> None:
@@ -326,7 +372,8 @@ class VllmCell(EventCapacity, RequestCell):
     """A vLLM cell. Open with :func:`workbench.cells.open_cell` ("vllm", spec, …)."""
 
     engine = ENGINE
-    preload = ("vllm.entrypoints.llm", "vllm.v1.attention.backends.cpu_attn")  # ~15 s of imports on 2 cores
+    preload = ("vllm.entrypoints.llm", "vllm.v1.attention.backends.cpu_attn",  # ~15 s of imports on 2 cores
+               "workbench.cells.vllm.kernels")  # and the CPU kernel overrides, once for every child
     label = "vLLM"
     package = "vllm"
     c_functions: tuple[str, ...] = ()  # no C entry point: its shared libraries are Python extension modules
@@ -481,7 +528,8 @@ class VllmCell(EventCapacity, RequestCell):
             own["PYTHONHASHSEED"] = o.hash_seed
         with envvars.scoped(own, default=env, drop=("VLLM_CPU_KVCACHE_SPACE",)):
             try:
-                self._llm = vllm.LLM(**args)
+                with _kernels_registered_once() if self._inprocess else contextlib.nullcontext():
+                    self._llm = vllm.LLM(**args)
             except Exception as e:  # noqa: BLE001 - the engine core reports its failures as anything
                 raise WorkbenchError(f"vLLM could not start on {self.model.name}: {type(e).__name__}: {e}") from e
             if self._inprocess:  # EngineCore caches every VLLM_* variable; a later engine must read them afresh
@@ -499,7 +547,7 @@ class VllmCell(EventCapacity, RequestCell):
     def _stop(self) -> None:
         if self._llm is not None:
             llm, self._llm, self._engine = self._llm, None, None  # no reference left: the collection below frees it
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), _collections_deferred() if self._inprocess else contextlib.nullcontext():
                 llm.llm_engine.engine_core.shutdown(timeout=2.0)
             del llm
             if self._inprocess:
