@@ -29,11 +29,13 @@ import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import cpu
 from .executors import ExecutorError, Job, Ran, Start
 
+#: How a lane runs its jobs: :func:`workbench.runner.in_turn` (jobs, run folder, start, verbose, timeout, untimed).
+InTurn = Callable[..., Iterator[tuple[Job, str, Ran]]]
 AUTO = "auto"
 #: The lanes of the running batch, as JSON (:func:`describe`): what the environment survey records.
 LANES_ENV = "WORKBENCH_LANES"
@@ -146,15 +148,14 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _lane(conn: Any, lane: Lane, jobs: list[Job], out: Path, verbose: bool, timeout_s: float | None,
+def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], out: Path, verbose: bool, timeout_s: float | None,
           untimed: frozenset[str]) -> None:
-    """A lane's process: pinned first, then its jobs in order, each started by the driver and reported to it."""
+    """A lane's process: pinned first, then its jobs in order (``in_turn``), each started by the driver and reported
+    to it."""
     os.sched_setaffinity(0, lane.cpus)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an inherited ignore stays (the driver's)
         signal.signal(signal.SIGINT, _interrupt_once)
     os.environ[LANE_ENV] = json.dumps(lane.where)
-    from .runner import in_turn
-
     index = {id(job): i for i, job in enumerate(jobs)}
 
     def start(job: Job) -> str:
@@ -180,17 +181,18 @@ class _Running:
     done: set[int] = field(default_factory=set)
 
 
-def run(lanes: Sequence[Lane], jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False,
+def run(lanes: Sequence[Lane], in_turn: InTurn, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False,
         timeout_s: float | None = None, untimed: frozenset[str] = frozenset()) -> Iterator[tuple[Job, str, Ran]]:
-    """Run ``jobs`` in ``lanes`` side by side (:func:`assign`), yielding (job, attempt id, outcome) as each ends;
-    the outcome's ``node`` names the lane and its cores."""
+    """Run ``jobs`` in ``lanes`` side by side (:func:`assign`), each lane its share through ``in_turn`` (a module's
+    function: it travels to the lane by name), yielding (job, attempt id, outcome) as each ends; the outcome's
+    ``node`` names the lane and its cores."""
     ctx = multiprocessing.get_context("spawn")  # the driver has threads (the progress bar's): no fork
     live: list[_Running] = []
     try:
         for lane, queue in zip(lanes, assign(jobs, len(lanes), untimed)):
             if queue:
                 mine, theirs = ctx.Pipe()
-                proc = ctx.Process(target=_lane, args=(theirs, lane, queue, out, verbose, timeout_s, untimed),
+                proc = ctx.Process(target=_lane, args=(theirs, lane, in_turn, queue, out, verbose, timeout_s, untimed),
                                    name=f"workbench-lane-{lane.index}")
                 proc.start()
                 theirs.close()

@@ -291,7 +291,7 @@ class LocalExecutor(Executor):
         with envvars.scoped({_lanes.LANES_ENV: _lanes.describe(planned)}):  # the survey records them
             batch = [j for j in jobs if j.planned.per_batch == "first"]
             yield from in_turn(batch, out, start, verbose, self.job_timeout_s, share=False, where=everywhere)
-            yield from _lanes.run(planned, middle, out, start, verbose, self.job_timeout_s, untimed)
+            yield from _lanes.run(planned, in_turn, middle, out, start, verbose, self.job_timeout_s, untimed)
             batch = [j for j in jobs if j.planned.per_batch == "last"]
             yield from in_turn(batch, out, start, verbose, self.job_timeout_s, share=False, where=everywhere)
 
