@@ -199,7 +199,7 @@ def run(
     wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="echo the engine logs to the console (always kept in the run folder's logs/)"),
-    executor: str = typer.Option("local", "--executor", help="local (this machine, one notebook at a time) or ray "
+    executor: str = typer.Option("local", "--executor", help="local (this machine; see --lanes) or ray "
                                  "(every job a Ray task on a cluster; docs/fleet.md)"),
     address: Optional[str] = typer.Option(None, "--address", help="with --executor ray: the head's HOST:PORT "
                                           "(`ray start --head` prints it); default a local head"),
