@@ -84,6 +84,7 @@ def test_one_lane_is_one_notebook_at_a_time_and_auto_needs_two_engines_with_time
 def test_without_pinning_or_with_one_core_there_is_one_lane_said_once(monkeypatch):
     monkeypatch.setattr(lanes.cpu, "usable", lambda: (3,))
     assert lanes.plan(None, 2) == ([], "lanes:     1 (this process may use one core, 3; one notebook at a time)")
+    assert lanes.plan(None, 1) == ([], None)  # one engine with timed work: nothing to say
     monkeypatch.setattr(lanes.cpu, "usable", lambda: None)
     assert lanes.plan(2, 2)[0] == [] and "cannot pin" in lanes.plan(2, 2)[1]
 
@@ -159,3 +160,14 @@ def test_a_lane_that_dies_fails_its_notebook_saying_so_and_the_other_lane_goes_o
     assert dead.status == "error" and dead.error.startswith("LaneLost: lane ") and "SIGKILL while this notebook ran" \
         in dead.error
     assert gone_within(15, [kernel]) == []  # its kernel followed its lane
+
+
+def test_the_survey_prints_the_cores_this_process_may_use_and_the_lanes(monkeypatch):
+    from workbench import doctor
+
+    monkeypatch.setenv(lanes.LANES_ENV, lanes.describe([lanes.Lane(0, (0, 1)), lanes.Lane(1, (2, 3))]))
+    rep = {"cpu": {"cores": 4, "usable_cores": [2, 3]}, "lanes": lanes.here()}
+    assert doctor._cores(rep) == ["cores       this process may use 2: 2-3",
+                                  "lanes       2, lane 0 on cores 0-1; lane 1 on cores 2-3"]
+    monkeypatch.setenv(lanes.LANES_ENV, "{garbled")
+    assert lanes.here() == [] and doctor._cores({"cpu": {"cores": 4, "usable_cores": [0, 1, 2, 3]}}) == []

@@ -96,7 +96,7 @@ def plan(requested: int | None, engines: int) -> tuple[list[Lane], str | None]:
     """The lanes for a batch whose timed jobs are on ``engines`` engines (``requested`` None: auto), each with
     ``cores // lanes`` cores of its own; [] for one lane (one notebook at a time), with the reason to say once
     where lanes were asked for and cannot be had."""
-    if requested == 1:
+    if requested == 1 or (requested is None and engines < 2):  # nothing to run side by side
         return [], None
     cpus = cpu.usable()
     if cpus is None or not hasattr(os, "sched_setaffinity"):
