@@ -68,8 +68,12 @@ def test_two_lanes_run_the_engines_on_disjoint_cores_between_the_survey_and_the_
     assert survey["cpus"] == summary["cpus"] == CPUS and len(json.loads(survey["lanes"])) == 2
     assert survey["at"] < min(a["at"], b["at"]) and summary["at"] > max(a["at"], b["at"], rows["trtllm"]["at"])
     assert ran["llamacpp/00_env"].node == {"lane": None, "cpus": CPUS}
-    assert report.lanes_line(list(ran.values())) == f"2 lanes, cores {lanes.spans(a['cpus'])} | {lanes.spans(b['cpus'])}" \
-        or report.lanes_line(list(ran.values())) == f"2 lanes, cores {lanes.spans(b['cpus'])} | {lanes.spans(a['cpus'])}"
+    by_lane = sorted((ran[k].node["lane"], lanes.spans(ran[k].node["cpus"])) for k in ("llamacpp/50_probe",
+                                                                                           "llamacpp-server/50_probe"))
+    assert report.lanes_line(list(ran.values())) == f"2 lanes, cores {by_lane[0][1]} | {by_lane[1][1]}"
+    assert runner.run_batch(out, engine=ENGINES, model="synthetic:tiny", progress=False, notebooks_dir=tmp_path / "nbs",
+                            data_dir=out / "no-data", executor=runner.LocalExecutor(lanes=None)) == 0
+    assert manifest.load(out).notebooks == ran  # resumed: everything was done, nothing ran again
 
 
 def test_one_lane_is_one_notebook_at_a_time_and_auto_needs_two_engines_with_timed_work():
