@@ -433,7 +433,7 @@ def loop_cmd(
     turns: Optional[int] = typer.Option(None, "--turns", min=1, help="first N turns of each session (default: all)"),
     sessions: Optional[int] = typer.Option(None, "--sessions", min=1, help="first N sessions (default: all)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: all cores)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: the cores this process may use)"),
     context: int = typer.Option(DEFAULT_CONTEXT, "--context", min=1, help="context tokens of every arm; longer turns are left out"),
     tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block", min=1,
                                                    help="hash-only traces: tokens per block id (default: fit context)"),
