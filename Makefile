@@ -8,6 +8,9 @@ MODEL  ?= smollm2-135m
 # vLLM runs Hugging Face directories, not GGUF files: its arm of `make run` uses the synthetic model
 # whose Hugging Face twin holds the same weights as the GGUF (head dim 64, as vLLM's CPU backend needs).
 VLLM_MODEL ?= synthetic:cpu
+# `make run` runs each engine's notebooks in a lane of its own, pinned to cores no other lane uses (docs/timing.md);
+# LANES=1 runs one notebook at a time.
+LANES  ?= auto
 # vLLM's CPU build needs torch 2.13.0+cpu, which lives on PyTorch's CPU wheel index.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
@@ -117,7 +120,7 @@ endif
 # not show a cross-salt hit either way.
 run: setup
 	$(BIN)/workbench run --out $(RUN) --engine llamacpp --engine trtllm --engine vllm \
-	  --model $(MODEL) --model vllm=$(VLLM_MODEL) -p vllm:prompt_tokens=192
+	  --model $(MODEL) --model vllm=$(VLLM_MODEL) -p vllm:prompt_tokens=192 --lanes $(LANES)
 
 # JupyterLab on loopback in this environment, at the checkout's root (the notebooks, and $(RUN): its executed
 # notebooks, findings and report), open on $(RUN)'s executed summary (that run's findings) where `make run` wrote

@@ -99,7 +99,7 @@ COMMANDS: dict[str, Command] = {
     "run": Command(("run", "--out", "{tmp}/run", "--only", "environment"),
                    {"out": "dir-out", "engine": NOT_INPUT, "model": "model", "param": "key=value, tests/test_cli.py",
                     "only": NOT_INPUT, "wait": NOT_INPUT, "verbose": NOT_INPUT, "executor": NOT_INPUT,
-                    "address": "url", "matrix": "file-in", "job_timeout": "number"},
+                    "address": "url", "matrix": "file-in", "job_timeout": "number", "lanes": "number"},
                    needs={"address": ("--executor", "ray")}),
     "findings": Command(("findings", "{tmp}"), {"dirs": "dir-in", "fmt": NOT_INPUT, "out": "file-out"}),
     "report": Command(("report", "{tmp}"), {"out": "run-in", "against": "run-in"}),

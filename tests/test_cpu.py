@@ -93,3 +93,12 @@ def test_the_makefile_line_is_the_cpu_build_alone_without_a_gpu(monkeypatch, cap
         monkeypatch.setattr(nvml, "read", lambda gpu=gpu: gpu)
         runpy.run_path(cpu.__file__, run_name="__main__")
         assert capsys.readouterr().out == want + "\n"
+
+
+def test_all_cores_means_the_cores_this_process_may_use(monkeypatch):
+    """A lane of ``workbench run`` pins its processes: a default of "all cores" must not put two threads on one."""
+    monkeypatch.setattr(cpu.os, "sched_getaffinity", lambda pid: {5, 3}, raising=False)
+    assert cpu.usable() == (3, 5) and cpu.usable_count() == 2
+    monkeypatch.delattr(cpu.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 8)
+    assert cpu.usable() is None and cpu.usable_count() == 8

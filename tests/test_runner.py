@@ -43,7 +43,7 @@ def test_plan_passes_engine_model_out_and_declared_parameters(tmp_path):
 
 
 def test_plan_rejects_unknown_names(tmp_path):
-    with pytest.raises(runner.RunError, match="valid: logs_like_an_engine, prints_parameters, raises_error, reports_forkserver, writes_finding"):
+    with pytest.raises(runner.RunError, match="valid: logs_like_an_engine, prints_parameters, raises_error, reports_forkserver, reports_lane, writes_finding"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {}, ["nope"], FIXTURES)
     with pytest.raises(runner.RunError, match="seeed"):
         runner.plan(tmp_path, "llamacpp", "synthetic:tiny", {"seeed": "1"}, None, FIXTURES)

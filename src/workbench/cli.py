@@ -199,7 +199,7 @@ def run(
     wait: bool = typer.Option(False, "--wait", help="queue behind another run writing into --out (else exit 2)"),
     verbose: bool = typer.Option(False, "--verbose", "-v",
                                  help="echo the engine logs to the console (always kept in the run folder's logs/)"),
-    executor: str = typer.Option("local", "--executor", help="local (this machine, one notebook at a time) or ray "
+    executor: str = typer.Option("local", "--executor", help="local (this machine; see --lanes) or ray "
                                  "(every job a Ray task on a cluster; docs/fleet.md)"),
     address: Optional[str] = typer.Option(None, "--address", help="with --executor ray: the head's HOST:PORT "
                                           "(`ray start --head` prints it); default a local head"),
@@ -207,6 +207,9 @@ def run(
                                           "× environments (replaces --engine, --model, -p, --only)"),
     job_timeout: Optional[float] = typer.Option(None, "--job-timeout", metavar="S", help="stop a notebook still "
                                                 "running after S seconds: it ends as timeout, nothing it wrote kept"),
+    lanes: str = typer.Option("auto", "--lanes", metavar="N", help="with --executor local: run the engines side by "
+                              "side, each in a lane pinned to cores of its own; auto: one lane per engine with timed "
+                              "work, as the cores allow; 1: one notebook at a time (docs/timing.md)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
     from . import runner
@@ -216,7 +219,7 @@ def run(
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
     _env_folders()
     try:
-        runs_on = _executor(executor, address, job_timeout)
+        runs_on = _executor(executor, address, job_timeout, lanes)
         jobs = None
         if matrix:
             from . import matrix as _matrix
@@ -281,14 +284,17 @@ def _engine_params(pairs: List[str]) -> tuple[dict, dict[str, dict]]:
     return every, scoped
 
 
-def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = None):
-    """The executor ``--executor`` names, with ``--job-timeout``."""
+def _executor(name: str, address: Optional[str], job_timeout: Optional[float] = None, lanes: str = "auto"):
+    """The executor ``--executor`` names, with ``--job-timeout`` and (local) ``--lanes``."""
+    from . import lanes as _lanes
     from .runner import LocalExecutor
 
     if name == "local":
         if address:
             _fail("--address is for --executor ray")
-        return LocalExecutor(job_timeout)
+        return LocalExecutor(job_timeout, _lanes.parse(lanes))
+    if lanes != "auto":
+        _fail("--lanes is for --executor local (a Ray cluster places its jobs itself)")
     if name != "ray":
         _fail(f"--executor {name!r}: use local or ray")
     from .fleet import RayExecutor
@@ -427,7 +433,7 @@ def loop_cmd(
     turns: Optional[int] = typer.Option(None, "--turns", min=1, help="first N turns of each session (default: all)"),
     sessions: Optional[int] = typer.Option(None, "--sessions", min=1, help="first N sessions (default: all)"),
     out: Path = typer.Option(Path("findings"), "--out", "-o", help="findings folder"),
-    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: all cores)"),
+    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads for every arm (default: the cores this process may use)"),
     context: int = typer.Option(DEFAULT_CONTEXT, "--context", min=1, help="context tokens of every arm; longer turns are left out"),
     tokens_per_block: Optional[int] = typer.Option(None, "--tokens-per-block", min=1,
                                                    help="hash-only traces: tokens per block id (default: fit context)"),

@@ -1,5 +1,5 @@
 """What the CPU can do, and what follows for llama.cpp: its build flags (CUDA where a GPU and nvcc are here) and the
-AMX workaround.
+AMX workaround; and which cores this process may use (:func:`usable`), which every "all cores" default means.
 
 On Intel CPUs with AMX, llama.cpp's AMX weight buffers (an "extra buffer type") crash at the first
 decode of a Q4_1 model (upstream llama.cpp #20824). Two defences, both decided here from facts given
@@ -50,6 +50,20 @@ AMX_FLAGS = ("amx_tile", "amx_int8", "amx_bf16")
 #: The flags ``doctor`` shows: the ones that decide llama.cpp's speed and the AMX workaround.
 SHOWN_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", *AMX_FLAGS)
 UPSTREAM_ISSUE = "llama.cpp #20824"
+
+
+def usable() -> tuple[int, ...] | None:
+    """The CPUs this process may run on (its affinity: a lane of ``workbench run`` narrows it, and every process it
+    starts inherits that); None where the platform cannot say (no ``os.sched_getaffinity``)."""
+    getter = getattr(os, "sched_getaffinity", None)
+    return tuple(sorted(getter(0))) if getter else None
+
+
+def usable_count() -> int:
+    """What a default of "all cores" means (llama.cpp's threads, the loop's arms): the cores this process may use,
+    not the machine's: two threads pinned to one core would take turns on it."""
+    cpus = usable()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 def flags(cpuinfo: str | None = None) -> frozenset[str]:

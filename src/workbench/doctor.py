@@ -7,7 +7,7 @@ import sys
 import time
 from dataclasses import asdict
 
-from . import cells, cpu, environment, isolate, models
+from . import cells, cpu, environment, isolate, lanes, models
 from .contract import WorkbenchError
 
 DECODE_TOKENS = 4
@@ -53,11 +53,23 @@ def report() -> dict:
         "workbench": {"version": environment.workbench_version(), "git_commit": environment.git_commit()},
         "cpu": environment.cpu() | {"flags": {f: f in flags for f in cpu.SHOWN_FLAGS},
                                     "llama_cmake_args": cpu.cmake_args(flags, platform.machine())},
+        "lanes": lanes.here(),
         "gpu": environment.gpus(),
         "engines": engines,
         "default_model": decode_check(),
         "runnable_engines": [n for n, a in engines.items() if a["available"]],
     }
+
+
+def _cores(rep: dict) -> list[str]:
+    """The cores this process may use, where fewer than the machine's, and a laned batch's lanes (the survey's)."""
+    usable, lines = rep["cpu"].get("usable_cores"), []
+    if usable is not None and len(usable) != rep["cpu"]["cores"]:
+        lines.append(f"cores       this process may use {len(usable)}: {lanes.spans(usable)}")
+    if rep.get("lanes"):
+        lines.append(f"lanes       {len(rep['lanes'])}, " + "; ".join(
+            f"lane {x.get('lane')} on cores {lanes.spans(x.get('cpus') or [])}" for x in rep["lanes"]))
+    return lines
 
 
 def render(rep: dict) -> str:
@@ -68,6 +80,7 @@ def render(rep: dict) -> str:
         f"cpu         {rep['cpu']['model']} · {rep['cpu']['cores']} cores · "
         f"{(rep['cpu']['memory_bytes'] or 0) / 2**30:.1f} GiB",
         "cpu flags   " + "  ".join(f"{f} {'yes' if v else 'no'}" for f, v in rep["cpu"]["flags"].items()),
+        *_cores(rep),
     ]
     g = rep["gpu"]
     if g["available"]:

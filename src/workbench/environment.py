@@ -14,6 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from . import cpu as _cpu
 from . import nvml
 from .findings import now_iso
 
@@ -28,6 +29,7 @@ def _run(cmd: list[str], timeout: float = 10) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def cpu() -> dict:
+    """The CPU: model, the machine's cores and the ones this process may use (a lane's, in a laned batch)."""
     model = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -41,7 +43,9 @@ def cpu() -> dict:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         pass
-    return {"model": model, "cores": os.cpu_count(), "memory_bytes": mem, "machine": platform.machine()}
+    usable = _cpu.usable()
+    return {"model": model, "cores": os.cpu_count(), "usable_cores": list(usable) if usable is not None else None,
+            "memory_bytes": mem, "machine": platform.machine()}
 
 
 @functools.lru_cache(maxsize=1)

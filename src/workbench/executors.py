@@ -2,9 +2,10 @@
 
 A job is one planned notebook (notebook × engine × model × options) plus the environment and resources it
 asks for. :func:`workbench.runner.run_batch` plans, resumes and records; an :class:`Executor` only runs
-the jobs it is handed and yields each one's outcome. :class:`workbench.runner.LocalExecutor` runs them one
-after another on this machine (the default); :class:`workbench.fleet.RayExecutor` runs them as Ray tasks
-across a cluster. A Slurm or Kubernetes executor would be one more subclass (docs/fleet.md says what it takes).
+the jobs it is handed and yields each one's outcome. :class:`workbench.runner.LocalExecutor` runs them on this
+machine (the default), one after another or each engine's in a lane pinned to cores of its own
+(:mod:`workbench.lanes`); :class:`workbench.fleet.RayExecutor` runs them as Ray tasks across a cluster.
+A Slurm or Kubernetes executor would be one more subclass (docs/fleet.md says what it takes).
 """
 
 from __future__ import annotations

@@ -35,7 +35,8 @@ class NotebookRun:
     attempt: str | None = None  # written into every finding of this attempt (findings.ATTEMPT_ENV)
     log: str | None = None  # what its kernel and engines printed, relative to the run folder
     environment: str | None = None  # the run matrix's environment it ran in (workbench.matrix)
-    node: dict | None = None  # where a remote executor ran it: hostname, GPU, driver (workbench.fleet)
+    node: dict | None = None  # where it ran: a remote executor's hostname, GPU, driver (workbench.fleet); a lane and
+    #                           its cores (workbench.lanes: lane None is the driver, for a notebook covering the batch)
     retried: str | None = None  # why an earlier attempt was given up (a node lost mid-job)
 
 

@@ -22,6 +22,7 @@ import jinja2
 import pandas as pd
 
 from . import claims as _claims
+from . import lanes as _lanes
 from . import compare as _compare
 from . import findings as _findings
 from . import metrics as _metrics
@@ -35,7 +36,7 @@ from .settle import unsettled_answer
 if TYPE_CHECKING:
     import plotly.graph_objects as go
 
-    from .manifest import Manifest
+    from .manifest import Manifest, NotebookRun
 
 Found = Sequence[tuple[Path, Finding]]
 
@@ -497,6 +498,16 @@ def changes(found: Found, m: Manifest | None, against: Path | None) -> tuple[str
     return "the previous run in this folder", _compare.compare_found(_compare.previous(found, m), found)
 
 
+def lanes_line(notebooks: Sequence[NotebookRun]) -> str | None:
+    """``2 lanes, cores 0 | 1``: the lanes the notebooks ran in (the manifest's ``node``), so a reader sees where each
+    timing came from; None when none ran in a lane (one notebook at a time)."""
+    seen = {n.node["lane"]: n.node.get("cpus") or [] for n in notebooks
+            if isinstance(n.node, dict) and n.node.get("lane") is not None}
+    if not seen:
+        return None
+    return f"{len(seen)} lanes, cores " + " | ".join(_lanes.spans(seen[k]) for k in sorted(seen))
+
+
 def render(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> str:
     """The report of run folder ``out`` as one HTML string (plotly.js inlined once, no network); its first screen
     says what changed since run folder ``against`` (default: the previous run in ``out``)."""
@@ -525,6 +536,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         figures_id=figures_id,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
+        lanes=lanes_line(list(manifest.notebooks.values()) if manifest else []),
         matrix=matrix,
         arms=loop_arms(found),
         not_run=not_run_engines(found),

@@ -30,7 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from . import envvars, isolate, manifest, models, nbprobes, runindex, runlock
+from . import cpu, envvars, isolate, manifest, models, nbprobes, runindex, runlock
+from . import lanes as _lanes
 from .params import parse_bool
 from .contract import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
@@ -258,10 +259,15 @@ def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
 
 
 class LocalExecutor(Executor):
-    """Today's executor: each job in turn on this machine, in its own kernel (:func:`execute`). The jobs of one
-    engine share a forkserver (:class:`_Forkservers`)."""
+    """Runs jobs on this machine, each in its own kernel (:func:`execute`); the jobs of one engine share a forkserver
+    (:class:`_Forkservers`). ``lanes`` (None: auto, see :func:`workbench.lanes.plan`) runs each engine's jobs in a lane
+    of its own, pinned to cores no other lane uses (:mod:`workbench.lanes`); 1: one job at a time."""
 
     name = "local"
+
+    def __init__(self, job_timeout_s: float | None = None, lanes: int | None = 1) -> None:
+        super().__init__(job_timeout_s)
+        self.lanes = lanes
 
     def check(self, jobs: Sequence[Job]) -> None:
         """Also every job's model, here, where it runs: a model that cannot resolve fails before any kernel starts,
@@ -273,14 +279,36 @@ class LocalExecutor(Executor):
     def run(self, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False) -> Iterator[tuple[Job, str, Ran]]:
         untimed = untimed_engines(jobs)
         jobs = untimed_first(jobs, untimed)
-        with _Forkservers(out / "logs", untimed) as servers:
-            for i, job in enumerate(jobs):
-                shared = servers.for_job(job, jobs[i + 1:])
-                attempt = start(job)
-                t0 = time.perf_counter()
-                with envvars.scoped({isolate.SHARED_ENV: shared}):
-                    status, error = execute(job.planned, out, attempt, verbose, self.job_timeout_s)
-                yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2))
+        middle = [j for j in jobs if not j.planned.per_batch]
+        planned, note = _lanes.plan(self.lanes, len({_engine(j) for j in middle} - untimed))
+        if note:
+            print(note, file=sys.stderr)
+        if not planned:
+            yield from in_turn(jobs, out, start, verbose, self.job_timeout_s, untimed)
+            return
+        print(f"lanes:     {len(planned)}, {'; '.join(map(str, planned))}", file=sys.stderr)
+        everywhere = {"lane": None, "cpus": list(cpu.usable() or ())}
+        with envvars.scoped({_lanes.LANES_ENV: _lanes.describe(planned)}):  # the survey records them
+            batch = [j for j in jobs if j.planned.per_batch == "first"]
+            yield from in_turn(batch, out, start, verbose, self.job_timeout_s, share=False, where=everywhere)
+            yield from _lanes.run(planned, in_turn, middle, out, start, verbose, self.job_timeout_s, untimed)
+            batch = [j for j in jobs if j.planned.per_batch == "last"]
+            yield from in_turn(batch, out, start, verbose, self.job_timeout_s, share=False, where=everywhere)
+
+
+def in_turn(jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False, timeout_s: float | None = None,
+            untimed: frozenset[str] = frozenset(), *, share: bool = True,
+            where: Mapping[str, Any] | None = None) -> Iterator[tuple[Job, str, Ran]]:
+    """``jobs`` one after another in this process's kernels, in their order; with ``share`` each engine's through
+    its forkserver (:class:`_Forkservers`). ``where`` is recorded as each outcome's ``node``."""
+    with _Forkservers(out / "logs", untimed) if share else contextlib.ExitStack() as servers:
+        for i, job in enumerate(jobs):
+            shared = {isolate.SHARED_ENV: servers.for_job(job, jobs[i + 1:])} if share else None
+            attempt = start(job)
+            t0 = time.perf_counter()
+            with envvars.scoped(shared):
+                status, error = execute(job.planned, out, attempt, verbose, timeout_s)
+            yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2), node=where)
 
 
 def _engine(job: Job) -> str:

@@ -11,7 +11,6 @@ Modules: :mod:`.traces` (formats), :mod:`.render` (turns → tokens), :mod:`.arm
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -21,6 +20,7 @@ import pandas as pd
 from .. import findings, models
 from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
+from .. import cpu as _cpu
 from . import arms as _arms
 from . import equal as _equal
 from . import gate as _gate
@@ -109,7 +109,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         raise ValueError(f"--arm-model names arm(s) not in this run: {', '.join(stray)}; arms: {', '.join(names)}")
     for name in [n for n in names if n in arm_models and _arms.unavailable(n) is None]:
         models.check(arm_models[name])  # before the scorer and the other arms run, not when this arm opens
-    threads = threads or os.cpu_count() or 1
+    threads = threads or _cpu.usable_count()
     check_block(tokens_per_block, context_tokens)
     loaded = _traces.load(trace)
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)

@@ -12,7 +12,6 @@ cannot turn them off, so it is left out where the workaround is in force. Run it
 from __future__ import annotations
 
 import ctypes
-import os
 import platform
 import statistics
 import time
@@ -144,7 +143,7 @@ def run(model: str, *, prompt_tokens: int = 256, decode_tokens: int = 64, rounds
     from llama_cpp import Llama
 
     m = models.resolve(model)
-    threads = os.cpu_count() or 1
+    threads = cpu.usable_count()
     # the raw arm decodes the prompt as one batch: llama.cpp aborts the process on a batch over n_batch
     # (GGML_ASSERT(n_tokens_all <= cparams.n_batch): --prompt-tokens 1000 was SIGABRT), so every arm takes it whole
     n_ctx, n_batch = max(1024, prompt_tokens + decode_tokens + 16), max(512, prompt_tokens)

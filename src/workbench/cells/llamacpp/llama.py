@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ... import environment, models
+from ... import cpu, environment, models
 from ...contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
                          KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
@@ -136,7 +136,7 @@ class LlamaCppCell:
         self._offloaded = offloaded_layers(lines)
         self._vocab = ll.llama_model_get_vocab(self._model)
         self._adapters = []
-        threads = o.threads or os.cpu_count() or 1
+        threads = o.threads or cpu.usable_count()
         try:
             self.geometry = self._geometry(o.kv_type)
             cparams = self._context_params(o, self._kv_tokens(o, ll.llama_model_n_ctx_train(self._model)), threads)
