@@ -93,13 +93,52 @@ def test_without_pinning_or_with_one_core_there_is_one_lane_said_once(monkeypatc
     assert lanes.plan(2, 2)[0] == [] and "cannot pin" in lanes.plan(2, 2)[1]
 
 
-def test_untimed_jobs_are_dealt_out_and_run_first_in_their_lane(tmp_path):
-    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "synthetic:tiny", only=["prints_parameters",
-                             "writes_finding"], notebooks_dir=FIXTURES)
-    queues = lanes.assign(jobs, 2, frozenset({"trtllm"}))
-    keys = [[j.planned.key for j in q] for q in queues]
-    assert keys == [["trtllm/prints_parameters", "llamacpp/prints_parameters", "llamacpp/writes_finding"],
-                    ["trtllm/writes_finding", "vllm/prints_parameters", "vllm/writes_finding"]]
+def test_untimed_jobs_go_to_a_lane_whose_forkserver_imports_and_a_lane_out_of_work_takes_the_last_of_another(tmp_path):
+    first, second, third = names = ("prints_parameters", "reports_lane", "writes_finding")  # the batch's order
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "synthetic:tiny", only=list(names),
+                             notebooks_dir=FIXTURES)
+    deal = lanes.Deal(jobs, 2, frozenset({"trtllm"}))
+    assert [[deal.jobs[i].planned.key for i in q] for q in deal.queues] == [  # untimed jobs in no lane's own queue
+        [f"llamacpp/{n}" for n in names], [f"vllm/{n}" for n in names]]
+
+    def key(lane: int, ready: bool) -> str | None:
+        i = deal.next(lane, ready)
+        return None if i is None else deal.jobs[i].planned.key
+
+    assert key(1, False) == f"trtllm/{first}"  # vLLM's lane, its forkserver importing: an untimed job
+    assert key(0, True) == f"llamacpp/{first}"  # llama.cpp's, ready: straight to its own, in order
+    assert key(1, False) == f"trtllm/{second}"
+    assert key(0, True) == f"llamacpp/{second}" and key(1, True) == f"vllm/{first}"
+    assert key(0, True) == f"llamacpp/{third}"
+    assert key(0, False) == f"trtllm/{third}"  # its own done: an untimed job left over first
+    assert key(0, True) == f"vllm/{third}"  # then the LAST not started of the lane with most left
+    assert key(1, True) == f"vllm/{second}"  # whose owner keeps its order from the head
+    assert key(1, True) is None and key(0, False) is None  # nothing left: each lane ends
+
+    deal = lanes.Deal(jobs, 2, frozenset({"trtllm"}))
+    assert [deal.jobs[i].planned.key for i in deal.drop(0, last=False)] == [f"llamacpp/{n}" for n in names]
+    assert len(deal.drop(1, last=True)) == 6 and deal.next(0, True) is None  # the last lane lost: everything left
+
+
+@two_cores
+def test_the_lane_out_of_work_runs_the_last_jobs_of_the_busy_one_each_once_on_its_own_cores(tmp_path):
+    folder, out = tmp_path / "nbs", tmp_path / "run"
+    folder.mkdir()
+    for name in ("50_a", "51_b", "52_c"):
+        (folder / f"{name}.ipynb").write_text((FIXTURES / "reports_lane.ipynb").read_text())
+    assert runner.run_batch(out, engine=["llamacpp", "llamacpp-server"], model="synthetic:tiny", progress=False,
+                            notebooks_dir=folder, data_dir=out / "no-data", engine_params={"llamacpp": {"hold_s": 15}},
+                            executor=runner.LocalExecutor(lanes=None)) == 0
+    ran = manifest.load(out).notebooks
+    assert sorted(ran) == sorted(f"{e}/{n}" for e in ("llamacpp", "llamacpp-server") for n in ("50_a", "51_b", "52_c"))
+    assert all(e.status == "ok" and e.retried is None for e in ran.values())
+    rows = [json.loads(line) for line in (out / "lanes.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 == len({r["kernel"] for r in rows})  # each job ran exactly once
+    home, short = ran["llamacpp/50_a"].node, ran["llamacpp-server/50_a"].node
+    assert home["lane"] != short["lane"] and set(home["cpus"]).isdisjoint(short["cpus"])
+    assert ran["llamacpp/52_c"].node == short  # the busy lane's last job, taken by the lane out of work
+    for row in rows:  # each kernel pinned to the cores of the lane the manifest names
+        assert {"lane": json.loads(row["lane"])["lane"], "cpus": row["cpus"]} in (home, short)
 
 
 @pytest.mark.parametrize("value, message", [("0", "at least 1"), ("-1", "at least 1"), ("two", "whole number"),

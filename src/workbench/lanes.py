@@ -19,6 +19,7 @@ dies mid-batch fails its notebook and the ones it had not started, saying so (:f
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import multiprocessing
@@ -27,7 +28,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -129,16 +130,52 @@ def _engine(job: Job) -> str:
 
 
 def assign(jobs: Sequence[Job], n: int, untimed: frozenset[str]) -> list[list[Job]]:
-    """``jobs`` (none covering the whole batch) into ``n`` lanes: each timed engine's jobs, in the batch's order, to
-    the lane with the fewest so far; the jobs of the ``untimed`` engines (which time nothing) dealt out in turn and
-    put first in their lane, where they run while its forkserver imports (:class:`workbench.runner._Forkservers`)."""
+    """The timed jobs of ``jobs`` (none covering the whole batch) into ``n`` lanes, their home queues: each timed
+    engine's jobs, in the batch's order, to the lane with the fewest so far. The ``untimed`` engines' jobs are in
+    none: :class:`Deal` hands them out."""
     queues: list[list[Job]] = [[] for _ in range(n)]
     engines = dict.fromkeys(_engine(j) for j in jobs if _engine(j) not in untimed)
     for engine in engines:
         min(queues, key=len).extend(j for j in jobs if _engine(j) == engine)
-    for i, job in enumerate(j for j in jobs if _engine(j) in untimed):
-        queues[i % n].insert(sum(_engine(j) in untimed for j in queues[i % n]), job)
     return queues
+
+
+class Deal:
+    """The driver's hand: which job a lane runs next (by index in ``jobs``), asked before each one.
+
+    1. An untimed job (the ``untimed`` engines' jobs: not-run findings only, nothing timed) to a lane whose
+       forkserver is still importing: it would only wait there, and the import is on its cores anyway. Measured,
+       not guessed: on ``make run`` vLLM's lane waits ~20 s for its import and llama.cpp's ~2 s, so vLLM's lane takes
+       most of them, and a lane whose forkserver is ready goes straight to its timed jobs.
+    2. Else the next of the lane's own queue (:func:`assign`), from its head, in the batch's order.
+    3. Else an untimed job left over, then the LAST not-yet-started job of the lane with the most jobs left (work
+       stealing: its owner keeps its order from the head); its lane runs it on its own cores, with a forkserver
+       for its engine of its own. Jobs left is the measure, as no job's duration is known before it runs.
+    4. Else none: the lane ends."""
+
+    def __init__(self, jobs: Sequence[Job], n: int, untimed: frozenset[str]) -> None:
+        self.jobs = list(jobs)
+        at = {id(j): i for i, j in enumerate(self.jobs)}
+        self.queues = [collections.deque(at[id(j)] for j in q) for q in assign(self.jobs, n, untimed)]
+        self.pool = collections.deque(i for i, j in enumerate(self.jobs) if _engine(j) in untimed)
+
+    def next(self, lane: int, ready: bool) -> int | None:
+        """The job lane ``lane`` runs next (``ready``: whether its forkservers have done their imports), or None."""
+        if self.pool and not ready:
+            return self.pool.popleft()
+        if self.queues[lane]:
+            return self.queues[lane].popleft()
+        if self.pool:
+            return self.pool.popleft()
+        most = max(self.queues, key=len)
+        return most.pop() if most else None
+
+    def drop(self, lane: int, last: bool) -> list[int]:
+        """The jobs that lane ``lane``, gone, leaves undone: its own queue's, and with the ``last`` lane everything."""
+        left = [*self.queues[lane], *((*self.pool, *(i for q in self.queues for i in q)) if last else ())]
+        for q in (self.queues[lane], *((self.pool, *self.queues) if last else ())):
+            q.clear()
+        return list(dict.fromkeys(left))
 
 
 def _interrupt_once(signum: int, frame: Any) -> None:
@@ -148,83 +185,100 @@ def _interrupt_once(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], out: Path, verbose: bool, timeout_s: float | None,
-          untimed: frozenset[str]) -> None:
-    """A lane's process: pinned first, then its jobs in order (``in_turn``), each started by the driver and reported
-    to it."""
+def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], home: list[int], out: Path, verbose: bool,
+          timeout_s: float | None, untimed: frozenset[str]) -> None:
+    """A lane's process: pinned first, then the jobs the driver deals it (its ``home`` queue's forkservers start at
+    once), each run through ``in_turn``, started by the driver and reported to it."""
     os.sched_setaffinity(0, lane.cpus)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an inherited ignore stays (the driver's)
         signal.signal(signal.SIGINT, _interrupt_once)
     os.environ[LANE_ENV] = json.dumps(lane.where)
     index = {id(job): i for i, job in enumerate(jobs)}
 
+    def deal(ready: bool) -> tuple[Job, list[Job]] | None:
+        conn.send(("next", None, ready))
+        got = conn.recv()
+        return None if got is None else (jobs[got[0]], [jobs[i] for i in got[1]])
+
     def start(job: Job) -> str:
         conn.send(("start", index[id(job)], None))
         return conn.recv()
 
     try:
-        for job, attempt, ran in in_turn(jobs, out, start, verbose, timeout_s, untimed):
+        for job, attempt, ran in in_turn(Dealt(deal, [jobs[i] for i in home]), out, start, verbose, timeout_s,
+                                         untimed):
             conn.send(("ran", index[id(job)], (attempt, ran)))
     except (KeyboardInterrupt, EOFError, BrokenPipeError):  # interrupted, or the driver is gone: out, quietly
         sys.exit(130)
 
 
+@dataclass(frozen=True)
+class Dealt:
+    """Jobs dealt one at a time (:class:`Deal`): ``deal(ready)`` gives the next and the lane's own left after it,
+    or None; ``home`` is the lane's own queue as it starts, whose forkservers start with the lane."""
+
+    deal: Callable[[bool], tuple[Job, list[Job]] | None]
+    home: list[Job]
+
+
 @dataclass
 class _Running:
-    """A lane's process as the driver sees it: its pipe, its jobs, which one runs (index, attempt, start time)."""
+    """A lane's process as the driver sees it: its pipe, and the job it was dealt (index, attempt once started,
+    start time)."""
 
     lane: Lane
     proc: Any
     conn: Any
-    jobs: list[Job]
-    current: tuple[int, str, float] | None = None
-    done: set[int] = field(default_factory=set)
+    current: tuple[int, str | None, float] | None = None
 
 
 def run(lanes: Sequence[Lane], in_turn: InTurn, jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False,
         timeout_s: float | None = None, untimed: frozenset[str] = frozenset()) -> Iterator[tuple[Job, str, Ran]]:
-    """Run ``jobs`` in ``lanes`` side by side (:func:`assign`), each lane its share through ``in_turn`` (a module's
-    function: it travels to the lane by name), yielding (job, attempt id, outcome) as each ends; the outcome's
-    ``node`` names the lane and its cores."""
+    """Run ``jobs`` in ``lanes`` side by side, each lane the jobs the driver deals it (:class:`Deal`) through
+    ``in_turn`` (a module's function: it travels to the lane by name), yielding (job, attempt id, outcome) as each
+    ends; the outcome's ``node`` names the lane that ran it and its cores."""
     ctx = multiprocessing.get_context("spawn")  # the driver has threads (the progress bar's): no fork
+    deal = Deal(jobs, len(lanes), untimed)
     live: list[_Running] = []
     try:
-        for lane, queue in zip(lanes, assign(jobs, len(lanes), untimed)):
-            if queue:
-                mine, theirs = ctx.Pipe()
-                proc = ctx.Process(target=_lane, args=(theirs, lane, in_turn, queue, out, verbose, timeout_s, untimed),
-                                   name=f"workbench-lane-{lane.index}")
-                proc.start()
-                theirs.close()
-                with contextlib.suppress(OSError):  # pinned from here on, as it pins itself once it runs
-                    os.sched_setaffinity(proc.pid, lane.cpus)
-                live.append(_Running(lane, proc, mine, queue))
+        for lane, home in zip(lanes, deal.queues):
+            mine, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_lane, args=(theirs, lane, in_turn, deal.jobs, list(home), out, verbose,
+                                                   timeout_s, untimed), name=f"workbench-lane-{lane.index}")
+            proc.start()
+            theirs.close()
+            with contextlib.suppress(OSError):  # pinned from here on, as it pins itself once it runs
+                os.sched_setaffinity(proc.pid, lane.cpus)
+            live.append(_Running(lane, proc, mine))
         while live:
             ready = multiprocessing.connection.wait([r.conn for r in live] + [r.proc.sentinel for r in live])
             for r in [r for r in live if r.conn in ready or r.proc.sentinel in ready]:
-                if (yield from _serve(r, start)):
+                if (yield from _serve(r, deal, start)):
                     continue
                 r.proc.join()
                 live.remove(r)
-                yield from lost(r, start)
+                yield from lost(r, deal, start, last=not live)
     finally:
         stop(live)
 
 
-def _serve(r: _Running, start: Start) -> Iterator[tuple[Job, str, Ran]]:
+def _serve(r: _Running, deal: Deal, start: Start) -> Iterator[tuple[Job, str, Ran]]:
     """Answer what lane ``r`` sent; returns False once it has ended (its pipe closed)."""
     try:
         while r.conn.poll():
             kind, i, body = r.conn.recv()
-            if kind == "start":
-                attempt = start(r.jobs[i])
+            if kind == "next":
+                i = deal.next(r.lane.index, body)
+                r.current = None if i is None else (i, None, time.perf_counter())
+                r.conn.send(None if i is None else (i, list(deal.queues[r.lane.index])))
+            elif kind == "start":
+                attempt = start(deal.jobs[i])
                 r.current = (i, attempt, time.perf_counter())
                 r.conn.send(attempt)
             else:
                 attempt, ran = body
                 r.current = None
-                r.done.add(i)
-                yield r.jobs[i], attempt, replace(ran, node=r.lane.where)
+                yield deal.jobs[i], attempt, replace(ran, node=r.lane.where)
     except (EOFError, OSError):
         return False
     return r.proc.is_alive()
@@ -238,18 +292,18 @@ def _ended(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-def lost(r: _Running, start: Start) -> Iterator[tuple[Job, str, Ran]]:
-    """The jobs a lane that ended left unfinished, each failed with why: the one it was running, and (each started
-    here, so the manifest shows it) the ones it never began. A lane that ran all of its jobs leaves none."""
+def lost(r: _Running, deal: Deal, start: Start, last: bool) -> Iterator[tuple[Job, str, Ran]]:
+    """The jobs a lane that ended left unfinished, each failed with why: the one it was dealt (running or not yet
+    begun), and (each started here, so the manifest shows it) those of its own queue, with the ``last`` lane all
+    that are left. A lane that ran all it was dealt, told there was none left, leaves none."""
     why = f"LaneLost: {r.lane} {_ended(r.proc.exitcode)}"
-    for i, job in enumerate(r.jobs):
-        if i in r.done:
-            continue
-        if r.current is not None and r.current[0] == i:
-            attempt, took = r.current[1], time.perf_counter() - r.current[2]
-            yield job, attempt, Ran("error", f"{why} while this notebook ran", round(took, 2), node=r.lane.where)
-        else:
-            yield job, start(job), Ran("error", f"{why} before this notebook began", 0.0, node=r.lane.where)
+    if r.current is not None and r.current[1] is not None:
+        i, attempt, t0 = r.current
+        yield deal.jobs[i], attempt, Ran("error", f"{why} while this notebook ran", round(time.perf_counter() - t0, 2),
+                                         node=r.lane.where)
+    for i in ([r.current[0]] if r.current is not None and r.current[1] is None else []) + deal.drop(r.lane.index, last):
+        yield deal.jobs[i], start(deal.jobs[i]), Ran("error", f"{why} before this notebook began", 0.0,
+                                                     node=r.lane.where)
 
 
 def stop(live: Sequence[_Running]) -> None:

@@ -296,19 +296,31 @@ class LocalExecutor(Executor):
             yield from in_turn(batch, out, start, verbose, self.job_timeout_s, share=False, where=everywhere)
 
 
-def in_turn(jobs: Sequence[Job], out: Path, start: Start, verbose: bool = False, timeout_s: float | None = None,
-            untimed: frozenset[str] = frozenset(), *, share: bool = True,
+def in_turn(jobs: Sequence[Job] | _lanes.Dealt, out: Path, start: Start, verbose: bool = False,
+            timeout_s: float | None = None, untimed: frozenset[str] = frozenset(), *, share: bool = True,
             where: Mapping[str, Any] | None = None) -> Iterator[tuple[Job, str, Ran]]:
-    """``jobs`` one after another in this process's kernels, in their order; with ``share`` each engine's through
-    its forkserver (:class:`_Forkservers`). ``where`` is recorded as each outcome's ``node``."""
+    """``jobs`` one after another in this process's kernels, in their order, or as a lane's driver deals them
+    (:class:`workbench.lanes.Dealt`); with ``share`` each engine's through its forkserver (:class:`_Forkservers`).
+    ``where`` is recorded as each outcome's ``node``."""
     with _Forkservers(out / "logs", untimed) if share else contextlib.ExitStack() as servers:
-        for i, job in enumerate(jobs):
-            shared = {isolate.SHARED_ENV: servers.for_job(job, jobs[i + 1:])} if share else None
+        for job, later in _ahead(jobs, servers):
+            shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share else None
             attempt = start(job)
             t0 = time.perf_counter()
             with envvars.scoped(shared):
                 status, error = execute(job.planned, out, attempt, verbose, timeout_s)
             yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2), node=where)
+
+
+def _ahead(jobs: Sequence[Job] | _lanes.Dealt, servers: Any) -> Iterator[tuple[Job, Sequence[Job]]]:
+    """Each job with those after it; dealt ones as the driver deals them, told whether ``servers`` (the lane's
+    forkservers, started for its own queue first) have done their imports."""
+    if not isinstance(jobs, _lanes.Dealt):
+        yield from ((job, jobs[i + 1:]) for i, job in enumerate(jobs))
+        return
+    servers.start(jobs.home)
+    while (got := jobs.deal(servers.imported())) is not None:
+        yield got
 
 
 def _engine(job: Job) -> str:
@@ -344,35 +356,48 @@ class _Forkservers(contextlib.ExitStack):
     """One forkserver per engine, shared by that engine's notebook kernels (:func:`isolate.shared_forkserver`):
     vLLM's ~15 s of imports on 2 cores are paid once per run instead of in every notebook's first probe.
 
-    Every engine's server starts with the batch's first job and stops after that engine's last. Their imports
+    Every engine's server starts with the batch's first job (a lane's: with the lane, for its own queue; a job it
+    takes from another lane: when it is dealt) and stops after that engine's last. Their imports
     run beside the environment survey (the notebook run first and once per batch) and the jobs of ``untimed``
     engines only, which time nothing: any other job waits until every server has done them, so no import runs
     beside timed work."""
 
     def __init__(self, logs: Path, untimed: frozenset[str] = frozenset()) -> None:
         super().__init__()
-        self.logs, self.open, self.ready = logs, {}, False  # preload → (the environment value naming it, its ExitStack)
+        self.logs, self.open, self.waited = logs, {}, set()  # preload → (the value naming it, its ExitStack)
         self.untimed = untimed
 
-    def for_job(self, job: Job, later: Sequence[Job]) -> str:
-        """The value of :data:`isolate.SHARED_ENV` for ``job``'s kernel (its engine's server)."""
+    def start(self, jobs: Sequence[Job]) -> dict[tuple[str, ...], str]:
+        """Start the servers ``jobs`` need that are not running; returns each preload they need → the value of
+        :data:`isolate.SHARED_ENV` naming its server."""
         from . import probes
 
         needed: dict[tuple[str, ...], str] = {}  # preload → the first engine that needs it
-        for j in (job, *later):
+        for j in jobs:
             needed.setdefault(probes.preload(_engine(j)), _engine(j))
-        for done in [k for k in self.open if k not in needed]:
-            self.open.pop(done)[1].close()
         for want, engine in needed.items():
-            if want not in self.open:  # all of them at the first job: later ones need no other
+            if want not in self.open:
                 stack = self.enter_context(contextlib.ExitStack())
                 log = self.logs / f"forkserver-{engine}.log"
                 self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, log)), stack)
-        if not self.ready and job.planned.per_batch != "first" and _engine(job) not in self.untimed:
+        return {want: self.open[want][0] for want in needed}
+
+    def imported(self) -> bool:
+        """Whether every running server has done its imports (or died: a job through it says so), now."""
+        return all(isolate.wait_ready(value, timeout_s=0) for value, _ in self.open.values())
+
+    def for_job(self, job: Job, later: Sequence[Job]) -> str:
+        """The value of :data:`isolate.SHARED_ENV` for ``job``'s kernel (its engine's server); a server no job
+        from here on needs stops."""
+        needed = self.start([job, *later])  # all of them at the first job: later ones need no other
+        for done in [k for k in self.open if k not in needed]:
+            self.open.pop(done)[1].close()
+        if job.planned.per_batch != "first" and _engine(job) not in self.untimed:
             for value, _ in self.open.values():
-                isolate.wait_ready(value)
-            self.ready = True
-        return self.open[next(iter(needed))][0]
+                if value not in self.waited:
+                    isolate.wait_ready(value)
+                    self.waited.add(value)
+        return next(iter(needed.values()))
 
 
 def land(out: Path, files: Mapping[str, bytes], attempt: str, key: str) -> int:
