@@ -111,9 +111,10 @@ def test_untimed_jobs_go_to_a_lane_whose_forkserver_imports_and_a_lane_out_of_wo
     assert key(0, True) == f"llamacpp/{second}" and key(1, True) == f"vllm/{first}"
     assert key(0, True) == f"llamacpp/{third}"
     assert key(0, False) == f"trtllm/{third}"  # its own done: an untimed job left over first
-    assert key(0, True) == f"vllm/{third}"  # then the LAST not started of the lane with most left
-    assert key(1, True) == f"vllm/{second}"  # whose owner keeps its order from the head
-    assert key(1, True) is None and key(0, False) is None  # nothing left: each lane ends
+    assert key(0, True) == f"vllm/{third}"  # then the LAST not started of the lane with most left (2)
+    assert key(0, True) is None  # not its only one (its owner, busy, will get to it): the lane ends
+    assert key(1, True) == f"vllm/{second}"  # the owner keeps its order from the head
+    assert key(1, True) is None  # nothing left
 
     deal = lanes.Deal(jobs, 2, frozenset({"trtllm"}))
     assert [deal.jobs[i].planned.key for i in deal.drop(0, last=False)] == [f"llamacpp/{n}" for n in names]
@@ -136,7 +137,9 @@ def test_the_lane_out_of_work_runs_the_last_jobs_of_the_busy_one_each_once_on_it
     assert len(rows) == 6 == len({r["kernel"] for r in rows})  # each job ran exactly once
     home, short = ran["llamacpp/50_a"].node, ran["llamacpp-server/50_a"].node
     assert home["lane"] != short["lane"] and set(home["cpus"]).isdisjoint(short["cpus"])
-    assert ran["llamacpp/52_c"].node == short  # the busy lane's last job, taken by the lane out of work
+    assert ran["llamacpp/52_c"].node == short  # the busy lane's last job, taken by the lane out of work,
+    assert {f"forkserver-llamacpp-lane{home['lane']}.log", f"forkserver-llamacpp-lane{short['lane']}.log"} <= set(
+        os.listdir(out / "logs"))  # through a llama.cpp forkserver of its own
     for row in rows:  # each kernel pinned to the cores of the lane the manifest names
         assert {"lane": json.loads(row["lane"])["lane"], "cpus": row["cpus"]} in (home, short)
 

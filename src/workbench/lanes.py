@@ -7,14 +7,20 @@ a lane is one taken on that lane's cores alone (docs/timing.md says what they st
 
 A lane is a process the batch's driver spawns and pins (``os.sched_setaffinity``) before it starts anything, so its
 engine's shared forkserver, every notebook kernel and every server or child they start inherit the pinning, and every
-default of "all cores" means the lane's (:func:`workbench.cpu.usable_count`). It runs its jobs in order as the local
-executor does (:func:`workbench.runner.in_turn`), in its own ``os.environ``. The driver keeps the manifest and the
-console: a lane asks it before each job (which gives the attempt its id) and reports each outcome over a pipe.
+default of "all cores" means the lane's (:func:`workbench.cpu.usable_count`). The driver deals the jobs and keeps
+the manifest and the console: a lane asks it which job to run next (:class:`Deal`: an untimed one while the lane's
+forkserver imports, else its own queue's next, else the last of the busiest lane's), runs it as the local executor
+does (:func:`workbench.runner.in_turn`) in its own ``os.environ``, asks again to start it (which gives the attempt
+its id) and reports its outcome over a pipe, until told there is none left. A job taken from another lane runs on
+the taking lane's cores, through a forkserver for its engine that lane starts then: no two timed jobs share a core
+either way. Taking jobs out of order is safe because no notebook reads another's output (each writes its own
+findings and files; the summary, which reads them all, runs after the lanes), so an engine's jobs need no order.
 
 Nothing outlives the batch: a Ctrl-C reaches the lanes (with the driver's process group, or from the driver when
 it alone was interrupted), each ends its notebook's kernel and its forkserver as a one-lane batch does, and a lane
 still there after :data:`STOP_GRACE_S` is killed (its kernels and forkserver end with their parent). A lane that
-dies mid-batch fails its notebook and the ones it had not started, saying so (:func:`lost`); the others go on.
+dies mid-batch fails the notebook it was dealt and those left in its own queue, saying so (:func:`lost`; the last
+lane to go, all that are left); the others go on.
 """
 
 from __future__ import annotations
@@ -149,8 +155,10 @@ class Deal:
        most of them, and a lane whose forkserver is ready goes straight to its timed jobs.
     2. Else the next of the lane's own queue (:func:`assign`), from its head, in the batch's order.
     3. Else an untimed job left over, then the LAST not-yet-started job of the lane with the most jobs left (work
-       stealing: its owner keeps its order from the head); its lane runs it on its own cores, with a forkserver
-       for its engine of its own. Jobs left is the measure, as no job's duration is known before it runs.
+       stealing: its owner keeps its order from the head), where it has two or more: its owner is busy with one,
+       and taking its only one would at best save the rest of that one, paying a forkserver's imports for it. The
+       taker runs it on its own cores, through a forkserver for its engine of its own. Jobs left is the measure, as
+       no job's duration is known before it runs.
     4. Else none: the lane ends."""
 
     def __init__(self, jobs: Sequence[Job], n: int, untimed: frozenset[str]) -> None:
@@ -168,7 +176,7 @@ class Deal:
         if self.pool:
             return self.pool.popleft()
         most = max(self.queues, key=len)
-        return most.pop() if most else None
+        return most.pop() if len(most) > 1 else None
 
     def drop(self, lane: int, last: bool) -> list[int]:
         """The jobs that lane ``lane``, gone, leaves undone: its own queue's, and with the ``last`` lane everything."""
@@ -205,8 +213,8 @@ def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], home: list[in
         return conn.recv()
 
     try:
-        for job, attempt, ran in in_turn(Dealt(deal, [jobs[i] for i in home]), out, start, verbose, timeout_s,
-                                         untimed):
+        for job, attempt, ran in in_turn(Dealt(deal, [jobs[i] for i in home], lane.index), out, start, verbose,
+                                         timeout_s, untimed):
             conn.send(("ran", index[id(job)], (attempt, ran)))
     except (KeyboardInterrupt, EOFError, BrokenPipeError):  # interrupted, or the driver is gone: out, quietly
         sys.exit(130)
@@ -215,10 +223,12 @@ def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], home: list[in
 @dataclass(frozen=True)
 class Dealt:
     """Jobs dealt one at a time (:class:`Deal`): ``deal(ready)`` gives the next and the lane's own left after it,
-    or None; ``home`` is the lane's own queue as it starts, whose forkservers start with the lane."""
+    or None; ``home`` is the lane's own queue as it starts, whose forkservers start with the lane; ``lane`` its
+    number (its forkservers' logs name it)."""
 
     deal: Callable[[bool], tuple[Job, list[Job]] | None]
     home: list[Job]
+    lane: int
 
 
 @dataclass

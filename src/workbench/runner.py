@@ -302,7 +302,8 @@ def in_turn(jobs: Sequence[Job] | _lanes.Dealt, out: Path, start: Start, verbose
     """``jobs`` one after another in this process's kernels, in their order, or as a lane's driver deals them
     (:class:`workbench.lanes.Dealt`); with ``share`` each engine's through its forkserver (:class:`_Forkservers`).
     ``where`` is recorded as each outcome's ``node``."""
-    with _Forkservers(out / "logs", untimed) if share else contextlib.ExitStack() as servers:
+    lane = f"-lane{jobs.lane}" if isinstance(jobs, _lanes.Dealt) else ""  # two lanes may run one engine's
+    with _Forkservers(out / "logs", untimed, lane) if share else contextlib.ExitStack() as servers:
         for job, later in _ahead(jobs, servers):
             shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share else None
             attempt = start(job)
@@ -318,13 +319,24 @@ def _ahead(jobs: Sequence[Job] | _lanes.Dealt, servers: Any) -> Iterator[tuple[J
     if not isinstance(jobs, _lanes.Dealt):
         yield from ((job, jobs[i + 1:]) for i, job in enumerate(jobs))
         return
-    servers.start(jobs.home)
-    while (got := jobs.deal(servers.imported())) is not None:
+    servers.start(later := jobs.home)
+    while (got := jobs.deal(servers.imported(later))) is not None:  # the lane's own left: are their servers up?
         yield got
+        later = got[1]
 
 
 def _engine(job: Job) -> str:
     return str(job.planned.parameters.get("engine", ""))
+
+
+def _preloads(jobs: Sequence[Job]) -> dict[tuple[str, ...], str]:
+    """The forkserver preloads ``jobs`` need, in order, each → the first engine that needs it."""
+    from . import probes
+
+    needed: dict[tuple[str, ...], str] = {}
+    for j in jobs:
+        needed.setdefault(probes.preload(_engine(j)), _engine(j))
+    return needed
 
 
 def untimed_engines(jobs: Sequence[Job]) -> frozenset[str]:
@@ -362,29 +374,25 @@ class _Forkservers(contextlib.ExitStack):
     engines only, which time nothing: any other job waits until every server has done them, so no import runs
     beside timed work."""
 
-    def __init__(self, logs: Path, untimed: frozenset[str] = frozenset()) -> None:
+    def __init__(self, logs: Path, untimed: frozenset[str] = frozenset(), suffix: str = "") -> None:
         super().__init__()
         self.logs, self.open, self.waited = logs, {}, set()  # preload → (the value naming it, its ExitStack)
-        self.untimed = untimed
+        self.untimed, self.suffix = untimed, suffix  # a lane's logs (and ready files) are its own
 
     def start(self, jobs: Sequence[Job]) -> dict[tuple[str, ...], str]:
         """Start the servers ``jobs`` need that are not running; returns each preload they need → the value of
         :data:`isolate.SHARED_ENV` naming its server."""
-        from . import probes
-
-        needed: dict[tuple[str, ...], str] = {}  # preload → the first engine that needs it
-        for j in jobs:
-            needed.setdefault(probes.preload(_engine(j)), _engine(j))
+        needed = _preloads(jobs)
         for want, engine in needed.items():
             if want not in self.open:
                 stack = self.enter_context(contextlib.ExitStack())
-                log = self.logs / f"forkserver-{engine}.log"
+                log = self.logs / f"forkserver-{engine}{self.suffix}.log"
                 self.open[want] = (stack.enter_context(isolate.shared_forkserver(want, log)), stack)
         return {want: self.open[want][0] for want in needed}
 
-    def imported(self) -> bool:
-        """Whether every running server has done its imports (or died: a job through it says so), now."""
-        return all(isolate.wait_ready(value, timeout_s=0) for value, _ in self.open.values())
+    def imported(self, jobs: Sequence[Job]) -> bool:
+        """Whether the running servers ``jobs`` need have done their imports (or died: a job through one says so)."""
+        return all(isolate.wait_ready(self.open[p][0], timeout_s=0) for p in _preloads(jobs) if p in self.open)
 
     def for_job(self, job: Job, later: Sequence[Job]) -> str:
         """The value of :data:`isolate.SHARED_ENV` for ``job``'s kernel (its engine's server); a server no job
