@@ -144,6 +144,26 @@ def test_the_lane_out_of_work_runs_the_last_jobs_of_the_busy_one_each_once_on_it
         assert {"lane": json.loads(row["lane"])["lane"], "cpus": row["cpus"]} in (home, short)
 
 
+def test_a_lost_lane_fails_what_it_was_dealt_and_its_own_queue_and_the_last_one_all_that_is_left(tmp_path):
+    from types import SimpleNamespace
+
+    jobs = runner.batch_jobs(tmp_path, ["llamacpp", "trtllm", "vllm"], "synthetic:tiny", only=["prints_parameters",
+                             "reports_lane"], notebooks_dir=FIXTURES)
+    deal = lanes.Deal(jobs, 2, frozenset({"trtllm"}))
+    dealt = deal.next(0, False)  # an untimed job, dealt, not yet started when its lane was killed
+    gone = lanes._Running(lanes.Lane(0, (0,)), SimpleNamespace(exitcode=-9), None, (dealt, None, 0.0))
+    failed = [(job.planned.key, attempt, ran.error) for job, attempt, ran in
+              lanes.lost(gone, deal, lambda job: f"a-{job.planned.key}", last=False)]
+    assert [k for k, _, _ in failed] == ["trtllm/prints_parameters", "llamacpp/prints_parameters",
+                                         "llamacpp/reports_lane"]  # no other lane's: they go on
+    assert all(a == f"a-{k}" and e == "LaneLost: lane 0 (cores 0) was killed by SIGKILL before this notebook began"
+               for k, a, e in failed)
+    gone = lanes._Running(lanes.Lane(1, (1,)), SimpleNamespace(exitcode=1), None, (deal.next(1, True), "b", 0.0))
+    failed = [(job.planned.key, ran.error) for job, _, ran in lanes.lost(gone, deal, lambda job: "c", last=True)]
+    assert failed[0] == ("vllm/prints_parameters", "LaneLost: lane 1 (cores 1) exited with code 1 while this notebook "
+                         "ran") and [k for k, _ in failed[1:]] == ["vllm/reports_lane", "trtllm/reports_lane"]
+
+
 @pytest.mark.parametrize("value, message", [("0", "at least 1"), ("-1", "at least 1"), ("two", "whole number"),
                                             ("1.5", "whole number"), ("99999999999999999999", "at most")])
 def test_a_bad_lane_count_is_one_clear_line(value, message):

@@ -307,13 +307,14 @@ def lost(r: _Running, deal: Deal, start: Start, last: bool) -> Iterator[tuple[Jo
     begun), and (each started here, so the manifest shows it) those of its own queue, with the ``last`` lane all
     that are left. A lane that ran all it was dealt, told there was none left, leaves none."""
     why = f"LaneLost: {r.lane} {_ended(r.proc.exitcode)}"
-    if r.current is not None and r.current[1] is not None:
+    dealt = [] if r.current is None else [r.current[0]]
+    if r.current is not None and r.current[1] is not None:  # started: the manifest has its attempt
         i, attempt, t0 = r.current
-        yield deal.jobs[i], attempt, Ran("error", f"{why} while this notebook ran", round(time.perf_counter() - t0, 2),
-                                         node=r.lane.where)
-    for i in ([r.current[0]] if r.current is not None and r.current[1] is None else []) + deal.drop(r.lane.index, last):
-        yield deal.jobs[i], start(deal.jobs[i]), Ran("error", f"{why} before this notebook began", 0.0,
-                                                     node=r.lane.where)
+        took, dealt = round(time.perf_counter() - t0, 2), []
+        yield deal.jobs[i], attempt, Ran("error", f"{why} while this notebook ran", took, node=r.lane.where)
+    for i in dealt + deal.drop(r.lane.index, last):
+        job = deal.jobs[i]
+        yield job, start(job), Ran("error", f"{why} before this notebook began", 0.0, node=r.lane.where)
 
 
 def stop(live: Sequence[_Running]) -> None:
