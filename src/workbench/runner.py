@@ -261,7 +261,8 @@ def notebook_line(out: Path, entry: manifest.NotebookRun, verdicts: str) -> str:
 class LocalExecutor(Executor):
     """Runs jobs on this machine, each in its own kernel (:func:`execute`); the jobs of one engine share a forkserver
     (:class:`_Forkservers`). ``lanes`` (None: auto, see :func:`workbench.lanes.plan`) runs each engine's jobs in a lane
-    of its own, pinned to cores no other lane uses (:mod:`workbench.lanes`); 1: one job at a time."""
+    of its own, pinned to cores no other lane uses, a lane out of work taking the last of the busiest one's
+    (:mod:`workbench.lanes`); 1: one job at a time."""
 
     name = "local"
 
