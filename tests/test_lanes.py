@@ -128,7 +128,7 @@ def test_the_lane_out_of_work_runs_the_last_jobs_of_the_busy_one_each_once_on_it
     for name in ("50_a", "51_b", "52_c"):
         (folder / f"{name}.ipynb").write_text((FIXTURES / "reports_lane.ipynb").read_text())
     assert runner.run_batch(out, engine=["llamacpp", "llamacpp-server"], model="synthetic:tiny", progress=False,
-                            notebooks_dir=folder, data_dir=out / "no-data", engine_params={"llamacpp": {"hold_s": 15}},
+                            notebooks_dir=folder, data_dir=out / "no-data", engine_params={"llamacpp": {"hold_s": 20}},
                             executor=runner.LocalExecutor(lanes=None)) == 0
     ran = manifest.load(out).notebooks
     assert sorted(ran) == sorted(f"{e}/{n}" for e in ("llamacpp", "llamacpp-server") for n in ("50_a", "51_b", "52_c"))
