@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from conftest import gone_within, interruptible
-from workbench import lanes, manifest, report, runner
+from workbench import cpu, lanes, manifest, report, runner
 from workbench.executors import ExecutorError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
@@ -87,10 +87,28 @@ def test_one_lane_is_one_notebook_at_a_time_and_auto_needs_two_engines_with_time
 
 def test_without_pinning_or_with_one_core_there_is_one_lane_said_once(monkeypatch):
     monkeypatch.setattr(lanes.cpu, "usable", lambda: (3,))
-    assert lanes.plan(None, 2) == ([], "lanes:     1 (this process may use one core, 3; one notebook at a time)")
+    assert lanes.plan(None, 2) == ([], "lanes:     1 (this process may use one physical core, CPUs 3; one notebook "
+                                       "at a time)")
     assert lanes.plan(None, 1) == ([], None)  # one engine with timed work: nothing to say
     monkeypatch.setattr(lanes.cpu, "usable", lambda: None)
     assert lanes.plan(2, 2)[0] == [] and "cannot pin" in lanes.plan(2, 2)[1]
+
+
+@pytest.mark.parametrize("siblings, lanes_get", [
+    ({0: "0-1", 1: "0-1", 2: "2-3", 3: "2-3"}, [(0, 1), (2, 3)]),
+    ({0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"}, [(0, 2), (1, 3)]),  # Intel's usual numbering: siblings far apart
+    ({0: "0-1", 1: "0-1"}, []),  # one core with two hyperthreads: one lane, said
+])
+def test_a_lane_takes_whole_physical_cores_so_hyperthreads_of_one_core_never_serve_two_lanes(tmp_path, monkeypatch,
+                                                                                               siblings, lanes_get):
+    for c, text in siblings.items():
+        (tmp_path / f"cpu{c}" / "topology").mkdir(parents=True)
+        (tmp_path / f"cpu{c}" / "topology" / "thread_siblings_list").write_text(text + "\n")
+    real = cpu.cores
+    monkeypatch.setattr(lanes.cpu, "cores", lambda: real(tuple(siblings), tmp_path))
+    planned, note = lanes.plan(None, 2)
+    assert [lane.cpus for lane in planned] == lanes_get
+    assert (note is not None and "one physical core" in note) == (not lanes_get)
 
 
 def test_untimed_jobs_go_to_a_lane_whose_forkserver_imports_and_a_lane_out_of_work_takes_the_last_of_another(tmp_path):

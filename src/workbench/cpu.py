@@ -27,7 +27,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Sequence
 
 #: ggml's CMake options for x86 and the /proc/cpuinfo flags each one needs (ggml/src/ggml-cpu/CMakeLists.txt:
 #: GGML_AVX512 adds -mavx512f -mavx512cd -mavx512vl -mavx512dq -mavx512bw).
@@ -57,6 +57,33 @@ def usable() -> tuple[int, ...] | None:
     starts inherits that); None where the platform cannot say (no ``os.sched_getaffinity``)."""
     getter = getattr(os, "sched_getaffinity", None)
     return tuple(sorted(getter(0))) if getter else None
+
+
+def cores(cpus: Sequence[int] | None = None, topology: Path = Path("/sys/devices/system/cpu")
+          ) -> tuple[tuple[int, ...], ...] | None:
+    """``cpus`` (default :func:`usable`) grouped by physical core: the hyperthreads of one core (its
+    ``topology/thread_siblings_list``) share its execution units, so two timed jobs on siblings share a core. A CPU
+    whose topology cannot be read is a core of its own. None where :func:`usable` is."""
+    cpus = usable() if cpus is None else tuple(cpus)
+    if cpus is None:
+        return None
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for c in cpus:
+        try:
+            siblings = _cpu_list((topology / f"cpu{c}" / "topology" / "thread_siblings_list").read_text())
+        except (OSError, ValueError):
+            siblings = (c,)
+        groups.setdefault(siblings, []).append(c)
+    return tuple(sorted(tuple(g) for g in groups.values()))
+
+
+def _cpu_list(text: str) -> tuple[int, ...]:
+    """A kernel CPU list (``0-3,8``) as numbers."""
+    out: list[int] = []
+    for part in text.strip().split(","):
+        lo, _, hi = part.partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    return tuple(out)
 
 
 def usable_count() -> int:

@@ -92,10 +92,11 @@ def parse(value: str | int) -> int | None:
     if n < 1:
         raise ExecutorError(f"--lanes {value}: give auto or a whole number of lanes of at least 1 "
                             "(1: one notebook at a time)")
-    cpus = cpu.usable()
-    if n > 1 and cpus is not None and n > len(cpus):
-        raise ExecutorError(f"--lanes {value}: this process may use {len(cpus)} core(s) ({spans(cpus)}) and each "
-                            f"lane needs one of its own; give at most {len(cpus)}, or auto")
+    groups = cpu.cores()
+    if n > 1 and groups is not None and n > len(groups):
+        raise ExecutorError(f"--lanes {value}: this process may use {len(groups)} physical core(s) "
+                            f"({spans([c for g in groups for c in g])}) and each lane needs one of its own; give at "
+                            f"most {len(groups)}, or auto")
     return n
 
 
@@ -105,16 +106,17 @@ def plan(requested: int | None, engines: int) -> tuple[list[Lane], str | None]:
     where lanes were asked for and cannot be had."""
     if requested == 1 or (requested is None and engines < 2):  # nothing to run side by side
         return [], None
-    cpus = cpu.usable()
-    if cpus is None or not hasattr(os, "sched_setaffinity"):
+    groups = cpu.cores()  # whole physical cores: hyperthreads of one core would share it between two lanes
+    if groups is None or not hasattr(os, "sched_setaffinity"):
         return [], "lanes:     1 (this platform cannot pin a process to cores; one notebook at a time)"
-    if len(cpus) < 2:
-        return [], f"lanes:     1 (this process may use one core, {spans(cpus)}; one notebook at a time)"
-    n = min(engines if requested is None else requested, len(cpus))
+    if len(groups) < 2:
+        return [], (f"lanes:     1 (this process may use one physical core, CPUs {spans(groups[0] if groups else ())}; "
+                    "one notebook at a time)")
+    n = min(engines if requested is None else requested, len(groups))
     if n < 2:
         return [], None
-    each = len(cpus) // n
-    return [Lane(i, cpus[i * each:(i + 1) * each]) for i in range(n)], None
+    each = len(groups) // n
+    return [Lane(i, tuple(c for g in groups[i * each:(i + 1) * each] for c in g)) for i in range(n)], None
 
 
 def describe(lanes: Sequence[Lane]) -> str:

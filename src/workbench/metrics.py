@@ -261,8 +261,8 @@ _DECLARED = [
        "benchmark (AIPerf goodput)"),
     _m("load_ttft_cold_p50_s", "TTFT cold p50", "s", "timed",
        "median TTFT of the cell's requests that did not find their prompt cached: the server read less than half of "
-       "it from its cache (or, where it reports no count, each run's first `concurrency` requests: the row's split "
-       "says which)"),
+       "it from its cache (or, where it reports no count, the first `concurrency` requests of each run's first "
+       "phase; a later phase's find the prefix computed: the row's split says which)"),
     _m("load_ttft_cached_p50_s", "TTFT cached p50", "s", "timed",
        "median TTFT of the cell's requests that found their prompt cached (the same split)"),
     _m("engine_repeat_prefix_cached", "repeats' prefix cached", "ratio", "engine",
@@ -272,7 +272,8 @@ _DECLARED = [
     _m("engine_metrics_prefix_cached", "/metrics prefix cached", "ratio", "engine",
        "the server's own /metrics cache counter (llama-server llamacpp:prompt_tokens_cached_total, vLLM "
        "vllm:prefix_cache_hits_total), its rise over a shared-prefix workload's runs, per repeat over the shared "
-       "prefix's tokens: the second reading of engine_repeat_prefix_cached"),
+       "prefix's tokens: a second reading of engine_repeat_prefix_cached where the engine keeps it apart (vLLM); on "
+       "llama-server the same variable, checked against the responses' sum"),
     _m("engine_metrics_cached_tokens", "/metrics cached tokens", "tokens", "engine",
        "that counter's rise over the shared-prefix runs: prompt tokens the server read from its cache"),
     _m("engine_metrics_hit_rate", "/metrics hit rate", "ratio", "engine",

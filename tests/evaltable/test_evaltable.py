@@ -166,8 +166,11 @@ _RUN2_FAILED = "prefix-1k at concurrency 2, repeat 1 of 1: the read after the ru
     (["r1: the read before the run failed (/metrics has no x)", _RUN2_FAILED], "", "confirmed",
      {"engine_repeat_prefix_cached"}, "the per-request counts alone"),
     # llama-server: /metrics is the responses' own variable: it checks their sum, and rests nothing
-    ([backends.Counters(528, 900), backends.Counters(528, 900)], "server-context.cpp: n_past", "confirmed",
-     {"engine_repeat_prefix_cached"}, "own variable (server-context.cpp: n_past)"),
+    ([backends.Counters(536, 900), backends.Counters(536, 900)], "server-context.cpp: n_past", "confirmed",
+     {"engine_repeat_prefix_cached"}, "own variable (server-context.cpp: n_past): it equals their sum (1072)"),
+    # ... and a sum other than the responses' is requests the table did not send: another client
+    ([backends.Counters(9999, 900), backends.Counters(536, 900)], "server-context.cpp: n_past", "inconclusive",
+     set(), "something else used the server"),
     ([backends.Counters(0, 900), backends.Counters(0, 900)], "server-context.cpp: n_past", "inconclusive", set(),
      "disagree"),
 ])
@@ -186,21 +189,29 @@ def test_metrics_are_read_per_run_and_the_same_counter_is_no_second_reading(read
     assert ("engine_metrics_hit_rate" in rates) == any(isinstance(r, backends.Counters) for r in readings)
 
 
-@pytest.mark.parametrize("caching, rests, same, why", [
-    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "", ""),
-    (True, ("engine_repeat_prefix_cached",), "", "does not rest on it"),  # a disagreeing /metrics reading left aside
-    (False, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "", "exploratory: prefix_caching=False"),
-    (True, ("engine_repeat_prefix_cached",), "n_past", ""),  # llama-server: the same counter rests nothing
-    (True, ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached"), "n_past", "as a second reading")])
-def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(caching, rests, same, why):
+_BOTH = ("engine_repeat_prefix_cached", "engine_metrics_prefix_cached")
+_COUNTS = ("engine_repeat_prefix_cached",)
+
+
+@pytest.mark.parametrize("backend, caching, rests, metrics, why", [
+    ("vllm-server", True, _BOTH, 1.0, ""),
+    ("vllm-server", True, _COUNTS, 0.0, "disagree"),  # a disagreeing /metrics reading left aside
+    ("vllm-server", True, _COUNTS, 1.0, "does not rest on it"),  # an agreeing one left aside
+    ("vllm-server", False, _BOTH, 1.0, "exploratory: prefix_caching=False"),
+    ("llamacpp-server", True, _COUNTS, 1.0, ""),  # llama-server: the same counter rests nothing
+    ("llamacpp-server", True, _COUNTS, 0.0, "disagree"),  # yet it must agree
+    ("llamacpp-server", True, _BOTH, 1.0, "as a second reading")])
+def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(backend, caching, rests,
+                                                                                               metrics, why):
     """What settle re-checks in a stored finding (a reviewer's case: /metrics recorded at 0, the verdict resting on
     the per-request count alone, would have settled as confirmed; and one resting on llama-server's /metrics counter,
-    the per-request count's own variable, as if it were a second reading)."""
-    values = {"engine_repeat_prefix_cached": 1.0,
-              "engine_metrics_prefix_cached": 1.0 if len(rests) == 2 or same else 0.0}
+    the per-request count's own variable, as if it were a second reading). Which backend keeps one variable is the
+    source's word (backends.BACKENDS), never the finding's own."""
+    values = {"engine_repeat_prefix_cached": 1.0, "engine_metrics_prefix_cached": metrics}
     o = probes.Outcome("confirmed", "x", values, [{"repeat": True}],
                        rests_on=tuple(Support(m, ">=", finding.COVER) for m in rests))
-    f = finding._as_finding(o, finding.Served("llamacpp-server", "b1", caching, 1024, same), None, {"model": "m"})
+    same = backends.BACKENDS[backend].same_counter
+    f = finding._as_finding(o, finding.Served(backend, "b1", caching, 1024, same), None, {"model": "m"})
     said = settle.unsettled(f, finding.CLAIM)
     assert (said == ()) if not why else any(why in s for s in said), said
 

@@ -92,6 +92,10 @@ def ttft(backend: str, model: str, url: str, folder: Path, root: Path, concurren
     if not repeats:
         return None
     messages = _payloads(folder)
+    unknown = sorted({r.conversation for r in requests} - messages.keys(), key=str)
+    if unknown:  # said as the table's other cross-check failures are (run._crosscheck), never raised
+        raise ValueError(f"AIPerf's records name conversation(s) {', '.join(map(str, unknown[:3]))} that its "
+                         f"inputs.json in {folder} lacks")
     # the class's own open, not open_cell: attached to the server, its engine is not imported into this process
     with cell_class(backend).open(model, endpoint=url, slots=1) as cell:
         ids = {r.conversation: cell._tokens_of(messages[r.conversation]) for r in requests}

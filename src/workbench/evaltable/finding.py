@@ -64,11 +64,19 @@ class PrefixCaching(Declared):
         why = super().rederive(f, claim)
         if why or METRICS_READING not in f.metrics or f.verdict_on(claim.id) not in ("confirmed", "refuted"):
             return why
+        from .backends import BACKENDS
+
         rested = {s.metric for s in f.supports_of(claim.id)}
-        if f.params.get("metrics_counter") == "same" and METRICS_READING in rested:
+        same = f.engine in BACKENDS and bool(BACKENDS[f.engine].same_counter)  # the source's word, not the file's
+        value = lambda tag: (f.metrics.get(tag) or {}).get("value")  # noqa: E731
+        both = (value(METRICS_READING), value("engine_repeat_prefix_cached"))
+        if not all(isinstance(v, (int, float)) for v in both) or (both[0] >= COVER) != (both[1] >= COVER):
+            why.append(f"its /metrics reading ({METRICS_READING} {both[0]!r}) and the per-request counts "
+                       f"({both[1]!r}) disagree: the rule says inconclusive")
+        elif same and METRICS_READING in rested:
             why.append(f"its /metrics reading ({METRICS_READING}) is the variable the per-request counts are "
-                       "(params.metrics_counter), yet the verdict rests on it as a second reading")
-        elif f.params.get("metrics_counter") != "same" and METRICS_READING not in rested:
+                       f"({BACKENDS[f.engine].same_counter}), yet the verdict rests on it as a second reading")
+        elif not same and METRICS_READING not in rested:
             why.append(f"its /metrics reading ({METRICS_READING}) was recorded, but the verdict does not rest on it")
         return why
 
@@ -164,8 +172,13 @@ def decide(rows: Sequence[Mapping[str, Any]], prefix_tokens: int, scraped: Seque
     if (per_repeat >= COVER) != (same_runs >= COVER):
         return "inconclusive", said + ": the two readings disagree", values, ()
     if same_counter:
-        said += (f"; that counter is the per-request counts' own variable ({same_counter}): it checks their sum, no "
-                 "second reading, and the verdict rests on the per-request counts")
+        answered = sum(r["cached_tokens"] or 0 for r in rows if r.get("run_index", 0) in read)
+        if abs(total.cached - answered) >= 0.5:  # one variable: a difference is requests the table did not send
+            return "inconclusive", (said + f", but the responses of those runs counted {answered:.0f}: that counter "
+                                    f"is their own variable ({same_counter}), so something else used the server "
+                                    "while the table ran"), values, ()
+        said += (f"; that counter is the per-request counts' own variable ({same_counter}): it equals their sum "
+                 f"({answered:.0f}), no second reading, and the verdict rests on the per-request counts")
     else:
         rests.append(Support("engine_metrics_prefix_cached", op, COVER))
     return verdict, said, values, tuple(rests)

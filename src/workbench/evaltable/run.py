@@ -233,7 +233,8 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                         scraped.append(f"{where}: {read}" if isinstance(read, str) else read)
                         if req.ttft_crosscheck and not checks:
                             checks.append(_crosscheck(backend, req, url, got[0]))
-                done.rows += [Row.measured(backend.name, name, c, phases[c], req.out) for c in req.concurrency]
+                done.rows += [Row.measured(backend.name, name, c, phases[c], req.out, first=i == 0)
+                              for i, c in enumerate(req.concurrency)]
         finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
             if shared:
                 on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens, backend.same_counter)

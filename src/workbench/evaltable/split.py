@@ -45,7 +45,8 @@ def hit(r: Request) -> bool | None:
 
 
 def split(requests: Sequence[Request], concurrency: int) -> Split:
-    """``requests`` (in the order sent) split by the engine's counts where every one has them, else by position."""
+    """``requests`` (in the order sent) split by the engine's counts where every one has them, else by position: the
+    first ``concurrency`` cold (0: none, a phase after the one that computed the prefix)."""
     hits = [hit(r) for r in requests]
     if requests and all(h is not None for h in hits):
         return Split(tuple(r.ttft_s for r, h in zip(requests, hits) if not h),

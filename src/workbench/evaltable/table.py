@@ -64,9 +64,12 @@ class Row:
     split: str = ""  # how TTFT was split into cold and cached: split.ENGINE or split.POSITION
 
     @classmethod
-    def measured(cls, backend: str, workload: str, concurrency: int, runs: Sequence[CellExport], root: Path) -> "Row":
+    def measured(cls, backend: str, workload: str, concurrency: int, runs: Sequence[CellExport], root: Path,
+                 first: bool = True) -> "Row":
+        """One cell's row over its repeats; ``first``: its phase ran first in each AIPerf run (a later phase finds
+        the prefix its run's first phase computed: split by position, none of its requests is cold)."""
         values = {tag: Spread.of([r.values[tag] for r in runs]) for tag in FIELDS}
-        splits = [split(r.requests, concurrency) for r in runs]
+        splits = [split(r.requests, concurrency if first else 0) for r in runs]
         values |= {tag: Spread.of([s.p50(which) for s in splits])
                    for tag, which in zip(SPLIT_COLUMNS, ("cold", "cached"))}
         return cls(backend, workload, concurrency, "ok", values=values, requests=runs[0].completed,
@@ -107,7 +110,7 @@ def spread_words(setup: Mapping[str, object]) -> str:
 
 
 _SPLIT_WORDS = {ENGINE: "engine: the server's cached tokens (at least half the prompt: cached)",
-                POSITION: "workbench: each run's first `concurrency` requests cold, the rest cached (computed here, "
+                POSITION: "workbench: the first `concurrency` requests of each run's first phase cold, the rest cached (computed here, "
                           "the server reported no cached tokens)"}
 
 
