@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import environment, findings, models, serve
+from .. import cpu, environment, findings, models, serve
 from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
 from ..cells.served_id import check_endpoint
 from ..contract import WorkbenchError
@@ -141,7 +141,10 @@ def run(req: TableRequest, progress: Progress = lambda _: None, done: Measured |
              "shared prefix tokens (prefix-1k)": req.prefix_tokens, "repeats": req.repeats,
              "server threads": req.threads, "prefix caching": "on" if req.prefix_caching else "off (the fault)",
              "goodput SLO": f"TTFT ≤ {req.slo_ttft_s:g} s, ITL ≤ {req.slo_itl_s:g} s",
-             "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION}
+             "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION,
+             # AIPerf's services load the cores the server computes on where both run here (a lane's one core):
+             # its TTFT then carries that load, which the cross-check beside the table shows
+             ("AIPerf's cores" if req.endpoint else "cores, the server's and AIPerf's together"): cpu.usable_count()}
     done = Measured() if done is None else done
     try:
         for name in req.backends:
