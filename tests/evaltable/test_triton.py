@@ -184,24 +184,6 @@ def test_a_server_of_another_kind_is_one_line(tmp_path, monkeypatch):
     assert f"{url} is not Triton: GET /v2 answered 404" in said and "LLM-API model" in said
 
 
-class _Answers(http.server.BaseHTTPRequestHandler):
-    """Fault injection at the generate endpoint: answers every POST with the class's ``body`` (raw JSON text)."""
-
-    body = "{}"
-
-    def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        data = self.body.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *a):
-        pass
-
-
 @pytest.mark.parametrize("name, value, read", [
     ("triton-ensemble", "5", 5), ("triton-llmapi", '"5"', 5), ("triton-ensemble", "[5]", 5),
     ("triton-llmapi", '["7"]', 7), ("triton-ensemble", "null", None),
@@ -216,19 +198,13 @@ def test_an_odd_reused_block_count_is_read_or_one_line_never_a_traceback(name, v
     """What a model may send as its reused-block count: an integer, a string of one, either in a one-element list
     (a shape-[1] tensor) is read; "inf", not-a-number, text, several values, a fraction or a negative is one
     line naming the value (a reviewer's case: a one-element list and "inf" ended in a traceback)."""
-    shape = triton.SHAPES[name]
-    handler = type("Answers", (_Answers,), {"body": f'{{"text_output": "x", "{shape.reused}": {value}}}'})
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        threading.Thread(target=httpd.serve_forever, daemon=True).start()
-        url = f"http://127.0.0.1:{httpd.server_address[1]}"
-        try:
-            if not isinstance(read, str):
-                assert triton.generate(url, shape, "p", 1).reused_blocks == read
-                return
-            with pytest.raises(WorkbenchError) as e:
-                triton.generate(url, shape, "p", 1)
-        finally:
-            httpd.shutdown()
+    shape, url = triton.SHAPES[name], "http://triton.test:8000"
+    answered = json.loads(f'{{"text_output": "x", "{shape.reused}": {value}}}')  # as generate reads the answer
+    if not isinstance(read, str):
+        assert triton.reused_count(answered[shape.reused], shape, url) == read
+        return
+    with pytest.raises(WorkbenchError) as e:
+        triton.reused_count(answered[shape.reused], shape, url)
     said = str(e.value)
     assert read in said and f"{shape.reused} = {value}"[:60] in said and "\n" not in said and url in said, said
 
