@@ -132,6 +132,18 @@ def test_ttft_splits_by_the_servers_cached_tokens_or_else_by_position():
     assert split([_req(2.0, 300, 0, 0)], 1).p50("cached") is None
 
 
+def test_by_position_only_a_runs_first_phase_has_cold_requests(tmp_path):
+    """A later phase of one AIPerf run finds the prefix its first phase computed: where the server gives no counts,
+    none of its requests is cold (a reviewer's case: each phase's first `concurrency` were counted cold)."""
+    from workbench.evaltable.table import Row
+
+    reqs = tuple(_req(t, 300, None, i) for i, t in enumerate((2.0, 1.9, 0.3, 0.4)))
+    run = exports.CellExport(tmp_path / "r1", dict.fromkeys(exports.FIELDS, 1.0), 4, 0, reqs, "c2")
+    first, later = (Row.measured("vllm-server", "prefix-1k", 2, [run], tmp_path, first=f) for f in (True, False))
+    assert first.values["load_ttft_cold_p50_s"].median == 1.95 and later.values["load_ttft_cold_p50_s"] is None
+    assert later.values["load_ttft_cached_p50_s"].median == 1.15 and later.split == POSITION
+
+
 @pytest.mark.parametrize("cached, verdict", [((20, 1040, 1050), "confirmed"), ((20, 0, 0), "refuted"),
                                              ((20, 1040, None), "inconclusive"), ((20,), "inconclusive")])
 def test_the_prefix_caching_rule_rests_on_the_repeats_cached_tokens(cached, verdict):
