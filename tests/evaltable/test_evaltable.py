@@ -144,6 +144,18 @@ def test_by_position_only_a_runs_first_phase_has_cold_requests(tmp_path):
     assert later.values["load_ttft_cached_p50_s"].median == 1.15 and later.split == POSITION
 
 
+def test_a_cross_check_on_records_its_inputs_lack_is_said_not_raised_as_a_key_error(tmp_path):
+    """A record naming a conversation AIPerf's inputs.json lacks: a ValueError the table says beside itself
+    (run._crosscheck), before any cell opens; a bare KeyError would end the table in a traceback."""
+    from workbench.evaltable import crosscheck
+
+    (tmp_path / crosscheck.INPUTS).write_text(json.dumps({"data": [
+        {"session_id": "a", "payloads": [{"messages": [{"role": "user", "content": "hi"}]}]}]}))
+    reqs = [Request(i, 0.1, 30, 0, conversation=c) for i, c in enumerate(("a", "b"))]
+    with pytest.raises(ValueError, match="conversation.s. b that its inputs.json"):
+        crosscheck.ttft("vllm-server", "m", "http://127.0.0.1:9", tmp_path, tmp_path, 1, reqs)
+
+
 @pytest.mark.parametrize("cached, verdict", [((20, 1040, 1050), "confirmed"), ((20, 0, 0), "refuted"),
                                              ((20, 1040, None), "inconclusive"), ((20,), "inconclusive")])
 def test_the_prefix_caching_rule_rests_on_the_repeats_cached_tokens(cached, verdict):
