@@ -71,6 +71,8 @@ class ScriptedSource:
         return self.batches.pop(0) if self.batches else []
 
     def replay(self, start_seq, timeout_s=0.0):
+        if self.buffer == "silent":  # a replay socket that never sends END_SEQ (cells/vllm/events.py)
+            raise TimeoutError("sent no END_SEQ")
         return None if self.buffer is None else [e for e in self.buffer if e.event_id >= start_seq]
 
     def close(self):
@@ -85,12 +87,13 @@ def _ev(seq, toks, h):
     ("replay", 0, "replayed", True, ""),   # the buffer still holds the missed batches
     ("replay", 2, "cleared", False, "beyond-buffer"),   # it starts after the gap: rebuild
     ("replay", None, "cleared", False, "no-replay"),  # no replay at all
+    ("replay", "silent", "cleared", False, "beyond-buffer"),  # a replay that does not answer recovers nothing
     ("clear", 0, "cleared", False, "policy"),  # never asked: the loss is the consumer's choice
 ])
 def test_a_gap_follows_the_declared_policy(policy, buffer_from, expect, kept, cause):
     h = VllmHasher(4)
     evs = [_ev(i, list(range(10 * i, 10 * i + 5)), h) for i in range(4)]
-    buffer = None if buffer_from is None else evs[buffer_from:]
+    buffer = buffer_from if buffer_from in (None, "silent") else evs[buffer_from:]
     c = Consumer(ScriptedSource([[evs[0]], [evs[3]]], buffer), Inventory(h), policy)
     c.pump(), c.pump()
     assert [m.kind for m in c.timeline if m.kind != "events"] == ["gap", expect]
