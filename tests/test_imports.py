@@ -115,7 +115,7 @@ def test_one_job_runs_in_a_room_below_the_batch_runner_and_the_fleet():
           if m in above or m.startswith(("workbench.cells", "workbench.probes", "workbench.loop"))}
     assert up == set()
     assert [m for m in graph if m.startswith("workbench.loop") and "workbench.runner" in _reach(graph, m)] == []
-    assert _reach(graph, "workbench.files") <= {"workbench.contract"}
+    assert _reach(graph, "workbench.files") <= {"workbench.engine"}
 
 
 WING_NAMES = {"llamacpp": r"llama_?cpp|llama_?server", "vllm": r"vllm", "trtllm": r"trtllm|tensorrt"}

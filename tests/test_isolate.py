@@ -18,7 +18,7 @@ import pytest
 
 from conftest import TINY, descendants, gone_within, interruptible
 from workbench import isolate
-from workbench.contract import ContextOverflow, WorkbenchError
+from workbench.engine import ContextOverflow, WorkbenchError
 
 
 def _segfault() -> None:

@@ -125,7 +125,7 @@ def test_cpu_preset_suits_vllm_cpu_attention():
 
 
 def test_kv_geometry_comes_from_config_json_and_its_text_model_first():
-    from workbench.contract import KvGeometry
+    from workbench.engine import KvGeometry
 
     cfg = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576,
            "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}

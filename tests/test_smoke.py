@@ -10,7 +10,7 @@ import pytest
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
 from workbench import smoke
-from workbench.contract import WorkbenchError
+from workbench.engine import WorkbenchError
 
 PATHS = ["open with dummy weights", "ensure_prefix with retention", "decode streaming", "perf metrics",
          "kv events drain", "iteration stats drain", "connector log"]

@@ -4,7 +4,7 @@ Importing the package never imports an engine: cells and probes are registered b
 resolved lazily (``workbench.cells.open_cell``, ``workbench.probes.run``).
 """
 
-from .contract import (
+from .engine import (
     Cell,
     ContextOverflow,
     EngineUnavailable,

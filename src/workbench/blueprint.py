@@ -45,7 +45,7 @@ from markdown_it.token import Token
 
 from . import claims as _claims
 from . import standing as _standing
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .files import check_file_writable, read_regular, write_output
 from .settle import shown_verdict
 from .findings import Finding, scan

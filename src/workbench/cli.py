@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from . import models
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .loop import DEFAULT_CONTEXT
 from .loop.equal import CLAIM_MARGIN_SD
 from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS

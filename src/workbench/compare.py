@@ -16,7 +16,7 @@ from typing import Sequence
 from . import findings as _findings
 from . import manifest as _manifest
 from . import standing as _standing
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .findings import Finding
 
 Found = Sequence[tuple[Path, Finding]]

@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict
 
 from . import cells, cpu, environment, isolate, lanes, models
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 DECODE_TOKENS = 4
 DECODE_TIMEOUT_S = 180.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Iterator, Mapping, Sequence
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 #: Engines that need an NVIDIA GPU wherever they run (the subject, in process and served).
 GPU_ENGINES = frozenset({"trtllm", "trtllm-serve"})

@@ -10,7 +10,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # src/workbench/files.py → the checkout
 

@@ -34,7 +34,7 @@ import jsonschema
 
 from . import claims as _claims
 from . import metrics as _metrics
-from .contract import Verdict, WorkbenchError
+from .engine import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
 SCHEMA_ID = "workbench.finding/v4"
@@ -68,7 +68,7 @@ class FindingNotSaved(WorkbenchError):
 @lru_cache(maxsize=1)
 def schema() -> dict:
     """The finding schema, its closed vocabularies filled from their one home: verdicts from
-    :class:`~workbench.contract.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`."""
+    :class:`~workbench.engine.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`."""
     doc = json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
     doc["$defs"]["verdict"]["enum"] = [v.value for v in Verdict]
     doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] = list(_metrics.SOURCES)

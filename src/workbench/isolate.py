@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from . import envvars
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 #: ``workbench probe`` and ``workbench doctor`` exit with this code when the engine crashed (2 is bad input).
 CRASH_EXIT_CODE = 3

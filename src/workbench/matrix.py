@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import yaml
 
 from . import cells, models
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .executors import Job, Resources, resources_for
 
 KEYS = ("notebooks", "engines", "models", "params", "cell_options", "environments", "resources")

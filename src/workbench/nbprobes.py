@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 
 @dataclass(frozen=True)

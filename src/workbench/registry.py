@@ -13,7 +13,7 @@ import difflib
 import importlib
 from typing import Any, Generic, TypeVar
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 
 T = TypeVar("T")
 

@@ -567,7 +567,7 @@ def redraw(out: Path, against: Path | None = None) -> Path:
     """``workbench report DIR``: draw run folder ``out``'s report again from its findings and ``run.json`` (after a
     workbench upgrade, or findings added by hand), checked first: a path that is no run folder (``out``, or
     ``against``, the run its first screen compares with), or a folder that cannot take the page, is a
-    :class:`~workbench.contract.WorkbenchError` with nothing written."""
+    :class:`~workbench.engine.WorkbenchError` with nothing written."""
     from . import manifest as _manifest
     from .files import check_file_writable
 

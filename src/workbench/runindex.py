@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from . import manifest
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .files import read_regular
 from .findings import now_iso
 from .manifest import Machine, RunRecord

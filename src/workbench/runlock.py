@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .findings import now_iso
 
 LOCK = ".writer.lock"

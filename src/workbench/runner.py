@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from . import cpu, envvars, isolate, manifest, models, nbprobes, runindex, runlock
 from . import lanes as _lanes
 from .params import parse_bool
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
 from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, untimed_here
 from .findings import now_iso
@@ -473,7 +473,7 @@ def run_batch(out: Path, engine: str | Sequence[str] = "llamacpp", model: str = 
     that covers the whole batch (the environment, the summary) runs once in it (:func:`once_per_batch`).
 
     Every input is checked before the run folder is touched: an unknown engine, notebook or model, a parameter
-    no notebook takes or that its probe cannot read raise a :class:`~workbench.contract.WorkbenchError` with nothing
+    no notebook takes or that its probe cannot read raise a :class:`~workbench.engine.WorkbenchError` with nothing
     written and no kernel started. One batch writes a run folder at a time: another one raises :class:`~workbench.runlock.RunLocked` naming
     it, unless ``wait=True`` (queue behind it). Notebooks already ``ok`` in ``run.json`` with the same
     parameters are skipped (resume); an unfinished attempt's findings are set aside first. A failing

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from .contract import WorkbenchError
+from .engine import WorkbenchError
 from .files import tail
 from .isolate import EngineCrashed, TAIL_LINES
 

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
 from . import cells, models
-from .contract import Retention, WorkbenchError
+from .engine import Retention, WorkbenchError
 
 ENGINES = ("trtllm",)
 PREFIX_TOKENS = 40

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import TINY, ids
 from workbench import ContextOverflow, ManifestMismatch, open_cell
-from workbench.contract import Cell, Retention, WorkbenchError
+from workbench.engine import Cell, Retention, WorkbenchError
 
 
 def test_cell_satisfies_the_contract_protocol(cell):
@@ -302,7 +302,7 @@ def test_the_default_model_decodes_on_this_cpu():
 
 
 def test_every_announced_observer_satisfies_its_protocol(cell):
-    from workbench.contract import OBSERVERS, observer_mismatches
+    from workbench.engine import OBSERVERS, observer_mismatches
 
     announced = cell.describe().observers
     assert announced and observer_mismatches(cell, announced) == []
@@ -310,7 +310,7 @@ def test_every_announced_observer_satisfies_its_protocol(cell):
 
 
 def test_an_observer_with_other_parameters_is_named():
-    from workbench.contract import observer_mismatches
+    from workbench.engine import observer_mismatches
 
     class Drifted:
         def import_state(self, blob, *, slot=0):  # the drift issue 9 found: tokens missing

@@ -12,7 +12,7 @@ import pytest
 
 from workbench.cells.llamacpp._internals import fill_batch, kv_buffer_bytes
 from workbench.cells.llamacpp.state import STATE_IO_MAGIC, STATE_SEQ_MAGIC, parse_seq_file, parse_state
-from workbench.contract import WorkbenchError
+from workbench.engine import WorkbenchError
 
 
 def blob(positions=(0, 1, 2), *, seq_ids=None, v_trans=False, v=True, n_layer=2, k_row=8, v_row=6, el=2, n_embd=3,

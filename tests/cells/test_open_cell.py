@@ -68,7 +68,7 @@ def test_a_model_format_an_engine_never_runs_is_refused_before_the_engine_is_imp
     code = textwrap.dedent("""
         import json, sys
         from workbench import cells, models
-        from workbench.contract import UnsupportedFeature
+        from workbench.engine import UnsupportedFeature
         gguf = str(models.resolve("synthetic:tiny").path)
         hf = str(models.hf_directory(models.resolve("synthetic:tiny")))
         said = {}

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pytest
 
 from workbench.cells.request import RequestCell, Slot, Step, Warm
-from workbench.contract import (ContextOverflow, EngineUnavailable, ManifestMismatch, Retention, Snapshot,
+from workbench.engine import (ContextOverflow, EngineUnavailable, ManifestMismatch, Retention, Snapshot,
                                 UnsupportedFeature, WorkbenchError)
 
 BLOCK = 4

@@ -14,7 +14,7 @@ import pytest
 from conftest import TINY, ids, require_engine
 from workbench import ContextOverflow, open_cell, serve
 from workbench.cells.llamacpp import served as llama_served
-from workbench.contract import Cell, observer_mismatches
+from workbench.engine import Cell, observer_mismatches
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import require_engine
 from workbench import open_cell
-from workbench.contract import Cell, observer_mismatches
+from workbench.engine import Cell, observer_mismatches
 
 MODEL = "synthetic:cpu"
 B = 32

@@ -25,7 +25,7 @@ from workbench.events.sequence import Sequencer
 from workbench import cells, environment
 from workbench.cells.trtllm import cell as trtllm_cell
 from workbench.cells.trtllm import guard as trtllm_guard
-from workbench.contract import (
+from workbench.engine import (
     OBSERVERS,
     observer_mismatches,
     Cell,

@@ -13,7 +13,7 @@ from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixtu
 
 from workbench.cells.trtllm import cell as trtllm_cell
 from workbench.cells.trtllm import guard as trtllm_guard
-from workbench.contract import EngineUnavailable
+from workbench.engine import EngineUnavailable
 
 SRC = Path(trtllm_guard.__file__).resolve().parents[3]
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import require_engine
 from workbench import ContextOverflow, ManifestMismatch, UnsupportedFeature, open_cell
 from workbench.cells.vllm import cell as vllm_cell
-from workbench.contract import Cell, Snapshot, observer_mismatches
+from workbench.engine import Cell, Snapshot, observer_mismatches
 
 MODEL = "synthetic:cpu"  # head dim 64: vLLM's CPU attention refuses 16
 B = 32

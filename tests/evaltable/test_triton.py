@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from test_evaltable import _one_line_exit_2
 from workbench import serve
 from workbench.cli import app
-from workbench.contract import WorkbenchError
+from workbench.engine import WorkbenchError
 from workbench.evaltable import aiperf, backends, triton
 from workbench.evaltable.backends import ServerGone
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from workbench.contract import KvEvent
+from workbench.engine import KvEvent
 from workbench.events import lease
 from workbench.events.consumer import Consumer
 from workbench.cells.vllm.hashing import VllmHasher

@@ -3,7 +3,7 @@ make them (no engine involved: the engine runs in test_on_vllm.py)."""
 
 import pytest
 
-from workbench.contract import KvEvent
+from workbench.engine import KvEvent
 from workbench.cells.trtllm.hashing import TrtllmHasher
 from workbench.cells.vllm.hashing import VllmHasher
 from workbench.events.inventory import Inventory

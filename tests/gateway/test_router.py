@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workbench.cells.vllm.hashing import VllmHasher
-from workbench.contract import KvEvent
+from workbench.engine import KvEvent
 from workbench.events.inventory import Inventory
 from workbench.gateway.router import Router, matched_blocks
 

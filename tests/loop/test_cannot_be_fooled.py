@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from workbench import claims, findings, loop
 from workbench.cli import app
-from workbench.contract import WorkbenchError
+from workbench.engine import WorkbenchError
 from workbench.loop import arms, equal, gate, results, spec, target, traces
 
 from . import standins

@@ -7,7 +7,7 @@ import math
 import pytest
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 
-from workbench.contract import KvMemory
+from workbench.engine import KvMemory
 from workbench.probes import at_most_inconclusive_without_engine
 from workbench.probes.capacity import BUDGETS, Budgets, Params, budget_row, decide, summarise, verdict
 

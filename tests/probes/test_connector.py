@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
 from workbench.cells.llamacpp import LlamaCppCell
-from workbench.contract import common_prefix
+from workbench.engine import common_prefix
 from workbench.probes.connector import Params, export_verdict
 
 PARAMS = dict(prefix_tokens=48, shift=11, continuation=4)

@@ -7,7 +7,7 @@ import pytest
 
 from workbench import probes
 from workbench.probes import at_most_inconclusive_without_engine
-from workbench.contract import KvEvent
+from workbench.engine import KvEvent
 from workbench.cells.trtllm.hashing import TRTLLM_SALT_SCHEMES, TrtllmHasher
 from workbench.cells.vllm.hashing import VllmHasher
 from workbench.probes import (events_admission, events_fidelity, events_isolation, events_overflow, events_ownership,

@@ -139,7 +139,7 @@ def test_a_vocabulary_too_small_for_probe_prompts_names_the_fix():
     import numpy as np
     import pytest
 
-    from workbench.contract import WorkbenchError
+    from workbench.engine import WorkbenchError
     from workbench.probes.common import token_ids
 
     rng = np.random.default_rng(0)

@@ -259,7 +259,7 @@ def test_each_retention_verdict_is_downgraded_beside_an_engine_survival_that_con
 
 def test_a_re_request_the_engine_gave_no_count_is_unmeasured_not_lost():
     """``engine_reused_tokens or 0``: a re-request without a count read as the whole prefix lost."""
-    from workbench.contract import PrefixStatus
+    from workbench.engine import PrefixStatus
     from workbench.probes.retention import _reused
 
     silent = PrefixStatus(slot=0, prompt_tokens=64, reused_tokens=0, computed_tokens=64, source="none")

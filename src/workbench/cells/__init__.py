@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
-from ..contract import Cell, EngineUnavailable, observer_mismatches
+from ..engine import Cell, EngineUnavailable, observer_mismatches
 from ..registry import Registry
 
 
@@ -206,7 +206,7 @@ def _check_observers(engine: str, cls: type, cell: Cell) -> None:
     problems = observer_mismatches(cell, announced)
     if problems:
         raise TypeError(f"the {engine} cell ({cls.__qualname__}) announces observers it does not implement as "
-                        f"declared in workbench.contract: {'; '.join(problems)}")
+                        f"declared in workbench.engine: {'; '.join(problems)}")
     _CHECKED.add((cls, announced))
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..contract import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
+from ..engine import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
                         ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature,
                         WorkbenchError, common_prefix, digest, split_prompt)
 

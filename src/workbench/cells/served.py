@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
 from .. import models, serve
-from ..contract import ContextOverflow, EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..engine import ContextOverflow, EngineUnavailable, UnsupportedFeature, WorkbenchError
 from . import known_options
 from .options import CellOptions
 from .request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot

@@ -15,7 +15,7 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 OWNERS = {"llamacpp": "llama-server", "vllm": "vllm serve", "tensorrt_llm": "trtllm-serve"}
 """``/v1/models`` ``owned_by`` → the server that says it: llama.cpp's tools/server/server-context.cpp, vLLM's

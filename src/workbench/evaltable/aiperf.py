@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..files import tail, write_output
 from ..serve import spawn
 

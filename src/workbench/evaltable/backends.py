@@ -16,7 +16,7 @@ from .. import models
 from ..cells.llamacpp import served as llama_served
 from ..cells.served_id import Answer, Mismatch, ServerId, not_the_server
 from ..cells.vllm import served as vllm_served
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 
 class ServerGone(WorkbenchError):

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from .exports import Request
 
 INPUTS = "inputs.json"  # AIPerf's export of every request body it sent, by conversation

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 SUMMARY = "profile_export_aiperf.json"
 RECORDS = "profile_export.jsonl"

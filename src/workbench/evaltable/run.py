@@ -14,7 +14,7 @@ from typing import Any, Callable
 from .. import cpu, environment, findings, models, serve
 from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
 from ..cells.served_id import check_endpoint
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from . import aiperf, backends, finding, tokenizer
 from .backends import Backend, ServerGone
 from .table import Row, write

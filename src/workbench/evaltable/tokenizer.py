@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from .. import models
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..models.hf import _gguf_metadata
 
 PRE_SPLITS = {"smollm": r"\p{N}"}

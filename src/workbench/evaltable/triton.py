@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..files import write_output
 from .backends import ServerGone
 from .table import Row

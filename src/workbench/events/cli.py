@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..files import OutputError, check_env_folders
 from ..params import check_hash_seed
 from .guide import GUIDE

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..contract import KvEvent
+from ..engine import KvEvent
 from .inventory import RESYNC, Inventory
 from .lease import Lease, acquire
 from .sequence import Gap, Sequencer

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Sequence
 
-from ..contract import KvEvent
+from ..engine import KvEvent
 from .hashing import Hasher
 
 RESYNC = ("clear", "replay")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..files import atomic_write
 from ..findings import now_iso
 

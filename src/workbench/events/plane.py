@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Hashable, Mapping, Protocol
 
-from ..contract import Description
+from ..engine import Description
 from .hashing import Hasher
 from .sources import EventSource
 

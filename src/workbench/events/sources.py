@@ -1,4 +1,4 @@
-"""Event sources behind one interface: every engine's KV events as :class:`workbench.contract.KvEvent`.
+"""Event sources behind one interface: every engine's KV events as :class:`workbench.engine.KvEvent`.
 
 Each engine's sources live in its wing: vLLM's ZMQ subscriber (:class:`workbench.cells.vllm.events.Subscriber`,
 in-process or from ``vllm serve``), TensorRT-LLM's drains (:mod:`workbench.cells.trtllm.sources`). Here: the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
-from ..contract import KvEvent, WorkbenchError
+from ..engine import KvEvent, WorkbenchError
 
 
 class EndpointFault(WorkbenchError):

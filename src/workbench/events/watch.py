@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from .consumer import Consumer
 
 

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Protocol
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from ..registry import Registry
 
 PENDING = ("length", "not_finished")

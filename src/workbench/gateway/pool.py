@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator, Mapping
 import numpy as np
 
 from .. import cells, serve
-from ..contract import Cell, KvEvent, WorkbenchError
+from ..engine import Cell, KvEvent, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.hashing import Hasher
 from ..events.inventory import Inventory

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 
 class LocalChat:

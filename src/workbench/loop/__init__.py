@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 import pandas as pd
 
 from .. import findings, models
-from ..contract import EngineUnavailable, UnsupportedFeature, WorkbenchError
+from ..engine import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
 from .. import cpu as _cpu
 from . import arms as _arms

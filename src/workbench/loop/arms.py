@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .. import cells
-from ..contract import Description, UnsupportedFeature
+from ..engine import Description, UnsupportedFeature
 from ..registry import Registry
 from .attribution import Held
 from .spec import Drafter, continue_greedy

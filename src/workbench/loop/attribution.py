@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from ..contract import common_prefix
+from ..engine import common_prefix
 
 INSIDE = ("salt_or_manifest", "eviction", "block_rounding", "last_token", "unexplained")
 OUTSIDE = ("template_rerender", "new_content")

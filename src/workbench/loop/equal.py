@@ -29,7 +29,7 @@ from typing import Collection, Sequence
 
 import pandas as pd
 
-from ..contract import common_prefix
+from ..engine import common_prefix
 from . import arms as _arms
 from . import gate as _gate
 

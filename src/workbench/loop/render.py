@@ -21,7 +21,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..contract import common_prefix
+from ..engine import common_prefix
 from .traces import BlockTurn, ChatTurn, Trace, TraceError
 
 TOKEN_LO = 260  # above the control and byte tokens of every vocabulary we use (probes.common uses the same bound)

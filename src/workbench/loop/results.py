@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import cells, claims, environment, findings, metrics
-from ..contract import CELL_SOURCES
+from ..engine import CELL_SOURCES
 from ..probes import Declared, Figure
 from ..probes.common import reported_source
 from . import arms as _arms

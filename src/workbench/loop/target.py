@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import models
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 from . import traces
 
 CLAIM_TRACE = "taubench"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Union
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 
 class TraceError(WorkbenchError, ValueError):

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import cells, models
-from ..contract import common_prefix
+from ..engine import common_prefix
 from .spec import Drafter, continue_greedy
 
 

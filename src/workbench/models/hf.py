@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..contract import KvGeometry
+from ..engine import KvGeometry
 from .specs import ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir, check_fits, parse_synthetic, short
 from .synthetic import SYNTHETIC_CHAT_TEMPLATE, synthetic_tensors, vocab, write_synthetic
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
-from ..contract import WorkbenchError
+from ..engine import WorkbenchError
 
 DEFAULT_MODEL = "smollm2-135m"
 TOKEN_LO = 260  # lowest id for made-up prompts: above control and byte-fallback tokens of every vocabulary we use

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from .. import cells, claims, environment, findings, isolate, metrics, models
-from ..contract import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
+from ..engine import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
 from ..params import parse_bool
 from ..registry import Registry, UnknownName

@@ -2,7 +2,7 @@
 
 For each byte budget of a fixed set, open a cell with ``kv_budget_bytes`` and read from the engine what it
 really took: the capacity it accepts (filled until it refuses or evicts, ``capacity`` observer, or its
-``created`` KV event) and its KV bytes (``capacity`` observer's :class:`~workbench.contract.KvMemory`: the
+``created`` KV event) and its KV bytes (``capacity`` observer's :class:`~workbench.engine.KvMemory`: the
 bytes per token the engine states and, where it exposes them, the bytes it allocated). The verdict grades the
 engine's KV bytes against each byte budget, never a token count times the model config's geometry.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..contract import KvMemory, UnsupportedFeature
+from ..engine import KvMemory, UnsupportedFeature
 from . import Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 
 BUDGETS = (256, 300, 1000.5, 1536, 2500)

@@ -14,7 +14,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from ..contract import CELL_SOURCES, Cell, ContextOverflow, Description, Retention, WorkbenchError
+from ..engine import CELL_SOURCES, Cell, ContextOverflow, Description, Retention, WorkbenchError
 from ..models import TOKEN_LO
 
 

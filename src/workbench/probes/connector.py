@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..contract import common_prefix
+from ..engine import common_prefix
 from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, TOKENS, SEED
 from .common import fresh_salt, token_ids
 

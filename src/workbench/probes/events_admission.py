@@ -18,7 +18,7 @@ import numpy as np
 
 from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import cells
-from ..contract import KvEvent
+from ..engine import KvEvent
 from ..events.sources import CellSource
 from .common import token_ids
 from .events_common import absent, open_with, salt_of

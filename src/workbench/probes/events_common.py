@@ -10,7 +10,7 @@ import numpy as np
 
 from . import NotRunnable, Outcome, ProbeContext
 from .. import cells
-from ..contract import Cell, Description
+from ..engine import Cell, Description
 from ..events import sources
 from ..events.hashing import Hasher
 from .common import token_ids

@@ -23,7 +23,7 @@ import numpy as np
 from ..params import check_hash_seed
 from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
 from .. import models
-from ..contract import Cell, WorkbenchError
+from ..engine import Cell, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .events_common import evicting_workload, hasher_for, kept_out, new_consumer, on_stream, salt_of

@@ -18,7 +18,7 @@ import numpy as np
 from ..params import check_hash_seed
 from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import adapters, models
-from ..contract import Cell, UnsupportedFeature, WorkbenchError
+from ..engine import Cell, UnsupportedFeature, WorkbenchError
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from .common import fresh_salt, token_ids

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..params import check_hash_seed
 from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
-from ..contract import Cell
+from ..engine import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from ..events.lease import LeaseHeld, acquire

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..params import check_hash_seed
 from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
-from ..contract import Cell, KvEvent
+from ..engine import Cell, KvEvent
 from ..events.hashing import Hasher
 from .common import token_ids
 from .events_common import hasher_for, new_consumer, on_stream, salt_of

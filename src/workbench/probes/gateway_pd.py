@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from .. import cells
-from ..contract import Cell, UnsupportedFeature
+from ..engine import Cell, UnsupportedFeature
 from ..cells.served import default_log_dir
 from ..gateway import pd
 from ..gateway.pool import started

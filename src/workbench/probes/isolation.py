@@ -34,7 +34,7 @@ import numpy as np
 from scipy import stats
 
 from .. import adapters, models
-from ..contract import EngineUnavailable, ManifestMismatch, UnsupportedFeature, WorkbenchError
+from ..engine import EngineUnavailable, ManifestMismatch, UnsupportedFeature, WorkbenchError
 from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from .common import fresh_salt, reported_source, spread, timed, token_ids
 

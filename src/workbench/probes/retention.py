@@ -23,7 +23,7 @@ from typing import Mapping
 
 import numpy as np
 
-from ..contract import KvEvent, Retention
+from ..engine import KvEvent, Retention
 from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from .common import apply_pressure, fresh_salt, timed, token_ids
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import Decision, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
-from ..contract import common_prefix
+from ..engine import common_prefix
 from .common import block_size, fresh_salt, median, reported_source, spread, timed, token_ids
 
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ... import cpu, environment, models
-from ...contract import WorkbenchError
+from ...engine import WorkbenchError
 from ...models import TOKEN_LO
 from .. import open_cell
 from ... import metrics

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cpu, environment, models
-from ...contract import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
+from ...engine import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
                          KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
 from .. import Availability, known_options

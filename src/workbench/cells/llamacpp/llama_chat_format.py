@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ...contract import WorkbenchError
+from ...engine import WorkbenchError
 
 
 def render(template: str, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool, bos_token: str,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence
 
 from ... import models
-from ...contract import (ContextOverflow, Description, EngineUnavailable, KvMemory, Retention, UnsupportedFeature,
+from ...engine import (ContextOverflow, Description, EngineUnavailable, KvMemory, Retention, UnsupportedFeature,
                          WorkbenchError)
 from ...files import tail
 from ...serve import Launch, ServerRequest

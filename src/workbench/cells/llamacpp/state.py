@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from ...contract import WorkbenchError
+from ...engine import WorkbenchError
 
 STATE_IO_MAGIC = 0xAF143CD8  # src/llama-context.cpp: io_magic, first word of a sequence state blob
 STATE_SEQ_MAGIC, STATE_SEQ_VERSION = 0x67677371, 3  # include/llama.h: LLAMA_STATE_SEQ_MAGIC ('ggsq'), _VERSION

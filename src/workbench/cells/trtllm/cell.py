@@ -62,7 +62,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ... import environment, models
 from ..options import CellOptions
-from ...contract import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
+from ...engine import ContextOverflow, Description, EngineUnavailable, KvEvent, Retention, UnsupportedFeature
 from . import connector as trtllm_connector, events as trtllm_events, guard as trtllm_guard, metrics as trtllm_metrics
 from .. import Availability
 from ..request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm

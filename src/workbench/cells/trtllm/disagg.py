@@ -30,7 +30,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ...contract import UnsupportedFeature
+from ...engine import UnsupportedFeature
 from ...gateway.pd import Counts
 
 

@@ -1,4 +1,4 @@
-"""TensorRT-LLM KV-cache events → :class:`workbench.contract.KvEvent`.
+"""TensorRT-LLM KV-cache events → :class:`workbench.engine.KvEvent`.
 
 ``LLM.get_kv_cache_events(timeout)`` returns one dict per event, serialized by
 ``tensorrt_llm._utils.KVCacheEventSerializer`` (1.2 line)::
@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
-from ...contract import KvEvent
+from ...engine import KvEvent
 
 KINDS = ("created", "stored", "removed", "updated")
 

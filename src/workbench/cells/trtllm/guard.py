@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Iterable
 
-from ...contract import EngineUnavailable
+from ...engine import EngineUnavailable
 from .connector import BASE_MODULE as CONNECTOR_MODULE
 from .connector import LATER_BASE_MODULE as LATER_CONNECTOR_MODULE
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ...contract import Description
+from ...engine import Description
 from ...events.plane import Watch
 from ...events.sources import EventSource
 from .hashing import TrtllmHasher

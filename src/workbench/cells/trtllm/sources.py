@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, NoReturn
 
-from ...contract import KvEvent
+from ...engine import KvEvent
 from ...events.sources import EndpointFault
 from . import events as trtllm_events
 

@@ -48,7 +48,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ... import envvars, models
 from ...params import check_hash_seed
 from ..options import CellOptions
-from ...contract import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
+from ...engine import (ContextOverflow, Description, EngineUnavailable, KvEvent, KvGeometry, KvMemory, Retention,
                         UnsupportedFeature, WorkbenchError)
 from .. import Availability, known_options
 from ..request import DEFAULT_CONTEXT_TOKENS, RequestCell, Slot, Step, Warm

@@ -1,4 +1,4 @@
-"""vLLM KV-cache events → :class:`workbench.contract.KvEvent`, received over ZMQ on loopback.
+"""vLLM KV-cache events → :class:`workbench.engine.KvEvent`, received over ZMQ on loopback.
 
 vLLM's scheduler publishes a ``KVEventBatch`` after every engine step in which blocks were stored
 or removed (``vllm/distributed/kv_events.py``: ``ZmqEventPublisher`` sends the multipart message
@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Any, Iterable
 
-from ...contract import KvEvent
+from ...engine import KvEvent
 
 KINDS = ("stored", "removed", "cleared")
 

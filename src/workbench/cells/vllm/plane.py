@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from ...contract import Description
+from ...engine import Description
 from ...events.plane import Watch
 from ...events.sources import EventSource
 from .hashing import Lora, VllmHasher

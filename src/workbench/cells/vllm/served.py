@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping
 
 from ... import models
-from ...contract import Description, KvEvent, KvMemory, Retention, UnsupportedFeature, WorkbenchError
+from ...engine import Description, KvEvent, KvMemory, Retention, UnsupportedFeature, WorkbenchError
 from ...serve import Launch, ServerRequest
 from .. import Availability
 from ..request import DEFAULT_CONTEXT_TOKENS, Slot, Step, Warm

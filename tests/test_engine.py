@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench import contract
-from workbench.contract import Manifest, common_prefix, split_prompt
+from workbench import engine
+from workbench.engine import Manifest, common_prefix, split_prompt
 
 
 def test_a_prompt_is_text_tokens_or_messages():
@@ -29,16 +29,16 @@ def test_a_manifest_digest_changes_with_any_adapter():
 
 
 def test_every_observer_is_a_runtime_checkable_protocol_with_methods_or_a_declared_data_channel():
-    for name, spec in contract.OBSERVERS.items():
+    for name, spec in engine.OBSERVERS.items():
         assert getattr(spec, "_is_runtime_protocol", False), name
-        methods = contract._protocol_methods(spec)
+        methods = engine._protocol_methods(spec)
         assert methods or name == "request_counters", name
 
 
 def test_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
     """vLLM's cell (src/workbench/cells/vllm/cell.py) reports num_cached_tokens as source="num_cached_tokens",
     TensorRT-LLM's as "perf_metrics"; llama.cpp's count is the cell's own common prefix."""
-    from workbench.contract import PrefixStatus
+    from workbench.engine import PrefixStatus
 
     def status(source):
         return PrefixStatus(slot=0, prompt_tokens=65, reused_tokens=64, computed_tokens=1, source=source)
@@ -50,7 +50,7 @@ def test_one_normalised_engine_reuse_field_whatever_the_engine_calls_it():
 
 
 def test_verdicts_and_event_kinds_are_closed_vocabularies_that_read_as_their_strings():
-    from workbench.contract import EventKind, KvEvent, Verdict
+    from workbench.engine import EventKind, KvEvent, Verdict
 
     assert Verdict.NOT_RUN == "not-run" and f"{Verdict.NOT_RUN}" == str(Verdict.NOT_RUN) == "not-run"
     assert {"not-run": 1}.get(Verdict.NOT_RUN) == 1 and {Verdict.REFUTED: 2}["refuted"] == 2
@@ -71,7 +71,7 @@ def test_a_misspelt_verdict_fails_where_the_rule_returns_it():
 
 def test_the_finding_schema_reads_its_verdicts_and_sources_from_their_one_home():
     from workbench import findings, metrics
-    from workbench.contract import Verdict
+    from workbench.engine import Verdict
 
     doc = findings.schema()
     assert doc["$defs"]["verdict"]["enum"] == [v.value for v in Verdict]
@@ -80,7 +80,7 @@ def test_the_finding_schema_reads_its_verdicts_and_sources_from_their_one_home()
 
 def test_a_description_says_an_observer_is_on_or_can_be_turned_on_never_both():
     def described(**kw):
-        return contract.Description("e", "1", "m", "d", contract.KvGeometry(1, 1, 1, 2.0), 8, 8, 32, 1, 1, **kw)
+        return engine.Description("e", "1", "m", "d", engine.KvGeometry(1, 1, 1, 2.0), 8, 8, 32, 1, 1, **kw)
 
     off = described(observers=("request_counters",), switchable={"connector": "connector=True"})
     assert off.offers("connector") and "connector" not in off.observers and not off.offers("kv_events")

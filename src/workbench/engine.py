@@ -1,9 +1,13 @@
-"""The modeld transport contract, as the probes see it.
+"""The engine layer: the mechanisms each engine offers, as the probes see them.
 
-Every engine is wrapped in a *cell* that implements :class:`Cell`. Probes talk only to this
-protocol (plus the optional observers a cell announces), so one probe runs unchanged on
-llama.cpp and TensorRT-LLM. Names follow the blueprint's operations: EnsurePrefix,
-PrefillSuffix, Decode, ExplainContext, Snapshot/Restore, Describe, Embed.
+This is not modeld's transport contract (that is :mod:`workbench.transport`, the Go interface
+``runtime/transport/session.go`` as code). It is the layer under it: the right-hand column of the blueprint's
+contract-mapping table, the engine mechanisms a contract operation maps onto. Every engine is wrapped in a
+*cell* that implements :class:`Cell`; probes talk only to this protocol (plus the optional observers a cell
+announces), so one probe runs unchanged on llama.cpp, vLLM and TensorRT-LLM. Operation names follow the
+blueprint's rows (EnsurePrefix, PrefillSuffix, Decode, ExplainContext, Snapshot/Restore, Describe, Embed), but
+the arguments are the engine's: token ids, a slot, a salt, a retention; the session adapters of
+:mod:`workbench.transport` render modeld's text-plus-manifest input down to them.
 """
 
 from __future__ import annotations
