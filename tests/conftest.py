@@ -252,3 +252,22 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(f"why: {why}")
         terminalreporter.write_line(f"to run them: install the engine, or set {REQUIRE_ENV}={name} to make its "
                                     "absence a failure")
+
+
+@pytest.fixture
+def hand_built(monkeypatch):
+    """For a test of one rule on hand-built findings, which have no evidence rows to re-derive from: the
+    re-derivation of a finding's outcome from its own evidence (``probes.Declared.check_evidence``), and its check
+    against the other findings of its run, answer nothing here, so the rule under test is the one that speaks. tests/test_provenance.py re-derives real findings, and
+    builds every forgery from one."""
+    from workbench import probes, settle
+
+    monkeypatch.setattr(probes.Declared, "check_evidence", lambda self, f: [])
+    monkeypatch.setattr(settle, "_across", lambda d, f, found: ())  # nor the findings of its run (none here)
+    settle._EVIDENCE.clear()
+    yield
+    settle._EVIDENCE.clear()
+
+
+#: A fingerprint's GPU as NVML reads one (what an on-target finding of TensorRT-LLM carries).
+GPU = {"available": True, "devices": [{"name": "NVIDIA H200"}]}

@@ -29,15 +29,21 @@ def flipped(f: findings.Finding, **kw) -> findings.Finding:
                    claim_reasons=f.claim_reasons | {"contract.decode": "a changed row"}, **kw)
 
 
-def test_compare_names_the_verdicts_that_flipped(survey, tmp_path):
+def test_compare_names_the_verdicts_that_flipped_marking_those_that_settle_nothing(survey, tmp_path):
+    """The changed row does not re-derive from the survey's own rows, so it, and every other answer of that finding,
+    settles nothing in B: each flip to it is marked so, with the reason (issue 48 item 5)."""
     a, b = folder(tmp_path, "a", survey), folder(tmp_path, "b", flipped(survey))
     c = compare.compare(a, b)
-    assert [(f.claim, f.engine, f.before, f.after, f.reason) for f in c.flips] == [
-        ("contract.decode", "llamacpp", "not-applicable", "partial", "a changed row")]
+    decode = next(f for f in c.flips if f.claim == "contract.decode")
+    assert (decode.engine, decode.before, decode.after, decode.reason) == (
+        "llamacpp", "not-applicable", "partial", "a changed row")
+    assert not decode.settled_after and decode.why_after
+    assert all(not f.settled_after for f in c.flips)  # the finding's other answers no longer settle either
+    assert any(f.settled_before for f in c.flips)  # one that did in A is a flip, though its verdict is the same
     assert c.compared == len(survey.claims) and compare.compare(a, a).flips == ()
     r = CliRunner().invoke(app, ["compare", str(a), str(b)])
-    assert r.exit_code == 0 and "contract.decode" in r.stdout and "not-applicable → partial" in r.stdout
-    assert r.stdout.startswith(f"1 of {len(survey.claims)} verdicts flipped")
+    assert r.exit_code == 0 and "not-applicable (settles nothing) → partial (settles nothing: " in r.stdout, r.stdout
+    assert r.stdout.startswith(f"{len(c.flips)} of {len(survey.claims)} verdicts flipped")
 
 
 def test_a_metric_moved_only_beyond_its_spread_is_a_change(survey, tmp_path):
@@ -70,6 +76,8 @@ def test_the_first_screen_says_what_changed_since_the_previous_run_in_the_folder
     found = findings.scan([out / "findings"]).findings
     assert [f.attempt for _, f in compare.previous(found, manifest.load(out))] == ["old-attempt"]
     page = report.render(out, manifest.load(out))
-    assert "Since the previous run in this folder:</b> 1 of" in page and "not-applicable → partial" in page
+    changed = compare.compare_found(compare.previous(found, manifest.load(out)), found)
+    assert f"Since the previous run in this folder:</b> {len(changed.flips)} of" in page
+    assert "not-applicable (settles nothing) → partial (settles nothing: " in page
     page = report.render(out, manifest.load(out), against=folder(tmp_path, "other", survey))
-    assert f"Since {tmp_path / 'other'}:</b> 1 of" in page
+    assert f"Since {tmp_path / 'other'}:</b> {len(changed.flips)} of" in page

@@ -10,13 +10,13 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import GPU
 
 from workbench import blueprint, probes, settle, standing
 from workbench.findings import Finding
 from workbench.loop import equal, gate
 
 NOW = dt.datetime(2026, 12, 6, tzinfo=dt.timezone.utc)
-GPU = {"available": True, "devices": [{"name": "NVIDIA H200"}]}
 NO_GPU = {"available": False, "devices": [], "reason": "no NVIDIA driver"}
 ENGINE = "engine"
 
@@ -25,15 +25,23 @@ def m(value, source=ENGINE, unit="ratio"):
     return {"value": value, "unit": unit, "source": source}
 
 
+@pytest.fixture(autouse=True)
+def _rules_alone(hand_built):
+    """Each row tests one rule on a hand-built finding (conftest.hand_built)."""
+
+
 def finding(probe="events.hash_parity", verdict="confirmed", *, claims=("gateway.hash_parity",), engine="trtllm",
             version=None, created="2026-12-05T10:00:00+00:00", metrics=None, rests_on=None, params=None,
-            gpu=NO_GPU, **more) -> Finding:
+            gpu=GPU, **more) -> Finding:
+    """A hand-built finding of ``probe`` as its probe writes one: every parameter recorded (at its default unless
+    given), on a machine with a GPU."""
     declared = probes.declared(probe)
+    defaults = declared.defaults() if isinstance(declared, probes.Probe) else {}
     return Finding(
         probe=probe, claims=list(claims), verdict=verdict, summary=verdict, engine=engine,
         environment={"engine": engine, "engine_version": "1.2.1", "model": {"name": "m"},
                      "hardware": {"summary": "h", "gpu": gpu}, "workbench_version": "0", "time": created},
-        probe_version=version or declared.version, params={"model": "m"} | (params or {}), created=created,
+        probe_version=version or declared.version, params=defaults | {"model": "m"} | (params or {}), created=created,
         metrics={"hash_parity_fraction": m(1.0)} if metrics is None else metrics,
         rests_on=[{"metric": "hash_parity_fraction", "op": ">=", "value": 1.0}] if rests_on is None else rests_on,
         **more)
@@ -152,7 +160,20 @@ CASES = [
                                               metrics={"engine_cross_tenant_reused_tokens": m(64, unit="tokens")},
                                               rests_on=[{"metric": "engine_cross_tenant_reused_tokens", "op": ">",
                                                          "value": 0}]), False, "exploratory"),
-    ("a GPU fingerprint that is not a mapping", finding(gpu="none"), True, None),
+    ("a GPU fingerprint that is not a mapping", finding(gpu="none"), False, "runs only on an NVIDIA GPU"),
+    ("TensorRT-LLM on a machine with no GPU", finding(gpu=NO_GPU), False, "runs only on an NVIDIA GPU"),
+    ("a version TensorRT-LLM's guard does not know (a llama.cpp stand-in's)", finding(), False, "its guard knows"),
+    ("a rule's threshold moved (reuse's noise margin)", finding(
+        "reuse.per_request_metrics", "partial", claims=("unknown.reuse_metrics",), params={"noise_margin": 9.0},
+        metrics={"engine_reuse_exact_fraction": m(0.5)},
+        rests_on=[{"metric": "engine_reuse_exact_fraction", "op": "<", "value": 1}]), False,
+     "exploratory: noise_margin=9.0"),
+    ("a size moved (reuse's repeats), which its probe declares measurement", finding(
+        "reuse.per_request_metrics", "partial", claims=("unknown.reuse_metrics",), params={"repeats": 1},
+        metrics={"engine_reuse_exact_fraction": m(0.5)},
+        rests_on=[{"metric": "engine_reuse_exact_fraction", "op": "<", "value": 1}]), True, None),
+    ("a server started with its own flags (caching off)", finding(cell_options={"server_args": ["--no-cache-prompt"]}),
+     False, "cell option server_args"),
     ("a cell with a KV connector in it (its loads count as cached tokens)",
      finding(cell_options={"kv_transfer_config": {"kv_connector": "ExampleConnector", "kv_role": "kv_both"}}), False,
      "KV connector"),
@@ -193,6 +214,9 @@ CASES = [
     ("the gate whose rows name no best llama.cpp arm", gate_finding(), False, "not-run"),
     ("the gate with no gate evidence recorded", gate_finding(), False, "not recorded whole"),
 ]
+CASES[[c[0] for c in CASES].index("a version TensorRT-LLM's guard does not know (a llama.cpp stand-in's)")
+      ][1].environment["engine_version"] = "0.3.36"
+del CASES[[c[0] for c in CASES].index("an outcome parameter left out")][1].params["client_salt"]
 CASES[-1][1].evidence = {}
 CASES[-2][1].evidence["rows"] = [{"arm": "llamacpp", "best_llamacpp": False}]
 CASES[-3][1].params["equal_work"] |= {"margin_sd": 1.5, "exploratory": None}

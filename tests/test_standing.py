@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from conftest import GPU
+
 from workbench import probes, standing
 from workbench.environment import fingerprint
 from workbench.findings import Finding
@@ -18,14 +21,23 @@ HELD = {"confirmed": {"metrics": {"engine_reuse_fraction": {"value": 0.5, "unit"
                     "rests_on": [{"metric": "engine_reuse_fraction", "op": ">=", "value": 1.0}]}}
 
 
+@pytest.fixture(autouse=True)
+def _ranking_alone(hand_built):
+    """These findings are hand-built to test the ranking rule (conftest.hand_built)."""
+
+
 def f(verdict, engine="trtllm", version="1.2.0", created="2026-07-03T10:00:00+00:00", reason=None,
       claims=("risk.warmup",), probe="prefix.warmup_materialization", model="m", **more):
-    """A finding as its probe writes it: this workbench's version of the probe, resting on an engine reading."""
+    """A finding as its probe writes it: this workbench's version of the probe, every parameter recorded, resting on
+    an engine reading, taken where the engine can run (a GPU in the fingerprint of TensorRT-LLM's)."""
     declared = probes.declared(probe)
+    env = fingerprint(engine, version) | {"engine_version": version}
+    env["hardware"] = env["hardware"] | {"gpu": GPU}
     return Path(f"/x/{engine}-{created}.json"), Finding(
         probe=probe, claims=list(claims), verdict=verdict, summary=f"{verdict} on {engine}", engine=engine,
-        environment=fingerprint(engine, version) | {"engine_version": version}, reason=reason, created=created,
-        params={"model": model}, probe_version=declared.version if declared else "1", **HELD.get(verdict, {}) | more)
+        environment=env, reason=reason, created=created,
+        params=declared.defaults() | {"model": model}, probe_version=declared.version if declared else "1",
+        **HELD.get(verdict, {}) | more)
 
 
 def state(found, claim="risk.warmup"):

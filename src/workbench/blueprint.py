@@ -47,7 +47,7 @@ from . import claims as _claims
 from . import standing as _standing
 from .engine import WorkbenchError
 from .files import check_file_writable, read_regular, write_output
-from .settle import shown_verdict
+from .settle import verified_by_path
 from .findings import Finding, scan
 from .standing import ANSWERS, ClaimState, Standing
 
@@ -104,6 +104,17 @@ def _label(s: Standing, role: str) -> str:
     return _LABELS[s.verdict] if role == _SUBJECT else s.verdict
 
 
+def _plain(s: Standing) -> str:
+    """A reference's verdict as its line shows it: marked, with the first reason, where it settles nothing even as a
+    reference (edited after its run, an environment that could not have produced it, numbers its rows do not give)."""
+    return s.verdict + (f" (settles nothing: {_text(s.unsettled[0])})" if s.unverified else "")
+
+
+def _shown(v: Any) -> str:
+    """A finding's verdict in the log: marked, with why, where one of its answers settles nothing."""
+    return v.finding.verdict + (f" (settles nothing: {v.answer_why[0]})" if v.answer_why else "")
+
+
 def headline(state: ClaimState) -> str:
     """The claim's first line: the subject engine's state, and how to resolve it while it is open."""
     name = state.claim.about.name
@@ -117,7 +128,7 @@ def _status_cell(state: ClaimState, base: Path) -> str:
     parts = [headline(state) if not state.answers else
              "<br>".join(f"{_LABELS[s.verdict]} · {_text(s.engine)} {_text(s.engine_version)} · {_text(s.date)} · "
                          f"[finding]({_link(s.path, base)})" for s in state.answers)]
-    parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
+    parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {_plain(s)} · {_text(s.date)} · "
               f"[finding]({_link(s.path, base)})" for s in state.references]
     return "<br>".join(parts)
 
@@ -133,8 +144,9 @@ def _item_lines(state: ClaimState, base: Path) -> list[str]:
         return [headline(state)]
     rows = [_row(_ITEM_COLUMNS), _row(["---"] * len(_ITEM_COLUMNS))]
     for role, s in shown:
+        said = f"settles nothing ({s.unsettled[0]}): {s.summary}" if role == _REFERENCE and s.unverified else s.summary
         rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.hardware),
-                          _text(s.date), _text(s.summary), f"[finding]({_link(s.path, base)})"]))
+                          _text(s.date), _text(said), f"[finding]({_link(s.path, base)})"]))
     return [headline(state), "", *rows]
 
 
@@ -145,12 +157,13 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
     why = [f"- {_text(engine)} did not run ({_text(', '.join(probes))}): {_text(reason)}"
            for engine, reasons in _standing.not_run_reasons(findings).items() for reason, probes in reasons.items()]
     rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
+    checked = verified_by_path(findings)
     for path, f in sorted(findings, key=lambda pf: (_standing.when(pf[1].created), pf[1].id)):
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
                           _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe),
-                          _text(shown_verdict(f)),
+                          _text(_shown(checked[(str(path), f.id)])),
                           _text(cited), f"[finding]({_link(path, base)})"]))
     return head + ([*why, ""] if why else []) + rows
 

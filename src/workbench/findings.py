@@ -33,6 +33,7 @@ from typing import Any, Iterable, Mapping
 import jsonschema
 
 from . import claims as _claims
+from . import ledger as _ledger
 from . import metrics as _metrics
 from .engine import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
@@ -101,6 +102,9 @@ class Finding:
     created: str = ""
     schema: str = SCHEMA_ID
     attempt: str | None = None  # the ``workbench run`` attempt that wrote it (ATTEMPT_ENV)
+    # the digest of the document it was read from (workbench.ledger.digest); None: not read from a file (made by this
+    # process). Not part of the finding's JSON: what binds a file to its run (workbench.settle) compares it.
+    digest: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
@@ -136,6 +140,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("digest")
         for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons"):
             if not d[optional]:
                 d.pop(optional)
@@ -284,15 +289,20 @@ def recovered() -> list[Path]:
 
 
 def write(finding: Finding, directory: str | os.PathLike) -> Path:
-    """Validate and write atomically as ``<id>.json``; refuses to overwrite an existing finding.
+    """Validate and write atomically as ``<id>.json``, its digest recorded in the folder's ledger
+    (:mod:`workbench.ledger`: what binds it to the run that wrote it); refuses to overwrite an existing finding.
 
     When the folder cannot be written (read-only, full, gone), the finding is kept in :func:`recovery_dir` and
     :class:`FindingNotSaved` names where: the experiment already ran, its result must not be lost."""
     d = Path(directory)
     text = to_json(finding)
     target = d / f"{finding.id}.json"
+    recorded = _ledger.entry(finding.id, _ledger.digest(json.loads(text)), finding.attempt, now_iso())
+    if target.exists():
+        raise FindingError(f"{target} already exists; findings are never overwritten")
     try:
         d.mkdir(parents=True, exist_ok=True)
+        _ledger.append(d, [recorded])
         return atomic_write(target, text, mode=0o600, overwrite=False)
     except FileExistsError:
         raise FindingError(f"{target} already exists; findings are never overwritten") from None
@@ -301,6 +311,7 @@ def write(finding: Finding, directory: str | os.PathLike) -> Path:
     try:
         rescue = recovery_dir()
         rescue.mkdir(mode=0o700, exist_ok=True)
+        _ledger.append(rescue, [recorded])
         recovered = atomic_write(rescue / target.name, text, mode=0o600, overwrite=False)
     except OSError:
         recovered = None
@@ -345,14 +356,19 @@ def read(path: str | os.PathLike) -> Finding | None:
         raise FindingError(f"not JSON: {e}") from None
     schema_id = doc.get("schema") if isinstance(doc, dict) else None
     if not isinstance(schema_id, str) or not schema_id.startswith(SCHEMA_FAMILY):
+        if isinstance(doc, dict) and {"probe", "verdict", "engine"} <= doc.keys():  # shaped like one: never silently
+            raise FindingError(f"it reads like a finding but its schema is {schema_id!r}, not one this workbench reads "
+                               f"({', '.join((*OLD_SCHEMAS, SCHEMA_ID))}): fix its schema or move it out of the folder")
         return None
     if schema_id not in (SCHEMA_ID, *OLD_SCHEMAS):
         raise FindingError(f"schema {schema_id} is not one this workbench reads ({', '.join((*OLD_SCHEMAS, SCHEMA_ID))});"
                            " it was written by a newer workbench: upgrade to read it")
     try:
-        return from_dict(doc)
+        finding = from_dict(doc)
     except (TypeError, ValueError, RecursionError) as e:
         raise FindingError(f"not a valid finding: {type(e).__name__}: {e}") from None
+    finding.digest = _ledger.digest(doc)
+    return finding
 
 
 def scan(paths: Iterable[str | os.PathLike]) -> Scan:

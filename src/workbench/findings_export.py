@@ -7,7 +7,7 @@ import json
 from typing import Mapping
 
 from .findings import Scan, table
-from .settle import unsettled_answer
+from .settle import verified_by_path
 
 
 #: ``workbench findings --format``: ``table`` is the listing it prints; ``csv`` and ``json`` export :func:`table`.
@@ -20,7 +20,8 @@ def export(s: Scan, fmt: str) -> str:
     (:mod:`workbench.settle`). ``csv`` / ``json``: the flat table (:func:`workbench.findings.table`), as AIPerf's and ``vllm bench``'s
     exports are, with that reason as a ``settles_nothing`` column (empty where it may settle), so a verdict read
     outside the workbench keeps it; claims ``;``-joined in CSV; a missing value empty in CSV, ``null`` in JSON."""
-    why = {str(path): "; ".join(unsettled_answer(f)) for path, f in s.findings}
+    checked = verified_by_path(s.findings)
+    why = {str(path): "; ".join(checked[(str(path), f.id)].answer_why) for path, f in s.findings}
     if fmt == "table":
         return _listing(s, why)
     df = table(s)

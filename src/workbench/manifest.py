@@ -38,6 +38,8 @@ class NotebookRun:
     node: dict | None = None  # where it ran: a remote executor's hostname, GPU, driver (workbench.fleet); a lane and
     #                           its cores (workbench.lanes: lane None is the driver, for a notebook covering the batch)
     retried: str | None = None  # why an earlier attempt was given up (a node lost mid-job)
+    findings: dict[str, str] | None = None  # each finding this attempt wrote: id -> digest (workbench.ledger.digest),
+    #                                         taken when it ended: the run's record a finding is bound to
 
 
 @dataclass(frozen=True)

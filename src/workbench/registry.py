@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
-from typing import Any, Generic, TypeVar
+from typing import Any, Callable, Generic, TypeVar
 
 from .engine import WorkbenchError
 
@@ -24,11 +24,13 @@ class UnknownName(WorkbenchError, ValueError):
 
 class Registry(Generic[T]):
     def __init__(self, kind: str, base: type | None = None, requires: tuple[str, ...] = (),
-                 facts: type | None = None) -> None:
+                 facts: type | None = None, verify: Callable[[str, Any], None] | None = None) -> None:
         """``kind`` names the entries in messages ("engine", "probe"); every entry must be a subclass of ``base``
         (when given) and have the callables named in ``requires`` (for classes that share a Protocol, not a base);
-        ``facts``: the type each entry's declared facts must be (its ``check(name, registry)`` raises)."""
+        ``facts``: the type each entry's declared facts must be (its ``check(name, registry)`` raises); ``verify``:
+        called with each entry's name and class when it is loaded, raising where its declarations do not hold."""
         self.kind, self.base, self.requires, self.facts_type = kind, base, requires, facts
+        self.verify = verify
         self._targets: dict[str, str] = {}
         self._loaded: dict[str, type[T]] = {}
         self._facts: dict[str, Any] = {}
@@ -90,5 +92,7 @@ class Registry(Generic[T]):
             missing = [r for r in self.requires if not callable(getattr(obj, r, None))]
             if missing:
                 raise TypeError(f"{self.kind} {name!r} ({self._targets[name]}) lacks {', '.join(missing)}")
+            if self.verify is not None:
+                self.verify(name, obj)
             self._loaded[name] = obj
         return self._loaded[name]

@@ -31,7 +31,7 @@ from .files import atomic_write
 from . import standing as _standing
 from .evaltable import table as _evaltable
 from .findings import Finding
-from .settle import unsettled_answer
+from . import settle as _settle
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -78,9 +78,10 @@ def latest(found: Found) -> list[tuple[Path, Finding]]:
 
 def verdict_frame(found: Found) -> pd.DataFrame:
     """The verdicts table: newest finding per probe/engine/version/model, metrics rendered."""
+    checked = _settle.verified_by_path(found)
     rows = [{
         "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
-        "verdict": f.verdict, "summary": _said_of(f),
+        "verdict": f.verdict, "summary": _said_of(checked[(str(path), f.id)]),
         "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
         "created": f.created, "id": f.id, "path": str(path),
     } for path, f in latest(found)]
@@ -111,10 +112,10 @@ def claim_status(found: Found, section: str | None = "unknowns") -> pd.DataFrame
     return pd.DataFrame(rows, columns=_STATUS_COLUMNS)
 
 
-def _said_of(f: Finding) -> str:
+def _said_of(v: _settle.Verified) -> str:
     """A finding's summary, led by why it settles nothing where one of its answers does not."""
-    why = unsettled_answer(f)
-    return f"Settles nothing ({'; '.join(why)}): {f.summary}" if why else f.summary
+    why = v.answer_why
+    return f"Settles nothing ({'; '.join(why)}): {v.finding.summary}" if why else v.finding.summary
 
 
 def _said(s: _standing.Standing) -> str:
@@ -392,13 +393,15 @@ def cards(found: Found, m: Manifest | None, figured: set[str], rel) -> list[Card
 
     ids = {s.finding_id for ss in _standing.standings(found).values() for s in ss if s.verdict != "not-run"}
     notebooks = {n.attempt: n.output for n in (m.notebooks.values() if m else []) if n.attempt}
+    checked = _settle.verified_by_path(found)
     out = []
     for path, f in sorted(((p, f) for p, f in found if f.id in ids), key=lambda pf: (pf[1].probe, pf[1].engine)):
         rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
                      for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
         family = probes.family(f.probe)
         out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), notebooks.get(f.attempt),
-                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f)))
+                        f"#{figures_id(family)}" if family in figured else None,
+                        checked[(str(path), f.id)].answer_why))
     return out
 
 

@@ -231,6 +231,14 @@ def _one_writer(out: Path, wait: bool) -> Iterator[None]:
         yield
 
 
+def attempt_digests(out: Path, attempt: str) -> dict[str, str]:
+    """Each finding attempt ``attempt`` wrote into ``out/findings``, with its digest (:mod:`workbench.ledger`): what the
+    notebook's entry in ``run.json`` records when it ends, the run's record those findings are bound to."""
+    from .findings import scan
+
+    return {f.id: f.digest for _, f in scan([out / "findings"]).findings if f.attempt == attempt and f.digest}
+
+
 def written_verdicts(out: Path, attempt: str | None) -> str:
     """The verdicts of the findings one notebook attempt wrote, in a few words: each probe family once with
     its verdicts, e.g. ``warmup not-applicable · isolation not-applicable``."""
@@ -414,18 +422,27 @@ def land(out: Path, files: Mapping[str, bytes], attempt: str, key: str) -> int:
     another (ids are unique), an executed notebook or log replaces the earlier attempt's; a path outside the
     folder is refused. A finding another attempt wrote (a stale file in the job's folder, another job's) is not
     this attempt's result: it goes to ``superseded/<key>/``, as :func:`set_aside` would move it. Returns how many."""
+    from . import ledger
     from .files import atomic_write
 
-    stale = 0
+    stale, landed, ledgers = 0, [], []
     for rel, data in files.items():
         path = (out / rel).resolve()
         if out not in path.parents:
             raise RunError(f"a job sent back {rel!r}, outside the run folder")
+        if Path(rel).name == ledger.LEDGER:  # the job's own ledger: its lines join the run folder's, never replace it
+            ledgers.append((path.parent, data))
+            continue
         finding = rel.startswith("findings/")
         if finding and _written_by_another(data, attempt):  # the same stale file twice is one file: replaced
             path, finding, stale = out / "superseded" / key.replace("/", "_") / path.name, False, stale + 1
+        elif finding:
+            landed.append(path.stem)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data, overwrite=not finding)
+    for folder, data in ledgers:
+        folder.mkdir(parents=True, exist_ok=True)
+        ledger.merge(folder, data, keep=landed)
     return stale
 
 
@@ -568,6 +585,7 @@ def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, ve
             entry.node, entry.retried = dict(ran.node) if ran.node else None, ran.retried
             if entry.status == TIMEOUT:  # nothing a stopped job wrote counts (a remote one sent nothing back)
                 set_aside(out, attempt, entry.name)
+            entry.findings = attempt_digests(out, attempt)
             manifest.record(out, entry)
             if entry.status != "ok":
                 failed.append(entry.name)

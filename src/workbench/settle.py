@@ -1,34 +1,67 @@
-"""Whether a stored finding settles a claim: its verdict re-derived at load, never believed from its string.
+"""Whether a stored finding settles a claim: the one place a finding is read, verified and turned into what the rest
+consumes (:class:`Verified`), its verdict re-derived, never believed from its string.
 
-A finding is a file anyone can write. Whatever reads findings (standing, so the report, the blueprint and the
-gateway guide's write-back) asks :func:`unsettled` first: the reasons its verdict on a claim settles nothing.
-Each rule is a row of :data:`RULES`, checked in order; every one reads only the finding itself and this
-workbench's declarations (the probe's rule, its version and parameters; the claim's kind):
+A finding is a file anyone can write. Standing (so the report, the blueprint and the gateway guide's write-back),
+``workbench compare`` and ``workbench findings`` read findings only through :func:`verify` (or :func:`read`, which
+scans folders first): each finding becomes a :class:`Verified`, with, per claim it speaks to, the reasons its verdict
+settles nothing (none: it may settle the claim). Each rule is a row of :data:`RULES`, checked in order; every one reads
+only the finding, the record its run left beside it and this workbench's declarations (the probe's rule, its version
+and parameters; the claim's kind; the engine's facts):
 
 - a finding dated in the future (beyond clock skew) is refused;
-- a finding of a probe this workbench does not declare, or of another version of it, cannot be re-checked by
-  the rule that wrote it: re-run it (a newer version supersedes an older one); nor can one on a claim its probe
-  does not test, or one whose engine is not the engine its own fingerprint was taken on;
+- a finding of a probe this workbench does not declare, or of another version of it, cannot be re-checked by the rule
+  that wrote it: re-run it (a newer version supersedes an older one); nor can one on a claim its probe does not test,
+  or one whose engine is not the engine its own fingerprint was taken on;
+- it is bound to the run that wrote it: a record beside it (``run.json``'s notebook entry, the folder's ledger,
+  :mod:`workbench.ledger`) lists its digest, and a file whose digest is not the recorded one was edited after its run;
+- its environment could have produced it: an engine that runs only on an NVIDIA GPU needs one in its fingerprint, and
+  its version must be one that engine's guard knows (both the engine's registered facts, :mod:`workbench.cells`);
 - a static survey (symbols exist) never settles a behavioural claim;
-- a parameter that builds the outcome (``Probe.outcome_params`` moved from its default) makes the run exploratory;
+- a parameter not declared measurement (``Probe.measures``) moved from its default, or a cell option that is not one
+  of :data:`workbench.cells.options.MEASURED`, makes the run exploratory;
 - an on-target claim needs the target's GPU in the finding's own fingerprint;
-- an answer (and ``not-applicable`` on the claim's subject) must be re-derived by the family's rule from what the
-  finding recorded (:meth:`workbench.probes.Declared.rederive`: the supports it rests on hold on its own
-  engine-read metrics; the loop's gate decided again from its recorded evidence).
+- an answer (and ``not-applicable`` on the claim's subject) must be re-derived by the family's own code from what the
+  finding recorded: its outcome again from its own evidence rows (:meth:`workbench.probes.Declared.from_evidence`),
+  the supports it rests on holding on its own engine-read metrics (:meth:`workbench.probes.Declared.rederive`), and
+  what it says agreeing with the other findings of its run (:meth:`workbench.probes.Declared.check_run`: the loop's
+  gate against its arms).
+
+The expensive part (the family's re-derivation) is done once per finding content and kept (:func:`verify` memoises
+it by path, id and digest), so the report's many views of one run pay it once.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
-from typing import Callable
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
 
+from . import cells as _cells
 from . import claims as _claims
+from . import ledger as _ledger
 from . import probes
-from .findings import Finding
+from .cells.options import MEASURED
+from .findings import Finding, Scan, scan
 from .versions import natural
 
 SKEW = _dt.timedelta(minutes=10)  # clock skew between machines that share a findings folder
+ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
+EDITED = "edited after its run"  # the words a finding whose digest is not its run's record begins its reason with
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What one rule reads: the finding, where it was read from, the claim, the family's declaration."""
+
+    path: Path | None
+    finding: Finding
+    claim: _claims.Claim
+    declared: "probes.Declared | None"
+    now: _dt.datetime
 
 
 @dataclass(frozen=True)
@@ -36,7 +69,7 @@ class Check:
     """One row of the rule: ``why`` returns the reason the finding settles nothing on the claim, or None."""
 
     name: str
-    why: Callable[[Finding, _claims.Claim, "probes.Declared | None", _dt.datetime], str | None]
+    why: Callable[[Subject], str | None]
 
 
 def created_at(created: str) -> _dt.datetime | None:
@@ -48,14 +81,15 @@ def created_at(created: str) -> _dt.datetime | None:
     return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
 
 
-def _future(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    t = created_at(f.created)
+def _future(s: Subject) -> str | None:
+    t = created_at(s.finding.created)
     if t is None:
-        return f"its date {f.created!r} is not an ISO time"
-    return f"it is dated {f.created}, in the future" if t > now + SKEW else None
+        return f"its date {s.finding.created!r} is not an ISO time"
+    return f"it is dated {s.finding.created}, in the future" if t > s.now + SKEW else None
 
 
-def _declared(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+def _declared(s: Subject) -> str | None:
+    f, c, d = s.finding, s.claim, s.declared
     if d is None:
         return f"no probe {f.probe!r} is declared here, so its rule cannot be re-checked"
     if c.id not in d.claims:
@@ -71,27 +105,24 @@ def _declared(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _d
             "re-run it")
 
 
-def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    static = isinstance(d, probes.Probe) and not d.needs_engine
-    return (f"{f.probe} surveys the installed package (symbols exist), and existence never settles a behavioural "
-            "claim" if static and not c.survey else None)
+def binding(path: Path | None, f: Finding) -> tuple[str | None, str | None]:
+    """Where ``f`` is bound (the record that lists its digest, in words) and why it is not (None: it is). A finding
+    not read from a file (no digest: made by this process) is bound to this process."""
+    if f.digest is None or path is None:
+        return "this process", None
+    records = _ledger.records_for(Path(path), f.id, f.attempt)
+    if not records:
+        return None, (f"no record of the run that wrote it lists it (neither the run's {_ledger.manifest.MANIFEST} nor "
+                      f"{_ledger.LEDGER} beside it): a copied-in or hand-written file settles nothing; re-run it, or "
+                      "copy its findings folder whole")
+    other = next((r for r in records if r.digest != f.digest), None)  # every record must agree with the file
+    if other is None:
+        return records[0].where, None
+    return None, f"{EDITED}: its content is not what {other.where} recorded when it was written"
 
 
-def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    moved = [f"{k}={f.params.get(k, '(not recorded)')!r}" for k, default in (d.outcome_defaults() if d else {}).items()
-             if k not in f.params or f.params[k] != default]  # a parameter left out is no evidence of the default
-    if moved:
-        return (f"exploratory: {', '.join(moved)} builds the outcome instead of measuring it (the claim's run keeps "
-                "the default)")
-    if (f.cell_options or {}).get(CONNECTOR_OPTION):
-        return (f"exploratory: the cell ran with a KV connector ({CONNECTOR_OPTION}), which loads KV from outside the "
-                "engine's own cache: its cached-token counts are not the engine's prefix cache")
-    return None
-
-
-#: A cell option that puts a KV connector in the engine: what it loads counts as cached tokens (vLLM counts
-#: external hits in ``num_cached_tokens``), so a probe of the engine's own cache measures the connector instead.
-CONNECTOR_OPTION = "kv_transfer_config"
+def _bound(s: Subject) -> str | None:
+    return binding(s.path, s.finding)[1]
 
 
 def has_gpu(f: Finding) -> bool:
@@ -101,54 +132,218 @@ def has_gpu(f: Finding) -> bool:
     return isinstance(gpu, dict) and gpu.get("available") is True and bool(gpu.get("devices"))
 
 
-def _on_target(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
-    return None if not c.on_target or has_gpu(f) else "an on-target claim, but the finding's hardware records no GPU"
+def _environment(s: Subject) -> str | None:
+    """The machine and the engine it records could have produced it: an NVIDIA GPU for an engine that runs only on one,
+    a version the engine's guard knows (a static survey runs nothing: it reads whichever release is installed, so
+    version churn can compare releases the cell is not pinned to)."""
+    f = s.finding
+    if f.engine not in _cells.ENGINES:
+        return f"engine {f.engine!r} is not one this workbench registers, so what could produce it is unknown"
+    runs = _cells.runs(f.engine)
+    behaviour = not isinstance(s.declared, probes.Probe) or s.declared.needs_engine
+    if behaviour and _cells.needs_gpu(f.engine) and not has_gpu(f):
+        hw = (f.environment.get("hardware") or {}).get("summary") or "no hardware recorded"
+        return (f"{runs} runs only on an NVIDIA GPU, and its fingerprint records none ({hw}): that machine could not "
+                "have produced it")
+    if behaviour and _cells.knows_version(f.engine, f.engine_version) is False:
+        return (f"{runs} version {f.engine_version!r} is not one its guard knows ({_cells.version_guard(f.engine)}): "
+                "this workbench's cell could not have run it")
+    return None
 
 
-def _rederived(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+def _survey(s: Subject) -> str | None:
+    static = isinstance(s.declared, probes.Probe) and not s.declared.needs_engine
+    return (f"{s.finding.probe} surveys the installed package (symbols exist), and existence never settles a "
+            "behavioural claim" if static and not s.claim.survey else None)
+
+
+#: A cell option that puts a KV connector in the engine: what it loads counts as cached tokens (vLLM counts
+#: external hits in ``num_cached_tokens``), so a probe of the engine's own cache measures the connector instead.
+CONNECTOR_OPTION = "kv_transfer_config"
+
+
+def _exploratory(s: Subject) -> str | None:
+    f, d = s.finding, s.declared
+    moved = d.exploratory(f) if d is not None else []
+    declared = set(getattr(d, "measures", ()))
+    options = [f"{k}={v!r}" for k, v in (f.cell_options or {}).items() if k not in MEASURED and k not in declared]
+    if moved or options:
+        said = ", ".join([*moved, *(f"cell option {o}" for o in options)])
+        why = (" (a KV connector loads KV from outside the engine's own cache: its cached-token counts are not the "
+               "engine's prefix cache)" if CONNECTOR_OPTION in (f.cell_options or {}) else "")
+        return (f"exploratory: {said} builds the outcome instead of measuring it (the claim's run keeps the default; "
+                f"only the parameters its probe declares measurement may move){why}")
+    return None
+
+
+def _on_target(s: Subject) -> str | None:
+    return None if not s.claim.on_target or has_gpu(s.finding) else \
+        "an on-target claim, but the finding's hardware records no GPU"
+
+
+def _rederived(s: Subject) -> str | None:
+    f, c, d = s.finding, s.claim, s.declared
+    if d is None:
+        return None
+    why = list(_evidence(d, f))
     try:
-        why = d.rederive(f, c) if d is not None else []
+        why += d.rederive(f, c)
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a file shaped unlike the family's own
-        return f"what it recorded cannot be read by {f.probe}'s rule ({type(e).__name__}: {e})"
-    return "; ".join(why) or None
+        why.append(f"what it recorded cannot be read by {f.probe}'s rule ({type(e).__name__}: {e})")
+    return "; ".join(dict.fromkeys(why)) or None
+
+
+_EVIDENCE: "OrderedDict[tuple, tuple[str, ...]]" = OrderedDict()
+
+
+def _evidence(d: "probes.Declared", f: Finding) -> tuple[str, ...]:
+    """The family's :meth:`~workbench.probes.Declared.check_evidence` of ``f``, once per content (memoised)."""
+    key = (d.name, d.version, f.id, f.digest or _content(f))
+    if key not in _EVIDENCE:
+        _EVIDENCE[key] = tuple(d.check_evidence(f))
+        if len(_EVIDENCE) > 4096:
+            _EVIDENCE.popitem(last=False)
+    return _EVIDENCE[key]
+
+
+def _content(f: Finding) -> str:
+    return hashlib.sha256(json.dumps(f.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
 
 
 RULES: tuple[Check, ...] = (
     Check("dated", _future),
     Check("declared", _declared),
+    Check("bound", _bound),
+    Check("environment", _environment),
     Check("survey", _survey),
     Check("exploratory", _exploratory),
     Check("on target", _on_target),
     Check("re-derived", _rederived),
 )
-ANSWERS = ("confirmed", "refuted", "partial", "not-applicable")  # verdicts that settle a claim
-ALWAYS = ("dated", "declared")  # rows that apply to every verdict: a not-run from the future or an old rule too
+ALWAYS = ("dated", "declared", "bound")  # rows that apply to every verdict: a not-run edited, from the future or an old rule
 
 
-def unsettled(f: Finding, claim_id: str, now: _dt.datetime | None = None) -> tuple[str, ...]:
-    """Why ``f``'s verdict on ``claim_id`` settles nothing (empty: it may settle the claim)."""
-    now = now or _dt.datetime.now(_dt.timezone.utc)
-    claim = _claims.get(claim_id)
+@dataclass(frozen=True)
+class Verified:
+    """A finding as everything downstream consumes it: where it was read from, what binds it to its run, and per claim
+    it speaks to the reasons its verdict there settles nothing (none: it may settle the claim)."""
+
+    path: Path | None
+    finding: Finding
+    bound: str | None  # the record that lists its digest, in words ("this process": not read from a file); None: none
+    reasons: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def claims(self) -> list[str]:
+        return list(dict.fromkeys([*self.finding.claims, *self.finding.claim_verdicts]))
+
+    def why(self, claim_id: str) -> tuple[str, ...]:
+        """Why its verdict on ``claim_id`` settles nothing (empty: it may settle it)."""
+        return self.reasons.get(claim_id, ())
+
+    def settles(self, claim_id: str) -> bool:
+        return self.finding.verdict_on(claim_id) in ANSWERS and not self.why(claim_id)
+
+    @property
+    def answer_why(self) -> tuple[str, ...]:
+        """Why the first claim on which it answers settles nothing (empty where each of its answers may settle)."""
+        return next((w for c in self.claims if self.finding.verdict_on(c) in ANSWERS and (w := self.why(c))), ())
+
+    @property
+    def shown_verdict(self) -> str:
+        """Its verdict as a log prints it: marked where, on one of its claims, it settles nothing."""
+        return self.finding.verdict + (" (settles nothing)" if self.answer_why else "")
+
+
+def _reasons(path: Path | None, f: Finding, now: _dt.datetime,
+             claim_ids: Iterable[str] = ()) -> dict[str, tuple[str, ...]]:
     d = probes.declared(f.probe)
-    answers = f.verdict_on(claim_id) in ANSWERS
-    out = []
-    for check in RULES:
-        if not answers and check.name not in ALWAYS:
+    out = {}
+    for cid in dict.fromkeys([*f.claims, *f.claim_verdicts, *claim_ids]):
+        try:
+            claim = _claims.get(cid)
+        except KeyError:
+            out[cid] = (f"{cid} is not a claim this workbench knows",)
             continue
-        why = check.why(f, claim, d, now)
-        if why:
-            out.append(why)
-    return tuple(out)
+        answers = f.verdict_on(cid) in ANSWERS
+        said = []
+        for check in RULES:
+            if answers or check.name in ALWAYS:
+                why = check.why(Subject(path, f, claim, d, now))
+                if why:
+                    said.append(why)
+        out[cid] = tuple(said)
+    return out
 
 
-def unsettled_answer(f: Finding) -> tuple[str, ...]:
+def verify(found: Iterable[tuple[Path | None, Finding]], now: _dt.datetime | None = None) -> list[Verified]:
+    """Every finding of ``found`` verified (in order): its rules per claim, then what its family checks across the
+    findings of its run (:meth:`~workbench.probes.Declared.check_run`, e.g. the loop's gate against its arms)."""
+    now = now or _dt.datetime.now(_dt.timezone.utc)
+    pairs = list(found)
+    out = []
+    for path, f in pairs:
+        where, _ = binding(path, f)
+        reasons = _reasons(path, f, now)
+        d = probes.declared(f.probe)
+        answers = any(f.verdict_on(c) in ANSWERS for c in reasons)
+        across = _across(d, f, pairs) if d is not None and answers else ()
+        if across:
+            reasons = {c: (*r, *across) if f.verdict_on(c) in ANSWERS else r for c, r in reasons.items()}
+        out.append(Verified(path, f, where, reasons))
+    return out
+
+
+def _across(d: "probes.Declared", f: Finding, found: Sequence[tuple[Path | None, Finding]]) -> tuple[str, ...]:
+    """What ``f``'s family says of it against the other findings of its run (:meth:`probes.Declared.check_run`)."""
+    return tuple(d.check_run(f, found))
+
+
+def verified_by_path(found: Iterable[tuple[Path | None, Finding]]) -> dict[tuple[str, str], Verified]:
+    """:func:`verify`'s findings keyed by (path, id), for a view that holds (path, finding) pairs."""
+    return {(str(v.path), v.finding.id): v for v in verify(found)}
+
+
+@dataclass(frozen=True)
+class Read:
+    """Findings read from folders and verified, with what could not be read (one line each)."""
+
+    verified: list[Verified]
+    errors: list[tuple[Path, str]]
+
+    @property
+    def found(self) -> list[tuple[Path, Finding]]:
+        return [(v.path, v.finding) for v in self.verified]  # type: ignore[misc]
+
+    @property
+    def scan(self) -> Scan:
+        return Scan(self.found, self.errors)
+
+
+def read(paths: Sequence[str | Path]) -> Read:
+    """Read every finding under ``paths`` (:func:`workbench.findings.scan`) and verify it: the one entry point."""
+    s = scan(paths)
+    return Read(verify(s.findings), s.errors)
+
+
+def unsettled(f: Finding, claim_id: str, now: _dt.datetime | None = None, path: Path | None = None) -> tuple[str, ...]:
+    """Why ``f``'s verdict on ``claim_id`` settles nothing (empty: it may settle the claim); ``path``: where it was
+    read from (None: made by this process)."""
+    if claim_id in dict.fromkeys([*f.claims, *f.claim_verdicts]):
+        return verify([(path, f)], now)[0].why(claim_id)
+    return _reasons(path, f, now or _dt.datetime.now(_dt.timezone.utc), [claim_id])[claim_id]
+
+
+def unsettled_answer(f: Finding, path: Path | None = None) -> tuple[str, ...]:
     """Why the first claim on which ``f`` answers settles nothing (empty where each of its answers may settle)."""
-    return next((why for c in f.claims if f.verdict_on(c) in ANSWERS and (why := unsettled(f, c))), ())
+    return verify([(path, f)])[0].answer_why
 
 
-def shown_verdict(f: Finding) -> str:
+def shown_verdict(f: Finding, path: Path | None = None) -> str:
     """The finding's verdict as a log prints it: marked where, on one of its claims, it settles nothing."""
-    return f.verdict + (" (settles nothing)" if unsettled_answer(f) else "")
+    return verify([(path, f)])[0].shown_verdict
 
 
-__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "created_at", "has_gpu", "shown_verdict", "unsettled", "unsettled_answer"]
+__all__ = ["ALWAYS", "ANSWERS", "CONNECTOR_OPTION", "Check", "EDITED", "RULES", "Read", "SKEW", "Subject", "Verified",
+           "binding", "created_at", "has_gpu", "read", "shown_verdict", "unsettled", "unsettled_answer", "verified_by_path",
+           "verify"]

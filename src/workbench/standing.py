@@ -1,9 +1,10 @@
 """Which verdict stands on each claim: the one rule the report, the notebooks and the blueprint share.
 
 Per claim and (engine, engine version) the newest finding that ran stands; a ``not-run`` one only
-when nothing ran, so it never masks or poses as an answer. A finding's verdict is re-derived first
-(:func:`workbench.settle.unsettled`): one that is not (no supports, a future date, an older rule, a survey on a
-behavioural claim, an exploratory parameter, an on-target claim off target) stands only where nothing settled
+when nothing ran, so it never masks or poses as an answer. A finding is verified first, in the one
+place that does it (:func:`workbench.settle.verify`): one that is not re-derived (edited after its run, an environment
+that could not have produced it, numbers its own rows do not give, no supports, a future date, an older rule, a survey
+on a behavioural claim, an exploratory parameter, an on-target claim off target) stands only where nothing settled
 does, shown with its reasons, and settles nothing. A static probe's finding (one that only
 reads the installed package, e.g. ``surface.contract_mapping``: symbols and parameter names exist)
 never outranks a behavioural one on a shared claim, however new: existence is not behaviour. Only findings from the claim's subject
@@ -100,13 +101,15 @@ def standings(found: Found) -> dict[str, list[Standing]]:
     on its own, so each reference arm's figures sit beside the verdict. A static survey runs no model: it
     stands for its (engine, version) only where no behavioural finding does, on any model."""
     groups: dict[tuple[str, str, str | None, str | None, str], list[Standing]] = {}
-    for path, f in found:
+    verified = settle.verify(found)
+    for v in verified:
+        path, f = v.path, v.finding
         model = model_of(f) if behavioural(f.probe) else None
         arm = str(f.params.get("arm") or "")
         for cid in dict.fromkeys(f.claims):
             s = Standing(cid, f.verdict_on(cid), f.engine, f.engine_version,
                          (f.environment.get("hardware") or {}).get("summary"), f.created, f.summary, f.reason,
-                         f.probe, f.id, path, model, settle.unsettled(f, cid), f.reason_on(cid))
+                         f.probe, f.id, path, model, v.why(cid), f.reason_on(cid))
             groups.setdefault((cid, f.engine, f.engine_version, model, arm), []).append(s)
     stood = {k: max(v, key=_rank) for k, v in groups.items()}
     ran = {k[:3] for k, s in stood.items() if behavioural(s.probe) and s.verdict != "not-run" and not s.unsettled}
@@ -115,21 +118,23 @@ def standings(found: Found) -> dict[str, list[Standing]]:
         if key[3] is None and key[:3] in ran:
             continue  # a behavioural finding ran here: existence never outranks it
         out.setdefault(key[0], []).append(stood[key])
-    across = version_churn(found)
+    across = version_churn(found, verified)
     if across:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
         out[across.claim] = [s for s in out.get(across.claim, []) if _cells.runs(s.engine) != across.engine] + [across]
     return out
 
 
-def version_churn(found: Found) -> Standing | None:
+def version_churn(found: Found, verified: Sequence[settle.Verified] | None = None) -> Standing | None:
     """Version churn is a claim across releases, so no single finding answers it: the cross-version rule
     (:func:`workbench.probes.churn.churn_verdict`) over the subject engine's newest contract-mapping survey
-    of each version. Other engines' surveys stay references. None while the subject has no survey that ran."""
+    of each version, each verified first (:mod:`workbench.settle`; ``verified``: already done). Other engines'
+    surveys stay references. None while the subject has no survey that ran."""
     subject = _claims.get(churn.CLAIM).subject
     newest: dict[str, tuple[Path, Finding]] = {}
-    for path, f in found:
+    for checked in verified if verified is not None else settle.verify(found):
+        path, f = checked.path, checked.finding
         if (f.probe == churn.SURVEY and _cells.runs(f.engine) == subject and f.verdict != "not-run"
-                and not settle.unsettled(f, churn.CLAIM)):  # a forged, future or superseded survey counts for nothing
+                and not checked.why(churn.CLAIM)):  # a forged, edited, future or superseded survey counts for nothing
             v = f.engine_version or "(version unknown)"
             if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
                 newest[v] = (path, f)

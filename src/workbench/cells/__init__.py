@@ -34,6 +34,10 @@ class EngineFacts:
     events: str | None = None  # a module answering workbench.events.plane.EventPlane; None: no stream reproduced
     # the endpoint forms `workbench events watch` consumes this engine's stream at ("http://HOST:PORT"), by scheme
     watched_at: tuple[str, ...] = ()
+    gpu: bool = False  # it runs only on an NVIDIA GPU: a finding of it needs one in its fingerprint (workbench.settle)
+    # "module:function": its guard's word on a version (True: one the guard knows), where it has a guard; a finding
+    # of it must carry such a version (workbench.settle). A served engine's are its in-process engine's (runs=)
+    versions: str | None = None
 
     def check(self, name: str, registry: Registry) -> None:
         taken = {_scheme(f) for other in registry.names() for f in registry.facts(other).watched_at}
@@ -47,6 +51,10 @@ class EngineFacts:
             (self.runs is None or (self.runs != name and self.runs in registry
                                    and registry.facts(self.runs).runs is None),
              f"runs must name an in-process engine registered before it, got {self.runs!r}"),
+            (self.versions is None or self.versions.count(":") == 1,
+             f"versions must be 'module:function', got {self.versions!r}"),
+            (self.runs is None or (not self.gpu and self.versions is None),
+             "a served engine's gpu and versions are its in-process engine's (runs=): declare them there"),
         )
         if problems := [why for ok, why in rules if not ok]:
             raise ValueError(f"engine {name!r}: {'; '.join(problems)}")
@@ -70,7 +78,8 @@ def register(name: str, target: str, facts: EngineFacts) -> None:
 
 register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell", EngineFacts("workbench.cells.llamacpp:LlamaCppOptions"))
 register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell",
-         EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane"))
+         EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane", gpu=True,
+                     versions="workbench.cells.trtllm.guard:version_supported"))
 register("vllm", "workbench.cells.vllm.cell:VllmCell",
          EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane"))
 # Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
@@ -88,6 +97,26 @@ def runs(engine: str) -> str:
     """The engine that does the work behind ``engine``: a served engine's in-process twin, else ``engine`` itself
     (a claim about TensorRT-LLM is answered by ``trtllm`` and ``trtllm-serve`` alike)."""
     return SERVED.get(engine, engine)
+
+
+def needs_gpu(engine: str) -> bool:
+    """Whether ``engine`` (or the engine it serves) runs only on an NVIDIA GPU, as it declared at registration."""
+    return engine in ENGINES and ENGINES.facts(runs(engine)).gpu
+
+
+def knows_version(engine: str, version: str | None) -> bool | None:
+    """The guard's word on ``version`` of ``engine`` (or of the engine it serves): True where the guard knows it,
+    False where not (None counts as not); None where the engine declared no guard (``EngineFacts.versions``)."""
+    if engine not in ENGINES or (where := ENGINES.facts(runs(engine)).versions) is None:
+        return None
+    module, _, attr = where.partition(":")
+    return version is not None and bool(getattr(importlib.import_module(module), attr)(version))
+
+
+def version_guard(engine: str) -> str | None:
+    """Where ``engine``'s (or its in-process engine's) guard decides which versions it knows ("module:function"), for
+    a reason's words; None where it declared none."""
+    return ENGINES.facts(runs(engine)).versions if engine in ENGINES else None
 
 
 @dataclass(frozen=True)
@@ -211,4 +240,5 @@ def _check_observers(engine: str, cls: type, cell: Cell) -> None:
 
 
 __all__ = ["SERVED", "Availability", "EngineFacts", "availability", "cell_class", "event_plane", "known_options",
-           "engines", "open_cell", "options_class", "register", "runs", "takes", "watch_forms", "watched_at"]
+           "engines", "knows_version", "needs_gpu", "open_cell", "options_class", "register", "runs",
+           "takes", "version_guard", "watch_forms", "watched_at"]

@@ -21,7 +21,7 @@ registered as the ``evaltable`` source of :mod:`workbench.probes`), so :mod:`wor
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -53,9 +53,19 @@ class PrefixCaching(Declared):
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         return "workbench evaltable (AIPerf's per-request records)"
 
-    def outcome_defaults(self) -> dict[str, bool]:
-        """A table run with the server's prefix caching off (the fault) refutes by construction: exploratory."""
-        return {"prefix_caching": True}
+    def exploratory(self, f: findings.Finding) -> list[str]:
+        """A table run on a server whose prefix caching is off (the fault), or whose caching state the server did not
+        say (one found at ``--endpoint`` whose flags were not read), refutes or confirms by construction:
+        exploratory."""
+        said = f.params.get("prefix_caching", "(not recorded)")
+        return [] if said is True else [f"prefix_caching={said!r}"]
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule again on the requests it recorded and the ``/metrics`` readings beside them."""
+        given = evidence["inputs"]
+        rows = [r for r in evidence["rows"] if r.get("kind") == "request"]
+        scraped = [Counters(*x) if isinstance(x, list) else x for x in given["scraped"]]
+        return outcome(rows, [], p["prefix_tokens"], scraped, given["same_counter"])
 
     def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
         """The rule's, and: a /metrics reading the finding recorded is one its verdict rests on (resting on the
@@ -87,9 +97,11 @@ class Served:
 
     backend: str
     engine_version: str | None
-    prefix_caching: bool  # False: started with the engine's own switch off (the fault)
+    prefix_caching: bool | None  # False: started with the engine's own switch off (the fault); None: not said
     prefix_tokens: int
     same_counter: str = ""  # where /metrics' counter is the per-request count's own variable: the source saying so
+    endpoint: str | None = None  # a server found at --endpoint (not started by the table): its URL
+    flags: Mapping[str, Any] = field(default_factory=dict)  # what the server says of its own caching, as it says it
 
 
 Run = Sequence[tuple[int, CellExport]]
@@ -210,16 +222,15 @@ def cell_row(workload: str, concurrency: int, run: CellExport) -> dict:
             "ttft_s": run.values["load_ttft_p50_s"]}
 
 
-def finding(served: Served, runs: Sequence[Run], model: Any, setup: Mapping[str, Any],
-            scraped: Sequence[Reading] = (), cells: Sequence[dict] = (), checks: Sequence[str] = ()
-            ) -> findings.Finding:
-    """The backend's finding from its shared-prefix runs (:data:`Run` each) and the server's ``/metrics``
-    counters over each of them (``scraped``, aligned with ``runs``: the rise, or why it was not read); ``cells``
-    (:func:`cell_row`, every phase of the backend's table) ride along in its evidence for the figures, ``checks``
-    (the TTFT cross-check's words, :mod:`.crosscheck`) in its notes."""
-    rows, first, repeat = _repeats(runs)
-    verdict, said, values, rests = decide(rows, served.prefix_tokens, scraped, served.same_counter)
-    drop, rates = ttft_drop(first, repeat), hit_rates(rows, served.prefix_tokens, scraped)
+def outcome(rows: Sequence[Mapping[str, Any]], cells: Sequence[dict], prefix_tokens: int,
+            scraped: Sequence[Reading], same_counter: str, label: str = "the server", switch: str = "on",
+            checks: Sequence[str] = ()) -> Outcome:
+    """The rule's outcome on the shared-prefix requests (``rows``) and the ``/metrics`` readings beside them: what
+    :func:`finding` records and :meth:`PrefixCaching.from_evidence` gives again."""
+    verdict, said, values, rests = decide(rows, prefix_tokens, scraped, same_counter)
+    first = [r["ttft_s"] for r in rows if not r["repeat"]]
+    repeat = [r["ttft_s"] for r in rows if r["repeat"]]
+    drop, rates = ttft_drop(first, repeat), hit_rates(rows, prefix_tokens, scraped)
     if drop:
         said += (f"; TTFT of the repeats / of the first requests {drop['load_ttft_repeat_over_first']:.3g}× "
                  f"[{drop['load_ttft_repeat_over_first_ci_low']:.3g}, "
@@ -227,16 +238,30 @@ def finding(served: Served, runs: Sequence[Run], model: Any, setup: Mapping[str,
     if len(rates) == 2:
         said += (f"; hit rate {rates['engine_metrics_hit_rate']:.0%} as /metrics counted it, "
                  f"{rates['expected_prefix_hit_rate']:.0%} expected of the workload (computed)")
-    switch = "on" if served.prefix_caching else "off (the engine's own switch: the fault)"
-    outcome = Outcome(verdict, f"Prefix caching {verdict} on {served.backend}, caching {switch}: {said}.",
-                      values | drop | rates, [*rows, *cells], rests_on=rests,
-                      notes=[f"repeats: each run's requests after its first phase's first `concurrency` (those sent "
-                             "before any could find the prefix cached), every request of a later phase among them; "
-                             f"confirmed at a median cover of {COVER:.0%} or more", *checks,
-                             f"bootstrap: B={RESAMPLES}, level {LEVEL:.0%}, each group resampled on its own",
-                             *([f"/metrics is the same counter as each response's cached_tokens, not a second "
-                                f"reading: {served.same_counter}"] if served.same_counter else [])])
-    return _as_finding(outcome, served, model, setup)
+    return Outcome(verdict, f"Prefix caching {verdict} on {label}, caching {switch}: {said}.",
+                   values | drop | rates, [*rows, *cells], rests_on=rests,
+                   notes=[f"repeats: each run's requests after its first phase's first `concurrency` (those sent "
+                          "before any could find the prefix cached), every request of a later phase among them; "
+                          f"confirmed at a median cover of {COVER:.0%} or more", *checks,
+                          f"bootstrap: B={RESAMPLES}, level {LEVEL:.0%}, each group resampled on its own",
+                          *([f"/metrics is the same counter as each response's cached_tokens, not a second "
+                             f"reading: {same_counter}"] if same_counter else [])],
+                   inputs={"scraped": [[x.cached, x.looked_up] if isinstance(x, Counters) else x for x in scraped],
+                           "same_counter": same_counter})
+
+
+def finding(served: Served, runs: Sequence[Run], model: Any, setup: Mapping[str, Any],
+            scraped: Sequence[Reading] = (), cells: Sequence[dict] = (), checks: Sequence[str] = ()
+            ) -> findings.Finding:
+    """The backend's finding from its shared-prefix runs (:data:`Run` each) and the server's ``/metrics``
+    counters over each of them (``scraped``, aligned with ``runs``: the rise, or why it was not read); ``cells``
+    (:func:`cell_row`, every phase of the backend's table) ride along in its evidence for the figures, ``checks``
+    (the TTFT cross-check's words, :mod:`.crosscheck`) in its notes."""
+    rows, _, _ = _repeats(runs)
+    switch = ("on" if served.prefix_caching else "not said by the server" if served.prefix_caching is None
+              else "off (the engine's own switch: the fault)")
+    o = outcome(rows, cells, served.prefix_tokens, scraped, served.same_counter, served.backend, switch, checks)
+    return _as_finding(o, served, model, setup)
 
 
 def _as_finding(o: Outcome, served: Served, model: Any, setup: Mapping[str, Any]) -> findings.Finding:
@@ -244,15 +269,20 @@ def _as_finding(o: Outcome, served: Served, model: Any, setup: Mapping[str, Any]
     decl = probes.declared(PROBE)
     probes.check_rests(decl, o, subject=False)
     env = environment.fingerprint(served.backend, served.engine_version, model, None, {"evaltable": dict(setup)})
-    return findings.Finding(
+    f = findings.Finding(
         probe=PROBE, probe_version=decl.version, claims=[CLAIM], verdict=o.verdict, summary=o.summary,
         engine=served.backend, environment=env,
         params={"model": setup.get("model"), "prefix_tokens": served.prefix_tokens,
                 "prefix_caching": served.prefix_caching,
-                "metrics_counter": "same" if served.same_counter else "independent"},
+                "metrics_counter": "same" if served.same_counter else "independent",
+                **({"endpoint": served.endpoint} if served.endpoint else {}),
+                **({"server_flags": dict(served.flags)} if served.flags else {})},
         metrics=findings.metric_values(o.metrics),
-        evidence={"columns": list(dict.fromkeys(k for r in o.rows for k in r)), "rows": o.rows, "notes": o.notes},
+        evidence={"columns": list(dict.fromkeys(k for r in o.rows for k in r)), "rows": o.rows, "notes": o.notes,
+                  "inputs": o.inputs},
         rests_on=findings.supports_doc(o.rests_on))
+    probes.check_derivable(decl, f)
+    return f
 
 
 def not_run(backend: str, reason: str, setup: Mapping[str, Any]) -> findings.Finding:

@@ -139,7 +139,9 @@ def run(req: TableRequest, progress: Progress = lambda _: None, done: Measured |
     aiperf.require()
     setup = {"model": req.model, "prompt tokens": req.prompt_tokens, "output tokens": req.output_tokens,
              "shared prefix tokens (prefix-1k)": req.prefix_tokens, "repeats": req.repeats,
-             "server threads": req.threads, "prefix caching": "on" if req.prefix_caching else "off (the fault)",
+             "server threads": req.threads,
+             "prefix caching": ("as the server at --endpoint keeps it (its own word is in each finding)" if req.endpoint
+                                else "on" if req.prefix_caching else "off (the fault)"),
              "goodput SLO": f"TTFT ≤ {req.slo_ttft_s:g} s, ITL ≤ {req.slo_itl_s:g} s",
              "cpu": environment.cpu()["model"], "aiperf": aiperf.AIPERF_VERSION,
              # AIPerf's services load the cores the server computes on where both run here (a lane's one core):
@@ -203,6 +205,8 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                          f"chat template); {req.model} holds {ceiling} (no server was started)")
     with _server(backend, model, req) as (url, gone):
         served, version = backends.identify(backend, url, req.model)
+        said, flags = backends.caching(backend, url)  # the server's own word; at --endpoint, nothing else is known
+        caching = said if said is not None else (None if req.endpoint else req.prefix_caching)
         folder = tokenizer.folder_for(model, backends.model_path(backend, model))
         tokenizer.check(folder, backends.tokenize(backend, url, tokenizer.CHECK_TEXTS), url)
         shared: list[finding.Run] = []  # every shared-prefix run's phases: the finding's evidence
@@ -240,7 +244,8 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                               for i, c in enumerate(req.concurrency)]
         finally:  # the shared-prefix runs that completed are evidence, whether or not the server outlived the rest
             if shared:
-                on = finding.Served(backend.name, version, req.prefix_caching, req.prefix_tokens, backend.same_counter)
+                on = finding.Served(backend.name, version, caching, req.prefix_tokens, backend.same_counter,
+                                    req.endpoint, flags)
                 done.findings.append(finding.finding(on, shared, model, setup, scraped, cells, checks))
                 done.checks += checks
 

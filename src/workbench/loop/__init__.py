@@ -11,6 +11,7 @@ Modules: :mod:`.traces` (formats), :mod:`.render` (turns → tokens), :mod:`.arm
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -33,6 +34,9 @@ from .render import check_block
 from .spec import Drafter
 
 DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
+HASH_ONLY = ("the trace is hash-only (block ids, no text): its prompts and outputs are token ids made up per hash, "
+             "whose repeats an n-gram drafter copies back with near-100% acceptance, so speculation would measure the "
+             "fabrication, not the trace; run a trace with its text (taubench)")
 
 
 @dataclass
@@ -97,10 +101,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     says which turns are compared (:mod:`.equal`): equal work, each output scored as a greedy decode of ``model`` by a
     llama.cpp scorer (:mod:`.verify`), and shown against a reference arm's.
     ``arm_models`` gives an arm the same model in its engine's own format (TensorRT-LLM and vLLM load a
-    Hugging Face directory, llama.cpp a GGUF); the scorer runs the subject's model at its precision
-    (``scorer_model``, else :func:`.verify.scorer_model`: the subject's GGUF, its checkpoint converted, or
-    ``model``) and tokenizes the trace for every arm, so an arm whose vocabulary differs is refused before any
-    turn runs.
+    Hugging Face directory, llama.cpp a GGUF); each arm is scored at its own precision (``scorer_model`` for every
+    arm where given, else :func:`.verify.scorer_model` of the arm's own model: its GGUF, its checkpoint converted, or
+    ``model``); the subject's scorer tokenizes the trace for every arm, so an arm whose vocabulary differs is
+    refused before any turn runs.
     """
     names = parse_arms(arms)
     work.for_arms(names, rule.subject)  # a declared reference not in the run fails here, before anything runs
@@ -115,13 +119,21 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)
     tr = loaded.subset(sessions, turns)
     not_run: dict[str, str] = {}  # an arm's engine or model that cannot run here: said by its cell's open
+    if tr.block_tokens is not None:  # a hash-only trace: its text is made up, so speculation would copy itself
+        not_run |= {n: HASH_ONLY for n in names if _arms.get(n).speculation != "none"}
     opened: list[_arms.CellArm] = []
-    scorer: _verify.Scorer | None = None
+    scorers: dict[str, _verify.Scorer] = {}  # one per precision the arms run at, by its model spec
     try:
         # the arms' thread count: llama.cpp's decode attention splits a long KV by thread, and another count
-        # reads other logits (0.018 σ on synthetic:tiny, 0.000 at the same count)
-        chosen = _verify.scorer_model(model, rule.subject, arm_models.get(rule.subject), scorer_model)
-        scorer = _verify.Scorer(chosen, context_tokens=context_tokens, threads=threads)
+        # reads other logits (0.018 σ on synthetic:tiny, 0.000 at the same count). Each arm is scored at its own
+        # precision (its own model, :func:`.verify.scorer_model`), so a quantised llama.cpp arm is held to greedy
+        # decoding of its quantised weights and a subject at FP16 to its FP16 ones; the subject's scorer tokenizes.
+        chosen = {n: _verify.scorer_model(model, n, arm_models.get(n), scorer_model) for n in names}
+        for spec in dict.fromkeys(c.spec for c in [chosen.get(rule.subject) or next(iter(chosen.values())),
+                                                   *chosen.values()]):
+            scorers[spec] = _verify.Scorer(next(c for c in chosen.values() if c.spec == spec),
+                                           context_tokens=context_tokens, threads=threads)
+        scorer = next(iter(scorers.values()))
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         opened = _open_arms(names, not_run, arm_models, model, (scorer.model.name, scorer.vocab),
                             threads=threads, context_tokens=context_tokens, drafter=drafter,
@@ -135,19 +147,23 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
                 progress(row, done, total)
 
         work = work.for_arms(names, rule.subject, ran=[a.spec.name for a in opened])
-        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, work.reference, scorer, step)), work)
+        by_arm = {n: scorers[c.spec] for n, c in chosen.items()}
+        rows = _equal.mark(pd.DataFrame(_replay.replay(rendered, opened, work.reference, by_arm, step)), work)
         descriptions = {a.spec.name: a.describe() for a in opened}
         resolved = opened[0].cell.model if opened and hasattr(opened[0].cell, "model") else None
     finally:
         for a in opened:
             a.close()
-        if scorer:
-            scorer.close()
+        for s in scorers.values():
+            s.close()
     workload = {"trace": tr.name, "format": tr.format, "sha256": tr.sha256, "sessions": len(tr.sessions),
                 "turns": len(rendered.turns), "dropped_turns": rendered.dropped, "rule": rendered.rule,
-                "equal_work": work.as_dict(), "equal_work_rule": f"{work.describe()} (scorer: llama.cpp on {scorer.model.name}, "
-                                   f"{scorer.weights} weights, {scorer.chosen_by}; scored decode-like)",
-                "scorer": scorer.describe(),
+                "equal_work": work.as_dict(), "equal_work_rule": f"{work.describe()} (scorer: llama.cpp on "
+                + "; ".join(f"{s.model.name}, {s.weights} weights, {s.chosen_by}" for s in scorers.values())
+                + "; each arm scored at its own precision, decode-like)",
+                "scorer": scorer.describe(), "scorers": {n: by_arm[n].describe() for n in by_arm if n in descriptions},
+                "run": uuid.uuid4().hex[:12],  # the arm and gate findings of this run carry it: the gate is checked
+                # against the arm findings written beside it (workbench.settle)
                 "context_tokens": context_tokens, "threads": threads, "arms": names,
                 "drafter": {"k": drafter.k, "max_ngram": drafter.max_ngram, "min_ngram": drafter.min_ngram},
                 "interleaving": "arms serve each turn one after another, order rotated every turn"}
@@ -155,7 +171,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
               **({"scorer_model": scorer_model} if scorer_model else {}), "turns": turns,
               "sessions": sessions, "threads": threads, "context_tokens": context_tokens,
               "tokens_per_block": tokens_per_block, "on_target": on_target,
-              **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict()}
+              **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict(), "seed": seed}
     summaries = _results.summarise(rows, [a.spec.name for a in opened], {n: not_run[n] for n in names if n in not_run},
                                    seed=seed, work=work)
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
@@ -166,7 +182,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     # A run without the subject knows nothing of it: its gate finding, "not in this run", being the newest not-run,
     # would stand in place of the reason a run with the subject gave (e.g. `make run`'s vLLM pass after llama.cpp's).
     if rule.subject in names:
-        found.append(_results.gate_finding(summaries, rule, params, workload, target, work, on_gpu))
+        found.append(_results.gate_finding(summaries, rule, params, workload, target, work, on_gpu, rows))
     result = LoopRun(rows, summaries, found, workload)
     if out is not None:
         result.paths = findings.write_all(found, out)  # a failure still keeps every finding
@@ -214,6 +230,8 @@ def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[st
     opened: list[_arms.CellArm] = []
     try:
         for n in names:
+            if n in not_run:  # already ruled out (a speculation arm on a hash-only trace)
+                continue
             if reason := _arms.unregistered(n):
                 not_run[n] = reason
                 continue

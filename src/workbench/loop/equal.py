@@ -44,8 +44,14 @@ NUMERIC_GAP_CAP_SD = 2 * CLAIM_MARGIN_SD
 CALIBRATION = ("the largest difference, over the arm's turns and tokens, between each token's gap read in the "
                "verification batches the arm fed (the same drafts replayed on the scorer) and read by sequential "
                "decode, both from the scorer's llama.cpp logits")
+#: Two arms' decoded lengths on one turn agree, so their times compare as equal work, when they differ by at most this
+#: share of the longer (a near-tie broken towards an earlier greedy stop is still each arm's own greedy work, but
+#: 5 tokens timed against 200 are not the same work: that turn is left out of the pair's speed-up and counted at its
+#: worst, :func:`.results._excluded_at_worst`).
+CLAIM_LENGTH_TOLERANCE = 0.1
 #: The claim's equal-work rule, field by field: a rule that moves any of them, either way, is exploratory.
-CLAIM_WORK = {"margin_sd": CLAIM_MARGIN_SD, "max_failed_share": CLAIM_MAX_FAILED_SHARE}
+CLAIM_WORK = {"margin_sd": CLAIM_MARGIN_SD, "max_failed_share": CLAIM_MAX_FAILED_SHARE,
+              "length_tolerance": CLAIM_LENGTH_TOLERANCE}
 
 
 @dataclass(frozen=True)
@@ -54,9 +60,10 @@ class EqualWork:
     max_failed_share: float = CLAIM_MAX_FAILED_SHARE  # an arm that fails more of its turns than this is disqualified
     reference: str | None = None  # the arm every output is shown against; None: chosen (CHOSEN), or none
     chosen_by: str = "declared"  # how the reference was chosen, stated in every finding
+    length_tolerance: float = CLAIM_LENGTH_TOLERANCE  # two arms' lengths on a turn agree within this share
 
     def __post_init__(self) -> None:
-        bounds = {"margin_sd": (0, MAX_MARGIN_SD), "max_failed_share": (0, 1)}
+        bounds = {"margin_sd": (0, MAX_MARGIN_SD), "max_failed_share": (0, 1), "length_tolerance": (0, 1)}
         for name, (low, high) in bounds.items():
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and low <= v < high):
@@ -89,7 +96,9 @@ class EqualWork:
                 f"output (a near-tie broken either way is equal work); an arm whose tokens were verified in batches "
                 f"(prompt lookup) has that margin widened by its measured batched-vs-sequential gap ({CALIBRATION}; "
                 f"at most {NUMERIC_GAP_CAP_SD:g} σ, else it is disqualified); an arm failing more than "
-                f"{self.max_failed_share:.0%} of its turns is disqualified" + shown)
+                f"{self.max_failed_share:.0%} of its turns is disqualified; two arms are timed against each other "
+                f"only on turns whose decoded lengths agree within {self.length_tolerance:.0%} of the longer (equal "
+                "tokens), the others counted at their worst" + shown)
 
     @property
     def exploratory(self) -> str | None:
@@ -179,5 +188,19 @@ def common_turns(rows: pd.DataFrame, arms: Sequence[str]) -> list[int]:
     return sorted(int(s) for s in ok[ok == len(set(arms))].index)
 
 
-__all__ = ["CALIBRATION", "CHOSEN", "EqualWork", "KINDS", "NUMERIC_GAP_CAP_SD", "common_turns", "disqualified", "margin",
-           "mark", "numeric_gaps", "output_match"]
+def lengths_agree(a: int, b: int, tolerance: float) -> bool:
+    """Two decoded lengths are equal work: they differ by at most ``tolerance`` of the longer."""
+    return abs(a - b) <= tolerance * max(a, b)
+
+
+def equal_tokens(rows: pd.DataFrame, a: str, b: str, rule: EqualWork) -> list[int]:
+    """Steps on which ``a`` and ``b`` are both comparable and decoded lengths that agree (:func:`lengths_agree`):
+    the turns their times may be compared on as equal work."""
+    wide = rows.pivot(index="step", columns="arm", values="decode_tokens")
+    return [s for s in common_turns(rows, [a, b])
+            if lengths_agree(int(wide.at[s, a]), int(wide.at[s, b]), rule.length_tolerance)]
+
+
+__all__ = ["CALIBRATION", "CHOSEN", "CLAIM_LENGTH_TOLERANCE", "EqualWork", "KINDS", "NUMERIC_GAP_CAP_SD",
+           "common_turns", "disqualified", "equal_tokens", "lengths_agree", "margin", "mark", "numeric_gaps",
+           "output_match"]

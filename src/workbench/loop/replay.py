@@ -8,7 +8,7 @@ own engine, its own record of what that engine has seen, and one row per turn.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from . import attribution as attr
 from .arms import CellArm
@@ -85,11 +85,13 @@ def build(trace: Trace, tok, context_tokens: int, vocab_size: int, tokens_per_bl
     return Workload(trace, turns, rule, dropped, context_tokens)
 
 
-def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, scorer: verify.Scorer,
-           on_row: Callable[[dict], None] | None = None) -> list[dict]:
+def replay(work: Workload, arms: Sequence[CellArm], reference: str | None,
+           scorer: verify.Scorer | Mapping[str, verify.Scorer], on_row: Callable[[dict], None] | None = None
+           ) -> list[dict]:
     """Serve every turn on every arm, interleaved; one row per (turn, arm), its output scored for greedy
-    consistency by ``scorer`` once the turn's arms are done (:mod:`.verify`) and shown beside the ``reference``
-    arm's (:mod:`.equal`)."""
+    consistency by its scorer (``scorer``, or each arm's own, at its precision, by arm name) once the turn's arms
+    are done (:mod:`.verify`) and shown beside the ``reference`` arm's (:mod:`.equal`)."""
+    of = (lambda name: scorer[name]) if isinstance(scorer, Mapping) else (lambda name: scorer)  # noqa: E731
     seen = {a.spec.name: attr.Seen() for a in arms}
     blocks = {a.spec.name: a.describe().block_tokens for a in arms}  # fixed while the arm is open
     rows: list[dict] = []
@@ -123,12 +125,14 @@ def replay(work: Workload, arms: Sequence[CellArm], reference: str | None, score
                 "copy_fraction": wt.copy_fraction, "own_copy_fraction": copy_fraction(prompt, res.tokens),
             })
         plain = outputs.get(reference) if reference else None
-        scores = {o: scorer.score(wt.rendered.prompt, o) for o in dict.fromkeys(map(tuple, outputs.values()))}
+        wanted = {(id(of(n)), tuple(o)): of(n) for n, o in outputs.items()}  # each output once per scorer
+        scores = {key: s.score(wt.rendered.prompt, key[1]) for key, s in wanted.items()}
         for arm, row in zip(order, rows[-len(order):]):
-            greedy = scores[tuple(outputs[row["arm"]])]
-            row |= greedy.as_row()
-            row["numeric_gap_sd"] = scorer.numeric_gap(wt.rendered.prompt, outputs[row["arm"]], wt.rendered.max_tokens,
-                                                       arm.drafter, greedy) if arm.spec.verified_in_batches else None
+            mine = of(row["arm"])
+            greedy = scores[(id(mine), tuple(outputs[row["arm"]]))]
+            row |= greedy.as_row() | {"scorer_weights": mine.weights}
+            row["numeric_gap_sd"] = mine.numeric_gap(wt.rendered.prompt, outputs[row["arm"]], wt.rendered.max_tokens,
+                                                     arm.drafter, greedy) if arm.spec.verified_in_batches else None
             row["same_tokens_as_reference"] = None if plain is None else outputs[row["arm"]] == plain
             row["output_match"] = None if plain is None else output_match(outputs[row["arm"]], plain)
             if on_row:

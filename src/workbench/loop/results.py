@@ -16,7 +16,7 @@ import pandas as pd
 
 from .. import cells, claims, environment, findings, metrics
 from ..engine import CELL_SOURCES
-from ..probes import Declared, Figure
+from ..probes import Declared, Figure, Outcome
 from ..probes.common import reported_source
 from . import arms as _arms
 from . import attribution as attr
@@ -32,8 +32,10 @@ class Loop(Declared):
     """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
     each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
 
-    version = "4"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
-    # 4: the gate's evidence recorded, so its verdict is decided again at load)
+    version = "5"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
+    # 4: the gate's evidence recorded, so its verdict is decided again at load; 5: equal tokens, each arm scored at
+    # its own precision, the subject's and the best arm's turns recorded in the gate, which its run's arms must agree
+    # with)
     claims = (_gate.CLAIM,)
     figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
                Figure("speedup", "loop_speedup", rows="metrics"))
@@ -50,8 +52,25 @@ class Loop(Declared):
         except (KeyError, TypeError, ValueError) as e:
             return [f"the gate's rule or evidence is not recorded whole ({type(e).__name__}: {e})"]
         said = f.verdict_on(claim.id)
-        return [] if again.verdict == said else [
+        why = [] if again.verdict == said else [
             f"decided again from what it recorded, the gate says {again.verdict}, not {said}: {again.summary}"]
+        return why + _against_params(f)
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The gate's speed-up again from the turns it recorded (the subject's and the best llama.cpp arm's, each
+        turn's time, decoded length and whether it was served comparably), by the run's own equal-work rule and
+        seed, then :func:`.gate.decide` on it. A reference arm's finding never answers: inconclusive."""
+        if "gate" not in evidence:
+            return Outcome("inconclusive", "a reference arm")
+        return gate_again(evidence, p)
+
+    def check_run(self, f: findings.Finding, found) -> list[str]:
+        """A gate finding agrees with the arm findings written beside it in its run (the same ``loop.run`` id): the
+        best llama.cpp arm it names ran there, its turns are the ones the gate recorded, and each arm's figures in
+        the gate's rows are that arm's own."""
+        if f.probe != f"{PROBE}.gate":
+            return []
+        return against_arms(f, [g for _, g in found])
 
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         traces = sorted({(f.environment.get("loop") or {}).get("trace") or "trace not recorded" for f in found})
@@ -69,6 +88,7 @@ class ArmSummary:
     disqualified: str | None = None  # why its turns cannot carry a comparison (equal work)
     sources: dict = field(default_factory=dict)  # metric -> the source of the values behind it, where not the declared
     is_best: bool = False  # the fastest qualified llama.cpp arm: what the gate compares against
+    weights: str | None = None  # the precision its scorer read its outputs at (its own model's weights)
 
 
 def _loop_time(df: pd.DataFrame) -> float:
@@ -156,7 +176,7 @@ def _calibration(rows: pd.DataFrame, name: str, work: equal.EqualWork, s: ArmSum
 
 def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int, work: equal.EqualWork) -> None:
     """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
-    if best is not None and (steps := equal.common_turns(rows, [best, name])):
+    if best is not None and (steps := equal.equal_tokens(rows, best, name, work)):
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high,
@@ -164,7 +184,7 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
         _few(est, f"speed-up over {best}", s)
         if name != best:
-            _lengths(rows, best, name, steps, s)
+            _lengths(rows, best, name, equal.common_turns(rows, [best, name]), steps, s)
             _excluded_at_worst(rows, best, name, steps, s, seed)
     if name != work.reference and work.reference in set(rows.arm):
         same = rows[rows.arm == name]["same_tokens_as_reference"]
@@ -191,14 +211,18 @@ def _few(est: stats.Estimate, what: str, s: ArmSummary) -> None:
                        "cannot reach past those turns' own ratios, so it is narrower than a 95% interval")
 
 
-def _lengths(rows: pd.DataFrame, best: str, name: str, steps: Sequence[int], s: ArmSummary) -> None:
-    """Decoded lengths against the best arm's on the compared turns: both did the work (the lengths asked, or a greedy
-    stop), yet a near-tie broken towards a stop on one of them makes the lengths, and so the times, differ."""
-    ref, mine = paired(rows, best, name, "decode_tokens", steps)
+def _lengths(rows: pd.DataFrame, best: str, name: str, served: Sequence[int], steps: Sequence[int],
+             s: ArmSummary) -> None:
+    """Decoded lengths against the best arm's on the turns both served comparably (``served``): both did the work (the
+    lengths asked, or a greedy stop), yet a near-tie broken towards a stop on one of them makes the lengths, and so
+    the times, differ; only the turns whose lengths agree (``steps``) are timed against each other."""
+    ref, mine = paired(rows, best, name, "decode_tokens", served)
     s.metrics["decode_tokens_vs_best_llamacpp"] = mine.sum() / ref.sum() if ref.sum() else float("nan")
     if differ := int((ref != mine).sum()):
-        s.notes.append(f"decoded lengths differ from {best}'s on {differ} of the {len(steps)} compared turns "
-                       f"({int(mine.sum())} tokens against {int(ref.sum())}; each a greedy stop or the length asked)")
+        s.notes.append(f"decoded lengths differ from {best}'s on {differ} of the {len(served)} turns both served "
+                       f"comparably ({int(mine.sum())} tokens against {int(ref.sum())}; each a greedy stop or the "
+                       f"length asked); {len(served) - len(steps)} of them differ beyond the equal-tokens tolerance "
+                       "and are counted at their worst, not timed as equal work")
 
 
 def _excluded_at_worst(rows: pd.DataFrame, best: str, name: str, steps: Sequence[int], s: ArmSummary,
@@ -245,7 +269,8 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
             "loop_output_tokens_per_s": _per_s(df["decode_tokens"].sum(), _loop_time(df)),
             "loop_time_s": _loop_time(df),
             "greedy_gap_max_sd": float(df["greedy_gap_sd"].max()),
-        }, disqualified=barred[name], is_best=name == best)
+        }, disqualified=barred[name], is_best=name == best,
+            weights=str(df["scorer_weights"].iloc[0]) if "scorer_weights" in df and len(df) else None)
         _reuse(df, s)
         if spec.speculation != "none":
             _speculation(df, s)
@@ -375,6 +400,98 @@ def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target:
         excluded_turns=int(against["excluded"]) if against else 0, against=against, favour=favour)
 
 
+def precision(summaries: Sequence[ArmSummary], subject: str, best: str | None) -> str:
+    """The precision each side of the gate ran at, as its scorer read it (each arm is held to greedy decoding of its
+    own weights: :func:`.verify.scorer_model`), in a sentence; empty where neither side ran."""
+    by = {s.arm: s for s in summaries}
+    said = [f"{a} at {by[a].weights}" for a in (subject, best) if a in by and by[a].weights]
+    return f"Precision, each side scored at its own: {', '.join(said)}. " if said else ""
+
+
+TURN_COLUMNS = ("step", "e2e_s", "decode_tokens", "comparable")  # what the gate's re-derivation reads of each turn
+
+
+def _turns(rows: pd.DataFrame, arm: str | None) -> list[dict]:
+    if arm is None or not len(rows) or arm not in set(rows.arm):
+        return []
+    mine = rows[rows.arm == arm]
+    return [{k: (bool(v) if k == "comparable" else v) for k, v in r.items()}
+            for r in mine[list(TURN_COLUMNS)].to_dict("records")]
+
+
+def gate_again(evidence: Mapping[str, Any], params: Mapping[str, Any]) -> Outcome:
+    """The gate decided again from what its finding recorded (:meth:`Loop.from_evidence`)."""
+    given, rest = evidence["inputs"], dict(evidence["gate"])
+    rule = _gate.GateRule(**{k: v for k, v in params["rule"].items() if k != "exploratory"})
+    work = equal.EqualWork(**{k: v for k, v in params["equal_work"].items() if k != "exploratory"})
+    subject, best = rule.subject, rest.get("best_reference")
+    metrics: dict[str, float] = {}
+    if given["subject_turns"] and best is not None and given["best_turns"]:
+        rows = pd.DataFrame([r | {"arm": subject} for r in given["subject_turns"]]
+                            + [r | {"arm": best} for r in given["best_turns"]])
+        s = ArmSummary(subject, subject, None)
+        if steps := equal.equal_tokens(rows, best, subject, work):
+            ref, mine = paired(rows, best, subject, "e2e_s", steps)
+            est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=int(params.get("seed") or 0))
+            s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
+            metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high,
+                        "speedup_turns": est.n}
+            _excluded_at_worst(rows, best, subject, steps, s, int(params.get("seed") or 0))
+        ci, against, favour = (s.ci.get(k) for k in ("speedup_vs_best_llamacpp", "speedup_excluded_against",
+                                                      "speedup_excluded_favour"))
+        metrics |= {k: v for k, v in s.metrics.items() if k.startswith("speedup_excluded")}
+        rest |= {"speedup": ci or {"value": float("nan"), "low": float("nan"), "high": float("nan")},
+                 "compared_turns": int(ci["turns"]) if ci else 0, "excluded_turns": int(against["excluded"]) if against
+                 else 0, "against": against, "favour": favour}
+    else:
+        rest |= {"speedup": None}
+    rest = {k: tuple(v) if isinstance(v, list) else v for k, v in rest.items()}
+    rest["on_target"] = bool(given.get("on_target"))
+    out = _gate.decide(rule, _gate.GateEvidence(**{k: v for k, v in rest.items()
+                                                   if k in _gate.GateEvidence.__dataclass_fields__}))
+    return Outcome(out.verdict, out.summary, metrics)
+
+
+def _against_params(f: findings.Finding) -> list[str]:
+    """A gate whose compared turns its own run's parameters could not hold (more than ``sessions × turns``)."""
+    compared = (f.evidence.get("gate") or {}).get("compared_turns") or 0
+    per, sessions = f.params.get("turns"), f.params.get("sessions")
+    most = (f.environment.get("loop") or {}).get("turns")
+    if isinstance(per, int) and isinstance(sessions, int) and compared > per * sessions:
+        return [f"it compares {compared} turns, but its own parameters ran at most {sessions} session(s) × {per} "
+                "turn(s)"]
+    if isinstance(most, int) and compared > most:
+        return [f"it compares {compared} turns, but its workload recorded {most}"]
+    return []
+
+
+def against_arms(f: findings.Finding, found: Sequence[findings.Finding]) -> list[str]:
+    """Where a gate finding disagrees with the arm findings of its run (:meth:`Loop.check_run`)."""
+    run = (f.environment.get("loop") or {}).get("run")
+    arms = {g.params.get("arm"): g for g in found if g.probe.startswith(f"{PROBE}.") and g.probe != f.probe
+            and run is not None and (g.environment.get("loop") or {}).get("run") == run}
+    if not arms:
+        return [f"none of the arm findings of its run (loop run {run or 'not recorded'}) is among the findings read, "
+                "so what it says of them cannot be checked: keep the run's findings together"]
+    best = (f.evidence.get("gate") or {}).get("best_reference")
+    if best is not None and (best not in arms or arms[best].verdict == "not-run"):
+        return [f"the best llama.cpp arm it names, {best}, did not run in its run"]
+    why = []
+    if best is not None:
+        theirs = [{k: r.get(k) for k in TURN_COLUMNS} for r in arms[best].evidence.get("rows", [])]
+        mine = [{k: r.get(k) for k in TURN_COLUMNS} for r in (f.evidence.get("inputs") or {}).get("best_turns", [])]
+        if theirs != mine:
+            why.append(f"the turns it recorded of {best} are not the ones {best}'s own finding recorded")
+    for row in f.evidence.get("rows", []):
+        arm = arms.get(row.get("arm"))
+        if arm is None or not row.get("ran"):
+            continue
+        off = [t for t, m in arm.metrics.items() if t in row and row[t] != m.get("value")]
+        if off:
+            why.append(f"its row of {row['arm']} says {', '.join(off)} otherwise than {row['arm']}'s own finding")
+    return why
+
+
 def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     """The gate's evidence as its finding recorded it: the speed-up from its metrics, on target only where the
     finding's own fingerprint has a GPU and the verified target, the equal-work rule's laxity from the rule in its
@@ -395,11 +512,13 @@ def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
 
 def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict, workload_doc: dict,
                  target: dict | None, work: equal.EqualWork = equal.EqualWork(),
-                 on_gpu: Collection[str] = ()) -> findings.Finding:
+                 on_gpu: Collection[str] = (), rows: pd.DataFrame | None = None) -> findings.Finding:
     """The subject's finding on the claim: its arm's metrics (so its speed-up is drawn beside the references'),
     the verdict of :func:`.gate.decide`, and the reference arms beside it. ``target``: the verified target evidence
     (:func:`.target.verify`), or None; ``work``: the run's equal-work rule; ``on_gpu``: the arms whose engine said
-    it holds every layer on a GPU."""
+    it holds every layer on a GPU; ``rows``: the run's turns, the subject's and the best arm's recorded beside the
+    verdict so that it is decided again from them (:meth:`Loop.from_evidence`)."""
+    rows = rows if rows is not None else pd.DataFrame()
     claim = claims.get(_gate.CLAIM)
     subject = next((s for s in summaries if s.arm == rule.subject), None)
     evidence = gate_evidence(summaries, rule, target, work, on_gpu)
@@ -411,21 +530,24 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
     reason = None
     best = next((x.arm for x in summaries if x.is_best), None)
     named = f"Best llama.cpp arm: {best}" if best else "No llama.cpp arm qualified as the best"
-    summary = f"{outcome.summary}. {named}. Rule: {rule.describe()}. References ({where}): {references}."
+    summary = (f"{outcome.summary}. {named}. {precision(summaries, rule.subject, best)}Rule: {rule.describe()}. "
+               f"References ({where}): {references}.")
     if outcome.verdict == "not-run":
         reason = f"{outcome.reason}. {must_add} References measured here ({where}): {references}."
-    rows = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason, "best_llamacpp": s.is_best,
-             "disqualified": s.disqualified, **{k: v for k, v in s.metrics.items() if not _nan(v)}}
-            for s in summaries]
+    table = [{"arm": s.arm, "engine": s.engine, "ran": s.reason is None, "reason": s.reason, "best_llamacpp": s.is_best,
+              "disqualified": s.disqualified, **{k: v for k, v in s.metrics.items() if not _nan(v)}}
+             for s in summaries]
     engine = _arms.get(rule.subject).engine
     notes = [rule.describe(), f"equal work: {workload_doc['equal_work_rule']}", must_add,
              f"workload: {workload_doc['rule']}", *(subject.notes if subject else [])]
+    inputs = {"subject_turns": _turns(rows, rule.subject if subject and not subject.reason else None),
+              "best_turns": _turns(rows, best), "on_target": evidence.on_target}
     return findings.Finding(
         probe=f"{PROBE}.gate", probe_version=Loop.version, claims=[claim.id], verdict=outcome.verdict, summary=summary,
         engine=engine, environment=_environment(engine, None, None, {"loop": workload_doc, "target": target}),
         params=params | {"arm": rule.subject, "rule": rule.as_dict()}, metrics=_metric_values(subject),
-        evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows, "notes": notes,
-                  "ci": subject.ci if subject else {},
+        evidence={"columns": list(dict.fromkeys(k for r in table for k in r)), "rows": table, "notes": notes,
+                  "ci": subject.ci if subject else {}, "inputs": inputs,
                   "gate": {k: v for k, v in asdict(evidence).items() if k not in ("speedup", "on_target")}},
         reason=reason)
 

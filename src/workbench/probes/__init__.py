@@ -9,6 +9,8 @@ cannot run it, never a guessed answer.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import json
 import math
 import shutil
 import tempfile
@@ -45,6 +47,9 @@ class Outcome:
     claim_rests_on: dict[str, tuple[Support, ...]] = field(default_factory=dict)  # a claim row with its own evidence
     sources: dict[str, str] = field(default_factory=dict)  # a metric's source in this run, where not the declared one
     claim_reasons: dict[str, str] = field(default_factory=dict)  # a claim row's own reason, in its rule's words
+    # what the rule read beside the rows (recorded as ``evidence["inputs"]``), so that its own code can give this
+    # outcome again from the finding alone (Declared.from_evidence)
+    inputs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:  # a misspelt verdict fails where the rule returns it, not at the schema
         self.verdict = Verdict.check(self.verdict, "a probe's verdict")
@@ -94,10 +99,53 @@ class Declared:
         """How ``found`` (its findings) were obtained, in the words a figure's subtitle gives."""
         return f"workbench probe {self.name}"
 
-    def outcome_defaults(self) -> dict[str, Any]:
-        """The parameters that build the outcome instead of measuring it, each with the value the claim's run keeps
-        (:mod:`workbench.settle`: a finding with one moved is exploratory)."""
-        return {}
+    def exploratory(self, f: findings.Finding) -> list[str]:
+        """Each parameter of ``f`` that builds the outcome instead of measuring it, as ``name=value``
+        (:mod:`workbench.settle`: a finding with one is exploratory). None here: a source that checks its own rule's
+        parameters where it decides (the loop's gate)."""
+        return []
+
+    # ------------------------------------------------------------------ the hook every writer of findings declares
+
+    def from_evidence(self, evidence: Mapping[str, Any], p: Any) -> Outcome:
+        """HOOK: what this family's own rule concludes from a finding's own evidence (its rows, and the inputs it
+        recorded beside them) and parameters (``p``: :meth:`params_of`), as the :class:`Outcome` the run would have
+        returned: its verdict, claim rows and the metrics the rows give. :mod:`workbench.settle` compares it with
+        what the finding says (:meth:`check_evidence`), so a number or a verdict that its rows do not give settles
+        nothing. A family that does not declare it settles nothing. Checked against this signature when the family
+        is loaded (:func:`verify_declared`, as pluggy's ``_verify_hook`` checks a hook implementation)."""
+        raise NotImplementedError
+
+    def check_run(self, f: findings.Finding, found: Sequence[tuple[Any, findings.Finding]]) -> list[str]:
+        """Why ``f`` disagrees with the other findings of its run, among ``found`` (empty: it agrees, or its family
+        writes one finding per run). The loop's gate is checked against the arm findings written beside it."""
+        return []
+
+    @property
+    def rederives(self) -> bool:
+        """Whether this family declares :meth:`from_evidence`."""
+        return type(self).from_evidence is not Declared.from_evidence
+
+    def params_of(self, f: findings.Finding) -> Any:
+        """The parameters ``f`` recorded, as :meth:`from_evidence` reads them (a source: the dict as recorded)."""
+        return dict(f.params)
+
+    def check_evidence(self, f: findings.Finding) -> list[str]:
+        """Why ``f``'s verdicts and numbers are not what this family's rule gives on its own evidence (empty: they
+        are): :meth:`from_evidence` on what ``f`` recorded, the guard applied as when it was written
+        (:func:`at_most_inconclusive_without_engine`), then each verdict and each metric it gives compared."""
+        if not self.rederives:
+            return [f"{self.name} declares no re-derivation of its outcome from its evidence (from_evidence), so its "
+                    "numbers are its own word"]
+        try:
+            o = self.from_evidence(f.evidence, self.params_of(f))
+            o = at_most_inconclusive_without_engine(o, is_subject(f.engine, [*f.claims, *o.claim_verdicts]))
+            values = findings.metric_values(o.metrics, o.sources)
+        except ParamError as e:
+            return [f"its parameters cannot be read by {self.name}: {e}"]
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, StopIteration) as e:
+            return [f"its evidence cannot be read by {self.name}'s rule ({type(e).__name__}: {e})"]
+        return differences(f, o, values, self.name)
 
     def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
         """Why ``f``'s verdict on ``claim`` is not re-derived from what it recorded by this family's rule (empty: it
@@ -122,11 +170,26 @@ class Probe(Declared):
     ``name`` is the one it is registered under in :data:`PROBES` (its only home), given by :func:`get`."""
 
     needs_engine: bool = True  # False: a static probe that reads the installed package, never runs a model
-    outcome_params: tuple[str, ...] = ()  # parameters that, moved from their default, build the outcome
+    #: The parameters (and cell options) that count as measurement: a run may move them and still measure the claim
+    #: (a size, a count, a seed, repeats). Every other one moved from its default builds the outcome instead (a rule's
+    #: threshold, a fault, a client's seed): the finding is exploratory (:mod:`workbench.settle`). Checked when the
+    #: probe is loaded: each names a parameter of ``Params``.
+    measures: tuple[str, ...] = ()
 
-    def outcome_defaults(self) -> dict[str, Any]:
-        defaults = {f.name: f.default for f in dataclasses.fields(self.Params)}
-        return {k: defaults[k] for k in self.outcome_params}
+    def defaults(self) -> dict[str, Any]:
+        """Each parameter's default, as a finding records it (tuples as lists)."""
+        return _plain({f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                       for f in dataclasses.fields(self.Params)})
+
+    def exploratory(self, f: findings.Finding) -> list[str]:
+        """Each parameter not declared measurement (:attr:`measures`) that ``f`` records away from its default (or
+        does not record: a parameter left out is no evidence of the default)."""
+        return [f"{k}={f.params[k]!r}" if k in f.params else f"{k}=(not recorded)"
+                for k, default in self.defaults().items()
+                if k not in self.measures and (k not in f.params or f.params[k] != default)]
+
+    def params_of(self, f: findings.Finding) -> Any:
+        return parse_params(self, {k: v for k, v in f.params.items() if k != "model"})
 
     @dataclass(frozen=True)
     class Params:
@@ -183,7 +246,23 @@ class ProbeContext:
         return cell
 
 
-PROBES: Registry = Registry("probe", base=Probe)
+def verify_declared(name: str, cls: type) -> None:
+    """Check a family's declarations when it is loaded, as pluggy's ``_verify_hook`` checks a hook implementation
+    against its spec: :meth:`Declared.from_evidence`, where it declares it, takes the spec's arguments by their names;
+    every name in a probe's ``measures`` is one of its parameters."""
+    want = list(inspect.signature(Declared.from_evidence).parameters)
+    got = list(inspect.signature(cls.from_evidence).parameters)
+    if got != want:
+        raise TypeError(f"{name} ({cls.__qualname__}) implements from_evidence({', '.join(got[1:])}); the hook's spec "
+                        f"is from_evidence({', '.join(want[1:])})")
+    if issubclass(cls, Probe):
+        fields = {f.name for f in dataclasses.fields(cls.Params)}
+        if stray := [m for m in cls.measures if m not in fields]:
+            raise TypeError(f"probe {name} ({cls.__qualname__}) declares measures {', '.join(stray)}, which are not "
+                            f"among its parameters ({', '.join(sorted(fields)) or 'none'})")
+
+
+PROBES: Registry = Registry("probe", base=Probe, verify=verify_declared)
 for _name, _target in {
     "retention.pinning_under_pressure": "workbench.probes.retention:PinningUnderPressure",
     "reuse.per_request_metrics": "workbench.probes.reuse:PerRequestMetrics",
@@ -205,7 +284,7 @@ for _name, _target in {
     PROBES.register(_name, _target)
 
 
-SOURCES: Registry = Registry("finding source", base=Declared)
+SOURCES: Registry = Registry("finding source", base=Declared, verify=verify_declared)
 """Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``,
 ``evaltable.prefix_caching``)."""
 SOURCES.register("loop", "workbench.loop.results:Loop")
@@ -360,6 +439,8 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     outcome = at_most_inconclusive_without_engine(outcome, subject)
     check_rests(probe, outcome, subject)
     finding = _finding(probe, ctx, p, outcome, reason)
+    if reason is None and probe.rederives:
+        check_derivable(probe, finding)
     if out is not None:
         findings.write(finding, out)
     return finding
@@ -461,6 +542,53 @@ def check_rests(probe: Declared, o: Outcome, subject: bool) -> None:
                 raise UndeclaredRest(f"probe {probe.name}: {why}; declare it in {type(probe).__name__}.rests")
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Two recorded values the same: numbers within rounding (a JSON round trip), anything else equal."""
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return a == b
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def differences(f: findings.Finding, o: Outcome, values: Mapping[str, Mapping[str, Any]], name: str) -> list[str]:
+    """Where finding ``f`` says otherwise than ``o``, its own rule's outcome on its own evidence (``values``: ``o``'s
+    metrics as a finding records them): each verdict, each metric the rule gives, and each metric a verdict rests on
+    that the rule does not give."""
+    out = []
+    for c in dict.fromkeys([*f.claims, *o.claim_verdicts, *f.claim_verdicts]):
+        said, again = f.verdict_on(c), o.claim_verdicts.get(c, o.verdict)
+        if said != again:
+            out.append(f"re-derived from its own evidence by {name}'s rule, its verdict on {c} is {again}, not {said}")
+    for tag, m in values.items():
+        recorded, got = (f.metrics.get(tag) or {}).get("value"), findings.strict(m["value"])[0]
+        if tag in f.metrics and not _same(recorded, got):
+            out.append(f"its {metrics.METRICS[tag].header} is recorded as {recorded!r}, but its own evidence gives "
+                       f"{got!r} by {name}'s rule")
+    rested = {s.metric for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) for s in _supports(f, c)}
+    out += [f"{t}, which its verdict rests on, is not re-derived from its evidence by {name}'s rule"
+            for t in sorted(rested - set(values))]
+    return list(dict.fromkeys(out))
+
+
+def _supports(f: findings.Finding, claim: str) -> tuple[Support, ...]:
+    try:
+        return f.supports_of(claim)
+    except (KeyError, ValueError, TypeError):
+        return ()
+
+
+class UnderivedOutcome(WorkbenchError):
+    """A probe's finding that its own :meth:`Declared.from_evidence` does not give again from what it recorded: a bug
+    in the probe, caught where its finding is written, so no reader is left unable to re-derive it."""
+
+
+def check_derivable(probe: Declared, finding: findings.Finding) -> None:
+    """The finding as it will be read back (its JSON) re-derives from its own evidence by ``probe``'s rule."""
+    back = findings.from_dict(json.loads(findings.to_json(finding)))
+    if problems := probe.check_evidence(back):
+        raise UnderivedOutcome(f"{probe.name}: its finding does not re-derive from its own evidence: "
+                               + "; ".join(problems))
+
+
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
     d = ctx.description
     version = d.engine_version if d else cells.availability(ctx.engine).version if ctx.engine in cells.engines() else None
@@ -474,7 +602,7 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
         params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
         metrics=findings.metric_values(o.metrics, o.sources),
-        evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
+        evidence={"columns": columns, "rows": o.rows, "notes": o.notes, **({"inputs": o.inputs} if o.inputs else {})},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
         claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
     )

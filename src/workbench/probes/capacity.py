@@ -45,6 +45,10 @@ class BudgetPolicy(Probe):
              ("*", "refuted"): _within, ("contract.describe", "confirmed"): _within}
     figures = (Figure("capacity", "capacity"),)
     Params = Params
+    measures = ()  # tolerance and max_overshoot are the rule's bounds: a run that moves them is exploratory
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        return verdict(evidence["rows"], p)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         with ctx.open(kv_budget_tokens=int(min(BUDGETS))) as probe_cell:

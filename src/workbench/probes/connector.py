@@ -55,6 +55,15 @@ class ExportGranularity(Probe):
                                            (_held, Support(_sub, "==", False), Support(_shift, "==", False)), *_calls),
     }
     Params = Params
+    measures = ("prefix_tokens", "shift", "continuation", "seed")  # logits_tolerance is the rule's bound
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule of the channel the rows came from: sequence-state arms (``arm``), or connector calls (``method``,
+        with the engine's block size recorded beside them)."""
+        rows = evidence["rows"]
+        if rows and "arm" in rows[0]:
+            return export_verdict(rows, p, "the engine", 0)
+        return _connector_outcome(rows, int(evidence["inputs"]["block_tokens"]), [])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         with ctx.open() as cell:
@@ -124,10 +133,8 @@ class ExportGranularity(Probe):
         B = d.block_tokens
         allocs = [r for r in rows if r["method"] == "update_state_after_alloc"]
         matched = [r for r in rows if r["method"] == "get_num_new_matched_tokens"]
-        saves = [r for r in rows if r["method"] in ("save_kv_layer", "request_finished")]
         unit_blocks = {r["n_blocks"] for r in allocs if r["n_blocks"]}
         positions = sorted({r["computed_position"] for r in rows if r.get("computed_position") is not None})
-        metrics = {"export_unit_tokens": B, "block_tokens": B}
         notes = [f"connector calls: {len(rows)} ({', '.join(sorted({r['method'] for r in rows}))})",
                  f"block-id lists per allocation: {sorted(unit_blocks)}; computed positions seen: {positions[:8]}",
                  f"get_num_new_matched_tokens was offered num_computed_tokens "
@@ -137,10 +144,21 @@ class ExportGranularity(Probe):
             c = caches[0]
             notes.append(f"engine KV tensors: {len(caches)} layers of shape {c['shape']}; one block of one layer is "
                          f"{c['bytes'] // c['shape'][0]} bytes (measured by the connector)")
-        if not allocs or not saves:
-            return Outcome("inconclusive", "The recording connector saw no allocation or save calls; the export unit "
-                           "could not be observed.", metrics, rows, notes)
-        return connector_verdict(rows, B, metrics, notes)
+        out = _connector_outcome(rows, B, notes)
+        out.inputs = {"block_tokens": B}
+        return out
+
+
+def _connector_outcome(rows: list[dict], B: int, notes: list[str]) -> Outcome:
+    """The connector channel's rule on its call rows: no allocation or save seen is inconclusive, else
+    :func:`connector_verdict`."""
+    metrics = {"export_unit_tokens": B, "block_tokens": B}
+    allocs = [r for r in rows if r["method"] == "update_state_after_alloc"]
+    saves = [r for r in rows if r["method"] in ("save_kv_layer", "request_finished")]
+    if not allocs or not saves:
+        return Outcome("inconclusive", "The recording connector saw no allocation or save calls; the export unit "
+                       "could not be observed.", metrics, rows, notes)
+    return connector_verdict(rows, B, metrics, notes)
 
 
 def _logits(cell, prefix: list[int]):

@@ -23,12 +23,17 @@ class ContractMapping(Probe):
     Params = NoParams
     needs_engine = False
 
+    def from_evidence(self, evidence, p) -> Outcome:
+        given = evidence["inputs"]
+        return mapping_verdict(evidence["rows"], given["engine"], own_table=given["own_table"])
+
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         package_dir(ctx.engine)  # not installed → not-run, before any import
         engine = cells.runs(ctx.engine)  # served: the package its server runs
         cell = cells.cell_class(engine)
         own = None if engine == self.claim.subject else cell.surface_table  # another engine: its own table
         out = mapping_verdict(cell.surface_rows(), ctx.engine, own_table=own)
+        out.inputs = {"engine": ctx.engine, "own_table": own}
         if engine != ctx.engine:
             out.notes.append(f"{ctx.engine} is {engine} behind a server: this survey reads {engine}'s installed package")
         return out

@@ -28,6 +28,12 @@ class CppEntrypoint(Probe):
     Params = NoParams
     needs_engine = False
 
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule of the channel the survey read (recorded in ``inputs``) again on its rows."""
+        given = evidence["inputs"]
+        rule = {"subject": subject_verdict, "c_api": c_api_verdict, "extension": extension_verdict}[given["channel"]]
+        return rule(evidence["rows"], given)
+
     def run(self, ctx: ProbeContext, p: NoParams) -> Outcome:
         root = package_dir(ctx.engine)
         cell = cells.cell_class(cells.runs(ctx.engine))  # served: the package its server runs
@@ -38,60 +44,89 @@ class CppEntrypoint(Probe):
                  "signature": c.signature} for c in s.constructors]
         rows += [{"kind": "library", "where": lib.path, "executor_symbols": len(lib.executor_symbols),
                   "symbol_source": lib.symbol_source, "error": lib.error} for lib in s.libraries]
-        metrics = {"headers": len(s.headers), "executor_symbols": sum(len(lib.executor_symbols) for lib in s.libraries)}
-        notes = [f"surveyed {root}: {len(s.headers)} headers, {len(s.libraries)} shared libraries "
-                 f"(symbols via {s.symbol_channel}); Executor constructors take: {', '.join(s.entry_kinds) or 'none found'}",
-                 "documentation and stability cannot be read from files; a positive answer still needs NVIDIA's word"]
-        if s.takes_model_code:
-            return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
-                           "the PyTorch-native path may exist; its documentation and stability are unverified.",
-                           metrics, rows, notes, rests_on=(Support("executor_symbols", ">", 0),))
-        if s.constructors:
-            return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
-                           f"{' / '.join(s.entry_kinds)} (engine artifacts), not from the PyTorch-native model "
-                           "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
-                           rests_on=(Support("executor_symbols", ">", 0),))
-        return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
-                       "exported symbols surveyed).", metrics, rows, notes, 
-                       rests_on=(Support("executor_symbols", "==", 0),))
+        given = {"channel": "subject", "headers": len(s.headers), "root": str(root),
+                 "libraries": len(s.libraries), "symbol_channel": s.symbol_channel}
+        out = subject_verdict(rows, given)
+        out.inputs = given
+        return out
+
+
+def subject_verdict(rows: list[dict], given: dict) -> Outcome:
+    """The subject's survey: what its Executor constructors take (their rows' ``takes``) and the Executor symbols its
+    libraries export."""
+    kinds = sorted({r["takes"] for r in rows if r["kind"] == "constructor"})
+    metrics = {"headers": given["headers"],
+               "executor_symbols": sum(r["executor_symbols"] for r in rows if r["kind"] == "library")}
+    notes = [f"surveyed {given['root']}: {given['headers']} headers, {given['libraries']} shared libraries "
+             f"(symbols via {given['symbol_channel']}); Executor constructors take: {', '.join(kinds) or 'none found'}",
+             "documentation and stability cannot be read from files; a positive answer still needs NVIDIA's word"]
+    if "model_code" in kinds:
+        return Outcome("partial", "An installed Executor constructor takes model code objects: a C++ entry into "
+                       "the PyTorch-native path may exist; its documentation and stability are unverified.",
+                       metrics, rows, notes, rests_on=(Support("executor_symbols", ">", 0),))
+    if kinds:
+        return Outcome("refuted", f"The installed release's C++ Executor is constructed only from "
+                       f"{' / '.join(kinds)} (engine artifacts), not from the PyTorch-native model "
+                       "definitions: no C/C++ entry point into the PyTorch path is shipped.", metrics, rows, notes,
+                       rests_on=(Support("executor_symbols", ">", 0),))
+    return Outcome("refuted", "The installed release ships no C++ Executor entry point at all (headers and "
+                   "exported symbols surveyed).", metrics, rows, notes,
+                   rests_on=(Support("executor_symbols", "==", 0),))
+
+
+def _libraries(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
 
 
 def _c_api(root: Path, cell: Any, claim: claims.Claim) -> Outcome:
     """An engine whose cell calls a C API (``cell.c_functions``): do its shared libraries export all of it?"""
     wanted = list(cell.c_functions)
-    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
     exported: set[str] = set()
     rows = []
-    for lib in libs:
+    for lib in _libraries(root):
         names = set(elf_defined_dynamic_symbols(lib))
         exported |= names
         rows.append({"kind": "library", "where": str(lib.relative_to(root)),
                      "c_api_symbols": len(names & set(wanted))})
-    headers = sorted(str(h.relative_to(root)) for h in root.rglob("*.h"))
-    missing = [f for f in wanted if f not in exported]
-    metrics = {"headers": len(headers), "symbols_present": len(wanted) - len(missing), "symbols_missing": len(missing)}
-    notes = [f"libraries: {', '.join(r['where'] for r in rows) or 'none'}; headers shipped: {len(headers)}"]
+    given = {"channel": "c_api", "headers": len(list(root.rglob("*.h"))), "label": cell.label,
+             "wanted": len(wanted), "missing": [f for f in wanted if f not in exported], "about": claim.about.name}
+    out = c_api_verdict(rows, given)
+    out.inputs = given
+    return out
+
+
+def c_api_verdict(rows: list[dict], given: dict) -> Outcome:
+    label, wanted, missing = given["label"], given["wanted"], given["missing"]
+    metrics = {"headers": given["headers"], "symbols_present": wanted - len(missing), "symbols_missing": len(missing)}
+    notes = [f"libraries: {', '.join(r['where'] for r in rows) or 'none'}; headers shipped: {given['headers']}"]
     if missing:
         notes.append(f"missing C symbols: {', '.join(missing)}")
-        return Outcome("partial", f"{cell.label}'s libraries export {len(wanted) - len(missing)}/{len(wanted)} of "
-                       f"the C functions the {cell.label} cell uses.", metrics, rows, notes,
+        return Outcome("partial", f"{label}'s libraries export {wanted - len(missing)}/{wanted} of "
+                       f"the C functions the {label} cell uses.", metrics, rows, notes,
                        rests_on=(Support("symbols_missing", ">", 0),))
-    return Outcome("not-applicable", f"The unknown is about {claim.about.name}'s PyTorch path, which {cell.label} "
-                   f"does not have; as a reference, {cell.label} ships a C entry point: its libraries export all "
-                   f"{len(wanted)} C functions its cell uses, so a Go daemon can host it in-process without Python.",
+    return Outcome("not-applicable", f"The unknown is about {given['about']}'s PyTorch path, which {label} "
+                   f"does not have; as a reference, {label} ships a C entry point: its libraries export all "
+                   f"{wanted} C functions its cell uses, so a Go daemon can host it in-process without Python.",
                    metrics, rows, notes)
 
 
 def _extension_modules(root: Path, label: str) -> Outcome:
     """An engine whose cell calls Python only: are its shared libraries a C entry point, or extension modules?"""
-    libs = sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name))
     rows = []
-    for lib in libs:
+    for lib in _libraries(root):
         names = elf_defined_dynamic_symbols(lib)
         rows.append({"kind": "library", "where": str(lib.relative_to(root)), "exported_symbols": len(names),
                      "python_extension": any(n.startswith("PyInit_") for n in names)})
+    given = {"channel": "extension", "headers": len(list(root.rglob("*.h"))), "label": label}
+    out = extension_verdict(rows, given)
+    out.inputs = given
+    return out
+
+
+def extension_verdict(rows: list[dict], given: dict) -> Outcome:
+    label = given["label"]
     standalone = [r for r in rows if not r["python_extension"]]
-    metrics = {"headers": len(list(root.rglob("*.h"))), "symbols_present": sum(r["exported_symbols"] for r in rows)}
+    metrics = {"headers": given["headers"], "symbols_present": sum(r["exported_symbols"] for r in rows)}
     notes = [f"{len(rows)} shared libraries; Python extension modules (export PyInit_*): "
              f"{len(rows) - len(standalone)}; others: {', '.join(r['where'] for r in standalone) or 'none'}"]
     if standalone:

@@ -60,6 +60,10 @@ class Admission(Probe):
     claims = ("gateway.admission",)
     rests = {(c, v): ((Support("engine_block_tokens", ">", 0),),) for c in ("*",) for v in ("confirmed", "refuted", "partial")}
     Params = Params
+    measures = ("budget_tokens", "seed")  # wrong_block sizes the mismatched rule: exploratory
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        return verdict(evidence["rows"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)

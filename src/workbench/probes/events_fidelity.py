@@ -60,6 +60,11 @@ class InventoryFidelity(Probe):
              ("gateway.diagnosis", "partial"): _reused, ("gateway.diagnosis", "refuted"): _reused}
     figures = (Figure("predicted_vs_reported", "events_fidelity"),)
     Params = Params
+    # the workload's size and seed: measurement; the engine's hash seed and the wrong arms are not
+    measures = ("requests", "prefixes", "prefix_tokens", "suffix_tokens", "budget_blocks", "context_tokens", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        return verdict(evidence["rows"], evidence["inputs"]["evicted_blocks"], RIGHT)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure, budget_tokens=p.budget_blocks * 32, context_tokens=p.context_tokens)
@@ -92,7 +97,9 @@ class InventoryFidelity(Probe):
                 rows = _drive(cell, gateway, Inventory(right), arms, w)
             finally:
                 gateway.close()
-        return verdict(rows, gateway.removed_blocks, RIGHT, notes)
+        out = verdict(rows, gateway.removed_blocks, RIGHT, notes)
+        out.inputs = {"evicted_blocks": gateway.removed_blocks}  # the engine's removal events the gateway consumed
+        return out
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,13 @@ class InventoryIsolation(Probe):
     _apart = ((Support("engine_cross_tenant_reused_tokens", "<=", 0), Support("engine_reused_tokens", ">", 0)),)
     rests = {("*", "refuted"): ((Support("engine_cross_tenant_reused_tokens", ">", 0),), *_apart),
              ("*", "confirmed"): _apart, ("*", "partial"): _apart}
-    outcome_params = ("client_salt",)  # a client that leaves the salt out merges tenants by construction
+    # a client that leaves the salt out merges tenants by construction: client_salt (and every other parameter but
+    # these) is exploratory
+    measures = ("prompts", "prompt_tokens", "seed")
     Params = Params
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        return verdict(evidence["rows"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure)

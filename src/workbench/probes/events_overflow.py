@@ -40,6 +40,13 @@ class OverflowResync(Probe):
                                    Support("engine_reused_tokens", ">", 0)),)}
     figures = (Figure("timeline", "events_timeline"),)
     Params = Params
+    measures = ("before", "after", "prompt_tokens", "seed")  # buffer_steps, policy, hash_seed: exploratory
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The timeline it recorded: the consumer's marks, then the requests (``mark: request``)."""
+        rows = evidence["rows"]
+        requests = [{k: v for k, v in r.items() if k != "mark"} for r in rows if r.get("mark") == "request"]
+        return verdict(requests, [r for r in rows if r.get("mark") != "request"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure, buffer_steps=p.buffer_steps, budget_tokens=64 * 32)

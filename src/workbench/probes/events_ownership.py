@@ -40,6 +40,11 @@ class OneConsumer(Probe):
              ("*", "partial"): ((Support("consumer_seen_fraction_min", "<", 1.0),),)}
     figures = (Figure("loss_curve", "events_loss_curve"),)
     Params = Params
+    measures = ("consumers", "requests", "prompt_tokens", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        given = evidence["inputs"]
+        return verdict(evidence["rows"], given["refused"], frozenset(given["skip"]))
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure)
@@ -72,13 +77,16 @@ class OneConsumer(Probe):
                     c.close()
         rows = [{"consumer": i + 1, "lease": "held" if i == 0 else "refused" if i - 1 < len(refused) else "taken",
                  "seqs": sorted(set(c.seqs)), "gaps": len(c.gaps)} for i, c in enumerate(everyone)]
-        return verdict(rows, refused, skip)
+        out = verdict(rows, refused, skip)
+        out.inputs = {"refused": refused, "skip": sorted(skip)}
+        return out
 
 
 def verdict(rows: list[dict], refused: list[str], skip: frozenset[int] = frozenset()) -> Outcome:
     """Rows: each consumer's received sequence numbers, the lease holder first. The stream is every number up to
     the highest seen. Confirmed only when the others took numbers the lease holder never received: consumers
     that received nothing show no taking (a fan-out they never joined, or a drain polled too late)."""
+    rows = [dict(r) for r in rows]  # the rows as recorded keep each consumer's numbers, so the rule reads them again
     seen = [set(r["seqs"]) for r in rows]
     union = set().union(*seen)
     notes = [f"the lease refused consumer {i + 2}: {why}" for i, why in enumerate(refused)]
@@ -91,7 +99,6 @@ def verdict(rows: list[dict], refused: list[str], skip: frozenset[int] = frozens
     taken = len(union - seen[0])
     for r, s in zip(rows, seen):
         r["seen_fraction"] = len(s) / stream
-        r.pop("seqs")
     metrics = {"consumer_seen_fraction_min": least, "consumer_overlap_fraction": shared,
                "lease_holder_seen_fraction": len(seen[0]) / stream}
     if shared == 0.0 and union >= set(numbers) and taken:

@@ -11,6 +11,7 @@ engine whose hashes cannot be recomputed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -40,6 +41,14 @@ class HashParity(Probe):
              ("*", "refuted"): ((Support("hash_parity_fraction", "<", 1.0),),),
              ("*", "partial"): ((Support("hash_parity_fraction", "<", 1.0),),)}
     Params = Params
+    # the client's and the engine's seeds and the salt build the outcome (a wrong seed breaks parity by construction)
+    measures = ("requests", "prompt_tokens", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule on its rows, with the scheme and its known variants it recorded beside them."""
+        given = evidence["inputs"]
+        return verdict(evidence["rows"], p.client_seed or p.hash_seed, p.hash_seed, given["release"],
+                       Recorded(given["scheme"], tuple(SimpleNamespace(**v) for v in given["variants"])))
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure, context_tokens=max(128, p.prompt_tokens + 32))
@@ -61,7 +70,22 @@ class HashParity(Probe):
                                  "salted": p.salted})
             finally:
                 source.close()
-        return verdict(rows, p.client_seed or p.hash_seed, p.hash_seed, f"{d.engine} {d.engine_version}", hasher)
+        out = verdict(rows, p.client_seed or p.hash_seed, p.hash_seed, f"{d.engine} {d.engine_version}", hasher)
+        out.inputs = {"release": f"{d.engine} {d.engine_version}", "scheme": hasher.scheme,
+                      "variants": [{"name": s.name, "difference": s.difference, "source": s.source}
+                                   for s, _ in hasher.variants()]}
+        return out
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A hasher's scheme and its variants as a finding recorded them: what :func:`changed_scheme` reads."""
+
+    scheme: str
+    schemes: tuple[Any, ...]
+
+    def variants(self) -> list[tuple[Any, None]]:
+        return [(s, None) for s in self.schemes]
 
 
 def request_row(stored: list[KvEvent], prompt: list[int], salt: str | None, hasher: Hasher) -> dict:

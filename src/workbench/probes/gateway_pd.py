@@ -111,23 +111,28 @@ def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
 
 
 class PdShape(Probe):
-    version = "1"
+    version = "2"  # 2: the lifecycle decided on its own conditions; nothing transferable leaves both open
     claims = ("shapes.pd_lifecycle", "shapes.pd_transferred_kv")
-    outcome_params = ("fault",)
+    measures = ("prompt_tokens", "max_tokens", "repeats", "seed")  # fault drives a verdict otherwise: exploratory
     rests = {
-        ("shapes.pd_lifecycle", "confirmed"): ((Support("pd_external_exact", "==", True),
-                                                Support("pd_output_matches_single", "==", True),
+        ("shapes.pd_lifecycle", "confirmed"): ((Support("pd_output_matches_single", "==", True),
                                                 Support("pd_early_exit_generation_requests", "<=", 0)),),
-        ("shapes.pd_lifecycle", "refuted"): ((Support("pd_external_exact", "==", False),),
-                                             (Support("pd_output_matches_single", "==", False),),
+        ("shapes.pd_lifecycle", "refuted"): ((Support("pd_output_matches_single", "==", False),),
                                              (Support("pd_early_exit_generation_requests", ">", 0),)),
         ("shapes.pd_transferred_kv", "confirmed"): ((Support("pd_external_tokens", ">", 0),
                                                      Support("pd_zeroed_output_changed", "==", True)),),
+        ("shapes.pd_transferred_kv", "partial"): ((Support("pd_external_tokens", ">", 0),
+                                                   Support("pd_external_exact", "==", False)),),
         ("shapes.pd_transferred_kv", "refuted"): ((Support("pd_external_tokens", "<=", 0),),
                                                   (Support("pd_zeroed_output_changed", "==", False),)),
     }
     figures = (Figure("ttft_split", "pd_ttft_split"), Figure("cached_tokens", "pd_cached_tokens"))
     Params = Params
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule again on the metrics its rows give: the first P/D exchange and its zeroed control, the early-exit
+        row (the engine's own counters, recorded there), the repeats' TTFT medians."""
+        return decide(evidence_metrics(evidence["rows"], evidence["inputs"]), evidence["rows"], [])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         try:
@@ -153,26 +158,43 @@ def measure(pair: Pair, p: Params, rng: np.random.Generator, d: Any) -> Outcome:
     after = pair.counts(pair.generation)
     zeroed = _zeroed_control(pair, entry, tokens, p.max_tokens)
     exits = _early_exit(pair, rng, d, p)
-    rows = [_row("single", single, single), _row("P/D", ex, single), _row("zeroed store", zeroed, single),
-            {"run": "early exit", "finish_reason": exits["finish_reason"], "early_exit": exits["early_exit"],
-             "generation_requests": exits["generation_requests"]}]
     external = after.external_tokens - before.external_tokens
-    m = {"pd_external_tokens": external, "pd_expected_external_tokens": pair.wire.transferable(len(tokens), block),
-         "pd_decode_cached_tokens": _cached(ex.usage), "pd_output_matches_single": ex.token_ids == single.token_ids,
-         "pd_zeroed_output_changed": zeroed.token_ids != single.token_ids if zeroed else None,
-         "pd_early_exit_generation_requests": exits["generation_requests"], "pd_early_exits": exits["counted"],
-         "pd_ttft_s": ex.ttft_s, "pd_context_s": ex.context_s, "single_ttft_s": single.ttft_s}
-    m["pd_external_exact"] = external == m["pd_expected_external_tokens"]
-    rows += _repeats(pair, rng, d, p, m)
+    rows = [_row("single", single, single), _row("P/D", ex, single) | {"external_tokens": external},
+            _row("zeroed store", zeroed, single),
+            {"run": "early exit", "finish_reason": exits["finish_reason"], "early_exit": exits["early_exit"],
+             "generation_requests": exits["generation_requests"], "counted": exits["counted"]}]
+    rows += _repeats(pair, rng, d, p)
+    inputs = {"expected_external_tokens": pair.wire.transferable(len(tokens), block)}
     notes = [f"fault: {p.fault}", f"relayed state (the context answer's, untouched): {ex.state!r}",
              f"generation leg prompt kept: {ex.generation_body.get('prompt') == tokens if ex.generation_body else None}",
              f"zeroed-store control: {'ran' if zeroed else 'not run (no stored entry of the prompt to zero)'}"]
-    return decide(m, rows, notes)
+    out = decide(evidence_metrics(rows, inputs), rows, notes)
+    out.inputs = inputs
+    return out
 
 
-def _repeats(pair: Pair, rng: np.random.Generator, d: Any, p: Params, m: dict) -> list[dict]:
-    """``p.repeats - 1`` more timed pairs on fresh prompts (no fault): the TTFT metrics become medians."""
-    timed = {"single_ttft_s": [m["single_ttft_s"]], "pd_ttft_s": [m["pd_ttft_s"]], "pd_context_s": [m["pd_context_s"]]}
+def evidence_metrics(rows: list[dict], inputs: dict) -> dict:
+    """The rule's metrics from the rows the finding records: the first single and P/D exchange (the P/D row carries
+    the generation endpoint's own count of tokens its connector supplied), the zeroed-store control, the early-exit
+    row (the generation endpoint's own request counter), and the TTFT medians over every repeat."""
+    first = {r["run"]: r for r in rows if not r.get("repeat")}
+    single, ex, zeroed, exits = first["single"], first["P/D"], first["zeroed store"], first["early exit"]
+    external = ex["external_tokens"]
+    m = {"pd_external_tokens": external, "pd_expected_external_tokens": inputs["expected_external_tokens"],
+         "pd_decode_cached_tokens": ex.get("cached_tokens"),
+         "pd_output_matches_single": ex["tokens"] == single["tokens"],
+         "pd_zeroed_output_changed": zeroed["tokens"] != single["tokens"] if "tokens" in zeroed else None,
+         "pd_early_exit_generation_requests": exits["generation_requests"], "pd_early_exits": exits["counted"]}
+    m["pd_external_exact"] = external == m["pd_expected_external_tokens"]
+    for metric, run, column in (("single_ttft_s", "single", "ttft_s"), ("pd_ttft_s", "P/D", "ttft_s"),
+                                ("pd_context_s", "P/D", "context_s")):
+        got = [r[column] for r in rows if r["run"] == run and r.get(column) is not None]
+        m[metric] = float(np.median(got)) if got else None
+    return m
+
+
+def _repeats(pair: Pair, rng: np.random.Generator, d: Any, p: Params) -> list[dict]:
+    """``p.repeats - 1`` more timed pairs on fresh prompts (no fault): the TTFT metrics are medians over them."""
     rows = []
     for i in range(1, p.repeats):
         tokens = token_ids(rng, p.prompt_tokens, d)
@@ -181,10 +203,6 @@ def _repeats(pair: Pair, rng: np.random.Generator, d: Any, p: Params, m: dict) -
         ex = pd.relay(pair.client, pair.wire, pair.body(tokens, p.max_tokens, fresh_salt("pd")),
                       context_url=pair.url(pair.context), generation_url=pair.url(pair.generation))
         rows += [_row("single", single, single) | {"repeat": i}, _row("P/D", ex, single) | {"repeat": i}]
-        timed["single_ttft_s"].append(single.ttft_s)
-        timed["pd_ttft_s"].append(ex.ttft_s)
-        timed["pd_context_s"].append(ex.context_s)
-    m |= {k: float(np.median([v for v in vs if v is not None])) for k, vs in timed.items()}
     return rows
 
 
@@ -257,28 +275,49 @@ def decide(m: dict, rows: list[dict], notes: list[str]) -> Outcome:
                    rests_on=life_rests, claim_rests_on={"shapes.pd_transferred_kv": kv_rests})
 
 
+NOTHING = "nothing-transferable"
+
+
+def _nothing(m: dict) -> str | None:
+    """Why neither claim has room to differ: a prompt too short for the transfer to move a token (whole blocks of all
+    but its last token), so a P/D answer equal to one engine's and no token taken from the transfer say nothing."""
+    if m["pd_expected_external_tokens"] <= 0:
+        return ("no room to differ: the prompt is too short for the transfer to move any token (it moves whole blocks "
+                "of all but the last token), so nothing was handed over; run a prompt of more than one block")
+    return None
+
+
 def _lifecycle(m: dict) -> tuple[str, tuple[Support, ...], str]:
+    """The lifecycle's own conditions, each read from the engine: a finished context result never reaches generation
+    (the generation endpoint's own request counter) and the answer through the relay is the one engine's answer (its
+    prompt kept and its opaque state relayed untouched end to end). Whether the decode took the transferred KV is the
+    other claim's (a generation endpoint that recomputes still answers as one engine does)."""
     if m["pd_early_exit_generation_requests"] > 0:
         return ("refuted", (Support("pd_early_exit_generation_requests", ">", 0),),
                 f"a context result that had finished still reached generation "
                 f"({m['pd_early_exit_generation_requests']:g} request(s) there)")
-    if not m["pd_external_exact"]:
-        return ("refuted", (Support("pd_external_exact", "==", False),),
-                f"the generation endpoint took {m['pd_external_tokens']:g} tokens from the transfer, not the original "
-                f"prompt's {m['pd_expected_external_tokens']:g}: its prompt or the state was not the context leg's")
+    if (why := _nothing(m)) is not None:
+        return "inconclusive", (), why
     if not m["pd_output_matches_single"]:
         return ("refuted", (Support("pd_output_matches_single", "==", False),),
-                "the P/D answer differs from one engine's: the state did not arrive untouched")
-    return ("confirmed", (Support("pd_external_exact", "==", True), Support("pd_output_matches_single", "==", True),
+                "the P/D answer differs from one engine's: the generation leg did not get the original prompt, or the "
+                "state did not arrive untouched")
+    return ("confirmed", (Support("pd_output_matches_single", "==", True),
                           Support("pd_early_exit_generation_requests", "<=", 0)),
-            f"the generation endpoint took exactly the prompt's {m['pd_external_tokens']:g} transferable tokens, "
-            "answered as one engine does, and a finished context result never reached it")
+            "the generation leg answered as one engine does on the original prompt, and a finished context result "
+            "never reached it")
 
 
 def _transferred(m: dict) -> tuple[str, tuple[Support, ...], str]:
+    if (why := _nothing(m)) is not None:
+        return "inconclusive", (), why
     if m["pd_external_tokens"] <= 0:
         return ("refuted", (Support("pd_external_tokens", "<=", 0),),
                 "the generation endpoint took no token from the transfer: it recomputed the prompt")
+    if not m["pd_external_exact"]:
+        return ("partial", (Support("pd_external_tokens", ">", 0), Support("pd_external_exact", "==", False)),
+                f"the generation endpoint took {m['pd_external_tokens']:g} tokens from the transfer, not the "
+                f"{m['pd_expected_external_tokens']:g} it moves for this prompt")
     if m["pd_zeroed_output_changed"] is None:
         return "inconclusive", (), "the transfer has no files to zero here, so no control ran"
     if not m["pd_zeroed_output_changed"]:

@@ -72,12 +72,26 @@ class Summary:
     retried: int
     kill_wave: int
     lost: int = 0  # events the inventories never got (experiment.divergence), over the pool
+    endpoints: int = 2  # endpoints the requests were served on
+
+    @property
+    def fullproxy_rate(self) -> float:
+        """The better fullproxy shape's engine-read hit rate."""
+        return max((s["engine_hit_rate"] for s in self.shapes if s["shape"] in FULLPROXY), default=0.0)
+
+    @property
+    def engine_rate(self) -> float:
+        """The best engine-read hit rate of any shape (0: the engine reused nothing under any shape)."""
+        return max((s["engine_hit_rate"] for s in self.shapes), default=0.0)
 
 
 class GatewayRouting(Probe):
     version = "3"
     claims = ("shapes.kv_routing",)
-    outcome_params = ("router_block", "kill_wave")  # a killed endpoint's retried requests time from their retry
+    # a size, a count, a seed: measurement. router_block and kill_wave are faults (a killed endpoint's retried
+    # requests time from their retry): exploratory
+    measures = ("endpoints", "trace", "sessions", "turns", "concurrency", "repeats", "context_tokens", "max_tokens",
+                "kv_budget_tokens", "seed")
     rests = {("*", "confirmed"): ((_GAIN,),),
              ("*", "partial"): ((_GAIN,),),
              ("*", "refuted"): ((Support("routing_hit_gain_ci_high", "<=", MARGIN),),)}
@@ -111,6 +125,15 @@ class GatewayRouting(Probe):
             return [f"{TTFT_LOW} is {got[TTFT_LOW]:g}: the rule says {'confirmed' if got[TTFT_LOW] > 1 else 'partial'}, "
                     f"not {verdict}"]
         return []
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule again on the requests the finding recorded (rows of kind ``request``, the admission and inventory
+        rows beside them) and what it read beside them (``inputs``: the gaps, the divergence, the rule's block)."""
+        rows, given = evidence["rows"], evidence["inputs"]
+        by = {k: [r for r in rows if r.get("kind") == k] for k in ("request", "admission", "inventory")}
+        result = experiment.Result(by["request"], by["admission"], by["inventory"], given["gaps"], given["rule_block"],
+                                   given["divergence"])
+        return verdict(result, p)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         engine = pool_engine(ctx.engine)
@@ -164,17 +187,25 @@ def summarise(result: experiment.Result, p: Params) -> Summary:
                    max((s["best_hit_rate"] for s in shapes), default=0.0),
                    sum(1 for r in result.rows if r["cached_tokens"] is None),
                    sum(1 for r in result.rows if r.get("retried_from")), p.kill_wave,
-                   sum(d["lost"] + d.get("unseen", 0) for d in result.divergence.values()))
+                   sum(d["lost"] + d.get("unseen", 0) for d in result.divergence.values()),
+                   len({r["endpoint"] for r in result.rows} | set(result.gaps)) or p.endpoints)
 
 
 def decide(s: Summary) -> Decision:
-    """The ladder: reuse possible → every request read → a gain on the engine's hit rate, with TTFT → no event
-    lost (a lost event empties KV-exact's inventory, so it routes as fullproxy: no refutation then) → none."""
+    """The ladder: reuse possible → room to differ (two endpoints or more, a placement that could gain over
+    fullproxy, an engine that reuses at all) → every request read → a gain on the engine's hit rate, with TTFT → no
+    event lost (a lost event empties KV-exact's inventory, so it routes as fullproxy: no refutation then) → none."""
     g = s.gain
     if s.best_rate <= 0:
         return Decision("inconclusive", "no-sharing")
+    if s.endpoints < 2:
+        return Decision("inconclusive", "one-endpoint")
+    if s.best_rate <= s.fullproxy_rate + MARGIN:
+        return Decision("inconclusive", "no-possible-gain")
     if s.unread:
         return Decision("inconclusive", "unread")
+    if s.engine_rate <= 0:
+        return Decision("inconclusive", "no-reuse")
     if g["hit_gain_ci_low"] > 0:
         faster = g["ttft_speedup_ci_low"] > 1
         return Decision("confirmed" if faster else "partial", "gain" if faster else "hit-only",
@@ -198,6 +229,13 @@ def explain(d: Decision, s: Summary, rule_block: int) -> str:
     retried = f" {s.retried} request(s) of the killed endpoint were retried elsewhere, none lost." if s.retried else ""
     lead = {"no-sharing": "The replayed requests share no prefix, so no placement can reuse anything: choose a trace "
                           "whose sessions repeat their prefix. ",
+            "one-endpoint": "No room to differ: with one endpoint every shape sends every request to it, so no "
+                            "placement can beat another; run two endpoints or more. ",
+            "no-possible-gain": f"No room to differ: the best placement (workbench-computed) reaches {s.best_rate:.1%} "
+                                f"of prompt tokens and fullproxy already {s.fullproxy_rate:.1%}, so no routing could "
+                                "gain here; choose a trace or a pool where sessions outgrow one endpoint. ",
+            "no-reuse": "No room to differ: the engine served no prompt token from its cache under any shape (is "
+                        "prefix caching off?), so routing has nothing to route to; run the pool with caching on. ",
             "unread": f"{s.unread} request(s) carried no cached_tokens (start the server with prompt-token details). ",
             "gain": "KV-exact routing beats fullproxy on engine-read hit rate and TTFT. ",
             "hit-only": "KV-exact routing beats fullproxy on engine-read hit rate; TTFT does not separate here. ",
@@ -264,4 +302,5 @@ def verdict(result: experiment.Result, p: Params, said: list[str] | None = None)
              gap_note(result.gaps), divergence_note(result.divergence),
              *(said or [])]
     return Outcome(d.verdict, explain(d, s, result.rule_block), metrics, rows, notes, dict(d.claim_verdicts),
-                   d.rests_on)
+                   d.rests_on, inputs={"gaps": result.gaps, "rule_block": result.rule_block,
+                                       "divergence": result.divergence})

@@ -103,6 +103,18 @@ class CacheSalt(Probe):
                Figure("timeline", "timeline", {"spans": (("ttft_s", "to first token"),), "lane": "procedure",
                                                "title": "Per-request timeline"}))
     Params = Params
+    # alpha and margin are the rule's test levels: a run that moves them is exploratory
+    measures = ("prompt_tokens", "trials", "other_model", "adapter", "threads", "resamples", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule on its rows as recorded: the trials, then the refusals, then the foreign-state and adapter arms
+        where they ran (their counts recorded in ``inputs``)."""
+        rows, given = evidence["rows"], evidence["inputs"]
+        n, k = given["trials"], given["refusals"]
+        extra = iter(rows[n + k:])
+        engine = next(extra) if given["engine"] else None
+        lora = next(extra) if given["lora"] else None
+        return verdict(rows[:n], rows[n:n + k], p, given["no_salt"], engine, lora)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)
@@ -133,7 +145,10 @@ class CacheSalt(Probe):
             engine = self._engine_accepts(ctx, snap, other)
         elif "engine_salt" not in d.absent:
             lora = self._adapter_requests(ctx, p, d, rng)
-        return verdict(rows, refusals, p, d.absent.get("engine_salt"), engine, lora)
+        out = verdict(rows, refusals, p, d.absent.get("engine_salt"), engine, lora)
+        out.inputs = {"trials": len(rows), "refusals": len(refusals), "engine": engine is not None,
+                      "lora": lora is not None, "no_salt": d.absent.get("engine_salt")}
+        return out
 
     def _refusal(self, ctx: ProbeContext, snap, model: str, options: dict, label: str) -> dict:
         try:

@@ -86,12 +86,26 @@ class PinningUnderPressure(Probe):
                Figure("timeline", "timeline", {"spans": (("rerequest_s", "re-request"),), "lane": "arm",
                                                "title": "Re-requests of the retained prefix"}))
     Params = Params
+    # the ramp's size, shape and seed: measurement; the priorities swept are what the rule compares (one priority
+    # three times is no order), so moving them is exploratory
+    measures = ("prefix_tokens", "capacity_tokens", "pressure", "filler_slots", "filler_fraction", "expiry_ms",
+                "repeats", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The rule on its rows: the absence check's (an engine that never evicts), else the ramp's, with the arms
+        and the cell's word on priorities it recorded beside them."""
+        given = evidence["inputs"]
+        if "absence" in given:
+            return absence(evidence["rows"], given["absence"])
+        return verdict(evidence["rows"], p, [Arm(a, d) for a, d in given["arms"]], given["no_priority"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         with ctx.open(slots=2, kv_budget_tokens=p.capacity_tokens) as cell:
             d = cell.describe()
             if "eviction" in d.absent:
-                return absence(self._absence(cell, d, p), d.absent["eviction"])
+                out = absence(self._absence(cell, d, p), d.absent["eviction"])
+                out.inputs = {"absence": d.absent["eviction"]}
+                return out
             no_priority = d.absent.get("retention_priority")
         arms = [Arm(pr, None) for pr in sorted(set(p.priorities))]
         if p.expiry_ms:
@@ -103,7 +117,9 @@ class PinningUnderPressure(Probe):
         for rep in range(repeats):
             for i in orders.permutation(len(arms)):  # arms in a new random order each repeat, a seed per (repeat, arm)
                 rows += self._arm(ctx, p, arms[i], rep, np.random.default_rng([p.seed, rep, int(i)]))
-        return verdict(rows, p, arms, no_priority)
+        out = verdict(rows, p, arms, no_priority)
+        out.inputs = {"arms": [[a.priority, a.duration_ms] for a in arms], "no_priority": no_priority}
+        return out
 
     def _absence(self, cell, d, p: Params) -> list[dict]:
         """Pin the prefix, fill the rest until the engine refuses, read the prefix back from the engine."""

@@ -105,6 +105,14 @@ class PerRequestMetrics(Probe):
                Figure("timeline", "timeline", {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")),
                                                "lane": "case", "title": "Per-request timeline"}))
     Params = Params
+    # the matrix's size, repeats, threads and seed: measurement; logits_tolerance and noise_margin are the rule's
+    measures = ("blocks", "nominal_block", "tail_tokens", "repeats", "threads", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        given = evidence["inputs"]
+        rows = evidence["rows"]
+        return verdict(rows, sorted({k for r in rows for k in r["engine_counters"]}), given["engine"],
+                       given["no_counter"], p.logits_tolerance, p.noise_margin)
 
     def longest(self, p: Params) -> tuple[int, str]:
         """The longest prompt, k·B + 1 and a tail, at the nominal block (llama.cpp's B; an engine with blocks of
@@ -169,7 +177,9 @@ class PerRequestMetrics(Probe):
                         "engine_vs_expected": classify(truth, engine_reused, len(probe), st.granularity_tokens),
                     })
             fields = sorted({k for r in rows for k in r["engine_counters"]})
-        return verdict(rows, fields, d.engine, no_counter, p.logits_tolerance, p.noise_margin)
+        out = verdict(rows, fields, d.engine, no_counter, p.logits_tolerance, p.noise_margin)
+        out.inputs = {"engine": d.engine, "no_counter": no_counter}
+        return out
 
 
 NOISE_CEILING = 0.5  # a cold-to-cold floor above this × the logits' spread leaves nothing to judge reuse by

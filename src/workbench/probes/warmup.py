@@ -51,6 +51,11 @@ class WarmupMaterialization(Probe):
                Figure("timeline", "timeline", {"spans": (("t_warmup_s", "warm-up"), ("t_followup_s", "follow-up")),
                                                "lane": "boundary", "title": "Warm-up and follow-up requests"}))
     Params = Params
+    measures = ("blocks", "nominal_block", "suffix_tokens", "pressure", "capacity_tokens", "filler_slots", "seed")
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        given = evidence.get("inputs") or {}
+        return absence(evidence["rows"], given["absence"]) if "absence" in given else verdict(evidence["rows"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rows = []
@@ -66,7 +71,9 @@ class WarmupMaterialization(Probe):
                     warm = cell.ensure_prefix(token_ids(rng, n, d), salt=fresh_salt("warmup"))
                     rows.append({"prefix_tokens": n, "boundary": _boundary(n, B), "warmup_computed": warm.computed_tokens,
                                  "engine_resident": cell.resident_tokens()})
-                return absence(rows, why)
+                out = absence(rows, why)
+                out.inputs = {"absence": why}
+                return out
         for ratio in sorted(set(p.pressure)):
             with ctx.open(slots=1 + p.filler_slots, kv_budget_tokens=p.capacity_tokens) as cell:
                 d = cell.describe()
