@@ -240,6 +240,10 @@ FAST_SERVED = {"llamacpp-server": 1.34, "llamacpp": 6.34, "llamacpp-server-spec"
     # 35.4 less work: the subject stops after 5 of 200 tokens where end of generation only nearly ties (0.2 σ)
     (run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.1}, got=5, finish="stop", stop=0.2),
      gate.GateRule(), equal.EqualWork(), "inconclusive"),
+    # 48: a near-tie within the margin taken onto a path whose greedy stop comes after 5 tokens, against 200: each
+    # arm's own greedy work, but not equal tokens, so never timed as such (it confirmed 22.5× before)
+    (run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.1}, got=5, finish="stop", stop=0.0, gap=0.2),
+     gate.GateRule(), equal.EqualWork(), "inconclusive"),
     (run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.75}), gate.GateRule(), equal.EqualWork(),
      "confirmed"),  # the control: an honest 3× win on the same work
     # 35.5 a rule moved either way: the claim's margin refutes 1.34× over the fastest llama.cpp arm (near-ties 0.1 σ) …
@@ -261,7 +265,7 @@ FAST_SERVED = {"llamacpp-server": 1.34, "llamacpp": 6.34, "llamacpp-server-spec"
     (with_long(run_of({"llamacpp": 1.2, "llamacpp-server-spec": 1.5, "trtllm": 1.0}, n=20),
                {"llamacpp": 40, "llamacpp-server-spec": 45, "trtllm": 1.0}, gap=0.3),
      gate.GateRule(), equal.EqualWork(), "inconclusive"),  # 1.2× refuted only while two 40× turns stay out
-], ids=["near-tie-stop-5-of-200", "honest-3x", "claim-margin-refutes-1.34x", "margin-0-drops-fastest",
+], ids=["near-tie-stop-5-of-200", "near-tie-to-a-greedy-stop-5-of-200", "honest-3x", "claim-margin-refutes-1.34x", "margin-0-drops-fastest",
         "fastest-disqualified", "min-speedup-100", "two-long-turns-excluded", "short-turns-excluded",
         "refute-with-40x-turns-excluded"])
 def test_hand_built_rows_that_would_make_the_gate_lie(rows, rule, work, verdict):
@@ -281,7 +285,14 @@ def test_length_differences_are_reported():
     marked = equal.mark(pd.DataFrame(rows), equal.EqualWork())
     by = {s.arm: s for s in results.summarise(marked, list(dict.fromkeys(marked.arm)), {})}
     assert by["trtllm"].metrics["decode_tokens_vs_best_llamacpp"] == pytest.approx(5 / 200)
-    assert any("decoded lengths differ from llamacpp's on 25 of the 25 compared turns" in n for n in by["trtllm"].notes)
+    assert any("decoded lengths differ from llamacpp's on 25 of the 25 turns both served comparably" in n
+               and "25 of them differ beyond the equal-tokens tolerance" in n for n in by["trtllm"].notes)
+    assert "speedup_vs_best_llamacpp" not in by["trtllm"].metrics  # 5 tokens are never timed against 200
+    honest = run_of({"llamacpp": 2.25, "llamacpp-server-spec": 2.5, "trtllm": 0.75}, got=190, finish="stop",
+                    stop=0.0)  # a greedy stop 10 tokens early: within the tolerance
+    marked = equal.mark(pd.DataFrame(honest), equal.EqualWork())
+    by = {s.arm: s for s in results.summarise(marked, list(dict.fromkeys(marked.arm)), {})}
+    assert by["trtllm"].metrics["speedup_turns"] == 25 and by["trtllm"].disqualified is None
 
 
 @pytest.mark.parametrize("n, few", [(3, True), (25, False)])

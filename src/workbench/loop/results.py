@@ -176,7 +176,11 @@ def _calibration(rows: pd.DataFrame, name: str, work: equal.EqualWork, s: ArmSum
 
 def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, seed: int, work: equal.EqualWork) -> None:
     """Speed-ups over the best llama.cpp arm and, on copy-heavy turns, over plain decode: comparable turns only."""
-    if best is not None and (steps := equal.equal_tokens(rows, best, name, work)):
+    served = equal.common_turns(rows, [best, name]) if best is not None else []
+    steps = equal.equal_tokens(rows, best, name, work) if served else []
+    if served and name != best:
+        _lengths(rows, best, name, served, steps, s)
+    if steps:
         ref, mine = paired(rows, best, name, "e2e_s", steps)
         est = stats.bootstrap([ref, mine], stats.ratio_of_sums, seed=seed)
         s.metrics |= {"speedup_vs_best_llamacpp": est.value, "speedup_ci_low": est.low, "speedup_ci_high": est.high,
@@ -184,7 +188,6 @@ def _speedups(rows: pd.DataFrame, name: str, best: str | None, s: ArmSummary, se
         s.ci["speedup_vs_best_llamacpp"] = est.as_dict() | {"reference": best, "turns": len(steps)}
         _few(est, f"speed-up over {best}", s)
         if name != best:
-            _lengths(rows, best, name, equal.common_turns(rows, [best, name]), steps, s)
             _excluded_at_worst(rows, best, name, steps, s, seed)
     if name != work.reference and work.reference in set(rows.arm):
         same = rows[rows.arm == name]["same_tokens_as_reference"]

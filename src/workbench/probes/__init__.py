@@ -542,6 +542,22 @@ def check_rests(probe: Declared, o: Outcome, subject: bool) -> None:
                 raise UndeclaredRest(f"probe {probe.name}: {why}; declare it in {type(probe).__name__}.rests")
 
 
+ABSENT = "absent"  # evidence["inputs"] key: the engine's (or its cell's) word that it lacks the mechanism
+
+
+def absence(summary: str, why: str, rows: Sequence[dict] = (), notes: Sequence[str] = ()) -> Outcome:
+    """``not-applicable`` on the word that the mechanism is absent (``why``, recorded as the finding's input), which
+    :func:`absence_again` gives again from the finding."""
+    return Outcome("not-applicable", summary, rows=list(rows), notes=list(notes), inputs={ABSENT: why})
+
+
+def absence_again(evidence: Mapping[str, Any]) -> Outcome | None:
+    """The not-applicable an :func:`absence` recorded, again from the finding's evidence; None where it recorded none
+    (its rule then reads its rows)."""
+    why = (evidence.get("inputs") or {}).get(ABSENT)
+    return None if why is None else Outcome("not-applicable", why, rows=list(evidence.get("rows") or []))
+
+
 def _same(a: Any, b: Any) -> bool:
     """Two recorded values the same: numbers within rounding (a JSON round trip), anything else equal."""
     if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):

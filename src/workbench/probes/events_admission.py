@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from . import NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
+from . import absence_again, NotRunnable, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import cells
 from ..engine import KvEvent
 from ..events.sources import CellSource
@@ -63,7 +63,7 @@ class Admission(Probe):
     measures = ("budget_tokens", "seed")  # wrong_block sizes the mismatched rule: exploratory
 
     def from_evidence(self, evidence, p) -> Outcome:
-        return verdict(evidence["rows"])
+        return absence_again(evidence) or verdict(evidence["rows"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         rng = np.random.default_rng(p.seed)

@@ -8,7 +8,7 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
-from . import NotRunnable, Outcome, ProbeContext
+from . import NotRunnable, Outcome, ProbeContext, absence
 from .. import cells
 from ..engine import Cell, Description
 from ..events import sources
@@ -65,9 +65,9 @@ def absent(d: Description) -> Outcome:
                           f"observer (observers: {', '.join(d.observers) or 'none'}): its events are off in the "
                           "cell's options; turn them on (TensorRT-LLM: event_buffer_max_size > 0 and "
                           "enable_block_reuse; vLLM: kv_events)")
-    return Outcome("not-applicable", f"{d.engine} {d.engine_version} has no KV event stream ({why}; observers: "
+    return absence(f"{d.engine} {d.engine_version} has no KV event stream ({why}; observers: "
                    f"{', '.join(d.observers) or 'none'}): reuse there is per-slot prefix matching, with nothing for "
-                   "a gateway to consume.", rows=[{"engine": d.engine, "observers": ", ".join(d.observers)}],
+                   "a gateway to consume.", why, rows=[{"engine": d.engine, "observers": ", ".join(d.observers)}],
                    notes=[f"observers announced: {list(d.observers)}", why])
 
 

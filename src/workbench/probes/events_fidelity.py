@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..params import check_hash_seed
-from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
+from . import absence_again, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, CONTEXT, COUNT, TOKENS, SEED
 from .. import models
 from ..engine import Cell, WorkbenchError
 from ..events.consumer import Consumer
@@ -64,7 +64,7 @@ class InventoryFidelity(Probe):
     measures = ("requests", "prefixes", "prefix_tokens", "suffix_tokens", "budget_blocks", "context_tokens", "seed")
 
     def from_evidence(self, evidence, p) -> Outcome:
-        return verdict(evidence["rows"], evidence["inputs"]["evicted_blocks"], RIGHT)
+        return absence_again(evidence) or verdict(evidence["rows"], evidence["inputs"]["evicted_blocks"], RIGHT)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure, budget_tokens=p.budget_blocks * 32, context_tokens=p.context_tokens)

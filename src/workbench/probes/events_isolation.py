@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..params import check_hash_seed
-from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
+from . import absence_again, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from .. import adapters, models
 from ..engine import Cell, UnsupportedFeature, WorkbenchError
 from ..events.consumer import Consumer
@@ -47,7 +47,7 @@ class InventoryIsolation(Probe):
     Params = Params
 
     def from_evidence(self, evidence, p) -> Outcome:
-        return verdict(evidence["rows"])
+        return absence_again(evidence) or verdict(evidence["rows"])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..params import check_hash_seed
-from . import Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
+from . import absence_again, Figure, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..engine import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
@@ -44,6 +44,8 @@ class OverflowResync(Probe):
 
     def from_evidence(self, evidence, p) -> Outcome:
         """The timeline it recorded: the consumer's marks, then the requests (``mark: request``)."""
+        if (absent := absence_again(evidence)) is not None:
+            return absent
         rows = evidence["rows"]
         requests = [{k: v for k, v in r.items() if k != "mark"} for r in rows if r.get("mark") == "request"]
         return verdict(requests, [r for r in rows if r.get("mark") != "request"])

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..params import check_hash_seed
-from . import Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
+from . import absence_again, Figure, Outcome, Probe, ProbeContext, Support, param, Bound, COUNT, TOKENS, SEED
 from ..engine import Cell
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
@@ -44,7 +44,7 @@ class OneConsumer(Probe):
 
     def from_evidence(self, evidence, p) -> Outcome:
         given = evidence["inputs"]
-        return verdict(evidence["rows"], given["refused"], frozenset(given["skip"]))
+        return absence_again(evidence) or verdict(evidence["rows"], given["refused"], frozenset(given["skip"]))
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure)

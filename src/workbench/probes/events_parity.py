@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..params import check_hash_seed
-from . import Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
+from . import absence_again, Outcome, Probe, ProbeContext, Support, param, COUNT, TOKENS, SEED
 from ..engine import Cell, KvEvent
 from ..events.hashing import Hasher
 from .common import token_ids
@@ -47,6 +47,8 @@ class HashParity(Probe):
     def from_evidence(self, evidence, p) -> Outcome:
         """The rule on its rows, with the scheme and its known variants it recorded beside them."""
         given = evidence["inputs"]
+        if (absent := absence_again(evidence)) is not None:
+            return absent
         return verdict(evidence["rows"], p.client_seed or p.hash_seed, p.hash_seed, given["release"],
                        Recorded(given["scheme"], tuple(SimpleNamespace(**v) for v in given["variants"])))
 

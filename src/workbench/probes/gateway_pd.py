@@ -29,7 +29,7 @@ from ..cells.served import default_log_dir
 from ..gateway import pd
 from ..gateway.pool import started
 from ..registry import UnknownName
-from . import SEED, TOKENS, Bound, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
+from . import absence, absence_again, SEED, TOKENS, Bound, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, token_ids
 
 FAULTS = ("none", "prompt_rewritten", "state_dropped", "state_altered", "no_early_exit")
@@ -132,7 +132,8 @@ class PdShape(Probe):
     def from_evidence(self, evidence, p) -> Outcome:
         """The rule again on the metrics its rows give: the first P/D exchange and its zeroed control, the early-exit
         row (the engine's own counters, recorded there), the repeats' TTFT medians."""
-        return decide(evidence_metrics(evidence["rows"], evidence["inputs"]), evidence["rows"], [])
+        return absence_again(evidence) or decide(evidence_metrics(evidence["rows"], evidence["inputs"]),
+                                                 evidence["rows"], [])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         try:
@@ -141,7 +142,7 @@ class PdShape(Probe):
         except NoTransfer as e:  # any other refusal (a model format, a counter not mapped) is the run's not-run
             if cells.runs(served_twin(ctx.engine)) == self.claim.subject:
                 raise NotRunnable(str(e)) from None
-            return Outcome("not-applicable", f"No P/D transfer on {ctx.engine}: {e}.", notes=[str(e)])
+            return absence(f"No P/D transfer on {ctx.engine}: {e}.", str(e), notes=[str(e)])
 
 
 def measure(pair: Pair, p: Params, rng: np.random.Generator, d: Any) -> Outcome:

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import Bound, COUNT, Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, SEED, Support, TOKENS, param
+from . import absence, absence_again, Bound, COUNT, Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, SEED, Support, TOKENS, param
 from .. import cells, models
 from ..gateway import experiment, measure
 from ..gateway.pool import Pool, PoolSpec
@@ -129,6 +129,8 @@ class GatewayRouting(Probe):
     def from_evidence(self, evidence, p) -> Outcome:
         """The rule again on the requests the finding recorded (rows of kind ``request``, the admission and inventory
         rows beside them) and what it read beside them (``inputs``: the gaps, the divergence, the rule's block)."""
+        if (absent := absence_again(evidence)) is not None:
+            return absent
         rows, given = evidence["rows"], evidence["inputs"]
         by = {k: [r for r in rows if r.get("kind") == k] for k in ("request", "admission", "inventory")}
         result = experiment.Result(by["request"], by["admission"], by["inventory"], given["gaps"], given["rule_block"],
@@ -138,8 +140,9 @@ class GatewayRouting(Probe):
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         engine = pool_engine(ctx.engine)
         if cells.event_plane(ctx.engine) is None:
-            return Outcome("not-applicable", f"{ctx.engine} publishes no KV event stream: there is no inventory to "
-                           "route by.", notes=["KV-exact routing needs each endpoint's KV events"])
+            return absence(f"{ctx.engine} publishes no KV event stream: there is no inventory to route by.",
+                           "KV-exact routing needs each endpoint's KV events",
+                           notes=["KV-exact routing needs each endpoint's KV events"])
         if engine is None:
             raise NotRunnable(f"{ctx.engine} has no served twin registered: a gateway routes over served endpoints")
         avail = cells.availability(engine)
