@@ -31,9 +31,11 @@ MARKER = re.compile(r"[ \t]*<!-- workbench:(begin|end) (\S+) -->[ \t]*\r?\n?")
 @pytest.fixture(autouse=True)
 def re_derived(monkeypatch):
     """These tests are about where and how verdicts land in the document: every hand-built finding here is taken as
-    re-derived. Which findings settle a claim is workbench.settle's rule, tested in tests/test_settle.py (a forged
-    finding written back into this blueprint included)."""
-    monkeypatch.setattr(settle, "unsettled", lambda f, claim_id, now=None: ())
+    re-derived. Which findings settle a claim is workbench.settle's rule, tested in tests/test_settle.py and
+    tests/test_provenance.py (forged findings written back into this blueprint included)."""
+    monkeypatch.setattr(settle, "_reasons", lambda path, f, now, claim_ids=(): {
+        c: () for c in dict.fromkeys([*f.claims, *f.claim_verdicts, *claim_ids])})
+    monkeypatch.setattr(settle, "_across", lambda d, f, found: ())
 
 
 def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from workbench import compare, findings, manifest, probes, report
+from workbench import compare, findings, manifest, probes, report, runner
 from workbench.cli import app
 
 
@@ -81,3 +83,52 @@ def test_the_first_screen_says_what_changed_since_the_previous_run_in_the_folder
     assert "not-applicable (settles nothing) → partial (settles nothing: " in page
     page = report.render(out, manifest.load(out), against=folder(tmp_path, "other", survey))
     assert f"Since {tmp_path / 'other'}:</b> {len(changed.flips)} of" in page
+
+
+def test_findings_that_are_gone_or_unreadable_are_named_never_dropped_silently(survey, tmp_path):
+    """Issue 52: "0 of 70 verdicts flipped" with two findings deleted. What a run's records list and the folder no
+    longer holds, and what cannot be read, are said, one line each with what to do."""
+    a = folder(tmp_path, "a", survey, flipped(survey, created="2026-01-02T00:00:00+00:00"))
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    gone = sorted((b / "findings").glob("*.json"))[0]
+    gone.unlink()
+    (b / "findings" / "new.json").write_text(json.dumps(survey.to_dict() | {"schema": "workbench.finding/v9"}))
+    c = compare.compare(a, b)
+    assert c.dropped == 2 and "2 finding(s) not compared (unreadable or gone: see below)" in c.head()
+    text = "\n".join(c.lines())
+    assert f"1 finding(s) its run records list are no longer in the folder, so they are not compared: {gone.stem}" \
+        in text and "restore them from a copy, or re-run" in text
+    assert "1 finding file(s) could not be read" in text and "workbench.finding/v9" in text and "upgrade" in text
+
+
+@pytest.mark.slow
+def test_compare_on_two_real_runs_prints_a_table_to_act_on(tmp_path):
+    """Issue 51 item 7: two real batches on the same model (another seed), and one on another model. What was compared
+    (runs, commits, machines, models), what only one run has, metric deltas with their spreads, notebook times,
+    parameter differences; across two models, verdicts compared across them and the rest "not comparable"."""
+    notebooks = Path(__file__).parent / "fixtures" / "notebooks"
+
+    def batch(out: Path, model: str, seed: int) -> Path:
+        assert runner.run_batch(out, engine="llamacpp", model=model, params={"seed": seed}, only=["writes_finding"],
+                                progress=False, notebooks_dir=notebooks, data_dir=out / "no-data") == 0
+        return out
+
+    a, b = batch(tmp_path / "a", "synthetic:tiny", 0), batch(tmp_path / "b", "synthetic:tiny", 1)
+    other = batch(tmp_path / "c", "synthetic:small", 0)
+    same = CliRunner().invoke(app, ["compare", str(a), str(b)])
+    assert same.exit_code == 0, same.output
+    out = same.stdout
+    (run_a,), (run_b,) = manifest.load(a).runs, manifest.load(b).runs
+    assert " verdicts flipped" in out.splitlines()[0] and "across models" not in out.splitlines()[0]
+    for said in (f"A = {a}", f"B = {b}", f"run {run_a.id} · commit", f"run {run_b.id} · commit", "llamacpp=synthetic:tiny",
+                 run_a.machine.cpu, "notebook times", "writes_finding", "parameters that differ:", "seed"):
+        assert said in out, (said, out)
+    assert "metrics that differ (" in out and "spread" in out
+    across = CliRunner().invoke(app, ["compare", str(a), str(other)])
+    assert across.exit_code == 0, across.output
+    text = across.stdout
+    assert "across models, " in text.splitlines()[0], text
+    assert "not comparable: it ran synthetic:tiny in A and synthetic:small in B" in text
+    assert "llamacpp=synthetic:small" in text and "model" in text.split("parameters that differ:")[1]
+    assert "notebook times" not in text  # the one engine's times are not comparable across its models

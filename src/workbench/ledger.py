@@ -3,7 +3,7 @@
 A finding is a file anyone can edit. What binds it to the run that wrote it is a record kept apart from it:
 
 - every findings folder holds ``.ledger.jsonl``, one line per finding :func:`workbench.findings.write` put there
-  (its id, its digest, the ``workbench run`` attempt that wrote it, when, on which host, by which commit), appended
+  (its id, its digest, the ``workbench run`` attempt that wrote it, when, on which host, by which process), appended
   under a lock, so a notebook, ``workbench probe --out DIR``, ``workbench loop`` and ``workbench evaltable`` all
   leave one;
 - a run folder's ``run.json`` also lists, per notebook, the digest of each finding its attempt wrote, taken by the
@@ -55,11 +55,10 @@ class Record:
 
 
 def entry(finding_id: str, doc_digest: str, attempt: str | None, written: str) -> dict:
-    """One ledger line: the finding, its digest, and what wrote it (the attempt, when, the host, the process)."""
-    from .environment import git_commit  # not at import: environment reads the machine
-
+    """One ledger line: the finding, its digest, and what wrote it (the attempt, when, the host, the process; the
+    commit is in the finding's own fingerprint and the run's record)."""
     return {"schema": SCHEMA, "id": finding_id, "digest": doc_digest, "attempt": attempt, "written": written,
-            "host": socket.gethostname(), "pid": os.getpid(), "commit": git_commit()}
+            "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def append(folder: str | os.PathLike, entries: Iterable[Mapping[str, Any]]) -> None:

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import require_engine
+from forgery import relabel, rewrite, run_folder, settles_nothing
 from workbench import findings, probes, serve, settle
 from workbench.metrics import Support
 from workbench.cli import app
@@ -226,7 +227,7 @@ _COUNTS = ("engine_repeat_prefix_cached",)
     ("llamacpp-server", True, _COUNTS, 0.0, "disagree"),  # yet it must agree
     ("llamacpp-server", True, _BOTH, 1.0, "as a second reading")])
 def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_caching_off_fault(backend, caching, rests,
-                                                                                               metrics, why):
+                                                                                               metrics, why, hand_built):
     """What settle re-checks in a stored finding (a reviewer's case: /metrics recorded at 0, the verdict resting on
     the per-request count alone, would have settled as confirmed; and one resting on llama-server's /metrics counter,
     the per-request count's own variable, as if it were a second reading). Which backend keeps one variable is the
@@ -235,7 +236,10 @@ def test_a_stored_verdict_settles_only_on_both_readings_and_never_from_the_cachi
     o = probes.Outcome("confirmed", "x", values, [{"repeat": True}],
                        rests_on=tuple(Support(m, ">=", finding.COVER) for m in rests))
     same = backends.BACKENDS[backend].same_counter
-    f = finding._as_finding(o, finding.Served(backend, "b1", caching, 1024, same), None, {"model": "m"})
+    monkey = pytest.MonkeyPatch.context()
+    with monkey as m:  # hand-built rows: the rule's own re-derivation is tested on real tables below
+        m.setattr(probes, "check_derivable", lambda decl, f: None)
+        f = finding._as_finding(o, finding.Served(backend, "b1", caching, 1024, same), None, {"model": "m"})
     said = settle.unsettled(f, finding.CLAIM)
     assert (said == ()) if not why else any(why in s for s in said), said
 
@@ -380,7 +384,12 @@ def test_a_small_table_against_vllm_serve(tmp_path, caching):
     f = _caching_finding(tmp_path, "vllm-server")
     assert f.verdict == ("confirmed" if caching else "refuted"), f.summary
     assert (f.metric("engine_metrics_cached_tokens") > 0) == caching and f.params["prefix_caching"] is caching
+    assert f.params["server_flags"]["vllm:cache_config_info"]["enable_prefix_caching"] == str(caching)  # its word
     _settles(f, fault=not caching)
+    if caching:  # issue 48's eval relabel: this real vLLM finding filed as trtllm-serve's settles nothing
+        forged = run_folder(tmp_path / "forged", tmp_path / "findings" / f"{f.id}.json")
+        rewrite(forged / "findings" / f"{f.id}.json", relabel("trtllm-serve"))
+        settles_nothing(forged, finding.CLAIM, "edited after its run", "runs only on an NVIDIA GPU")
 
 
 def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside_the_runs_findings(tmp_path, some_aiperf):

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import require_engine
-from workbench import probes
+from forgery import relabel, rewrite, run_folder, settles_nothing
+from workbench import probes, settle
 
 MODEL = "synthetic:cpu"  # head dim 64 (vLLM's CPU attention)
 
@@ -36,6 +37,15 @@ def test_client_hashes_equal_the_engines_and_differ_under_another_seed(tmp_path)
     assert all(r["engine_blocks"] == 3 for r in same.evidence["rows"])  # 100 tokens: 3 full blocks of 32
     other = run("events.hash_parity", tmp_path, requests=2, client_seed="1")
     assert other.verdict == "refuted" and other.metrics["hash_parity_fraction"]["value"] == 0.0
+    # issue 48: the client's seed builds that refutation; the run is exploratory and settles nothing
+    checked = {v.finding.id: v for v in settle.read([tmp_path]).verified}
+    assert checked[same.id].why("gateway.hash_parity") == ()  # measured: bound, re-derived, its defaults
+    assert any(w.startswith("exploratory: client_seed='1'") for w in checked[other.id].why("gateway.hash_parity"))
+    # the guide's forgery (issue 48): the real vLLM finding relabelled TensorRT-LLM 1.2.1 settles nothing there
+    forged = run_folder(tmp_path / "forged", tmp_path / f"{same.id}.json")
+    rewrite(forged / "findings" / f"{same.id}.json", relabel())
+    said = settles_nothing(forged, "gateway.hash_parity", "edited after its run", "runs only on an NVIDIA GPU")
+    assert "**TensorRT-LLM: confirmed" not in said["document"]
 
 
 def test_the_inventory_predicts_every_request_exactly_under_eviction(tmp_path):

@@ -69,11 +69,18 @@ GOOD = {"pd_external_tokens": 192.0, "pd_expected_external_tokens": 192, "pd_ext
 
 @pytest.mark.parametrize("change, life, kv", [
     ({}, "confirmed", "confirmed"),
-    ({"pd_external_tokens": 0.0, "pd_external_exact": False, "pd_zeroed_output_changed": False}, "refuted", "refuted"),
+    # a generation endpoint that ignores the transfer recomputes and answers as one engine: the lifecycle held, the
+    # transfer did not (issue 48: the lifecycle was refuted on the transfer's property)
+    ({"pd_external_tokens": 0.0, "pd_external_exact": False, "pd_zeroed_output_changed": False}, "confirmed", "refuted"),
+    ({"pd_external_tokens": 96.0, "pd_external_exact": False}, "confirmed", "partial"),  # part of the transfer taken
     ({"pd_output_matches_single": False}, "refuted", "confirmed"),  # the state altered on its way
     ({"pd_early_exit_generation_requests": 1.0}, "refuted", "confirmed"),
     ({"pd_zeroed_output_changed": False}, "confirmed", "refuted"),
     ({"pd_zeroed_output_changed": None}, "confirmed", "inconclusive"),
+    # nothing transferable (a prompt shorter than a block and a token): no room to differ on either row
+    ({"pd_expected_external_tokens": 0, "pd_external_tokens": 0.0, "pd_external_exact": True}, "inconclusive",
+     "inconclusive"),
+    ({"pd_expected_external_tokens": 0, "pd_early_exit_generation_requests": 1.0}, "refuted", "inconclusive"),
 ])
 def test_the_rule_decides_each_claim_on_engine_readings(change, life, kv):
     o = gateway_pd.decide(GOOD | change, [], [])
@@ -85,7 +92,7 @@ def test_the_rule_decides_each_claim_on_engine_readings(change, life, kv):
 def test_the_probe_is_declared_with_its_claims_and_figures():
     probe = probes.get("gateway.pd")
     assert probe.claims == ("shapes.pd_lifecycle", "shapes.pd_transferred_kv")
-    assert probe.outcome_defaults() == {"fault": "none"}
+    assert "fault" not in probe.measures and {"prompt_tokens", "repeats", "seed"} <= set(probe.measures)
     with pytest.raises(probes.ParamError, match="fault must be one of"):
         probes.parse_params(probe, {"fault": "gremlins"})
     assert gateway_pd.served_twin("vllm") == "vllm-server" and gateway_pd.served_twin("trtllm-serve") == "trtllm-serve"

@@ -44,13 +44,25 @@ def test_pd_equals_one_engine_and_the_decode_loads_the_prefix(pair):
 
 @pytest.mark.parametrize("fault, life, kv", [
     ("prompt_rewritten", "refuted", "refuted"),
-    ("state_dropped", "refuted", "refuted"),
+    ("state_dropped", "confirmed", "refuted"),  # the decode recomputed: one engine's answer, no transfer taken
     ("state_altered", "refuted", "confirmed"),
     ("no_early_exit", "refuted", "confirmed"),
 ])
 def test_each_fault_drives_a_verdict_otherwise(pair, fault, life, kv):
     o = run(pair, fault, 2 + FAULTS.index(fault))
     assert o.claim_verdicts == {"shapes.pd_lifecycle": life, "shapes.pd_transferred_kv": kv}, o.summary
+
+
+def test_a_prompt_too_short_to_transfer_leaves_both_claims_open(pair):
+    """Issue 48: a prompt below one block (20 tokens: ExampleConnector moves whole 32-token blocks of all but the last
+    token) has nothing transferable; neither row has room to differ, so neither is refuted or confirmed."""
+    p, d = pair
+    short = gateway_pd.Params(prompt_tokens=20, repeats=1, seed=11)
+    o = probes.at_most_inconclusive_without_engine(gateway_pd.measure(p, short, np.random.default_rng(11), d))
+    assert o.metrics["pd_expected_external_tokens"] == 0, o.metrics
+    assert o.claim_verdicts == {"shapes.pd_lifecycle": "inconclusive", "shapes.pd_transferred_kv": "inconclusive"}, \
+        o.summary
+    assert "no room to differ" in o.summary
 
 
 def test_in_process_the_consumer_engine_counts_the_producers_prefix_as_cached_and_a_zeroed_store_changes_it(tmp_path):
