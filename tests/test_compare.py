@@ -88,7 +88,7 @@ def test_the_first_screen_says_what_changed_since_the_previous_run_in_the_folder
 def test_findings_that_are_gone_or_unreadable_are_named_never_dropped_silently(survey, tmp_path):
     """Issue 52: "0 of 70 verdicts flipped" with two findings deleted. What a run's records list and the folder no
     longer holds, and what cannot be read, are said, one line each with what to do."""
-    a = folder(tmp_path, "a", survey, flipped(survey, created="2026-01-02T00:00:00+00:00"))
+    a = folder(tmp_path, "a", survey, flipped(survey))
     b = tmp_path / "b"
     shutil.copytree(a, b)
     gone = sorted((b / "findings").glob("*.json"))[0]

@@ -201,7 +201,7 @@ class Comparison:
         if not self.compared and not self.across_compared:
             return "nothing to compare: no claim, engine, version and model stands in both runs"
         said = (f"{len(self.flips)} of {self.compared} verdicts flipped; {len(self.shifts)} metric(s) moved beyond "
-                "their spread")
+                "their spread") if self.compared else "no verdict stands in both runs on the same model"
         if self.across_compared:
             said += f"; across models, {len(self.across)} of {self.across_compared} verdicts differ"
         if self.dropped:
@@ -339,11 +339,18 @@ def _changed(b: _standing.Standing, a: _standing.Standing) -> bool:
 
 
 def _models(found: Found) -> dict[str, set[str]]:
+    """Per engine, the models its findings that ran were taken on (their resolved names, as standing keys them)."""
     out: dict[str, set[str]] = {}
     for _, f in found:
         if f.verdict != "not-run" and _standing.behavioural(f.probe):
             out.setdefault(f.engine, set()).add(_standing.model_of(f))
     return out
+
+
+def _specs(found: Found, engine: str) -> str:
+    """The models ``engine`` ran in ``found``, as the runs were given them (``synthetic:tiny``), for a reason."""
+    return ", ".join(sorted({str(f.params.get("model") or _standing.model_of(f)) for _, f in found
+                             if f.engine == engine and f.verdict != "not-run" and _standing.behavioural(f.probe)}))
 
 
 def compare_found(before: Found, after: Found, sides: tuple[SideInfo, SideInfo] | None = None,
@@ -368,9 +375,9 @@ def compare_found(before: Found, after: Found, sides: tuple[SideInfo, SideInfo] 
             if _changed(sb, sa):
                 across.append(_flip(key, sb, sa, f"{kb[3]} | {ka[3]}"))
         apart.append(Apart(f"{engine}'s metrics and times", "both",
-                           f"not comparable: it ran {', '.join(sorted(mb[engine]))} in A and "
-                           f"{', '.join(sorted(ma[engine]))} in B (timings and token counts depend on the model); its "
-                           "verdicts are compared across the models"))
+                           f"not comparable: it ran {_specs(before, engine)} in A and {_specs(after, engine)} in B "
+                           "(timings and token counts depend on the model); its verdicts are compared across the "
+                           "models"))
     only = [Apart(f"{k[0]} [{' · '.join(str(x) for x in k[1:] if x)}]: {_settles(s)}", name,
                   f"no verdict stands for it in run {'B' if name == 'A' else 'A'}")
             for name, mine, other in (("A", b, a), ("B", a, b))
