@@ -406,4 +406,4 @@ def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside
     assert rows[0].backend == "trtllm-serve" and len(rows) >= 2
     [f] = found
     assert f.verdict == "not-run" and "workbench evaltable --backend trtllm-serve" in f.reason
-    assert [p.name.split("-")[0] for p in (tmp_path / "findings").iterdir()] == ["evaltable.prefix_caching"]
+    assert [p.name.split("-")[0] for p in (tmp_path / "findings").glob("*.json")] == ["evaltable.prefix_caching"]

@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from ..engine import WorkbenchError
 from .pool import Pool
 from .router import FULLPROXY, Router
 from .workload import BestPlacement, Fault, Request, run_shape, waves
@@ -57,6 +58,17 @@ def divergence(rows: Sequence[dict], gaps: Mapping[str, Mapping[str, int]]) -> d
     return out
 
 
+class AdmissionRefused(WorkbenchError):
+    """The gate refused the rule on some endpoint before any request was routed: ``admission`` says what each endpoint
+    answered (a probe turns it into its finding, never a traceback)."""
+
+    def __init__(self, admission: list[dict], refused: list[dict]) -> None:
+        self.admission, self.refused = admission, refused
+        super().__init__(f"admission refused the rule on {', '.join(a['endpoint'] for a in refused)}: "
+                         + "; ".join(f"{a['endpoint']}: {a['decision']} (engine block {a['engine_block']}, rule "
+                                     f"{a['rule_block']})" for a in refused))
+
+
 def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
         on_wave: Callable[[str, int, int], None] | None = None) -> Result:
     """Admit the rule on every endpoint, then replay ``sessions`` under each shape ``plan.repeats`` times."""
@@ -68,7 +80,7 @@ def run(pool: Pool, sessions: Sequence[Sequence[Request]], plan: Plan,
         admission = pool.admit(http, rule_block, check_events=plan.rule_block is None)
     refused = [a for a in admission if a["decision"].startswith("refused")]
     if refused:
-        raise RuntimeError(f"admission refused the rule on {[a['endpoint'] for a in refused]}: {refused}")
+        raise AdmissionRefused(admission, refused)
     out = Result(admission=admission, rule_block=rule_block)
     schedule = waves(sessions, plan.concurrency)
     nonce = uuid.uuid4().hex[:8]

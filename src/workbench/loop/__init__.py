@@ -34,9 +34,9 @@ from .render import check_block
 from .spec import Drafter
 
 DEFAULT_CONTEXT = 8192  # context tokens of every arm: the one home the CLI, the library and notebook 60 read
-HASH_ONLY = ("the trace is hash-only (block ids, no text): its prompts and outputs are token ids made up per hash, "
-             "whose repeats an n-gram drafter copies back with near-100% acceptance, so speculation would measure the "
-             "fabrication, not the trace; run a trace with its text (taubench)")
+HASH_ONLY = ("hash-only trace (block ids, no text): its prompts are token ids made up per hash, whose repeats an "
+             "n-gram drafter copies back with near-100% acceptance, so this speculation's acceptance and speed-up "
+             "measure the fabrication, not the workload; run a trace with its text (taubench) for them")
 
 
 @dataclass
@@ -119,8 +119,6 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     target = _verified_target(on_target, certified, [model, *(arm_models.get(n, model) for n in names)], loaded)
     tr = loaded.subset(sessions, turns)
     not_run: dict[str, str] = {}  # an arm's engine or model that cannot run here: said by its cell's open
-    if tr.block_tokens is not None:  # a hash-only trace: its text is made up, so speculation would copy itself
-        not_run |= {n: HASH_ONLY for n in names if _arms.get(n).speculation != "none"}
     opened: list[_arms.CellArm] = []
     scorers: dict[str, _verify.Scorer] = {}  # one per precision the arms run at, by its model spec
     try:
@@ -129,10 +127,11 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         # precision (its own model, :func:`.verify.scorer_model`), so a quantised llama.cpp arm is held to greedy
         # decoding of its quantised weights and a subject at FP16 to its FP16 ones; the subject's scorer tokenizes.
         chosen = {n: _verify.scorer_model(model, n, arm_models.get(n), scorer_model) for n in names}
-        for spec in dict.fromkeys(c.spec for c in [chosen.get(rule.subject) or next(iter(chosen.values())),
-                                                   *chosen.values()]):
-            scorers[spec] = _verify.Scorer(next(c for c in chosen.values() if c.spec == spec),
-                                           context_tokens=context_tokens, threads=threads)
+        # the subject's scorer tokenizes the trace; without the subject, the loop's model (or --scorer-model) does
+        first = chosen.get(rule.subject) or _verify.scorer_model(model, rule.subject, None, scorer_model)
+        for c in [first, *chosen.values()]:
+            if c.spec not in scorers:
+                scorers[c.spec] = _verify.Scorer(c, context_tokens=context_tokens, threads=threads)
         scorer = next(iter(scorers.values()))
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         opened = _open_arms(names, not_run, arm_models, model, (scorer.model.name, scorer.vocab),
@@ -174,6 +173,10 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
               **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict(), "seed": seed}
     summaries = _results.summarise(rows, [a.spec.name for a in opened], {n: not_run[n] for n in names if n in not_run},
                                    seed=seed, work=work)
+    if tr.block_tokens is not None:  # a hash-only trace: its text is made up, so speculation copies itself back
+        for s in summaries:
+            if s.reason is None and _arms.get(s.arm).speculation != "none":
+                s.caveat = HASH_ONLY
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
@@ -230,8 +233,6 @@ def _open_arms(names: list[str], not_run: dict[str, str], arm_models: Mapping[st
     opened: list[_arms.CellArm] = []
     try:
         for n in names:
-            if n in not_run:  # already ruled out (a speculation arm on a hash-only trace)
-                continue
             if reason := _arms.unregistered(n):
                 not_run[n] = reason
                 continue

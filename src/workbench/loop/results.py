@@ -89,6 +89,7 @@ class ArmSummary:
     sources: dict = field(default_factory=dict)  # metric -> the source of the values behind it, where not the declared
     is_best: bool = False  # the fastest qualified llama.cpp arm: what the gate compares against
     weights: str | None = None  # the precision its scorer read its outputs at (its own model's weights)
+    caveat: str | None = None  # why its figures measure nothing of the workload (speculation on a hash-only trace)
 
 
 def _loop_time(df: pd.DataFrame) -> float:
@@ -336,6 +337,8 @@ def _summary_line(s: ArmSummary) -> str:
                      f"({m.get('accepted_tokens', 0)} of {m.get('drafted_tokens', 0)} drafted tokens, {counted})")
     if s.disqualified:
         parts.append("disqualified")
+    if s.caveat:
+        parts.append(f"({s.caveat})")
     return f"{s.arm}{' (best llama.cpp)' if s.is_best else ''}: " + ", ".join(parts)
 
 
@@ -361,8 +364,8 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
         verdict, summary = "not-run", f"Not run on {s.engine}: {s.reason}"
     else:
         verdict, summary = "inconclusive", "Reference arm, not the claim's subject. " + _summary_line(s)
-    notes = [f"arm {s.arm}: {_arms.get(s.arm).help}", f"workload: {workload_doc['rule']}",
-             f"equal work: {workload_doc['equal_work_rule']}", *s.notes]
+    notes = [*([s.caveat] if s.caveat else []), f"arm {s.arm}: {_arms.get(s.arm).help}",
+             f"workload: {workload_doc['rule']}", f"equal work: {workload_doc['equal_work_rule']}", *s.notes]
     evidence_rows = df.replace({np.nan: None}).to_dict("records")
     return findings.Finding(
         probe=f"{PROBE}.{s.arm}", probe_version=Loop.version, claims=[claim.id], verdict=verdict, summary=summary,

@@ -132,6 +132,8 @@ class GatewayRouting(Probe):
         if (absent := absence_again(evidence)) is not None:
             return absent
         rows, given = evidence["rows"], evidence["inputs"]
+        if given.get("refused"):
+            return refused([r for r in rows if r.get("kind") == "admission"])
         by = {k: [r for r in rows if r.get("kind") == k] for k in ("request", "admission", "inventory")}
         result = experiment.Result(by["request"], by["admission"], by["inventory"], given["gaps"], given["rule_block"],
                                    given["divergence"])
@@ -158,9 +160,14 @@ class GatewayRouting(Probe):
             first = next(iter(pool.endpoints.values()))
             ctx.description, ctx.resolved = first.cell.describe(), getattr(first.cell, "model", None)
             sessions = _sessions(p, ctx.description, ctx.resolved)
-            result = experiment.run(pool, sessions, plan)
             said = [f"pool: {p.endpoints} × {engine} on {ctx.model}, started and stopped by the workbench",
                     *(f"endpoint {e.name} log: {e.log_path}" for e in pool.endpoints.values())]
+            try:
+                result = experiment.run(pool, sessions, plan)
+            except experiment.AdmissionRefused as e:  # before any request was routed: a finding, never a traceback
+                out = refused(e.admission)
+                out.notes += said
+                return out
         return verdict(result, p, said)
 
 
@@ -282,6 +289,23 @@ def divergence_note(divergence: dict[str, dict]) -> str:
 
     return ("inventory against the engine per endpoint: "
             + ("; ".join(one(n, d) for n, d in divergence.items()) or "not read"))
+
+
+def refused(admission: list[dict]) -> Outcome:
+    """Admission refused the rule on some endpoint, so nothing was routed. Where no endpoint's engine stored a block
+    for the warm-up prompt, the engine caches nothing (prefix caching off): no placement can differ. Either way
+    inconclusive, with each endpoint's admission as the evidence."""
+    rows = [a | {"kind": "admission"} for a in admission]
+    bad = [a for a in admission if str(a["decision"]).startswith("refused")]
+    if all(a["engine_block"] is None for a in admission):
+        why = ("No room to differ: no endpoint's engine stored a block for the warm-up prompt (is its prefix caching "
+               "off?), so it caches nothing for any routing to find; admission refused the rule on "
+               f"{', '.join(a['endpoint'] for a in bad)}. Run the pool with caching on.")
+    else:
+        why = ("Admission refused the rule on " + "; ".join(
+            f"{a['endpoint']} ({a['decision']}: engine block {a['engine_block']}, rule {a['rule_block']})" for a in bad)
+            + ": nothing was routed.")
+    return Outcome("inconclusive", why, {}, rows, [], inputs={"refused": True})
 
 
 def verdict(result: experiment.Result, p: Params, said: list[str] | None = None) -> Outcome:
