@@ -122,16 +122,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     opened: list[_arms.CellArm] = []
     scorers: dict[str, _verify.Scorer] = {}  # one per precision the arms run at, by its model spec
     try:
-        # the arms' thread count: llama.cpp's decode attention splits a long KV by thread, and another count
-        # reads other logits (0.018 σ on synthetic:tiny, 0.000 at the same count). Each arm is scored at its own
-        # precision (its own model, :func:`.verify.scorer_model`), so a quantised llama.cpp arm is held to greedy
-        # decoding of its quantised weights and a subject at FP16 to its FP16 ones; the subject's scorer tokenizes.
-        chosen = {n: _verify.scorer_model(model, n, arm_models.get(n), scorer_model) for n in names}
-        # the subject's scorer tokenizes the trace; without the subject, the loop's model (or --scorer-model) does
-        first = chosen.get(rule.subject) or _verify.scorer_model(model, rule.subject, None, scorer_model)
-        for c in [first, *chosen.values()]:
-            if c.spec not in scorers:
-                scorers[c.spec] = _verify.Scorer(c, context_tokens=context_tokens, threads=threads)
+        chosen = _open_scorers(scorers, names, rule.subject, model, arm_models, scorer_model,
+                               context_tokens=context_tokens, threads=threads)
         scorer = next(iter(scorers.values()))
         rendered = _render(tr, scorer, context_tokens, tokens_per_block)
         opened = _open_arms(names, not_run, arm_models, model, (scorer.model.name, scorer.vocab),
@@ -171,12 +163,8 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
               "sessions": sessions, "threads": threads, "context_tokens": context_tokens,
               "tokens_per_block": tokens_per_block, "on_target": on_target,
               **({"certified": str(certified)} if certified else {}), "equal_work": work.as_dict(), "seed": seed}
-    summaries = _results.summarise(rows, [a.spec.name for a in opened], {n: not_run[n] for n in names if n in not_run},
-                                   seed=seed, work=work)
-    if tr.block_tokens is not None:  # a hash-only trace: its text is made up, so speculation copies itself back
-        for s in summaries:
-            if s.reason is None and _arms.get(s.arm).speculation != "none":
-                s.caveat = HASH_ONLY
+    summaries = _hash_only(tr, _results.summarise(rows, [a.spec.name for a in opened],
+                                                  {n: not_run[n] for n in names if n in not_run}, seed=seed, work=work))
     # The subject's own figures (or why it did not run) live in the gate finding: one finding per
     # engine and claim, so the write-back never shows a bare arm in place of the verdict.
     found = [_results.arm_finding(s, rows, params, descriptions.get(s.arm), resolved if _arms.is_llamacpp(s.arm) else None,
@@ -190,6 +178,31 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
     if out is not None:
         result.paths = findings.write_all(found, out)  # a failure still keeps every finding
     return result
+
+
+def _open_scorers(scorers: dict[str, _verify.Scorer], names: Sequence[str], subject: str, model: str,
+                  arm_models: Mapping[str, str], given: str | None, **options: Any) -> dict[str, _verify.ScorerModel]:
+    """Open one scorer per precision the arms run at into ``scorers`` (by model spec; the tokenizing one first) and
+    return each arm's. The arms' thread count: llama.cpp's decode attention splits a long KV by thread, and another
+    count reads other logits (0.018 σ on synthetic:tiny, 0.000 at the same count). Each arm is scored at its own
+    precision (its own model, :func:`.verify.scorer_model`), so a quantised llama.cpp arm is held to greedy decoding of
+    its quantised weights and a subject at FP16 to its FP16 ones (``given``, ``--scorer-model``, scores every arm).
+    The subject's scorer tokenizes the trace; without the subject, the loop's model's does."""
+    chosen = {n: _verify.scorer_model(model, n, arm_models.get(n), given) for n in names}
+    first = chosen.get(subject) or _verify.scorer_model(model, subject, None, given)
+    for c in [first, *chosen.values()]:
+        if c.spec not in scorers:
+            scorers[c.spec] = _verify.Scorer(c, **options)
+    return chosen
+
+
+def _hash_only(tr: _traces.Trace, summaries: list[_results.ArmSummary]) -> list[_results.ArmSummary]:
+    """On a hash-only trace its text is made up, so a speculation arm's drafter copies it back: its figures say so."""
+    if tr.block_tokens is not None:
+        for s in summaries:
+            if s.reason is None and _arms.get(s.arm).speculation != "none":
+                s.caveat = HASH_ONLY
+    return summaries
 
 
 def run_in_child(engine: str, trace: str, *, arms: str | Sequence[str] = "auto", out: str | Path | None = None,
