@@ -177,3 +177,21 @@ def test_write_all_keeps_every_finding_when_the_folder_fails(tmp_path, monkeypat
     with pytest.raises(findings.FindingNotSaved, match="2 finding\\(s\\) could not be written") as e:
         findings.write_all(found, tmp_path / "a-file" / "f")
     assert sorted(findings.read(p).id for p in e.value.recovered) == sorted(f.id for f in found)
+
+
+@pytest.mark.parametrize("schema", ["workbench.findings/v3", None, "workbench.finding.v3"])
+def test_a_finding_under_a_schema_this_workbench_does_not_read_is_named_one_line_never_skipped(tmp_path, schema):
+    """Issue 52: ``workbench findings`` skipped a finding of an unknown schema without a word. A JSON file shaped like a
+    finding (probe, verdict, engine) whatever its schema says is one line naming it and what to do; other JSON in the
+    folder (a run record) is still no finding and no error."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    doc = {k: v for k, v in make().to_dict().items() if k != "schema"} | ({"schema": schema} if schema else {})
+    (tmp_path / "odd.json").write_text(json.dumps(doc))
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "workbench.run/v1"}))
+    r = CliRunner().invoke(app, ["findings", str(tmp_path)])
+    said = [line for line in r.stderr.splitlines() if "odd.json" in line]
+    assert len(said) == 1 and "reads like a finding but its schema is" in said[0], r.stderr
+    assert "fix its schema or move it out of the folder" in said[0] and "other.json" not in r.stderr

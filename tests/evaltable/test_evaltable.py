@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from conftest import require_engine
 from forgery import relabel, rewrite, run_folder, settles_nothing
-from workbench import findings, probes, serve, settle
+from workbench import findings, models, probes, serve, settle
 from workbench.metrics import Support
 from workbench.cli import app
 from workbench.evaltable import aiperf, backends, exports, finding, run as evaltable
@@ -407,3 +407,28 @@ def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside
     [f] = found
     assert f.verdict == "not-run" and "workbench evaltable --backend trtllm-serve" in f.reason
     assert [p.name.split("-")[0] for p in (tmp_path / "findings").glob("*.json")] == ["evaltable.prefix_caching"]
+
+
+@pytest.mark.slow
+def test_a_server_at_its_endpoint_is_measured_as_it_says_it_caches_never_as_assumed(tmp_path):
+    """Issue 48 (LOW): an ``--endpoint`` run recorded "caching on" for a llama-server started with it off, and neither
+    the endpoint nor the server's flags. llama-server states no server-wide cache flag, so its caching is unsaid: the
+    finding records the endpoint and exactly that, and is exploratory (settles nothing)."""
+    require_engine("llamacpp-server")
+    if aiperf.binary() is None:
+        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
+    b = backends.BACKENDS["llamacpp-server"]
+    path = str(backends.model_path(b, models.resolve("smollm2-135m")))
+    server = serve.start(serve.ServerRequest(b.name, path, context_tokens=1024, extra_args=b.cache_off,
+                                             options=b.options(Path(path), 1024, 1)), tmp_path / "servers",
+                         build=b.launch)
+    try:
+        evaltable.run(evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (1,), ("prefix-1k",), 1,
+                                             tmp_path / "t", requests=3, prompt_tokens=32, output_tokens=8,
+                                             prefix_tokens=256, endpoint=server.url))
+    finally:
+        server.stop()
+    f = _caching_finding(tmp_path / "t", "llamacpp-server")
+    assert f.params["prefix_caching"] is None and f.params["endpoint"] == server.url, f.params
+    assert "caching not said by the server" in f.summary, f.summary
+    assert any(w.startswith("exploratory: prefix_caching=None") for w in settle.unsettled(f, finding.CLAIM))

@@ -201,30 +201,23 @@ def counters(backend: Backend, url: str) -> Counters | str:
 
 def caching(backend: Backend, url: str) -> tuple[bool | None, dict]:
     """What the server at ``url`` says of its own prefix caching: on, off, or None where it does not say, and the
-    flags it said it with (so a finding records the server's word, never the table's assumption). vLLM: the labels
-    of its ``vllm:cache_config_info`` gauge on ``/metrics`` (``enable_prefix_caching``; vllm/v1/metrics/loggers.py
-    logs the cache config as info); llama-server: ``/props``' default generation settings (``cache_prompt``, the
-    default of every request's, which ``--no-cache-prompt`` turns off: common/arg.cpp)."""
+    flags it said it with (so a finding records the server's word, never the table's assumption). vLLM says it: the
+    labels of its ``vllm:cache_config_info`` gauge on ``/metrics`` (``enable_prefix_caching``; vllm/v1/metrics/
+    loggers.py logs the cache config as info). llama-server does not: its ``/props`` reports a default task's
+    parameters, not ``--no-cache-prompt`` (``get_res_props`` in tools/server/server-context.cpp, llama.cpp as
+    llama-cpp-python 0.3.36 vendors it), so a llama-server found at ``--endpoint`` has its caching unsaid."""
+    if backend.name != "vllm-server":
+        return None, {}
     import httpx
+    from prometheus_client.parser import text_string_to_metric_families
 
     try:
-        if backend.name == "vllm-server":
-            from prometheus_client.parser import text_string_to_metric_families
-
-            r = httpx.get(url + "/metrics", timeout=30)
-            for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
-                for s in fam.samples:
-                    if s.name.startswith("vllm:cache_config_info") and "enable_prefix_caching" in s.labels:
-                        flags = {"vllm:cache_config_info": dict(s.labels)}
-                        return s.labels["enable_prefix_caching"].lower() == "true", flags
-            return None, {}
-        if backend.name == "llamacpp-server":
-            doc = httpx.get(url + "/props", timeout=30).json()
-            params = ((doc.get("default_generation_settings") or {}).get("params") or {})
-            if isinstance(params.get("cache_prompt"), bool):
-                return params["cache_prompt"], {"/props default_generation_settings.params.cache_prompt":
-                                                params["cache_prompt"]}
-    except (httpx.HTTPError, ValueError, AttributeError):
+        r = httpx.get(url + "/metrics", timeout=30)
+        for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
+            for s in fam.samples:
+                if s.name.startswith("vllm:cache_config_info") and "enable_prefix_caching" in s.labels:
+                    return s.labels["enable_prefix_caching"].lower() == "true", {"vllm:cache_config_info": dict(s.labels)}
+    except (httpx.HTTPError, ValueError):
         pass
     return None, {}
 
