@@ -93,6 +93,11 @@ def merge(folder: str | os.PathLike, data: bytes, keep: Iterable[str] | None = N
     return len(new)
 
 
+def entries(folder: str | os.PathLike) -> dict[str, list[dict]]:
+    """Every line of ``folder``'s ledger, per finding id (none where it has no ledger)."""
+    return _entries(Path(folder))
+
+
 def _entries(folder: Path) -> dict[str, list[dict]]:
     path = folder / LEDGER
     try:
@@ -154,4 +159,4 @@ def records_for(path: Path, finding_id: str, attempt: str | None) -> list[Record
     return out
 
 
-__all__ = ["LEDGER", "Record", "append", "digest", "entry", "ids", "merge", "records_for"]
+__all__ = ["LEDGER", "Record", "append", "digest", "entries", "entry", "ids", "merge", "records_for"]

@@ -234,9 +234,19 @@ def _one_writer(out: Path, wait: bool) -> Iterator[None]:
 def attempt_digests(out: Path, attempt: str) -> dict[str, str]:
     """Each finding attempt ``attempt`` wrote into ``out/findings``, with its digest (:mod:`workbench.ledger`): what the
     notebook's entry in ``run.json`` records when it ends, the run's record those findings are bound to."""
-    from .findings import scan
+    from . import ledger
+    from .findings import FindingError, read
 
-    return {f.id: f.digest for _, f in scan([out / "findings"]).findings if f.attempt == attempt and f.digest}
+    folder, got = out / "findings", {}
+    for fid, entries in ledger.entries(folder).items():  # what the attempt said it wrote: read those files only
+        if any(e.get("attempt") == attempt for e in entries) and (folder / f"{fid}.json").is_file():
+            try:
+                f = read(folder / f"{fid}.json")
+            except FindingError:
+                continue  # unreadable: no digest to record, and the folder's scan names it
+            if f is not None and f.attempt == attempt and f.digest:
+                got[f.id] = f.digest
+    return got
 
 
 def written_verdicts(out: Path, attempt: str | None) -> str:
