@@ -176,10 +176,11 @@ def test_the_run_record_lists_each_findings_digest_and_an_edit_after_the_run_is_
     doc = json.loads(capacity[0].read_text()) | {"attempt": "a1", "id": "capacity.budget_policy-llamacpp-x-1"}
     finding = findings.from_dict(doc)
     findings.write(finding, out / "findings")
-    (out / "findings" / ledger.LEDGER).unlink()  # only the run's own record binds it now
     entry = manifest.NotebookRun("50_capacity_surface", "ok", {}, "notebooks/x.ipynb", "t", 1.0, attempt="a1",
                                  findings=runner.attempt_digests(out, "a1"))
+    assert entry.findings == {finding.id: ledger.ids(out / "findings")[finding.id]}
     manifest.record(out, entry)
+    (out / "findings" / ledger.LEDGER).unlink()  # only the run's own record binds it now
     (v,) = settle.read([out / "findings"]).verified
     assert v.bound == "run.json (notebook 50_capacity_surface, attempt a1)" and not v.answer_why, v.reasons
     rewrite(out / "findings" / f"{finding.id}.json", relabel())
@@ -223,3 +224,22 @@ def test_a_probe_without_its_re_derivation_settles_nothing(capacity, monkeypatch
         assert any("declares no re-derivation of its outcome from its evidence" in w for w in v.answer_why)
     finally:
         settle._EVIDENCE.clear()
+
+
+def test_compare_names_a_relabelled_subject_claim_first_and_marked(capacity, tmp_path):
+    """Issue 48 item 5: the relabelled finding's claim never appeared as a change. Now it leads, marked, with why."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    before = run_folder(tmp_path / "a", capacity[0])
+    after = run_folder(tmp_path / "b", capacity[0])
+    rewrite(next((after / "findings").glob("capacity*.json")), relabel())
+    r = CliRunner().invoke(app, ["compare", str(before), str(after)])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    first = lines.index("the subject's claims that changed:") + 1
+    assert lines[first].startswith("  ! answered, settles nothing: ") and "on TensorRT-LLM 1.2.1" in lines[first], lines
+    claims = [ln for ln in lines[first:] if ln.startswith("  ! answered")]
+    assert {c.split(": ")[1] for c in claims} >= {"risk.memory_fraction"}
+    assert all("(settles nothing: edited after its run" in c for c in claims), claims
