@@ -264,10 +264,20 @@ def hand_built(monkeypatch):
 
     monkeypatch.setattr(probes.Declared, "check_evidence", lambda self, f: [])
     monkeypatch.setattr(settle, "_across", lambda d, f, found: ())  # nor the findings of its run (none here)
-    settle._EVIDENCE.clear()
+    settle.forget()
     yield
-    settle._EVIDENCE.clear()
+    settle.forget()
 
 
 #: A fingerprint's GPU as NVML reads one (what an on-target finding of TensorRT-LLM carries).
 GPU = {"available": True, "devices": [{"name": "NVIDIA H200"}]}
+
+
+@pytest.fixture(autouse=True)
+def _verification_kept_per_test():
+    """What workbench.settle keeps of each finding's verification lives for one test: a test that patches its rules
+    never leaves its answers to the next."""
+    yield
+    from workbench import settle
+
+    settle.forget()

@@ -36,6 +36,9 @@ def re_derived(monkeypatch):
     monkeypatch.setattr(settle, "_reasons", lambda path, f, now, claim_ids=(): {
         c: () for c in dict.fromkeys([*f.claims, *f.claim_verdicts, *claim_ids])})
     monkeypatch.setattr(settle, "_across", lambda d, f, found: ())
+    settle.forget()
+    yield
+    settle.forget()
 
 
 def finding(claim_ids: list[str], verdict: str = "confirmed", *, engine: str = "llamacpp",

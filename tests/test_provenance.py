@@ -218,12 +218,12 @@ def test_a_probe_without_its_re_derivation_settles_nothing(capacity, monkeypatch
     from workbench.probes.capacity import BudgetPolicy
 
     monkeypatch.delattr(BudgetPolicy, "from_evidence")
-    settle._EVIDENCE.clear()
+    settle.forget()
     try:
         (v,) = settle.read([capacity[0].parent]).verified
         assert any("declares no re-derivation of its outcome from its evidence" in w for w in v.answer_why)
     finally:
-        settle._EVIDENCE.clear()
+        settle.forget()
 
 
 def test_compare_names_a_relabelled_subject_claim_first_and_marked(capacity, tmp_path):

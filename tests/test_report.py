@@ -118,6 +118,7 @@ def test_a_newer_not_run_does_not_mask_an_answer(run_dir, monkeypatch):
     workbench.settle's rule, tests/test_settle.py and tests/test_provenance.py; a relabelled one does not)."""
     monkeypatch.setattr(settle, "_reasons", lambda path, f, now, claim_ids=(): {
         c: () for c in dict.fromkeys([*f.claims, *f.claim_verdicts, *claim_ids])})
+    settle.forget()
     path, ran = next((p, f) for p, f in findings.scan([run_dir / "findings"]).findings
                      if f.probe.startswith("reuse") and f.engine == "llamacpp")
     ran = replace(ran, engine="trtllm", environment=ran.environment | {"engine_version": "1.2.0"})

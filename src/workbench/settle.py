@@ -26,8 +26,8 @@ and parameters; the claim's kind; the engine's facts):
   what it says agreeing with the other findings of its run (:meth:`workbench.probes.Declared.check_run`: the loop's
   gate against its arms).
 
-The expensive part (the family's re-derivation) is done once per finding content and kept (:func:`verify` memoises
-it by path, id and digest), so the report's many views of one run pay it once.
+What a finding's rules say is worked out once per finding content (path, id and digest) and kept, so the report's
+many views of one run pay it once (:func:`forget` drops it).
 """
 
 from __future__ import annotations
@@ -276,6 +276,25 @@ def _reasons(path: Path | None, f: Finding, now: _dt.datetime,
     return out
 
 
+_VERIFIED: "OrderedDict[tuple, dict[str, tuple[str, ...]]]" = OrderedDict()
+
+
+def _reasons_once(path: Path | None, f: Finding, now: _dt.datetime) -> dict[str, tuple[str, ...]]:
+    """:func:`_reasons`, kept per finding content and minute (a report draws one run's standing many times)."""
+    key = (str(path), f.id, f.digest or _content(f), now.replace(second=0, microsecond=0))
+    if key not in _VERIFIED:
+        _VERIFIED[key] = _reasons(path, f, now)
+        if len(_VERIFIED) > 4096:
+            _VERIFIED.popitem(last=False)
+    return _VERIFIED[key]
+
+
+def forget() -> None:
+    """Drop what :func:`verify` keeps (a test that changes the rules under it)."""
+    _VERIFIED.clear()
+    _EVIDENCE.clear()
+
+
 def verify(found: Iterable[tuple[Path | None, Finding]], now: _dt.datetime | None = None) -> list[Verified]:
     """Every finding of ``found`` verified (in order): its rules per claim, then what its family checks across the
     findings of its run (:meth:`~workbench.probes.Declared.check_run`, e.g. the loop's gate against its arms)."""
@@ -284,7 +303,7 @@ def verify(found: Iterable[tuple[Path | None, Finding]], now: _dt.datetime | Non
     out = []
     for path, f in pairs:
         where, _ = binding(path, f)
-        reasons = _reasons(path, f, now)
+        reasons = _reasons_once(path, f, now)
         d = probes.declared(f.probe)
         answers = any(f.verdict_on(c) in ANSWERS for c in reasons)
         across = _across(d, f, pairs) if d is not None and answers else ()
