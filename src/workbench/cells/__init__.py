@@ -99,15 +99,27 @@ def runs(engine: str) -> str:
     return SERVED.get(engine, engine)
 
 
+def _facts(engine: str) -> EngineFacts | None:
+    """The facts ``engine`` (or the engine it serves) declared; None for a name registered without them (a test's
+    stand-in) or not registered."""
+    try:
+        facts = ENGINES.facts(runs(engine))
+    except (KeyError, ValueError):
+        return None
+    return facts if isinstance(facts, EngineFacts) else None
+
+
 def needs_gpu(engine: str) -> bool:
     """Whether ``engine`` (or the engine it serves) runs only on an NVIDIA GPU, as it declared at registration."""
-    return engine in ENGINES and ENGINES.facts(runs(engine)).gpu
+    facts = _facts(engine)
+    return facts is not None and facts.gpu
 
 
 def knows_version(engine: str, version: str | None) -> bool | None:
     """The guard's word on ``version`` of ``engine`` (or of the engine it serves): True where the guard knows it,
     False where not (None counts as not); None where the engine declared no guard (``EngineFacts.versions``)."""
-    if engine not in ENGINES or (where := ENGINES.facts(runs(engine)).versions) is None:
+    where = version_guard(engine)
+    if where is None:
         return None
     module, _, attr = where.partition(":")
     return version is not None and bool(getattr(importlib.import_module(module), attr)(version))
@@ -116,7 +128,8 @@ def knows_version(engine: str, version: str | None) -> bool | None:
 def version_guard(engine: str) -> str | None:
     """Where ``engine``'s (or its in-process engine's) guard decides which versions it knows ("module:function"), for
     a reason's words; None where it declared none."""
-    return ENGINES.facts(runs(engine)).versions if engine in ENGINES else None
+    facts = _facts(engine)
+    return facts.versions if facts is not None else None
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,12 @@ class Loop(Declared):
             return Outcome("inconclusive", "a reference arm")
         return gate_again(evidence, p)
 
+    def guard(self, o: Outcome, f: findings.Finding) -> Outcome:
+        """None: the loop writes its findings as its gate decides them (:func:`.gate.decide`: the subject's
+        end-to-end loop time over turns of equal work, on the target's GPU), not through a probe's engine-read
+        guard, so its outcome is re-derived as written."""
+        return o
+
     def check_run(self, f: findings.Finding, found) -> list[str]:
         """A gate finding agrees with the arm findings written beside it in its run (the same ``loop.run`` id): the
         best llama.cpp arm it names ran there, its turns are the ones the gate recorded, and each arm's figures in

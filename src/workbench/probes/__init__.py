@@ -133,19 +133,25 @@ class Declared:
     def check_evidence(self, f: findings.Finding) -> list[str]:
         """Why ``f``'s verdicts and numbers are not what this family's rule gives on its own evidence (empty: they
         are): :meth:`from_evidence` on what ``f`` recorded, the guard applied as when it was written
-        (:func:`at_most_inconclusive_without_engine`), then each verdict and each metric it gives compared."""
+        (:meth:`guard`), then each verdict and each metric it gives compared."""
         if not self.rederives:
             return [f"{self.name} declares no re-derivation of its outcome from its evidence (from_evidence), so its "
                     "numbers are its own word"]
         try:
-            o = self.from_evidence(f.evidence, self.params_of(f))
-            o = at_most_inconclusive_without_engine(o, is_subject(f.engine, [*f.claims, *o.claim_verdicts]))
+            o = self.guard(self.from_evidence(f.evidence, self.params_of(f)), f)
             values = findings.metric_values(o.metrics, o.sources)
         except ParamError as e:
             return [f"its parameters cannot be read by {self.name}: {e}"]
         except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError, StopIteration) as e:
             return [f"its evidence cannot be read by {self.name}'s rule ({type(e).__name__}: {e})"]
         return differences(f, o, values, self.name)
+
+    def guard(self, o: Outcome, f: findings.Finding) -> Outcome:
+        """The guard its writer applied to ``o`` before ``f`` was written, applied again to the re-derived outcome: a
+        probe's (and the eval table's) answer rests on engine-read values (:func:`at_most_inconclusive_without_engine`).
+        A family whose writer decides by a rule of its own (the loop's gate: turns timed end to end, equal work) says
+        so by overriding it."""
+        return at_most_inconclusive_without_engine(o, is_subject(f.engine, [*f.claims, *o.claim_verdicts]))
 
     def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
         """Why ``f``'s verdict on ``claim`` is not re-derived from what it recorded by this family's rule (empty: it
