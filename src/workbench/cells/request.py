@@ -95,6 +95,7 @@ class RequestCell(abc.ABC):
     engine: ClassVar[str]
     label: ClassVar[str]  # how messages name the engine, e.g. "TensorRT-LLM"
     prefill_now: ClassVar[bool]  # whether prefill_suffix sends the suffix now unless told to defer
+    exact_sources: ClassVar[tuple[str, ...]] = ()  # Warm sources that count reuse exactly (not whole blocks)
 
     model: models.ResolvedModel
     opts: Any
@@ -277,7 +278,8 @@ class RequestCell(abc.ABC):
         st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = (
             tokens, [], key, salt, retention, warm.counters)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=warm.reused_tokens,
-                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped, exact=False,
+                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped,
+                            exact=warm.source in self.exact_sources,
                             granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
@@ -299,7 +301,7 @@ class RequestCell(abc.ABC):
         warm = self._warm(seq, st.key, st.retention, slot=slot)
         st.tokens, st.pending, st.counters = seq, [], warm.counters
         return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=warm.reused_tokens,
-                            computed_tokens=total - warm.reused_tokens, exact=False,
+                            computed_tokens=total - warm.reused_tokens, exact=warm.source in self.exact_sources,
                             granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
