@@ -199,6 +199,7 @@ for _name, _target in {
     "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
     "events.admission": "workbench.probes.events_admission:Admission",
+    "events.ledger_closure": "workbench.probes.events_ledger:LedgerClosure",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
 }.items():
