@@ -188,13 +188,14 @@ class _Run:
     ledger: Ledger = field(default_factory=Ledger)
     rows: list[dict] = field(default_factory=list)
 
-    def pump(self) -> None:
-        got = self.gateway.pump(0.3)
+    def pump(self, wait_s: float = 0.3) -> None:
+        got = self.gateway.pump(wait_s)
         self.ledger.see(got)
         self.naive.apply_all(got)
 
     def ask(self, phase: str, prompt: list[int]) -> None:
-        self.pump()
+        # the ramp's events may trail a request (a late one arrives at the next poll); the read-back's must be in
+        self.pump(0.3 if phase == "readback" else 0.05)
         inv = self.gateway.inventory
         predicted, naive = predict(inv, prompt, self.block), predict(self.naive, prompt, self.block)
         replayed = self.replay.request(prompt)
