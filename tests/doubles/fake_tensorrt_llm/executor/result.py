@@ -36,12 +36,12 @@ class GenerationResult:
     """A request's future: iterate for streaming steps, ``result()`` to wait for the end."""
 
     def __init__(self, request_id: int, prompt_token_ids: List[int], steps: List[CompletionOutput],
-                 cached_tokens: int = 0):
+                 prepopulated: int = 0):
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self._steps = steps
         self._at = -1
-        self._cached_tokens = cached_tokens
+        self._cached_tokens = prepopulated  # the engine's prepopulatedPromptLen
 
     @property
     def finished(self) -> bool:

@@ -226,7 +226,7 @@ class LLM:
                     "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}})
         if self.scheduler is not None:
             self.scheduler.request_finished(_Request(request_id, prompt), block_ids)
-        return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming), cached_tokens=matched)
+        return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming), prepopulated=matched)
 
     def get_kv_cache_events(self, timeout: Optional[float] = 2) -> List[dict]:
         self.calls.append(("get_kv_cache_events", {"timeout": timeout}))
