@@ -128,12 +128,16 @@ class TrtLlmOptions(CellOptions):
             raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
         if self.connector and not self.enable_block_reuse:
             raise ValueError("the KV connector needs enable_block_reuse=True (TensorRT-LLM ignores it otherwise)")
+        self._check_choices()
+        Retention(self.retention_priority, self.retention_duration_ms)  # validates both
+
+    def _check_choices(self) -> None:
+        """The options that name one of a few choices."""
         if self.kv_manager not in KV_MANAGERS:
             raise ValueError(f"kv_manager must be one of {', '.join(KV_MANAGERS)}, got {self.kv_manager!r}")
         if self.guided_decoding_backend not in (None, "xgrammar", "llguidance"):
             raise ValueError(f"guided_decoding_backend must be 'xgrammar', 'llguidance' or None, "
                              f"got {self.guided_decoding_backend!r}")
-        Retention(self.retention_priority, self.retention_duration_ms)  # validates both
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "TrtLlmOptions":
