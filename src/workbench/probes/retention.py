@@ -165,7 +165,7 @@ def release_default_manager(d) -> str | None:
     """The KV manager the cell ran where it is the release's own default rather than the one the cell pins
     (``Description.extra["kv_cache_manager"]``: TensorRT-LLM 1.4 opened with ``kv_manager="default"`` runs V2);
     None where the cell ran its pinned one, or has no choice of manager."""
-    manager = d.extra.get("kv_cache_manager") or {}
+    manager = (getattr(d, "extra", None) or {}).get("kv_cache_manager") or {}
     return str(manager["used"]) if manager.get("used") and "default" in str(manager.get("how", "")) else None
 
 

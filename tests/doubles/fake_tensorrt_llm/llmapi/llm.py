@@ -15,7 +15,7 @@ Signatures are the documented ones (``tensorrt_llm/llmapi/llm.py``); every call 
 The engine itself is a toy with the documented observable shapes:
 
 * reuse: full blocks of ``prompt[:-1]`` whose hash chain (salt, LoRA id, parent, tokens) is stored
-  are reused; ``kv_cache_metrics`` counts blocks;
+  are reused; ``kv_cache_metrics`` counts blocks; the V1 hash is TensorRT-LLM's own block key (``_block_key.py``);
 * partial reuse (``enable_partial_reuse``, on by default): the device-matched length handed to a KV connector
   (``prepopulatedPromptLen``) adds, after the matched full blocks, the leading tokens the next block of
   ``prompt[:-1]`` shares with a stored block of the same parent, salt and LoRA id (``loadOrAllocateBlocks`` and
@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from .. import _profile
+from .._block_key import block_key
 from ..bindings import KvCacheMetrics, RequestPerfMetrics, TimingMetrics
 from ..executor import CompletionOutput, GenerationExecutor, GenerationResult
 from ..sampling_params import SamplingParams
@@ -265,11 +266,12 @@ class LLM:
         return stats
 
     def _hash(self, salt, lora_id, parent, block) -> int:
-        """V1: BlockKeyHasher (a 64-bit mix; Python's hash stands for it); V2: SHA-256 of the key, 64 bits."""
+        """V1: ``BlockKeyHasher::hash`` (``_block_key.py``); V2: SHA-256 of the key, 64 bits (its byte layout is the
+        double's own: what a client must not do is recompute it as V1's)."""
         if self.v2:
             key = json.dumps([salt, lora_id, parent, list(block)]).encode()
             return int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
-        return hash((salt, lora_id, parent, tuple(block))) & (2 ** 64 - 1)
+        return block_key(block, parent or 0, salt, lora_id)
 
     def _admit(self, prompt, salt, lora_id, retention, request_id):
         """Match, allocate and store the prompt's full blocks; returns (reused blocks, block ids, matched tokens)."""
