@@ -389,6 +389,10 @@ _DECLARED = [
        "removed events that took one copy of a hash the engine still held another of"),
     _m("reset_inventory_blocks", "held after clear", "blocks", "engine",
        "blocks the gateway's inventory held after the engine's cache was cleared or the engine restarted"),
+    _m("reset_clear_events", "clear events", "count", "engine",
+       "signals that emptied the gateway's inventory after the engine's cache was cleared or it restarted, by the time "
+       "the next request had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and the "
+       "consumer's own resyncs (a sequence gone backwards)"),
     _m("reset_engine_reused_tokens", "reuse after clear", "tokens", "engine",
        "cached tokens the engine reported for a request after its cache was cleared or it restarted"),
     _m("cross_tenant_predicted_tokens", "cross-tenant predicted", "tokens", "derived",

@@ -26,7 +26,8 @@ def _account(stored=40, removed=32, resident=8, capacity=8, duplicates=0):
             "duplicate_removals": duplicates, "replay_resident": 8, "unknown_removals": 0, "orphans": 0}
 
 
-_CLEARED = {"how": "reset_prefix_cache", "engine_said": True, "inventory_blocks": 0, "predicted": 0, "reported": 0}
+_CLEARED = {"how": "reset_prefix_cache", "engine_said": True, "inventory_blocks": 0, "predicted": 0, "reported": 0,
+            "clear_events": 1}
 
 
 # --------------------------------------------------------------------------- the rule, each verdict
@@ -44,10 +45,19 @@ def test_a_ledger_larger_than_the_pool_is_a_leak():
     assert out.metrics["ledger_overflow_blocks"] == 22
 
 
-def test_an_inventory_that_keeps_blocks_after_the_clear_is_stale():
-    stale = dict(_CLEARED, inventory_blocks=5)
+def test_an_inventory_no_clear_event_ever_reaches_is_stale():
+    stale = dict(_CLEARED, inventory_blocks=5, predicted=64, clear_events=0)
     out = verdict([_row()], _account(), stale)
-    assert out.verdict == "refuted" and "still held 5 blocks" in out.summary
+    assert out.verdict == "refuted" and "still held 5 blocks, and no clear event came" in out.summary
+
+
+def test_a_clear_published_only_with_the_next_step_is_partial():
+    """vLLM 0.32: ``reset_prefix_cache`` queues AllBlocksCleared, published with the next step's output
+    (``Scheduler.update_from_output``): the request right after the clear is mispredicted."""
+    late = dict(_CLEARED, inventory_blocks=7, predicted=64, clear_events=1)
+    out = verdict([_row()], _account(), late)
+    assert out.verdict == "partial" and "until the engine's next step published the clear" in out.summary
+    assert out.metrics["reset_clear_events"] == 1
 
 
 def test_a_read_back_the_ledger_mispredicts_refutes():

@@ -147,9 +147,11 @@ class LedgerClosure(Probe):
     _closed = (*_seen, Support("ledger_overflow_blocks", "<=", 0), Support("ledger_exact_fraction", ">=", 1.0))
     rests = {("*", "confirmed"): (_closed, (*_closed, Support("reset_inventory_blocks", "<=", 0),
                                              Support("reset_engine_reused_tokens", "<=", 0))),
+             ("*", "partial"): ((*_closed, Support("reset_inventory_blocks", ">", 0),
+                                 Support("reset_clear_events", ">", 0)),),
              ("*", "refuted"): ((Support("engine_evicted_blocks", ">", 0), Support("ledger_overflow_blocks", ">", 0)),
                                 (*_seen, Support("ledger_exact_fraction", "<", 1.0)),
-                                (Support("reset_inventory_blocks", ">", 0),))}
+                                (Support("reset_inventory_blocks", ">", 0), Support("reset_clear_events", "<=", 0)))}
     Params = Params
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
@@ -217,17 +219,28 @@ class _Run:
                 "orphans": sum(1 for b in inv.blocks.values() if b.parent is not None and b.parent not in inv.blocks)}
 
     def reset(self, prompt: list[int]) -> dict:
-        """Clear the engine's cache (or restart it), then: what the inventory holds, and one request's reuse."""
+        """Clear the engine's cache (or restart it), then: what the inventory holds before the next request, that
+        request's reuse as predicted and as the engine counted it, and the clear events seen once it has run."""
         clear = getattr(self.cell, "reset_prefix_cache", None)
-        how = "reset_prefix_cache" if clear is not None else "restart (switch)"
-        done = clear() if clear is not None else self.cell.switch() is not None
+        cleared = self.ledger.cleared + self._resyncs()
+        done = bool(clear()) if clear is not None else False
+        how = "reset_prefix_cache"
+        if not done:  # no clear in the engine's API, or it refused (vllm serve without its dev routes): restart
+            how = "restart (switch)" if clear is None else "restart (switch; reset_prefix_cache was refused)"
+            done = self.cell.switch() is not None
         self.pump()
         self.pump()
         held = sum(b.copies for b in self.gateway.inventory.blocks.values())
         predicted = predict(self.gateway.inventory, prompt, self.block)
         st = self.cell.ensure_prefix(prompt)
+        self.pump()
         return {"how": how, "engine_said": bool(done), "inventory_blocks": held, "predicted": predicted,
-                "reported": st.engine_reused_tokens}
+                "reported": st.engine_reused_tokens, "clear_events": self.ledger.cleared + self._resyncs() - cleared}
+
+    def _resyncs(self) -> int:
+        """Times the gateway emptied its inventory on its own: a sequence that went backwards (a restarted engine) or
+        a gap it could not replay."""
+        return sum(m.kind == "cleared" for m in self.gateway.timeline)
 
 
 @dataclass(frozen=True)
@@ -259,13 +272,15 @@ def summarise(rows: Sequence[dict], account: dict, reset: dict | None) -> Closur
 
 
 def decide(s: Closure) -> Decision:
-    """The ladder: a leak the pool proves → a stale inventory after the clear → a read-back to compare → eviction and
-    reuse seen → the ledger's predictions against the engine's counts."""
+    """The ladder: a leak the pool proves → a clear no event told → a read-back to compare → eviction and reuse seen
+    → the ledger's predictions against the engine's counts → the clear reaching the gateway before the next request
+    → the engine's miss after it."""
     if s.evicted > 0 and s.overflow > 0:
         return Decision("refuted", "leak", rests_on=(Support("engine_evicted_blocks", ">", 0),
                                                      Support("ledger_overflow_blocks", ">", 0)))
-    if s.reset is not None and s.reset["inventory_blocks"] > 0:
-        return Decision("refuted", "stale", rests_on=(Support("reset_inventory_blocks", ">", 0),))
+    if s.reset is not None and s.reset["clear_events"] <= 0 and s.reset["inventory_blocks"] > 0:
+        return Decision("refuted", "stale", rests_on=(Support("reset_inventory_blocks", ">", 0),
+                                                      Support("reset_clear_events", "<=", 0)))
     if s.counted < s.asked or not s.asked:
         return Decision("inconclusive", "uncounted")
     if s.evicted == 0 or s.reused == 0:
@@ -274,11 +289,15 @@ def decide(s: Closure) -> Decision:
     if s.exact < 1.0:
         return Decision("refuted", "mismatch", rests_on=(*seen, Support("ledger_exact_fraction", "<", 1.0)))
     closed = (*seen, Support("ledger_overflow_blocks", "<=", 0), Support("ledger_exact_fraction", ">=", 1.0))
-    if s.reset is not None:
-        closed += (Support("reset_inventory_blocks", "<=", 0), Support("reset_engine_reused_tokens", "<=", 0))
-        if s.reset["reported"] is None or s.reset["reported"] > 0:
-            return Decision("inconclusive", "not-cleared")
-    return Decision("confirmed", "closed", rests_on=closed)
+    if s.reset is None:
+        return Decision("confirmed", "closed", rests_on=closed)
+    if s.reset["reported"] is None or s.reset["reported"] > 0:
+        return Decision("inconclusive", "not-cleared")
+    if s.reset["inventory_blocks"] > 0:
+        return Decision("partial", "late", rests_on=(*closed, Support("reset_inventory_blocks", ">", 0),
+                                                     Support("reset_clear_events", ">", 0)))
+    return Decision("confirmed", "closed", rests_on=(*closed, Support("reset_inventory_blocks", "<=", 0),
+                                                     Support("reset_engine_reused_tokens", "<=", 0)))
 
 
 def explain(d: Decision, s: Closure, account: dict) -> str:
@@ -288,8 +307,9 @@ def explain(d: Decision, s: Closure, account: dict) -> str:
         return (f"The ledger leaked: {ledger}, {s.overflow} more than the pool can hold: blocks left the cache with "
                 "no removed event (TensorRT-LLM PR #16335's detach), so a mirror keeps them forever.")
     if d.case == "stale":
-        return (f"After {s.reset['how']} the inventory still held {s.reset['inventory_blocks']} blocks: no event "
-                "told the gateway its index was gone (llm-d #593's stale entries).")
+        return (f"After {s.reset['how']} the inventory still held {s.reset['inventory_blocks']} blocks, and no clear "
+                "event came even after the next request: nothing told the gateway its index was gone (llm-d #593's "
+                "stale entries).")
     if d.case == "uncounted":
         return "The engine gave no cached-token count on some read-back request, so the ledger has nothing to meet."
     if d.case == "untested":
@@ -298,6 +318,11 @@ def explain(d: Decision, s: Closure, account: dict) -> str:
     if d.case == "mismatch":
         return (f"The ledger's predictions met the engine's own counts on {s.exact:.0%} of {s.counted} read-back "
                 f"requests ({ledger}): what the events say is held is not what the engine serves.")
+    if d.case == "late":
+        return (f"The ledger closed ({ledger}; every one of {s.counted} read-back requests as it predicted), but after "
+                f"{s.reset['how']} the inventory still held {s.reset['inventory_blocks']} blocks until the engine's next "
+                f"step published the clear: the request right after it was predicted {s.reset['predicted']} cached "
+                f"tokens and the engine reported {s.reset['reported']}.")
     if d.case == "not-cleared":
         return (f"The ledger closed ({ledger}), but after {s.reset['how']} the engine still reported "
                 f"{s.reset['reported']} cached tokens: the clear did not clear, so misses did not follow.")
@@ -325,6 +350,7 @@ def verdict(rows: Sequence[dict], account: dict, reset: dict | None = None) -> O
                "duplicate_copy_removals": account["duplicate_removals"]}
     if reset is not None:
         metrics["reset_inventory_blocks"] = reset["inventory_blocks"]
+        metrics["reset_clear_events"] = reset["clear_events"]
         if reset["reported"] is not None:
             metrics["reset_engine_reused_tokens"] = reset["reported"]
     notes = [f"three readings of what the engine holds: the ledger {account['resident']} blocks (stored − removed, "
@@ -335,10 +361,17 @@ def verdict(rows: Sequence[dict], account: dict, reset: dict | None = None) -> O
              f"stored: {account['unknown_removals']}"]
     if reset is not None:
         notes.append(f"after {reset['how']}: the inventory held {reset['inventory_blocks']} blocks, the next request "
-                     f"was predicted {reset['predicted']} cached tokens and the engine reported {reset['reported']}")
+                     f"was predicted {reset['predicted']} cached tokens and the engine reported {reset['reported']}; "
+                     f"clear events (cleared, created) seen by the time it had run: {reset['clear_events']}")
     else:
         notes.append("the clear/restart check was not run (reset=false)")
-    if not account["duplicate_removals"]:
+    if account["duplicate_removals"]:
+        notes.append(f"duplicate copies: {account['duplicate_removals']} removal(s) took one copy of a hash the engine "
+                     f"still held; a mirror that forgets a hash at its first removal would have missed the engine's "
+                     f"hits on {s.duplicate_hits} read-back request(s) (vLLM #48933), the ledger (copies counted) on none"
+                     if s.exact == 1.0 else f"duplicate copies: {account['duplicate_removals']} removal(s) took one "
+                     "copy of a hash the engine still held")
+    else:
         notes.append("no removal took one copy of a hash still held: duplicate copies were not exercised")
     return Outcome(d.verdict, explain(d, s, account), metrics, list(rows) + ([{"phase": "reset", **reset}] if reset else []),
                    notes, rests_on=d.rests_on)
