@@ -143,6 +143,7 @@ class Ledger:
 class LedgerClosure(Probe):
     version = "1"
     claims = ("gateway.ledger",)
+    outcome_params = ("reset",)  # without the clear check the claim's third part is never put to the test
     _seen = (Support("engine_evicted_blocks", ">", 0), Support("engine_reused_tokens", ">", 0))
     _closed = (*_seen, Support("ledger_overflow_blocks", "<=", 0), Support("ledger_exact_fraction", ">=", 1.0))
     rests = {("*", "confirmed"): (_closed, (*_closed, Support("reset_inventory_blocks", "<=", 0),
