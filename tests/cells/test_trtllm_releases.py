@@ -98,3 +98,26 @@ def test_doctor_on_the_1_2_double_lists_its_profile_with_nothing_older(fake_trt)
     text = "\n".join(doctor.engine_lines("trtllm", asdict(cells.availability("trtllm"))))
     assert "  release   1.2 profile (written against 1.2.0 and 1.2.1); default KV manager V1" in text
     assert "differs" not in text
+
+
+def test_the_reuse_probe_reports_where_the_two_channels_differ():
+    from workbench.probes.reuse import _second_channel
+
+    row = {"case": "shared 3·B−1", "repeat": 0,
+           "engine_counters": {"cached_tokens": 47, "block_reused_tokens": 32, "reuse_channels_differ": True}}
+    same = dict(row, engine_counters={"cached_tokens": 32, "block_reused_tokens": 32, "reuse_channels_differ": False})
+    assert _second_channel([row, same]) == ["second channel: the engine's block counts agreed with its exact "
+                                            "cached_tokens on 1 of 2 requests; shared 3·B−1 (repeat 0): cached_tokens "
+                                            "47, blocks 32"]
+    assert _second_channel([dict(row, engine_counters={"num_reused_blocks": 2})]) == []  # one channel (1.2): nothing
+
+
+def test_on_1_4_the_reuse_probe_reads_the_exact_channel_and_keeps_the_blocks_beside(fake_trt14, tmp_path):
+    from workbench import probes
+
+    f = probes.run("reuse.per_request_metrics", engine="trtllm", isolated=False,
+                   model=str(model_dir(tmp_path, vocab_size=32000)), params={"repeats": 1},
+                   cell_options={"dummy_weights": True, "tokens_per_block": 16})
+    assert {r["reuse_source"] for r in f.evidence["rows"]} == {"cached_tokens"}
+    assert all(r["reported_exact"] and r["granularity"] == 1 for r in f.evidence["rows"])
+    assert any(n.startswith("second channel: ") and "cached_tokens 47, blocks 32" in n for n in f.evidence["notes"])
