@@ -49,3 +49,42 @@ def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: i
         "lora_alpha": rank, "lora_dropout": 0.0, "target_modules": list(TARGETS), "bias": "none",
         "fan_in_fan_out": False, "inference_mode": True, "modules_to_save": None}, indent=1))
     return out
+
+
+GGUF_PROJECTIONS = ("attn_q", "attn_v")
+
+
+def write_gguf_lora(base: str | Path, out: str | Path, *, rank: int = 8, seed: int = 0, std: float = 0.05) -> Path:
+    """Write a LoRA adapter GGUF for the llama.cpp model ``base`` into the file ``out``; returns ``out``.
+
+    Shapes come from the base GGUF's own tensors, as llama.cpp's adapter loader checks them (``src/llama-adapter.cpp``:
+    base ``ne[0]`` is ``lora_a``'s ``ne[0]``, base ``ne[1]`` is ``lora_b``'s ``ne[1]``, ``lora_a.ne[1] == lora_b.ne[0]``
+    is the rank; gguf-py writes a numpy shape reversed, so ``lora_a`` is ``(rank, n_in)`` and ``lora_b`` ``(n_out,
+    rank)``, PEFT's A and B). The file is ``general.type = adapter``, ``adapter.type = lora``, ``adapter.lora.alpha =
+    rank`` (alpha / rank = 1), every layer's ``attn_q`` and ``attn_v`` adapted with seeded random factors, so the
+    adapter changes what the model computes. (contenox ships a generator of the same format for its LoRA tests,
+    ``modeld/llama/llamasession/testdata/make_lora_gguf.py``.)"""
+    import gguf
+
+    reader = gguf.GGUFReader(str(base))
+    field = reader.fields["general.architecture"]
+    arch = bytes(field.parts[field.data[0]]).decode()
+    suffixes = tuple(f".{p}.weight" for p in GGUF_PROJECTIONS)
+    dims = {t.name: (int(t.shape[0]), int(t.shape[1])) for t in reader.tensors if t.name.endswith(suffixes)}
+    if not dims:
+        raise models.ModelSpecError(f"{base} has no {'/'.join(GGUF_PROJECTIONS)} tensors to adapt")
+    rng = np.random.default_rng(seed)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(out), arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+    for name, (n_in, n_out) in sorted(dims.items()):
+        writer.add_tensor(f"{name}.lora_a", (rng.standard_normal((rank, n_in)) * std).astype(np.float32))
+        writer.add_tensor(f"{name}.lora_b", (rng.standard_normal((n_out, rank)) * std).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

