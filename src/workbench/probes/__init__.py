@@ -201,6 +201,8 @@ for _name, _target in {
     "events.admission": "workbench.probes.events_admission:Admission",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
+    "contract.conformance": "workbench.probes.conformance:Conformance",
+    "contract.benchreport": "workbench.probes.benchreport:BenchReport",
 }.items():
     PROBES.register(_name, _target)
 

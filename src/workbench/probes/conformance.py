@@ -342,7 +342,7 @@ def capabilities(r: Run, base: dict) -> None:
     rep = {k: getattr(reported, k) for k in ROW_CAPS} if reported is not None else {}
     r.values["_caps_row"] = rep == ROW_CAPS
     r.row("contract.explain_context", "the reported capabilities against the row's", rep == ROW_CAPS,
-          reported=json.dumps(rep), row=json.dumps(ROW_CAPS))
+          reported=json.dumps(rep), row_values=json.dumps(ROW_CAPS))
 
 
 def _recompute(r: Run, base: dict) -> dict | None:

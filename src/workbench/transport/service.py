@@ -68,6 +68,7 @@ class SlotService:
         self.states: dict[str, bytes] = {}  # snapshot state blobs by state_id (modeld/slot/service.go 1045-1060)
         self.daemon_stages: list[Stage] = []
         self.opener: Callable[..., Any] | None = None  # opens the engine cell; None: workbench.cells.open_cell
+        self.kv_per_token: tuple[int, str] = (0, "")  # the active engine's KV bytes per token, and where read
 
     # ------------------------------------------------------------------ the slot
 
@@ -130,6 +131,7 @@ class SlotService:
                 raise model_load_failed(e) from None
             self.generation += 1
             self.adapter_specs = adapters
+            self.kv_per_token = self.session_cls.kv_bytes_per_token(self.cell)  # read once: a reading may cost work
             model = getattr(self.cell, "model", None)
             self.active = ActiveModel(model_name=self.model_spec, type=self.backend,
                                       digest=getattr(model, "sha256", "") or "",
@@ -222,7 +224,7 @@ class SlotService:
             self._check_type(req.type)
             if self.cell is None:
                 raise ErrModelNotActive(f"the slot is {self.state}")
-            return self.session_cls.model_info(self.cell, req.config, self.policy)
+            return self.session_cls.model_info(self.cell, req.config, self.policy, self.kv_per_token)
 
     def embed(self, req: EmbedRequest) -> EmbedResult:
         with self._lock:
@@ -272,7 +274,7 @@ class SlotService:
         """The engine's own statement of its KV bytes per token (None where it states none)."""
         if self.cell is None:
             return None
-        per_token, where = self.session_cls.kv_bytes_per_token(self.cell)
+        per_token, where = self.kv_per_token
         return per_token if where == "engine" else None
 
     def inject_fault(self, sess: CellSession) -> str:

@@ -168,15 +168,16 @@ class CellSession:
         return d.geometry.bytes_per_token, "geometry"
 
     @classmethod
-    def model_info(cls, cell: Any, config: Config, policy: Any) -> ModelInfo:
+    def model_info(cls, cell: Any, config: Config, policy: Any, kv: tuple[int, str] | None = None) -> ModelInfo:
         """``Describe``: the model's ceiling from its own metadata, the dense window this daemon serves (the cell's
-        context, a session's ``NumCtx`` no more), the engine's KV bytes per token and the policy's byte budget."""
+        context, a session's ``NumCtx`` no more), the engine's KV bytes per token (``kv``: as read at load) and the
+        policy's byte budget."""
         d = cell.describe()
         ceiling = cls.model_max_context(cell)
         served = d.context_tokens
         requested = config.num_ctx
         effective = min(requested, served) if requested > 0 else served
-        per_token, where = cls.kv_bytes_per_token(cell)
+        per_token, where = kv or cls.kv_bytes_per_token(cell)
         reason = ""
         if requested > served:
             reason = f"requested {requested} tokens; the engine was opened with {served} (its KV pool and context)"

@@ -204,23 +204,18 @@ class _Aborted(Exception):
     """Raised by the handlers to end a call with a status (grpcio's ``context.abort`` raises its own)."""
 
 
-def _status_of(err: BaseException) -> Any:
-    """``encodeError`` as a grpcio status: code, ``token: text``, and ErrorInfo for an overflow."""
-    import grpc
+STATUS_DETAILS = "grpc-status-details-bin"
+
+
+def _details_bin(reason: str, metadata: tuple[tuple[str, str], ...], code: int, message: str) -> bytes:
+    """``google.rpc.Status`` with one ``ErrorInfo`` (errors.go ``errorInfoForOverflow``), serialized as gRPC carries
+    it in the ``grpc-status-details-bin`` trailer (what grpc-go's ``status.WithDetails`` sends)."""
     from google.protobuf import any_pb2
     from google.rpc import error_details_pb2, status_pb2
-    from grpc_status import rpc_status
 
-    ws = encode(err)
-    details = []
-    if ws.reason:
-        info = error_details_pb2.ErrorInfo(reason=ws.reason, domain="contenox.transport", metadata=dict(ws.metadata))
-        packed = any_pb2.Any()
-        packed.Pack(info)
-        details.append(packed)
-    st = rpc_status.to_status(status_pb2.Status(code=ws.code, message=ws.message, details=details))
-    assert isinstance(st.code, grpc.StatusCode)
-    return st
+    packed = any_pb2.Any()
+    packed.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="contenox.transport", metadata=dict(metadata)))
+    return status_pb2.Status(code=code, message=message, details=[packed]).SerializeToString()
 
 
 class Server:
@@ -242,7 +237,12 @@ class Server:
     # ---- plumbing
 
     def _abort(self, context: Any, err: BaseException) -> None:
-        context.abort_with_status(_status_of(err))
+        """``encodeError`` on the call: its code and ``token: text``, an overflow's ErrorInfo in the status details."""
+        ws = encode(err)
+        if ws.reason:
+            context.set_trailing_metadata(((STATUS_DETAILS, _details_bin(ws.reason, ws.metadata, ws.code,
+                                                                         ws.message)),))
+        context.abort(_code(ws.code), ws.message)
 
     def _guard(self, context: Any) -> None:
         md = context.invocation_metadata() or ()
@@ -505,6 +505,24 @@ def _codec() -> Any:
     return JsonCodec()
 
 
+def _accept_grpc_response(stream: Any) -> None:
+    """grpclib's client wants the response's content subtype to be the codec's; grpc-go's client only checks that it
+    is gRPC (``grpcutil.ContentSubtype``) and decodes with the codec the call chose, and grpcio's server answers
+    ``application/grpc`` whatever the request's subtype. This client reads responses as grpc-go does: any
+    ``application/grpc`` or ``application/grpc+…`` is gRPC; anything else is refused as grpclib refuses it."""
+    from grpclib.exceptions import GRPCError
+    from grpclib.const import Status
+
+    def check(headers_map: dict) -> None:
+        content_type = headers_map.get("content-type")
+        if content_type is None:
+            raise GRPCError(Status.UNKNOWN, "Missing content-type header")
+        if content_type != "application/grpc" and not content_type.startswith("application/grpc+"):
+            raise GRPCError(Status.UNKNOWN, f"Invalid content-type: {content_type!r}")
+
+    stream._raise_for_content_type = check
+
+
 @dataclass
 class Health:
     instance_id: str
@@ -571,6 +589,7 @@ class Client:
         try:
             async with self._channel.request(method(name, service), Cardinality.UNARY_UNARY, None, None,
                                              metadata=self.metadata(fenced), timeout=self.timeout) as stream:
+                _accept_grpc_response(stream)
                 await stream.send_message(body, end=True)
                 reply = await stream.recv_message()
                 await stream.recv_trailing_metadata()
@@ -633,6 +652,7 @@ class Client:
             try:
                 async with self._channel.request(method("Decode"), Cardinality.UNARY_STREAM, None, None,
                                                  metadata=self.metadata(), timeout=self.timeout) as stream:
+                    _accept_grpc_response(stream)
                     await stream.send_message(gojson.marshal(DecodeReq(handle, cfg)), end=True)
                     async for raw in stream:
                         q.put(gojson.unmarshal(WireChunk, raw))

@@ -418,8 +418,11 @@ class LlamaCppCell:
         return self._tokens_of(prompt)
 
     def _perf(self) -> tuple[int, int]:
+        """llama.cpp's own counts of prompt tokens evaluated and tokens generated. ``llama_perf_context`` reports
+        each as at least 1 (``std::max(1, n_p_eval)`` in ``llama_context::perf_get_data``); a count whose time is
+        still 0 is the clamp, not a token, so it reads 0 (a first call's delta would otherwise be one short)."""
         p = self._ll.llama_perf_context(self._ctx)
-        return p.n_p_eval, p.n_eval
+        return (p.n_p_eval if p.t_p_eval_ms > 0 else 0), (p.n_eval if p.t_eval_ms > 0 else 0)
 
     def _counters(self, before: tuple[int, int]) -> dict:
         p, e = self._perf()

@@ -39,8 +39,8 @@ class TrtllmSession(RequestSession):
         return out
 
     @classmethod
-    def model_info(cls, cell: Any, config: Config, policy: Any) -> ModelInfo:
-        info = super().model_info(cell, config, policy)
+    def model_info(cls, cell: Any, config: Config, policy: Any, kv: tuple[int, str] | None = None) -> ModelInfo:
+        info = super().model_info(cell, config, policy, kv)
         free, total, name = _gpu_memory()
         info.free_bytes, info.device_total_bytes = free, total
         info.device_kind, info.device_id = ("cuda", name) if total else ("", "")
