@@ -259,6 +259,9 @@ class VllmOptions(CellOptions):
     speculative_config: Mapping[str, Any] | None = None
     # a KV connector of vLLM's own, passed as is (P/D in-process: ExampleConnector, cells/vllm/pd.py transfer_config)
     kv_transfer_config: Mapping[str, Any] | None = None
+    # vLLM's own statistics on (its Prometheus counters, LLM.get_metrics): the contract's session adapter reads the
+    # engine's cumulative work from them (cells/vllm/session.py); off by default, as vLLM's LLM has them
+    log_stats: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -494,7 +497,7 @@ class VllmCell(EventCapacity, RequestCell):
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
             dtype=self._dtype_name(self._config, o), seed=o.seed, **self._budget(),
             # stats on only where they are read: speculation's own counters (speculation_counters)
-            disable_log_stats=not o.speculative_config)
+            disable_log_stats=not (o.speculative_config or o.log_stats))
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
         if o.kv_events:

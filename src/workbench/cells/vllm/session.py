@@ -18,20 +18,40 @@ from ...transport.session import CellSession
 class VllmSession(RequestSession):
     reuse_counter: ClassVar[str] = "num_cached_tokens"
 
+    WORK = {"vllm:prompt_tokens": "prompt_tokens", "vllm:generation_tokens": "generation_tokens",
+            "vllm:request_success": "requests_finished"}
+    """vLLM's own cumulative counters of its work (``vllm/v1/metrics/loggers.py``), summed over their labels."""
+
+    @classmethod
+    def cell_options(cls, options: dict, config: Any, *, slots: int, adapters: Any, policy: Any = None) -> dict:
+        return super().cell_options(options, config, slots=slots, adapters=adapters, policy=policy) | {"log_stats": True}
+
     @classmethod
     def work_of(cls, cell: Any) -> dict | None:
-        """vLLM's own count of the requests it was given (``LLM.request_counter``, vllm/entrypoints/llm.py, read
-        where the cell's engine runs in this process): an overflow refused before dispatch leaves it where it was."""
-        counter = getattr(getattr(cell, "_llm", None), "request_counter", None)
-        value = getattr(counter, "counter", None)
-        return None if value is None else {"requests": int(value)}
+        """vLLM's own cumulative counts of the prompt tokens it took, the tokens it generated and the requests it
+        finished (its Prometheus counters, ``LLM.get_metrics``; on with the cell's ``log_stats``): a request refused
+        before dispatch leaves them where they were."""
+        llm = getattr(cell, "_llm", None)
+        if llm is None or not getattr(cell.opts, "log_stats", False):
+            return None
+        out = dict.fromkeys(cls.WORK.values(), 0)
+        for m in llm.get_metrics():
+            if m.name in cls.WORK and hasattr(m, "value"):
+                out[cls.WORK[m.name]] += int(m.value)
+        return out
 
     @classmethod
     def inject_fault(cls, cell: Any, sess: CellSession) -> str:
-        """Shut vLLM's engine core down under the cell (``EngineCoreClient.shutdown``): its next request fails
-        inside vLLM."""
-        cell._engine.engine_core.shutdown()
-        return "engine_core.shutdown(): the engine's next request fails inside vLLM"
+        """Take the model away from vLLM's worker through vLLM's own RPC (``LLM.collective_rpc``, as the cell reads
+        its KV memory): every later step fails inside vLLM's model runner, as a broken worker would. The engine is
+        the slot's, so only a reload (LoadModel) serves again."""
+        cell._llm.collective_rpc(_break_worker)
+        return "collective_rpc(model_runner.model = None): the engine's next step fails inside vLLM"
+
+
+def _break_worker(worker: Any) -> bool:
+    worker.model_runner.model = None
+    return True
 
 
 __all__ = ["VllmSession"]
