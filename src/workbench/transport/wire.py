@@ -546,6 +546,7 @@ class Client:
         self.owner = owner if owner is not None else self.health().instance_id
 
     async def _make_channel(self) -> Any:
+        from google.rpc import error_details_pb2  # noqa: F401 - registers ErrorInfo, so the details decode to it
         from grpclib.client import Channel
         from grpclib.encoding.proto import ProtoStatusDetailsCodec
 
