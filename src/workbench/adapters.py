@@ -51,17 +51,17 @@ def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: i
     return out
 
 
-GGUF_PROJECTIONS = ("attn_q", "attn_v")
+GGUF_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output")
 
 
-def write_gguf_lora(base: str | Path, out: str | Path, *, rank: int = 8, seed: int = 0, std: float = 0.05) -> Path:
+def write_gguf_lora(base: str | Path, out: str | Path, *, rank: int = 8, seed: int = 0, std: float = 0.15) -> Path:
     """Write a LoRA adapter GGUF for the llama.cpp model ``base`` into the file ``out``; returns ``out``.
 
     Shapes come from the base GGUF's own tensors, as llama.cpp's adapter loader checks them (``src/llama-adapter.cpp``:
     base ``ne[0]`` is ``lora_a``'s ``ne[0]``, base ``ne[1]`` is ``lora_b``'s ``ne[1]``, ``lora_a.ne[1] == lora_b.ne[0]``
     is the rank; gguf-py writes a numpy shape reversed, so ``lora_a`` is ``(rank, n_in)`` and ``lora_b`` ``(n_out,
     rank)``, PEFT's A and B). The file is ``general.type = adapter``, ``adapter.type = lora``, ``adapter.lora.alpha =
-    rank`` (alpha / rank = 1), every layer's ``attn_q`` and ``attn_v`` adapted with seeded random factors, so the
+    rank`` (alpha / rank = 1), every layer's attention projections adapted with seeded random factors, so the
     adapter changes what the model computes. (contenox ships a generator of the same format for its LoRA tests,
     ``modeld/llama/llamasession/testdata/make_lora_gguf.py``.)"""
     import gguf

@@ -12,7 +12,7 @@ from conftest import require_engine
 from workbench.cells.llamacpp.session import LlamaSession
 from workbench.probes import conformance as cf
 from workbench.transport.contract import ResidencyCapabilities
-from workbench.transport.manifest import ManifestIdentity, cache_salt
+from workbench.transport.manifest import ManifestIdentity
 
 LLAMA = {"can_defer": False, "defers_by_default": False}
 REQUEST = {"can_defer": True, "defers_by_default": True}
@@ -140,12 +140,11 @@ class NoPoison(LlamaSession):
 
 
 class SaltWithoutAdapters(LlamaSession):
-    """Derives its engine key from the manifest alone: the adapters are not folded in (their order, their scale)."""
+    """Derives its engine key from the manifest alone: the adapters (their digests, order, scale) are not folded in."""
 
-    def ensure_prefix(self, prefix):
-        st = super().ensure_prefix(prefix)
-        self.key = cache_salt(prefix.manifest)
-        return st
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.adapters = ()
 
 
 def _run(session_cls=LlamaSession, fence: bool = True, faults: bool = True):

@@ -500,7 +500,8 @@ def fatal(r: Run, base: dict) -> None:
     _, _, err = r.decode(sess)
     rep = sess.explain_context()
     before = len(sess.evidence()["stages"])
-    again, _ = r.refused(lambda: sess.ensure_prefix(base["pin"]))
+    fresh_text, _ = r.inputs(base["system"] + " " + words(r.rng, 8), "x")  # work the engine would have to do
+    again, _ = r.refused(lambda: sess.ensure_prefix(fresh_text))
     stages = sess.evidence()["stages"]
     failed = [s for s in stages if s.get("error")]
     r.values["conf_fatal_engine_failed"] = bool(failed) and isinstance(err, terr.ErrSessionFatal)
