@@ -173,6 +173,8 @@ def _section_rows(r: br.Report, turns: list[br.Turn]) -> list[dict]:
         t = by_label.get(f"suffix curve {i}")
         rows.append({"section": "suffix_ttft_curve", **d(pt), "result_class": br.RESULT_CLASS,
                      "prefix_tokens": t.prefix.prefix_tokens if t else None,
+                     "suffix_ms": t.suffix_ms if t else None,
+                     "suffix_and_ttft_ms": t.suffix_ms + t.ttft_ms if t else None,
                      "engine_computed_tokens": t.engine.get("Decode.engine_computed_tokens") if t else None})
     return rows
 

@@ -3,7 +3,8 @@
 * ``conformance_rows``: each check the conformance probe made through the daemon, by contract row, held (green),
   contradicted (red) or unread (grey);
 * ``suffix_ttft_curve``: benchreport's headline curve, time to first token as the changed suffix grows (the
-  suffix's tokens as the daemon counted them), beside the cold full prefill's;
+  suffix's tokens as the daemon counted them): ``run.go``'s TTFT (from Decode) and PrefillSuffix + TTFT (what a
+  backend that prefills the suffix when asked pays before its first token), beside the cold full prefill's;
 * ``bench_stages``: each turn's EnsurePrefix, PrefillSuffix and decode times, stacked, as the report's sections ran.
 """
 
@@ -51,9 +52,13 @@ def suffix_ttft_curve(rows: Sequence[dict]) -> go.Figure:
     title = "TTFT as the changed suffix grows (benchreport's headline curve)"
     if not pts:
         return _empty(title, "no curve points")
-    fig = plotstyle.axes(title, "changed suffix (tokens, as the daemon counted them)", "time to first token (ms)")
+    fig = plotstyle.axes(title, "changed suffix (tokens, as the daemon counted them)", "ms")
+    both = [r for r in pts if r.get("suffix_and_ttft_ms") is not None]
+    if both:  # a backend that prefills in PrefillSuffix pays the suffix there, not in Decode's TTFT
+        fig.add_trace(go.Scatter(x=[r["suffix_tokens"] for r in both], y=[r["suffix_and_ttft_ms"] for r in both],
+                                 mode="lines+markers", name="PrefillSuffix + TTFT"))
     fig.add_trace(go.Scatter(x=[r["suffix_tokens"] for r in pts], y=[r["ttft_ms"] for r in pts],
-                             mode="lines+markers", name="warm prefix, changed suffix",
+                             mode="lines+markers", name="TTFT from Decode (benchreport's ttft_ms)",
                              customdata=[[r.get("prefix_tokens"), r.get("engine_computed_tokens")] for r in pts],
                              hovertemplate="suffix %{x} tok<br>TTFT %{y:.3g} ms<br>prefix %{customdata[0]} tok"
                                            "<br>engine computed %{customdata[1]}<extra></extra>"))
