@@ -136,6 +136,14 @@ def _empty(v: Any) -> bool:
     return False  # a struct is never empty to omitempty
 
 
+def _number(v: Any, kind: str) -> str:
+    if isinstance(v, int):
+        return _float(float(v), 32) if kind == "float32" else str(int(v))
+    if kind == "int":
+        return str(int(v))
+    return _float(v, 32 if kind == "float32" else 64)
+
+
 def _value(v: Any, kind: str = "") -> str:
     if v is None:
         return "null"
@@ -145,14 +153,8 @@ def _value(v: Any, kind: str = "") -> str:
         return "true" if v else "false"
     if kind == "bytes" or isinstance(v, (bytes, bytearray)):
         return _string(base64.b64encode(bytes(v)).decode("ascii"))
-    if isinstance(v, int):
-        if kind == "float32":
-            return _float(float(v), 32)
-        return str(int(v))
-    if isinstance(v, float):
-        if kind == "int":
-            return str(int(v))
-        return _float(v, 32 if kind == "float32" else 64)
+    if isinstance(v, (int, float)):
+        return _number(v, kind)
     if isinstance(v, str):
         return _string(v)
     if isinstance(v, Mapping):
@@ -227,7 +229,60 @@ def _fields(cls: type, obj: Any, where: str) -> Any:
     return cls(**values)
 
 
-def _decode(t: Any, raw: Any, where: str, kind: str = "") -> Any:  # noqa: C901 - one case per Go kind
+def _wrong(raw: Any, where: str, what: str) -> GoJSONError:
+    return GoJSONError(f"json: cannot unmarshal {raw!r} into {where} of type {what}")
+
+
+def _bytes(raw: Any, where: str) -> bytes:
+    if not isinstance(raw, str):
+        raise _wrong(type(raw).__name__, where, "[]byte")
+    try:
+        return base64.b64decode(raw, validate=True)
+    except ValueError as e:
+        raise GoJSONError(f"illegal base64 data in {where}: {e}") from None
+
+
+def _bool(raw: Any, where: str) -> bool:
+    if not isinstance(raw, bool):
+        raise _wrong(raw, where, "bool")
+    return raw
+
+
+def _int(raw: Any, where: str) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (isinstance(raw, float) and not raw.is_integer()):
+        raise _wrong(raw, where, "int")
+    return int(raw)
+
+
+def _flt(raw: Any, where: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+        raise _wrong(raw, where, "float")
+    return float(raw)
+
+
+def _str(raw: Any, where: str) -> str:
+    if not isinstance(raw, str):
+        raise _wrong(type(raw).__name__, where, "string")
+    return raw
+
+
+_SCALARS = {bool: _bool, int: _int, float: _flt, str: _str, bytes: _bytes}
+
+
+def _container(t: Any, origin: Any, raw: Any, where: str, kind: str) -> Any:
+    if origin in (list, tuple, typing.Sequence):
+        if not isinstance(raw, list):
+            raise _wrong(type(raw).__name__, where, "slice")
+        (elem, *_) = typing.get_args(t) or (Any,)
+        items = [_decode(elem, x, f"{where}[{i}]", kind) for i, x in enumerate(raw)]
+        return tuple(items) if origin is tuple else items
+    if not isinstance(raw, Mapping):
+        raise _wrong(type(raw).__name__, where, "map")
+    _, vt = typing.get_args(t) or (str, Any)
+    return {str(k): _decode(vt, v, f"{where}[{k}]") for k, v in raw.items()}
+
+
+def _decode(t: Any, raw: Any, where: str, kind: str = "") -> Any:
     origin = typing.get_origin(t)
     if origin is typing.Union or str(origin) == "<class 'types.UnionType'>":
         if raw is None:
@@ -238,40 +293,12 @@ def _decode(t: Any, raw: Any, where: str, kind: str = "") -> Any:  # noqa: C901 
         return _fields(t, raw, where)
     if raw is None:
         return None
-    if kind == "bytes" or t is bytes:
-        if not isinstance(raw, str):
-            raise GoJSONError(f"json: cannot unmarshal {type(raw).__name__} into {where} of type []byte")
-        try:
-            return base64.b64decode(raw, validate=True)
-        except ValueError as e:
-            raise GoJSONError(f"illegal base64 data in {where}: {e}") from None
-    if t is bool:
-        if not isinstance(raw, bool):
-            raise GoJSONError(f"json: cannot unmarshal {type(raw).__name__} into {where} of type bool")
-        return raw
-    if t is int:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or (isinstance(raw, float) and not raw.is_integer()):
-            raise GoJSONError(f"json: cannot unmarshal {raw!r} into {where} of type int")
-        return int(raw)
-    if t is float:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise GoJSONError(f"json: cannot unmarshal {raw!r} into {where} of type float")
-        return float(raw)
-    if t is str:
-        if not isinstance(raw, str):
-            raise GoJSONError(f"json: cannot unmarshal {type(raw).__name__} into {where} of type string")
-        return raw
-    if origin in (list, tuple, typing.Sequence):
-        if not isinstance(raw, list):
-            raise GoJSONError(f"json: cannot unmarshal {type(raw).__name__} into {where} of type slice")
-        (elem, *_) = typing.get_args(t) or (Any,)
-        items = [_decode(elem, x, f"{where}[{i}]", kind) for i, x in enumerate(raw)]
-        return tuple(items) if origin is tuple else items
-    if origin in (dict, typing.Mapping):
-        if not isinstance(raw, Mapping):
-            raise GoJSONError(f"json: cannot unmarshal {type(raw).__name__} into {where} of type map")
-        _, vt = typing.get_args(t) or (str, Any)
-        return {str(k): _decode(vt, v, f"{where}[{k}]") for k, v in raw.items()}
+    if kind == "bytes":
+        return _bytes(raw, where)
+    if t in _SCALARS:
+        return _SCALARS[t](raw, where)
+    if origin in (list, tuple, typing.Sequence, dict, typing.Mapping):
+        return _container(t, origin, raw, where, kind)
     return raw  # Any
 
 

@@ -195,32 +195,37 @@ def build_split_manifest(stable_text: str, volatile_text: str, segments: Sequenc
                            stable_byte_hash=hash_bytes(stable_b), segments=out or None)
 
 
+def _check_segment(seg: ManifestSegment, cursors: list, stable_n: int, total_n: int) -> None:
+    """One segment's range against the cursors ``[stable, volatile, seen_volatile]`` (advanced in place)."""
+    if seg.byte_start < 0 or seg.byte_end < seg.byte_start or seg.byte_end > total_n:
+        raise ManifestMismatchError(f'segment "{seg.kind}" byte range is outside manifest text')
+    if seg.stable:
+        if cursors[2]:
+            raise ManifestMismatchError("stable segment appears after volatile segment")
+        if seg.byte_start != cursors[0] or seg.byte_end > stable_n:
+            raise ManifestMismatchError("stable segment byte ranges are not contiguous")
+        cursors[0] = seg.byte_end
+    else:
+        cursors[2] = True
+        if seg.byte_start != cursors[1] or seg.byte_end < stable_n:
+            raise ManifestMismatchError("volatile segment byte ranges are not contiguous")
+        cursors[1] = seg.byte_end
+
+
 def _normalize_split(full: bytes, stable_n: int, total_n: int, segs: list[ManifestSegment]) -> None:
     """``normalizeSplitSegments``: contiguous stable then volatile ranges covering the text, hashes filled."""
-    stable_cur, volatile_cur, seen_volatile = 0, stable_n, False
+    cursors = [0, stable_n, False]
     for seg in segs:
-        if seg.byte_start < 0 or seg.byte_end < seg.byte_start or seg.byte_end > total_n:
-            raise ManifestMismatchError(f'segment "{seg.kind}" byte range is outside manifest text')
-        if seg.stable:
-            if seen_volatile:
-                raise ManifestMismatchError("stable segment appears after volatile segment")
-            if seg.byte_start != stable_cur or seg.byte_end > stable_n:
-                raise ManifestMismatchError("stable segment byte ranges are not contiguous")
-            stable_cur = seg.byte_end
-        else:
-            seen_volatile = True
-            if seg.byte_start != volatile_cur or seg.byte_end < stable_n:
-                raise ManifestMismatchError("volatile segment byte ranges are not contiguous")
-            volatile_cur = seg.byte_end
+        _check_segment(seg, cursors, stable_n, total_n)
         want = hash_bytes(full[seg.byte_start:seg.byte_end])
         if seg.byte_hash and seg.byte_hash != want:
             raise ManifestMismatchError(f'segment "{seg.kind}" byte hash does not match text')
         seg.byte_hash = want
         if not seg.cache_class:
             seg.cache_class = default_cache_class(seg.kind, seg.stable)
-    if stable_cur != stable_n:
+    if cursors[0] != stable_n:
         raise ManifestMismatchError("stable segments do not cover stable text")
-    if volatile_cur != total_n:
+    if cursors[1] != total_n:
         raise ManifestMismatchError("volatile segments do not cover volatile text")
 
 

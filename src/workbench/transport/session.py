@@ -28,7 +28,6 @@ log the daemon serves beside the contract (``docs/transport.md``: the stage time
 
 from __future__ import annotations
 
-import hashlib
 import json
 import queue
 import threading
