@@ -58,10 +58,10 @@ PositionShift=false, RecomputeRange=true)."""
 
 @dataclass(frozen=True)
 class Params:
-    prompt_words: int = param(48, "words of the stable system text (about 1.5 to 3 tokens each)", Bound(8, 4000))
-    suffix_words: int = param(16, "words of the user suffix", Bound(2, 4000))
+    prompt_words: int = param(24, "words of the stable system text (about 1.5 to 3 tokens each)", Bound(8, 4000))
+    suffix_words: int = param(8, "words of the user suffix", Bound(2, 4000))
     context_tokens: int = param(1024, "the engine cell's context (the daemon's slot opens with it)", TOKENS)
-    overflow_ctx: int = param(48, "NumCtx of the session the overflow and Describe rows open (below the prompt)",
+    overflow_ctx: int = param(24, "NumCtx of the session the overflow and Describe rows open (below the prompt)",
                               Bound(8, 100_000))
     max_tokens: int = param(8, "tokens each Decode asks for", Bound(2, 256))
     threads: int = param(1, "engine threads", Bound(1, 256))
@@ -516,13 +516,6 @@ def fatal(r: Run, base: dict) -> None:
         sess.close()
     except Exception:  # noqa: BLE001 - a fatal session may answer its close with its cause
         pass
-    active = r.client.load_model(LoadModelRequest(adapters=r.client.status().active.adapters))
-    fresh = r.open(adapters=active.adapters)
-    try:
-        fresh.ensure_prefix(base["pin"])
-        r.row("parity.fatal", "the slot reloads and serves a new session", True, generation=active.generation)
-    finally:
-        fresh.close()
 
 
 # --------------------------------------------------------------------------- the rule
