@@ -106,8 +106,8 @@ class BenchReport(Probe):
             ident = ManifestIdentity(profile_id="workbench-benchreport", backend=ev["backend"], add_bos=True)
             h = Harness(client, ident)
             stable, suffix = words(rng, p.stable_words), words(rng, p.suffix_words)
-            per_token = _words_per_token(h, stable, suffix, p.suffix_words)
-            curve, skipped = _curve_texts(rng, p, per_token, context, h, stable)
+            per_token, prefix = _calibrate(h, stable, suffix, p.suffix_words)
+            curve, skipped = _curve_texts(rng, p, per_token, context, prefix)
             sc = br.Scenario(stable=stable, suffix=suffix, changed_suffix=words(rng, p.suffix_words),
                              edited_stable=_edit(stable, rng), suffix_curve=curve, max_decode=p.max_decode,
                              over_context=words(rng, int(context * per_token) + 64))
@@ -117,28 +117,23 @@ class BenchReport(Probe):
         return verdict(report, turns, skipped, p)
 
 
-def _words_per_token(h: Harness, stable: str, suffix: str, n_words: int) -> float:
-    """Words per token of the daemon's tokenizer on these texts, from one throw-away turn's SuffixStatus."""
+def _calibrate(h: Harness, stable: str, suffix: str, n_words: int) -> tuple[float, int]:
+    """Words per token of the daemon's tokenizer on these texts (two SuffixStatus counts, the empty user turn's and
+    the suffix's, after one EnsurePrefix) and the stable prefix's tokens, from one throw-away session."""
     sess = h.open_session()
     try:
         pin, sin = h.turn(stable, suffix)
-        sess.ensure_prefix(pin)
+        prefix = sess.ensure_prefix(pin).prefix_tokens
         empty = sess.prefill_suffix(h.turn(stable, "")[1]).suffix_tokens
-        sess.ensure_prefix(pin)
-        full = sess.prefill_suffix(sin).suffix_tokens
+        full = sess.prefill_suffix(sin).suffix_tokens  # the render less the stable region: what came before is moot
     finally:
         sess.close()
-    return n_words / max(full - empty, 1)
+    return n_words / max(full - empty, 1), prefix
 
 
-def _curve_texts(rng: np.random.Generator, p: Params, per_token: float, context: int, h: Harness,
-                 stable: str) -> tuple[list[str], list[str]]:
+def _curve_texts(rng: np.random.Generator, p: Params, per_token: float, context: int, prefix: int
+                 ) -> tuple[list[str], list[str]]:
     """Suffix texts of about each curve size in tokens; those that would not fit the context are skipped."""
-    sess = h.open_session()
-    try:
-        prefix = sess.ensure_prefix(h.turn(stable, "")[0]).prefix_tokens
-    finally:
-        sess.close()
     texts, skipped = [], []
     for n in p.curve:
         if prefix + n + p.max_decode + 32 > context:

@@ -93,12 +93,18 @@ class LlamaSession(CellSession):
 
     @classmethod
     def write_adapter(cls, cell: Any, folder: str, seed: int) -> str:
-        """A LoRA GGUF for this model, from its own tensors (:func:`workbench.adapters.write_gguf_lora`)."""
+        """A LoRA GGUF for this model, shaped from what llama.cpp reports of it (``llama_model_n_embd``,
+        ``llama_model_n_head``, the cell's KV geometry): :func:`workbench.adapters.write_gguf_lora`."""
         from pathlib import Path
 
         from ... import adapters
 
-        return str(adapters.write_gguf_lora(cell.model.path, Path(folder) / "lora.gguf", seed=seed))
+        ll, g = cell._ll, cell.geometry
+        shapes = adapters.gguf_projection_shapes(ll.llama_model_n_embd(cell._model), ll.llama_model_n_head(cell._model),
+                                                 g.kv_heads, g.head_dim)
+        arch = cell._meta("general.architecture") or "llama"
+        return str(adapters.write_gguf_lora(Path(folder) / "lora.gguf", arch=arch, layers=g.layers, shapes=shapes,
+                                            seed=seed))
 
 
 __all__ = ["LlamaSession"]
