@@ -110,7 +110,7 @@ class BenchReport(Probe):
             curve, skipped = _curve_texts(rng, p, per_token, context, prefix)
             sc = br.Scenario(stable=stable, suffix=suffix, changed_suffix=words(rng, p.suffix_words),
                              edited_stable=_edit(stable, rng), suffix_curve=curve, max_decode=p.max_decode,
-                             over_context=words(rng, int(context * per_token) + 64))
+                             over_context=words(rng, 2 * int(context * per_token) + 64))  # twice: refused at once
             meta = br.Report(model=ctx.model, backend=ev["backend"], mode="live_prefix_reuse",
                              profile=ident.profile_id, backend_version=f"{ev['engine']} {ev['engine_version']}")
             report, turns = br.run(h, sc, meta)
