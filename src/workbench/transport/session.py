@@ -90,6 +90,7 @@ class CellSession:
         self._on_release = on_release
         self._lock = threading.RLock()
         self.closed = False
+        self.generation = 0  # the slot generation that opened it (the daemon's; server.go puts it in the handle)
         self.fatal_error = ""
         self.resident: list[int] = []
         self.prefix_len = 0
