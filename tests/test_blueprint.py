@@ -576,3 +576,18 @@ def test_a_blueprint_not_in_utf8_is_refused_naming_the_fix(stale_blueprint, find
 def test_a_directory_given_as_the_blueprint_is_refused_naming_the_fix(findings_updating_retention, tmp_path):
     with pytest.raises(bp.BlueprintError, match="is not a Markdown file .*give the blueprint's .md file"):
         bp.run_writeback(tmp_path, [findings_updating_retention], "write")
+
+
+def test_every_contract_row_cites_the_daemons_conformance_run_beside_the_verdict_that_stands():
+    """The contract table's rows cite contract.conformance (the cell's daemon, row by row) on each engine it ran on,
+    even where another probe's newer finding is the one that stands for that engine."""
+    conformance = finding(["contract.decode", "contract.embed"], "confirmed", probe="contract.conformance",
+                          created="2026-07-01T00:00:00+00:00",
+                          claim_verdicts={"contract.decode": "confirmed", "contract.embed": "not-applicable"})
+    newer = finding(["contract.decode"], "partial", created="2026-07-02T00:00:00+00:00")
+    out = bp.writeback(pristine(), located(conformance, newer), base=BASE)
+    decode = row(out, "`Decode`").split(" | ")[-1]
+    assert "reference · llamacpp 0.3.16 · partial" in decode
+    assert f"conformance · llamacpp 0.3.16 · confirmed · 2026-07-01 · [finding](findings/{conformance.id}.json)" in decode
+    embed = row(out, "`Embed`").split(" | ")[-1]
+    assert embed.count("conformance ·") == 0 and "reference · llamacpp 0.3.16 · not-applicable" in embed  # it stands

@@ -78,6 +78,10 @@ _LABELS = {
     "not-run": "_not run_",
 }
 _REFERENCE = "reference"
+_CONFORMANCE = "conformance"  # a contract row's line citing the daemon's conformance run (CITED)
+CITED = {"contract": "contract.conformance"}
+"""Per claims table, the probe every row also cites beside the verdict that stands: the contract table's rows cite
+the conformance run through the cell's daemon (``contract.conformance``) on each engine it ran on."""
 _SUBJECT = "subject"
 _ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
 _LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
@@ -113,13 +117,18 @@ def headline(state: ClaimState) -> str:
     return f"**{name}: {state.headline}** · resolve: `{state.command}`"
 
 
-def _status_cell(state: ClaimState, base: Path) -> str:
-    """The Status/Verified cell: the subject's state first, each reference on its own labelled line."""
+def _status_cell(state: ClaimState, base: Path, cited: Sequence[Standing] = ()) -> str:
+    """The Status/Verified cell: the subject's state first, each reference on its own labelled line, then each
+    engine's row of the conformance run through the cell's daemon (``cited``) where the verdict shown above is
+    another probe's: every contract row cites what the daemon measured of it."""
     parts = [headline(state) if not state.answers else
              "<br>".join(f"{_LABELS[s.verdict]} · {_text(s.engine)} {_text(s.engine_version)} · {_text(s.date)} · "
                          f"[finding]({_link(s.path, base)})" for s in state.answers)]
     parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
               f"[finding]({_link(s.path, base)})" for s in state.references]
+    shown = {s.finding_id for s in (*state.answers, *state.references)}
+    parts += [f"{_CONFORMANCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
+              f"[finding]({_link(s.path, base)})" for s in cited if s.finding_id not in shown and s.verdict != "not-run"]
     return "<br>".join(parts)
 
 
@@ -421,14 +430,15 @@ def _human_parts(key: str, blk: Any, texts: list[str], a: int, problems: list[st
 
 
 def _status_cells(key: str, texts: list[str], human: list[str | None], states: dict[str, ClaimState], base: Path,
-                  problems: list[str]) -> dict[int, str]:
+                  problems: list[str], cited: dict[str, list[Standing]] | None = None) -> dict[int, str]:
     """The status column's cell per row index: the header, the rule, and one per claim whose row is found once."""
     width = len(_cells(texts[0]))
     cells: dict[int, str] = {0: TABLES[key][1], 1: "---"}
     for claim in _claims.in_section(key):
         hits = [i for i in range(2, len(texts)) if _first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
         if len(hits) == 1 and human[hits[0]] is not None:
-            cells[hits[0]] = (_churn_cell if claim.id == _churn.CLAIM else _status_cell)(states[claim.id], base)
+            cells[hits[0]] = (_churn_cell(states[claim.id], base) if claim.id == _churn.CLAIM else
+                              _status_cell(states[claim.id], base, (cited or {}).get(claim.id, ())))
             continue
         table, row = f"the '{_claims.SECTIONS[key]}' table", f"starting with {claim.match!r} (claim {claim.id})"
         problems.append(f"{table} has no row {row}" if not hits else
@@ -437,7 +447,8 @@ def _status_cells(key: str, texts: list[str], human: list[str | None], states: d
     return cells
 
 
-def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> _Edit | None:
+def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str],
+                cited: dict[str, list[Standing]] | None = None) -> _Edit | None:
     bid = TABLES[key][0]
     blk = doc.blocks.get(bid)
     found = _claims_table(doc, key, blk, problems)
@@ -446,7 +457,7 @@ def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, 
     a, b = found
     texts = [_body(doc.lines[i]) for i in range(a, b)]
     human = _human_parts(key, blk, texts, a, problems)
-    cells = _status_cells(key, texts, human, states, base, problems)
+    cells = _status_cells(key, texts, human, states, base, problems, cited)
     rows = []
     for i, text in enumerate(texts):
         end = doc.lines[a + i][len(text):] or doc.nl
@@ -482,6 +493,15 @@ def _apply(doc: _Doc, edits: list[_Edit]) -> str:
     return "".join(out)
 
 
+def _cited(findings: Sequence[tuple[Path, Finding]], key: str) -> dict[str, list[Standing]]:
+    """Per claim of table ``key``, the standing verdict of :data:`CITED`'s probe on each engine (the same rule as
+    every verdict, :func:`workbench.standing.standings`, over that probe's findings only)."""
+    probe = CITED.get(key)
+    if probe is None:
+        return {}
+    return _standing.standings([(p, f) for p, f in findings if f.probe == probe])
+
+
 def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path,
               items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> str:
     """The blueprint ``text`` with every managed block rewritten from ``findings`` (pure; idempotent).
@@ -495,7 +515,7 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
     states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
     edits = [e for key in items for e in _item_edits(doc, key, states, base, problems)]
-    edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems))]
+    edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems, _cited(findings, key)))]
     if problems:
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))

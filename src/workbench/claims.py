@@ -52,6 +52,8 @@ SECTIONS = {
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
     "shapes": "Gateway shape claims",  # the gateway guide's shapes on a pool of real engines (workbench.gateway)
     "seed004": "Seed 004: TensorRT-LLM as an eval backend",  # its acceptance criteria (workbench evaltable)
+    # the cell on modeld's own wire: the daemon, backend-parity invariants and the benchmark report (workbench.transport)
+    "cell": "The cell on modeld's wire",
 }
 
 _CLAIMS = [
@@ -173,6 +175,31 @@ _CLAIMS += [
           "prefix finds it cached, as the server counts it.",
           # settled by the table's shared-prefix cells (workbench.evaltable.finding), not by a probe
           resolve="workbench evaltable --backend trtllm-serve --model HF_DIR --workload prefix-1k --out DIR"),
+]
+
+# The cell the blueprint's "Admissible Future Shape" describes ("a separate binary implementing the modeld gRPC transport
+# contract"), held to modeld's own rules: its wire (runtime/transport/grpc), the backend-parity invariants
+# (backend-parity-blueprint.md I1, I2, I6) and the benchmark report's equivalence (runtime/benchreport, certification
+# tier A2 of alternative-silicon.md). Settled by contract.conformance and contract.benchreport through the daemon.
+_CLAIMS += [
+    Claim("cell.wire", "cell", "The cell answers on modeld's wire",
+          "The cell answers on modeld's wire: contenox.transport.v1.Compute with the JSON codec, an unfenced Health, "
+          "the owner fence on every other call (a stale fence never reaches the engine), errors as modeld's tokens."),
+    Claim("parity.fatal", "cell", "I1. Fatal-error discipline",
+          "I1. Fatal-error discipline: an engine fault gives ErrSessionFatal and ContextReport.FatalError, and the "
+          "poisoned session never reaches the engine again."),
+    Claim("parity.capability_truth", "cell", "I2. Capability truth",
+          "I2. Capability truth: a residency capability is reported exactly when the operation that needs it succeeds "
+          "on the engine."),
+    Claim("parity.deferred_prefill", "cell", "I6. Deferred prefill behind a per-backend opt-in",
+          "I6. Deferred prefill behind a per-backend opt-in, with its DeferredPrefill* counters (and the physical "
+          "ones) moving exactly as the engine works."),
+    Claim("bench.warm_equals_cold", "cell", "A2. Warm suffix output equals the cold full prompt",
+          "A2. Warm suffix output equals the cold full prompt under greedy decode, with the stable prefix reused by "
+          "the engine (benchreport's warm_changed_suffix.output_equals_cold)."),
+    Claim("bench.edited_miss", "cell", "An edited stable segment is a precise cache miss",
+          "An edited stable segment is a precise cache miss (the engine recomputes it) and still equals a cold run "
+          "(benchreport's edited_stable_segment)."),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

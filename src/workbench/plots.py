@@ -26,6 +26,7 @@ from .evaltable import figures as _evaltable_figures
 from .events import figures as _event_figures
 from .gateway import pd_figures as _pd_figures
 from .gateway import figures as _gateway_figures
+from .transport import figures as _transport_figures
 from .findings import Finding
 from .probes import Figure
 from .standing import model_of
@@ -326,6 +327,7 @@ BUILDERS: dict[str, Callable[..., go.Figure]] = {
     **_pd_figures.BUILDERS,
     **_gateway_figures.BUILDERS,
     **_evaltable_figures.BUILDERS,
+    **_transport_figures.BUILDERS,
 }
 """The figure kinds a declaration may name (``probes.Declared.figures``: a probe's, the loop's), with its options."""
 

