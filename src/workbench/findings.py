@@ -34,6 +34,7 @@ import jsonschema
 
 from . import claims as _claims
 from . import metrics as _metrics
+from .certify import classes as _classes
 from .engine import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
@@ -68,10 +69,12 @@ class FindingNotSaved(WorkbenchError):
 @lru_cache(maxsize=1)
 def schema() -> dict:
     """The finding schema, its closed vocabularies filled from their one home: verdicts from
-    :class:`~workbench.engine.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`."""
+    :class:`~workbench.engine.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`, result classes from
+    :data:`workbench.certify.classes.LABELS`."""
     doc = json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
     doc["$defs"]["verdict"]["enum"] = [v.value for v in Verdict]
     doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] = list(_metrics.SOURCES)
+    doc["properties"]["result_class"]["enum"] = list(_classes.LABELS)
     return doc
 
 
@@ -101,6 +104,9 @@ class Finding:
     created: str = ""
     schema: str = SCHEMA_ID
     attempt: str | None = None  # the ``workbench run`` attempt that wrote it (ATTEMPT_ENV)
+    # benchmark integrity's class of every row it holds (workbench.certify.classes); None: written before it was
+    # recorded, and its writer's declared class is read instead (workbench.certify.integrity.result_class)
+    result_class: str | None = None
 
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
@@ -136,7 +142,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons"):
+        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons", "result_class"):
             if not d[optional]:
                 d.pop(optional)
         return d
@@ -223,6 +229,9 @@ def validate(doc: Mapping[str, Any]) -> None:
     for cid in list(doc["claims"]) + list(doc.get("claim_verdicts", {})):
         if cid not in _claims.CLAIMS:
             raise FindingError(f"finding cites unknown claim {cid!r}")
+    wrong = _classes.problem(doc.get("result_class"), doc["verdict"], doc.get("environment") or {})
+    if wrong:
+        raise FindingError(f"finding's result class cannot stand: {wrong}")
     stray = set(doc.get("claim_reasons", {})) - set(doc.get("claim_verdicts", {}))
     if stray:
         raise FindingError(f"finding gives a reason to {', '.join(sorted(stray))}, which has no verdict of its own "
