@@ -323,11 +323,12 @@ def default_budget(resolved: Any, ladder: Sequence[int]) -> int:
 
 
 def _identity(plan: Plan, arm: Arm, d: Any, resolved: Any) -> dict:
+    """The arm's same-model identity, with its engine's version beside it (the matrix's row reads it)."""
     model = models.resolve(_model_for(plan, arm))
-    return dataclasses.asdict(Identity(
+    return {"engine_version": d.engine_version} | dataclasses.asdict(Identity(
         model=model.name, digest=model.sha256, quantization=_weights(d), prompt_set=PROMPT_SET.format(seed=plan.seed),
         output_cap=plan.output_tokens, device=environment.hardware().get("summary"),
-        runtime_profile=f"threads={plan.threads or 'default'}", warm_state="cold"))
+        runtime_profile=f"threads={plan.threads or 'default'}", warm_state="cold")) | {"kv": _kv_label(arm, d)}
 
 
 def same_model(identities: Mapping[str, dict], roles: Mapping[str, str], formats: bool = False) -> str | None:

@@ -132,9 +132,15 @@ class _Build:
         self.loops: dict[tuple[str, str], list[float]] = {}
         self.latency: dict[tuple[str, str], list[float]] = {}
 
-    def cell(self, engine: str, model: str, f: Any) -> Cell:
+    def cell(self, engine: str, model: str, f: Any, version: str | None = None) -> Cell:
+        """The cell of (engine, model); ``f`` fills what it says of that engine (another engine's finding, e.g. a
+        gates run's baseline rows, gives only its run's class and ``version``, what its rows recorded)."""
         c = self.cells.setdefault((engine, model), Cell(engine, model))
-        if f is not None and f.verdict != "not-run":
+        if f is not None and f.verdict != "not-run" and engine != f.engine:
+            c.version = c.version or version
+            c.classes.add(result_class(f)[0])
+            c.topology = c.topology or _topology(f)
+        elif f is not None and f.verdict != "not-run":
             c.version = c.version or f.engine_version
             c.topology = c.topology or _topology(f)
             c.digest = c.digest or (f.environment.get("model") or {}).get("sha256")
@@ -147,9 +153,11 @@ class _Build:
         ids = (f.environment.get("gates") or {}).get("identities") or {}
         for r in f.evidence.get("rows") or []:
             engine = r.get("engine") or f.engine
-            model = (ids.get(r.get("arm")) or {}).get("model") or _model(f)
-            c = self.cell(engine, model, f)
-            q = (ids.get(r.get("arm")) or {}).get("quantization")
+            ident = ids.get(r.get("arm")) or {}
+            model = ident.get("model") or _model(f)
+            c = self.cell(engine, model, f, ident.get("engine_version"))
+            c.digest = c.digest or ident.get("digest")
+            q = ident.get("quantization")
             if q:
                 c.quantization.add(q)
             if r.get("kv"):
