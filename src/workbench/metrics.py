@@ -437,11 +437,11 @@ _DECLARED = [
        "lower bound of that ratio from the ladder's brackets (candidate's largest usable / baseline's first unusable)"),
     _m("g2_usable_ratio_high", "G2 ratio high", "x", "derived", "upper bound of that ratio from the brackets"),
     _m("g3_prefill_ratio", "G3 prefill ratio", "x", "derived",
-       "the best llama.cpp arm's median prefill or first-output time over the candidate's, at the 32k+ tier and metric "
-       "where its lower bound is highest"),
+       "the best llama.cpp arm's prefill or first-output time over the candidate's, the median of per-run ratios (runs "
+       "paired), at the 32k+ tier and metric where its lower bound is highest"),
     _m("g3_prefill_ratio_low", "G3 ratio low", "x", "derived",
-       "lower bound: the fastest llama.cpp run over the slowest candidate run (the ratio's range over the runs)"),
-    _m("g3_prefill_ratio_high", "G3 ratio high", "x", "derived", "upper bound: the slowest over the fastest"),
+       "lower bound of that ratio's percentile bootstrap interval over the runs (over 3 runs: the least run's ratio)"),
+    _m("g3_prefill_ratio_high", "G3 ratio high", "x", "derived", "upper bound of that interval"),
     _m("a2_output_equals_cold", "A2 warm = cold", "bool", "engine",
        "the engine's greedy tokens after a warm suffix (ensure_prefix then prefill_suffix in one cell) equal its tokens "
        "for the whole prompt cold (certification tier A2)"),

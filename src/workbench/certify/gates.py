@@ -19,10 +19,10 @@ end-to-end agent turn time at the same quality." Each gate here is its own claim
   candidate's high / baseline's low]``: confirmed when its lower bound reaches 2, refuted when its upper bound is at
   most 2.
 - **G3** (:func:`decide_prefill`): prefill and first-output time at each tier of 32k or more, cold. The ratio is the
-  baseline's median over the candidate's; its interval is the ratio's range over the runs (the slowest candidate
-  run against the fastest baseline run, and the other way): confirmed when the lower bound reaches 3 at some tier,
-  refuted when the upper bound is below 3 at every tier measured. Over few runs this interval is wide, never narrower
-  than the runs themselves.
+  baseline's time over the candidate's, paired by run (the arms take each run one after another, so a pair shares
+  the machine's state): the median of the per-run ratios, its interval the percentile bootstrap over the runs
+  (:mod:`workbench.loop.stats`; over 3 runs it spans the runs' own ratios): confirmed when the lower bound reaches 3
+  at some tier, refuted when the upper bound is below 3 at every tier measured.
 
 Every rule refuses a verdict where the same-model rule fails (:func:`.integrity.comparable`: "not comparable" with the
 difference named), where fewer runs than its ``min_runs`` back a figure, or where the baseline is not the strongest the
@@ -107,13 +107,20 @@ def _served_top(rows: Sequence[Mapping[str, Any]], arm: str) -> int:
     return max((int(r["tier"]) for r in rows if r["arm"] == arm and r.get("served") is True), default=0)
 
 
+def _capacity(r: Mapping[str, Any]) -> Any:
+    """The tokens a serve row's engine holds within the budget (its cells, no more than the budget over its own
+    bytes per token), else the cells it made."""
+    got = r.get("budget_capacity_tokens")
+    return got if got is not None else r.get("engine_capacity_tokens")
+
+
 def _refused_above(rows: Sequence[Mapping[str, Any]], arm: str, tier: int) -> bool:
     """Whether ``arm``'s engine said it cannot hold ``tier`` tokens under the budget: a request of it that the engine
-    refused, or the KV the engine made for the budget (its own count) below it."""
+    refused, or the KV the engine holds within the budget (its own count and bytes) below it."""
     mine = [r for r in rows if r["arm"] == arm]
     refused = any(int(r["tier"]) <= tier and r.get("served") is False and r.get("refused_by") == "engine"
                   for r in mine)
-    capacity = [int(r["engine_capacity_tokens"]) for r in mine if r.get("engine_capacity_tokens") is not None]
+    capacity = [int(_capacity(r)) for r in mine if _capacity(r) is not None]
     return refused or (bool(capacity) and max(capacity) < tier)
 
 
@@ -269,7 +276,8 @@ PREFILL_METRICS = ("prefill_s", "first_output_s")
 
 @dataclass(frozen=True)
 class PrefillRule(_Rule):
-    """G3's rule: the ratio on the lower bound of its interval, at tiers from ``min_tier``, over ``min_runs`` runs."""
+    """G3's rule: the ratio on the lower bound of its interval, at tiers from ``min_tier``, over ``min_runs`` paired
+    runs."""
 
     min_ratio: float = CLAIM_PREFILL_RATIO
     min_tier: int = TIER_MIN_32K
@@ -278,18 +286,23 @@ class PrefillRule(_Rule):
 
     def describe(self) -> str:
         return (f"at least {self.min_ratio:g}× prefill or first-output improvement at {self.min_tier}+ tokens on the "
-                f"lower bound of its interval (the ratio's range over at least {self.min_runs} runs)")
+                f"lower bound of its interval (the median of per-run ratios, its bootstrap interval over at least "
+                f"{self.min_runs} paired runs)")
 
 
-def speedup(base: Sequence[float], cand: Sequence[float]) -> dict[str, float] | None:
-    """The baseline's time over the candidate's: median over median, and the range over the runs (slowest
-    candidate against fastest baseline, fastest against slowest); None without a run on either side."""
-    b = [x for x in base if x is not None and x > 0]
-    c = [x for x in cand if x is not None and x > 0]
-    if not b or not c:
+def speedup(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]], metric: str) -> dict | None:
+    """The baseline's time over the candidate's, paired by run (the arms ran each run one after another, so a pair
+    shared the machine's state): the median of the per-run ratios and its percentile bootstrap interval over the runs
+    (:func:`workbench.loop.stats.bootstrap`; over 3 runs it spans the runs' own ratios). None without a pair."""
+    from ..loop import stats
+
+    b = {int(r["run"]): r[metric] for r in base if r.get(metric) is not None and r[metric] > 0}
+    c = {int(r["run"]): r[metric] for r in cand if r.get(metric) is not None and r[metric] > 0}
+    runs = sorted(set(b) & set(c))
+    if not runs:
         return None
-    return {"value": statistics.median(b) / statistics.median(c), "low": min(b) / max(c), "high": max(b) / min(c),
-            "runs": min(len(b), len(c))}
+    est = stats.bootstrap([[b[i] for i in runs], [c[i] for i in runs]], stats.median_ratio)
+    return {"value": est.value, "low": est.low, "high": est.high, "runs": est.n}
 
 
 def prefill_ratios(rows: Sequence[Mapping[str, Any]], rule: PrefillRule) -> list[dict]:
@@ -303,13 +316,12 @@ def prefill_ratios(rows: Sequence[Mapping[str, Any]], rule: PrefillRule) -> list
         if not all(r.get("served") is True for r in c):
             continue
         for metric in PREFILL_METRICS:
-            arms = {a: [r[metric] for r in base if r["arm"] == a and int(r["tier"]) == tier]
-                    for a in _arms(base)}
-            arms = {a: v for a, v in arms.items() if v and all(x is not None for x in v)}
+            arms = {a: [r for r in base if r["arm"] == a and int(r["tier"]) == tier] for a in _arms(base)}
+            arms = {a: v for a, v in arms.items() if v and all(r.get(metric) is not None for r in v)}
             if not arms:
                 continue
-            best = min(arms, key=lambda a: statistics.median(arms[a]))
-            s = speedup(arms[best], [r[metric] for r in c])
+            best = min(arms, key=lambda a: statistics.median(r[metric] for r in arms[a]))
+            s = speedup(arms[best], c, metric)
             if s:
                 out.append({"tier": tier, "metric": metric, "baseline": best, **s})
     return out

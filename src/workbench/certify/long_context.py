@@ -241,16 +241,33 @@ def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int]) -> dict:
             return row | {"refused_by": "engine", "error": " ".join(str(e).split())[:300]}
         with cell:
             d = cell.describe()
-            fits = [t for t in ladder if t <= d.kv_capacity_tokens]
-            row |= {"engine_capacity_tokens": d.kv_capacity_tokens, "context_tokens": d.context_tokens,
-                    "kv": _kv_label(arm, d), "load_s": load_s,
+            within, memory = _within_budget(cell, d, budget)
+            fits = [t for t in ladder if t <= within]
+            row |= {"engine_capacity_tokens": d.kv_capacity_tokens, "budget_capacity_tokens": within,
+                    "context_tokens": d.context_tokens, "kv": _kv_label(arm, d), "load_s": load_s, **memory,
                     "capacity_source": (d.extra or {}).get("kv_capacity_source") or "llama_n_ctx (the KV cells it made)"}
             if not fits:
-                return row | {"refused_by": "engine", "error": f"the engine made KV for {d.kv_capacity_tokens} tokens"}
+                return row | {"refused_by": "engine", "error": f"the engine holds {within} tokens within the budget"}
             if max(fits) > d.context_tokens and context is None:
                 context = max(fits)
                 continue
             return row | _serve(cell, min(max(fits), d.context_tokens), d, plan)
+
+
+def _within_budget(cell: Any, d: Any, budget: int) -> tuple[int, dict]:
+    """The tokens the engine holds within ``budget`` bytes: the KV cells it made, but no more than the budget over
+    the engine's own bytes per token (llama.cpp pads its cells to 256, so it may make more than the budget holds:
+    those do not count), and what was read."""
+    how, per_token = "the cell's description (its geometry)", d.kv_capacity_bytes / max(d.kv_capacity_tokens, 1)
+    if "capacity" in d.observers:
+        try:
+            mem = cell.kv_memory()
+            how, per_token = f"the engine's own statement ({mem.how})", mem.bytes_per_token
+        except (UnsupportedFeature, WorkbenchError):
+            pass
+    within = min(d.kv_capacity_tokens, int(budget // per_token)) if per_token > 0 else d.kv_capacity_tokens
+    return within, {"engine_kv_bytes_per_token": per_token, "engine_kv_bytes_per_token_from": how,
+                    "engine_kv_bytes": d.kv_capacity_tokens * per_token}
 
 
 def _serve(cell: Any, tier: int, d: Any, plan: Plan) -> dict:
