@@ -225,9 +225,11 @@ def _kv_label(arm: Arm, d: Any) -> str:
     return arm.kv or (str(dtype) if dtype else f"{d.geometry.dtype_bytes:g} B/value")
 
 
-def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int]) -> dict:
+def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int], served: int = 0) -> dict:
     """G1: ``arm`` under the memory budget: the KV its engine made of it, and the largest tier within it served (a
-    cell whose context its engine capped below that KV, vLLM's default, is opened again at the tier)."""
+    cell whose context its engine capped below that KV, vLLM's default, is opened again at the tier). ``served``: the
+    largest tier another profile of the same side already served; a tier no larger is not served again (it could not
+    raise that side's best, and llama.cpp's q8_0 KV takes minutes for 16k tokens on one CPU core), the row says so."""
     row: dict[str, Any] = {"kind": "serve", "arm": arm.name, "role": arm.role, "engine": arm.engine, "kv": arm.kv,
                            "budget_bytes": budget, "engine_capacity_tokens": None, "tier": min(ladder),
                            "served": False, "refused_by": None, "error": None}
@@ -248,6 +250,9 @@ def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int]) -> dict:
                     "capacity_source": (d.extra or {}).get("kv_capacity_source") or "llama_n_ctx (the KV cells it made)"}
             if not fits:
                 return row | {"refused_by": "engine", "error": f"the engine holds {within} tokens within the budget"}
+            if max(fits) <= served:
+                return row | {"tier": max(fits), "served": None,
+                              "skipped": f"its tier ({max(fits)}) is one its side already served ({served})"}
             if max(fits) > d.context_tokens and context is None:
                 context = max(fits)
                 continue
@@ -379,8 +384,10 @@ def measure(plan: Plan) -> Measured:
     budget = plan.memory_budget_bytes or default_budget(resolved, ladder)
     rows: list[dict] = []
     candidate, serve, _ = arms(plan, False)
-    for arm in [candidate, *serve]:
-        rows.append(serve_row(plan, arm, budget, ladder))
+    rows.append(serve_row(plan, candidate, budget, ladder))
+    for arm in serve:
+        best = max((int(r["tier"]) for r in rows if r["role"] == gates.BASELINE and r.get("served")), default=0)
+        rows.append(serve_row(plan, arm, budget, ladder, best))
     opened: dict[str, tuple[Arm, Any, float]] = {}
     described: dict[str, Any] = {}
     try:

@@ -75,6 +75,7 @@ class Cell:
     model: str
     status: str = "measured"  # measured | not-run
     reason: str = ""
+    command: str | None = None  # what measures a not-run row on a machine that can
     version: str | None = None
     topology: str = ""
     digest: str | None = None
@@ -243,9 +244,7 @@ def build(found: Found) -> list[Cell]:
     for engine in ENGINES:
         if not any(c.engine == engine for c in cells):
             why = not_run.get(engine) or "no finding of this engine in this run"
-            command = NOT_RUN_COMMAND.get(engine)
-            cells.append(Cell(engine, "—", "not-run", why + (f" · on a GPU: `{command}`" if command and command not in why
-                                                            else "")))
+            cells.append(Cell(engine, "—", "not-run", why, NOT_RUN_COMMAND.get(engine)))
     order = {e: i for i, e in enumerate(ENGINES)}
     return sorted(cells, key=lambda c: (order.get(c.engine, len(order)), c.model))
 
@@ -256,11 +255,13 @@ HEADS = ("backend", "version", "topology", "model", "digest", "quantization", "K
          "unsupported modes", "result class")
 
 
-def text_row(c: Cell) -> list[str]:
-    """A row's cells as text under :data:`HEADS`."""
+def text_row(c: Cell, reasons: bool = True) -> list[str]:
+    """A row's cells as text under :data:`HEADS`; ``reasons=False``: a not-run row names its command but not its
+    reason (the blueprint prints each engine's reason once, in its Verification log)."""
     if c.status == "not-run":
-        return [c.engine, "—", "—", c.model, "—", "—", "—", "—", f"not-run: {c.reason}", "—", "—", "—", "—", "—",
-                c.result_class]
+        said = f"not-run: {c.reason}" if reasons else "not-run (why: the Verification log)"
+        said += f" · on a GPU: `{c.command}`" if c.command else ""
+        return [c.engine, "—", "—", c.model, "—", "—", "—", "—", said, "—", "—", "—", "—", "—", c.result_class]
     figs = "; ".join(f.text() for f in (c.prefill, c.first_output) if f) or "—"
     quality = f"{c.quality}: {c.quality_said}" if c.quality != "not-run" else throughput_words(None, c.quality_said)
     return [c.engine, c.version or "—", c.topology or "—", c.model, (c.digest or "—")[:16],
@@ -296,13 +297,13 @@ def csv_text(cells: Iterable[Cell]) -> str:
     return out.getvalue()
 
 
-def markdown(cells: Sequence[Cell]) -> list[str]:
-    """The matrix as a Markdown table (the blueprint's)."""
+def markdown(cells: Sequence[Cell], reasons: bool = True) -> list[str]:
+    """The matrix as a Markdown table (the blueprint's: ``reasons=False``, :func:`text_row`)."""
     def esc(s: str) -> str:
         return " ".join(str(s).split()).replace("|", "\\|") or "—"
 
     lines = ["| " + " | ".join(HEADS) + " |", "| " + " | ".join("---" for _ in HEADS) + " |"]
-    lines += ["| " + " | ".join(esc(x) for x in text_row(c)) + " |" for c in cells]
+    lines += ["| " + " | ".join(esc(x) for x in text_row(c, reasons)) + " |" for c in cells]
     return lines
 
 

@@ -89,7 +89,7 @@ def blocks(found: Sequence[tuple[Path, Any]], base: Path) -> list[Block]:
         Block(MATRIX_BLOCK, ("section", "entry"),
               ["**Certification matrix** (every cell publishes, specialization-cells blueprint; one row per engine and "
                "model, p50 · p90 · p95 over repeated runs with the run count; `workbench certify matrix RUN` exports it "
-               "as JSON and CSV):", "", *matrix.markdown(cells)]),
+               "as JSON and CSV):", "", *matrix.markdown(cells, reasons=False)]),
         Block(PRODUCT_BLOCK, ("section", "entry"), product.note(found)),
     ]
 

@@ -33,8 +33,9 @@ class Loop(Declared):
     """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
     each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
 
-    version = "4"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
-    # 4: the gate's evidence recorded, so its verdict is decided again at load)
+    version = "5"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
+    # 4: the gate's evidence recorded, so its verdict is decided again at load; 5: the gate answers G4, gate.turn_time,
+    # one of the four step-function gates, no longer the entry condition itself)
     claims = (_gate.CLAIM,)
     result_class = classes.ResultClass.RAW.value  # engines driven directly, turn by turn: not contenox's chain/tool path
     figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
