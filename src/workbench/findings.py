@@ -114,6 +114,8 @@ class Finding:
         # a row without a verdict of its own has the summary as its reason: a finding restated without that row's
         # verdict (dataclasses.replace) keeps no reason for it (a file that gives one is refused by validate)
         self.claim_reasons = {c: r for c, r in self.claim_reasons.items() if c in self.claim_verdicts}
+        if self.result_class is not None and self.verdict in _classes.NO_CLAIM:  # a run restated as measuring nothing
+            self.result_class = _classes.ResultClass.FAILED.value
         if not self.id:
             stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
             self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"

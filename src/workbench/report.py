@@ -378,6 +378,7 @@ class Card:
     notebook: str | None
     figures: str | None
     unsettled: tuple[str, ...]
+    result_class: str = ""  # benchmark integrity's class, and whether the finding recorded it or its writer declares it
 
 
 def _supports(f: Finding) -> tuple[SupportRow, ...]:
@@ -399,8 +400,10 @@ def cards(found: Found, m: Manifest | None, figured: set[str], rel) -> list[Card
         rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
                      for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
         family = probes.family(f.probe)
+        cls, how = _integrity.result_class(f)
         out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), notebooks.get(f.attempt),
-                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f)))
+                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
+                        cls if how == "recorded" else f"{cls} (its writer's, not recorded: written before classes were)"))
     return out
 
 

@@ -133,18 +133,19 @@ class _Build:
         self.loops: dict[tuple[str, str], list[float]] = {}
         self.latency: dict[tuple[str, str], list[float]] = {}
 
-    def cell(self, engine: str, model: str, f: Any, version: str | None = None) -> Cell:
+    def cell(self, engine: str, model: str, f: Any, version: str | None = None, figures: bool = True) -> Cell:
         """The cell of (engine, model); ``f`` fills what it says of that engine (another engine's finding, e.g. a
-        gates run's baseline rows, gives only its run's class and ``version``, what its rows recorded)."""
+        gates run's baseline rows, gives only its run's class and ``version``, what its rows recorded). ``figures``:
+        ``f`` publishes the row's figures, so its class is the row's (the quality smoke's is not)."""
         c = self.cells.setdefault((engine, model), Cell(engine, model))
         if f is not None and f.verdict != "not-run" and engine != f.engine:
             c.version = c.version or version
-            c.classes.add(result_class(f)[0])
             c.topology = c.topology or _topology(f)
         elif f is not None and f.verdict != "not-run":
             c.version = c.version or f.engine_version
             c.topology = c.topology or _topology(f)
             c.digest = c.digest or (f.environment.get("model") or {}).get("sha256")
+        if f is not None and f.verdict != "not-run" and figures:
             c.classes.add(result_class(f)[0])
             absent = ((f.environment.get("cell") or {}).get("absent") or {})
             c.unsupported |= set(absent)
@@ -198,7 +199,7 @@ class _Build:
             c.status, c.reason = "not-run", f.reason or f.summary
 
     def quality(self, f: Any) -> None:
-        c = self.cell(f.engine, _model(f), f)
+        c = self.cell(f.engine, _model(f), f, figures=False)
         if f.verdict == "not-run":
             return
         c.quality = {"confirmed": "passed", "refuted": "failed"}.get(f.verdict, "not-run")
