@@ -256,11 +256,11 @@ HEADS = ("backend", "version", "topology", "model", "digest", "quantization", "K
          "unsupported modes", "result class")
 
 
-def text_row(c: Cell, reasons: bool = True) -> list[str]:
+def text_row(c: Cell, reasons: bool = True, where: str = "the Verification log") -> list[str]:
     """A row's cells as text under :data:`HEADS`; ``reasons=False``: a not-run row names its command but not its
-    reason (the blueprint prints each engine's reason once, in its Verification log)."""
+    reason, which the page says once per engine elsewhere (``where``: the blueprint's Verification log)."""
     if c.status == "not-run":
-        said = f"not-run: {c.reason}" if reasons else "not-run (why: the Verification log)"
+        said = f"not-run: {c.reason}" if reasons else f"not-run (why: {where})"
         said += f" · on a GPU: `{c.command}`" if c.command else ""
         return [c.engine, "—", "—", c.model, "—", "—", "—", "—", said, "—", "—", "—", "—", "—", c.result_class]
     figs = "; ".join(f.text() for f in (c.prefill, c.first_output) if f) or "—"
