@@ -57,8 +57,8 @@ SECTIONS = {
     "seed004": "Seed 004: TensorRT-LLM as an eval backend",  # its acceptance criteria (workbench evaltable)
 }
 
-_GATES_RUN = "workbench certify gates --engine trtllm --model GGUF --subject-model HF_DIR --on-target --out findings"
-GATES_COMMAND = _GATES_RUN + "  # on an NVIDIA GPU (llama.cpp holds every layer on it); GGUF and HF_DIR one model"
+GATES_RUN = "workbench certify gates --engine trtllm --model GGUF --subject-model HF_DIR --on-target --out findings"
+GATES_COMMAND = GATES_RUN + "  # on an NVIDIA GPU (llama.cpp holds every layer on it); GGUF and HF_DIR one model"
 """What measures G1–G3 on target (workbench.certify.long_context)."""
 LOOP_COMMAND = ("workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
                 "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE --out findings")
@@ -118,7 +118,7 @@ _CLAIMS = [
           "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
           # settled across the four gates (workbench.standing.step_function): kept when any one is confirmed on
           # target, refuted when all four are; no finding cites it
-          on_target=True, resolve=f"{_GATES_RUN} && {LOOP_COMMAND}"),
+          on_target=True, resolve=f"{GATES_RUN} && {LOOP_COMMAND}"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release.", survey=True),

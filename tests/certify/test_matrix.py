@@ -37,7 +37,8 @@ def quality(engine, model, verdict):
 def found():
     fs = [loop_arm("llamacpp", "llamacpp", "SmolLM2", t, f"2026-12-07T10:0{i}:00+00:00")
           for i, t in enumerate((10.0, 12.0, 11.0))]
-    fs += [loop_arm("vllm", "vllm", "synthetic-cpu", 30.0, "2026-12-07T10:00:00+00:00"), gates_finding("vllm", gpu=False),
+    fs += [loop_arm("vllm", "vllm", "synthetic-cpu", 30.0, "2026-12-07T10:00:00+00:00"),
+           loop_arm("vllm", "vllm-spec", "synthetic-cpu", 25.0, "2026-12-07T10:00:00+00:00"), gates_finding("vllm", gpu=False),
            quality("llamacpp", "SmolLM2", "confirmed"),
            lc._not_run(lc.Plan("trtllm"), "tensorrt_llm needs an NVIDIA GPU")]
     return [(Path(f"{i}.json"), f) for i, f in enumerate(fs)]
@@ -48,16 +49,27 @@ def by(cells, engine, model):
     return c
 
 
+def test_a_spec_and_the_name_it_resolves_to_are_one_model():
+    spec = loop_arm("vllm", "vllm", "synthetic:cpu", 1.0, "2026-12-07T10:00:00+00:00")
+    spec.environment["model"] = {}
+    from workbench import models
+
+    name = matrix._model(spec)
+    assert name.startswith("synthetic-") and name == models.resolve("synthetic:cpu").name
+
+
 def test_one_row_per_engine_and_model_and_end_to_end_over_repeated_runs():
     cells = matrix.build(found())
     smol = by(cells, "llamacpp", "SmolLM2")
-    assert smol.end_to_end.p.runs == 3 and smol.end_to_end.p.p50 == 11.0
-    assert "p50 11 s · p90 11.8 s · p95 11.9 s (3 runs)" in smol.end_to_end.text()
-    assert "not contenox-runtime" in smol.end_to_end.what
+    (e2e,) = smol.end_to_end
+    assert e2e.p.runs == 3 and e2e.p.p50 == 11.0
+    assert "p50 11 s · p90 11.8 s · p95 11.9 s (3 runs)" in e2e.text()
+    assert "not contenox-runtime" in e2e.what
     long = by(cells, "llamacpp", "synthetic-long")  # the gates' baseline: its own row, never SmolLM2's
     assert long.first_output.p.runs == 3 and long.tiers == {16384, 32768} and long.kv_precision == {"f16"}
-    assert by(cells, "vllm", "synthetic-cpu").end_to_end.p.runs == 1
-    assert "1 run: no spread" in by(cells, "vllm", "synthetic-cpu").end_to_end.text()
+    vllm = by(cells, "vllm", "synthetic-cpu")
+    assert [f.p.runs for f in vllm.end_to_end] == [1, 1]  # two arms, two configurations: never pooled as runs
+    assert "1 run: no spread" in vllm.end_to_end[0].text() and "arm vllm-spec" in vllm.end_to_end[1].what
 
 
 def test_the_quality_smoke_or_no_throughput_claim():
@@ -83,7 +95,7 @@ def test_exports_carry_every_figure_with_its_run_count_and_class(tmp_path):
     doc = json.loads(as_json.read_text())
     assert doc["schema"] == matrix.SCHEMA and doc["heads"] == list(matrix.HEADS)
     smol = [r for r in doc["rows"] if r["engine"] == "llamacpp" and r["model"] == "SmolLM2"][0]
-    assert smol["end_to_end"]["runs"] == 3 and smol["result_class"] == "raw_backend_control"
+    assert smol["end_to_end"][0]["runs"] == 3 and smol["result_class"] == "raw_backend_control"
     rows = list(csv.DictReader(io.StringIO(as_csv.read_text())))
     smol = [r for r in rows if r["engine"] == "llamacpp" and r["model"] == "SmolLM2"][0]
     assert (smol["end_to_end_p50"], smol["end_to_end_runs"]) == ("11.0", "3")

@@ -474,7 +474,7 @@ def finding(plan: Plan, m: Measured) -> findings.Finding:
                             "result class raw_backend_control on every row: the engines driven directly"],
                   "gates": context},
         claim_verdicts={c: o.verdict for c, o in out.items()},
-        claim_reasons={c: " ".join(f"{o.verdict}: {o.summary}".split()) for c, o in out.items()},
+        claim_reasons={c: " ".join(o.summary.split()) for c, o in out.items()},
         result_class=classes.for_verdict(verdict, Gates.result_class))
 
 

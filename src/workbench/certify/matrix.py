@@ -43,7 +43,7 @@ SCHEMA = "workbench.certification/1"
 ENGINES = ("llamacpp", "llamacpp-server", "vllm", "vllm-server", "trtllm", "trtllm-serve")
 """The matrix's backends, in-process then served, the claims' subject last."""
 BASELINE_ENGINE = "llamacpp"  # what the gates compare with (in-process and served alike: cells.runs)
-NOT_RUN_COMMAND = {"trtllm": claims.GATES_COMMAND,
+NOT_RUN_COMMAND = {"trtllm": claims.GATES_RUN,
                    "trtllm-serve": "workbench evaltable --backend trtllm-serve --model HF_DIR --out runs/evaltable"}
 Found = Sequence[tuple[Path, Any]]
 
@@ -85,7 +85,7 @@ class Cell:
     first_output: Figure | None = None
     prefill: Figure | None = None
     decode: Figure | None = None
-    end_to_end: Figure | None = None
+    end_to_end: list[Figure] = field(default_factory=list)  # one per loop arm (a configuration) of this engine
     quality: str = "not-run"
     quality_said: str = "no quality smoke of this cell in this run"
     baseline: list[str] = field(default_factory=list)
@@ -102,9 +102,10 @@ class Cell:
     def as_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("first_output", "prefill", "decode", "end_to_end")}
         d |= {k: sorted(v) for k, v in d.items() if isinstance(v, set)}
-        for k in ("first_output", "prefill", "decode", "end_to_end"):
+        for k in ("first_output", "prefill", "decode"):
             f = getattr(self, k)
             d[k] = f.as_dict() if f else None
+        d["end_to_end"] = [f.as_dict() for f in self.end_to_end]
         d["result_class"] = self.result_class
         d["throughput_claim"] = throughput_words(self.quality if self.quality != "not-run" else None,
                                                  "" if self.quality != "not-run" else self.quality_said)
@@ -112,7 +113,20 @@ class Cell:
 
 
 def _model(f: Any) -> str:
-    return (f.environment.get("model") or {}).get("name") or str(f.params.get("model") or "—")
+    """The model's name as the finding recorded it, else its spec's (a synthetic spec's name is computed from it, as
+    :func:`workbench.models.resolve` names it, without writing the model)."""
+    name = (f.environment.get("model") or {}).get("name")
+    if name:
+        return name
+    spec = str(f.params.get("model") or "—")
+    if spec.startswith("synthetic"):
+        from ..models.specs import ModelSpecError, parse_synthetic, short
+
+        try:
+            return f"synthetic-{short(parse_synthetic(spec).spec)}"
+        except ModelSpecError:
+            return spec
+    return spec
 
 
 def _topology(f: Any) -> str:
@@ -130,7 +144,7 @@ class _Build:
     def __init__(self) -> None:
         self.cells: dict[tuple[str, str], Cell] = {}
         self.timed: dict[tuple[str, str], list[dict]] = {}
-        self.loops: dict[tuple[str, str], list[float]] = {}
+        self.loops: dict[tuple[str, str, str], list[float]] = {}  # (engine, model, arm): a configuration's runs
         self.latency: dict[tuple[str, str], list[float]] = {}
 
     def cell(self, engine: str, model: str, f: Any, version: str | None = None, figures: bool = True) -> Cell:
@@ -187,7 +201,8 @@ class _Build:
         c = self.cell(f.engine, _model(f), f)
         t = (f.metrics.get("loop_time_s") or {}).get("value")
         if t is not None:
-            self.loops.setdefault((f.engine, _model(f)), []).append(float(t))
+            arm = str(f.params.get("arm") or f.probe.split(".", 1)[-1])
+            self.loops.setdefault((f.engine, _model(f), arm), []).append(float(t))
             c.tiers.add(int(f.params.get("context_tokens") or 0) or 0)
 
     def evaltable(self, f: Any) -> None:
@@ -230,9 +245,10 @@ def build(found: Found) -> list[Cell]:
         c.first_output = Figure(f"first output at {top} tokens", Percentiles.of(r.get("first_output_s") for r in at), src)
         c.prefill = Figure(f"prefill at {top} tokens", Percentiles.of(r.get("prefill_s") for r in at), src)
         c.decode = Figure(f"decode per token at {top} tokens", Percentiles.of(r.get("decode_per_token_s") for r in at), src)
-    for key, times in b.loops.items():
-        b.cells[key].end_to_end = Figure("agentic loop time (raw backend, not contenox-runtime)", Percentiles.of(times),
-                                         "loop.<arm>, one value per run of the whole trace")
+    for (engine, model, arm), times in sorted(b.loops.items()):
+        b.cells[(engine, model)].end_to_end.append(Figure(
+            f"agentic loop time, arm {arm} (raw backend, not contenox-runtime)", Percentiles.of(times),
+            f"loop.{arm}, one value per run of the whole trace"))
     for key, ttft in b.latency.items():
         c = b.cells[key]
         c.first_output = c.first_output or Figure("TTFT p50 under load (AIPerf)", Percentiles.of(ttft),
@@ -268,7 +284,7 @@ def text_row(c: Cell, reasons: bool = True, where: str = "the Verification log")
     return [c.engine, c.version or "—", c.topology or "—", c.model, (c.digest or "—")[:16],
             ", ".join(sorted(c.quantization)) or "—", ", ".join(sorted(c.kv_precision)) or "—",
             ", ".join(str(t) for t in sorted(t for t in c.tiers if t)) or "—", figs,
-            c.decode.text() if c.decode else "—", c.end_to_end.text() if c.end_to_end else "—", quality,
+            c.decode.text() if c.decode else "—", "; ".join(f.text() for f in c.end_to_end) or "—", quality,
             " · ".join(c.baseline) or "—", ", ".join(sorted(c.unsupported)) or "—", c.result_class]
 
 
@@ -280,17 +296,20 @@ def document(cells: Iterable[Cell]) -> dict:
 
 
 def csv_text(cells: Iterable[Cell]) -> str:
-    """One CSV line per cell: the flat fields, each figure's p50/p90/p95 and run count in columns of its own."""
+    """One CSV line per cell and loop arm (a cell's end-to-end figure is its arms', one each): the flat fields, each
+    figure's p50/p90/p95 and run count in columns of its own."""
     out = io.StringIO()
     rows = []
     for c in cells:
         d = c.as_dict()
         flat = {k: (", ".join(map(str, v)) if isinstance(v, list) else v) for k, v in d.items()
                 if not isinstance(v, dict) and k not in ("first_output", "prefill", "decode", "end_to_end")}
-        for k in ("prefill", "first_output", "decode", "end_to_end"):
+        for k in ("prefill", "first_output", "decode"):
             fig = d[k] or {}
             flat |= {f"{k}_what": fig.get("what"), **{f"{k}_{p}": fig.get(p) for p in ("p50", "p90", "p95", "runs")}}
-        rows.append(flat)
+        for fig in d["end_to_end"] or [{}]:  # one line per loop arm of the cell (its configuration)
+            rows.append(flat | {"end_to_end_what": fig.get("what"),
+                                **{f"end_to_end_{p}": fig.get(p) for p in ("p50", "p90", "p95", "runs")}})
     keys = list(dict.fromkeys(k for r in rows for k in r))
     w = csv.DictWriter(out, fieldnames=keys, lineterminator="\n")
     w.writeheader()
