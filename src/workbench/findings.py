@@ -12,7 +12,11 @@ claim row's own one-line reason (``claim_reasons``) where a row has a verdict of
 row, so a report never shows the finding's summary beside a row it does not speak to; a row that carries the
 finding's verdict has the summary as its reason. Findings written under v1 to v3 still load: :func:`upgrade` reads
 them into the v4 shape, with no supports recorded (v1, v2) and a row's reason derived from the supports it rests on,
-else recorded as absent (``None``), never made up.
+else recorded as absent (``None``), never made up. Within v4, ``result_class`` (benchmark integrity's class of the
+finding and every row it holds, :mod:`workbench.certify.classes`) is an additive, optional field: a finding written
+before it is read with its writer's declared class (:func:`workbench.certify.integrity.result_class`); one that names
+``contenox_product_path`` without the contenox runtime that drove it, or a performance class on a run that measured
+nothing, is refused.
 """
 
 from __future__ import annotations

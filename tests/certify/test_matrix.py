@@ -116,3 +116,23 @@ def test_the_cli_prints_and_exports_the_matrix(tmp_path):
     assert "| backend | version |" in out.output and (tmp_path / "m.json").exists() and (tmp_path / "m.csv").exists()
     bad = CliRunner().invoke(app, ["certify", "matrix", str(tmp_path / "nowhere")])
     assert bad.exit_code == 2 and "neither a run folder nor a findings folder" in bad.output
+
+
+def test_the_gates_command_refuses_what_it_cannot_run_before_anything_runs(tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    run = CliRunner().invoke
+    out = str(tmp_path / "f")
+    bad = run(app, ["certify", "gates", "--engine", "nope", "--out", out])
+    assert bad.exit_code == 2 and "nope" in bad.output
+    bad = run(app, ["certify", "gates", "--engine", "vllm", "--tiers", "8k", "--out", out])
+    assert bad.exit_code == 2 and "--tiers takes comma-separated positive integers" in bad.output
+    bad = run(app, ["certify", "gates", "--engine", "vllm", "--tiers", "16", "--out", out])
+    assert bad.exit_code == 2 and "every tier at least twice output_tokens" in bad.output
+    bad = run(app, ["certify", "gates", "--engine", "vllm", "--speculation", "never", "--out", out])
+    assert bad.exit_code == 2 and "speculation must be auto or always" in bad.output
+    baseline = run(app, ["certify", "gates", "--engine", "llamacpp", "--model", "synthetic:tiny", "--out", out])
+    assert baseline.exit_code == 2 and "the baseline itself" in baseline.output
+    assert not list((tmp_path / "f").glob("*.json"))
