@@ -142,9 +142,10 @@ def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Seque
     best = max(tops, key=lambda a: tops[a])
     b_top = tops[best]
     figures = {"candidate_tier_tokens": c_top, "baseline_tier_tokens": b_top}
+    skipped = {r["arm"]: int(r["tier"]) for r in base if r.get("served") is None and r.get("skipped")}
+    shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]}, not served again" for a, t in tops.items())
     said = (f"under {rule.budget_bytes / 2**20:.4g} MiB of KV the candidate served up to "
-            f"{c_top or 'none'} tokens, the best llama.cpp ({best}) up to {b_top or 'none'} "
-            f"({', '.join(f'{a}: {t or 0}' for a, t in tops.items())})")
+            f"{c_top or 'none'} tokens, the best llama.cpp ({best}) up to {b_top or 'none'} ({shown})")
     if c_top == 0 and b_top == 0:
         return GateVerdict("inconclusive", f"{said}: neither served the ladder's smallest tier ({min(ladder)})",
                            figures=figures)
