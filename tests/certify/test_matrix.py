@@ -72,6 +72,13 @@ def test_one_row_per_engine_and_model_and_end_to_end_over_repeated_runs():
     assert "1 run: no spread" in vllm.end_to_end[0].text() and "arm vllm-spec" in vllm.end_to_end[1].what
 
 
+def test_a_comparison_across_two_models_reads_not_comparable_and_says_why():
+    cells = matrix.build(found())
+    vllm = by(cells, "vllm", "synthetic-cpu")
+    (against,) = [b for b in vllm.baseline if b.startswith("end to end against llamacpp on SmolLM2")]
+    assert "not comparable: " in against and "model: synthetic-cpu vs SmolLM2" in against, against
+
+
 def test_the_quality_smoke_or_no_throughput_claim():
     cells = matrix.build(found())
     assert by(cells, "llamacpp", "SmolLM2").quality == "passed"

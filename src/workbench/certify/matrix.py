@@ -37,7 +37,7 @@ from .. import cells as _cells
 from .. import claims, metrics
 from ..files import write_output
 from . import classes
-from .integrity import Percentiles, result_class, throughput_words
+from .integrity import Identity, Percentiles, comparable, result_class, throughput_words
 
 SCHEMA = "workbench.certification/1"
 ENGINES = ("llamacpp", "llamacpp-server", "vllm", "vllm-server", "trtllm", "trtllm-serve")
@@ -91,6 +91,12 @@ class Cell:
     baseline: list[str] = field(default_factory=list)
     unsupported: set[str] = field(default_factory=set)
     classes: set[str] = field(default_factory=set)
+    workloads: set[str] = field(default_factory=set)  # the loop's workloads behind its end-to-end figures
+
+    def identity(self) -> Identity:
+        """The same-model rule's fields this row records (its end-to-end figures' workload as the prompt set)."""
+        return Identity(model=self.model, digest=self.digest, quantization=", ".join(sorted(self.quantization)) or None,
+                        prompt_set="; ".join(sorted(self.workloads)) or None, device=self.topology or None)
 
     @property
     def result_class(self) -> str:
@@ -204,6 +210,8 @@ class _Build:
             arm = str(f.params.get("arm") or f.probe.split(".", 1)[-1])
             self.loops.setdefault((f.engine, _model(f), arm), []).append(float(t))
             c.tiers.add(int(f.params.get("context_tokens") or 0) or 0)
+            w = f.environment.get("loop") or {}
+            c.workloads.add(f"{w.get('trace', '?')} ({w.get('turns', '?')} turns, {str(w.get('sha256') or '')[:12]})")
 
     def evaltable(self, f: Any) -> None:
         c = self.cell(f.engine, _model(f), f)
@@ -219,6 +227,20 @@ class _Build:
             return
         c.quality = {"confirmed": "passed", "refuted": "failed"}.get(f.verdict, "not-run")
         c.quality_said = f.summary
+
+
+def _against_baseline(c: Cell, cells: Iterable[Cell]) -> list[str]:
+    """Each llama.cpp row with end-to-end figures, as a comparison with ``c``'s: the same-model rule on what both
+    recorded; comparable ones are compared where the loop compared them (its gate, one model, one run), the others
+    read "not comparable" with the difference."""
+    out = []
+    for base in cells:
+        if _cells.runs(base.engine) != BASELINE_ENGINE or not base.end_to_end:
+            continue
+        got = comparable((c.result_class, c.identity()), (base.result_class, base.identity()))
+        out.append(f"end to end against {base.engine} on {base.model}: "
+                   + ("comparable: the loop's own speed-up over its best llama.cpp arm (G4)" if got else got.words))
+    return out
 
 
 def _newest_first(found: Found) -> list[Any]:
@@ -257,6 +279,8 @@ def build(found: Found) -> list[Cell]:
     for c in b.cells.values():
         if _cells.runs(c.engine) == BASELINE_ENGINE:
             c.baseline = c.baseline or ["the baseline itself (llama.cpp)"]
+        elif c.end_to_end:
+            c.baseline += _against_baseline(c, b.cells.values())
     cells = [c for c in b.cells.values() if c.status == "measured" or c.engine not in measured]
     for engine in ENGINES:
         if not any(c.engine == engine for c in cells):
