@@ -259,6 +259,23 @@ def build(found: Found) -> list[Cell]:
             continue
         {"gates": b.gates, "loop": b.loop, "evaltable": b.evaltable, "quality": b.quality}.get(
             head, lambda f: b.cell(f.engine, _model(f), f))(f)
+    _figures(b)
+    measured = {c.engine for c in b.cells.values() if c.status == "measured"}
+    for c in b.cells.values():
+        if _cells.runs(c.engine) == BASELINE_ENGINE:
+            c.baseline = c.baseline or ["the baseline itself (llama.cpp)"]
+        elif c.end_to_end:
+            c.baseline += _against_baseline(c, b.cells.values())
+    cells = [c for c in b.cells.values() if c.status == "measured" or c.engine not in measured]
+    cells += [Cell(engine, "—", "not-run", not_run.get(engine) or "no finding of this engine in this run",
+                   NOT_RUN_COMMAND.get(engine)) for engine in ENGINES if not any(c.engine == engine for c in cells)]
+    order = {e: i for i, e in enumerate(ENGINES)}
+    return sorted(cells, key=lambda c: (order.get(c.engine, len(order)), c.model))
+
+
+def _figures(b: _Build) -> None:
+    """Each cell's p50/p90/p95 figures over its runs: the gates' cold rows at its top tier, the loop's time per arm,
+    the eval table's TTFT where the gates gave none."""
     for (engine, model), rows in b.timed.items():
         c = b.cells[(engine, model)]
         top = max(int(r["tier"]) for r in rows)
@@ -275,19 +292,6 @@ def build(found: Found) -> list[Cell]:
         c = b.cells[key]
         c.first_output = c.first_output or Figure("TTFT p50 under load (AIPerf)", Percentiles.of(ttft),
                                                   "evaltable.prefix_caching, one value per AIPerf run")
-    measured = {c.engine for c in b.cells.values() if c.status == "measured"}
-    for c in b.cells.values():
-        if _cells.runs(c.engine) == BASELINE_ENGINE:
-            c.baseline = c.baseline or ["the baseline itself (llama.cpp)"]
-        elif c.end_to_end:
-            c.baseline += _against_baseline(c, b.cells.values())
-    cells = [c for c in b.cells.values() if c.status == "measured" or c.engine not in measured]
-    for engine in ENGINES:
-        if not any(c.engine == engine for c in cells):
-            why = not_run.get(engine) or "no finding of this engine in this run"
-            cells.append(Cell(engine, "—", "not-run", why, NOT_RUN_COMMAND.get(engine)))
-    order = {e: i for i, e in enumerate(ENGINES)}
-    return sorted(cells, key=lambda c: (order.get(c.engine, len(order)), c.model))
 
 
 HEADS = ("backend", "version", "topology", "model", "digest", "quantization", "KV precision", "context tiers",
