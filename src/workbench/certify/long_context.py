@@ -208,16 +208,37 @@ def _ids(vocab: int, n: int, seed: int) -> list[int]:
     return [int(t) for t in np.random.default_rng(seed).integers(low, vocab, n)]
 
 
-def _weights(d: Any) -> str | None:
-    """The weights' type as the engine or the model folder says it, normalised (F32, F16, BF16, Q4_1, …)."""
+HF_WEIGHTS = {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}
+
+
+def _weights(d: Any, model: Any = None) -> str | None:
+    """The weights' type as the engine or the model folder says it, else as the model file says it (a served engine
+    states none), normalised (F32, F16, BF16, Q4_1, …)."""
     said = (d.extra or {}).get("weights")
     if said:
         return str(said).removeprefix("all ").upper()
     folder = (d.extra or {}).get("hf_directory")
     if folder:
         dtype = models.hf_dtype(models.hf_config(Path(folder))) or "float32"
-        return {"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(dtype, dtype.upper())
-    return None
+        return HF_WEIGHTS.get(dtype, dtype.upper())
+    return _file_weights(model) if model is not None else None
+
+
+def _file_weights(model: Any) -> str | None:
+    """A model file's weights type: a synthetic GGUF's matrices are F32 (its spec names no other); a GGUF's
+    ``general.file_type``; a Hugging Face folder's ``config.json`` dtype."""
+    if model.kind == "synthetic":
+        return "F32"
+    if model.kind == "hf":
+        dtype = models.hf_dtype(models.hf_config(model.path)) or "float32"
+        return HF_WEIGHTS.get(dtype, dtype.upper())
+    try:
+        import gguf
+
+        field = gguf.GGUFReader(str(model.path)).fields["general.file_type"]
+        return gguf.LlamaFileType(int(field.parts[field.data[0]][0])).name.removeprefix("MOSTLY_")
+    except (KeyError, ValueError, OSError, IndexError):
+        return None
 
 
 def _kv_label(arm: Arm, d: Any) -> str:
@@ -348,7 +369,7 @@ def _identity(plan: Plan, arm: Arm, d: Any, resolved: Any) -> dict:
     """The arm's same-model identity, with its engine's version beside it (the matrix's row reads it)."""
     model = models.resolve(_model_for(plan, arm))
     return {"engine_version": d.engine_version} | dataclasses.asdict(Identity(
-        model=model.name, digest=model.sha256, quantization=_weights(d), prompt_set=PROMPT_SET.format(seed=plan.seed),
+        model=model.name, digest=model.sha256, quantization=_weights(d, model), prompt_set=PROMPT_SET.format(seed=plan.seed),
         output_cap=plan.output_tokens, device=environment.hardware().get("summary"),
         runtime_profile=f"threads={plan.threads or 'default'}", warm_state="cold")) | {"kv": _kv_label(arm, d)}
 
@@ -365,6 +386,17 @@ def same_model(identities: Mapping[str, dict], roles: Mapping[str, str], formats
             why = differences(cand[0], Identity.of(i), varies=varies)
             out += [f"{a}: {w}" for w in why]
     return "; ".join(out) or None
+
+
+def _smoke(name: str, arm: Arm, cell: Any, synthetic: bool, seed: int) -> list[dict]:
+    """The arm's quality smoke on its open cell (:func:`.quality.smoke`) as rows; a cell that cannot run it says
+    why in a row of its own (its throughput then makes no claim)."""
+    who = {"arm": name, "role": arm.role, "engine": arm.engine}
+    try:
+        status, said, _, rows = quality.smoke(cell, synthetic, seed)
+    except (UnsupportedFeature, WorkbenchError) as e:
+        return [{"kind": "a2", **who, "status": "not-run", "equal": None, "said": " ".join(str(e).split())[:300]}]
+    return [r | who | {"status": status, "said": said} for r in rows]
 
 
 def _pilot(plan: Plan, arm: Arm, cell: Any, ladder: Sequence[int], vocab: int) -> float | None:
@@ -403,9 +435,7 @@ def measure(plan: Plan) -> Measured:
             opened[arm.name] = (arm, cell, load_s)
         for name, (arm, cell, _) in opened.items():
             described[name] = cell.describe()
-            status, said, _, qrows = quality.smoke(cell, resolved.kind == "synthetic", plan.seed)
-            rows += [r | {"arm": name, "role": arm.role, "engine": arm.engine, "status": status, "said": said}
-                     for r in qrows]
+            rows += _smoke(name, arm, cell, resolved.kind == "synthetic", plan.seed)
         loads = {name: load_s for name, (_, _, load_s) in opened.items()}
         order = list(opened)
         for run in range(plan.runs):

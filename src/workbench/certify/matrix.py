@@ -189,7 +189,7 @@ class _Build:
             elif r.get("kind") == "timed" and r.get("served"):
                 c.tiers.add(int(r["tier"]))
                 self.timed.setdefault((engine, model), []).append(r)
-            elif r.get("kind") == "a2" and c.quality == "not-run":
+            elif r.get("kind") == "a2" and c.quality == "not-run" and r.get("equal") is not None:
                 c.quality = "passed" if r.get("equal") else "failed"
                 c.quality_said = f"A2 in the gates run: {r.get('said') or ''}".strip()
         if f.verdict != "not-run":
