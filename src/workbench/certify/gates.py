@@ -66,7 +66,13 @@ def _ratio_text(r: Mapping[str, float] | None) -> str:
     def show(x: float) -> str:
         return "∞" if math.isinf(x) else f"{x:.3g}"
 
+    if math.isnan(r["low"]) or math.isnan(r["high"]):
+        return f"{show(r['value'])}× (no interval)"
     return f"{show(r['value'])}× [{show(r['low'])}, {show(r['high'])}]"
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
 
 
 class _Rule:
@@ -144,8 +150,9 @@ def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Seque
     figures = {"candidate_tier_tokens": c_top, "baseline_tier_tokens": b_top}
     skipped = {r["arm"]: int(r["tier"]) for r in base if r.get("served") is None and r.get("skipped")}
     shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]}, not served again" for a, t in tops.items())
-    said = (f"under {rule.budget_bytes / 2**20:.4g} MiB of KV the candidate served up to "
-            f"{c_top or 'none'} tokens, the best llama.cpp ({best}) up to {b_top or 'none'} ({shown})")
+    said = (f"under {rule.budget_bytes / 2**20:.4g} MiB of KV the candidate served "
+            f"{f'up to {c_top} tokens' if c_top else 'no tier'}, the best llama.cpp ({best}) "
+            f"{f'up to {b_top}' if b_top else 'no tier'} ({shown})")
     if c_top == 0 and b_top == 0:
         return GateVerdict("inconclusive", f"{said}: neither served the ladder's smallest tier ({min(ladder)})",
                            figures=figures)
@@ -212,7 +219,7 @@ def usable_bracket(rows: Sequence[Mapping[str, Any]], arm: str, rule: UsableRule
             break
         first, turn = _p95(ok, "first_output_s"), _p95(ok, "turn_s")
         if first is None or turn is None or first.runs < rule.min_runs:
-            short.append(f"{arm} at {tier}: {first.runs if first else 0} runs")
+            short.append(f"{arm} at {tier}: {_runs(first.runs if first else 0)}")
             high = tier
             break
         if first.p95 <= rule.first_output_s and turn.p95 <= rule.turn_s:
@@ -345,7 +352,7 @@ def decide_prefill(rule: PrefillRule, rows: Sequence[Mapping[str, Any]], not_com
     ratio = {k: best[k] for k in ("value", "low", "high")}
     figures = {"prefill_tier_tokens": best["tier"]}
     said = "; ".join(f"{r['metric'].removesuffix('_s').replace('_', ' ')} at {r['tier']}: {_ratio_text(r)} over "
-                     f"{r['baseline']} ({r['runs']} runs)" for r in ratios)
+                     f"{r['baseline']} ({_runs(r['runs'])})" for r in ratios)
     few = [r for r in ratios if r["runs"] < rule.min_runs]
     if few:
         return GateVerdict("inconclusive", f"{said}; fewer runs than the rule's {rule.min_runs}", ratio, figures)
