@@ -242,7 +242,7 @@ def test_the_loop_draws_its_declared_figures_through_the_probes_figure_path(loop
     same section, one panel per engine, each engine's arms in its panel, TensorRT-LLM's slim with its reason."""
     found = findings.scan([loop_run / "findings"]).findings
     decl = probes.declared("loop.llamacpp")
-    assert type(decl) is type(probes.declared("loop.gate")) and decl.claims == ("entry.step_function",)
+    assert type(decl) is type(probes.declared("loop.gate")) and decl.claims == ("gate.turn_time",)
     assert [f.probe for _, f in found if probes.family(f.probe) != "loop"] == []
     (pf,) = report.side_by_side(found)
     assert pf.probe == "loop" and [n for n, _ in pf.figures] == [fig.name for fig in decl.figures]

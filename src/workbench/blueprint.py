@@ -503,19 +503,24 @@ def _cited(findings: Sequence[tuple[Path, Finding]], key: str) -> dict[str, list
 
 
 def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path,
-              items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> str:
+              items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES),
+              certify: bool | None = None) -> str:
     """The blueprint ``text`` with every managed block rewritten from ``findings`` (pure; idempotent).
 
     ``findings`` are ``(path, finding)`` pairs as :func:`workbench.findings.scan` returns them; links
     to the finding files are made relative to ``base``, the folder the result will be written to.
     ``items`` and ``tables``: the claim sections the document holds (another document, e.g. the gateway
-    guide, holds others).
+    guide, holds others). ``certify``: write :mod:`workbench.certify.writeback`'s blocks too (the four gate lines
+    under the entry condition, the certification matrix, the product path); None: where the document holds the
+    entry conditions.
     """
     doc = _Doc(text)
     states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
     edits = [e for key in items for e in _item_edits(doc, key, states, base, problems)]
     edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems, _cited(findings, key)))]
+    extra = _certify_blocks(findings, base) if (certify if certify is not None else "entry" in items) else []
+    edits += _extra_edits(doc, extra, problems)
     if problems:
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))
@@ -523,11 +528,72 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
     text = _apply(doc, edits)
     seen = _Doc(text).blocks
     lost = [bid for bid in (*(c.id for k in items for c in _claims.in_section(k)),
-                            *(TABLES[k][0] for k in tables), LOG_ID) if bid not in seen]
+                            *(TABLES[k][0] for k in tables), *(b.id for b in extra), LOG_ID) if bid not in seen]
     if lost:  # e.g. an unclosed code fence above where a new block goes: it would be added again on every run
         raise ManagedBlockError(f"managed block(s) {', '.join(lost)} would not read as managed blocks once written "
                                 "(is a code fence or HTML block above them left open?); nothing was written")
     return text
+
+
+def _certify_blocks(findings: Sequence[tuple[Path, Finding]], base: Path) -> list:
+    """:mod:`workbench.certify.writeback`'s blocks (imported here: the certification is the blueprint's, not the
+    guide's)."""
+    from .certify import writeback as certify_writeback
+
+    return certify_writeback.blocks(findings, base)
+
+
+def _extra_edits(doc: _Doc, extra: Sequence[Any], problems: list[str]) -> list[_Edit]:
+    """Each extra block (``id``, ``where``, ``lines``) replaced where it is, else inserted where it goes: nested in
+    a claim's list item after that item's own block (``("item", claim id)``), or at the end of a section
+    (``("section", key)``), in the order given."""
+    edits = []
+    for blk_spec in extra:
+        content = list(blk_spec.lines)
+        blk = doc.blocks.get(blk_spec.id)
+        if blk:
+            edits.append(_Edit(blk.begin + 1, blk.end, [(blk.indent + c if c else "") + doc.nl for c in content]))
+            continue
+        kind, key = blk_spec.where
+        place = _item_place(doc, key, problems) if kind == "item" else _section_place(doc, key, problems)
+        if place is not None:
+            at, indent = place
+            edits.append(_Edit(at, at, [doc.nl, *_wrap(blk_spec.id, indent, content, doc.nl)]))
+    return edits
+
+
+def _item_place(doc: _Doc, claim_id: str, problems: list[str]) -> tuple[int, str] | None:
+    """Where a block nested in ``claim_id``'s list item goes (its last non-blank line), and its indent."""
+    claim = _claims.get(claim_id)
+    sec = doc.section(claim.section, problems)
+    hits = [it for it in doc.items(sec) if _norm(it[2]).startswith(_norm(claim.match))] if sec else []
+    if len(hits) != 1:
+        if sec:
+            problems.append(f"section '{sec.name}' needs exactly one item starting with {claim.match!r} for the "
+                            f"blocks nested under claim {claim_id}")
+        return None
+    start, end, _ = hits[0]
+    bullet = _BULLET.match(_body(doc.lines[start]))
+    if not bullet:
+        problems.append(f"line {start + 1}: the item for claim {claim_id} must start with a bullet indented by spaces")
+        return None
+    gap = len(bullet.group(3))
+    indent = " " * (len(bullet.group(1)) + len(bullet.group(2)) + (gap if 1 <= gap <= 4 else 1))
+    while end > start + 1 and _blank(doc.lines[end - 1]):
+        end -= 1
+    own = doc.blocks.get(claim_id)
+    return (max(end, own.end + 1) if own and own.begin >= start else end), indent
+
+
+def _section_place(doc: _Doc, key: str, problems: list[str]) -> tuple[int, str] | None:
+    """The end of section ``key`` (its last non-blank line) for a block of its own, unindented."""
+    sec = doc.section(key, problems)
+    if sec is None:
+        return None
+    end = sec.end
+    while end > sec.start + 1 and _blank(doc.lines[end - 1]):
+        end -= 1
+    return end, ""
 
 
 # --------------------------------------------------------------------------- reading it back

@@ -1,5 +1,5 @@
 """``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve |
-cell serve | evaltable | events.
+cell serve | evaltable | events | certify.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -656,6 +656,10 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 from .events.cli import app as _events_app  # noqa: E402 - the sub-app after the commands it sits beside
 
 app.add_typer(_events_app, name="events")
+
+from .certify.cli import app as _certify_app  # noqa: E402 - the sub-app after the commands it sits beside
+
+app.add_typer(_certify_app, name="certify")
 
 
 def main() -> None:

@@ -525,6 +525,32 @@ _DECLARED = [
     _m("bench_edited_output_equals_cold", "edited = cold output", "bool", "engine",
        "the edited-segment turn's greedy output equals a fresh session's on the same inputs"),
     _m("bench_decode_tokens_per_s", "decode", "tokens/s", "timed", "the cold turn's streamed chunks per second"),
+    # the step-function gates (workbench.certify: G1–G3 here, G4 the loop's) and the quality smoke
+    _m("g1_candidate_tier_tokens", "G1 candidate tier", "tokens", "engine",
+       "the largest ladder tier the candidate's engine served (a request of that many tokens decoded) under the memory "
+       "budget every arm shares"),
+    _m("g1_baseline_tier_tokens", "G1 llama.cpp tier", "tokens", "engine",
+       "the largest ladder tier any llama.cpp profile served under that budget"),
+    _m("g2_candidate_usable_tokens", "G2 candidate usable", "tokens", "derived",
+       "the largest tier within the latency budget (p95 first output and turn time over the runs) for the candidate"),
+    _m("g2_baseline_usable_tokens", "G2 llama.cpp usable", "tokens", "derived",
+       "the same for the best llama.cpp arm"),
+    _m("g2_usable_ratio", "G2 usable ratio", "x", "derived",
+       "candidate's usable context over the best llama.cpp arm's (largest tiers within the budget)"),
+    _m("g2_usable_ratio_low", "G2 ratio low", "x", "derived",
+       "lower bound of that ratio from the ladder's brackets (candidate's largest usable / baseline's first unusable)"),
+    _m("g2_usable_ratio_high", "G2 ratio high", "x", "derived", "upper bound of that ratio from the brackets"),
+    _m("g3_prefill_ratio", "G3 prefill ratio", "x", "derived",
+       "the best llama.cpp arm's prefill or first-output time over the candidate's, the median of per-run ratios (runs "
+       "paired), at the 32k+ tier and metric where its lower bound is highest"),
+    _m("g3_prefill_ratio_low", "G3 ratio low", "x", "derived",
+       "lower bound of that ratio's percentile bootstrap interval over the runs (over 3 runs: the least run's ratio)"),
+    _m("g3_prefill_ratio_high", "G3 ratio high", "x", "derived", "upper bound of that interval"),
+    _m("a2_output_equals_cold", "A2 warm = cold", "bool", "engine",
+       "the engine's greedy tokens after a warm suffix (ensure_prefix then prefill_suffix in one cell) equal its tokens "
+       "for the whole prompt cold (certification tier A2)"),
+    _m("task_pass_fraction", "task set passed", "ratio", "engine",
+       "share of the quality smoke's tasks whose answer, the engine's greedy text, passed its checker"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

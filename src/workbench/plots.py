@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from . import metrics, plotstyle
+from .certify import figures as _certify_figures
 from .evaltable import figures as _evaltable_figures
 from .events import figures as _event_figures
 from .gateway import pd_figures as _pd_figures
@@ -328,6 +329,7 @@ BUILDERS: dict[str, Callable[..., go.Figure]] = {
     **_gateway_figures.BUILDERS,
     **_evaltable_figures.BUILDERS,
     **_transport_figures.BUILDERS,
+    **_certify_figures.BUILDERS,
 }
 """The figure kinds a declaration may name (``probes.Declared.figures``: a probe's, the loop's), with its options."""
 

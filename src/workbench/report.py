@@ -29,6 +29,8 @@ from . import metrics as _metrics
 from . import plots
 from .files import atomic_write
 from . import standing as _standing
+from .certify import integrity as _integrity
+from .certify import matrix as _certification
 from .evaltable import table as _evaltable
 from .findings import Finding
 from .settle import unsettled_answer
@@ -82,10 +84,10 @@ def verdict_frame(found: Found) -> pd.DataFrame:
         "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
         "verdict": f.verdict, "summary": _said_of(f),
         "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
-        "created": f.created, "id": f.id, "path": str(path),
+        "created": f.created, "id": f.id, "path": str(path), "result_class": _integrity.result_class(f)[0],
     } for path, f in latest(found)]
     return pd.DataFrame(rows, columns=["probe", "engine", "engine_version", "model", "verdict", "summary", "metrics",
-                                       "created", "id", "path"])
+                                       "created", "id", "path", "result_class"])
 
 
 _STATUS_COLUMNS = ["claim", "text", "role", "engine", "engine_version", "verdict", "resolved", "summary",
@@ -376,6 +378,7 @@ class Card:
     notebook: str | None
     figures: str | None
     unsettled: tuple[str, ...]
+    result_class: str = ""  # benchmark integrity's class, and whether the finding recorded it or its writer declares it
 
 
 def _supports(f: Finding) -> tuple[SupportRow, ...]:
@@ -397,8 +400,10 @@ def cards(found: Found, m: Manifest | None, figured: set[str], rel) -> list[Card
         rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
                      for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
         family = probes.family(f.probe)
+        cls, how = _integrity.result_class(f)
         out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), notebooks.get(f.attempt),
-                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f)))
+                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
+                        cls if how == "recorded" else f"{cls} (its writer's, not recorded: written before classes were)"))
     return out
 
 
@@ -547,6 +552,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         colours=plots.VERDICT_COLOURS,
         figures=figures,
         evaltables=[(rel(p.with_suffix(".md")), setup, rows) for p, setup, rows in _evaltable.in_run(out)],
+        certification=certification(found),
         evaltable_heads=_evaltable.heads(),
         plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
@@ -556,9 +562,23 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     )
 
 
+def certification(found: Found) -> dict | None:
+    """The certification matrix's section (:mod:`workbench.certify.matrix`): its heads and rows as text; None
+    without findings."""
+    if not found:
+        return None
+    return {"heads": list(_certification.HEADS),
+            "rows": [_certification.text_row(c, reasons=False, where="Engines that did not run")
+                     for c in _certification.build(found)]}
+
+
 def write(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> Path:
-    """Write ``out/report.html`` atomically and return its path."""
+    """Write ``out/report.html`` atomically, with the certification matrix's exports beside it
+    (``certification.json``, ``certification.csv``), and return the page's path."""
     out = Path(out)
+    found = _findings.scan([out / "findings"]).findings
+    if found:
+        _certification.write(_certification.build(found), out)
     page = render(out, manifest, against)
     return atomic_write(out / "report.html", page)
 

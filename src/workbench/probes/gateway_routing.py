@@ -25,6 +25,7 @@ from ..gateway import experiment, measure
 from ..gateway.pool import Pool, PoolSpec
 from ..gateway.router import FULLPROXY
 from ..gateway.workload import Request, sessions_from_trace
+from ..certify.classes import ResultClass
 
 MARGIN = 0.01
 """A hit-rate gain below one percentage point of prompt tokens is no gain."""
@@ -76,6 +77,7 @@ class Summary:
 
 class GatewayRouting(Probe):
     version = "3"
+    result_class = ResultClass.RAW.value  # a pool of served endpoints driven over HTTP: a raw backend control
     claims = ("shapes.kv_routing",)
     outcome_params = ("router_block", "kill_wave")  # a killed endpoint's retried requests time from their retry
     rests = {("*", "confirmed"): ((_GAIN,),),
