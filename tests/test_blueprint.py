@@ -157,11 +157,12 @@ def test_another_engines_finding_is_a_reference_never_the_answer():
     first, reference = status.split("<br>")
     assert first.startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU** · resolve: "
                             "`workbench probe retention.pinning_under_pressure --engine trtllm --model HF_DIR --out findings`")
-    assert reference.startswith("reference · llamacpp 0.3.36 · refuted · ")
+    assert reference.startswith("reference · llamacpp 0.3.36 on SmolLM2-135M · refuted: the claim does not hold on "
+                                "llamacpp, which says nothing about TensorRT-LLM · ")
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", status)
     unknown = block(out, "unknown.retention_pressure")
     assert unknown.lstrip().startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**")
-    assert "| reference | refuted | llamacpp |" in unknown
+    assert "| reference | refuted | llamacpp | 0.3.36 | SmolLM2-135M |" in unknown
     rows = bp.unknowns_table(out)
     mine = [(r["role"], r["engine"], r["verdict"], r["resolved"]) for r in rows if r["claim"] == "unknown.retention_pressure"]
     assert mine == [("subject", "trtllm", None, False), ("reference", "llamacpp", "refuted", False)]
@@ -210,7 +211,8 @@ def test_newest_finding_per_engine_version_side_by_side():
             if r["claim"] == "unknown.retention_pressure"]
     assert mine == [("subject", "trtllm", "1.1.9", "partial", "Older release."),
                     ("subject", "trtllm", "1.2.0", "confirmed", "New run."),
-                    ("reference", "llamacpp", "0.3.16", "confirmed", "Incumbent.")]
+                    ("reference", "llamacpp", "0.3.16", "confirmed",
+                     "Incumbent. — reference: the claim holds on llamacpp, which says nothing about TensorRT-LLM")]
 
 
 def test_claim_verdicts_override_the_finding_verdict_per_claim():
