@@ -578,3 +578,29 @@ def test_a_blueprint_not_in_utf8_is_refused_naming_the_fix(stale_blueprint, find
 def test_a_directory_given_as_the_blueprint_is_refused_naming_the_fix(findings_updating_retention, tmp_path):
     with pytest.raises(bp.BlueprintError, match="is not a Markdown file .*give the blueprint's .md file"):
         bp.run_writeback(tmp_path, [findings_updating_retention], "write")
+
+
+def test_a_write_back_into_a_new_file_says_it_is_new_not_that_every_block_changed(stale_blueprint,
+                                                                                   findings_updating_retention, capsys,
+                                                                                   tmp_path):
+    """Issue 51: a run into a fresh folder printed "changed:" and every block of the blueprint."""
+    out = tmp_path / "fresh" / "blueprint.md"
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write", out=out) == 0
+    said = capsys.readouterr().out
+    assert "a new write-back of blueprint.md" in said and "changed:" not in said
+    fstore.write(finding(["risk.warmup"], "refuted", probe="prefix.warmup_materialization"), findings_updating_retention)
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write", out=out) == 0
+    assert "changed: risk.warmup, verification-log" in capsys.readouterr().out  # an existing one says what changed
+
+
+def test_the_log_lists_as_not_run_only_what_ran_nowhere():
+    """Issue 51: a batch's llama.cpp pass reports the vLLM arms not-run on its model while vLLM's own pass ran them:
+    the log said "vllm did not run (loop.vllm)" beside the rows that show it ran."""
+    ran = finding(["entry.step_function"], "inconclusive", engine="vllm", version="0.32.0", probe="loop.vllm")
+    elsewhere = finding(["entry.step_function"], "not-run", engine="vllm", version=None, probe="loop.vllm",
+                        reason="the vLLM arm needs a Hugging Face model", created="2026-07-04T10:00:00+00:00")
+    never = finding(["unknown.retention_pressure"], "not-run", engine="trtllm", version=None,
+                    probe="retention.pinning_under_pressure", reason="no NVIDIA GPU")
+    log = block(bp.writeback(pristine(), located(ran, elsewhere, never), base=BASE), "verification-log")
+    assert "- trtllm did not run (retention.pinning_under_pressure): no NVIDIA GPU" in log
+    assert "vllm did not run" not in log

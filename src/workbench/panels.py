@@ -32,7 +32,10 @@ import plotly.graph_objects as go
 
 from . import plotstyle
 
-NARROWEST_PLOT_PX, CHAR_PX = 880, 7  # a figure's plot area on the narrowest page checked (1024 px); a 12 px character
+NARROWEST_PLOT_PX, CHAR_PX = 700, 7  # a figure's plot area at its narrowest (two figures side by side on a 1920 px
+#                                     page; one alone spans 880 px at 1024); a 12 px character
+HALF_PLOT_PX = 390  # a one-panel figure's plot area: the report sets it beside another (half of a 1024 px page)
+SUP_PX = 6.2  # a subtitle's (<sup>) character
 SHARE_SPAN = 10.0  # panels share their quantity axis only where their largest values lie within this factor
 
 
@@ -56,6 +59,7 @@ class SideBySide:
     title: str  # the builder's title, plain text
     fig: go.Figure | None
     absent: tuple[Absent, ...] = ()
+    panels: int = 0  # engines drawn (1: laid out for half a page, beside another)
 
     @property
     def caption(self) -> str:
@@ -239,14 +243,24 @@ def _colour(fig: go.Figure) -> None:
             t.update(line_color=colours[t.name])
 
 
-def compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str, models: Sequence[str]) -> go.Figure:
+def _subtitle(lines: Sequence[str], width_px: float) -> str:
+    """Subtitle lines (small type) wrapped to the figure's width, each as plotly's ``<sup>``."""
+    chars = max(30, int(width_px / SUP_PX))
+    return "".join(f"<br><sup>{w}</sup>" for line in lines if line
+                   for w in textwrap.wrap(line, chars, break_long_words=False, break_on_hyphens=False))
+
+
+def compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str, models: Sequence[str],
+            subtitle: str = "") -> go.Figure:
     """One row of plotly subplots from one-panel figures that each drew something (traces, axes, shapes and notes
     moved to their column), each panel on axes of its own unless :func:`shares_y` says they share the quantity
-    axis (then named once). x is never shared: engines sweep their own ranges."""
+    axis (then named once). x is never shared: engines sweep their own ranges. A one-panel figure is laid out for
+    half a page (the report sets two side by side): its titles wrapped to that width."""
     shared, why = shares_y(panels, models)
     lanes = len(panels) > 1 and not all(_numeric(t, "y") for p in panels for t in p.data)
     spacing = 0.07 if shared else 0.11 if not lanes else 0.13
-    share = (1 - spacing * (len(panels) - 1)) / len(panels)
+    width = HALF_PLOT_PX if len(panels) == 1 else NARROWEST_PLOT_PX
+    share = (1 - spacing * (len(panels) - 1)) / len(panels) * width / NARROWEST_PLOT_PX
     titles = [_fit(t, share) for t in titles]
     fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=titles, horizontal_spacing=spacing)
     fig.update_annotations(font_size=12)  # the panel titles
@@ -266,7 +280,7 @@ def compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str, mode
         fig.update_yaxes(matches="y", title_text=None, row=1, col=col)
     _colour(fig)
     lead = panels[0].layout
-    sub = f"{title}<br><sup>{why}</sup>" if why else title
+    sub = title + _subtitle([subtitle, why], width + 90)
     # the title at the top of the figure, the panels' titles below it, the legend at the bottom: each in its own
     # band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
     fig.update_layout(height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,

@@ -390,9 +390,9 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
                 continue
             _panels.label_units(panel, engine)
             drawn.append((panel, _panel_title(engine, fs, decl.claim.subject), model_of(fs[0])))
-        composed = (_panels.compose([p for p, _, _ in drawn], [t for _, t, _ in drawn], f"{title}<br><sup>{how}</sup>",
-                                    [m for _, _, m in drawn]) if drawn else None)
-        out.append(SideBySide(fig.name, _panels.plain(title), composed, tuple(absent)))
+        composed = (_panels.compose([p for p, _, _ in drawn], [t for _, t, _ in drawn], title,
+                                    [m for _, _, m in drawn], how) if drawn else None)
+        out.append(SideBySide(fig.name, _panels.plain(title), composed, tuple(absent), len(drawn)))
     return out
 
 

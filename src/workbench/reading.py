@@ -10,7 +10,8 @@ The report (:mod:`workbench.report`) decides nothing here: which verdict stands 
 - :func:`engine_tallies`: each engine's standing verdicts apart (never summed across engines: a reference's verdict
   is no answer on the subject's claim);
 - :func:`rerun_command` and :func:`shown_params`: what a card gives to run its finding again;
-- :func:`first_sentence`: a reason cut at a sentence's end, never inside one.
+- :func:`first_sentence`: a reason cut at a sentence's end, never inside one; :func:`first_clause`: its lead, before
+  its evidence, for a sentence of the first screen.
 """
 
 from __future__ import annotations
@@ -62,15 +63,26 @@ def who(s: _standing.Standing) -> str:
 
 
 def first_sentence(text: str | None, limit: int = 220) -> str:
-    """``text``'s first sentence (to its first ". ", "; " beyond a short lead, or its end), whole: cut at a word
-    with " …" only where one sentence runs past ``limit`` characters."""
+    """``text``'s first sentence (to its first ". " before a capital, beyond a short lead, or its end), whole: cut at a
+    word with " …" only where one sentence runs past ``limit`` characters."""
     text = " ".join((text or "").split())
-    m = re.search(r"(?<=[a-z0-9)%\]])[.;] (?=[A-Za-z(])", text[40:])
-    head = text[:40 + m.start() + 1].rstrip(";") if m else text
+    m = re.search(r"(?<=[a-z0-9)%\]])(?<!e\.g)(?<!i\.e)(?<! vs)\. (?=[A-Z(])", text[40:])
+    head = text[:40 + m.start() + 1] if m else text
     if len(head) <= limit:
         return head
     cut = head[:limit].rsplit(" ", 1)[0]
     return cut.rstrip(",;:") + " …"
+
+
+def first_clause(text: str | None, limit: int = 170) -> tuple[str, bool]:
+    """``text``'s lead: up to its first ": ", "; " or sentence end after a short lead (what a rule's reason says
+    before its evidence), and whether anything follows it (the card gives the rest)."""
+    text = " ".join((text or "").split())
+    m = re.search(r"(?<!e\.g)(?<!i\.e)(?: —|[:;]| \(|\.(?= [A-Z(])) ", text[30:])
+    head = text[:30 + m.start()].rstrip(".,") if m else text
+    if len(head) > limit:
+        head = head[:limit].rsplit(" ", 1)[0].rstrip(",;:")
+    return head, len(head) < len(text.rstrip("."))
 
 
 def established(found: Found, card: Any) -> list[Established]:
@@ -99,14 +111,13 @@ def subject_line(found: Found) -> str:
         resolved = sum(st.resolved for st in sts)
         ran = {s.engine_version or "(version unknown)" for st in sts for s in st.subject if s.verdict != "not-run"}
         if resolved:
-            said.append(f"{name}, the claims' subject, settled {resolved} of {len(sts)} claims here")
+            said.append(f"{name}, the claims' subject, settled {resolved} of them here")
         elif ran:
-            said.append(f"{name}, the claims' subject, ran here ({', '.join(sorted(ran))}) but settled none of its "
-                        f"{len(sts)} claims")
+            said.append(f"{name}, the claims' subject, ran here ({', '.join(sorted(ran))}) but settled none")
         else:
-            said.append(f"{name}, the claims' subject, did not run here: none of its {len(sts)} claims is settled "
-                        f"(each needs {sts[0].claim.about.needs})")
-    return "; ".join(said) + ". What the reference engines establish below is about them, not about " + \
+            said.append(f"{name}, the claims' subject, did not run here (each of its claims needs "
+                        f"{sts[0].claim.about.needs})")
+    return "; ".join(said) + ": what the reference engines establish below is about each of them, not about " + \
         " or ".join(by_subject) + "."
 
 

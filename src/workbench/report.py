@@ -37,8 +37,6 @@ from .findings import Finding
 from .settle import unsettled_answer
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
     from .manifest import Manifest, NotebookRun
 
 Found = Sequence[tuple[Path, Finding]]
@@ -225,7 +223,15 @@ def verdict_matrix(found: Found) -> Matrix:
                            tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e],
                                          cells.runs(e) == st.claim.subject) for e in engines))
                  for st in _standing.claim_states(found))
-    return Matrix(engines, rows)
+    return _without_empty_columns(Matrix(engines, rows), len(subjects))
+
+
+def _without_empty_columns(m: Matrix, keep: int) -> Matrix:
+    """The matrix without the columns of engines that have no finding on any claim (a served engine this run did
+    not start: a column of dashes), the first ``keep`` (the claims' subjects) kept whatever they hold."""
+    kept = [i for i, _ in enumerate(m.engines) if i < keep or any(r.cells[i] for r in m.rows)]
+    return Matrix(tuple(m.engines[i] for i in kept),
+                  tuple(MatrixRow(r.claim, r.state, r.resolved, tuple(r.cells[i] for i in kept)) for r in m.rows))
 
 
 @dataclass(frozen=True)
@@ -390,6 +396,13 @@ class Card:
     summary_shown: bool = True  # False where the summary repeats a claim row's reason word for word
     notebook_html: str | None = None  # the executed notebook rendered (nbconvert), where it is
     metrics: tuple[tuple[str, str, str], ...] = ()  # every metric it recorded: (header, value in its unit, source)
+    reference_of: str | None = None  # the subject it is a reference beside (its engine is not its claims' subject)
+
+    @property
+    def rests_said(self) -> str:
+        """What the verdict rests on in a few words (each reading, or how many where they would not fit a line)."""
+        said = "; ".join(f"{s.metric} {s.read}" for s in self.supports)
+        return said if len(said) <= 70 else f"{len(self.supports)} readings"
 
 
 def _supports(f: Finding) -> tuple[SupportRow, ...]:
@@ -409,19 +422,29 @@ def cards(found: Found, m: Manifest | None, figured: set[str], rel, out: Path | 
 
     ids = {s.finding_id for ss in _standing.standings(found).values() for s in ss if s.verdict != "not-run"}
     notebooks = {n.attempt: n for n in (m.notebooks.values() if m else []) if n.attempt}
-    out = []
+    shown = []
     for path, f in sorted(((p, f) for p, f in found if f.id in ids), key=lambda pf: (pf[1].probe, pf[1].engine)):
         rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
                      for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
         family = probes.family(f.probe)
         nb = notebooks.get(f.attempt)
-        out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), nb.output if nb else None,
+        shown.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), nb.output if nb else None,
                         f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
                         tuple(_reading.shown_params(f)), _reading.rerun_command(f, nb),
                         not _reading.summary_repeats(f, [r.reason for r in rows]),
                         _notebook_html.rendered(out, nb.output) if nb and out else None,
-                        tuple(metrics_frame(f)[["metric", "value", "source"]].itertuples(index=False, name=None))))
-    return out
+                        tuple(metrics_frame(f)[["metric", "value", "source"]].itertuples(index=False, name=None)),
+                        _reference_of(f)))
+    return shown
+
+
+def _reference_of(f: Finding) -> str | None:
+    """The subject (as people write it) whose claims ``f`` is only a reference beside, or None where its engine is
+    their subject."""
+    from . import cells
+
+    others = {c.about.name for cid in f.claims if (c := _claims.CLAIMS.get(cid)) and cells.runs(f.engine) != c.subject}
+    return ", ".join(sorted(others)) or None
 
 
 def figures_id(probe: str) -> str:
@@ -547,6 +570,8 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     unknowns = claim_status(found, None).assign(href=lambda d: d["path"].map(rel))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["sentence"] = _reading.first_sentence
+    env.filters["clause"] = _reading.first_clause
+    env.filters["nobreak"] = lambda text: str(text).replace("-", "\u2011")  # a head's hyphenated word stays whole
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
                        if f.verdict != "not-run"} - {None})
@@ -562,6 +587,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         changed=changed,
         cards=shown,
         notebook_page=lambda output: _notebook_html.rendered(out, output) if output else None,
+        card_of=lambda f: card_id(f.id),
         figures_id=figures_id,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,

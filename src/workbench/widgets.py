@@ -112,6 +112,20 @@ def notebook_dir() -> Path:
     return Path(session).resolve().parent if session else Path.cwd()
 
 
+def run_findings(out: str | os.PathLike) -> Path:
+    """The findings folder a notebook reads: where the notebook is an executed copy inside a run folder
+    (``RUN/notebooks/…/NAME.ipynb``, beside ``RUN/findings`` and ``RUN/run.json``), that run's own findings, so a run
+    folder copied or moved elsewhere reads itself, not the folder ``out`` named when it ran (an absolute path);
+    else ``out``."""
+    session = os.environ.get(envvars.NOTEBOOK)
+    if session:
+        for parent in Path(session).resolve().parents:
+            if parent.name == "notebooks" and (parent.parent / "findings").is_dir() \
+                    and (parent.parent / "run.json").is_file():
+                return parent.parent / "findings"
+    return Path(out)
+
+
 def _cards(page: Path) -> set[str]:
     """The card anchors ``report.html`` holds: a report older than a finding has no card for it."""
     try:

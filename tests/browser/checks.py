@@ -7,8 +7,9 @@ any page by hand (``python tests/browser/checks.py runs/latest/report.html``).
   in ``meta``, stamped by :mod:`workbench.panels`; a numeric axis with data and no title names no quantity at all);
   a series drawn exactly under another (same kind, same points, same axes: the legend lists a series the plot does
   not show); a panel (a subplot's axis pair) with no data.
-- :func:`table_problems`: a table column narrower than its longest word (a word broken across lines, or running
-  out of its cell), for every table of the page, folded ``<details>`` opened first.
+- :func:`table_problems`: a table column narrower than its longest word (a word wider than its cell's content box:
+  broken across lines, or running out of its cell), for every table of the page, folded ``<details>`` opened
+  first.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ FIGURE = """(d) => {
   };
 }"""
 
-# Every word of every table cell whose box is broken across lines or runs past its cell's content box.
+# Every word of every table cell wider than its cell's content box (broken across lines because it could not fit,
+# or running past the cell); a word the browser wraps at its hyphen in a cell it would fit is prose, not a squeeze.
 TABLES = """() => {
   document.querySelectorAll('details').forEach(d => { d.open = true; });
   const out = [];
@@ -43,13 +45,16 @@ TABLES = """() => {
     if (cell.closest('.plotly-graph-div') || !cell.getClientRects().length) continue;
     const cs = getComputedStyle(cell), box = cell.getBoundingClientRect();
     const right = box.right - parseFloat(cs.paddingRight) - parseFloat(cs.borderRightWidth) + 1;
+    const room = box.width - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)
+                 - parseFloat(cs.borderLeftWidth) - parseFloat(cs.borderRightWidth) + 1;
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let n = walker.nextNode(); n; n = walker.nextNode()) {
       for (const m of n.textContent.matchAll(/\\S+/g)) {
         const r = document.createRange();
         r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
         const rects = [...r.getClientRects()].filter(q => q.width > 0);
-        if (rects.length > 1 || rects.some(q => q.right > right)) {
+        const wide = rects.reduce((w, q) => w + q.width, 0);  // the word laid out whole
+        if (wide > room || rects.some(q => q.right > right)) {
           const table = cell.closest('table'), section = table.closest('section, details, [id]');
           out.push({word: m[0], cell: Math.round(box.width), lines: rects.length,
                     table: (table.className || '') + (section && section.id ? '#' + section.id : '')});

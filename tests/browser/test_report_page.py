@@ -98,12 +98,26 @@ def test_report_renders_every_figure_offline_without_overlapping_text(small_run,
     assert w.errors == []
 
 
-def test_first_screen_is_the_verdict_matrix(small_run, watched, tmp_path):
+def test_first_screen_states_what_the_run_established_with_contents_then_the_matrix(small_run, watched, tmp_path):
+    """Issue 51: the first screen counted verdicts summed across engines and said nothing learned. It states the
+    subject's state and each established answer as a sentence linked to its card; a contents list leads to the
+    rest; the claims × engines grid follows."""
     w = watched(1400, 900)
     open_report(w, small_run)
     w.page.screenshot(path=str(tmp_path / "first-screen.png"))
+    said = w.page.locator("ul.established").first
+    assert said.bounding_box()["y"] < 900  # on the first screen
+    sentences = said.locator("li")
+    assert sentences.count() >= 1
+    first = sentences.first
+    href = first.locator("a.verdict").first.get_attribute("href")
+    assert href.startswith("#finding-") and w.page.locator(f"section.card[id='{href[1:]}']").count() == 1
+    assert "(reference)" in first.inner_text()  # the subject did not run here: what stands is a reference's
+    assert "did not run here" in w.page.locator("p.subject").inner_text()
+    assert w.page.locator("nav.toc a[href='#cards']").count() == 1
+    assert w.page.locator("nav.toc a[href^='#fig-']").count() == len(report.side_by_side(
+        findings.scan([small_run / "findings"]).findings))
     matrix = w.page.locator("table.matrix")
-    assert matrix.bounding_box()["y"] < 900  # it starts on the first screen
     heads = matrix.locator("tr").first.locator("th").all_inner_texts()
     assert heads[:2] == ["claim", "trtllm (subject)"] and "llamacpp" in heads
     assert matrix.locator(".verdict").count() >= len(SMALL)
