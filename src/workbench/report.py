@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import jinja2
+import markupsafe
 import pandas as pd
 
 from . import claims as _claims
@@ -571,7 +572,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["sentence"] = _reading.first_sentence
     env.filters["clause"] = _reading.first_clause
-    env.filters["nobreak"] = lambda text: str(text).replace("-", "\u2011")  # a head's hyphenated word stays whole
+    env.filters["words"] = _whole_words
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
                        if f.verdict != "not-run"} - {None})
@@ -610,6 +611,13 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
         history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),
     )
+
+
+def _whole_words(text: object) -> markupsafe.Markup:
+    """``text`` that wraps between its words, never inside one (a browser breaks "llamacpp-cold" at its hyphen where
+    a column is tight): each word a ``nowrap`` span, the text itself unchanged (a search for it still finds it)."""
+    return markupsafe.Markup(" ").join(markupsafe.Markup('<span class="nowrap">{}</span>').format(w)
+                                       for w in str(text).split())
 
 
 def first_screen(found: Found, matrix: Matrix) -> dict:

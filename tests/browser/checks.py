@@ -24,7 +24,12 @@ FIGURE = """(d) => {
   const root = (a) => { const ax = fl[name(a)]; return ax && ax.matches ? ax.matches : a; };
   return {
     barmode: fl.barmode || 'group',
-    subplots: (fl._subplots && fl._subplots.cartesian) || [],
+    // every panel the figure lays out: each x axis its layout gives a place (plotly.js lays out no axes for a
+    // subplot no trace is on, so its own list misses exactly the empty ones), with the y axis it is anchored to
+    subplots: [...new Set([...((fl._subplots && fl._subplots.cartesian) || []),
+      ...Object.keys(d.layout || {}).filter(k => /^xaxis\d*$/.test(k) && d.layout[k] && d.layout[k].domain)
+        .map(k => 'x' + k.slice(5) + ((d.layout[k].anchor && d.layout[k].anchor !== 'free') ? d.layout[k].anchor
+                                      : 'y' + k.slice(5)))])],
     axes: Object.fromEntries(Object.keys(fl).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => [k, {
       title: (fl[k].title && fl[k].title.text) || '', type: fl[k].type,
       matches: fl[k].matches || null, visible: fl[k].visible !== false}])),
