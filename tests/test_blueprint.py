@@ -157,8 +157,9 @@ def test_another_engines_finding_is_a_reference_never_the_answer():
     first, reference = status.split("<br>")
     assert first.startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU** · resolve: "
                             "`workbench probe retention.pinning_under_pressure --engine trtllm --model HF_DIR --out findings`")
-    assert reference.startswith("reference · llamacpp 0.3.36 on SmolLM2-135M · refuted: the claim does not hold on "
-                                "llamacpp, which says nothing about TensorRT-LLM · ")
+    assert reference.startswith("reference · llamacpp 0.3.36 on SmolLM2-135M · refuted (retention.pinning_under_pressure "
+                                "found it refuted on llamacpp): the claim does not hold on llamacpp, which says nothing "
+                                "about TensorRT-LLM · ")
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", status)
     unknown = block(out, "unknown.retention_pressure")
     assert unknown.lstrip().startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**")

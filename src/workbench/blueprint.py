@@ -140,9 +140,13 @@ def reference_meaning(state: ClaimState, s: Standing) -> str:
 
 
 def _reference_line(state: ClaimState, s: Standing, base: Path) -> str:
-    """A reference's line in a Status/Verified cell: who, its verdict with what it means for the subject, when."""
-    return (f"{_REFERENCE} · {_who(s)} · {s.verdict}: {_text(reference_meaning(state, s))} · {_text(s.date)} · "
-            f"[finding]({_link(s.path, base)})")
+    """A reference's line in a Status/Verified cell: who, its verdict with the lead of its reason and what it means
+    for the subject, when."""
+    from .reading import first_clause
+
+    lead, _ = first_clause(_said(s), 100)
+    return (f"{_REFERENCE} · {_who(s)} · {s.verdict} ({_text(lead)}): {_text(reference_meaning(state, s))} · "
+            f"{_text(s.date)} · [finding]({_link(s.path, base)})")
 
 
 def _status_cell(state: ClaimState, base: Path) -> str:

@@ -79,7 +79,7 @@ def first_clause(text: str | None, limit: int = 170) -> tuple[str, bool]:
     before its evidence), and whether anything follows it (the card gives the rest)."""
     text = " ".join((text or "").split())
     m = re.search(r"(?<!e\.g)(?<!i\.e)(?: —|[:;]| \(|\.(?= [A-Z(])) ", text[30:])
-    head = text[:30 + m.start()].rstrip(".,") if m else text
+    head = (text[:30 + m.start()] if m else text).rstrip(".,")
     if len(head) > limit:
         head = head[:limit].rsplit(" ", 1)[0].rstrip(",;:")
     return head, len(head) < len(text.rstrip("."))

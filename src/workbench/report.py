@@ -430,12 +430,12 @@ def cards(found: Found, m: Manifest | None, figured: set[str], rel, out: Path | 
         family = probes.family(f.probe)
         nb = notebooks.get(f.attempt)
         shown.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), nb.output if nb else None,
-                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
-                        tuple(_reading.shown_params(f)), _reading.rerun_command(f, nb),
-                        not _reading.summary_repeats(f, [r.reason for r in rows]),
-                        _notebook_html.rendered(out, nb.output) if nb and out else None,
-                        tuple(metrics_frame(f)[["metric", "value", "source"]].itertuples(index=False, name=None)),
-                        _reference_of(f)))
+                          f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
+                          tuple(_reading.shown_params(f)), _reading.rerun_command(f, nb),
+                          not _reading.summary_repeats(f, [r.reason for r in rows]),
+                          _notebook_html.rendered(out, nb.output) if nb and out else None,
+                          tuple(metrics_frame(f)[["metric", "value", "source"]].itertuples(index=False, name=None)),
+                          _reference_of(f)))
     return shown
 
 
