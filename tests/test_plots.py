@@ -391,6 +391,7 @@ def test_a_panel_title_is_wrapped_to_its_column_the_engine_line_whole_and_no_wor
     """Issue 51: panel headers broke model names mid-word ("SmolLM2-135M-Instr / uct-Q4_1")."""
     title = "<b>llamacpp</b> 0.3.36 · reference<br>SmolLM2-135M-Instruct-Q4_1 · inconclusive<br>2026-12-07 · probe v4"
     lines = _panels._fit(title, 0.15).split("<br>")
-    assert lines[0] == "<b>llamacpp</b> 0.3.36 · reference" and len(lines) > 3
+    assert lines[0] == "<b>llamacpp</b>" and lines[1] == "0.3.36 ·" and len(lines) > 3  # a narrow column: the name alone
+    assert _panels._fit(title, 0.8).split("<br>")[0] == "<b>llamacpp</b> 0.3.36 · reference"  # a wide one: all of it
     assert "SmolLM2-135M-Instruct-Q4_1" in lines  # whole, on a line of its own, longer than the column's share
     assert max(len(x) for x in lines[1:] if " " in x) <= int(0.15 * _panels.NARROWEST_PLOT_PX / _panels.CHAR_PX)

@@ -79,10 +79,13 @@ def plain(text: str | None) -> str:
 def _fit(title: str, share: float) -> str:
     """A panel title's lines wrapped to what its column holds on the narrowest page (its ``share`` of the plot
     area): plotly centres a subplot title on its column and never wraps it, so a long line ran into the next
-    panel's title. The first line (the engine, in bold) stays whole, and no word is broken (a model's name read
-    "SmolL / M2" when cut to the column)."""
+    panel's title. The engine's name (in bold) stays whole on the first line, with its version and role where they
+    fit, and no word is broken (a model's name read "SmolL / M2" when cut to the column)."""
     chars = max(10, int(share * NARROWEST_PLOT_PX / CHAR_PX))
     head, *rest = title.split("<br>")
+    if len(plain(head)) > chars and "</b>" in head:  # the engine alone, its version and role on the next line
+        bold, _, tail = head.partition("</b>")
+        head, rest = bold + "</b>", [tail.strip(), *rest]
     return "<br>".join([head] + [w for line in rest
                                  for w in textwrap.wrap(line, chars, break_on_hyphens=False, break_long_words=False)
                                  or [""]])

@@ -401,7 +401,8 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
     engine, version and model that ran (the loop's arms of one engine share it), and one for an engine that ran
     nowhere here, its not-run findings together (a pass for another engine reports it not-run on that pass's model:
     a second panel would repeat it); the claims' subject engine first, then the references by name; an engine's
-    versions and models keep the order given; each of ``engines`` without a finding gets a panel with none."""
+    versions and models keep the order given; each of ``engines`` without a finding (nor one of its served twin's)
+    gets a column with none, which the caption names."""
     from . import probes
 
     subject = probes.declared(probe).claim.subject
@@ -416,8 +417,12 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
                 continue
             k = (k[0], None, "")
         kept.setdefault(k, []).extend(fs)
-    present = {f.engine for f in findings}
-    return sorted([(k[0], fs) for k, fs in kept.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
+    from . import cells
+
+    # an engine with no finding here is named, unless its served twin (or the engine a served one runs) has one
+    present = {f.engine for f in findings} | {cells.runs(f.engine) for f in findings}
+    return sorted([(k[0], fs) for k, fs in kept.items()]
+                  + [(e, []) for e in dict.fromkeys(engines) if e not in present and cells.runs(e) not in present],
                   key=lambda c: (c[0] != subject, c[0]))
 
 

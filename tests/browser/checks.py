@@ -15,6 +15,13 @@ any page by hand (``python tests/browser/checks.py runs/latest/report.html``).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
+
+try:
+    from browser.pages import TEXT_BOXES, overlapping
+except ImportError:  # run as a script: tests/ is not on the path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from browser.pages import TEXT_BOXES, overlapping
 
 # Per figure div: its traces' axes, quantities and points, its subplots and axes, as plotly laid them out.
 FIGURE = """(d) => {
@@ -128,11 +135,14 @@ def figure_problems(div) -> list[str]:
     return [*_units(fig), *_hidden(fig["traces"], fig["barmode"]), *_empty_panels(fig)]
 
 
-def page_figure_problems(page) -> dict[str, list[str]]:
-    """Each figure of ``page`` with problems, by its div id."""
+def page_figure_problems(page, overlaps: bool = False) -> dict[str, list[str]]:
+    """Each figure of ``page`` with problems, by its div id; with ``overlaps``, also text boxes of a figure that
+    overlap (tests/browser/pages.py: panel titles running into each other at the page's width)."""
     out = {}
     for d in page.locator(".plotly-graph-div").all():
         found = figure_problems(d)
+        if overlaps:
+            found += [f"text {a!r} overlaps {b!r}" for a, b in overlapping(d.evaluate(TEXT_BOXES))]
         if found:
             out[d.get_attribute("id") or "?"] = found
     return out
@@ -154,7 +164,6 @@ def main(argv: list[str]) -> int:
     ``chromium``, or ``WORKBENCH_CHROMIUM``), at each width (default 1024 1400 1920); exit 1 on any problem."""
     import os
     import shutil
-    from pathlib import Path
 
     from playwright.sync_api import sync_playwright
 
@@ -171,7 +180,8 @@ def main(argv: list[str]) -> int:
             page.goto(path.as_uri())
             wait_for_figures(page)
             height = page.evaluate("() => document.documentElement.scrollHeight")
-            found = [f"{k}: {p}" for k, ps in page_figure_problems(page).items() for p in ps] + table_problems(page)
+            found = [f"{k}: {p}" for k, ps in page_figure_problems(page, overlaps=True).items() for p in ps]
+            found += table_problems(page)
             print(f"{width} px: page {height} px tall, {len(found)} problem(s)")
             for p in found:
                 print(f"  {p}")
