@@ -400,6 +400,18 @@ class Card:
     reference_of: str | None = None  # the subject it is a reference beside (its engine is not its claims' subject)
 
     @property
+    def grouped(self) -> list[tuple[list[_claims.Claim], str, str]]:
+        """The claim rows with one verdict and one reason said once: (their claims, the verdict, the reason)."""
+        out: list[tuple[list[_claims.Claim], str, str]] = []
+        for r in self.rows:
+            same = next((g for g in out if g[1] == r.verdict and g[2] == r.reason), None)
+            if same:
+                same[0].append(r.claim)
+            else:
+                out.append(([r.claim], r.verdict, r.reason))
+        return out
+
+    @property
     def rests_said(self) -> str:
         """What the verdict rests on in a few words (each reading, or how many where they would not fit a line)."""
         said = "; ".join(f"{s.metric} {s.read}" for s in self.supports)

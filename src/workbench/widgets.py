@@ -229,22 +229,33 @@ def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive
     display(HTML(itables.to_html_datatable(view, **DATATABLES)))
 
 
-#: The static browser's layout, inline (an output carries no stylesheet): the table as wide as the output area, text
-#: left-aligned and wrapping between words (JupyterLab's own right-aligned, fixed-layout tables clipped the summary
-#: and the links off the right edge), short columns kept on one line.
-_STATIC = ("<table class='dataframe wb-findings' style='table-layout: auto; width: 100%; max-width: 100%'>", "</table>")
-_NOWRAP = {"open", "created", "engine", "engine_version", "verdict"}
+#: The static browser's layout, inline (an output carries no stylesheet): four columns that fit JupyterLab's output
+#: area (nine of them, a date and a model name among them, ran 50 % past its right edge, the summary and the links
+#: off-screen), text left-aligned and wrapping between words, never inside an identifier.
+_CELL = "padding: 0.25em 0.5em; text-align: left; vertical-align: top; white-space: normal"
+_WORD = "<span style='white-space: nowrap'>{}</span>"
+
+
+def _whole(html_text: str) -> str:
+    """Escaped text whose words never break (each a ``nowrap`` span): model names, probe and claim ids."""
+    return " ".join(_WORD.format(w) for w in html_text.split())
 
 
 def static_table(view: pd.DataFrame) -> str:
-    """:func:`findings_view`'s rows as one static HTML table that fits the output area (see :data:`_STATIC`)."""
-    cell = "padding: 0.2em 0.5em; text-align: left; vertical-align: top; white-space: {}; max-width: {}"
-    style = {c: cell.format("nowrap" if c in _NOWRAP else "normal", "none" if c in _NOWRAP else
-                            "40em" if c == "summary" else "18em") for c in view.columns}
-    head = "".join(f"<th style='{style[c]}'>{html.escape(c)}</th>" for c in view.columns)
-    rows = "".join("<tr>" + "".join(f"<td style='{style[c]}'>{v}</td>" for c, v in zip(view.columns, r)) + "</tr>"
-                   for r in view.itertuples(index=False))
-    return f"{_STATIC[0]}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody>{_STATIC[1]}"
+    """:func:`findings_view`'s rows as one static HTML table that fits the output area: the finding (its link, probe
+    and time), the engine with its version and model, its verdict with each claim's, and the whole summary."""
+    heads = ["finding", "engine · model", "verdict · per claim", "summary"]
+    rows = []
+    for r in view.itertuples(index=False):
+        claims_ = "<br>".join(_whole(c) for c in r.claims.split("; ") if c)
+        cells = [f"{r.open} {_whole(r.probe)}<br><span style='color: #777'>{_whole(r.created.replace('T', ' '))}</span>",
+                 f"{_whole(f'{r.engine} {r.engine_version}'.strip())}<br>{_whole(r.model)}",
+                 f"<b>{r.verdict}</b>" + (f"<br><span style='font-size: 0.85em'>{claims_}</span>" if claims_ else ""),
+                 r.summary]
+        rows.append("<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th style='{_CELL}'>{h}</th>" for h in heads)
+    return (f"<table class='dataframe wb-findings' style='table-layout: auto; width: 100%; max-width: 100%'>"
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 
 def claim_tables(status: pd.DataFrame) -> None:

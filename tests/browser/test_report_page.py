@@ -167,8 +167,8 @@ BADGES = """() => [...document.querySelectorAll('table.matrix tr')].flatMap(tr =
                     const card = href.startsWith('#finding-') ? document.getElementById(href.slice(1)) : null;
                     const why = a.nextElementSibling && a.nextElementSibling.classList.contains('why')
                                 ? a.nextElementSibling.getAttribute('title') : null;
-                    const row = card && [...card.querySelectorAll('tr.claim-row')]
-                        .find(r => r.querySelector('code').textContent === claim.textContent);
+                    const row = card && [...card.querySelectorAll('tr.claim-row')]  // claims one reason covers share a row
+                        .find(r => [...r.querySelectorAll('code')].some(c => c.textContent === claim.textContent));
                     return {claim: claim.textContent, href: href, why: why,
                             card: card ? card.tagName : null,
                             said: row ? row.querySelector('td.reason').textContent : null}; }) : []; })"""
