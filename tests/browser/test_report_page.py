@@ -1,6 +1,9 @@
 """The report of a small run, opened in a real Chromium at the widths researchers use: every figure the
-probes declare renders, nothing is fetched from the network, no JavaScript error, and no two text boxes of a
-figure overlap (read from the DOM's bounding boxes). Screenshots stay in the test's temporary folder."""
+probes declare renders, nothing is fetched from the network, no JavaScript error, no two text boxes of a
+figure overlap (read from the DOM's bounding boxes), and nothing :mod:`browser.checks` guards against (two
+quantities on one axis, a series hidden under another, a panel with no data, a table column narrower than its
+longest word), each check shown failing on a deliberately broken page. ``WORKBENCH_REPORT_RUN`` names a real run
+folder (a ``make run``'s) whose report gets the same checks. Screenshots stay in the test's temporary folder."""
 
 from __future__ import annotations
 
