@@ -30,6 +30,8 @@ def test_a_reason_is_cut_at_a_clause_or_a_sentence_never_inside_a_word():
     assert reading.first_sentence(said) == "The engine's KV blobs are exportable: it exported a 1476072-byte state, " \
                                            "e.g. of 3 slots."
     assert reading.first_clause("Short and whole.") == ("Short and whole", False)
+    assert reading.first_clause("The engine has no priority to pin with (vLLM has none: blocks join one LRU queue)") \
+        == ("The engine has no priority to pin with", True)  # never a parenthesis left open
     long = "word " * 80
     cut = reading.first_sentence(long, 50)
     assert cut.endswith(" …") and all(w == "word" for w in cut[:-2].split())

@@ -80,6 +80,8 @@ def first_clause(text: str | None, limit: int = 170) -> tuple[str, bool]:
     text = " ".join((text or "").split())
     m = re.search(r"(?<!e\.g)(?<!i\.e)(?: —|[:;]| \(|\.(?= [A-Z(])) ", text[30:])
     head = (text[:30 + m.start()] if m else text).rstrip(".,")
+    if head.count("(") > head.count(")"):  # cut inside a parenthesis: the lead ends before it opened
+        head = head[:head.rfind("(")].rstrip(" ,;:")
     if len(head) > limit:
         head = head[:limit].rsplit(" ", 1)[0].rstrip(",;:")
     return head, len(head) < len(text.rstrip("."))
