@@ -83,8 +83,8 @@ CITED = {"contract": "contract.conformance"}
 """Per claims table, the probe every row also cites beside the verdict that stands: the contract table's rows cite
 the conformance run through the cell's daemon (``contract.conformance``) on each engine it ran on."""
 _SUBJECT = "subject"
-_ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
-_LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
+_ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Model", "Hardware", "Date", "What it says", "Evidence")
+_LOG_COLUMNS = ("Date", "Engine", "Version", "Model", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
 _MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it itself splits on
 _BULLET = re.compile(r"([ ]*)([-+*]|\d{1,9}[.)])([ ]*)")
@@ -117,17 +117,54 @@ def headline(state: ClaimState) -> str:
     return f"**{name}: {state.headline}** · resolve: `{state.command}`"
 
 
+def _who(s: Standing) -> str:
+    """Engine, version and the model it ran (a static survey runs none)."""
+    return f"{_text(s.engine)} {_text(s.engine_version)}" + (f" on {_text(s.model)}" if s.model else "")
+
+
+def _said(s: Standing) -> str:
+    """What a standing says on its claim: its claim row's own reason (a finding's summary may be about another of its
+    claims, or another verdict), else its summary."""
+    return s.claim_reason or s.summary
+
+
+_MEANS = {
+    "confirmed": "the claim holds on {e}",
+    "refuted": "the claim does not hold on {e}",
+    "partial": "the claim holds in part on {e}",
+    "not-applicable": "{e} lacks the mechanism the claim is about",
+    "inconclusive": "{e}'s reading decided nothing",
+}
+
+
+def reference_meaning(state: ClaimState, s: Standing) -> str:
+    """What a reference's verdict means for the claim's subject: it is about the reference engine's own mechanism and
+    settles nothing on the subject (never shown bare beside the subject's statement)."""
+    said = _MEANS.get(s.verdict, "{e} says " + s.verdict).format(e=s.engine)
+    return f"{said}, which says nothing about {state.claim.about.name}"
+
+
+def _reference_line(state: ClaimState, s: Standing, base: Path) -> str:
+    """A reference's line in a Status/Verified cell: who, its verdict with the lead of its reason and what it means
+    for the subject, when."""
+    from .reading import first_clause
+
+    lead, _ = first_clause(_said(s), 100)
+    return (f"{_REFERENCE} · {_who(s)} · {s.verdict} ({_text(lead)}): {_text(reference_meaning(state, s))} · "
+            f"{_text(s.date)} · [finding]({_link(s.path, base)})")
+
+
 def _status_cell(state: ClaimState, base: Path, cited: Sequence[Standing] = ()) -> str:
-    """The Status/Verified cell: the subject's state first, each reference on its own labelled line, then each
-    engine's row of the conformance run through the cell's daemon (``cited``) where the verdict shown above is
-    another probe's: every contract row cites what the daemon measured of it."""
+    """The Status/Verified cell: the subject's state first, each reference on its own labelled line that says what
+    it means for the subject's claim, then each engine's row of the conformance run through the cell's daemon
+    (``cited``) where the verdict shown above is another probe's: every contract row cites what the daemon measured
+    of it."""
     parts = [headline(state) if not state.answers else
-             "<br>".join(f"{_LABELS[s.verdict]} · {_text(s.engine)} {_text(s.engine_version)} · {_text(s.date)} · "
+             "<br>".join(f"{_LABELS[s.verdict]} · {_who(s)} · {_text(s.date)} · "
                          f"[finding]({_link(s.path, base)})" for s in state.answers)]
-    parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
-              f"[finding]({_link(s.path, base)})" for s in state.references]
+    parts += [_reference_line(state, s, base) for s in state.references]
     shown = {s.finding_id for s in (*state.answers, *state.references)}
-    parts += [f"{_CONFORMANCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
+    parts += [f"{_CONFORMANCE} · {_who(s)} · {s.verdict} · {_text(s.date)} · "
               f"[finding]({_link(s.path, base)})" for s in cited if s.finding_id not in shown and s.verdict != "not-run"]
     return "<br>".join(parts)
 
@@ -154,9 +191,24 @@ def _item_lines(state: ClaimState, base: Path) -> list[str]:
         return [headline(state)]
     rows = [_row(_ITEM_COLUMNS), _row(["---"] * len(_ITEM_COLUMNS))]
     for role, s in shown:
-        rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.hardware),
-                          _text(s.date), _text(s.summary), f"[finding]({_link(s.path, base)})"]))
+        says = _said(s) if role == _SUBJECT else f"{_said(s)} — reference: {reference_meaning(state, s)}"
+        rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.model),
+                          _text(s.hardware), _text(s.date), _text(says), f"[finding]({_link(s.path, base)})"]))
     return [headline(state), "", *rows]
+
+
+def did_not_run(findings: Sequence[tuple[Path, Finding]]) -> dict[str, dict[str, list[str]]]:
+    """:func:`workbench.standing.not_run_reasons` without what ran here after all: a probe (a loop arm) not run on
+    an engine in one pass (a batch's llama.cpp lane reports the vLLM arms not-run on its model) that ran on that
+    engine in another, on another model, did run; an engine left with nothing is not listed."""
+    ran = {(f.engine, f.probe) for _, f in findings if f.verdict != "not-run"}
+    out: dict[str, dict[str, list[str]]] = {}
+    for engine, reasons in _standing.not_run_reasons(findings).items():
+        for reason, probes in reasons.items():
+            kept = [p for p in probes if (engine, p) not in ran]
+            if kept:
+                out.setdefault(engine, {})[reason] = kept
+    return out
 
 
 def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str]:
@@ -164,12 +216,13 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
     if not findings:
         return head + ["_No findings yet._"]
     why = [f"- {_text(engine)} did not run ({_text(', '.join(probes))}): {_text(reason)}"
-           for engine, reasons in _standing.not_run_reasons(findings).items() for reason, probes in reasons.items()]
+           for engine, reasons in did_not_run(findings).items() for reason, probes in reasons.items()]
     rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
     for path, f in sorted(findings, key=lambda pf: (_standing.when(pf[1].created), pf[1].id)):
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
+                          _text(_standing.model_of(f) if _standing.behavioural(f.probe) else None),
                           _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe),
                           _text(shown_verdict(f)),
                           _text(cited), f"[finding]({_link(path, base)})"]))
@@ -648,7 +701,7 @@ def unknowns_table(text: str) -> list[dict]:
     out = []
     for claim in _claims.in_section("unknowns"):
         blank = {"claim": claim.id, "unknown": claim.text, "role": _SUBJECT, "verdict": None, "resolved": False,
-                 "engine": claim.subject, "engine_version": None, "hardware": None, "date": None, "summary": None,
+                 "engine": claim.subject, "engine_version": None, "model": None, "hardware": None, "date": None, "summary": None,
                  "evidence": None}
         blk = doc.blocks.get(claim.id)
         rows = _table_rows(doc, blk) if blk else []
@@ -658,11 +711,12 @@ def unknowns_table(text: str) -> list[dict]:
                     or cells[1].content not in labels):
                 raise ManagedBlockError(f"managed block {claim.id!r}: a row does not read as "
                                         f"{' | '.join(_ITEM_COLUMNS)} with a known role and verdict")
-            role, verdict, engine, version, hardware, date, said, _ = (c.content for c in cells)
-            href = next((ch.attrs.get("href") for ch in cells[7].children or [] if ch.type == "link_open"), None)
+            role, verdict, engine, version, model, hardware, date, said, _ = (c.content for c in cells)
+            href = next((ch.attrs.get("href") for ch in cells[8].children or [] if ch.type == "link_open"), None)
             found.append(blank | {
                 "role": role, "verdict": labels[verdict], "resolved": role == _SUBJECT and labels[verdict] in ANSWERS,
-                "engine": engine, "engine_version": None if version == "—" else version, "hardware": hardware,
+                "engine": engine, "engine_version": None if version == "—" else version,
+                "model": None if model == "—" else model, "hardware": hardware,
                 "date": date, "summary": said, "evidence": unquote(str(href)) if href else None,
             })
         if not any(r["role"] == _SUBJECT for r in found):
@@ -739,12 +793,17 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     if current == new:
         print(f"{target} is up to date with {len(found.findings)} findings")
         return 0
-    old_state, new_state = _state(current), _state(new)
+    # a new file is compared with what it was written back from (a blueprint without blocks: nothing to compare)
+    old_state, new_state = _state(current if existing is not None else source), _state(new)
     changed = sorted(k for k in old_state.keys() | new_state.keys() if old_state.get(k) != new_state.get(k))
     what = ", ".join(changed) or "text outside managed blocks"
     if mode == "check":
         print(f"{target} is out of date with the findings; changed: {what}")
         return 1
     _write_atomic(target, new, existing)
-    print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
+    if not old_state:
+        print(f"wrote {target} ({len(found.findings)} findings): a new write-back of {blueprint.name}, "
+              f"{len(new_state)} managed blocks (nothing earlier to compare with)")
+    else:
+        print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
     return 0

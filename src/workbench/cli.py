@@ -136,8 +136,10 @@ def doctor(
         typer.echo(json.dumps(check.as_dict(), indent=2) if as_json else _smoke.render(check))
         raise typer.Exit(check.exit_code)
 
-    rep = _doctor.report()
-    typer.echo(json.dumps(rep, indent=2, default=str) if as_json else _doctor.render(rep))
+    if as_json:
+        typer.echo(json.dumps(_doctor.report(), indent=2, default=str))
+        return
+    _doctor.report(on_part=lambda part, rep: typer.echo("\n".join(_doctor.lines(part, rep))))  # each as it is read
 
 
 @app.command("probes")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from .. import cells, claims, environment, findings, isolate, metrics, models
+from .. import cells, claims, environment, findings, isolate, metrics, models, progress
 from ..certify import classes
 from ..engine import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
@@ -340,6 +340,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     and leaves the caller (a CLI, a notebook's kernel) alive.
     """
     if isolated:
+        progress.say(f"probe {name} on {engine}")
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
                                isolated=False, preload=preload(engine))
         if out is not None:

@@ -83,7 +83,7 @@ class GatewayRouting(Probe):
     rests = {("*", "confirmed"): ((_GAIN,),),
              ("*", "partial"): ((_GAIN,),),
              ("*", "refuted"): ((Support("routing_hit_gain_ci_high", "<=", MARGIN),),)}
-    figures = (Figure("shapes", "gateway_shapes"), Figure("inventory", "gateway_inventory"))
+    figures = (Figure("hit_rate", "gateway_hit_rate"), Figure("ttft", "gateway_ttft"), Figure("inventory", "gateway_inventory"))
     Params = Params
 
     def rederive(self, f, claim) -> list[str]:
