@@ -1,6 +1,7 @@
 """events.ledger_closure: the rule row by row, then on the TensorRT-LLM double (both profiles, and the one that
-reproduces PR #16335's detach-without-``removed``), then on real vLLM (in-process; and ``vllm serve`` in
-tests/cells/test_served_vllm.py's module when the server is up)."""
+reproduces PR #16335's detach-without-``removed``). Real vLLM runs it in tests/events/test_events_on_vllm.py
+(in-process, the ledger equal to what its block pool holds) and tests/events/test_served_probes.py (``vllm
+serve``)."""
 
 from __future__ import annotations
 
