@@ -1,7 +1,8 @@
 """events.ledger_closure — does the event ledger close: stored − removed equals what the engine holds?
 
 Users of every engine with an event stream report the same class of bug, which no public tool checks: a block that
-leaves the cache with no ``removed`` event (TensorRT-LLM PR #16335: descendants of an evicted block detach silently;
+leaves the cache with no ``removed`` event (TensorRT-LLM PR #16335: a block whose ancestor was evicted first leaves,
+at its own reclaim, unannounced;
 SGLang #29750), stale index entries after a clear or a lost endpoint (llm-d #593), a removal of one physical copy
 invalidating a hash still cached (vLLM #48933). A router's mirror then leaks hashes forever, or forgets live ones.
 
@@ -17,8 +18,9 @@ check holds whatever algorithm the engine hashes with. What the engine holds is 
   block pool in-process), against that count, which it must equal;
 * **the engine's own reuse counts**: each read-back request's cached tokens, against the ledger's prediction for it
   (the blocks it still holds, root first);
-* **an offline replay of the same requests** through a pool of the same size that evicts least recently used
-  blocks, a request's blocks released last block first: computed by the workbench, shown beside, never a support.
+* **an offline replay of the same requests** through a pool of the same size that evicts the lowest priority,
+  then the least recently released block, a request's blocks released last block first: computed by the
+  workbench, shown beside, never a support.
 
 Where the engine takes retention priorities, every other ramp request asks a low one: a shared prefix then sits at
 the priority of whichever request claimed it last, so an ancestor can be evicted while its descendants stay, the
@@ -27,8 +29,8 @@ first, and the bug never shows).
 
 Then the engine's cache is cleared (``reset_prefix_cache`` where the cell has it) or the engine restarted (the
 cell's ``switch``): the engine's own stream must say so (a clear event, or event ids numbered afresh) before the
-next request, and that request must miss, on the engine and in the prediction. Beside
-the ledger runs a naive twin that forgets a hash at its first removal (copies not counted): a read-back where the
+next request, and that request must miss, on the engine and in the prediction (the gateway's inventory is the
+workbench's own bookkeeping: shown, never rested on). Beside the ledger runs a naive twin that forgets a hash at its first removal (copies not counted): a read-back where the
 engine hit a hash the twin had forgotten is a duplicate copy whose removal did not invalidate the hash.
 """
 
