@@ -35,7 +35,7 @@ from . import lanes as _lanes
 from .params import parse_bool
 from .engine import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
-from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, untimed_here
+from .executors import TIMEOUT, Executor, Job, Ran, Start, local_env, resources_for, untimed_here
 from .findings import now_iso
 from .jobs import KERNEL, Planned, execute, kernel_manager
 
@@ -324,10 +324,11 @@ def in_turn(jobs: Sequence[Job] | _lanes.Dealt, out: Path, start: Start, verbose
     lane = f"-lane{jobs.lane}" if isinstance(jobs, _lanes.Dealt) else ""  # two lanes may run one engine's
     with _Forkservers(out / "logs", untimed, lane) if share else contextlib.ExitStack() as servers:
         for job, later in _ahead(jobs, servers):
-            shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share else None
+            own = local_env(job) or {}  # a matrix environment of env_vars: its kernel's and its engine's own
+            shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share and not own else {}
             attempt = start(job)
             t0 = time.perf_counter()
-            with envvars.scoped(shared):
+            with envvars.scoped(shared | own or None):
                 status, error = execute(job.planned, out, attempt, verbose, timeout_s)
             yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2), node=where)
 
@@ -544,7 +545,9 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
         print(f"failed:    {', '.join(failed)} (see {out / manifest.MANIFEST})")
     code = 1 if failed or bp_error else 0
     runindex.end(out, run, code)
-    print(f"index:     {runindex.index_path(out)}")
+    index = runindex.index_path(out)
+    print(f"index:     {index}" if index else f"index:     none ({out.parent} is no folder of runs: the record is in "
+                                                f"{out / manifest.MANIFEST})")
     return code
 
 
@@ -552,6 +555,33 @@ def _running(running: Mapping[str, manifest.NotebookRun]) -> str:
     """The progress bar's label: what runs now (one job locally, many across a fleet)."""
     names = [e.name for e in running.values()]
     return f"running {names[0]}" if len(names) == 1 else f"running {len(names)}: {', '.join(names)[:80]}"
+
+
+def _inside(out: Path, running: Mapping[str, manifest.NotebookRun]) -> Any:
+    """The progress bar's last column: how long each running notebook has run, and what it says it is doing (its
+    progress file, :mod:`workbench.progress`: a probe, a loop turn, an AIPerf run), read at most once a second."""
+    import datetime as _dt
+
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from . import progress as _progress
+
+    class Inside(ProgressColumn):
+        max_refresh = 1.0
+
+        def render(self, task: Any) -> Text:
+            now, said = _dt.datetime.now(_dt.timezone.utc), []
+            for e in list(running.values()):
+                try:
+                    took = f" {(now - _dt.datetime.fromisoformat(e.started)).total_seconds():.0f} s"
+                except ValueError:
+                    took = ""
+                line = _progress.read(_progress.path_for(out / e.log)) if e.log else None
+                said.append(f"{e.name.rsplit('/', 1)[-1]}{took}" + (f": {line}" if line else ""))
+            return Text(" | ".join(said)[:140], style="dim")
+
+    return Inside()
 
 
 def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, verbose: bool) -> list[str]:
@@ -562,7 +592,7 @@ def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, ve
     console = Console(stderr=True, quiet=not progress, soft_wrap=True)
     failed, running = [], {}
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+                  TimeElapsedColumn(), _inside(out, running), console=console, transient=True) as bar:
         task = bar.add_task("notebooks", total=len(todo))
         pending = []
         for job in todo:

@@ -16,6 +16,8 @@ and parameters; the claim's kind; the engine's facts):
   :mod:`workbench.ledger`) lists its digest, and a file whose digest is not the recorded one was edited after its run;
 - its environment could have produced it: an engine that runs only on an NVIDIA GPU needs one in its fingerprint, and
   its version must be one that engine's guard knows (both the engine's registered facts, :mod:`workbench.cells`);
+- a finding made on a test double (its fingerprint names one: ``test_double``) exercises the workbench, never the
+  engine, so it settles nothing, however it came out;
 - a static survey (symbols exist) never settles a behavioural claim;
 - a parameter not declared measurement (``Probe.measures``) moved from its default, or a cell option that is not one
   of :data:`workbench.cells.options.MEASURED`, makes the run exploratory;
@@ -125,6 +127,12 @@ def _bound(s: Subject) -> str | None:
     return binding(s.path, s.finding)[1]
 
 
+def _double(s: Subject) -> str | None:
+    said = (s.finding.environment or {}).get("test_double")
+    return (f"it was made on a test double ({said}), which stands for {s.finding.engine} in the workbench's own tests "
+            "and never answers for it" if said else None)
+
+
 def has_gpu(f: Finding) -> bool:
     """Whether the finding's own fingerprint records a GPU (NVML's devices, :func:`workbench.environment.gpus`)."""
     hardware = f.environment.get("hardware")
@@ -160,17 +168,26 @@ def _survey(s: Subject) -> str | None:
 #: A cell option that puts a KV connector in the engine: what it loads counts as cached tokens (vLLM counts
 #: external hits in ``num_cached_tokens``), so a probe of the engine's own cache measures the connector instead.
 CONNECTOR_OPTION = "kv_transfer_config"
+#: A cell option that picks the engine's KV manager (TensorRT-LLM 1.4: V2 by default, which ignores per-request
+#: retention); the claims are about the manager the cell pins unless told otherwise, so only the pinned one measures.
+KV_MANAGER_OPTION, PINNED_MANAGER = "kv_manager", "v1"
 
 
 def _exploratory(s: Subject) -> str | None:
     f, d = s.finding, s.declared
     moved = d.exploratory(f) if d is not None else []
     declared = set(getattr(d, "measures", ()))
-    options = [f"{k}={v!r}" for k, v in (f.cell_options or {}).items() if k not in MEASURED and k not in declared]
+    given = dict(f.cell_options or {})
+    if given.get(KV_MANAGER_OPTION) == PINNED_MANAGER:
+        given.pop(KV_MANAGER_OPTION)  # the manager the cell pins anyway: the claim's run
+    options = [f"{k}={v!r}" for k, v in given.items() if k not in MEASURED and k not in declared]
     if moved or options:
         said = ", ".join([*moved, *(f"cell option {o}" for o in options)])
         why = (" (a KV connector loads KV from outside the engine's own cache: its cached-token counts are not the "
-               "engine's prefix cache)" if CONNECTOR_OPTION in (f.cell_options or {}) else "")
+               "engine's prefix cache)" if CONNECTOR_OPTION in given else
+               " (the release's default KV manager, not the one the blueprint maps its mechanisms onto: retention, the "
+               "event block key, the connector; a finding beside the claim's run, never its answer)"
+               if KV_MANAGER_OPTION in given else "")
         return (f"exploratory: {said} builds the outcome instead of measuring it (the claim's run keeps the default; "
                 f"only the parameters its probe declares measurement may move){why}")
     return None
@@ -214,6 +231,7 @@ RULES: tuple[Check, ...] = (
     Check("dated", _future),
     Check("declared", _declared),
     Check("bound", _bound),
+    Check("double", _double),
     Check("environment", _environment),
     Check("survey", _survey),
     Check("exploratory", _exploratory),
@@ -363,6 +381,6 @@ def shown_verdict(f: Finding, path: Path | None = None) -> str:
     return verify([(path, f)])[0].shown_verdict
 
 
-__all__ = ["ALWAYS", "ANSWERS", "CONNECTOR_OPTION", "Check", "EDITED", "RULES", "Read", "SKEW", "Subject", "Verified",
-           "binding", "created_at", "has_gpu", "read", "shown_verdict", "unsettled", "unsettled_answer", "verified_by_path",
-           "verify"]
+__all__ = ["ALWAYS", "ANSWERS", "CONNECTOR_OPTION", "Check", "EDITED", "KV_MANAGER_OPTION", "PINNED_MANAGER", "RULES",
+           "Read", "SKEW", "Subject", "Verified", "binding", "created_at", "has_gpu", "read", "shown_verdict", "unsettled",
+           "unsettled_answer", "verified_by_path", "verify"]

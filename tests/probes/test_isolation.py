@@ -358,9 +358,11 @@ def test_on_the_tensorrt_llm_double_a_release_without_lora_symbols_is_not_applic
     from workbench import settle  # it rests on the release's missing symbols, so a reader re-derives it; alpha,
     # moved so that 8 trials can reach it, is the rule's level: that alone makes the run exploratory
 
+    # re-derived: nothing but the double's own mark and the moved level stand in its way (a double never settles a claim)
     said = settle.unsettled(f, "contract.lora")
-    assert f.metric("symbols_missing") >= 1 and [w for w in said if not w.startswith("exploratory: alpha=0.05")] == []
-    assert said, "a moved test level settles nothing"
+    assert f.metric("symbols_missing") >= 1
+    assert [w for w in said if not w.startswith(("it was made on a test double", "exploratory: alpha=0.05"))] == []
+    assert any(w.startswith("exploratory: alpha=0.05") for w in said), "a moved test level settles nothing"
 
 
 # --------------------------------------------------------------------------- the decision ladder, as a table

@@ -109,6 +109,23 @@ def test_retention_curve_falls_under_pressure(tmp_path):
     assert rows[-1]["pinned_blocks_removed"] > 0  # the engine's removed events name the prefix's blocks
 
 
+def test_request_priority_does_not_protect_the_prefix_as_vllm_47802s_users_found(tmp_path):
+    """The users' case of vLLM #47802: retention priorities as vLLM's request priority (scheduling_policy="priority",
+    priority 0 for the pinned prefix). vLLM 0.32 evicts least recently used whatever the priority (#47837, the fix,
+    is open): every arm, the duration_ms one included, falls alike. The same ramp orders the priorities on an engine
+    whose eviction honours them (V1 on the TensorRT-LLM double, tests/probes/test_on_both_profiles.py)."""
+    require_engine("vllm")
+    f = probes.run("retention.pinning_under_pressure", engine="vllm", model=MODEL, out=tmp_path, isolated=False,
+                   params={"prefix_tokens": 2 * B, "capacity_tokens": 10 * B, "priorities": "35,100",
+                           "pressure": "1,4", "filler_slots": 2, "filler_fraction": 0.75, "repeats": 2,
+                           "expiry_ms": 200},
+                   cell_options={"request_priority": True})
+    assert f.verdict == "refuted" and f.claim_verdicts["risk.retention_bias"] == "confirmed", f.summary
+    assert "every priority (p35, p100) fell alike" in f.summary and "neither pins nor orders" in f.summary
+    assert {r["arm"] for r in f.evidence["rows"]} == {"p35", "p100", "p100+200ms"}
+    assert "request priority" in f.environment["cell"]["extra"]["retention"]
+
+
 def test_capacity_is_measured_from_engine_events_and_graded_in_the_engines_bytes(tmp_path):
     f = run("capacity.budget_policy", tmp_path)
     rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
@@ -226,3 +243,14 @@ def test_every_vllm_the_workbench_starts_has_usage_statistics_off(vllm_child):
     (vllm/usage/usage_lib.py: is_usage_stats_enabled). Read in a fresh Python without either variable
     (tests/conftest.py: vllm_child, which test_spec's speculation run shares)."""
     assert "usage stats enabled: False" in vllm_child.stdout, vllm_child.stdout + vllm_child.stderr
+
+
+def test_the_contract_rows_through_the_daemon_follow_the_tensorrt_llm_rows(tmp_path):
+    """contract.conformance on vLLM: the TensorRT-LLM rows where vLLM has the mechanism, each held to the engine's
+    own counters (its Prometheus work counters, num_cached_tokens, its output); the fault lever breaks its worker."""
+    f = run("contract.conformance", tmp_path)
+    v = f.claim_verdicts
+    assert v["contract.prefill_suffix"] == v["parity.deferred_prefill"] == "confirmed"  # deferred, both modes
+    assert v["contract.embed"] == v["contract.explain_context"] == v["contract.snapshot"] == "confirmed"
+    assert v["cell.wire"] == v["contract.overflow"] == v["parity.fatal"] == v["contract.manifest"] == "confirmed"
+    assert f.metrics["conf_deferred_engine_work"]["value"] == 0 and f.metrics["conf_caps_lies"]["value"] == 0

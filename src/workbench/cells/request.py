@@ -24,21 +24,22 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..engine import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
+from ..engine import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult,
                         ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature,
-                        WorkbenchError, common_prefix, digest, split_prompt)
+                        WorkbenchError, common_prefix, split_prompt)
+from ..transport.manifest import AdapterSpec, Variant, adapter_content_digest
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the context a cell opens with where the model allows more
 _C = TypeVar("_C", bound="RequestCell")
 
 
 def adapter_digest(path: str) -> str:
-    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
+    """Content digest of a LoRA adapter directory (every file, by name and sha256): the adapter's identity, as the
+    contract's adapter identity computes it (:func:`workbench.transport.manifest.adapter_content_digest`)."""
     p = Path(path)
     if not p.is_dir():
         raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
+    return adapter_content_digest(str(p))
 
 
 @dataclass
@@ -95,6 +96,7 @@ class RequestCell(abc.ABC):
     engine: ClassVar[str]
     label: ClassVar[str]  # how messages name the engine, e.g. "TensorRT-LLM"
     prefill_now: ClassVar[bool]  # whether prefill_suffix sends the suffix now unless told to defer
+    exact_sources: ClassVar[tuple[str, ...]] = ()  # Warm sources that count reuse exactly (not whole blocks)
 
     model: models.ResolvedModel
     opts: Any
@@ -116,8 +118,9 @@ class RequestCell(abc.ABC):
             self.close()
             raise
 
-    def _manifest_for(self, adapters: Sequence[str]) -> Manifest:
-        return Manifest(self.model.sha256, tuple(adapter_digest(a) for a in adapters))
+    def _manifest_for(self, adapters: Sequence[str]) -> Variant:
+        return Variant(self.model.sha256, tuple(AdapterSpec(path=os.fspath(a), digest=adapter_digest(a), scale=1.0)
+                                                for a in adapters))
 
     # ------------------------------------------------------------------ the engine's mechanism
 
@@ -165,7 +168,7 @@ class RequestCell(abc.ABC):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
+    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Variant:
         """Slot switch: tear down the engine and recreate it with ``adapters``. Every slot starts empty."""
         self._check_open()
         opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))  # validates
@@ -179,6 +182,15 @@ class RequestCell(abc.ABC):
 
     def _clear_slots(self) -> None:
         self._slots = [Slot() for _ in self._slots]
+
+    def clear_slot(self, slot: int) -> None:
+        """Forget slot ``slot``'s sequence (a session closed on it); the engine's pool keeps its blocks, which age
+        out as the engine evicts them."""
+        self._slots[self._slot_index(slot)] = Slot()
+
+    def _slot_index(self, slot: int) -> int:
+        self._slot(slot)
+        return slot
 
     def close(self) -> None:
         self._stop()
@@ -261,6 +273,10 @@ class RequestCell(abc.ABC):
 
     # ------------------------------------------------------------------ the contract
 
+    def _granularity_of(self, warm: Warm) -> int:
+        """The tokens one step of the count stands for: 1 where the source counts exactly, else the cell's block."""
+        return 1 if warm.source in self.exact_sources else self._granularity
+
     def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
                       retention: Retention | None = None) -> PrefixStatus:
         """A ``max_tokens=1`` warm-up under the manifest-keyed salt; the engine's own counter gives the reuse."""
@@ -277,8 +293,9 @@ class RequestCell(abc.ABC):
         st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = (
             tokens, [], key, salt, retention, warm.counters)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=warm.reused_tokens,
-                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped, exact=False,
-                            granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
+                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped,
+                            exact=warm.source in self.exact_sources,
+                            granularity_tokens=self._granularity_of(warm), source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
     def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
@@ -299,8 +316,8 @@ class RequestCell(abc.ABC):
         warm = self._warm(seq, st.key, st.retention, slot=slot)
         st.tokens, st.pending, st.counters = seq, [], warm.counters
         return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=warm.reused_tokens,
-                            computed_tokens=total - warm.reused_tokens, exact=False,
-                            granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
+                            computed_tokens=total - warm.reused_tokens, exact=warm.source in self.exact_sources,
+                            granularity_tokens=self._granularity_of(warm), source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
     def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,

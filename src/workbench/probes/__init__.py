@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from .. import cells, claims, environment, findings, isolate, metrics, models
+from .. import cells, claims, environment, findings, isolate, metrics, models, progress
+from ..certify import classes
 from ..engine import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
 from ..params import parse_bool
@@ -90,6 +91,9 @@ class Declared:
     claims: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
     rests: metrics.Rests = {}  # what each verdict of its rule rests on (checked when a finding is written and read)
+    # benchmark integrity's class of what it measures (workbench.certify.classes): a probe isolates one mechanism
+    # (microbenchmark); a writer that drives an engine end to end as a backend declares raw_backend_control
+    result_class: str = classes.ResultClass.MICRO.value
 
     @property
     def claim(self) -> claims.Claim:
@@ -284,17 +288,22 @@ for _name, _target in {
     "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
     "events.admission": "workbench.probes.events_admission:Admission",
+    "events.ledger_closure": "workbench.probes.events_ledger:LedgerClosure",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
+    "contract.conformance": "workbench.probes.conformance:Conformance",
+    "contract.benchreport": "workbench.probes.benchreport:BenchReport",
 }.items():
     PROBES.register(_name, _target)
 
 
 SOURCES: Registry = Registry("finding source", base=Declared, verify=verify_declared)
 """Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``,
-``evaltable.prefix_caching``)."""
+``evaltable.prefix_caching``, ``gates.long_context``, ``quality.smoke``)."""
 SOURCES.register("loop", "workbench.loop.results:Loop")
 SOURCES.register("evaltable", "workbench.evaltable.finding:PrefixCaching")
+SOURCES.register("gates", "workbench.certify.long_context:Gates")
+SOURCES.register("quality", "workbench.certify.quality:QualitySmoke")
 
 
 def names() -> list[str]:
@@ -416,6 +425,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     and leaves the caller (a CLI, a notebook's kernel) alive.
     """
     if isolated:
+        progress.say(f"probe {name} on {engine}")
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
                                isolated=False, preload=preload(engine))
         if out is not None:
@@ -613,9 +623,11 @@ def check_derivable(probe: Declared, finding: findings.Finding) -> None:
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
     d = ctx.description
-    version = d.engine_version if d else cells.availability(ctx.engine).version if ctx.engine in cells.engines() else None
-    env = environment.fingerprint(ctx.engine, version, ctx.resolved, d.geometry if d else None,
-                                  {"cell": _cell_doc(d)} if d else None)
+    avail = cells.availability(ctx.engine) if d is None and ctx.engine in cells.engines() else None
+    version = d.engine_version if d else avail.version if avail else None
+    double = d.extra.get("test_double") if d else avail.details.get("test_double") if avail else None
+    extra = ({"cell": _cell_doc(d)} if d else {}) | ({"test_double": double} if double else {})
+    env = environment.fingerprint(ctx.engine, version, ctx.resolved, d.geometry if d else None, extra or None)
     columns = list(dict.fromkeys(k for r in o.rows for k in r))
     for cid in (*probe.claims, *o.claim_verdicts):
         claims.get(cid)
@@ -627,6 +639,7 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes, **({"inputs": o.inputs} if o.inputs else {})},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
         claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
+        result_class=classes.for_verdict(o.verdict, probe.result_class),
     )
 
 

