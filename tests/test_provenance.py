@@ -43,6 +43,17 @@ def gate_run(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def contract_probes(tmp_path_factory) -> Path:
+    """contract.conformance and contract.benchreport (the probes that came with the cell's daemon) on the real
+    llama.cpp, small, their files and ledger lines in one folder."""
+    out = tmp_path_factory.mktemp("contract")
+    probes.run("contract.conformance", engine="llamacpp", model=TINY, out=out, isolated=False)
+    probes.run("contract.benchreport", engine="llamacpp", model=TINY, out=out, isolated=False,
+               params={"stable_words": 16, "curve": "0,64", "context_tokens": 512, "max_decode": 2})
+    return out
+
+
 def test_an_honest_finding_is_bound_to_its_ledger_line_and_re_derives(capacity):
     path, _ = capacity
     (v,) = settle.read([path.parent]).verified
@@ -149,7 +160,7 @@ def test_the_self_consistent_gate_settles_nothing(gate_run, tmp_path):
     settles_nothing(run, gate.CLAIM, "edited after its run")
     _record_again(run / "findings" / gate_file.name)  # the record rewritten too: its own turns still say not-run
     settles_nothing(run, gate.CLAIM, "re-derived from its own evidence by loop's rule, its verdict on "
-                                     "entry.step_function is not-run, not confirmed")
+                                     f"{gate.CLAIM} is not-run, not confirmed")
 
 
 def test_a_gate_contradicting_its_params_settles_nothing(gate_run, tmp_path):
@@ -196,7 +207,8 @@ def test_every_probe_declares_its_re_derivation_and_its_measurement_checked_at_l
         p = probes.get(name)
         assert p.rederives, f"{name} declares no from_evidence"
         assert set(p.measures) <= set(p.defaults()), name
-    assert probes.declared("loop").rederives and probes.declared("evaltable").rederives
+    for source in probes.SOURCES.names():  # the loop, the eval table, the gates and the quality smoke
+        assert probes.declared(source).rederives, f"{source} declares no from_evidence"
 
     class Drifted(probes.Probe):
         def from_evidence(self, rows, params):  # the spec's names are (evidence, p)
@@ -243,3 +255,27 @@ def test_compare_names_a_relabelled_subject_claim_first_and_marked(capacity, tmp
     claims = [ln for ln in lines[first:] if ln.startswith("  ! answered")]
     assert {c.split(": ")[1] for c in claims} >= {"risk.memory_fraction"}
     assert all("(settles nothing: edited after its run" in c for c in claims), claims
+
+
+@pytest.mark.parametrize("probe, claim", [("contract.conformance", "contract.decode"),
+                                          ("contract.benchreport", "bench.edited_miss")])
+def test_the_daemons_probes_re_derive_and_their_forgeries_settle_nothing(contract_probes, tmp_path, probe, claim):
+    """The probes that came with the cell's daemon, as the older ones: an honest finding re-derives from its rows; the
+    three-field relabel is edited after its run; the verdict flipped with the record rewritten is not what its own
+    rows give."""
+    (path,) = contract_probes.glob(f"{probe}-*.json")
+    (v,) = [v for v in settle.read([contract_probes]).verified if v.finding.probe == probe]
+    assert v.finding.verdict_on(claim) == "confirmed" and not v.why(claim), v.reasons
+    run = run_folder(tmp_path / "relabelled", path)
+    rewrite(run / "findings" / path.name, relabel())
+    settles_nothing(run, claim, "edited after its run", SUBJECT_GPU)
+
+    def flip(doc: dict) -> None:
+        relabel()(doc)
+        with_gpu(doc)
+        doc["claim_verdicts"][claim] = "refuted"
+    run = run_folder(tmp_path / "flipped", path)
+    rewrite(run / "findings" / path.name, flip)
+    _record_again(run / "findings" / path.name)
+    settles_nothing(run, claim, f"re-derived from its own evidence by {probe}'s rule, its verdict on {claim} is "
+                                "confirmed, not refuted")

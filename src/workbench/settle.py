@@ -180,17 +180,21 @@ def _exploratory(s: Subject) -> str | None:
     given = dict(f.cell_options or {})
     if given.get(KV_MANAGER_OPTION) == PINNED_MANAGER:
         given.pop(KV_MANAGER_OPTION)  # the manager the cell pins anyway: the claim's run
-    options = [f"{k}={v!r}" for k, v in given.items() if k not in MEASURED and k not in declared]
+    causes = []  # a cell option whose effect has words of its own, said first
+    if given.get(CONNECTOR_OPTION):
+        causes.append(f"the cell ran with a KV connector ({CONNECTOR_OPTION}), which loads KV from outside the engine's "
+                      "own cache: its cached-token counts are not the engine's prefix cache")
+    if KV_MANAGER_OPTION in given:
+        causes.append(f"the cell ran the release's default KV manager ({KV_MANAGER_OPTION}={given[KV_MANAGER_OPTION]!r}), "
+                      "not the one the blueprint maps its mechanisms onto (retention, the event block key, the "
+                      "connector): a finding beside the claim's run, never its answer")
+    options = [f"{k}={v!r}" for k, v in given.items()
+               if k not in MEASURED and k not in declared and k not in (CONNECTOR_OPTION, KV_MANAGER_OPTION)]
     if moved or options:
         said = ", ".join([*moved, *(f"cell option {o}" for o in options)])
-        why = (" (a KV connector loads KV from outside the engine's own cache: its cached-token counts are not the "
-               "engine's prefix cache)" if CONNECTOR_OPTION in given else
-               " (the release's default KV manager, not the one the blueprint maps its mechanisms onto: retention, the "
-               "event block key, the connector; a finding beside the claim's run, never its answer)"
-               if KV_MANAGER_OPTION in given else "")
-        return (f"exploratory: {said} builds the outcome instead of measuring it (the claim's run keeps the default; "
-                f"only the parameters its probe declares measurement may move){why}")
-    return None
+        causes.append(f"{said} builds the outcome instead of measuring it (the claim's run keeps the default; only the "
+                      "parameters its probe declares measurement may move)")
+    return f"exploratory: {'; '.join(causes)}" if causes else None
 
 
 def _on_target(s: Subject) -> str | None:

@@ -48,7 +48,9 @@ def gates_finding(engine="trtllm", *, cand32=1.0, base32=4.0, g1=(32768, 16384),
 
 
 def loop_gate(verdict="refuted", low=1.1, high=1.4, engine="trtllm") -> findings.Finding:
-    """A loop.gate finding on the GPU, recorded as gate_finding writes it, re-derivable to ``verdict``."""
+    """A loop.gate finding on the GPU, recorded as gate_finding writes it, whose gate evidence decides ``verdict``.
+    Hand-built: it records no turns to re-derive its speed-up from and stands beside no arm finding of its run, so a
+    test that needs it to settle takes the ``hand_built`` fixture (tests/conftest.py)."""
     ev = gate.GateEvidence(None, best_reference="llamacpp-server-spec", compared_turns=40)
     f = findings.Finding(
         probe="loop.gate", probe_version="4", claims=[gate.CLAIM], verdict=verdict, summary=f"loop gate {verdict}",

@@ -51,7 +51,9 @@ def test_a_rule_moved_from_the_claims_number_settles_nothing():
     ([gates_finding(cand32=1.0, base32=2.0, g1=(16384, 32768)), loop_gate("refuted")], "inconclusive"),
     ([gates_finding(gpu=False)], "inconclusive"),  # off target the subject's answers settle nothing
 ])
-def test_the_entry_condition_is_kept_when_any_gate_is_confirmed_on_target(found, verdict):
+def test_the_entry_condition_is_kept_when_any_gate_is_confirmed_on_target(found, verdict, hand_built):
+    """The combination across the four gates (the loop's gate hand-built: no turns to re-derive it from, nor arm
+    findings beside it; tests/loop and tests/test_provenance.py re-derive real ones)."""
     st = entry([(None, f) for f in found])
     assert [s.verdict for s in st.subject] == [verdict], st.subject
     assert all(g in st.subject[0].summary for g in ("G1", "G2", "G3", "G4"))
@@ -64,7 +66,7 @@ def test_a_reference_engines_gates_never_answer_the_entry_condition():
     assert not g3.resolved and [r.engine for r in g3.references] == ["vllm"]
 
 
-def test_the_write_back_shows_four_gate_lines_under_the_entry_condition(tmp_path):
+def test_the_write_back_shows_four_gate_lines_under_the_entry_condition(tmp_path, hand_built):
     found = [(tmp_path / "g.json", gates_finding("vllm")), (tmp_path / "l.json", loop_gate("refuted", engine="trtllm"))]
     text = blueprint.writeback(BLUEPRINT.read_text(), found, base=tmp_path)
     assert blueprint.writeback(text, found, base=tmp_path) == text  # idempotent

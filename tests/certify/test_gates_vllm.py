@@ -5,6 +5,8 @@ llama.cpp itself runs no gates (it is the baseline)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import require_engine
@@ -40,12 +42,19 @@ def test_vllm_against_llamacpp_writes_one_finding_with_three_gate_rows(gated):
 
 def test_its_verdicts_rederive_and_never_answer_the_subjects_claims(gated):
     f, _ = gated
-    for c in f.claim_verdicts:
-        assert not any("decided again" in w for w in settle.unsettled(f, c))
+    for c in f.claim_verdicts:  # its verdicts and figures given again by its rows: smaller than the claim's run
+        # (exploratory) and on a CPU (on-target claims) is all that keeps them from settling
+        said = settle.unsettled(f, c)
+        assert not [w for w in said if not w.startswith(("exploratory: ", "an on-target claim"))], said
     states = {s.claim.id: s for s in standing.claim_states([(None, f)], "gates")}
     assert not any(s.resolved for s in states.values())
     assert [r.engine for r in states["gate.context_tier"].references] == ["vllm"]
-    assert dict(plots.side_by_side("gates", [f]))  # its figure draws
+    assert [s.fig is not None for s in plots.side_by_side("gates", [f])] == [True]  # its figure draws
+    forged = json.loads(findings.to_json(f))  # a row's verdict edited: its own rows give the one it had
+    was = f.verdict_on("gate.context_tier")
+    forged["claim_verdicts"]["gate.context_tier"] = "refuted" if was == "confirmed" else "confirmed"
+    said = "; ".join(settle.unsettled(findings.from_dict(forged), "gate.context_tier"))
+    assert f"by gates's rule, its verdict on gate.context_tier is {was}, not" in said, said
 
 
 def test_tensorrt_llm_reads_not_run_with_the_gpu_command_and_llamacpp_runs_no_gates():

@@ -4,10 +4,12 @@ a real model and is not run on random weights; TensorRT-LLM reads not-run with i
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import require_engine
-from workbench import claims, settle, standing
+from workbench import claims, findings, settle, standing
 from workbench.certify import quality
 
 
@@ -27,6 +29,11 @@ def test_a_working_cell_passes_a2_and_a_random_model_runs_no_task(llama):
     assert settle.unsettled(f, quality.CLAIM) == ()  # re-derived from the engine's tokens it recorded
     (state,) = standing.claim_states([(None, f)], "certification")
     assert not state.resolved and [r.verdict for r in state.references] == ["confirmed"]  # llama.cpp: a reference
+    # A2 is decided again on the two token lists, not on the row's own word (``equal``) nor the finding's verdict
+    forged = json.loads(findings.to_json(f))
+    forged["evidence"]["rows"][0]["cold_tokens"][-1] += 1
+    said = "; ".join(settle.unsettled(findings.from_dict(forged), quality.CLAIM))
+    assert f"by quality's rule, its verdict on {quality.CLAIM} is refuted, not confirmed" in said, said
 
 
 def test_kv_the_engine_lost_fails_a2(llama, monkeypatch):

@@ -25,9 +25,14 @@ def test_warm_equals_cold(values, want):
 
 
 @pytest.mark.parametrize("values, want", [
-    ({"bench_edited_engine_computed": 40, "bench_edited_output_equals_cold": True}, "confirmed"),
+    ({"bench_edited_engine_computed": 40, "bench_edited_output_equals_cold": True, "bench_warm_engine_reused": 120},
+     "confirmed"),
     ({"bench_edited_engine_computed": 0, "bench_edited_output_equals_cold": True}, "refuted"),
     ({"bench_edited_engine_computed": 40, "bench_edited_output_equals_cold": False}, "refuted"),
+    # no room to differ (issue 48): an engine that reused nothing of the unedited prefix computes the edited one anyway
+    ({"bench_edited_engine_computed": 40, "bench_edited_output_equals_cold": True, "bench_warm_engine_reused": 0},
+     "inconclusive"),
+    ({"bench_edited_engine_computed": 40, "bench_edited_output_equals_cold": True}, "inconclusive"),
     ({}, "inconclusive"),
 ])
 def test_edited_miss(values, want):
@@ -62,3 +67,26 @@ def test_the_report_is_run_gos_shape_section_by_section():
                 "suffix_ttft_curve", "failure_cases", "output_equals_cold", "expected_cache_miss", "prompt_tps"):
         assert f'"{key}"' in doc
     assert [t.label for t in turns][:3] == ["cold", "warm same prefix", "warm changed suffix"]
+
+
+def test_the_rules_give_their_verdicts_again_from_the_rows_a_finding_records():
+    """Issue 48: a finding's verdicts and numbers re-derive from its own rows. The report's sections (Go's JSON) and
+    its turns' engine counts, as the rows record them, give the same readings, verdicts and figures."""
+    import json
+
+    sc = br.Scenario(stable="stable text", suffix="hi", changed_suffix="hey", edited_stable="stable TEXT",
+                     suffix_curve=("", "x" * 20), max_decode=3, over_context="y" * 300)
+    r, turns = br.run(MemoryHarness(), sc, br.Report(model="m", backend="none", mode="live_prefix_reuse"))
+    for t in turns:  # memory.go keeps no engine: counts as an engine's evidence would give them
+        t.engine = {"EnsurePrefix.engine_reused_tokens": t.prefix.reused_tokens,
+                    "EnsurePrefix.engine_computed_tokens": t.prefix.prefilled_tokens}
+    live = pb.verdict(r, turns, [], pb.Params())
+    rows = json.loads(json.dumps(live.rows))
+    again = pb.BenchReport().from_evidence({"rows": rows}, pb.Params())
+    assert (again.verdict, again.claim_verdicts, again.metrics) == (live.verdict, live.claim_verdicts, live.metrics)
+    back = pb.report_of(rows)[0]  # every section as recorded (the report's header is the finding's own fields)
+    assert all(getattr(back, k) == getattr(r, k) for k in ("cold_full_prefill", "warm_same_prefix", "warm_changed_suffix",
+                                                          "edited_stable_segment", "decode", "suffix_ttft_curve",
+                                                          "failure_cases"))
+    forged = [x | {"engine_computed_tokens": 0} if x.get("turn") == "edited stable segment" else x for x in rows]
+    assert pb.BenchReport().from_evidence({"rows": forged}, pb.Params()).claim_verdicts["bench.edited_miss"] == "refuted"

@@ -5,6 +5,8 @@ engine)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -62,8 +64,11 @@ TABLE = [  # row, readings, declared, verdict
     ("contract.lora", {"lora_changed_output": True, "_lora_identity": True}, LLAMA, "confirmed"),
     ("contract.lora", {"lora_changed_output": False}, LLAMA, "refuted"),
     ("contract.lora", {"lora_changed_output": True, "_lora_identity": False}, LLAMA, "inconclusive"),
-    ("contract.slot_switch", {"conf_switch_engine_reuse": 0, "conf_switch_generation": 1, "_switch_refusals": True},
-     LLAMA, "confirmed"),
+    ("contract.slot_switch", {"conf_switch_engine_reuse": 0, "conf_switch_generation": 1, "_switch_refusals": True,
+                              "conf_engine_reuse_same": 40}, LLAMA, "confirmed"),
+    # no room to differ: an engine that reused nothing before the switch reuses nothing after it either
+    ("contract.slot_switch", {"conf_switch_engine_reuse": 0, "conf_switch_generation": 1, "_switch_refusals": True,
+                              "conf_engine_reuse_same": 0}, LLAMA, "inconclusive"),
     ("contract.slot_switch", {"conf_switch_engine_reuse": 53}, LLAMA, "refuted"),
     ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_failures_after_fatal": 0,
                       "conf_fatal_reported": True}, LLAMA, "confirmed"),
@@ -162,17 +167,22 @@ def _run(session_cls=LlamaSession, fence: bool = True, faults: bool = True):
 
 @pytest.fixture
 def llama():
+    """A run on the real llama.cpp through the daemon; when the test ends, every reading it took is given again by
+    its rows alone (:func:`conformance.readings`, what a reader re-derives the finding's verdicts from)."""
     require_engine("llamacpp")
     opened = []
 
     def make(*a, **k):
         d, run = _run(*a, **k)
-        opened.append(d)
+        opened.append((d, run))
         return run
 
     yield make
-    for d in opened:
+    for d, run in opened:
         d.stop()
+    for _, run in opened:
+        again = cf.readings(json.loads(json.dumps(run.rows)), run.block)
+        assert {k: again.get(k) for k in run.values} == run.values, run.rows
 
 
 @pytest.mark.slow

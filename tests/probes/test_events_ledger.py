@@ -5,10 +5,12 @@ serve``)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from doubles.trtllm_fixture import fake_trt, fake_trt_any, model_dir  # noqa: F401 - the fixtures
 
-from workbench import metrics, probes, settle
+from workbench import findings, metrics, probes, settle
 from workbench.events.inventory import Inventory
 from workbench.engine import KvEvent
 from workbench.probes import at_most_inconclusive_without_engine, check_rests
@@ -210,6 +212,13 @@ def test_the_ledger_closes_on_the_double_of_both_releases_and_settles_nothing(fa
     assert {r["priority"] for r in f.evidence["rows"] if r["phase"] == "ramp"} == {100, 10}
     assert f.metrics["replay_resident_blocks"]["source"] == "derived"  # the replay is computed, never a support
     assert settle.unsettled(f, "gateway.ledger")[0].startswith("it was made on a test double")
+    # its verdict and figures are what its own rows and recorded account give; edited, they are not
+    assert probes.get("events.ledger_closure").check_evidence(findings.from_dict(f.to_dict())) == []
+    forged = json.loads(findings.to_json(f)) | {"verdict": "refuted"}
+    forged["metrics"]["ledger_overflow_blocks"] |= {"value": 3}
+    said = "; ".join(settle.unsettled(findings.from_dict(forged), "gateway.ledger"))
+    assert "by events.ledger_closure's rule, its verdict on gateway.ledger is confirmed, not refuted" in said, said
+    assert "is recorded as 3, but its own evidence gives" in said, said
 
 
 def test_the_double_that_detaches_descendants_without_removed_is_refuted(fake_trt, tmp_path, monkeypatch):

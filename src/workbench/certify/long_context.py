@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .. import cells, claims, environment, findings, models
+from .. import cells, claims, environment, findings, models, probes
 from ..engine import ContextOverflow, EngineUnavailable, UnsupportedFeature, WorkbenchError
-from ..probes import Declared, Figure
+from ..probes import Declared, Figure, Outcome
 from . import classes, gates, quality
 from .integrity import Identity, Percentiles, WarmState, differences, engine_session, engine_stages, timed
 
@@ -65,10 +65,28 @@ class Gates(Declared):
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         return "workbench certify gates"
 
-    def outcome_defaults(self) -> dict[str, Any]:
-        """Moved from these, the run builds its outcome (a looser budget, a shorter turn, the baseline's speculation
-        left out): exploratory, never a claim's verdict."""
-        return {"output_tokens": CLAIM_OUTPUT_TOKENS, "speculation": "auto"}
+    #: The plan's fields a run may move and still measure the claims (which engine and model, the ladder's sizes,
+    #: runs, the one budget every arm gets, threads, on target or not, the seed). Any other moved from its default
+    #: builds the outcome (a shorter turn, the baseline's speculation or a KV precision left out, another baseline, a
+    #: rule's bar): exploratory, never a claim's verdict.
+    measures = ("engine", "model", "subject_model", "tiers", "runs", "memory_budget_bytes", "threads", "on_target",
+                "seed")
+
+    def exploratory(self, f: findings.Finding) -> list[str]:
+        defaults = {fl.name: list(fl.default) if isinstance(fl.default, tuple) else fl.default
+                    for fl in dataclasses.fields(Plan) if fl.default is not dataclasses.MISSING}
+        return [f"{k}={f.params[k]!r}" if k in f.params else f"{k}=(not recorded)" for k, d in defaults.items()
+                if k not in self.measures and (k not in f.params or f.params[k] != d)]
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """Each gate's verdict and figures again from the rows the finding recorded, by the rules and ladder it
+        recorded and the run's same-model check (``evidence["gates"]``)."""
+        return outcome(rules_of(p), evidence["rows"], p["ladder"], evidence.get("gates") or {})
+
+    def guard(self, o: Outcome, f: findings.Finding) -> Outcome:
+        """None: the gates' rules decide on the rows themselves (each reads the engine's own refusals, capacities
+        and outputs, and the timings it publishes with their class), as the finding was written."""
+        return o
 
     def rederive(self, f: findings.Finding, claim: claims.Claim) -> list[str]:
         """The claim row's verdict decided again by its gate's rule from the rows and rules the finding recorded; a
@@ -484,28 +502,35 @@ def finding(plan: Plan, m: Measured) -> findings.Finding:
     context = {"not_comparable": same_model(m.identities, roles, bool(plan.subject_model)), "copies": m.copies,
                "formats": (f"the candidate runs {plan.subject_model}, the baseline {plan.model}: the same checkpoint by "
                            "the user's word (model and digest not compared; quantization is)") if plan.subject_model else None}
-    out = {c: decide(c, rules, m.rows, m.ladder, context) for c in Gates.claims}
-    verdict = headline({c: o.verdict for c, o in out.items()})
-    values = _values(out)
+    o = outcome(rules, m.rows, m.ladder, context)
     cand = m.described.get(plan.engine)
     env = environment.fingerprint(plan.engine, cand.engine_version if cand else None, m.resolved,
                                   cand.geometry if cand else None, {"gates": {"identities": m.identities}})
-    summary = " ".join(f"{claims.get(c).match}: {o.verdict}, {o.summary}." for c, o in out.items())
     return findings.Finding(
-        probe=PROBE, probe_version=Gates.version, claims=list(Gates.claims), verdict=verdict,
-        summary=f"Step-function gates on {plan.engine} against llama.cpp ({m.resolved.name}): {summary}",
+        probe=PROBE, probe_version=Gates.version, claims=list(Gates.claims), verdict=o.verdict,
+        summary=f"Step-function gates on {plan.engine} against llama.cpp ({m.resolved.name}): {o.summary}",
         engine=plan.engine, environment=env,
         params=_plan_doc(plan) | {"ladder": list(m.ladder), "budget_bytes": m.budget,
                                   "rules": {c: r.as_dict() for c, r in rules.items()}},
-        metrics=findings.metric_values(values),
+        metrics=findings.metric_values(o.metrics),
         evidence={"columns": list(dict.fromkeys(k for r in m.rows for k in r)), "rows": m.rows,
                   "notes": [*m.notes, *(r.describe() for r in rules.values() if hasattr(r, "describe")),
                             f"prompt set: {PROMPT_SET.format(seed=plan.seed)}",
                             "result class raw_backend_control on every row: the engines driven directly"],
                   "gates": context},
-        claim_verdicts={c: o.verdict for c, o in out.items()},
-        claim_reasons={c: " ".join(o.summary.split()) for c, o in out.items()},
-        result_class=classes.for_verdict(verdict, Gates.result_class))
+        claim_verdicts=dict(o.claim_verdicts), claim_reasons=dict(o.claim_reasons),
+        result_class=classes.for_verdict(o.verdict, Gates.result_class))
+
+
+def outcome(rules: Mapping[str, Any], rows: Sequence[Mapping[str, Any]], ladder: Sequence[int],
+            context: Mapping[str, Any]) -> Outcome:
+    """The three gates' verdicts on ``rows`` (:func:`decide`), the run's headline verdict, its words and figures: what
+    a finding is written with, and what :meth:`Gates.from_evidence` gives again from the finding alone."""
+    out = {c: decide(c, rules, rows, ladder, context) for c in Gates.claims}
+    summary = " ".join(f"{claims.get(c).match}: {o.verdict}, {o.summary}." for c, o in out.items())
+    return Outcome(headline({c: o.verdict for c, o in out.items()}), summary, _values(out),
+                   claim_verdicts={c: o.verdict for c, o in out.items()},
+                   claim_reasons={c: " ".join(o.summary.split()) for c, o in out.items()})
 
 
 def _values(out: Mapping[str, gates.GateVerdict]) -> dict:
@@ -532,7 +557,9 @@ def run(plan: Plan) -> findings.Finding | None:
         m = measure(plan)
     except EngineUnavailable as e:
         return _not_run(plan, e.reason)
-    return finding(plan, m)
+    f = finding(plan, m)
+    probes.check_derivable(probes.declared(PROBE), f)  # a rule its own rows do not give again is a bug, caught here
+    return f
 
 
 def _baseline_engine(name: str) -> str:
@@ -544,7 +571,7 @@ def _baseline_engine(name: str) -> str:
 def run_in_child(plan: Plan, out: str | os.PathLike | None = None) -> findings.Finding | None:
     """:func:`run` in a child process forked with the candidate's engine imported (a crash is reported with its
     signal and log tail; the caller lives); the finding written to ``out`` when given."""
-    from .. import isolate, probes
+    from .. import isolate
 
     preload = tuple(dict.fromkeys([*probes.preload(plan.engine), *cells.preload(_baseline_engine(plan.baseline[0]))]))
     f = isolate.call(run, plan, preload=preload)
@@ -560,5 +587,5 @@ def percentiles(rows: Sequence[Mapping[str, Any]], arm: str, tier: int, column: 
 
 
 __all__ = ["Arm", "BASELINE_ARMS", "DEFAULT_MODEL", "Gates", "LADDER", "Measured", "PROBE", "Plan", "arms", "decide",
-           "default_budget", "finding", "headline", "measure", "percentiles", "rules_of", "run", "run_in_child",
+           "default_budget", "finding", "headline", "measure", "outcome", "percentiles", "rules_of", "run", "run_in_child",
            "same_model", "serve_row", "timed_row"]

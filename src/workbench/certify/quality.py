@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .. import claims, environment, findings
+from .. import claims, environment, findings, probes
 from ..metrics import Support
 from ..probes import Declared
 from . import classes
@@ -59,7 +59,7 @@ TASK_TOKENS = 12  # greedy tokens decoded per task
 class QualitySmoke(Declared):
     """The quality smoke's findings declared like a probe's: claim, version, class, what each verdict rests on."""
 
-    version = "1"
+    version = "2"  # 2: whether its model has random weights recorded (evidence["inputs"]), so its rows re-derive it
     claims = (CLAIM,)
     result_class = classes.ResultClass.MICRO.value  # output checks, not a performance figure
     rests = {("*", "confirmed"): ((Support("a2_output_equals_cold", "==", True),
@@ -70,6 +70,18 @@ class QualitySmoke(Declared):
 
     def obtained(self, found: Sequence[findings.Finding]) -> str:
         return "workbench certify quality"
+
+    def from_evidence(self, evidence, p) -> probes.Outcome:
+        """The smoke again from its rows: A2 from the two token lists the engine decoded (warm against cold), each
+        task by its own checker on the answer the engine gave, at this workbench's pass mark (never a recorded
+        one); the task set is skipped only where the run said its model has random weights."""
+        rows = evidence["rows"]
+        synthetic = bool((evidence.get("inputs") or {}).get("synthetic"))
+        status, said, values = judge(rows, synthetic)
+        return _outcome(status, said, values, rows)
+
+    def guard(self, o: probes.Outcome, f: findings.Finding) -> probes.Outcome:
+        return probes.at_most_inconclusive_without_engine(o)  # as run() applies it
 
 
 def _ids(cell: Any, n: int, seed: int) -> list[int]:
@@ -113,20 +125,39 @@ def tasks(cell: Any) -> list[dict]:
 def smoke(cell: Any, synthetic: bool, seed: int = 0) -> tuple[str, str, dict, list[dict]]:
     """The smoke on an open cell: (status, its reason in words, its metrics, its rows). ``synthetic``: random
     weights, so the task set does not apply."""
-    row = a2(cell, seed=seed)
-    rows, values = [row], {"a2_output_equals_cold": row["equal"]}
-    said = (f"A2: warm suffix output {'equals' if row['equal'] else 'differs from'} the cold full prompt's "
+    rows = [a2(cell, seed=seed)] + ([] if synthetic else tasks(cell))
+    status, said, values = judge(rows, synthetic)
+    return status, said, values, rows
+
+
+def judge(rows: Sequence[dict], synthetic: bool) -> tuple[str, str, dict]:
+    """The smoke's rule on its rows: (status, its reason in words, its metrics). A2 holds where the warm and the cold
+    decode gave the same tokens; each task passes by its own checker on the engine's answer."""
+    (row,) = [r for r in rows if r.get("kind") == "a2"]
+    equal = list(row["warm_tokens"]) == list(row["cold_tokens"])
+    values = {"a2_output_equals_cold": equal}
+    said = (f"A2: warm suffix output {'equals' if equal else 'differs from'} the cold full prompt's "
             f"({A2_DECODE} greedy tokens after {A2_STABLE} + {A2_SUFFIX})")
     if synthetic:
         said += "; task set not run: random weights answer no task by construction"
     else:
-        done = tasks(cell)
-        rows += done
-        share = sum(r["passed"] for r in done) / len(done)
-        values["task_pass_fraction"] = share
-        said += f"; task set {sum(r['passed'] for r in done)}/{len(done)} (passes at {TASK_PASS:.0%})"
-    passed = values["a2_output_equals_cold"] and values.get("task_pass_fraction", 1.0) >= TASK_PASS
-    return ("passed" if passed else "failed"), said, values, rows
+        checks = {t.name: t for t in TASKS}
+        done = [r for r in rows if r.get("kind") == "task"]
+        if sorted(r["task"] for r in done) != sorted(checks):
+            raise ValueError(f"the task rows name {sorted(r['task'] for r in done)}, not the set "
+                             f"{sorted(checks)}")
+        passed = sum(bool(checks[r["task"]].check(r["answer"] or "")) for r in done)
+        values["task_pass_fraction"] = passed / len(done)
+        said += f"; task set {passed}/{len(done)} (passes at {TASK_PASS:.0%})"
+    ok = values["a2_output_equals_cold"] and values.get("task_pass_fraction", 1.0) >= TASK_PASS
+    return ("passed" if ok else "failed"), said, values
+
+
+def _outcome(status: str, said: str, values: dict, rows: list[dict], engine: str = "", model: str = ""
+             ) -> probes.Outcome:
+    where = f" on {engine} ({model})" if engine else ""
+    return probes.Outcome("confirmed" if status == "passed" else "refuted", f"Quality smoke {status}{where}: {said}.",
+                          values, list(rows), rests_on=_supports(values), inputs={})
 
 
 def _supports(values: dict) -> tuple[Support, ...]:
@@ -144,7 +175,7 @@ def run(engine: str, model: str, *, threads: int | None = None, seed: int = 0,
         cell_options: dict | None = None) -> findings.Finding:
     """The quality smoke of ``engine`` on ``model`` as a finding (not-run with the reason where the engine cannot
     run here)."""
-    from .. import cells, models, probes
+    from .. import cells, models
 
     avail = cells.availability(engine)
     options = dict(cell_options or {}) | ({"threads": threads} if threads else {})
@@ -152,19 +183,20 @@ def run(engine: str, model: str, *, threads: int | None = None, seed: int = 0,
         return _finding(engine, model, "not-run", f"Not run on {engine}: {avail.reason}", {}, [], None, None,
                         avail.reason, options)
     resolved = models.resolve(model)
+    synthetic = resolved.kind == "synthetic"
     with cells.open_cell(engine, model, **options) as cell:
         d = cell.describe()
-        status, said, values, rows = smoke(cell, resolved.kind == "synthetic", seed)
-    verdict = "confirmed" if status == "passed" else "refuted"
-    out = probes.Outcome(verdict, f"Quality smoke {status} on {engine} ({resolved.name}): {said}.", values, rows,
-                         rests_on=_supports(values))
-    out = probes.at_most_inconclusive_without_engine(out)
-    return _finding(engine, model, out.verdict, out.summary, values, rows, d, resolved, None, options,
-                    out.rests_on)
+        status, said, values, rows = smoke(cell, synthetic, seed)
+    out = probes.at_most_inconclusive_without_engine(_outcome(status, said, values, rows, engine, resolved.name))
+    f = _finding(engine, model, out.verdict, out.summary, values, rows, d, resolved, None, options, out.rests_on,
+                 synthetic)
+    probes.check_derivable(probes.declared(PROBE), f)
+    return f
 
 
 def _finding(engine: str, model: str, verdict: str, summary: str, values: dict, rows: list[dict], d: Any,
-             resolved: Any, reason: str | None, options: dict, rests: Sequence[Support] = ()) -> findings.Finding:
+             resolved: Any, reason: str | None, options: dict, rests: Sequence[Support] = (),
+             synthetic: bool = False) -> findings.Finding:
     version = d.engine_version if d is not None else None
     env = environment.fingerprint(engine, version, resolved, d.geometry if d is not None else None)
     claims.get(CLAIM)
@@ -174,7 +206,8 @@ def _finding(engine: str, model: str, verdict: str, summary: str, values: dict, 
                                                 "task_pass": TASK_PASS, "a2": [A2_STABLE, A2_SUFFIX, A2_DECODE]},
         cell_options=options, metrics=findings.metric_values(values),
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows,
-                  "notes": [f"task {t.name}: {t.prompt!r}, checked: {t.expects}" for t in TASKS]},
+                  "notes": [f"task {t.name}: {t.prompt!r}, checked: {t.expects}" for t in TASKS],
+                  "inputs": {"synthetic": synthetic}},
         reason=reason, rests_on=findings.supports_doc(rests),
         result_class=classes.for_verdict(verdict, QualitySmoke.result_class))
 
@@ -191,4 +224,4 @@ def run_in_child(engine: str, model: str, *, out: Any = None, **kwargs: Any) -> 
 
 
 __all__ = ["A2_DECODE", "A2_STABLE", "A2_SUFFIX", "CLAIM", "PROBE", "QualitySmoke", "TASKS", "TASK_PASS", "Task",
-           "a2", "run", "run_in_child", "smoke", "tasks"]
+           "a2", "judge", "run", "run_in_child", "smoke", "tasks"]

@@ -76,17 +76,25 @@ def _edit(text: str, rng: np.random.Generator) -> str:
 
 
 class BenchReport(Probe):
-    version = "1"
+    version = "2"  # 2: an edited segment's miss is a precise miss only where the engine reused the unedited prefix
+    measures = ("stable_words", "suffix_words", "curve", "context_tokens", "max_decode", "threads", "seed")
     claims = ("bench.warm_equals_cold", "bench.edited_miss")
     figures = (Figure("curve", "suffix_ttft_curve"), Figure("stages", "bench_stages"))
     rests = {("bench.warm_equals_cold", "confirmed"): ((Support("bench_output_equals_cold", "==", True),
                                                         Support("bench_warm_engine_reused", ">", 0)),),
              ("bench.warm_equals_cold", "refuted"): ((Support("bench_output_equals_cold", "==", False),),),
              ("bench.edited_miss", "confirmed"): ((Support("bench_edited_engine_computed", ">", 0),
-                                                   Support("bench_edited_output_equals_cold", "==", True)),),
+                                                   Support("bench_edited_output_equals_cold", "==", True),
+                                                   Support("bench_warm_engine_reused", ">", 0)),),
              ("bench.edited_miss", "refuted"): ((Support("bench_edited_engine_computed", "==", 0),),
                                                 (Support("bench_edited_output_equals_cold", "==", False),))}
     Params = Params
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """Both rules again on the report its rows hold (each section as Go's JSON wrote it) and the engine's counts
+        on its turns' rows."""
+        r, engine = report_of(evidence["rows"])
+        return _outcome(r, _readings(r, engine), evidence["rows"], [])
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         from .. import cells, models
@@ -176,16 +184,34 @@ def _section_rows(r: br.Report, turns: list[br.Turn]) -> list[dict]:
 
 def summarise(r: br.Report, turns: list[br.Turn]) -> dict:
     """The report's readings the rules rest on: engine-read reuse and outputs, and the report's timings."""
-    t = {x.label: x for x in turns}
-    warm, edited = t.get("warm same prefix"), t.get("edited stable segment")
+    return _readings(r, {x.label: x.engine for x in turns})
+
+
+def report_of(rows: list[dict]) -> tuple[br.Report, dict[str, dict]]:
+    """The report and each turn's engine counts again from the rows a finding recorded (:func:`_section_rows`, Go's
+    JSON of each section, and :func:`_turn_row`)."""
+    doc: dict = {}
+    for x in rows:
+        if x.get("section") == "suffix_ttft_curve":
+            doc.setdefault("suffix_ttft_curve", []).append(x)
+        elif "section" in x:
+            doc[x["section"]] = x
+    engine = {x["turn"]: {"EnsurePrefix.engine_reused_tokens": x.get("engine_reused_tokens"),
+                          "EnsurePrefix.engine_computed_tokens": x.get("engine_computed_tokens")}
+              for x in rows if "turn" in x}
+    return gojson.unmarshal(br.Report, doc), engine
+
+
+def _readings(r: br.Report, engine: dict[str, dict]) -> dict:
+    warm, edited = engine.get("warm same prefix"), engine.get("edited stable segment")
     return {"bench_cold_prefill_s": r.cold_full_prefill.ms / 1000.0,
             "bench_cold_prefix_tokens": r.cold_full_prefill.tokens,
             "bench_warm_prefill_s": r.warm_same_prefix.ms / 1000.0, "bench_warm_hit_rate": r.warm_same_prefix.hit_rate,
-            "bench_warm_engine_reused": warm.engine.get("EnsurePrefix.engine_reused_tokens") if warm else None,
+            "bench_warm_engine_reused": warm.get("EnsurePrefix.engine_reused_tokens") if warm else None,
             "bench_ttft_cold_s": r.cold_full_prefill.ttft_ms / 1000.0,
             "bench_ttft_warm_changed_s": r.warm_changed_suffix.ttft_ms / 1000.0,
             "bench_output_equals_cold": r.warm_changed_suffix.output_equals_cold,
-            "bench_edited_engine_computed": edited.engine.get("EnsurePrefix.engine_computed_tokens") if edited else None,
+            "bench_edited_engine_computed": edited.get("EnsurePrefix.engine_computed_tokens") if edited else None,
             "bench_edited_output_equals_cold": r.edited_stable_segment.output_equals_cold,
             "bench_decode_tokens_per_s": r.decode.tokens_per_sec}
 
@@ -201,15 +227,18 @@ def decide_warm(v: dict) -> Decision:
 
 
 def decide_edited(v: dict) -> Decision:
-    computed = v.get("bench_edited_engine_computed")
+    computed, reused = v.get("bench_edited_engine_computed"), v.get("bench_warm_engine_reused")
     if computed is None:
         return Decision("inconclusive", "unread")
     if computed == 0:
         return Decision("refuted", "false-reuse", rests_on=(Support("bench_edited_engine_computed", "==", 0),))
     if v.get("bench_edited_output_equals_cold") is False:
         return Decision("refuted", "edited-differs", rests_on=(Support("bench_edited_output_equals_cold", "==", False),))
+    if not isinstance(reused, (int, float)) or reused <= 0:  # an engine that never reuses always computes
+        return Decision("inconclusive", "no-reuse-to-miss")
     return Decision("confirmed", "precise-miss", rests_on=(Support("bench_edited_engine_computed", ">", 0),
-                                                          Support("bench_edited_output_equals_cold", "==", True)))
+                                                          Support("bench_edited_output_equals_cold", "==", True),
+                                                          Support("bench_warm_engine_reused", ">", 0)))
 
 
 WORDS_OF = {
@@ -218,6 +247,8 @@ WORDS_OF = {
     "equal": "the warm changed-suffix turn decoded exactly what a fresh session decodes, with the stable prefix "
              "reused by the engine",
     "unread": "the engine's count for the edited turn was not read",
+    "no-reuse-to-miss": "the engine reused nothing of the stable prefix even unedited, so its computing the edited "
+                        "one shows no precise miss (no room to differ)",
     "false-reuse": "the edited stable segment was served without the engine computing anything: a false reuse",
     "edited-differs": "the edited turn decoded otherwise than a fresh session on the edited inputs",
     "precise-miss": "the edited stable segment made the engine compute, and it decoded what a fresh session decodes",
@@ -225,9 +256,11 @@ WORDS_OF = {
 
 
 def verdict(r: br.Report, turns: list[br.Turn], skipped: list[str], p: Params) -> Outcome:
-    v = summarise(r, turns)
+    return _outcome(r, summarise(r, turns), _section_rows(r, turns) + [_turn_row(t) for t in turns], skipped)
+
+
+def _outcome(r: br.Report, v: dict, rows: list[dict], skipped: list[str]) -> Outcome:
     warm, edited = decide_warm(v), decide_edited(v)
-    rows = _section_rows(r, turns) + [_turn_row(t) for t in turns]
     curve = ", ".join(f"{c.suffix_tokens} tok → {c.ttft_ms:.0f} ms" for c in r.suffix_ttft_curve or [])
     summary = (f"benchreport through the daemon ({br.RESULT_CLASS}): cold prefill {r.cold_full_prefill.tokens} tokens in "
                f"{r.cold_full_prefill.ms:.0f} ms, warm hit rate {r.warm_same_prefix.hit_rate:.0%}, TTFT curve "
@@ -245,4 +278,4 @@ def verdict(r: br.Report, turns: list[br.Turn], skipped: list[str], p: Params) -
                                   "bench.edited_miss": WORDS_OF[edited.case] + "."})
 
 
-__all__ = ["BenchReport", "Harness", "Params", "decide_edited", "decide_warm", "summarise", "verdict"]
+__all__ = ["BenchReport", "Harness", "Params", "decide_edited", "decide_warm", "report_of", "summarise", "verdict"]

@@ -260,7 +260,8 @@ def prefill_suffix(r: Run, base: dict) -> dict:
         r.row("parity.deferred_prefill", f"{g['mode']} PrefillSuffix of {g['suffix_tokens']} tokens: the counters "
               "against the engine", g["counters_ok"], engine_work_at_prefill=g["engine_work_at_prefill"],
               counters=json.dumps(g["counters_moved"]), decode_prompt_tokens=g["decode_prompt_tokens"],
-              engine_computed_at_decode=g["engine_computed_at_decode"])
+              engine_computed_at_decode=g["engine_computed_at_decode"], mode=g["mode"],
+              suffix_tokens=g["suffix_tokens"])
     oks = [g["counters_ok"] for g in got if g["counters_ok"] is not None]
     r.values["conf_suffix_counters_exact"] = sum(oks) / len(oks) if oks else None
     deferred = next((g for g in got if g["mode"] == "deferred"), None)
@@ -438,7 +439,7 @@ def embed(r: Run) -> None:
     r.values["conf_engine_work_embed"] = done
     r.values["_embed_refused"] = isinstance(err, terr.ErrUnsupportedFeature)
     r.row("contract.embed", "Embed", None, observed=terr.token_of(err) if err else f"a vector of {len(vec or [])}",
-          engine_work=done)
+          engine_work=done, vector=len(vec) if vec else 0, refused=r.values["_embed_refused"])
 
 
 def switch_and_lora(r: Run, base: dict, adapter: str | None) -> None:
@@ -459,7 +460,7 @@ def switch_and_lora(r: Run, base: dict, adapter: str | None) -> None:
     err, _ = r.refused(lambda: sess.ensure_prefix(base["pin"]))
     refusals.append(isinstance(err, terr.ErrSlotGenerationStale))
     r.row("contract.slot_switch", "a session of the old generation answers slot_generation_stale", refusals[-1],
-          observed=terr.token_of(err) if err else "accepted")
+          observed=terr.token_of(err) if err else "accepted", generation_moved=active.generation - gen)
     r.values["_switch_refusals"] = all(refusals)
     new = r.open(adapters=active.adapters)
     try:
@@ -511,7 +512,9 @@ def fatal(r: Run, base: dict) -> None:
     r.values["conf_fatal_reported"] = reported
     r.row("parity.fatal", "an engine fault poisons the session", reported, fault=done.get("done"),
           decode=terr.token_of(err) if err else "no error", fatal_error=rep.fatal_error[:120],
-          after=terr.token_of(again) if again else "accepted")
+          after=terr.token_of(again) if again else "accepted",
+          engine_failed=r.values["conf_fatal_engine_failed"],
+          engine_failures_after=r.values["conf_engine_failures_after_fatal"])
     try:
         sess.close()
     except Exception:  # noqa: BLE001 - a fatal session may answer its close with its cause
@@ -562,7 +565,8 @@ _RESTS = {
     ("contract.embed", "refuted"): ((Support("conf_engine_work_embed", ">", 0),),),
     ("contract.lora", "confirmed"): ((Support("lora_changed_output", "==", True),),),
     ("contract.lora", "refuted"): ((Support("lora_changed_output", "==", False),),),
-    ("contract.slot_switch", "confirmed"): ((Support("conf_switch_engine_reuse", "==", 0),),),
+    ("contract.slot_switch", "confirmed"): ((Support("conf_switch_engine_reuse", "==", 0),
+                                             Support("conf_engine_reuse_same", ">", 0)),),
     ("contract.slot_switch", "refuted"): ((Support("conf_switch_engine_reuse", ">", 0),),),
     ("parity.fatal", "confirmed"): ((Support("conf_fatal_engine_failed", "==", True),
                                      Support("conf_engine_failures_after_fatal", "==", 0)),),
@@ -711,8 +715,11 @@ def decide_lora(v: dict, d: dict) -> Decision:
 def decide_switch(v: dict, d: dict) -> Decision:
     if _pos(v, "conf_switch_engine_reuse"):
         return Decision("refuted", "leaked", rests_on=(_s("conf_switch_engine_reuse", ">", 0),))
+    if not _pos(v, "conf_engine_reuse_same"):  # an engine that reuses nothing reuses nothing after a switch either
+        return Decision("inconclusive", "no-reuse-to-lose")
     if _is(v, "conf_switch_engine_reuse", 0) and v.get("conf_switch_generation") == 1 and v.get("_switch_refusals"):
-        return Decision("confirmed", "fresh", rests_on=(_s("conf_switch_engine_reuse", "==", 0),))
+        return Decision("confirmed", "fresh", rests_on=(_s("conf_switch_engine_reuse", "==", 0),
+                                                        _s("conf_engine_reuse_same", ">", 0)))
     return Decision("inconclusive", "unread")
 
 
@@ -797,6 +804,8 @@ WORDS_OF = {
     "applied": "the adapter's variant changes the engine's output, its salt folds the adapter in order with scale, "
                "and no other identity is served as it",
     "leaked": "after the switch the engine reused KV from before it",
+    "no-reuse-to-lose": "the engine reused nothing even for a repeat before the switch, so reusing nothing after it "
+                        "shows nothing (no room to differ)",
     "fresh": "the switch advanced the generation by one, a stale generation was refused, and the engine reused "
              "nothing from before",
     "reused-poisoned": "after the fault the session went back to the engine",
@@ -811,7 +820,9 @@ WORDS_OF = {
 
 
 class Conformance(Probe):
-    version = "1"
+    version = "2"  # 2: every reading on its rows (re-derived from them); the slot switch confirms only where the
+    # engine reused the prefix before it (else no room to differ)
+    measures = ("prompt_words", "suffix_words", "context_tokens", "overflow_ctx", "max_tokens", "threads", "seed")
     claims = ROWS
     figures = (Figure("rows", "conformance_rows"),)
     rests = _RESTS
@@ -833,7 +844,15 @@ class Conformance(Probe):
             run = Run(d, client, p, np.random.default_rng(p.seed), ident, ev["declared"],
                       max(int(ev.get("block_tokens") or 1), 1))
             _all_rows(run, ctx, p)
-        return verdict(run.rows, run.values, run.declared, ctx.engine)
+        out = verdict(run.rows, run.values, run.declared, ctx.engine)
+        out.inputs = {"declared": dict(run.declared), "block": run.block}
+        return out
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """Every row's ladder again on the readings its rows give (:func:`readings`), with what the adapter declared
+        of itself and the engine's block, as the run recorded them."""
+        given = evidence["inputs"]
+        return verdict(evidence["rows"], readings(evidence["rows"], int(given["block"])), given["declared"], "")
 
 
 def _opener(ctx: ProbeContext) -> Callable[..., Any]:
@@ -865,6 +884,79 @@ def _adapter(run: Run, ctx: ProbeContext, p: Params) -> str | None:
         return None
 
 
+def _mine(rows: list[dict], claim: str, check: str = "") -> list[dict]:
+    return [x for x in rows if x["row"] == claim and str(x.get("check", "")).startswith(check)]
+
+
+def _one(rows: list[dict], claim: str, check: str) -> dict:
+    got = _mine(rows, claim, check)
+    return got[0] if got else {}
+
+
+def _share(oks: list) -> float | None:
+    oks = [o for o in oks if o is not None]
+    return sum(oks) / len(oks) if oks else None
+
+
+def _work(rows: list[dict]) -> int | None:
+    """Engine work summed over ``rows`` (their ``engine_work``); None where the engine keeps no work counter."""
+    done = [x.get("engine_work") for x in rows]
+    return None if all(d is None for d in done) else sum(d or 0 for d in done)
+
+
+def readings(rows: list[dict], block: int) -> dict[str, Any]:
+    """The run's readings (what each row's ladder reads) again from the rows it recorded: each the engine's counts
+    and outputs as the rows carry them, by the same arithmetic the run did (``block``: the engine's block, in
+    tokens). :meth:`Conformance.from_evidence` gives the verdicts again from these."""
+    v: dict[str, Any] = {}
+    wire_rows = [x for x in _mine(rows, "cell.wire") if "expected" in x]
+    if wire_rows:
+        v["conf_wire_refusals"] = sum(bool(x["ok"]) for x in wire_rows) / len(wire_rows)
+        v["conf_engine_work_stale_fence"] = _work(wire_rows)
+    v["conf_engine_reuse_same"] = _one(rows, "contract.manifest", "a repeat").get("engine_reused")
+    v["conf_engine_reuse_cross"] = _one(rows, "contract.manifest", "the same text").get("engine_reused")
+    v["conf_prefix_counters_exact"] = _share([x["ok"] for x in _mine(rows, "contract.ensure_prefix")])
+    modes = _mine(rows, "parity.deferred_prefill")
+    v["conf_suffix_counters_exact"] = _share([x["ok"] for x in modes])
+    deferred = next((x for x in modes if x.get("mode") == "deferred"), None)
+    if deferred is not None:
+        v["conf_deferred_engine_work"] = deferred["engine_work_at_prefill"]
+        done = deferred["engine_computed_at_decode"]
+        v["conf_deferred_carried"] = None if done is None else done >= deferred["suffix_tokens"] - block
+    stream, structured = _one(rows, "contract.decode", "a greedy"), _one(rows, "contract.decode", "StructuredOutput")
+    v["conf_stream_frames"], v["conf_engine_decoded_tokens"] = stream.get("frames"), stream.get("engine_tokens")
+    v["conf_structured_valid"] = structured.get("ok")
+    caps = _mine(rows, "parity.capability_truth")
+    v["conf_caps_exercised"] = len(caps)
+    v["conf_caps_lies"] = sum(not x["ok"] for x in caps) if caps else None
+    v["_caps_row"] = bool(_one(rows, "contract.explain_context", "").get("ok"))
+    snap = _one(rows, "contract.snapshot", "")
+    v["conf_restore_output_equal"], v["conf_snapshot_engine_blob"] = snap.get("ok"), bool(snap.get("engine_blob"))
+    described = _one(rows, "contract.describe", "Describe at")
+    kv = described.get("engine_kv_bytes_per_token")
+    v["conf_describe_window"] = described.get("effective_context")
+    v["conf_describe_kv_bytes_match"] = None if kv is None else described.get("kv_bytes_per_token") == kv
+    v["conf_engine_work_overflow"] = _work(_mine(rows, "contract.overflow"))
+    v["_overflow_right"] = bool(_one(rows, "contract.describe", "the described window").get("ok"))
+    emb = _one(rows, "contract.embed", "Embed")
+    v["conf_embed_vector"], v["conf_engine_work_embed"] = emb.get("vector"), emb.get("engine_work")
+    v["_embed_refused"] = bool(emb.get("refused"))
+    stale = _one(rows, "contract.slot_switch", "a session of the old generation")
+    v["conf_switch_generation"] = stale.get("generation_moved")
+    v["_switch_refusals"] = all(x.get("ok") for x in (_one(rows, "contract.slot_switch", "LoadModel at a stale"), stale))
+    v["conf_switch_engine_reuse"] = _one(rows, "contract.slot_switch", "EnsurePrefix after the switch").get(
+        "engine_reused")
+    applied = _one(rows, "contract.lora", "the adapter's variant")
+    if applied:
+        v["lora_changed_output"] = applied["ok"]
+        v["_lora_identity"] = all(x["ok"] for x in _mine(rows, "contract.lora"))
+    poisoned = _one(rows, "parity.fatal", "")
+    v["conf_fatal_engine_failed"] = poisoned.get("engine_failed")
+    v["conf_engine_failures_after_fatal"] = poisoned.get("engine_failures_after")
+    v["conf_fatal_reported"] = poisoned.get("ok")
+    return v
+
+
 def verdict(rows: list[dict], values: dict, declared: dict, engine: str) -> Outcome:
     """Each row's ladder over the run's readings; the finding's own verdict is the wire's (the cell answers at all)."""
     decisions = {c: DECIDE[c](values, declared) for c in ROWS}
@@ -883,4 +975,4 @@ def verdict(rows: list[dict], values: dict, declared: dict, engine: str) -> Outc
                    claim_reasons=reasons)
 
 
-__all__ = ["Conformance", "DECIDE", "Params", "ROWS", "Run", "verdict"]
+__all__ = ["Conformance", "DECIDE", "Params", "ROWS", "Run", "readings", "verdict"]

@@ -45,7 +45,7 @@ from ..engine import Cell, KvEvent, Retention
 from ..events.consumer import Consumer
 from ..events.inventory import Inventory
 from ..params import check_hash_seed
-from . import Decision, Outcome, Probe, ProbeContext, Support, param, COUNT, SEED, TOKENS
+from . import absence_again, Decision, Outcome, Probe, ProbeContext, Support, param, COUNT, SEED, TOKENS
 from .events_common import evicting_workload, kept_out, new_consumer, on_stream
 
 
@@ -184,15 +184,26 @@ def _closed(*more: Support) -> tuple[tuple[Support, ...], ...]:
 
 
 class LedgerClosure(Probe):
-    version = "2"
+    version = "3"  # 3: the ledger's account recorded beside the rows, so its verdict re-derives from them
     claims = ("gateway.ledger",)
     # without the clear check the claim's third part is never put to the test; under one priority a chain's leaf
     # always goes first, so the path on which PR #16335's blocks leave unannounced is never taken
-    outcome_params = ("reset", "mixed_priority")
+    # (reset, mixed_priority and hash_seed are not measurement: moved, the run is exploratory)
+    measures = ("requests", "prefixes", "prefix_tokens", "suffix_tokens", "readback", "budget_blocks",
+                "context_tokens", "seed")
     rests = {("*", "confirmed"): (*_closed(), *_closed(*_TOLD)),
              ("*", "partial"): _closed(*_LATE),
              ("*", "refuted"): (LEAK, UNEQUAL, STALE, OVERCLAIMED, MISMATCH)}
     Params = Params
+
+    def from_evidence(self, evidence, p) -> Outcome:
+        """The closure rule on its rows: the ramp's and the read-back's requests, the clear's row (``phase: reset``)
+        and the ledger's account it recorded beside them."""
+        if (absent := absence_again(evidence)) is not None:
+            return absent
+        rows = evidence["rows"]
+        reset = next(({k: v for k, v in r.items() if k != "phase"} for r in rows if r.get("phase") == "reset"), None)
+        return verdict([r for r in rows if r.get("phase") != "reset"], evidence["inputs"]["account"], reset)
 
     def run(self, ctx: ProbeContext, p: Params) -> Outcome:
         return on_stream(ctx, p, self._measure, budget_tokens=p.budget_blocks * 32, context_tokens=p.context_tokens)
@@ -469,7 +480,7 @@ def verdict(rows: Sequence[dict], account: dict, reset: dict | None = None) -> O
             metrics["reset_engine_reused_tokens"] = reset["reported"]
     return Outcome(d.verdict, explain(d, s, account), metrics,
                    list(rows) + ([{"phase": "reset", **reset}] if reset else []), _notes(s, account, reset),
-                   rests_on=d.rests_on)
+                   rests_on=d.rests_on, inputs={"account": dict(account)})
 
 
 def _notes(s: Closure, account: dict, reset: dict | None) -> list[str]:
