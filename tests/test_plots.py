@@ -271,10 +271,46 @@ def test_a_builder_that_draws_two_quantities_on_two_axes_is_refused():
     from workbench import panels as _panels
 
     two = make_subplots(rows=1, cols=2)
-    two.add_trace(go.Bar(x=["a"], y=[0.6], name="hit rate"), row=1, col=1)
-    two.add_trace(go.Bar(x=["a"], y=[0.05], name="TTFT"), row=1, col=2)
+    two.add_trace(go.Bar(x=["a"], y=[0.6], name="hit rate", meta=_panels.draws("shape_hit_rate", x="shape")),
+                  row=1, col=1)
+    two.add_trace(go.Bar(x=["a"], y=[0.05], name="TTFT", meta=_panels.draws("ttft_s", x="shape")), row=1, col=2)
     with pytest.raises(ValueError, match="a panel has one axis pair"):
         _panels.label_units(two, "llamacpp")
+
+
+def test_a_trace_says_the_quantity_of_the_metric_it_draws_and_one_that_names_none_is_refused():
+    """Review of issue 51 (item 6): every trace was stamped with its axis title, so the original gateway bug (TTFT's
+    seconds as bars on the hit rate's percent axis) read as one quantity and passed the page check. A trace's
+    quantity is now the declared unit of the metric its builder names (:mod:`workbench.metrics`), and a trace that
+    names none is refused instead of labelled with its axis's title."""
+    import plotly.graph_objects as go
+
+    from workbench import panels as _panels
+
+    def gateway(hit, ttft):  # the reviewer's construction (/tmp/rev-b/mixed.py), with what each builder names
+        p = go.Figure([go.Bar(x=["kv-exact"], y=[0.6], name="hit rate", meta=hit),
+                       go.Bar(x=["kv-exact"], y=[0.053], name="TTFT p50 (s)", meta=ttft)])
+        p.update_yaxes(title_text="hit rate", tickformat=".0%")
+        return p
+
+    with pytest.raises(ValueError, match="'hit rate' without naming the declared metric it draws"):
+        _panels.label_units(gateway(None, None), "llamacpp")
+    with pytest.raises(ValueError, match="without naming the declared metric"):  # a tag no declaration has
+        _panels.label_units(gateway({"metric": "hit_rate_percent", "x": "shape"}, None), "llamacpp")
+    p = gateway(_panels.draws("shape_hit_rate", x="shape"), _panels.draws("ttft_s", x="shape"))
+    _panels.label_units(p, "llamacpp")
+    assert [(t.meta["metric"], t.meta["x"], t.meta["y"]) for t in p.data] == [
+        ("shape_hit_rate", "shape", "fraction"), ("ttft_s", "shape", "time (s)")]  # two quantities: a page check sees
+    assert _panels.quantities(p) == {"fraction", "time (s)"}
+    assert _panels.quantity("step_s", "ms") == "time (ms)" and _panels.quantity("speedup_vs_best_llamacpp") == "times (×)"
+    with pytest.raises(ValueError, match="cannot convert s to 'MiB'"):
+        _panels.draws("ttft_s", x="shape", unit="MiB")
+    timeline = _panels.draws("step_s", y="procedure")  # bars laid horizontally: the quantity on x
+    strip = _panels.draws("check_held", x="check", y="contract row")  # categories both ways: the colour shows it
+    h = go.Figure([go.Bar(x=[0.1], y=["cold"], orientation="h", meta=timeline),
+                   go.Scatter(x=[0], y=["Describe"], mode="markers", meta=strip)])
+    _panels.label_units(h, "llamacpp")
+    assert [(t.meta["x"], t.meta["y"]) for t in h.data] == [("time (s)", "procedure"), ("check", "contract row")]
 
 
 def test_side_by_side_is_deterministic_and_offline():
