@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import jinja2
 import markupsafe
@@ -620,7 +620,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        evaltables=[(rel(p.with_suffix(".md")), setup, rows) for p, setup, rows in _evaltable.in_run(out)],
+        evaltables=evaltables(out, found, rel),
         certification=certification(found),
         evaltable_heads=_evaltable.heads(),
         plotlyjs=_plotlyjs(figures) if figures else "",
@@ -629,6 +629,31 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         guide="trtllm-gateway.md" if (out / "trtllm-gateway.md").exists() else None,
         history=sorted(((rel(p), f) for p, f in found), key=lambda pf: pf[1].created, reverse=True),
     )
+
+
+def evaltables(out: Path, found: Found, rel: Callable[[object], str | None]) -> list[dict]:
+    """The eval tables a batch wrote in ``out`` (:func:`workbench.evaltable.table.in_run`), each with what its cells
+    show (:func:`~workbench.evaltable.table.spread_words`: p50 · p90 · p95 over the repeats with the run count, the
+    rows' result class) and the quality smoke of each backend it measured, as the certification matrix reads it
+    (:mod:`workbench.certify.matrix`; without one, :func:`~workbench.certify.integrity.throughput_words` says no
+    throughput claim stands)."""
+    tables = _evaltable.in_run(out)
+    cells = _certification.build(found) if tables and found else []
+    shown = []
+    for path, setup, rows in tables:
+        measured = dict.fromkeys(r[0].text for r in rows if r[3].span == 1)  # a row not measured spans its reason
+        quality = []
+        for backend in measured:
+            mine = [c for c in cells if c.engine == backend and c.status == "measured"]
+            quality += [f"{backend} on {c.model}: " + (f"{c.quality} ({c.quality_said})" if c.quality != "not-run"
+                                                          else _integrity.throughput_words(None, c.quality_said))
+                        for c in mine]
+            if not mine:
+                quality.append(f"{backend}: " + _integrity.throughput_words(None, "no finding of it in this run"))
+        shown.append({"md": rel(path.with_suffix(".md")), "setup": setup, "rows": rows,
+                      "cells": _evaltable.spread_words(setup),
+                      "quality": quality or ["no backend measured in this table, so none to run it on"]})
+    return shown
 
 
 def certification(found: Found) -> dict | None:
