@@ -314,6 +314,7 @@ _DECLARED = [
        "reusable tokens recomputed for no attributed cause"),
     _m("ttft_p50_s", "TTFT p50", "s", "timed", "median time from a turn's EnsurePrefix to its first decoded token"),
     _m("ttft_p90_s", "TTFT p90", "s", "timed", "90th percentile of that time"),
+    _m("ttft_p95_s", "TTFT p95", "s", "timed", "95th percentile of that time"),
     _m("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "derived",
        "least-squares TTFT slope per computed prompt token"),
     _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",

@@ -527,7 +527,7 @@ def loop_arms(found: Found):
     the loop did not run here."""
     from .loop.table import arm_table
 
-    table = arm_table(standing_findings(found, "loop"))
+    table = arm_table(standing_findings(found, "loop"), [f for _, f in found])
     return table if table.rows or table.not_run else None
 
 
