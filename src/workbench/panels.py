@@ -223,7 +223,7 @@ def integrity_words(classes: Sequence[str], panels: Sequence[go.Figure], runs: S
         return f"{head} · p50 · p90 · p95 over {n} run{'' if n == '1' else 's'} of the whole workload " \
                f"({MARKS_WORDS}){one}"
     n = max(runs or [1])
-    each = "1 run: each point that run's value" if n == 1 else f"{n} runs drawn together, each point one run's value"
+    each = "1 run: its own values" if n == 1 else f"{n} runs drawn together, each point one run's own"
     return f"{head} · {each}, no p50 · p90 · p95 across runs"
 
 

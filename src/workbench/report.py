@@ -161,6 +161,17 @@ class Badge:
     reason: str | None = None
     href: str = "#not-run"
 
+    @property
+    def lead(self) -> str | None:
+        """The reason as the grid's narrow cell shows it: without a parenthesised name its tooltip gives (``detail``:
+        its model, which no 9em column holds whole, "(synthetic-35629653129c)" broken over two lines at 1024 px)."""
+        if not self.reason:
+            return self.reason
+        said = self.reason
+        for name in self.detail.replace("·", " ").split():
+            said = said.replace(f" ({name})", "")
+        return said
+
 
 @dataclass(frozen=True)
 class MatrixRow:

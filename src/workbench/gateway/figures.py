@@ -46,11 +46,12 @@ def ttft(rows: Sequence[dict]) -> go.Figure:
         return fig
     x = [r["shape"] for r in rows]
     fig.add_trace(go.Bar(name="TTFT p50", x=x, y=[r["ttft_p50_s"] for r in rows], marker_color="#2e7d32",
+                         meta=draws("ttft_s", x="shape"),
                          error_y=dict(type="data", symmetric=False,
                                       array=[r["ttft_p50_ci_high"] - r["ttft_p50_s"] for r in rows],
                                       arrayminus=[r["ttft_p50_s"] - r["ttft_p50_ci_low"] for r in rows])))
     fig.add_trace(go.Scatter(name="TTFT p95", x=x, y=[r["ttft_p95_s"] for r in rows], mode="markers",
-                             marker=dict(color="#ef6c00", size=10)))
+                             marker=dict(color="#ef6c00", size=10), meta=draws("ttft_s", x="shape")))
     return fig
 
 
