@@ -378,8 +378,7 @@ def test_every_figure_names_its_result_class_and_its_p50_p90_p95_with_the_run_co
             result_class="raw_backend_control")
 
     throughput = plots.side_by_side("evaltable.prefix_caching", [aiperf("llamacpp-server")])[0]
-    said = ("result class raw_backend_control · p50 · p90 · p95 over 3 runs of the whole workload (p50 ● on the "
-            "line, p90 ◇, p95 △)")
+    said = "result class raw_backend_control · p50 · p90 · p95 over 3 runs of the whole workload (p50 ●, p90 ◇, p95 △)"
     assert throughput.integrity == said and said in _panels.plain(throughput.fig.layout.title.text)
     assert sorted({t.meta["stat"] for t in throughput.fig.data}) == ["p50", "p90", "p95"]
     f = finding("reuse.per_request_metrics", REUSE_ROWS)

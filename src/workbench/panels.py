@@ -178,7 +178,7 @@ def label_units(panel: go.Figure, engine: str) -> None:
 PERCENTILE_MARKS = (("p50", "circle"), ("p90", "diamond-open"), ("p95", "triangle-up-open"))
 """How a figure over repeated runs marks each percentile (one colour and one legend entry per series): p50 a filled
 marker on the series' line, p90 ◇, p95 △; the figure's subtitle says so and gives the run count."""
-MARKS_WORDS = "p50 ● on the line, p90 ◇, p95 △"
+MARKS_WORDS = "p50 ●, p90 ◇, p95 △"
 
 
 def percentile_traces(name: str, x: Sequence[Any], ps: Sequence[Any], metric: str, *, along: str,

@@ -32,7 +32,7 @@ def test_ttft_puts_each_runs_first_requests_beside_the_repeats():
     cold, cached = figures.ttft_split(ROWS).data  # one run each: its p50, no p90 or p95 to spread
     assert list(cold.y) == [2.5] and cold.meta == {"metric": "load_ttft_cold_p50_s", "unit": None, "x": "concurrency",
                                                    "y": None, "stat": "p50", "runs": [1]}
-    assert list(cached.y) == [0.5] and (cold.name, cached.name) == ("TTFT cold p50", "TTFT cached p50")
+    assert list(cached.y) == [0.5] and (cold.name, cached.name) == ("TTFT cold", "TTFT cached")
     assert all(not fig.data for fig in (figures.throughput([]), figures.ttft_split([])))
 
 
@@ -52,15 +52,15 @@ def test_ttft_splits_and_summarises_as_the_table_does():
     rows = [req("r1/b", 0, 3.9, 0, True), req("r1/b", 1, 0.5, 1024, True), req("r1/b", 2, 0.6, 1024, True),
             req("r2/b", 0, 3.8, 0, True), req("r2/b", 1, 0.7, 1024, True), req("r2/b", 2, 0.4, 1024, True)]
     got = by_stat(figures.ttft_split(rows))
-    cold, cached = got[("TTFT cold p50", "p50")], got[("TTFT cached p50", "p50")]
+    cold, cached = got[("TTFT cold", "p50")], got[("TTFT cached", "p50")]
     table = {which: Spread.of([split.split([Request(0, r["ttft_s"], r["prompt_tokens"], r["cached_tokens"])
                                             for r in rows if r["run"] == run], 0).p50(which) for run in ("r1/b", "r2/b")])
              for which in ("cold", "cached")}
     assert list(cold.x) == ["2"] and cold.y[0] == table["cold"].median == pytest.approx(3.85)  # the table's cold figure, drawn
     assert cached.y[0] == table["cached"].median == pytest.approx(0.55)
     p = table["cached"].percentiles()  # the table's cell: p50 · p90 · p95 over the runs, the count beside
-    assert [got[("TTFT cached p50", s)].y[0] for s in ("p50", "p90", "p95")] == [p.p50, p.p90, p.p95]
-    assert got[("TTFT cached p50", "p50")].meta["runs"] == [2]
+    assert [got[("TTFT cached", s)].y[0] for s in ("p50", "p90", "p95")] == [p.p50, p.p90, p.p95]
+    assert got[("TTFT cached", "p50")].meta["runs"] == [2]
 
 
 def test_the_finding_declares_both_and_the_report_can_draw_them():

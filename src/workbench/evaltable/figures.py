@@ -61,7 +61,8 @@ def ttft_split(rows: Sequence[dict]) -> go.Figure:
             if p50s:
                 levels.append(str(c))
                 ps.append(Percentiles.of(p50s))
-        fig.add_traces(percentile_traces(metrics.get(tag).header, levels, ps, tag, along="concurrency",
+        fig.add_traces(percentile_traces(metrics.get(tag).header.removesuffix(" p50"), levels, ps, tag,
+                                         along="concurrency",
                                          show=lambda v: metrics.render(tag, v), line=False))
     fig.update_xaxes(type="category")
     fig.update_layout(scattermode="group")
