@@ -96,30 +96,41 @@ def _hidden(traces: list[dict], barmode: str) -> list[str]:
     return out
 
 
-def _units(fig: dict) -> list[str]:
-    """Quantities that meet on one axis (an axis and those matched to it are one), traces that do not say theirs or
-    the metric it comes from, numeric axes with data and no title, and percent ticks under another quantity."""
-    out, shown = [], []
+def _named(fig: dict) -> tuple[list[dict], list[str]]:
+    """The traces with data that name the metric they draw, and a problem for each that does not (its quantity
+    would be a guess: its axis's title, which every trace on the axis shares)."""
+    shown, out = [], []
     for t in (t for t in fig["traces"] if t["has"]):
         if isinstance(t["meta"], dict) and t["meta"].get("metric"):
             shown.append(t)
-        else:  # its quantity would be a guess (its axis's title, which every trace on the axis shares)
+        else:
             out.append(f"trace {t['name']!r} names no metric it draws (meta.metric): its quantity cannot be checked")
-    for letter in ("x", "y"):
-        by_axis: dict[str, set[str]] = {}
-        for t in shown:
-            meta = t["meta"]
-            if letter not in meta:
-                out.append(f"trace {t['name']!r} does not say the quantity it draws on {letter} (meta.{letter})")
-                continue
-            by_axis.setdefault(t[f"{letter}root"], set()).add(meta[letter])
-        for axis, units in sorted(by_axis.items()):
-            if len(units) > 1:
-                out.append(f"axis {axis} mixes quantities: {' | '.join(sorted(map(str, units)))}")
-            ticks = fig["axes"].get(axis[0] + "axis" + axis[1:], {}).get("tickformat", "")
-            other = sorted(str(u) for u in units if not str(u).startswith("fraction"))
-            if "%" in ticks and other:
-                out.append(f"axis {axis} reads its ticks as percent but draws {' | '.join(other)}")
+    return shown, out
+
+
+def _mixed(fig: dict, shown: list[dict], letter: str) -> list[str]:
+    """On each ``letter`` axis (an axis and those matched to it are one): traces that do not say their quantity,
+    two quantities that meet, and percent ticks under a quantity that is no fraction."""
+    out, by_axis = [], {}
+    for t in shown:
+        if letter not in t["meta"]:
+            out.append(f"trace {t['name']!r} does not say the quantity it draws on {letter} (meta.{letter})")
+            continue
+        by_axis.setdefault(t[f"{letter}root"], set()).add(str(t["meta"][letter]))
+    for axis, units in sorted(by_axis.items()):
+        if len(units) > 1:
+            out.append(f"axis {axis} mixes quantities: {' | '.join(sorted(units))}")
+        other = sorted(u for u in units if not u.startswith("fraction"))
+        if "%" in fig["axes"].get(axis[0] + "axis" + axis[1:], {}).get("tickformat", "") and other:
+            out.append(f"axis {axis} reads its ticks as percent but draws {' | '.join(other)}")
+    return out
+
+
+def _units(fig: dict) -> list[str]:
+    """Quantities that meet on one axis, traces that do not say theirs or the metric it comes from, numeric axes
+    with data and no title, and percent ticks under another quantity."""
+    shown, out = _named(fig)
+    out += _mixed(fig, shown, "x") + _mixed(fig, shown, "y")
     axes = fig["axes"]
     drawn = {(t["yroot"], t["numeric"]) for t in fig["traces"] if t["has"]}
     for axis, numeric in sorted(drawn):

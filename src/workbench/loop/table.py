@@ -83,6 +83,11 @@ class ArmTable:
         return list(out.items())
 
     @property
+    def classes(self) -> tuple[str, ...]:
+        """The result classes of the rows, each once (one: the report says it once for every row)."""
+        return tuple(dict.fromkeys(r.result_class for r in self.rows))
+
+    @property
     def over(self) -> str:
         """What each figure of the table is over (benchmark integrity's words)."""
         return OVER_WORDS
