@@ -435,7 +435,7 @@ def _serve(cell: Any, tier: int, d: Any, plan: Plan) -> dict:
         out = cell.decode(max_tokens=1)
     except (ContextOverflow, UnsupportedFeature, WorkbenchError) as e:
         return {"tier": tier, "refused_by": "engine", "error": " ".join(str(e).split())[:300]}
-    return {"tier": tier, "served": bool(out.tokens), "prefill_s": prefill_s}
+    return {"tier": tier, "served": True, "prefill_s": prefill_s, "decoded_tokens": len(out.tokens)}
 
 
 def warmup_row(arm: Arm, cell: Any, tier: int, plan: Plan, vocab: int) -> dict:
@@ -452,7 +452,7 @@ def warmup_row(arm: Arm, cell: Any, tier: int, plan: Plan, vocab: int) -> dict:
         out = cell.decode(max_tokens=plan.output_tokens)
     except (ContextOverflow, UnsupportedFeature, WorkbenchError) as e:
         return row | {"error": " ".join(str(e).split())[:300]}
-    return row | {"served": bool(out.tokens), "prefill_s": prefill_s, "decode_tokens": len(out.tokens),
+    return row | {"served": True, "prefill_s": prefill_s, "decode_tokens": len(out.tokens),
                   "copy_fraction": copy_fraction(prompt, out.tokens)}
 
 
@@ -475,7 +475,7 @@ def timed_row(arm: Arm, cell: Any, tier: int, run: int, plan: Plan, load_s: floa
                      counters_source=st.source)
     from ..loop.replay import copy_fraction
 
-    return row | {"served": bool(dec.tokens), "prefill_s": prefill_s, "first_output_s": prefill_s + dec.ttft_s,
+    return row | {"served": True, "prefill_s": prefill_s, "first_output_s": prefill_s + dec.ttft_s,
                   "decode_s": decode_s, "turn_s": prefill_s + times[-1], "decode_tokens": len(dec.tokens),
                   "decode_per_token_s": decode_s / (len(dec.tokens) - 1) if len(dec.tokens) > 1 else None,
                   "cold": not reused, "copy_fraction": copy_fraction(prompt, dec.tokens),
@@ -632,22 +632,51 @@ def measure(plan: Plan) -> Measured:
             cell, load_s = _open(plan, arm, context_tokens=max(ladder))
             opened[arm.name] = (arm, cell, load_s)
             rows.append(warmup_row(arm, cell, min(ladder), plan, vocab))
-        for name, (arm, cell, _) in opened.items():
-            described[name] = cell.describe()
-            rows += _smoke(name, arm, cell, resolved.kind == "synthetic", plan.seed)
-        loads = {name: load_s for name, (_, _, load_s) in opened.items()}
-        order = list(opened)
-        for run in range(plan.runs):
-            turn = order[run % len(order):] + order[:run % len(order)]  # rotated every run
-            for tier in ladder:
-                for name in turn:
-                    arm, cell, _ = opened[name]
-                    rows.append(timed_row(arm, cell, tier, run, plan, loads.pop(name, None), vocab))
+        described = {name: cell.describe() for name, (_, cell, _) in opened.items()}
+        rows += _smoked_and_timed(plan, opened, ladder, vocab, resolved.kind == "synthetic")
     finally:
         for _, cell, _ in opened.values():
             cell.close()
     identities = {name: _identity(plan, opened[name][0], d) for name, d in described.items()}
     return Measured(rows, ladder, budget, identities, described, notes, copies(rows), resolved)
+
+
+def _smoked_and_timed(plan: Plan, opened: Mapping[str, tuple[Arm, Any, float]], ladder: Sequence[int], vocab: int,
+                      synthetic: bool) -> list[dict]:
+    """Each open arm's A2 rows, then the timed runs: every tier of the ladder on every arm, arms interleaved and their
+    order rotated every run."""
+    rows = [r for name, (arm, cell, _) in opened.items() for r in _smoke(name, arm, cell, synthetic, plan.seed)]
+    loads = {name: load_s for name, (_, _, load_s) in opened.items()}
+    order = list(opened)
+    for run in range(plan.runs):
+        turn = order[run % len(order):] + order[:run % len(order)]  # rotated every run
+        for tier in ladder:
+            for name in turn:
+                arm, cell, _ = opened[name]
+                rows.append(timed_row(arm, cell, tier, run, plan, loads.pop(name, None), vocab))
+    return rows
+
+
+def time_arms(plan: Plan, given: Sequence[Arm]) -> list[dict]:
+    """The gates' warm-up, A2 and timed rows of ``given`` arms, each opened on ``plan.model`` with the ladder's top as
+    its context unless its options say otherwise: a tool beside the gates' own run, for rows of arms configured
+    otherwise (a llama.cpp held to a shorter context, or to one token a forward pass) that drive a rule to each of
+    its verdicts on real engines (tests/certify/test_gates_vllm.py). Run in a child process (:func:`isolate.call`)
+    where vLLM is among them."""
+    resolved = models.resolve(plan.model)
+    ladder, _ = _ladder(plan, resolved)
+    opened: dict[str, tuple[Arm, Any, float]] = {}
+    try:
+        for arm in given:
+            cell, load_s = _open(plan, arm, **({} if "context_tokens" in arm.options else
+                                               {"context_tokens": max(ladder)}))
+            opened[arm.name] = (arm, cell, load_s)
+        vocab = int(next(iter(opened.values()))[1].describe().extra.get("vocab_size") or 512)
+        rows = [warmup_row(arm, cell, min(ladder), plan, vocab) for arm, cell, _ in opened.values()]
+        return rows + _smoked_and_timed(plan, opened, ladder, vocab, resolved.kind == "synthetic")
+    finally:
+        for _, cell, _ in opened.values():
+            cell.close()
 
 
 # --------------------------------------------------------------------------- the finding
@@ -777,4 +806,4 @@ def percentiles(rows: Sequence[Mapping[str, Any]], arm: str, tier: int, column: 
 __all__ = ["Arm", "BASELINE_ARMS", "DEFAULT_MODEL", "Gates", "KV_NAMES", "LADDER", "LLAMA_KV", "MATCH", "Measured",
            "PROBE", "Plan", "SERVE_KV", "TIMED_KV", "arms", "context", "copies", "decide", "default_budget", "device",
            "finding", "greedy", "headline", "measure", "percentiles", "precision", "rules_of", "run", "run_in_child",
-           "same_model", "serve_row", "timed_row", "verified_target", "warmup_row"]
+           "same_model", "serve_row", "time_arms", "timed_row", "verified_target", "warmup_row"]
