@@ -45,10 +45,12 @@ TARGET = {"gpu": ["NVIDIA H200"], "driver": "x", "gpu_source": "nvml", "certifie
 
 
 def gates_finding(engine="trtllm", *, cand32=1.0, base32=4.0, g1=(32768, 16384), gpu=True, quantization="F32",
-                  created=None, identity=None, on_target=True) -> findings.Finding:
+                  created=None, identity=None, on_target=None) -> findings.Finding:
     """A gates finding on ``engine`` as a run on target writes it: the first-output time at 32k of the candidate
     and the baseline (G3 is their ratio; G2 reads them against its 2 s budget), G1's tiers (candidate, baseline);
-    ``identity``: fields of the baseline arm's identity that differ from the candidate's."""
+    ``identity``: fields of the baseline arm's identity that differ from the candidate's; ``on_target``: the run's
+    (by default on target where it ran on a GPU, with its verified target)."""
+    on_target = gpu if on_target is None else on_target
     plan = long_context.Plan(engine, "synthetic:long", runs=3, on_target=on_target,
                              certified="certified.txt" if on_target else None)
     base = "llamacpp:f16"

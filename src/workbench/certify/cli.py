@@ -153,11 +153,14 @@ def matrix_cmd(
     scan = findings.scan([where])
     for path, err in scan.errors:
         print(f"skipping corrupt finding {path}: {err}", file=sys.stderr)
-    cells_ = matrix.build(scan.findings)
+    dropped: list[str] = []
+    cells_ = matrix.build(scan.findings, dropped)
     typer.echo("\n".join(matrix.markdown(cells_)))
+    for d in dropped:
+        print(f"left out: {d}", file=sys.stderr)
     try:
         if json_out:
-            write_output(json_out, json.dumps(matrix.document(cells_), indent=1) + "\n")
+            write_output(json_out, json.dumps(matrix.document(cells_, dropped), indent=1) + "\n")
         if csv_out:
             write_output(csv_out, matrix.csv_text(cells_))
     except OSError as e:
