@@ -116,3 +116,26 @@ def test_each_gate_line_names_the_model_and_a_reference_never_reads_as_the_subje
     assert "reference · vllm 0.32.0 on synthetic-long · confirmed (" in g1, g1
     assert "the claim holds on vllm, which says nothing about TensorRT-LLM" in g1, g1
     assert "reference vllm 0.32.0: confirmed" not in g1
+
+
+def test_the_product_path_sentence_is_read_from_the_findings():
+    """The reviewer's construction (review of issue 50, item 15): "Nothing here is contenox_product_path" stood whatever
+    the findings said, and a truthy contenox_runtime was enough to claim the class."""
+    from workbench.certify import matrix, product
+
+    ran = gates_finding("vllm", gpu=False)
+    assert product.product_words([(None, ran)]).startswith("Nothing here is `contenox_product_path`")
+    driven = gates_finding("vllm", gpu=False)
+    driven.result_class = "contenox_product_path"
+    driven.environment["contenox_runtime"] = "yes"
+    assert product.product_path([(None, driven)]) == []  # two edited fields do not make a product-path row
+    driven.environment["contenox_runtime"] = {"version": "1.0.0", "command": "contenox run --trace t.json",
+                                              "trace_sha256": "d" * 64}
+    words = product.product_words([(None, driven)])
+    assert words.startswith("1 finding of this run is `contenox_product_path`: vllm by contenox 1.0.0"), words
+    assert "Nothing here" not in " ".join(product.note([(None, driven)]))
+    note = matrix.document(matrix.build([(None, driven)]))["notes"]
+    assert any(n.startswith("contenox_product_path (a contenox runtime drove it): ") and "vllm on synthetic-long" in n
+               for n in note), note
+    driven.environment["contenox_runtime"] = "yes"  # built in memory, never through the schema: the matrix checks too
+    assert "no contenox runtime drove it" in matrix.left_out(driven)

@@ -293,6 +293,9 @@ def left_out(f: Any) -> str | None:
     from .. import probes, settle
 
     now, declared = dt.datetime.now(dt.timezone.utc), probes.declared(f.probe)
+    wrong_class = classes.problem(getattr(f, "result_class", None), f.verdict, f.environment)
+    if wrong_class:
+        return wrong_class
     for cid in dict.fromkeys(f.claims):
         try:
             claim = claims.get(cid)
@@ -385,7 +388,7 @@ def _profile_words(newest: str, other: str) -> str:
 
 HEADS = ("backend", "version", "topology", "model", "digest", "quantization", "KV precision", "context tiers",
          "prefill / first output p50 · p90 · p95", "decode p50 · p90 · p95",
-         "end to end p50 · p90 · p95 (contenox-runtime: none)", "quality smoke", "baseline comparison",
+         "end to end p50 · p90 · p95", "quality smoke", "baseline comparison",
          "unsupported modes", "result class")
 
 
@@ -407,13 +410,22 @@ def text_row(c: Cell, reasons: bool = True, where: str = "the Verification log")
 
 def document(cells: Iterable[Cell], dropped: Sequence[str] = ()) -> dict:
     """The matrix as its JSON export; ``dropped``: the findings :func:`left_out` rejected, each with why."""
+    cells = list(cells)
     return {"schema": SCHEMA, "heads": list(HEADS), "rows": [c.as_dict() for c in cells],
             "notes": ["a row is one engine on one model with one KV profile on one machine; rows of two models are "
                       "never compared",
                       "figures are p50 · p90 · p95 over runs of the whole workload counted as runs (never pooled "
                       "across workloads, identities or machines), the run count beside",
-                      "no contenox-runtime drove any row: every measured row is raw_backend_control or microbenchmark",
-                      *(f"left out: {d}" for d in dropped)]}
+                      _product_note(cells), *(f"left out: {d}" for d in dropped)]}
+
+
+def _product_note(cells: Iterable[Cell]) -> str:
+    """Whether a contenox runtime drove any row, from the rows' own classes."""
+    product = [f"{c.engine} on {c.model}" for c in cells if classes.ResultClass.PRODUCT.value in c.classes]
+    if product:
+        return f"contenox_product_path (a contenox runtime drove it): {', '.join(product)}"
+    return "no row's findings name a contenox runtime that drove them: every measured row is raw_backend_control or " \
+           "microbenchmark"
 
 
 def csv_text(cells: Iterable[Cell]) -> str:
