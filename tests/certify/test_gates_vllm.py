@@ -13,9 +13,9 @@ weights for vLLM; 4k context, so a tier costs a second, not the claim's 32k):
 What each verdict rests on, and where it needs a rule or a seat other than the claim's (docs/certify.md says the same):
 
 - G1 refuted as measured: vLLM's fp32 KV holds fewer tokens in the budget than llama.cpp's f16, each by its engine's
-  own statement. Confirmed needs the seats swapped (llama.cpp's q4_0 row as the candidate against vLLM's): on a CPU no
-  engine here holds KV in fewer bytes than llama.cpp's q4_0, so vLLM cannot confirm it as the candidate.
-  Inconclusive: q4_0 against q4_0, both at the ladder's top.
+  own statement. Confirmed needs the seats swapped (llama.cpp's q4_0 row, served here, as the candidate against
+  vLLM's): on a CPU no engine here holds KV in fewer bytes than llama.cpp's q4_0, so vLLM cannot confirm it as the
+  candidate. Inconclusive: q4_0 against q4_0, both at the ladder's top.
 - G2 at the claim's budget (2 s, 10 s; the ladder and the 8-token cap are this test's): what decides is what each arm
   serves (the llama.cpp held to 1024 tokens cannot serve 2048 at any speed), not a timing.
 - G3 on a 4k tier (the claim's 32k costs minutes here: the rule's ``min_tier`` is exploratory) at the claim's 3×:
@@ -85,7 +85,7 @@ def test_vllm_against_llamacpp_writes_one_finding_with_three_gate_rows(gated):
     assert serve["vllm"]["capacity_from"] == "engine" and serve["llamacpp:f16"]["capacity_from"] == "computed"
     assert serve["llamacpp:f16"]["next_tier"] == 4096 and serve["llamacpp:f16"]["next_tier_kv_bytes"] > \
         serve["llamacpp:f16"]["budget_bytes"]  # llama.cpp's own "KV buffer size" for the tier it did not reach
-    assert all(r["quality"] == "passed" for r in serve.values()), serve
+    assert all(r["quality"] == "passed" for r in serve.values()), serve  # each serve cell's own A2
     ids = f.environment["gates"]["identities"]
     v, ll = ids["vllm"], ids["llamacpp:f32"]
     assert (v["model"], v["digest"], v["architecture"], v["kv_precision"]) == \
@@ -116,10 +116,15 @@ def test_g1_on_real_rows(gated):
     rule = lc.rules_of(f.params)[gates.G1]
     serve = [r for r in rows if r["kind"] == "serve"]
     assert gates.decide_tier(rule, serve, ladder).verdict == "refuted"  # as measured
-    q4 = seat(serve, "llamacpp:q4_0", C)
+    skipped = next(r for r in serve if r["arm"] == "llamacpp:q4_0")  # it could not have changed the verdict
+    assert skipped["served"] is None and "could not change the verdict" in skipped["skipped"]
+    plan = lc.Plan("vllm", MODEL, tiers=LADDER, runs=1, output_tokens=8, threads=1, seed=SEED)
+    q4 = [lc.serve_row(plan, lc.Arm("llamacpp:q4_0", C, "llamacpp", {"kv_type": "q4_0"}, "q4_0"),
+                       int(f.params["budget_bytes"]), ladder)]
+    assert (q4[0]["tier"], q4[0]["served"], q4[0]["quality"]) == (4096, True, "passed"), q4
     out = gates.decide_tier(rule, q4 + seat(serve, "vllm", B), ladder)
     assert out.verdict == "confirmed" and "sized its pool" in out.summary, out.summary  # vLLM's own statement
-    assert gates.decide_tier(rule, q4 + seat(serve, "llamacpp:q4_0", B), ladder).verdict == "inconclusive"
+    assert gates.decide_tier(rule, q4 + seat(q4, "llamacpp:q4_0", B), ladder).verdict == "inconclusive"
 
 
 def test_g2_on_real_rows(timed_rows):

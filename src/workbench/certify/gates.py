@@ -193,7 +193,7 @@ def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Seque
     b_top = tops[best]
     figures = {"candidate_tier_tokens": c_top, "baseline_tier_tokens": b_top}
     skipped = {r["arm"]: int(r["tier"]) for r in base if r.get("served") is None and r.get("skipped")}
-    shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]}, not served again" for a, t in tops.items())
+    shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]} fits, not served" for a, t in tops.items())
     said = (f"under {rule.budget_bytes / 2**20:.4g} MiB of KV the candidate served "
             f"{f'up to {c_top} tokens' if c_top else 'no tier'}, the best llama.cpp ({best}) "
             f"{f'up to {b_top}' if b_top else 'no tier'} ({shown})")

@@ -335,13 +335,14 @@ def precision(arm: Arm, d: Any, model: Any = None) -> str:
     return f"{d.geometry.dtype_bytes:g} B/value"
 
 
-def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int], served: int = 0) -> dict:
+def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int], served: int = 0, enough: int | None = None) -> dict:
     """G1: ``arm`` under the memory budget: what its engine holds within it, the largest tier within it served (a
     cell whose context its engine capped below that KV, vLLM's default, is opened again at the tier), its cell's
     A2, and, where what it holds was computed rather than stated by the engine, the KV buffer the engine states for
     the next tier (:func:`_next_tier`). ``served``: the largest tier another profile of the same side already served;
     a tier no larger is not served again (it could not raise that side's best, and llama.cpp's q8_0 KV takes minutes
-    for 16k tokens on one CPU core), the row says so."""
+    for 16k tokens on one CPU core), the row says so; nor is any tier where that side already serves ``enough`` (the
+    candidate's largest: a larger baseline tier could not change G1's verdict, and q4_0 KV at 32k takes minutes)."""
     row: dict[str, Any] = {"kind": "serve", "arm": arm.name, "role": arm.role, "engine": arm.engine, "kv": arm.kv,
                            "budget_bytes": budget, "engine_capacity_tokens": None, "tier": min(ladder),
                            "served": False, "refused_by": None, "error": None, "quality": "not-run"}
@@ -369,6 +370,10 @@ def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int], served: 
             elif max(fits) <= served:
                 row |= {"tier": max(fits), "served": None,
                         "skipped": f"its tier ({max(fits)}) is one its side already served ({served})"}
+            elif enough is not None and served and served >= enough:
+                row |= {"tier": max(fits), "served": None,
+                        "skipped": f"its tier ({max(fits)}) fits the budget, but its side already serves the "
+                                   f"candidate's largest ({enough}): it could not change the verdict"}
             elif max(fits) > d.context_tokens and context is None:
                 context = max(fits)
                 continue
@@ -607,9 +612,10 @@ def measure(plan: Plan) -> Measured:
     rows: list[dict] = []
     candidate, serve, _ = arms(plan, False)
     rows.append(serve_row(plan, candidate, budget, ladder))
+    top = int(rows[0]["tier"]) if rows[0].get("served") else 0
     for arm in serve:
         best = max((int(r["tier"]) for r in rows if r["role"] == gates.BASELINE and r.get("served")), default=0)
-        rows.append(serve_row(plan, arm, budget, ladder, best))
+        rows.append(serve_row(plan, arm, budget, ladder, best, top))
     opened: dict[str, tuple[Arm, Any, float]] = {}
     described: dict[str, Any] = {}
     try:
