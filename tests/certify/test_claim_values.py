@@ -146,3 +146,22 @@ def test_on_target_needs_an_nvml_gpu_and_every_model_certified(tmp_path, monkeyp
     with pytest.raises(ValueError, match="--certified is read only with --on-target"):
         lc.Plan("trtllm", certified=str(listed))
     assert "--certified FILE" in claims.GATES_RUN
+
+
+@pytest.mark.parametrize("extra, device, layers", [
+    ({"offloaded_layers": [30, 30]}, "GPU: NVIDIA H200", "all"),  # llama.cpp's load log: every layer on the GPU
+    ({"offloaded_layers": [20, 30]}, "GPU and CPU: 20 of 30 layers on the GPU", "20/30"),
+    ({"offloaded_layers": None}, "CPU: AMD EPYC", "none"),  # a CPU build states no offload
+    ({"gpu_devices": [{"name": "NVIDIA H200"}]}, "GPU: NVIDIA H200", "all"),  # TensorRT-LLM's devices
+])
+def test_each_arms_device_is_its_engines_word_not_the_machines(extra, device, layers, monkeypatch):
+    """Item 2: Identity.device was the machine's summary, shared by every arm, whatever llama.cpp offloaded."""
+    from types import SimpleNamespace
+
+    from workbench import environment
+    from workbench.engine import KvGeometry
+
+    monkeypatch.setattr(environment, "hardware", lambda: {"gpu": {"devices": [{"name": "NVIDIA H200"}]},
+                                                          "cpu": {"model": "AMD EPYC"}, "summary": "H200 machine"})
+    d = SimpleNamespace(extra=extra, geometry=KvGeometry(30, 3, 64, 2.0))
+    assert lc.device("llamacpp", d) == (device, layers)
