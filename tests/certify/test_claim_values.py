@@ -114,6 +114,11 @@ def test_kv_precision_and_batch_are_compared_for_g2_and_g3_and_only_g1_varies_kv
     assert f.verdict_on(G1) == ("confirmed" if field == "kv_precision" else "inconclusive"), f.reason_on(G1)
 
 
+def test_the_kv_precision_compared_is_its_width_and_kind():
+    assert lc.KV_CLASS["bf16"] == lc.KV_CLASS["f16"] != lc.KV_CLASS["q8_0"] != lc.KV_CLASS["fp8"]
+    assert (lc.MATCH_KV["bf16"], lc.MATCH_KV["f32"], lc.MATCH_KV.get("fp8")) == ("f16", "f32", None)
+
+
 def test_timed_llamacpp_runs_at_the_candidates_kv_precision():
     _, _, timed = lc.arms(lc.Plan("vllm"), False, "f32")
     assert [(a.name, a.kv) for a in timed] == [("llamacpp:f32", "f32")]

@@ -89,7 +89,7 @@ def test_vllm_against_llamacpp_writes_one_finding_with_three_gate_rows(gated):
     ids = f.environment["gates"]["identities"]
     v, ll = ids["vllm"], ids["llamacpp:f32"]
     assert (v["model"], v["digest"], v["architecture"], v["kv_precision"]) == \
-        (ll["model"], ll["digest"], ll["architecture"], ll["kv_precision"]) and v["kv_precision"] == "f32"
+        (ll["model"], ll["digest"], ll["architecture"], ll["kv_precision"]) and v["kv"] == ll["kv"] == "f32"
     assert v["device"].startswith("CPU: ") and v["device"] == ll["device"]
     # the vLLM twin's shape (its config.json) is the GGUF's, and both engines answer the shared prompt alike
     assert f.evidence["gates"]["not_comparable"] is None, f.evidence["gates"]["not_comparable"]

@@ -69,6 +69,14 @@ KV_NAMES = {"float32": "f32", "float": "f32", "f32": "f32", "float16": "f16", "h
             "q4_0": "q4_0"}
 """A KV element type as an engine or a model's dtype names it, in llama.cpp's spelling (the same-model rule's)."""
 LLAMA_KV = ("f32", "f16", "bf16", "q8_0", "q4_0")  # the KV types llama.cpp's cell opens (cells/llamacpp/llama.py)
+KV_CLASS = {"f32": "32-bit float", "f16": "16-bit float", "bf16": "16-bit float", "fp8": "8-bit float",
+            "q8_0": "8-bit blocks (q8_0)", "q4_0": "4-bit blocks (q4_0)"}
+"""What the same-model rule compares of a KV precision: the element's width and kind (f16 and bf16 are one: the same
+bytes per token, and a bf16 checkpoint's KV against llama.cpp's f16, the product's default, is the comparison a
+researcher expects), never a quantized KV against a float one."""
+MATCH_KV = {"f32": "f32", "f16": "f16", "bf16": "f16"}
+"""llama.cpp's timed KV type for a candidate's precision (``match``): the same class, at the product's default where
+one serves (f16 for a bf16 candidate)."""
 CLAIM_OUTPUT_TOKENS = 128  # the output cap of a G2 turn: part of its stated latency budget
 PROMPT_SET = "uniform token ids past the control tokens, one draw per (tier, run), seed {seed}"
 RULES = ("G1", "G2", "G3")
@@ -360,7 +368,8 @@ def serve_row(plan: Plan, arm: Arm, budget: int, ladder: Sequence[int], served: 
             fits = [t for t in ladder if t <= within]
             dev, layers = device(arm.engine, d)
             row |= {"engine_capacity_tokens": d.kv_capacity_tokens, "budget_capacity_tokens": within,
-                    "context_tokens": d.context_tokens, "kv": precision(arm, d), "load_s": load_s, **memory,
+                    "context_tokens": d.context_tokens, "kv": precision(arm, d, models.resolve(_model_for(plan, arm))),
+                    "load_s": load_s, **memory,
                     "device": dev, "gpu_layers": layers,
                     "capacity_from": "engine" if (d.extra or {}).get("kv_capacity_source") else "computed",
                     "capacity_source": (d.extra or {}).get("kv_capacity_source") or
@@ -539,7 +548,8 @@ def _identity(plan: Plan, arm: Arm, d: Any) -> dict:
     return {"engine_version": d.engine_version, "offloaded_layers": (d.extra or {}).get("offloaded_layers")} | \
         dataclasses.asdict(Identity(
             model=model.name, digest=model.sha256, quantization=_weights(d, model), architecture=_shape(d, model),
-            kv_precision=precision(arm, d, model), prompt_set=PROMPT_SET.format(seed=plan.seed),
+            kv_precision=KV_CLASS.get(precision(arm, d, model), precision(arm, d, model)),
+            prompt_set=PROMPT_SET.format(seed=plan.seed),
             output_cap=plan.output_tokens, device=dev,
             runtime_profile=f"threads={plan.threads or 'default'}; batch={batch}; gpu_layers={layers}",
             warm_state="cold")) | {"kv": precision(arm, d, model)}
@@ -621,11 +631,11 @@ def measure(plan: Plan) -> Measured:
     try:
         cell, load_s = _open(plan, candidate, context_tokens=max(ladder))
         opened[candidate.name] = (candidate, cell, load_s)
-        kv = precision(candidate, cell.describe(), models.resolve(_model_for(plan, candidate)))
-        if kv not in LLAMA_KV:
-            notes.append(f"the candidate's KV precision ({kv}) is none llama.cpp runs: its timed arms run f16, and "
+        kv = MATCH_KV.get(precision(candidate, cell.describe(), models.resolve(_model_for(plan, candidate))))
+        if kv is None:
+            notes.append("the candidate's KV precision is none llama.cpp runs as a float: its timed arms run f16, and "
                          "the same-model rule says so")
-        baseline = arms(plan, False, kv if kv in LLAMA_KV else None)[2]
+        baseline = arms(plan, False, kv)[2]
         for arm in baseline:
             cell, load_s = _open(plan, arm, context_tokens=max(ladder))
             opened[arm.name] = (arm, cell, load_s)
@@ -634,7 +644,7 @@ def measure(plan: Plan) -> Measured:
             rows.append(warmup_row(arm, cell, min(ladder), plan, vocab))
         copying = copies(rows) if plan.speculation == "auto" else None
         if plan.speculation == "always" or (copying or 0) >= gates.COPY_HEAVY:
-            arm = arms(plan, True, kv if kv in LLAMA_KV else None)[2][-1]
+            arm = arms(plan, True, kv)[2][-1]
             cell, load_s = _open(plan, arm, context_tokens=max(ladder))
             opened[arm.name] = (arm, cell, load_s)
             rows.append(warmup_row(arm, cell, min(ladder), plan, vocab))
@@ -809,7 +819,8 @@ def percentiles(rows: Sequence[Mapping[str, Any]], arm: str, tier: int, column: 
                           if r.get("kind") == "timed" and r["arm"] == arm and int(r["tier"]) == tier and r.get("served"))
 
 
-__all__ = ["Arm", "BASELINE_ARMS", "DEFAULT_MODEL", "Gates", "KV_NAMES", "LADDER", "LLAMA_KV", "MATCH", "Measured",
+__all__ = ["Arm", "BASELINE_ARMS", "DEFAULT_MODEL", "Gates", "KV_CLASS", "KV_NAMES", "LADDER", "LLAMA_KV", "MATCH",
+           "MATCH_KV", "Measured",
            "PROBE", "Plan", "SERVE_KV", "TIMED_KV", "arms", "context", "copies", "decide", "default_budget", "device",
            "finding", "greedy", "headline", "measure", "percentiles", "precision", "rules_of", "run", "run_in_child",
            "same_model", "serve_row", "time_arms", "timed_row", "verified_target", "warmup_row"]

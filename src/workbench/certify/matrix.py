@@ -196,12 +196,14 @@ class _Build:
     def gates(self, f: Any) -> None:
         ids = (f.environment.get("gates") or {}).get("identities") or {}
         rows = f.evidence.get("rows") or []
+        arm_kv = {r["arm"]: r["kv"] for r in rows if r.get("kv") and r.get("arm")}  # an arm's rows that say it
         for r in rows:
             engine = r.get("engine") or f.engine
             ident = ids.get(r.get("arm")) or {}
             model = ident.get("model") or _model(f)
-            c = self.cell(engine, model, _kv(ident.get("kv_precision") or r.get("kv")), f, ident.get("engine_version"))
-            key = (engine, model, _kv(ident.get("kv_precision") or r.get("kv")), _topology(f))
+            kv = _kv(ident.get("kv") or r.get("kv") or arm_kv.get(r.get("arm")))
+            c = self.cell(engine, model, kv, f, ident.get("engine_version"))
+            key = (engine, model, kv, _topology(f))
             c.digest = c.digest or ident.get("digest")
             if ident.get("quantization"):
                 c.quantization.add(ident["quantization"])
@@ -216,7 +218,7 @@ class _Build:
             elif r.get("kind") == "a2" and c.quality == "not-run" and r.get("equal") is not None:
                 c.quality = "passed" if r.get("status") == "passed" else "failed"
                 c.quality_said = f"A2 in the gates run ({r.get('arm')}): {r.get('said') or ''}".strip()
-        cand = self.cell(f.engine, _model(f), _kv((ids.get(f.engine) or {}).get("kv_precision")), f)
+        cand = self.cell(f.engine, _model(f), _kv((ids.get(f.engine) or {}).get("kv") or arm_kv.get(f.engine)), f)
         for cid in (claims.GATES[1], claims.GATES[2]):
             reason = f.claim_reasons.get(cid) or ""
             cand.baseline.append(f"{claims.get(cid).match}: {reason[:240]}")
