@@ -382,18 +382,37 @@ _DECLARED = [
        "ledger blocks beyond the pool the engine reported (above 0: blocks left with no removed event)"),
     _m("ledger_exact_fraction", "ledger exact", "ratio", "engine",
        "fraction of read-back requests whose engine-reported cached tokens equal the ledger's prediction"),
+    _m("engine_evicted_min_blocks", "evicted (at least)", "blocks", "engine",
+       "blocks the engine evicted, at least: the blocks its removed events named, or the blocks it stored beyond its "
+       "pool, whichever is more (a block stored into a full pool displaced one, announced or not)"),
+    _m("ledger_overclaimed_requests", "ledger overclaims", "count", "engine",
+       "read-back requests the ledger predicted more cached tokens for than the engine reported: blocks its events "
+       "still call held that the engine no longer serves"),
+    _m("engine_held_blocks", "engine holds", "blocks", "engine",
+       "blocks the engine's own prefix-cache index holds after the read-back, copies of one hash apart (vLLM "
+       "in-process: the (hash, block) entries of the scheduler's BlockPool.cached_block_hash_to_block)"),
+    _m("ledger_held_gap_blocks", "ledger − held", "blocks", "engine",
+       "the ledger's blocks (stored − removed) minus the blocks the engine's own index holds: 0 where the ledger "
+       "closes; above, blocks gone with no removed event; below, blocks held that no stored event announced"),
     _m("replay_resident_blocks", "replay", "blocks", "derived",
        "blocks an offline replay of the same requests (least recently used evicted) leaves held"),
     _m("replay_exact_fraction", "replay exact", "ratio", "derived",
        "fraction of requests whose engine-reported cached tokens equal the offline replay's"),
     _m("duplicate_copy_removals", "copy removals", "count", "engine",
        "removed events that took one copy of a hash the engine still held another of"),
-    _m("reset_inventory_blocks", "held after clear", "blocks", "engine",
-       "blocks the gateway's inventory held after the engine's cache was cleared or the engine restarted"),
-    _m("reset_clear_events", "clear events", "count", "engine",
-       "signals that emptied the gateway's inventory after the engine's cache was cleared or it restarted, by the time "
-       "the next request had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and the "
-       "consumer's own resyncs (a sequence gone backwards)"),
+    _m("reset_inventory_blocks", "held after clear", "blocks", "cell",
+       "blocks the gateway's inventory (the workbench's consumer) held after the engine's cache was cleared or the "
+       "engine restarted, before the next request"),
+    _m("reset_clear_events", "inventory emptied", "count", "cell",
+       "times the gateway's inventory was emptied after the engine's cache was cleared or it restarted, by the time "
+       "the next request had run: on the engine's clear events and on the consumer's own resyncs (a sequence gone "
+       "backwards, a gap it could not replay)"),
+    _m("reset_engine_clear_signals", "clear signals", "count", "engine",
+       "signals in the engine's own stream after its cache was cleared or it restarted, by the time the next request "
+       "had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and event ids numbered "
+       "afresh (a restarted engine)"),
+    _m("reset_engine_clear_signals_early", "clear signals before", "count", "engine",
+       "the same signals of the engine's stream, arrived before the next request was sent"),
     _m("reset_engine_reused_tokens", "reuse after clear", "tokens", "engine",
        "cached tokens the engine reported for a request after its cache was cleared or it restarted"),
     _m("cross_tenant_predicted_tokens", "cross-tenant predicted", "tokens", "derived",

@@ -672,9 +672,11 @@ def certification(found: Found) -> dict | None:
     without findings."""
     if not found:
         return None
+    from .certify import product
+
     return {"heads": list(_certification.HEADS),
             "rows": [_certification.text_row(c, reasons=False, where="Engines that did not run")
-                     for c in _certification.build(found)]}
+                     for c in _certification.build(found)], "product": product.product_words(found).replace("`", "")}
 
 
 def _whole_words(text: object) -> markupsafe.Markup:

@@ -213,6 +213,40 @@ def gguf_geometry(path: Path, dtype_bytes: float = 2.0) -> tuple[KvGeometry, int
     return _gguf_geometry(str(Path(path).resolve()), st.st_mtime_ns, st.st_size, dtype_bytes)
 
 
+def architecture(path: Path) -> str:
+    """A model's shape as its own metadata states it, in one comparable line: layers, attention heads, KV heads,
+    head size, hidden size and vocabulary, from a Hugging Face folder's ``config.json`` (its ``text_config`` where
+    it has one) or a GGUF file's metadata. The same-model rule compares it across formats: two files of one
+    checkpoint have one shape; a smaller model, or one with fewer KV heads, does not."""
+    path = Path(path)
+    if path.is_dir():
+        config = hf_config(path)
+        cfg = config.get("text_config") or config
+        try:
+            heads, hidden = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])
+            shape = (int(cfg["num_hidden_layers"]), heads, int(cfg.get("num_key_value_heads") or heads),
+                     int(cfg.get("head_dim") or hidden // heads), hidden, hf_vocab_size(config))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelSpecError(f"{path / 'config.json'} lacks the model's shape ({e})") from e
+    else:
+        st = path.stat()
+        shape = _gguf_shape(str(path.resolve()), st.st_mtime_ns, st.st_size)
+    return "layers={} heads={} kv_heads={} head_dim={} hidden={} vocab={}".format(*shape)
+
+
+@functools.lru_cache(maxsize=32)
+def _gguf_shape(path: str, _mtime_ns: int, _size: int) -> tuple[int, ...]:
+    meta, vocab_size = _gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    try:
+        heads, hidden = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.embedding_length"])
+        kv = meta.get(f"{arch}.attention.head_count_kv")
+        return (int(meta[f"{arch}.block_count"]), heads, int(kv if kv is not None else heads),
+                int(meta.get(f"{arch}.attention.key_length") or hidden // heads), hidden, int(vocab_size or 0))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelSpecError(f"{path} lacks the model's shape in its GGUF metadata ({e})") from e
+
+
 def context_ceiling(model: ResolvedModel) -> int | None:
     """The most tokens one sequence of ``model`` may hold, by its own metadata (a GGUF's ``context_length``,
     ``config.json``'s ``max_position_embeddings``), read without loading it; None where it states none."""
