@@ -164,12 +164,14 @@ def probe(
                                    help="cell option key=value, e.g. dummy_weights=true, tokens_per_block=64"),
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
-    from . import isolate, metrics, probes
+    from . import cells, isolate, metrics, probes
     from .findings import FindingNotSaved
 
     _no_leftovers(ctx, param)
     _writable(out)
     try:
+        if probes.get(name).needs_engine:  # a model the engine cannot run is the user's to fix, not a not-run
+            cells.check_model(engine, model)
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True, option="-c"))
     except isolate.EngineCrashed as e:
         _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)

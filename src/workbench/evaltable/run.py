@@ -84,7 +84,7 @@ class TableRequest:
         for what, n in [("--concurrency", c) for c in self.concurrency] + [
                 ("--repeats", self.repeats), ("--prompt-tokens", self.prompt_tokens),
                 ("--output-tokens", self.output_tokens), ("--prefix-tokens", self.prefix_tokens),
-                ("--threads", self.threads), ("--requests", self.requests or 1)]:
+                ("--threads", self.threads)] + ([] if self.requests is None else [("--requests", self.requests)]):
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
         if len(set(self.concurrency)) < len(self.concurrency):  # each level is a phase of one AIPerf run, named by it

@@ -330,19 +330,15 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     raises :class:`~workbench.isolate.EngineCrashed` with its signal and log tail, writes no finding,
     and leaves the caller (a CLI, a notebook's kernel) alive.
     """
-    if isolated:
+    if isolated:  # what is refused up front is refused here, before a child (and its engine's imports) starts
+        _check(get(name), engine, model, params, cell_options)
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
                                isolated=False, preload=preload(engine))
         if out is not None:
             findings.write(finding, out)
         return finding
     probe = get(name)
-    try:
-        cells.ENGINES.check(engine)
-    except UnknownName as e:
-        raise ParamError(str(e)) from None
-    p = parse_params(probe, params or {})
-    _refuse_early(probe, p, set(params or {}), engine, model, cell_options)
+    p = _check(probe, engine, model, params, cell_options)
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -365,13 +361,31 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
+def _check(probe: Probe, engine: str, model: str, params: Mapping[str, Any] | None,
+           cell_options: Mapping[str, Any] | None) -> Any:
+    """The engine, the parameters (parsed: returned) and :func:`_refuse_early`'s refusals."""
+    try:
+        cells.ENGINES.check(engine)
+    except UnknownName as e:
+        raise ParamError(str(e)) from None
+    p = parse_params(probe, params or {})
+    _refuse_early(probe, p, set(params or {}), engine, model, cell_options)
+    return p
+
+
 def _refuse_early(probe: Probe, p: Any, given: set[str], engine: str, model: str,
                   cell_options: Mapping[str, Any] | None) -> None:
     """What is refused before anything runs: a model spec that names no model (an engine that is not installed
-    would otherwise record it in a not-run finding); a model or cell options given to a static probe; a token
-    count given that no sequence of the model holds (:func:`check_context`)."""
+    would otherwise record it in a not-run finding); a cell option the engine does not take or a value of it that
+    its options class refuses (:func:`workbench.cells.check_options`); a model or cell options given to a static
+    probe; a token count given that no sequence of the model holds (:func:`check_context`)."""
     if probe.needs_engine:
         models.check(model)
+        if cell_options:
+            try:
+                cells.check_options(engine, cell_options)
+            except (TypeError, ValueError) as e:
+                raise ParamError(str(e)) from None
         check_context(probe, p, given, model)
     elif cell_options or model != models.DEFAULT_MODEL:
         raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
