@@ -50,6 +50,20 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+_SAID_INTERRUPTED = False
+
+
+def _interrupted(what: str) -> None:
+    """A command a signal stopped (Ctrl-C, SIGTERM, SIGHUP: :mod:`workbench.lifecycle`): one line saying what was
+    stopped, and the signal's exit code (130, 143, 129)."""
+    from . import lifecycle
+
+    global _SAID_INTERRUPTED
+    _SAID_INTERRUPTED = True
+    typer.echo(lifecycle.interrupted_line(None, what), err=True)
+    raise typer.Exit(lifecycle.exit_code())
+
+
 def _finite(value: Optional[float]) -> Optional[float]:
     """Option callback: NaN or infinity is never a threshold (every comparison with NaN is false)."""
     if value is not None and not math.isfinite(value):
@@ -174,17 +188,28 @@ def probe(
             cells.check_model(engine, model)
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True, option="-c"))
     except isolate.EngineCrashed as e:
-        _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
+        _fail(f"{e}\nno finding was written; the crash and its log's last lines are kept in {_keep_crash(out, name, e)}",
+              isolate.CRASH_EXIT_CODE)
     except FindingNotSaved as e:
         _not_saved(e)
     except KeyboardInterrupt:  # the experiment's processes are already gone (workbench.isolate)
-        _fail("interrupted: the probe was stopped and no finding was written", 130)
+        _interrupted("the probe was stopped and no finding was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")
     for tag, m in f.metrics.items():
         typer.echo(f"  {metrics.get(tag).header:<22} {metrics.render(tag, m['value'])}")
     typer.echo(f"finding: {out / (f.id + '.json')}")
+
+
+def _keep_crash(out: Path, name: str, e: Exception) -> Path:
+    """The crash (its words and its log's last lines) in ``out/crashes/``, beside the findings it did not write."""
+    import time
+
+    path = out / "crashes" / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{e}\n")
+    return path
 
 
 @app.command(context_settings={"allow_extra_args": True})
@@ -235,6 +260,8 @@ def run(
         code = runner.run_batch(out, engine=engine, model=every_model, params=every_param, only=only or None,
                                 wait=wait, verbose=verbose, jobs=jobs, executor=runs_on, engine_models=engine_models,
                                 engine_params=engine_params)
+    except KeyboardInterrupt:  # every kernel, lane and engine of the run is stopped on the way here
+        _interrupted("the run stopped; what finished is kept, and the same command resumes it")
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)
@@ -493,7 +520,7 @@ def loop_cmd(
     except FindingNotSaved as e:
         _not_saved(e)
     except KeyboardInterrupt:
-        _fail("interrupted: the loop was stopped and no finding was written", 130)
+        _interrupted("the loop was stopped and no finding was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "
@@ -532,6 +559,7 @@ def serve(
     try:
         _serve.check_extra_args(ctx.args)
         _serve.check_host(host, api_key)
+        _serve.check_port(host, port)
         check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
                                server_args=tuple(ctx.args), log_dir=str(log_dir),
@@ -540,12 +568,17 @@ def serve(
         _fail(str(e), isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError, TypeError) as e:
         _fail(str(e))
-    with cell:
-        d = cell.describe()
-        typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
-        typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
-        while (dead := cell.server.died()) is None:
-            time.sleep(0.5)
+    except KeyboardInterrupt:
+        _interrupted("the server was stopped before it was ready")
+    try:
+        with cell:
+            d = cell.describe()
+            typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
+            typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
+            while (dead := cell.server.died()) is None:
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        _interrupted("the server was stopped")
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
 
 
@@ -592,7 +625,7 @@ def evaltable(
         check_writable(out)
         rows, as_json, as_md = _run.run(req, progress=lambda what: typer.echo(what, err=True))
     except KeyboardInterrupt:
-        _fail("interrupted: the server and AIPerf were stopped and no table was written", 130)
+        _interrupted("the server and AIPerf were stopped and no table was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(as_md.read_text())
@@ -612,10 +645,25 @@ app.add_typer(_events_app, name="events")
 
 
 def main() -> None:
+    """Every command inside :func:`workbench.lifecycle.command`: its signals, its temp root, its reaper. A command a
+    signal stopped ends with one line and ``128 + signal`` (whatever its unwinding raised is part of stopping)."""
+    from . import lifecycle
+
+    code: object = 0
     try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+        with lifecycle.command():
+            try:
+                app()
+            except SystemExit as e:
+                code = e.code
+    except BaseException:  # noqa: BLE001 - a signal during start-up or cleanup; anything else is re-raised
+        if lifecycle.received() is None:
+            raise
+    if lifecycle.received() is not None:
+        if not _SAID_INTERRUPTED:
+            typer.echo(lifecycle.interrupted_line(None, "stopped; nothing it started is left running"), err=True)
+        code = lifecycle.exit_code()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

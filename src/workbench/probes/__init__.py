@@ -486,12 +486,20 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
     return findings.Finding(
         probe=probe.name, probe_version=probe.version, claims=list(dict.fromkeys([*probe.claims, *o.claim_verdicts])),
         verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
-        params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
+        params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=redacted(ctx.cell_options),
         metrics=findings.metric_values(o.metrics, o.sources),
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
         claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
     )
+
+
+SECRET_OPTIONS = ("api_key",)
+"""Cell options a finding records as ``<redacted>``: a finding is shared, a key is not."""
+
+
+def redacted(options: Mapping[str, Any]) -> dict:
+    return {k: "<redacted>" if k in SECRET_OPTIONS and v else v for k, v in options.items()}
 
 
 def _plain(d: dict) -> dict:
