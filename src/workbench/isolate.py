@@ -21,7 +21,7 @@ No child outlives its parent. The child leads a process group of its own, which 
 the child watches closes, and the child removes its temp folder and kills its own group. A pipe rather
 than ``PR_SET_PDEATHSIG``: the signal would kill the child alone, leaving the engine's processes behind. That
 folder is the child's temp folder (``TMPDIR``): what the child and the engine's processes make in temp (vLLM's
-``workbench-vllm-*`` socket folder) goes with it, however the parent ended.
+``wbv-*`` socket folder) goes with it, however the parent ended.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequen
     names modules the work imports anyway; the child then forks from a forkserver that has them loaded.
     """
     ctx = _context(preload)
-    with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="wbc-") as tmp:
         log_path = Path(tmp) / "stderr.log"
         log_path.touch()
         parent, child = ctx.Pipe(duplex=False)
