@@ -60,7 +60,7 @@ def _interrupted(what: str) -> None:
 
     global _SAID_INTERRUPTED
     _SAID_INTERRUPTED = True
-    typer.echo(lifecycle.interrupted_line(None, what), err=True)
+    lifecycle.say(lifecycle.interrupted_line(None, what))
     raise typer.Exit(lifecycle.exit_code())
 
 
@@ -239,11 +239,12 @@ def run(
                               "work, as the cores allow; 1: one notebook at a time (docs/timing.md)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
-    from . import runner
+    from . import lifecycle, runner
 
     _no_leftovers(ctx, param)
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
+    lifecycle.keep_stderr_in(out / "logs" / "stopped.log")  # what stopping prints, once a signal stops the run
     _env_folders()
     try:
         runs_on = _executor(executor, address, job_timeout, lanes)
@@ -661,7 +662,7 @@ def main() -> None:
             raise
     if lifecycle.received() is not None:
         if not _SAID_INTERRUPTED:
-            typer.echo(lifecycle.interrupted_line(None, "stopped; nothing it started is left running"), err=True)
+            lifecycle.say(lifecycle.interrupted_line(None, "stopped; nothing it started is left running"))
         code = lifecycle.exit_code()
     sys.exit(code)
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from . import envvars
+from . import envvars, lifecycle
 from .engine import WorkbenchError
 
 #: ``workbench probe`` and ``workbench doctor`` exit with this code when the engine crashed (2 is bad input).
@@ -306,6 +306,7 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequen
                                                               os.getcwd(), fn, args, kwargs))
         try:
             proc.start()
+            lifecycle.adopt_group(proc.pid)  # the group it leads: the engine's processes, however they rename
         finally:
             stdout.close()
         child.close()

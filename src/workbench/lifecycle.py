@@ -104,7 +104,46 @@ def _first(signum: int, frame: object) -> None:
     if _RECEIVED is not None:  # asked again while stopping: now (the reaper ends what is left)
         os._exit(exit_code())
     _RECEIVED = signum
+    _silence()
     raise Interrupted(signum)
+
+
+_CONSOLE: int | None = None  # the command's stderr as it was, once a signal moved fd 2 aside
+_SINK: Path | None = None
+
+
+def keep_stderr_in(path: Path | None) -> None:
+    """Where what a stopped command's unwinding still prints goes (a run's log folder); None: nowhere."""
+    global _SINK
+    _SINK = path
+
+
+def _silence() -> None:
+    """Once a signal stopped the command, what its unwinding prints (a dead kernel's words, a library's warning, a
+    finalizer's traceback) goes to :func:`keep_stderr_in`'s file, not the console: the console gets one line
+    (:func:`say`)."""
+    global _CONSOLE
+    if _CONSOLE is not None:
+        return
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    _CONSOLE = os.dup(2)
+    try:
+        if _SINK is None:
+            raise OSError
+        _SINK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(_SINK, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        fd = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def say(line: str) -> None:
+    """``line`` on the command's console: its stderr as it was before a signal moved it aside."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    os.write(_CONSOLE if _CONSOLE is not None else 2, (line + "\n").encode())
 
 
 def _record(signum: int, frame: object) -> None:
@@ -126,6 +165,7 @@ def _first_only(signum: int, frame: object) -> None:
     global _RECEIVED
     if _RECEIVED is None:
         _RECEIVED = signum
+        _silence()
         raise Interrupted(signum)
 
 
@@ -242,9 +282,24 @@ def temp_root() -> Iterator[Path]:
         finally:
             tempfile.tempdir = saved
             end_processes(root, also_spare={reaper.pid})
+            _multiprocessing_temp_now(root)
             shutil.rmtree(root, ignore_errors=True)
             reaper.release()
             os.close(lock)
+
+
+def _multiprocessing_temp_now(root: Path) -> None:
+    """Remove multiprocessing's ``pymp-*`` folder of this process now, through its own finalizer (which would
+    otherwise try at interpreter exit, after the root is gone, and print a traceback)."""
+    import multiprocessing.util as mp
+
+    tempdir = mp.process.current_process()._config.get("tempdir")
+    if not tempdir or root not in Path(tempdir).parents:
+        return
+    for finalizer in list(getattr(mp, "_finalizer_registry", {}).values()):
+        if getattr(finalizer, "_callback", None) is getattr(mp, "_remove_temp_dir", None):
+            with contextlib.suppress(Exception):
+                finalizer()
 
 
 # --------------------------------------------------------------------------- processes
@@ -269,10 +324,50 @@ def _marked(root: Path, spare: set[int]) -> list[int]:
     return found
 
 
+GROUPS = ".groups"
+
+
+def _started(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks since boot, /proc/PID/stat field 22): with the pid, who it is."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def adopt_group(pgid: int) -> None:
+    """Record that the process group ``pgid`` (a server's, an experiment's child's) belongs to the running command,
+    so that whatever is in it when the command ends (killed outright included) is ended with it. A process can
+    rename itself and overwrite the environment :func:`_marked` reads (vLLM's ``VLLM::EngineCore`` does); it
+    cannot leave its group unnoticed. Nothing outside a command (no :data:`ROOT_ENV`)."""
+    root, start = os.environ.get(ROOT_ENV), _started(pgid)
+    if root and start and Path(root).is_dir():
+        with contextlib.suppress(OSError):
+            (Path(root) / GROUPS).mkdir(exist_ok=True)
+            (Path(root) / GROUPS / f"{pgid}-{start}").touch()
+
+
+def _end_groups(root: Path, spare: set[int]) -> None:
+    """SIGKILL each process group recorded under ``root`` (and the roots inside it) whose leader is the process
+    recorded or gone: a group id is never handed out again while any process is in the group, so a gone leader's
+    group holds only what the command started; a live process of that pid that started at another time is
+    another's, and is left alone."""
+    for record in root.rglob(f"{GROUPS}/*"):
+        pid, _, start = record.name.partition("-")
+        if not pid.isdigit() or int(pid) in spare:
+            continue
+        now = _started(int(pid))
+        if now is None or now == start:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(pid), signal.SIGKILL)
+
+
 def end_processes(root: Path, also_spare: set[int] = frozenset(), rounds: int = 20) -> list[int]:
-    """SIGKILL every process started under ``root`` (:func:`_marked`), again until none is left (one may have
-    forked meanwhile); the pids it killed."""
+    """SIGKILL every process started under ``root``: the process groups recorded (:func:`adopt_group`), then every
+    process whose environment names it (:func:`_marked`), again until none is left (one may have forked
+    meanwhile); the pids found by their environment."""
     spare = {os.getpid(), *also_spare}
+    _end_groups(root, spare)
     killed: list[int] = []
     for _ in range(rounds):
         pids = _marked(root, spare)
@@ -377,4 +472,5 @@ def interrupted_line(e: BaseException, what: str = "stopped") -> str:
 
 
 __all__ = ["BASE_ENV", "ROOT_ENV", "Interrupted", "base_tempdir", "blocked", "command", "end_processes", "exit_code",
-           "handle_signals", "interrupted_line", "received", "settle", "sweep", "temp_root", "unblock"]
+           "adopt_group", "handle_signals", "interrupted_line", "keep_stderr_in", "received", "say", "settle", "sweep", "temp_root",
+           "unblock"]

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import lifecycle
 from .engine import WorkbenchError
 from .files import tail
 from .isolate import EngineCrashed, TAIL_LINES
@@ -264,10 +265,12 @@ def spawn(argv: Sequence[str], death_signal: int, **popen: Any) -> subprocess.Po
     _SPAWNS.put((functools.partial(subprocess.Popen, list(argv), preexec_fn=functools.partial(
         _die_with_parent, death_signal), **popen), done))
     try:
-        return done.result()
+        proc = done.result()
     except BaseException:
         done.add_done_callback(_reap)
         raise
+    lifecycle.adopt_group(proc.pid)  # what the server starts in its group ends with the command, however it ends
+    return proc
 
 
 def _stop_all() -> None:
