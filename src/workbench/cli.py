@@ -542,7 +542,11 @@ def serve(
                                                          "synthetic:… for the others)"),
     port: int = typer.Option(0, "--port", help="port to bind (default: one the OS picks)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY", help="the server's API key"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY", help="the server's API key "
+                                          "(it reaches the server in its environment, never its command line; "
+                                          "WORKBENCH_API_KEY or --api-key-file keep it out of this command's too)"),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the API key from this file's first "
+                                                "line"),
     slots: int = typer.Option(1, "--slots", help="parallel slots (llama-server -np)"),
     threads: int = typer.Option(1, "--threads", help="engine threads"),
     log_dir: Path = typer.Option(Path("runs/servers"), "--log-dir", help="where the server's log goes"),
@@ -556,6 +560,8 @@ def serve(
 
     if engine not in cells.SERVED:
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(cells.SERVED)}")
+    if api_key_file is not None:
+        api_key = _key_from(api_key_file, api_key)
     _env_folders()
     try:
         _serve.check_extra_args(ctx.args)
@@ -581,6 +587,20 @@ def serve(
     except KeyboardInterrupt:
         _interrupted("the server was stopped")
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
+
+
+def _key_from(path: Path, given: Optional[str]) -> str:
+    """The API key on the first line of ``path`` (``--api-key-file``); exit 2 where it cannot be one."""
+    if given:
+        _fail("give --api-key (or WORKBENCH_API_KEY) or --api-key-file, not both")
+    try:
+        lines = path.read_text().splitlines() if path.is_file() else []
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"--api-key-file {path}: cannot be read ({getattr(e, 'strerror', None) or e})")
+    key = lines[0].strip() if lines else ""
+    if not key:
+        _fail(f"--api-key-file {path}: give a file whose first line is the key")
+    return key
 
 
 @app.command()
