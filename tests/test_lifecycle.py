@@ -24,54 +24,60 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason=
 #: A command in a child: it takes the lifecycle, starts a grandchild that outlives it unless ended (its own session,
 #: like a server's), prints the root, the grandchild's pid and the temp folder Python uses, then waits.
 COMMAND = textwrap.dedent("""
-    import subprocess, sys, tempfile, time
+    import os, subprocess, sys, tempfile, time
     from workbench import lifecycle
     with lifecycle.command() as root:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         (root / "made-by-the-command").mkdir()
+        outside = tempfile.mkdtemp(dir=os.environ["OUTSIDE"])  # a Ray session's folder, kept short in /tmp
+        lifecycle.adopt_folder(outside)
         print(root, child.pid, tempfile.gettempdir(), flush=True)
         time.sleep(float(sys.argv[1]))
 """)
 
 
 def _command(base: Path, hold_s: float) -> tuple[subprocess.Popen, Path, int]:
+    base.mkdir(exist_ok=True)
+    (base.parent / "outside").mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-c", COMMAND, str(hold_s)], stdout=subprocess.PIPE, text=True,
-                            env=os.environ | {"TMPDIR": str(base)}, start_new_session=True)
+                            env=os.environ | {"TMPDIR": str(base), "OUTSIDE": str(base.parent / "outside")},
+                            start_new_session=True)
     root, child, temp = proc.stdout.readline().split()
     assert temp == root and Path(root).parent == base and Path(root).name.startswith(lifecycle.PREFIX)
     return proc, Path(root), int(child)
 
 
 def test_a_command_ends_what_it_started_and_removes_its_root(tmp_path):
-    proc, root, child = _command(tmp_path, 0.5)
+    proc, root, child = _command(tmp_path / "tmp", 0.5)
     assert proc.wait(60) == 0
     assert gone_within(10, [child]) == []
-    assert list(tmp_path.iterdir()) == []
+    assert list((tmp_path / "tmp").iterdir()) == [] and list((tmp_path / "outside").iterdir()) == []
 
 
 def test_the_reaper_ends_what_a_killed_command_started_and_removes_its_root(tmp_path):
     """kill -9 of the command: nothing of it runs its cleanup, yet nothing it started is left."""
-    proc, root, child = _command(tmp_path, 600)
-    assert alive(child) and root.is_dir()
+    proc, root, child = _command(tmp_path / "tmp", 600)
+    assert alive(child) and root.is_dir() and list((tmp_path / "outside").iterdir())
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert gone_within(30, [child]) == []
     deadline = time.monotonic() + 30
     while root.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert list(tmp_path.iterdir()) == []
+    assert list((tmp_path / "tmp").iterdir()) == [] and list((tmp_path / "outside").iterdir()) == []
 
 
 def test_the_next_command_sweeps_a_root_whose_command_and_reaper_were_both_killed(tmp_path):
     """Were the reaper killed too (kill -9 of every process of the user), the next command to start removes the
     dead root and ends what still runs from it; a root a live command holds, and a folder that is no root, stay."""
-    proc, live, child = _command(tmp_path, 600)
-    dead = tmp_path / f"{lifecycle.PREFIX}dead"
+    base = tmp_path / "tmp"
+    proc, live, child = _command(base, 600)
+    dead = base / f"{lifecycle.PREFIX}dead"
     dead.mkdir()
     (dead / lifecycle.LOCK).touch()
     straggler = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
                                  env=os.environ | {lifecycle.ROOT_ENV: str(dead / "nested")}, start_new_session=True)
-    foreign = tmp_path / f"{lifecycle.PREFIX}not-ours"  # no lock: not a root this module made, and not empty
+    foreign = base / f"{lifecycle.PREFIX}not-ours"  # no lock: not a root this module made, and not empty
     foreign.mkdir()
     (foreign / "kept").touch()
     old = time.time() - 3600
@@ -79,7 +85,7 @@ def test_the_next_command_sweeps_a_root_whose_command_and_reaper_were_both_kille
         os.utime(folder, (old, old))
     try:
         os.utime(live, (old, old))  # old, but held: its command runs
-        assert sorted(p.name for p in lifecycle.sweep(tmp_path)) == [dead.name]
+        assert sorted(p.name for p in lifecycle.sweep(base)) == [dead.name]
         assert straggler.wait(10) == -signal.SIGKILL
         assert not dead.exists() and foreign.is_dir() and live.is_dir() and alive(child)
     finally:

@@ -253,6 +253,7 @@ def sweep(base: Path | None = None) -> list[Path]:
     for root in _owned_roots(Path(base) if base else base_tempdir()):
         if not _held(root):
             end_processes(root)
+            _remove_folders(root)
             shutil.rmtree(root, ignore_errors=True)
             gone.append(root)
     return gone
@@ -283,6 +284,7 @@ def temp_root() -> Iterator[Path]:
             tempfile.tempdir = saved
             end_processes(root, also_spare={reaper.pid})
             _multiprocessing_temp_now(root)
+            _remove_folders(root)
             shutil.rmtree(root, ignore_errors=True)
             reaper.release()
             os.close(lock)
@@ -345,6 +347,30 @@ def adopt_group(pgid: int) -> None:
         with contextlib.suppress(OSError):
             (Path(root) / GROUPS).mkdir(exist_ok=True)
             (Path(root) / GROUPS / f"{pgid}-{start}").touch()
+
+
+FOLDERS = ".folders"
+
+
+def adopt_folder(folder: str | os.PathLike) -> None:
+    """Record a folder the running command made outside its temp root (a Ray session's, which must stay short and
+    lies in ``RAY_TMPDIR`` or /tmp), so that it goes with the command's root however the command ends. Nothing
+    outside a command."""
+    root = os.environ.get(ROOT_ENV)
+    if root and Path(root).is_dir():
+        import hashlib
+
+        with contextlib.suppress(OSError):
+            (Path(root) / FOLDERS).mkdir(exist_ok=True)
+            path = os.path.abspath(folder)
+            (Path(root) / FOLDERS / hashlib.sha256(path.encode()).hexdigest()[:16]).write_text(path)
+
+
+def _remove_folders(root: Path) -> None:
+    """Remove the folders recorded under ``root`` (:func:`adopt_folder`); what already went is skipped."""
+    for record in root.rglob(f"{FOLDERS}/*"):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(record.read_text().strip(), ignore_errors=True)
 
 
 def _end_groups(root: Path, spare: set[int]) -> None:
@@ -430,6 +456,7 @@ def _reap(root: Path, r: int, w: int, parent: int) -> None:  # pragma: no cover 
         if ready or os.getppid() != parent:
             break
     end_processes(root)
+    _remove_folders(root)
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -472,5 +499,5 @@ def interrupted_line(e: BaseException, what: str = "stopped") -> str:
 
 
 __all__ = ["BASE_ENV", "ROOT_ENV", "Interrupted", "base_tempdir", "blocked", "command", "end_processes", "exit_code",
-           "adopt_group", "handle_signals", "interrupted_line", "keep_stderr_in", "received", "say", "settle", "sweep", "temp_root",
+           "adopt_folder", "adopt_group", "handle_signals", "interrupted_line", "keep_stderr_in", "received", "say", "settle", "sweep", "temp_root",
            "unblock"]
