@@ -230,11 +230,16 @@ def _held(root: Path) -> bool:
 
     try:
         age = time.time() - root.stat().st_mtime
-        if age < SWEEP_MIN_AGE_S:
-            return True
+    except OSError:  # gone meanwhile: nothing to sweep
+        return True
+    if age < SWEEP_MIN_AGE_S:
+        return True
+    try:
         fd = os.open(root / LOCK, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return not (age > 60 and not any(root.iterdir()))
+        with contextlib.suppress(OSError):
+            return not (age > 60 and not any(root.iterdir()))
+        return True
     except OSError:
         return True
     try:
