@@ -169,6 +169,8 @@ def check_port(host: str, port: int) -> None:
     anything starts; bound as a server binds it (SO_REUSEADDR: a port some closed connection waits on is free)."""
     if not port:
         return
+    if not 0 < port <= 65535:
+        raise ServerRefused(f"port must be 0 (the OS picks) to 65535, got {port}")
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
