@@ -45,6 +45,7 @@ from markdown_it.token import Token
 
 from . import claims as _claims
 from . import standing as _standing
+from .probes import churn as _churn
 from .engine import WorkbenchError
 from .files import check_file_writable, read_regular, write_output
 from .settle import shown_verdict
@@ -120,6 +121,17 @@ def _status_cell(state: ClaimState, base: Path) -> str:
     parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
               f"[finding]({_link(s.path, base)})" for s in state.references]
     return "<br>".join(parts)
+
+
+def _churn_cell(state: ClaimState, base: Path) -> str:
+    """The version-churn row's cell: its status, then what the cross-release rule found changed between the
+    releases compared (its own words, the surveys named), marked where it settles nothing (a test double)."""
+    cell = _status_cell(state, base)
+    across = [s for s in state.subject if " → " in (s.engine_version or "") and s.verdict in ANSWERS]
+    for s in across:
+        said = "what changed" if s.answers else "what changed (settles nothing)"
+        cell += f"<br>{said} · {_text(s.engine_version)}: {_text(s.summary)} · [survey]({_link(s.path, base)})"
+    return cell
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -416,7 +428,7 @@ def _status_cells(key: str, texts: list[str], human: list[str | None], states: d
     for claim in _claims.in_section(key):
         hits = [i for i in range(2, len(texts)) if _first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
         if len(hits) == 1 and human[hits[0]] is not None:
-            cells[hits[0]] = _status_cell(states[claim.id], base)
+            cells[hits[0]] = (_churn_cell if claim.id == _churn.CLAIM else _status_cell)(states[claim.id], base)
             continue
         table, row = f"the '{_claims.SECTIONS[key]}' table", f"starting with {claim.match!r} (claim {claim.id})"
         problems.append(f"{table} has no row {row}" if not hits else

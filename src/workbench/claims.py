@@ -129,6 +129,10 @@ _CLAIMS += [
     Claim("gateway.inventory", "gateway", "The inventory built from the events predicts the engine's reuse",
           "The inventory built from the events predicts the engine's reuse, the premise of KV-exact routing "
           "(\"Per-endpoint KV inventory → KV-exact selection\")."),
+    Claim("gateway.ledger", "gateway", "The event ledger closes",
+          "The event ledger closes: under an eviction ramp stored − removed equals what the engine holds, a clear or "
+          "restart empties the inventory and misses follow, and removing one of two copies of a block does not "
+          "invalidate its hash (a mirror never leaks or forgets blocks)."),
     Claim("gateway.hash_parity", "gateway", "Block hashes can be recomputed from token ids",
           "Block hashes can be recomputed from token ids (hash parity: \"Correct parity, then warm the pool again "
           "before measuring\")."),

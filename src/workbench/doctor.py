@@ -72,6 +72,35 @@ def _cores(rep: dict) -> list[str]:
     return lines
 
 
+def engine_lines(name: str, a: dict) -> list[str]:
+    """One engine's lines: available or why not, its guard rows, and where it has one, the release profile the
+    cell took for it and how that profile differs from the older ones (TensorRT-LLM 1.4 against 1.2)."""
+    if a["available"]:
+        extra = ""
+        if "gpu_offload" in a["details"]:
+            extra = f" · GPU offload {'built in' if a['details']['gpu_offload'] else 'not built'}"
+        lines = [f"engine      {name}: available, version {a['version']}{extra}"]
+        if "extra_buffers_reason" in a["details"]:
+            lines.append(f"  extra buffers {a['details']['extra_buffers_reason']}")
+    else:
+        lines = [f"engine      {name}: unavailable — {a['reason']}"]
+    details = a["details"]
+    if details.get("test_double"):
+        lines.append(f"  double    {details['test_double']}: a test double, never an answer for the engine")
+    release = details.get("release")
+    if release:
+        lines.append(f"  release   {release['name']} profile (written against {release['written_against']}); "
+                     f"default KV manager {release['kv_manager_default']}")
+        for older, diffs in (details.get("release_differences") or {}).items():
+            lines.append(f"  differs   from {older}: " + ("nothing the cell depends on" if not diffs else
+                                                        f"{len(diffs)} behaviour(s)"))
+            lines += [f"    {d['field']}: {d['was']} → {d['now']}" for d in diffs]
+    for row in details.get("guard", []):
+        mark = "ok" if row.get("ok") else "MISSING/CHANGED"
+        lines.append(f"  guard     {mark:>15}  {row.get('symbol')}  {row.get('detail') or ''}".rstrip())
+    return lines
+
+
 def render(rep: dict) -> str:
     """A human-readable report (the same facts as ``--json``)."""
     lines = [
@@ -90,18 +119,7 @@ def render(rep: dict) -> str:
     else:
         lines.append(f"gpu         none — {g['reason']}")
     for name, a in rep["engines"].items():
-        if a["available"]:
-            extra = ""
-            if "gpu_offload" in a["details"]:
-                extra = f" · GPU offload {'built in' if a['details']['gpu_offload'] else 'not built'}"
-            lines.append(f"engine      {name}: available, version {a['version']}{extra}")
-            if "extra_buffers_reason" in a["details"]:
-                lines.append(f"  extra buffers {a['details']['extra_buffers_reason']}")
-        else:
-            lines.append(f"engine      {name}: unavailable — {a['reason']}")
-        for row in a["details"].get("guard", []):
-            mark = "ok" if row.get("ok") else "MISSING/CHANGED"
-            lines.append(f"  guard     {mark:>15}  {row.get('symbol')}  {row.get('detail') or ''}".rstrip())
+        lines += engine_lines(name, a)
     d = rep["default_model"]
     if d["ok"]:
         got = d["decoded"]

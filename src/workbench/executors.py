@@ -89,6 +89,15 @@ def node_lost(where: str, why: str) -> str:
     return f"NodeLost: {where} was lost mid-job ({why})"
 
 
+def local_env(job: Job) -> dict[str, str] | None:
+    """The variables of a job's environment where it is made of ``env_vars`` only, which this machine provides
+    (set around the job's kernel); None where it asks for more (only Ray builds those); {} for no environment."""
+    env = dict(job.runtime_env or {})
+    if set(env) - {"env_vars"}:
+        return None
+    return {str(k): str(v) for k, v in (env.get("env_vars") or {}).items()}
+
+
 #: Records a job as running under a fresh attempt id (findings.ATTEMPT_ENV) and returns that id.
 Start = Callable[[Job], str]
 
@@ -107,11 +116,13 @@ class Executor(abc.ABC):
         self.job_timeout_s = job_timeout_s
 
     def check(self, jobs: Sequence[Job]) -> None:
-        """Refuse, before anything runs, jobs this executor cannot honour (:class:`ExecutorError`)."""
-        envs = sorted({j.environment for j in jobs if j.runtime_env})
+        """Refuse, before anything runs, jobs this executor cannot honour (:class:`ExecutorError`). This machine
+        provides an environment made of ``env_vars`` only (:func:`local_env`); any other is a Ray runtime_env."""
+        envs = sorted({j.environment for j in jobs if j.runtime_env and local_env(j) is None})
         if envs:
-            raise ExecutorError(f"environments ({', '.join(envs)}) are Ray runtime_envs: run the matrix with "
-                                "--executor ray, or drop its environments")
+            raise ExecutorError(f"environments ({', '.join(envs)}) are Ray runtime_envs (pip, conda, uv, an image…): "
+                                "run the matrix with --executor ray, or drop its environments (one of env_vars "
+                                "only runs here)")
 
     def __enter__(self) -> "Executor":
         return self

@@ -35,7 +35,7 @@ from . import lanes as _lanes
 from .params import parse_bool
 from .engine import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
-from .executors import TIMEOUT, Executor, Job, Ran, Start, resources_for, untimed_here
+from .executors import TIMEOUT, Executor, Job, Ran, Start, local_env, resources_for, untimed_here
 from .findings import now_iso
 from .jobs import KERNEL, Planned, execute, kernel_manager
 
@@ -306,10 +306,11 @@ def in_turn(jobs: Sequence[Job] | _lanes.Dealt, out: Path, start: Start, verbose
     lane = f"-lane{jobs.lane}" if isinstance(jobs, _lanes.Dealt) else ""  # two lanes may run one engine's
     with _Forkservers(out / "logs", untimed, lane) if share else contextlib.ExitStack() as servers:
         for job, later in _ahead(jobs, servers):
-            shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share else None
+            own = local_env(job) or {}  # a matrix environment of env_vars: its kernel's and its engine's own
+            shared = {isolate.SHARED_ENV: servers.for_job(job, later)} if share and not own else {}
             attempt = start(job)
             t0 = time.perf_counter()
-            with envvars.scoped(shared):
+            with envvars.scoped(shared | own or None):
                 status, error = execute(job.planned, out, attempt, verbose, timeout_s)
             yield job, attempt, Ran(status, error, round(time.perf_counter() - t0, 2), node=where)
 

@@ -9,6 +9,8 @@ workbench's declarations (the probe's rule, its version and parameters; the clai
 - a finding of a probe this workbench does not declare, or of another version of it, cannot be re-checked by
   the rule that wrote it: re-run it (a newer version supersedes an older one); nor can one on a claim its probe
   does not test, or one whose engine is not the engine its own fingerprint was taken on;
+- a finding made on a test double (its fingerprint names one: ``test_double``) exercises the workbench, never the
+  engine, so it settles nothing, however it came out;
 - a static survey (symbols exist) never settles a behavioural claim;
 - a parameter that builds the outcome (``Probe.outcome_params`` moved from its default) makes the run exploratory;
 - an on-target claim needs the target's GPU in the finding's own fingerprint;
@@ -71,6 +73,12 @@ def _declared(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _d
             "re-run it")
 
 
+def _double(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
+    said = (f.environment or {}).get("test_double")
+    return (f"it was made on a test double ({said}), which stands for {f.engine} in the workbench's own tests and "
+            "never answers for it" if said else None)
+
+
 def _survey(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
     static = isinstance(d, probes.Probe) and not d.needs_engine
     return (f"{f.probe} surveys the installed package (symbols exist), and existence never settles a behavioural "
@@ -86,12 +94,20 @@ def _exploratory(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now:
     if (f.cell_options or {}).get(CONNECTOR_OPTION):
         return (f"exploratory: the cell ran with a KV connector ({CONNECTOR_OPTION}), which loads KV from outside the "
                 "engine's own cache: its cached-token counts are not the engine's prefix cache")
+    manager = (f.cell_options or {}).get(KV_MANAGER_OPTION, PINNED_MANAGER)
+    if manager != PINNED_MANAGER:
+        return (f"exploratory: the cell ran the release's default KV manager ({KV_MANAGER_OPTION}={manager!r}), not the "
+                "one the blueprint maps its mechanisms onto (retention, the event block key, the connector): a "
+                "finding beside the claim's run, never its answer")
     return None
 
 
 #: A cell option that puts a KV connector in the engine: what it loads counts as cached tokens (vLLM counts
 #: external hits in ``num_cached_tokens``), so a probe of the engine's own cache measures the connector instead.
 CONNECTOR_OPTION = "kv_transfer_config"
+#: A cell option that picks the engine's KV manager (TensorRT-LLM 1.4: V2 by default, which ignores per-request
+#: retention); the claims are about the manager the cell pins unless told otherwise.
+KV_MANAGER_OPTION, PINNED_MANAGER = "kv_manager", "v1"
 
 
 def has_gpu(f: Finding) -> bool:
@@ -116,6 +132,7 @@ def _rederived(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _
 RULES: tuple[Check, ...] = (
     Check("dated", _future),
     Check("declared", _declared),
+    Check("double", _double),
     Check("survey", _survey),
     Check("exploratory", _exploratory),
     Check("on target", _on_target),

@@ -124,23 +124,30 @@ def standings(found: Found) -> dict[str, list[Standing]]:
 def version_churn(found: Found) -> Standing | None:
     """Version churn is a claim across releases, so no single finding answers it: the cross-version rule
     (:func:`workbench.probes.churn.churn_verdict`) over the subject engine's newest contract-mapping survey
-    of each version. Other engines' surveys stay references. None while the subject has no survey that ran."""
+    of each version. Other engines' surveys stay references. None while the subject has no survey that ran.
+    Surveys made on a test double are compared only where no real one exists, among themselves, and the
+    verdict they give settles nothing (it shows the mechanics, never the engine's answer)."""
     subject = _claims.get(churn.CLAIM).subject
-    newest: dict[str, tuple[Path, Finding]] = {}
+    real: dict[str, tuple[Path, Finding]] = {}
+    on_double: dict[str, tuple[Path, Finding]] = {}
     for path, f in found:
         if (f.probe == churn.SURVEY and _cells.runs(f.engine) == subject and f.verdict != "not-run"
                 and not settle.unsettled(f, churn.CLAIM)):  # a forged, future or superseded survey counts for nothing
+            pool = on_double if (f.environment or {}).get("test_double") else real
             v = f.engine_version or "(version unknown)"
-            if v not in newest or (when(f.created), f.id) > (when(newest[v][1].created), newest[v][1].id):
-                newest[v] = (path, f)
+            if v not in pool or (when(f.created), f.id) > (when(pool[v][1].created), pool[v][1].id):
+                pool[v] = (path, f)
+    newest = real or on_double
     if not newest:
         return None
     out = churn.churn_verdict({v: churn.signature_table(f.evidence.get("rows", [])) for v, (_, f) in newest.items()})
     versions = sorted(newest, key=natural)
     path, last = max(newest.values(), key=lambda pf: (when(pf[1].created), pf[1].id))
+    doubled = () if real else (f"every survey compared was made on a test double ({last.environment['test_double']}): "
+                               "the comparison exercises the churn rule, never TensorRT-LLM's releases",)
     return Standing(churn.CLAIM, out.verdict, subject, " → ".join(versions),
                     (last.environment.get("hardware") or {}).get("summary"), last.created, out.summary, None,
-                    last.probe, last.id, path, claim_reason=out.summary)
+                    last.probe, last.id, path, unsettled=doubled, claim_reason=out.summary)
 
 
 @dataclass(frozen=True)

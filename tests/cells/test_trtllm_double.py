@@ -1,9 +1,11 @@
-"""What the TensorRT-LLM double models of 1.2, one behaviour per row, each with the file it mirrors.
+"""What the TensorRT-LLM double models of 1.2 and 1.4, one behaviour per row, each with the file it mirrors.
 
 The cell relies on every row. When a release changes one, update its row (and the double) here:
-the table is the one place that says what the double claims about TensorRT-LLM. The sources were
-read at 1.2-era versions of NVIDIA/TensorRT-LLM (see ``/work/shared/reference`` facts §0 for
-the markers); the double never produces a finding.
+the tables are the one place that says what the double claims about TensorRT-LLM. :data:`BEHAVIOURS` was
+read at 1.2-era versions of NVIDIA/TensorRT-LLM (see ``/work/shared/reference`` facts §0 for the markers) and
+runs on the 1.2.1 profile; :data:`BEHAVIOURS_1_4` holds what the 1.4 line does differently (release v1.4.0rc1 and
+the 1.4-era files each row names; ``tensorrt-llm-after-1.2.md`` §1b) and runs on the 1.4.0rc1 profile. The double
+never produces a finding that settles anything (its fingerprint names it: ``settle``'s "double" row).
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
+from doubles.trtllm_fixture import fake_trt, fake_trt14, model_dir  # noqa: F401 - the fixtures
 
 ROOT = Path(__file__).resolve().parents[2]
 _MODELS = tempfile.TemporaryDirectory(prefix="trtllm-double-")  # config.json: the engine sizes its pool from it
 
 
 def _llm(trt, **kw):
-    kv = trt.llmapi.KvCacheConfig(max_tokens=256, event_buffer_max_size=64, **kw.pop("kv", {}))
+    kv = trt.llmapi.KvCacheConfig(**{"max_tokens": 256, "event_buffer_max_size": 64} | kw.pop("kv", {}))
     model = Path(_MODELS.name) / "tiny-llama"
     if not model.exists():
         model_dir(Path(_MODELS.name), tokenizer=False)
@@ -30,8 +32,30 @@ def _llm(trt, **kw):
                    enable_iter_perf_stats=kw.pop("stats", True), **kw)
 
 
-def _submit(llm, tokens=(5,) * 40, **kw):
-    return llm.generate_async(list(tokens), sampling_params=llm_sampling(llm, **kw))
+def _submit(llm, tokens=(5,) * 40, retention=None, **kw):
+    return llm.generate_async(list(tokens), sampling_params=llm_sampling(llm, **kw),
+                              kv_cache_retention_config=retention)
+
+
+def _pin(trt, n_tokens, priority=100, duration_ms=None):
+    from datetime import timedelta
+
+    cfg = trt.llmapi.KvCacheRetentionConfig
+    duration = None if duration_ms is None else timedelta(milliseconds=duration_ms)
+    return cfg([cfg.TokenRangeRetentionConfig(0, n_tokens, priority, duration)])
+
+
+def _kinds(llm):
+    return [e["data"]["type"] for e in llm.get_kv_cache_events(timeout=0.2)]
+
+
+def _fill_and_ask(trt, llm, pinned, retention, fillers=6):
+    """Pin ``pinned`` under ``retention``, push default-priority fillers through a pool of 8 blocks, ask again:
+    the prefix's reused blocks."""
+    _submit(llm, pinned, retention=retention).result()
+    for k in range(fillers):
+        _submit(llm, [20 + k] * 64 + [3]).result()
+    return _submit(llm, pinned, retention=retention).result().outputs[0].request_perf_metrics.kv_cache_metrics.num_reused_blocks
 
 
 def llm_sampling(llm, max_tokens=1):
@@ -166,6 +190,77 @@ def partial_reuse_hands_the_connector_a_match_inside_a_block(trt, monkeypatch):
         assert matched == want, (partial, matched)
 
 
+def a_priority_100_prefix_outlives_default_fillers_until_its_duration_passes(trt):
+    """V1 (1.2's one manager): the pinned prefix survives default-priority pressure; once its duration_ms has
+    passed it counts at the default priority and is evicted as LRU would."""
+    prefix = list(range(10, 75))  # two full blocks reusable
+    kept = _fill_and_ask(trt, _llm(trt, kv={"max_tokens": 8 * 32}), prefix, _pin(trt, 65))
+    assert kept == 2
+    expired = _llm(trt, kv={"max_tokens": 8 * 32})
+    _submit(expired, prefix, retention=_pin(trt, 65, duration_ms=20)).result()
+    time.sleep(0.05)
+    for k in range(6):
+        _submit(expired, [20 + k] * 64 + [3]).result()
+    assert _submit(expired, prefix).result().outputs[0].request_perf_metrics.kv_cache_metrics.num_reused_blocks == 0
+
+
+# --------------------------------------------------------------------------------- the 1.4 rows
+
+
+def v2_is_the_default_kv_manager(trt):
+    assert trt.llmapi.KvCacheConfig().use_kv_cache_manager_v2 is True
+    assert _llm(trt).v2 and not _llm(trt, kv={"use_kv_cache_manager_v2": False}).v2
+
+
+def v2_ignores_retention_and_v1_pinned_honours_it(trt):
+    prefix = list(range(10, 75))
+    v2 = _fill_and_ask(trt, _llm(trt, kv={"max_tokens": 8 * 32}), prefix, _pin(trt, 65))
+    v1 = _fill_and_ask(trt, _llm(trt, kv={"max_tokens": 8 * 32, "use_kv_cache_manager_v2": False}), prefix, _pin(trt, 65))
+    assert (v2, v1) == (0, 2)  # V2: evicted like the fillers; V1: held
+
+
+def every_event_states_its_hash_algo(trt):
+    for kv, algo in (({}, "v2_sha256"), ({"use_kv_cache_manager_v2": False}, "v1_block_key")):
+        llm = _llm(trt, kv=kv)
+        _submit(llm).result()
+        events = llm.get_kv_cache_events(timeout=0.2)
+        assert events and {e["hash_algo"] for e in events} == {algo}
+        assert ("layer_group_id" in events[0]) == (algo == "v2_sha256")
+
+
+def v1_and_v2_hash_the_same_block_differently(trt):
+    hashes = []
+    for kv in ({}, {"use_kv_cache_manager_v2": False}):
+        llm = _llm(trt, kv=kv)
+        _submit(llm).result()
+        hashes.append([b["block_hash"] for e in llm.get_kv_cache_events(timeout=0.2) if e["data"]["type"] == "stored"
+                       for b in e["data"]["blocks"]])
+    assert hashes[0] and hashes[1] and not set(hashes[0]) & set(hashes[1])
+
+
+def the_result_carries_exact_cached_tokens_beside_the_blocks(trt):
+    llm = _llm(trt, kv={"use_kv_cache_manager_v2": False})
+    head = list(range(10, 74))
+    _submit(llm, head + [7] * 40).result()
+    out = _submit(llm, head + [7] * 10 + [8] * 30).result()  # 10 tokens into the stored third block
+    assert out.cached_tokens == 64 + 10  # exact: the partial match counts
+    assert out.outputs[0].request_perf_metrics.kv_cache_metrics.num_reused_blocks == 2  # blocks: whole ones only
+
+
+def the_connector_bases_moved_under_connectors(trt):
+    import importlib
+
+    new = importlib.import_module("tensorrt_llm._torch.pyexecutor.connectors.kv_cache_connector")
+    assert new.KvCacheConnectorWorker and new.KvCacheConnectorScheduler
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("tensorrt_llm._torch.pyexecutor.kv_cache_connector")
+
+
+def kv_cache_config_takes_the_push_path(trt):
+    push = trt.llmapi.KVEventsConfig(enable_kv_cache_events=True, endpoint="tcp://127.0.0.1:5557")
+    assert trt.llmapi.KvCacheConfig(kv_events_config=push).kv_events_config.publisher == "zmq"
+
+
 @dataclasses.dataclass(frozen=True)
 class Behaviour:
     name: str
@@ -208,6 +303,10 @@ BEHAVIOURS = (
     Behaviour("the last prompt token is never reused (addSequence matches inputLength - 1 tokens)",
               "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (KVCacheManager::addSequence)",
               the_last_prompt_token_is_never_reused),
+    Behaviour("a retention priority holds its blocks against lower priorities; past its duration_ms it counts at the "
+              "default priority (35) and is evicted as LRU", "cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp "
+              "(LRUEvictionPolicy::refresh, getFreeBlock); cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp "
+              "(loadOrAllocateBlocks, claimBlock)", a_priority_100_prefix_outlives_default_fillers_until_its_duration_passes),
     Behaviour("with enable_partial_reuse (default) the device-matched length handed to the connector "
               "(prepopulatedPromptLen) adds the leading tokens of the next block a stored block shares: not "
               "block-aligned", "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (WindowBlockManager::addSequence, "
@@ -216,15 +315,60 @@ BEHAVIOURS = (
 )
 
 
+BEHAVIOURS_1_4 = (
+    Behaviour("KvCacheConfig() picks the V2 KV manager (use_kv_cache_manager_v2 defaults to True)",
+              "tensorrt_llm/llmapi/llm_args.py (KvCacheConfig.use_kv_cache_manager_v2; release v1.4.0rc1: "
+              "'Default to KV cache manager V2 ... (BREAKING) #17495')", v2_is_the_default_kv_manager),
+    Behaviour("V2 ignores KvCacheRetentionConfig (a priority-100 prefix goes as default blocks do); with "
+              "use_kv_cache_manager_v2=False the V1 manager honours it",
+              "tensorrt_llm/runtime/kv_cache_manager_v2/ (no per-request retention: issue #16251); "
+              "tests/integration/defs/llmapi/test_llm_api_connector.py (test_connector_priorities: KNOWN GAP)",
+              v2_ignores_retention_and_v1_pinned_honours_it),
+    Behaviour("every KV event states hash_algo: v1_block_key under V1, v2_sha256 (and layer_group_id) under V2",
+              "tensorrt_llm/_utils.py (KVCacheEventSerializer; PR #13589); "
+              "tensorrt_llm/runtime/kv_cache_manager_v2/ (V2's events)", every_event_states_its_hash_algo),
+    Behaviour("V2's block hash is not V1's: one block, two hashes",
+              "tensorrt_llm/runtime/kv_cache_manager_v2/ (SHA-256 block keys; PR #13589: consumers hash with the "
+              "advertised algorithm)", v1_and_v2_hash_the_same_block_differently),
+    Behaviour("the request's result carries cached_tokens, exact (a partial match counted), beside the perf "
+              "metrics' whole blocks", "tensorrt_llm/executor/result.py (cached_tokens; ai-dynamo/dynamo#13567, "
+              "checked on 1.3.0rc23)", the_result_carries_exact_cached_tokens_beside_the_blocks),
+    Behaviour("the KV connector bases live in _torch/pyexecutor/connectors/; the 1.2 module is gone",
+              "tensorrt_llm/_torch/pyexecutor/connectors/kv_cache_connector.py",
+              the_connector_bases_moved_under_connectors),
+    Behaviour("KvCacheConfig takes kv_events_config=KVEventsConfig(publisher='zmq', endpoint=…), exported from "
+              "tensorrt_llm.llmapi", "tensorrt_llm/llmapi/llm_args.py (KVEventsConfig; PR #17023)",
+              kv_cache_config_takes_the_push_path),
+)
+
+
+def _check(behaviour, trt, monkeypatch):
+    params = behaviour.check.__code__.co_varnames[:behaviour.check.__code__.co_argcount]
+    behaviour.check(trt, monkeypatch) if "monkeypatch" in params else behaviour.check(trt)
+
+
 @pytest.mark.parametrize("behaviour", BEHAVIOURS, ids=[b.check.__name__ for b in BEHAVIOURS])
 def test_the_double_models_1_2(behaviour, fake_trt, monkeypatch):
-    params = behaviour.check.__code__.co_varnames[:behaviour.check.__code__.co_argcount]
-    behaviour.check(fake_trt, monkeypatch) if "monkeypatch" in params else behaviour.check(fake_trt)
+    _check(behaviour, fake_trt, monkeypatch)
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS_1_4, ids=[b.check.__name__ for b in BEHAVIOURS_1_4])
+def test_the_double_models_1_4(behaviour, fake_trt14, monkeypatch):
+    _check(behaviour, fake_trt14, monkeypatch)
+
+
+@pytest.mark.parametrize("behaviour", BEHAVIOURS_1_4, ids=[b.check.__name__ for b in BEHAVIOURS_1_4])
+def test_each_1_4_row_is_a_difference_the_1_2_profile_does_not_show(behaviour, fake_trt, monkeypatch):
+    """A 1.4 row that also held on the 1.2 profile would be no difference: each fails there."""
+    with pytest.raises((AssertionError, AttributeError, KeyError, ModuleNotFoundError, TypeError)):
+        _check(behaviour, fake_trt, monkeypatch)
 
 
 def test_every_behaviour_names_its_source():
-    assert all(b.source.startswith(("tensorrt_llm/", "cpp/", "tests/")) for b in BEHAVIOURS)
-    assert len({b.check for b in BEHAVIOURS}) == len(BEHAVIOURS)
+    for table in (BEHAVIOURS, BEHAVIOURS_1_4):
+        assert all(b.source.startswith(("tensorrt_llm/", "cpp/", "tests/")) for b in table)
+        assert len({b.check for b in table}) == len(table)
+    assert not {b.check for b in BEHAVIOURS} & {b.check for b in BEHAVIOURS_1_4}
 
 
 def test_no_double_outside_tests():

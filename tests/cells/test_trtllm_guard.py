@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from doubles.trtllm_fixture import fake_trt, model_dir  # noqa: F401 - the fixture
+from doubles.trtllm_fixture import fake_trt, fake_trt14, model_dir  # noqa: F401 - the fixtures
 
 from workbench.cells.trtllm import cell as trtllm_cell
 from workbench.cells.trtllm import guard as trtllm_guard
@@ -33,9 +33,34 @@ def test_the_guard_module_does_not_import_tensorrt_llm():
 def test_guard_all_present(fake_trt):
     rows = trtllm_guard.check_guard(fake_trt)
     assert len(rows) == len(trtllm_guard.GUARD)
-    assert all(r.ok and r.status == "ok" and not r.missing for r in rows)
+    assert all(r.ok and not r.missing for r in rows)
+    # 1.4's push path is not a 1.2 fault: absent, as expected, named so
+    assert {r.name: r.status for r in rows if r.status != "ok"} == {"llmapi.KVEventsConfig": "not yet"}
     install = trtllm_guard.load()
     assert install.version == "1.2.1" and install.refusal(trtllm_guard.FEATURES) is None
+    assert install.release.name == "1.2" and install.double.endswith("as tensorrt_llm 1.2.1")
+
+
+def test_the_1_4_profile_takes_the_1_4_layout(fake_trt14):
+    """1.4.0rc1: the connector bases under connectors/ are its layout (ok, said where), V2 is the declared default,
+    the push path and the exact cached_tokens are found; nothing is refused."""
+    rows = {r.name: r for r in trtllm_guard.check_guard(fake_trt14)}
+    assert all(r.ok and r.status == "ok" for r in rows.values()), [r for r in rows.values() if not r.ok]
+    worker = rows["_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker"]
+    assert "connectors.kv_cache_connector.KvCacheConnectorWorker (the 1.4 layout)" in worker.detail
+    assert "use_kv_cache_manager_v2 defaults to True here (False in 1.2)" in rows["llmapi.KvCacheConfig"].detail
+    assert "optional cached_tokens absent" not in rows["executor.result.GenerationResult"].detail
+    install = trtllm_guard.load()
+    assert install.release.name == "1.4" and install.refusal(trtllm_guard.FEATURES) is None
+
+
+def test_a_1_2_profile_with_the_1_4_layout_is_refused_by_name(fake_trt14, monkeypatch):
+    """The same install read as 1.2.1: its connector layout is a move the 1.2 profile does not expect."""
+    monkeypatch.setattr(fake_trt14, "__version__", "1.2.1")
+    rows = {r.name: r for r in trtllm_guard.check_guard(fake_trt14)}
+    worker = rows["_torch.pyexecutor.kv_cache_connector.KvCacheConnectorWorker"]
+    assert worker.status == "moved" and not worker.ok and "the 1.2 profile does not expect" in worker.detail
+    assert rows["llmapi.KVEventsConfig"].status == "ok"  # present early: no fault
 
 
 def test_guard_names_missing_and_changed_symbols(fake_trt, tmp_path, monkeypatch):
@@ -112,4 +137,38 @@ def test_broken_install_is_not_reported_as_missing(monkeypatch):
 
 def test_version_pin():
     assert trtllm_guard.version_supported("1.2.1") and trtllm_guard.version_supported("1.2.0rc8")
+    assert trtllm_guard.version_supported("1.4.0rc1") and trtllm_guard.version_supported("1.4.0rc4")
     assert not trtllm_guard.version_supported("1.3.0rc27") and not trtllm_guard.version_supported("unknown")
+    assert not trtllm_guard.version_supported("1.5.0") and not trtllm_guard.version_supported("1.1.0")
+
+
+@pytest.mark.parametrize("version, why", [
+    ("1.3.0rc27", "the 1.3 line was never finalised"),
+    ("1.5.0", "a release the workbench does not know yet"),
+    ("2.0.0rc1", "a release the workbench does not know yet"),
+    ("1.1.0", "older than every profile"),
+    ("unknown", "not a tensorrt_llm release version"),
+])
+def test_a_release_it_does_not_know_is_refused_by_name_with_what_to_do(version, why):
+    reason = trtllm_guard.version_reason(version)
+    assert reason.startswith(f"tensorrt_llm {version} is installed: {why}")
+    assert "1.2.x, 1.4.x" in reason and "pip install tensorrt_llm==1.2.*" in reason
+    assert "add its profile to workbench.cells.trtllm.guard.RELEASES" in reason
+
+
+def test_an_unknown_release_refuses_open_and_availability(fake_trt14, monkeypatch, tmp_path):
+    monkeypatch.setattr(fake_trt14, "__version__", "1.5.0")
+    a = trtllm_cell.TrtLlmCell.availability()
+    assert not a.available and "1.5.0 is installed: a release the workbench does not know yet" in a.reason
+    with pytest.raises(EngineUnavailable, match="1.5.0 is installed: a release the workbench does not know yet"):
+        trtllm_cell.TrtLlmCell.open(str(model_dir(tmp_path)))
+
+
+def test_the_releases_are_data_each_with_its_sources():
+    """What a reader of findings (a version belongs to its engine) and doctor take from the guard."""
+    assert [r.name for r in trtllm_guard.RELEASES] == ["1.2", "1.4"]
+    assert all(r.sources and r.install.startswith("pip install") for r in trtllm_guard.RELEASES)
+    diff = {f: (a, b) for f, a, b in trtllm_guard.differences(*trtllm_guard.RELEASES)}
+    assert diff["kv_manager_default"] == ("V1", "V2") and "connectors" in diff["connector_module"][1]
+    assert set(diff) == set(trtllm_guard.PROFILE_FIELDS)  # 1.4 changed every behaviour the profile records
+    assert trtllm_guard.release_of("1.4.0rc1").name == "1.4" and trtllm_guard.release_of("1.3.0rc1") is None

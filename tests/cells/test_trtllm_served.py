@@ -48,7 +48,7 @@ def _launch(tmp_path, **options):
 def test_the_default_launch_turns_on_block_reuse_events_and_perf_metrics(tmp_path):
     argv, options = _launch(tmp_path)
     assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 1024,
-                                          "tokens_per_block": 32}
+                                          "use_kv_cache_manager_v2": False, "tokens_per_block": 32}
     assert options["return_perf_metrics"] is True and options["perf_metrics_max_requests"] == 1000
     assert argv[argv.index("--extra_llm_api_options") + 1] == str(tmp_path / trtllm_served.TRTLLM_OPTIONS)
     assert argv[argv.index("--backend") + 1] == "pytorch" and "--trust_remote_code" not in argv
@@ -61,5 +61,25 @@ def test_each_option_reaches_the_flag_or_yaml_field_serve_py_reads(tmp_path):
     assert argv[argv.index("--max_num_tokens") + 1] == "2048" and argv[argv.index("--tp_size") + 1] == "2"
     assert {"--trust_remote_code", "--enable_chunked_prefill"} <= set(argv)
     assert options["kv_cache_config"] == {"enable_block_reuse": True, "event_buffer_max_size": 0, "tokens_per_block": 64,
-                                          "max_tokens": 8192, "free_gpu_memory_fraction": 0.5}
+                                          "use_kv_cache_manager_v2": False, "max_tokens": 8192,
+                                          "free_gpu_memory_fraction": 0.5}
     assert options["perf_metrics_max_requests"] == 10
+
+
+def test_v1_is_pinned_unless_the_release_default_is_asked_for(tmp_path):
+    """``use_kv_cache_manager_v2`` exists on 1.2 (False) and 1.4 (V2 by default): the pin is valid on both."""
+    _, default = _launch(tmp_path, kv_manager="default")
+    assert "use_kv_cache_manager_v2" not in default["kv_cache_config"]
+    with pytest.raises(ValueError, match="kv_manager 'v2'"):
+        TrtllmServeOptions(kv_manager="v2")
+
+
+@pytest.mark.parametrize("doc, cached", [
+    ({"usage": {"prompt_tokens": 96, "prompt_tokens_details": {"cached_tokens": 64}}}, 64),  # 1.3+ (exact)
+    ({"usage": {"prompt_tokens": 96, "prompt_tokens_details": {"cached_tokens": 0}}}, 0),
+    ({"usage": {"prompt_tokens": 96}}, None),  # 1.2: no details, the perf metrics' blocks answer
+    ({"usage": {"prompt_tokens": 96, "prompt_tokens_details": None}}, None),
+    ({}, None),
+])
+def test_the_completions_exact_cached_tokens_are_read_where_the_server_gives_them(doc, cached):
+    assert trtllm_served.usage_cached_tokens(doc) == cached

@@ -1,8 +1,9 @@
-"""The ``fake_trt`` fixture: the TensorRT-LLM double loaded as ``tensorrt_llm`` for one test.
+"""The ``fake_trt`` fixtures: the TensorRT-LLM double loaded as ``tensorrt_llm`` for one test.
 
-Import it into a test module (``from doubles.trtllm_fixture import fake_trt``). It hands the double
-to the workbench through the guard's one import (``trtllm_guard.import_trtllm``), reports a GPU,
-and shuts every LLM the test left open (their dispatch threads) down afterwards.
+Import one into a test module (``from doubles.trtllm_fixture import fake_trt``): ``fake_trt`` is the 1.2.1 profile,
+``fake_trt14`` the 1.4.0rc1 one, ``fake_trt_any`` each in turn (a test of both profiles). Each hands the double to
+the workbench through the guard's one import (``trtllm_guard.import_trtllm``), reports a GPU, and shuts every LLM
+the test left open (their dispatch threads) down afterwards.
 """
 
 from __future__ import annotations
@@ -28,9 +29,31 @@ CONFIG = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2, "num_at
           "torch_dtype": "bfloat16", "eos_token_id": 2}
 
 
+RELEASES = ("1.2.1", "1.4.0rc1")
+RELEASE_ENV = "FAKE_TENSORRT_LLM_RELEASE"  # what fake_tensorrt_llm/_profile.py reads at import
+SITE = Path(__file__).parent / "site"  # a folder whose tensorrt_llm is the double, for a subprocess's PYTHONPATH
+
+
 @pytest.fixture
 def fake_trt(monkeypatch):
-    """Load the double as ``tensorrt_llm`` and hand it to the workbench; a GPU is reported present."""
+    """Load the double (1.2.1) as ``tensorrt_llm`` and hand it to the workbench; a GPU is reported present."""
+    yield from _load(monkeypatch, "1.2.1")
+
+
+@pytest.fixture
+def fake_trt14(monkeypatch):
+    """The double as tensorrt_llm 1.4.0rc1 (V2 by default, connectors moved, exact cached_tokens, hash_algo)."""
+    yield from _load(monkeypatch, "1.4.0rc1")
+
+
+@pytest.fixture(params=RELEASES)
+def fake_trt_any(monkeypatch, request):
+    """The double as each known release in turn: a test that must hold on both profiles."""
+    yield from _load(monkeypatch, request.param)
+
+
+def _load(monkeypatch, release: str):
+    monkeypatch.setenv(RELEASE_ENV, release)
     for name in [n for n in sys.modules if n == "tensorrt_llm" or n.startswith("tensorrt_llm.")]:
         monkeypatch.delitem(sys.modules, name)
     spec = importlib.util.spec_from_file_location("tensorrt_llm", FAKE / "__init__.py",

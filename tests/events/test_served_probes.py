@@ -42,3 +42,16 @@ def test_vllm_serve_fans_out_to_a_second_consumer_it_publishes_to(tmp_path):
                    out=tmp_path, isolated=False)
     assert f.verdict == "refuted", f.summary
     assert f.metrics["consumer_seen_fraction_min"]["value"] == 1.0
+
+
+def test_vllm_serve_closes_its_ledger_and_publishes_the_clear_with_the_next_step(tmp_path, monkeypatch):
+    """events.ledger_closure on ``vllm serve``: its dev route ``POST /reset_prefix_cache`` clears (without it the
+    probe restarts the server), and the clear reaches the gateway only with the engine's next step, as in-process."""
+    require_engine("vllm-server")
+    monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
+    f = probes.run("events.ledger_closure", engine="vllm-server", model="synthetic:cpu",
+                   params={"requests": 12, "readback": 3}, out=tmp_path, isolated=False)
+    m = {k: v["value"] for k, v in f.metrics.items()}
+    assert f.verdict == "partial", f.summary
+    assert m["ledger_exact_fraction"] == 1.0 and m["ledger_resident_blocks"] <= m["engine_capacity_blocks"]
+    assert m["reset_clear_events"] == 1 and m["reset_engine_reused_tokens"] == 0

@@ -357,7 +357,9 @@ def test_on_the_tensorrt_llm_double_a_release_without_lora_symbols_is_not_applic
     assert any("the engine has no LoRA" in n for n in f.evidence["notes"])
     from workbench import settle  # it rests on the release's missing symbols, so a reader re-derives it
 
-    assert f.metric("symbols_missing") >= 1 and settle.unsettled(f, "contract.lora") == ()
+    # re-derived: nothing but the double's own mark stands in its way (a double never settles a claim)
+    assert f.metric("symbols_missing") >= 1
+    assert [w for w in settle.unsettled(f, "contract.lora") if not w.startswith("it was made on a test double")] == []
 
 
 # --------------------------------------------------------------------------- the decision ladder, as a table

@@ -109,6 +109,23 @@ def test_retention_curve_falls_under_pressure(tmp_path):
     assert rows[-1]["pinned_blocks_removed"] > 0  # the engine's removed events name the prefix's blocks
 
 
+def test_request_priority_does_not_protect_the_prefix_as_vllm_47802s_users_found(tmp_path):
+    """The users' case of vLLM #47802: retention priorities as vLLM's request priority (scheduling_policy="priority",
+    priority 0 for the pinned prefix). vLLM 0.32 evicts least recently used whatever the priority (#47837, the fix,
+    is open): every arm, the duration_ms one included, falls alike. The same ramp orders the priorities on an engine
+    whose eviction honours them (V1 on the TensorRT-LLM double, tests/probes/test_on_both_profiles.py)."""
+    require_engine("vllm")
+    f = probes.run("retention.pinning_under_pressure", engine="vllm", model=MODEL, out=tmp_path, isolated=False,
+                   params={"prefix_tokens": 2 * B, "capacity_tokens": 10 * B, "priorities": "35,100",
+                           "pressure": "1,4", "filler_slots": 2, "filler_fraction": 0.75, "repeats": 2,
+                           "expiry_ms": 200},
+                   cell_options={"request_priority": True})
+    assert f.verdict == "refuted" and f.claim_verdicts["risk.retention_bias"] == "confirmed", f.summary
+    assert "every priority (p35, p100) fell alike" in f.summary and "neither pins nor orders" in f.summary
+    assert {r["arm"] for r in f.evidence["rows"]} == {"p35", "p100", "p100+200ms"}
+    assert "request priority" in f.environment["cell"]["extra"]["retention"]
+
+
 def test_capacity_is_measured_from_engine_events_and_graded_in_the_engines_bytes(tmp_path):
     f = run("capacity.budget_policy", tmp_path)
     rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}

@@ -306,3 +306,20 @@ def test_the_pinning_ladder_gives_each_verdict_from_its_summary(summary, verdict
     d = decide(summary)
     assert d.verdict == verdict_ and d.claim_verdicts.get("risk.retention_bias") == bias, d.case
     assert bool(d.rests_on) == (verdict_ in ("confirmed", "refuted"))
+
+
+# --------------------------------------------------------------------------- the release's default manager
+
+
+@pytest.mark.parametrize("loss, verdict_, words", [
+    ({"p35": 2.0, "p60": 4.0, "p100": math.inf}, "confirmed", "V2 default: retention honoured — "),  # pinned
+    (ORDERED, "refuted", "V2 default: retention honoured — "),  # lost, but in priority order: honoured, not pinned
+    ({"p35": 2.0, "p60": 2.0, "p100": 2.0}, "refuted", "V2 default: retention not honoured — "),  # all alike
+])
+def test_a_run_on_the_releases_default_manager_says_whether_it_honoured_retention(loss, verdict_, words):
+    """TensorRT-LLM 1.4's V2 ignores KvCacheRetentionConfig (issue #16251): its run is a finding of its own."""
+    out = verdict(_ramp(loss), P, ARMS, None, "V2")
+    assert out.verdict == verdict_ and out.summary.startswith(words)
+    assert out.notes[0].startswith("the cell ran the release's default KV manager (V2)")
+    plain = verdict(_ramp(loss), P, ARMS)  # the cell's pinned manager: no such label
+    assert plain.verdict == verdict_ and not plain.summary.startswith("V2")

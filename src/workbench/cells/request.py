@@ -95,6 +95,7 @@ class RequestCell(abc.ABC):
     engine: ClassVar[str]
     label: ClassVar[str]  # how messages name the engine, e.g. "TensorRT-LLM"
     prefill_now: ClassVar[bool]  # whether prefill_suffix sends the suffix now unless told to defer
+    exact_sources: ClassVar[tuple[str, ...]] = ()  # Warm sources that count reuse exactly (not whole blocks)
 
     model: models.ResolvedModel
     opts: Any
@@ -261,6 +262,10 @@ class RequestCell(abc.ABC):
 
     # ------------------------------------------------------------------ the contract
 
+    def _granularity_of(self, warm: Warm) -> int:
+        """The tokens one step of the count stands for: 1 where the source counts exactly, else the cell's block."""
+        return 1 if warm.source in self.exact_sources else self._granularity
+
     def ensure_prefix(self, prompt: Prompt, *, slot: int = 0, salt: str | None = None,
                       retention: Retention | None = None) -> PrefixStatus:
         """A ``max_tokens=1`` warm-up under the manifest-keyed salt; the engine's own counter gives the reuse."""
@@ -277,8 +282,9 @@ class RequestCell(abc.ABC):
         st.tokens, st.pending, st.key, st.salt, st.retention, st.counters = (
             tokens, [], key, salt, retention, warm.counters)
         return PrefixStatus(slot=slot, prompt_tokens=len(tokens), reused_tokens=warm.reused_tokens,
-                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped, exact=False,
-                            granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
+                            computed_tokens=len(tokens) - warm.reused_tokens, dropped_tokens=dropped,
+                            exact=warm.source in self.exact_sources,
+                            granularity_tokens=self._granularity_of(warm), source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
     def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus:
@@ -299,8 +305,8 @@ class RequestCell(abc.ABC):
         warm = self._warm(seq, st.key, st.retention, slot=slot)
         st.tokens, st.pending, st.counters = seq, [], warm.counters
         return PrefixStatus(slot=slot, prompt_tokens=total, reused_tokens=warm.reused_tokens,
-                            computed_tokens=total - warm.reused_tokens, exact=False,
-                            granularity_tokens=self._granularity, source=warm.source, elapsed_s=warm.elapsed_s,
+                            computed_tokens=total - warm.reused_tokens, exact=warm.source in self.exact_sources,
+                            granularity_tokens=self._granularity_of(warm), source=warm.source, elapsed_s=warm.elapsed_s,
                             engine_counters=warm.counters)
 
     def decode(self, *, slot: int = 0, max_tokens: int = 16, temperature: float = 0.0, top_p: float = 1.0,

@@ -199,6 +199,7 @@ for _name, _target in {
     "events.overflow_resync": "workbench.probes.events_overflow:OverflowResync",
     "events.inventory_isolation": "workbench.probes.events_isolation:InventoryIsolation",
     "events.admission": "workbench.probes.events_admission:Admission",
+    "events.ledger_closure": "workbench.probes.events_ledger:LedgerClosure",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
 }.items():
@@ -477,9 +478,11 @@ def check_rests(probe: Declared, o: Outcome, subject: bool) -> None:
 
 def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | None) -> findings.Finding:
     d = ctx.description
-    version = d.engine_version if d else cells.availability(ctx.engine).version if ctx.engine in cells.engines() else None
-    env = environment.fingerprint(ctx.engine, version, ctx.resolved, d.geometry if d else None,
-                                  {"cell": _cell_doc(d)} if d else None)
+    avail = cells.availability(ctx.engine) if d is None and ctx.engine in cells.engines() else None
+    version = d.engine_version if d else avail.version if avail else None
+    double = d.extra.get("test_double") if d else avail.details.get("test_double") if avail else None
+    extra = ({"cell": _cell_doc(d)} if d else {}) | ({"test_double": double} if double else {})
+    env = environment.fingerprint(ctx.engine, version, ctx.resolved, d.geometry if d else None, extra or None)
     columns = list(dict.fromkeys(k for r in o.rows for k in r))
     for cid in (*probe.claims, *o.claim_verdicts):
         claims.get(cid)

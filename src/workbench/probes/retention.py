@@ -93,6 +93,7 @@ class PinningUnderPressure(Probe):
             if "eviction" in d.absent:
                 return absence(self._absence(cell, d, p), d.absent["eviction"])
             no_priority = d.absent.get("retention_priority")
+            default_manager = release_default_manager(d)
         arms = [Arm(pr, None) for pr in sorted(set(p.priorities))]
         if p.expiry_ms:
             arms.append(Arm(100, p.expiry_ms))
@@ -103,7 +104,7 @@ class PinningUnderPressure(Probe):
         for rep in range(repeats):
             for i in orders.permutation(len(arms)):  # arms in a new random order each repeat, a seed per (repeat, arm)
                 rows += self._arm(ctx, p, arms[i], rep, np.random.default_rng([p.seed, rep, int(i)]))
-        return verdict(rows, p, arms, no_priority)
+        return verdict(rows, p, arms, no_priority, default_manager)
 
     def _absence(self, cell, d, p: Params) -> list[dict]:
         """Pin the prefix, fill the rest until the engine refuses, read the prefix back from the engine."""
@@ -158,6 +159,14 @@ class PinningUnderPressure(Probe):
                     "pinned_blocks_removed": len(removed & pinned_hashes) if has_events else None,
                 })
         return rows
+
+
+def release_default_manager(d) -> str | None:
+    """The KV manager the cell ran where it is the release's own default rather than the one the cell pins
+    (``Description.extra["kv_cache_manager"]``: TensorRT-LLM 1.4 opened with ``kv_manager="default"`` runs V2);
+    None where the cell ran its pinned one, or has no choice of manager."""
+    manager = (getattr(d, "extra", None) or {}).get("kv_cache_manager") or {}
+    return str(manager["used"]) if manager.get("used") and "default" in str(manager.get("how", "")) else None
 
 
 def _survival(reused: int | None, baseline: int) -> float:
@@ -410,7 +419,8 @@ def _notes(d: Decision, s: Ramp) -> list[str]:
     return notes
 
 
-def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None) -> Outcome:
+def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | None = None,
+            default_manager: str | None = None) -> Outcome:
     """Pins: the top priority survives the whole ramp in every repeat. Orders: the top priority is lost, and
     in every one of at least :data:`MIN_REPEATS` repeats each priority's survival curve dominates the one
     below it. Curves equal in every repeat show no effect of priority, never an order; curves that cross,
@@ -424,7 +434,15 @@ def verdict(rows: list[dict], p: Params, arms: list[Arm], no_priority: str | Non
     metrics = {"pinned_survival_max_pressure": s.held_upto, s.survival_tag: s.survival_max,
                "admitted_load": s.admitted, "overflow_errors": s.refused, "silent_evictions": s.silent_evictions,
                "capacity_tokens": s.capacity_tokens}
-    return Outcome(d.verdict, explain(d, s, p), metrics, rows, _notes(d, s), dict(d.claim_verdicts),
+    summary, notes = explain(d, s, p), _notes(d, s)
+    if default_manager:  # the release's default manager, not the cell's pinned one: its own finding
+        honoured = d.case == "pinned" or (d.case == "lost" and s.ordered)
+        said = f"{default_manager} default: retention {'honoured' if honoured else 'not honoured'}"
+        if d.case in ("pinned", "lost"):
+            summary = f"{said} — {summary}"
+        notes.insert(0, f"the cell ran the release's default KV manager ({default_manager}), not the one it pins: "
+                     "a finding beside the claim's run (settle: exploratory)")
+    return Outcome(d.verdict, summary, metrics, rows, notes, dict(d.claim_verdicts),
                    rests_on=d.rests_on, claim_reasons=_bias_reason(d, s))
 
 

@@ -365,7 +365,7 @@ def _metrics(s: Reconciliation, rows: list[dict]) -> dict:
     return out
 
 
-def _notes(d: Decision, s: Reconciliation, margin: float) -> list[str]:
+def _notes(d: Decision, s: Reconciliation, margin: float, rows: list[dict] = ()) -> list[str]:
     sc, sw, n, floor = spread(list(s.cold)), spread(list(s.warm)), s.rows, s.floor
     notes = ["channels: " + (f"engine per-request counters [{', '.join(s.fields)}]" if s.counted else
                               "no engine per-request counters")
@@ -386,9 +386,23 @@ def _notes(d: Decision, s: Reconciliation, margin: float) -> list[str]:
               f"{r['logits_max_abs_diff']:.3g} from a cold recompute" for r in s.wrong]
     notes += [f"cold computations disagree: {r['case']} (repeat {r['repeat']}) differs by "
               f"{r['logits_layout_floor']:.3g} between two cold runs of the same tokens" for r in s.odd]
+    notes += _second_channel(list(rows))
     if d.case == "no-counter":
         notes.insert(0, f"the cell declares no engine reuse counter: {s.no_counter}")
     return notes
+
+
+def _second_channel(rows: list[dict]) -> list[str]:
+    """Where the engine counts reuse two ways (TensorRT-LLM 1.4: exact ``cached_tokens``, and the perf metrics'
+    blocks beside them), every request on which the two disagree: the difference is evidence, never hidden."""
+    two = [r for r in rows if (r.get("engine_counters") or {}).get("reuse_channels_differ") is not None]
+    differ = [r for r in two if r["engine_counters"]["reuse_channels_differ"]]
+    if not two:
+        return []
+    return [f"second channel: the engine's block counts agreed with its exact cached_tokens on {len(two) - len(differ)} "
+            f"of {len(two)} requests" + "".join(
+                f"; {r['case']} (repeat {r['repeat']}): cached_tokens {r['engine_counters']['cached_tokens']}, blocks "
+                f"{r['engine_counters']['block_reused_tokens']}" for r in differ[:5])]
 
 
 def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | None, tolerance: float,
@@ -401,5 +415,5 @@ def verdict(rows: list[dict], fields: list[str], engine: str, no_counter: str | 
     s = summarise(rows, fields, engine, no_counter, tolerance, margin)
     d = decide(s)
     sources = {"reuse_exact_fraction": s.source, "max_reuse_error_tokens": s.source} if s.source else {}
-    return Outcome(d.verdict, explain(d, s, tolerance, margin), _metrics(s, rows), rows, _notes(d, s, margin),
+    return Outcome(d.verdict, explain(d, s, tolerance, margin), _metrics(s, rows), rows, _notes(d, s, margin, rows),
                    dict(d.claim_verdicts), rests_on=d.rests_on, sources=sources)

@@ -1,4 +1,6 @@
-"""``tensorrt_llm/_utils.py`` (1.2 line): ``KVCacheEventSerializer``, on the double's event records.
+"""``tensorrt_llm/_utils.py`` (1.2 and 1.4 lines): ``KVCacheEventSerializer``, on the double's event records.
+
+1.4 also writes the event's ``hash_algo`` and, under V2, its ``layer_group_id`` (PR #13589).
 
 The double's engine keeps an event as ``{"event_id", "window_size", "data"}`` with ``data``
 already in serialized form; ``None`` stands for an absent event, which the real
@@ -19,4 +21,5 @@ class KVCacheEventSerializer:
     def to_json_str(cls, event):
         if event is None:
             return {}
-        return {"event_id": event["event_id"], "data": dict(event["data"]), "window_size": event["window_size"]}
+        out = {"event_id": event["event_id"], "data": dict(event["data"]), "window_size": event["window_size"]}
+        return out | {k: event[k] for k in ("hash_algo", "layer_group_id") if k in event}

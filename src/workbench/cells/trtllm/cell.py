@@ -1,6 +1,11 @@
-"""The TensorRT-LLM cell: the blueprint's Contract Mapping Reference on the tensorrt_llm 1.2 LLM API.
+"""The TensorRT-LLM cell: the blueprint's Contract Mapping Reference on the tensorrt_llm LLM API (1.2 and 1.4).
 
-PyTorch backend, driven through ``tensorrt_llm.LLM``. The mapping, row by row:
+PyTorch backend, driven through ``tensorrt_llm.LLM``. The release line's profile
+(:data:`workbench.cells.trtllm.guard.RELEASES`) says what differs; the cell records it in ``describe().extra``:
+the KV manager it ran (``kv_manager``: V1 pinned by default, because the blueprint's retention mechanism is V1's;
+``kv_manager="default"`` leaves the release's own, V2 on 1.4), the hash algorithm the events state (read before
+any hash is recomputed), and the reuse channels (1.4's exact ``cached_tokens`` first, the perf metrics' blocks
+second, any difference between them kept). The mapping, row by row:
 
 * **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
   (model digest ⊕ adapter digests ⊕ the caller's salt): the engine salts the first block's hash, so
@@ -71,6 +76,11 @@ from .guard import ENGINE, GuardRow, guard_failure, members, resolve
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 MIN_DRAIN_TIMEOUT_S = 1.0  # 5 x the dispatch threads' 0.2 s sleep (executor/proxy.py, executor/worker.py)
 OPEN_SALT = "workbench-open-request"  # + a fresh id per open: the open request's blocks match nothing else
+KV_MANAGERS = ("v1", "default")
+V1_HASH = "v1_block_key"  # the 1.2 line's one event hash: BlockKeyHasher (kvCacheManager.cpp)
+V2_HASH = "v2_sha256"  # the V2 manager's (PR #13589)
+CACHED_TOKENS = "cached_tokens"  # the Warm source of 1.4's exact per-request reuse
+PERF_BLOCKS = "perf_metrics"  # the Warm source of the perf metrics' block counts
 
 
 # --------------------------------------------------------------------------- options and model facts
@@ -94,6 +104,9 @@ class TrtLlmOptions(CellOptions):
     retention_duration_ms: int | None = None
     guided_decoding_backend: str | None = "xgrammar"
     connector: bool | str = False  # True or "record": the recording KV connector (the only kind there is)
+    # "v1": pin KvCacheConfig(use_kv_cache_manager_v2=False) where the field exists (the blueprint's retention is V1's
+    # mechanism); "default": leave the release's own (V2 on 1.4: per-request retention is not honoured there)
+    kv_manager: str = "v1"
     slots: int = 1
     tokenizer: bool | None = None  # None: load it where the model directory ships tokenizer files
 
@@ -115,10 +128,16 @@ class TrtLlmOptions(CellOptions):
             raise UnsupportedFeature("stacked LoRA adapters", ENGINE, "a request carries one LoRARequest")
         if self.connector and not self.enable_block_reuse:
             raise ValueError("the KV connector needs enable_block_reuse=True (TensorRT-LLM ignores it otherwise)")
+        self._check_choices()
+        Retention(self.retention_priority, self.retention_duration_ms)  # validates both
+
+    def _check_choices(self) -> None:
+        """The options that name one of a few choices."""
+        if self.kv_manager not in KV_MANAGERS:
+            raise ValueError(f"kv_manager must be one of {', '.join(KV_MANAGERS)}, got {self.kv_manager!r}")
         if self.guided_decoding_backend not in (None, "xgrammar", "llguidance"):
             raise ValueError(f"guided_decoding_backend must be 'xgrammar', 'llguidance' or None, "
                              f"got {self.guided_decoding_backend!r}")
-        Retention(self.retention_priority, self.retention_duration_ms)  # validates both
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "TrtLlmOptions":
@@ -175,6 +194,7 @@ class TrtLlmCell(RequestCell):
     package = "tensorrt_llm"
     c_functions: tuple[str, ...] = ()  # its C++ Executor is surveyed from headers and symbols instead
     surface_table = "version guard (workbench.cells.trtllm.guard.GUARD)"
+    exact_sources = (CACHED_TOKENS,)
     prefill_now = False  # TensorRT-LLM has no prefill-only request: a suffix rides the next decode's prefill
 
     @classmethod
@@ -187,8 +207,16 @@ class TrtLlmCell(RequestCell):
         except EngineUnavailable as e:
             return Availability(ENGINE, False, None, e.reason, details)
         details["guard"] = [r.as_dict() for r in install.rows]
-        problems = [] if trtllm_guard.version_supported(install.version) else [
-            trtllm_guard.version_reason(install.version)]
+        release = install.release
+        if release is not None:
+            details["release"] = release.as_dict()
+            older = [r for r in trtllm_guard.RELEASES if r.series < release.series]
+            details["release_differences"] = {
+                r.name: [{"field": f, "was": a, "now": b} for f, a, b in trtllm_guard.differences(r, release)]
+                for r in older}
+        if install.double:
+            details["test_double"] = install.double
+        problems = [] if release is not None else [trtllm_guard.version_reason(install.version)]
         if not gpu["available"]:
             problems.append(gpu["reason"] or "no NVIDIA GPU")
         if install.failing():
@@ -213,7 +241,9 @@ class TrtLlmCell(RequestCell):
             raise models.ModelSpecError(
                 f"TensorRT-LLM runs Hugging Face model directories (config.json + weights, or dummy_weights=True); "
                 f"{resolved.spec!r} is a {resolved.kind} model")
-        return cls(install.module, resolved, models.hf_config(resolved.path), opts, install.rows)
+        cell = cls(install.module, resolved, models.hf_config(resolved.path), opts, install.rows)
+        cell._double = install.double
+        return cell
 
     def __init__(self, trt: ModuleType, model: models.ResolvedModel, config: Mapping[str, Any],
                  opts: TrtLlmOptions, guard: Sequence[GuardRow]) -> None:
@@ -222,6 +252,10 @@ class TrtLlmCell(RequestCell):
         self.model = model
         self.opts = opts
         self.version = str(trt.__version__)
+        self.release = trtllm_guard.release_of(self.version)
+        self._double: str | None = None
+        self._kv_manager: dict[str, Any] = {}
+        self._hash_algo: tuple[str, str] | None = None  # (algorithm, where it was read)
         self.geometry, self.context_ceiling = models.hf_geometry(config)  # KV dtype: the model's
         self._vocab_size = config.get("vocab_size")
         self._eos = _first_int(config.get("eos_token_id"))
@@ -256,8 +290,7 @@ class TrtLlmCell(RequestCell):
         kv: dict[str, Any] = dict(max_tokens=self.kv_budget_tokens, tokens_per_block=o.tokens_per_block,
                                   enable_block_reuse=o.enable_block_reuse, enable_partial_reuse=o.enable_partial_reuse,
                                   event_buffer_max_size=o.event_buffer_max_size, host_cache_size=o.host_cache_size)
-        if "use_kv_cache_manager_v2" in members(kv_cls):
-            kv["use_kv_cache_manager_v2"] = False  # the V2 manager ignores KvCacheRetentionConfig
+        self._kv_manager = self._pick_kv_manager(kv_cls, kv)
         args: dict[str, Any] = dict(
             model=str(self.model.path), kv_cache_config=kv_cls(**kv), max_seq_len=self.context_tokens,
             # chunked prefill is off, so a whole prompt must fit one forward pass
@@ -281,6 +314,22 @@ class TrtLlmCell(RequestCell):
         self._llm = trt.LLM(**args)
         self._tokenizer = self._llm.tokenizer if self._use_tokenizer else None
         self._open_request()
+
+    def _pick_kv_manager(self, kv_cls: Any, kv: dict[str, Any]) -> dict[str, Any]:
+        """Pin V1 (``kv_manager="v1"``) where the release has the field, or leave the release's default; what was
+        used, and how, for ``describe().extra["kv_cache_manager"]``."""
+        release_default = self.release.kv_manager_default if self.release else "V1"
+        if "use_kv_cache_manager_v2" not in members(kv_cls):
+            return {"used": "V1", "how": "the release has one KV manager (no use_kv_cache_manager_v2 field)",
+                    "release_default": release_default}
+        declared = trtllm_guard.field_default(kv_cls, "use_kv_cache_manager_v2")
+        if self.opts.kv_manager == "v1":
+            kv["use_kv_cache_manager_v2"] = False  # the V2 manager ignores KvCacheRetentionConfig
+            return {"used": "V1", "how": "pinned: KvCacheConfig(use_kv_cache_manager_v2=False)",
+                    "release_default": release_default, "declared_default": repr(declared)}
+        used = {True: "V2", False: "V1"}.get(declared, f"{declared!r}, resolved by the engine per model")
+        return {"used": used, "how": "the release's default (kv_manager='default'; use_kv_cache_manager_v2 not set)",
+                "release_default": release_default, "declared_default": repr(declared)}
 
     def _open_request(self) -> None:
         """One 1-token request under a salt of its own, then read what the engine reports.
@@ -380,8 +429,14 @@ class TrtLlmCell(RequestCell):
                            retain=(len(tokens), self._slot_retention(retention))).result()
         elapsed = time.perf_counter() - t0
         counters = trtllm_metrics.request_counters(out.outputs[0].request_perf_metrics, self.opts.tokens_per_block)
-        reused = trtllm_metrics.reused_tokens(counters, len(tokens))
-        return Warm.read(reused, "perf_metrics", counters, elapsed)
+        blocks = trtllm_metrics.reused_tokens(counters, len(tokens))
+        cached = _cached_tokens(out)
+        if cached is None:
+            return Warm.read(blocks, PERF_BLOCKS, counters, elapsed)
+        # 1.4: the exact count answers; the blocks stay beside it as the second channel, a difference kept
+        counters |= {"cached_tokens": cached, "block_reused_tokens": blocks,
+                     "reuse_channels_differ": None if blocks is None else cached != blocks}
+        return Warm.read(cached, CACHED_TOKENS, counters, elapsed)
 
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         """``generate_async(streaming=True)``: each output carries the whole sequence so far."""
@@ -392,13 +447,18 @@ class TrtLlmCell(RequestCell):
             out = step.outputs[0]
             new, n = list(out.token_ids[n:]), len(out.token_ids)
             text = self._tokenizer is not None
-            yield Step(new, out.text_diff if text else "", out.text if text else "", out.finish_reason,
-                       trtllm_metrics.request_counters(out.request_perf_metrics, self.opts.tokens_per_block))
+            counters = trtllm_metrics.request_counters(out.request_perf_metrics, self.opts.tokens_per_block)
+            cached = _cached_tokens(step)
+            if cached is not None:
+                counters["cached_tokens"] = cached
+            yield Step(new, out.text_diff if text else "", out.text if text else "", out.finish_reason, counters)
 
     def _context_notes(self, st: Slot) -> list[str]:
         notes = [
             "reuse is engine-global radix-tree matching keyed by cache_salt; a slot is the cell's bookkeeping",
             "a dropped or divergent tail is bookkeeping only: stale blocks age out of the radix tree",
+            "reuse counts are the request's exact cached_tokens, the perf-metrics blocks beside them"
+            if st.counters.get("cached_tokens") is not None else
             f"reuse counts are perf-metrics blocks x {self.opts.tokens_per_block} tokens (estimates)",
         ]
         if st.counters.get("num_reused_blocks") is not None:
@@ -444,15 +504,28 @@ class TrtLlmCell(RequestCell):
                 "enable_block_reuse": o.enable_block_reuse,
                 "enable_partial_reuse": o.enable_partial_reuse,
                 "event_buffer_max_size": o.event_buffer_max_size,
-                # the 1.2 line's one event hash: BlockKeyHasher (kvCacheManager.cpp); /server_info names none
-                "kv_cache_hash_algo": "v1_block_key",
+                "release": self.release.name if self.release else None,
+                "kv_cache_manager": dict(self._kv_manager),
+                # read from the events where they state it (1.4); else the release's one block key (1.2)
+                "kv_cache_hash_algo": self._algo()[0],
+                "kv_cache_hash_algo_source": self._algo()[1],
                 "host_cache_size": o.host_cache_size,
                 "retention": {"priority": o.retention_priority, "duration_ms": o.retention_duration_ms},
                 "prefill": "deferred: prefill_suffix is bookkeeping that rides the next decode's prefill",
-                "reuse_counters": "request_perf_metrics.kv_cache_metrics blocks x tokens_per_block (estimates)",
+                "reuse_counters": (self.release.request_reuse if self.release else
+                                   "request_perf_metrics.kv_cache_metrics blocks x tokens_per_block (estimates)"),
                 "connector": "recording" if self._connector is not None else "off: open with connector=True to record",
-            },
+            } | ({"test_double": self._double} if self._double else {}),
         )
+
+    def _algo(self) -> tuple[str, str]:
+        """The event hash algorithm and where it was read: the engine's events where they stated one; else what
+        the manager in use makes (V1's block key on 1.2, which names none)."""
+        if self._hash_algo:
+            return self._hash_algo
+        if self._kv_manager.get("used") == "V2":
+            return V2_HASH, "the V2 manager (PR #13589); no event has stated it yet"
+        return V1_HASH, "the V1 manager's one block key (BlockKeyHasher); no event stated one"
 
     def embed(self, texts: Iterable[str]) -> list[list[float]]:
         raise UnsupportedFeature("embed", ENGINE, "the LLM API generates text; it exposes no embeddings")
@@ -465,6 +538,9 @@ class TrtLlmCell(RequestCell):
             return []
         raw = self._llm.get_kv_cache_events(timeout=max(timeout_s, MIN_DRAIN_TIMEOUT_S))
         events = trtllm_events.parse_events(raw)
+        said = trtllm_events.hash_algo(events)
+        if said:
+            self._hash_algo = (said, "the engine's KV events (hash_algo)")
         for blocks in trtllm_events.capacity_blocks(events).values():
             self._pool = (blocks * self.opts.tokens_per_block, "created KV event")
         return events
@@ -506,7 +582,18 @@ class TrtLlmCell(RequestCell):
 
 
 
+def _cached_tokens(result: Any) -> int | None:
+    """1.3+: the request's exact cached prompt tokens (``cached_tokens`` on its result, or on its output); None
+    where the release has no such field (1.2)."""
+    for holder in (result, *(getattr(result, "outputs", None) or ())[:1]):
+        value = getattr(holder, "cached_tokens", None)
+        if value is not None:
+            return int(value)
+    return None
+
+
 __all__ = [
+    "KV_MANAGERS",
     "MIN_DRAIN_TIMEOUT_S",
     "TrtLlmCell",
     "TrtLlmOptions",

@@ -41,7 +41,7 @@ from ...observe import calllog
 
 LOG_ENV = "TLLM_WORKBENCH_CONNECTOR_LOG"
 BASE_MODULE = "_torch.pyexecutor.kv_cache_connector"  # tensorrt_llm/_torch/pyexecutor/kv_cache_connector.py (1.2)
-LATER_BASE_MODULE = "_torch.pyexecutor.connectors.kv_cache_connector"  # the 1.3+ location
+LATER_BASE_MODULE = "_torch.pyexecutor.connectors.kv_cache_connector"  # the 1.3+ location (the 1.4 profile's)
 SCHEDULER_CLASS = "RecordingConnectorScheduler"
 WORKER_CLASS = "RecordingConnectorWorker"
 
@@ -132,10 +132,18 @@ def recording_classes(base: ModuleType) -> tuple[type, type]:
     return _built[key]
 
 
+def base_module(package: str = "tensorrt_llm") -> ModuleType:
+    """The installed connector base module: the 1.2 location, else the 1.4 one (``connectors/``)."""
+    try:
+        return importlib.import_module(f"{package}.{BASE_MODULE}")
+    except ImportError:
+        return importlib.import_module(f"{package}.{LATER_BASE_MODULE}")
+
+
 def __getattr__(name: str) -> type:
     """How TensorRT-LLM's worker finds the classes: built on first access from the installed base module."""
     if name in (SCHEDULER_CLASS, WORKER_CLASS):
-        scheduler, worker = recording_classes(importlib.import_module(f"tensorrt_llm.{BASE_MODULE}"))
+        scheduler, worker = recording_classes(base_module())
         return scheduler if name == SCHEDULER_CLASS else worker
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -155,8 +163,7 @@ class RecordingConnector:
 
 def build_recording_connector(trtllm: ModuleType, log_path: Path) -> RecordingConnector:
     """Point the log at ``log_path`` (via :data:`LOG_ENV`, inherited by the workers) and build the config."""
-    base = importlib.import_module(f"{trtllm.__name__}.{BASE_MODULE}")
-    scheduler, worker = recording_classes(base)
+    scheduler, worker = recording_classes(base_module(trtllm.__name__))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log_path.touch()
     os.environ[LOG_ENV] = str(log_path)
@@ -171,6 +178,7 @@ __all__ = [
     "LATER_BASE_MODULE",
     "LOG_ENV",
     "RecordingConnector",
+    "base_module",
     "build_recording_connector",
     "read_log",
     "record",

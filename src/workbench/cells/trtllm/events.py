@@ -13,6 +13,8 @@
               "cache_level": {"type": "event_diff", "old_value": int, "new_value": int},
               "priority": {"type": "event_diff", "old_value": int, "new_value": int}}}
 
+1.4 adds ``hash_algo`` (``v1_block_key`` under the V1 manager, ``v2_sha256`` under V2) and, under V2,
+``layer_group_id`` (PR #13589): :func:`hash_algo` reads it, so no hash is recomputed under the wrong algorithm.
 The 1.2 serializer writes both diffs of an ``updated`` event (``_updated_to_json`` calls
 ``_event_diff_to_json`` on each), and writes ``{}`` for a ``None`` event (``to_json_str``), which
 :func:`parse_events` skips as upstream's own tests do (``if event:``). trtllm-serve's
@@ -75,6 +77,16 @@ def parse_events(raws: Iterable[Mapping[str, Any] | str | None]) -> list[KvEvent
     return events
 
 
+def hash_algo(events: Iterable[KvEvent]) -> str | None:
+    """The hash algorithm the events state (1.4: ``hash_algo`` beside ``window_size``, or inside ``data``); None
+    where none states one (1.2: its one block key, never named)."""
+    for e in events:
+        said = e.raw.get("hash_algo") or (e.raw.get("data") or {}).get("hash_algo")
+        if said:
+            return str(said)
+    return None
+
+
 def capacity_blocks(events: Iterable[KvEvent]) -> dict[int | None, int]:
     """Primary-pool blocks per attention window, from ``created`` events (the real pool size)."""
     return {e.window_size: e.num_blocks[0] for e in events if e.kind == "created" and e.num_blocks}
@@ -90,4 +102,4 @@ def _new_value(diff: Mapping[str, Any] | None) -> int | None:
     return None if not diff else int(diff["new_value"])
 
 
-__all__ = ["KINDS", "capacity_blocks", "parse_event", "parse_events"]
+__all__ = ["KINDS", "capacity_blocks", "hash_algo", "parse_event", "parse_events"]

@@ -1,20 +1,25 @@
-"""The TensorRT-LLM version guard: the one import of ``tensorrt_llm`` and the one table of what is used on it.
+"""The TensorRT-LLM version guard: the one import of ``tensorrt_llm``, the releases the workbench knows, and the one
+table of what is used on them.
 
 The cell, ``workbench doctor`` and the ``surface.contract_mapping`` probe all read the installed
 release through this module: :func:`import_trtllm` is the only place ``tensorrt_llm`` is imported
-(tests replace it to hand in a double), :data:`GUARD` lists every symbol and every parameter,
-field and attribute the cell uses on it, and :func:`load` checks an install against both the
-version pin and the table.
+(tests replace it to hand in a double), :data:`RELEASES` holds one :class:`Release` profile per
+release line the cell is written against (1.2 and 1.4; what each does differently, with the source
+it was read from), :data:`GUARD` lists every symbol and every parameter, field and attribute the
+cell uses, and :func:`load` checks an install against its profile and the table. A version of no
+known line (1.3.0rcN, never finalised; anything newer than the newest profile) is refused by name,
+with what to do.
 
-Known differences of later releases (1.3.0rcN / 1.4.0rcN) the table detects:
+Differences of 1.4 the table detects (each a field of the 1.4 profile too):
 
-* ``KvCacheConfig.use_kv_cache_manager_v2`` defaults to ``'auto'`` there (``False`` in 1.2), and
-  the V2 KV manager ignores ``KvCacheRetentionConfig`` (TensorRT-LLM
-  ``docs/source/features/kvcache.md``; ``test_connector_priorities`` in
-  ``tests/integration/defs/llmapi/test_llm_api_connector.py`` calls it a known gap). The row notes
-  the changed default; the cell pins ``False`` wherever the field exists.
+* ``KvCacheConfig.use_kv_cache_manager_v2`` defaults to V2 there (``False`` in 1.2), and the V2 KV
+  manager ignores ``KvCacheRetentionConfig`` (TensorRT-LLM issue #16251; ``test_connector_priorities``
+  in ``tests/integration/defs/llmapi/test_llm_api_connector.py`` calls it a known gap). The row notes
+  the changed default; the cell pins V1 unless asked for the release's default (``kv_manager``).
 * The KV connector base classes moved from ``_torch.pyexecutor.kv_cache_connector`` to
-  ``_torch.pyexecutor.connectors.kv_cache_connector``. The rows report ``moved`` with the new path.
+  ``_torch.pyexecutor.connectors.kv_cache_connector``: ``ok`` on a 1.4 profile, ``moved`` on 1.2.
+* ``KvCacheConfig.kv_events_config`` (the ZMQ push path, ``KVEventsConfig``) and the request result's
+  exact ``cached_tokens`` exist; ``POST /kv_cache_events`` goes through ``KvEventFanout``.
 """
 
 from __future__ import annotations
@@ -32,15 +37,109 @@ from .connector import BASE_MODULE as CONNECTOR_MODULE
 from .connector import LATER_BASE_MODULE as LATER_CONNECTOR_MODULE
 
 ENGINE = "trtllm"
-SUPPORTED_SERIES = (1, 2)
-WRITTEN_AGAINST = "1.2.0 and 1.2.1"
-INSTALL_HINT = (
-    "install the 'trtllm' extra (tensorrt_llm 1.2.x) on Linux x86_64/aarch64 with an NVIDIA GPU as NVIDIA's "
-    "TensorRT-LLM installation guide says: CUDA 13 toolkit, torch 2.9.1 from PyTorch's cu130 wheel index, "
-    "libopenmpi-dev, then 'pip install tensorrt_llm==1.2.*' (the PyPI entry is a stub that redirects to NVIDIA's "
-    "wheels), or run inside NVIDIA's NGC TensorRT-LLM 1.2 release container"
+_CUDA_STEPS = ("on Linux x86_64/aarch64 with an NVIDIA GPU as NVIDIA's TensorRT-LLM installation guide says: CUDA 13 "
+               "toolkit, torch from PyTorch's cu130 wheel index, libopenmpi-dev, then ")
+
+
+@dataclass(frozen=True)
+class Release:
+    """What the cell knows of one TensorRT-LLM release line: how to install it, and each behaviour the workbench
+    depends on that differs between lines, with the source it was read from (``sources``). Exposed as data
+    (:data:`RELEASES`) so that whatever checks that "a version belongs to its engine" reads the same profiles
+    the cell opens with."""
+
+    series: tuple[int, int]
+    written_against: str  # the versions whose sources the profile was read from
+    install: str  # the pip line (PyPI holds redirect stubs to NVIDIA's wheels)
+    kv_manager_default: str  # "V1" | "V2": what KvCacheConfig() gives when the cell does not pin it
+    connector_module: str  # where the KV connector base classes live (under tensorrt_llm.)
+    http_events: str  # what POST /kv_cache_events drains
+    push_events: str  # the ZMQ push path, or "none"
+    hash_algo: str  # how the event hash algorithm is stated
+    request_reuse: str  # the per-request reuse channels
+    retention_default: str  # what KvCacheRetentionConfig does under the default manager
+    sources: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.series[0]}.{self.series[1]}"
+
+    @property
+    def install_hint(self) -> str:
+        return (f"install the 'trtllm' extra (tensorrt_llm {self.name}.x) {_CUDA_STEPS}'{self.install}' (the PyPI "
+                f"entry is a stub that redirects to NVIDIA's wheels), or run inside NVIDIA's NGC TensorRT-LLM "
+                f"{self.name} release container")
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"name": self.name}
+
+
+PROFILE_FIELDS = ("kv_manager_default", "connector_module", "http_events", "push_events", "hash_algo",
+                  "request_reuse", "retention_default")
+"""The fields of a :class:`Release` that say how the engine behaves (what ``workbench doctor`` compares)."""
+
+RELEASES: tuple[Release, ...] = (
+    Release((1, 2), "1.2.0 and 1.2.1", "pip install tensorrt_llm==1.2.*", "V1",
+            "_torch.pyexecutor.kv_cache_connector",
+            "every event of the in-process queue (created, stored, removed, updated), drained by each POST",
+            "none", "v1_block_key, the one block key (GET /server_info names none)",
+            "request_perf_metrics.kv_cache_metrics blocks x tokens_per_block (block-granular estimates)",
+            "honoured by V1: priority and duration_ms per token range",
+            ("tensorrt_llm/llmapi/llm_args.py (KvCacheConfig.use_kv_cache_manager_v2 = False)",
+             "tensorrt_llm/_torch/pyexecutor/kv_cache_connector.py",
+             "tensorrt_llm/serve/openai_server.py (get_kv_cache_events drains LLM.get_kv_cache_events_async)",
+             "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (BlockKeyHasher)")),
+    Release((1, 4), "1.4.0rc1 (docs to 1.4.0rc4)", 'pip install --pre "tensorrt_llm>=1.4.0rc1,<1.5"', "V2",
+            "_torch.pyexecutor.connectors.kv_cache_connector",
+            "KvEventFanout.drain_http_buffer: stored and removed of the largest window only (created swallowed at "
+            "start, updated dropped; a bounded deque), an event_id gap becoming all_cleared for subscribers only",
+            "KvCacheConfig.kv_events_config = KVEventsConfig(publisher='zmq', endpoint=…): vLLM's wire format",
+            "stated per event (hash_algo: v1_block_key on V1, v2_sha256 on V2) and in GET /server_info",
+            "cached_tokens on the request result (exact), beside the perf metrics' blocks",
+            "ignored by the default V2 manager (no per-request retention); honoured only with V1 pinned",
+            ("release page v1.4.0rc1: 'Default to KV cache manager V2 ... (BREAKING) #17495'",
+             "tensorrt_llm/_torch/pyexecutor/connectors/kv_cache_connector.py",
+             "tensorrt_llm/serve/kv_event_fanout.py (KvEventFanout._is_routable_event, _publish)",
+             "PR #13589 (V2 events: hash_algo, layer_group_id)", "issue #16251 (V2: no per-request retention)",
+             "ai-dynamo/dynamo#13567 (cached_tokens on the result, 1.3.0rc23)")),
 )
-FEATURES = ("core", "guided", "lora", "connector")
+"""The release lines the cell is written against, oldest first: one profile each."""
+
+UNKNOWN_LINES = {
+    (1, 3): "the 1.3 line was never finalised (1.3.0rc0 to rc29 only, no release notes): its candidates sit between "
+            "the two profiles and match neither",
+}
+"""Lines the workbench knows it does not support, with why."""
+
+
+def known_versions() -> str:
+    """The release lines the cell takes, as a reader names them: ``1.2.x, 1.4.x``."""
+    return ", ".join(f"{r.name}.x" for r in RELEASES)
+
+
+def release_of(version: str) -> Release | None:
+    """The profile of ``version``'s release line; None for a version of no known line."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    series = (int(m[1]), int(m[2])) if m else None
+    return next((r for r in RELEASES if r.series == series), None)
+
+
+def newest() -> Release:
+    return RELEASES[-1]
+
+
+def differences(old: Release, new: Release) -> list[tuple[str, str, str]]:
+    """``(field, old value, new value)`` for each behaviour that differs between two profiles."""
+    return [(f, getattr(old, f), getattr(new, f)) for f in PROFILE_FIELDS if getattr(old, f) != getattr(new, f)]
+
+
+SUPPORTED_SERIES = tuple(r.series for r in RELEASES)
+WRITTEN_AGAINST = "; ".join(f"{r.name}: {r.written_against}" for r in RELEASES)
+INSTALL_HINT = (f"install the 'trtllm' extra (tensorrt_llm {known_versions()}) {_CUDA_STEPS}"
+                + " or ".join(f"'{r.install}'" for r in RELEASES)
+                + " (the PyPI entry is a stub that redirects to NVIDIA's wheels), or run inside NVIDIA's NGC "
+                "TensorRT-LLM release container")
+FEATURES = ("core", "guided", "lora", "connector", "push")
 
 
 def import_trtllm() -> ModuleType:
@@ -59,6 +158,7 @@ class GuardSpec:
     why: str = ""
     defaults: tuple[tuple[str, Any], ...] = ()  # (field, 1.2 default): a later default is noted, not failed
     moved_to: str | None = None  # where a later release keeps the symbol
+    since: tuple[int, int] | None = None  # the release line that added the symbol: absent before it is no fault
 
 
 @dataclass(frozen=True)
@@ -68,7 +168,7 @@ class GuardRow:
     symbol: str
     feature: str
     ok: bool
-    status: str  # "ok" | "missing" | "changed" | "moved"
+    status: str  # "ok" | "missing" | "changed" | "moved" | "not yet" (a symbol of a later line, absent as expected)
     missing: tuple[str, ...] = ()
     detail: str = ""
     why: str = ""
@@ -103,8 +203,13 @@ GUARD: tuple[GuardSpec, ...] = (
     GuardSpec("llmapi.KvCacheConfig",
               ("max_tokens", "tokens_per_block", "enable_block_reuse", "enable_partial_reuse",
                "event_buffer_max_size", "host_cache_size"),
-              optional=("use_kv_cache_manager_v2",), defaults=(("use_kv_cache_manager_v2", False),),
-              why="KV budget in tokens, block size, reuse, events, host offload; V2 manager ignores retention"),
+              optional=("use_kv_cache_manager_v2", "kv_events_config"), defaults=(("use_kv_cache_manager_v2", False),),
+              why="KV budget in tokens, block size, reuse, events, host offload; V2 manager ignores retention; "
+                  "kv_events_config: the push path (1.4)"),
+    GuardSpec("llmapi.KVEventsConfig", ("enable_kv_cache_events", "publisher", "endpoint"), feature="push",
+              since=(1, 4), why="KV events pushed over ZMQ in vLLM's wire format (1.4; created and updated too)"),
+    GuardSpec("executor.result.GenerationResult", ("outputs",), optional=("cached_tokens",),
+              why="a request's result: its outputs; cached_tokens, exact per-request reuse (1.3+)"),
     GuardSpec("llmapi.KvCacheRetentionConfig",
               ("token_range_retention_configs", "decode_retention_priority", "decode_duration_ms",
                "TokenRangeRetentionConfig"),
@@ -183,47 +288,73 @@ def field_default(obj: Any, name: str) -> Any:
     return _NO_DEFAULT
 
 
-def _check(module: ModuleType, spec: GuardSpec) -> GuardRow:
+def _check(module: ModuleType, spec: GuardSpec, release: Release | None) -> GuardRow:
     name = f"{module.__name__}.{spec.symbol}"
     obj = resolve(module, spec.symbol)
-    if obj is None:
-        if spec.moved_to and resolve(module, spec.moved_to) is not None:
+    line = release.name if release else "this release"
+    if obj is None and spec.moved_to and (moved := resolve(module, spec.moved_to)) is not None:
+        where = f"{module.__name__}.{spec.moved_to}"
+        if release is None or not spec.moved_to.startswith(release.connector_module):
             return GuardRow(name, spec.feature, False, "moved", spec.requires,
-                            f"moved to {module.__name__}.{spec.moved_to} (the 1.3+ layout)", spec.why)
+                            f"moved to {where} (the 1.4 layout), which the {line} profile does not expect", spec.why)
+        obj, spec = moved, dataclasses.replace(spec, symbol=spec.moved_to)
+        found_at = f"at {where} (the {line} layout)"
+    elif obj is None:
+        if spec.since and release and release.series < spec.since:
+            return GuardRow(name, spec.feature, True, "not yet", (),
+                            f"absent, as in every {line} release (added in {spec.since[0]}.{spec.since[1]})", spec.why)
         return GuardRow(name, spec.feature, False, "missing", spec.requires, "not found", spec.why)
+    else:
+        found_at = ""
     have = members(obj)
     missing = tuple(r for r in spec.requires if r not in have)
     if missing:
         return GuardRow(name, spec.feature, False, "changed", missing, f"changed: lacks {', '.join(missing)}",
                         spec.why)
-    notes = [f"optional {o} absent (not used)" for o in spec.optional if o not in have]
+    notes = [found_at] if found_at else []
+    notes += [f"optional {o} absent (not used)" for o in spec.optional if o not in have]
     for fname, expected in spec.defaults:
         found = field_default(obj, fname) if fname in have else _NO_DEFAULT
         if found is not _NO_DEFAULT and found != expected:
-            notes.append(f"{fname} defaults to {found!r} here ({expected!r} in 1.2); the cell sets {expected!r}")
+            notes.append(f"{fname} defaults to {found!r} here ({expected!r} in 1.2); the cell sets {expected!r} "
+                         "unless opened with kv_manager='default'")
     return GuardRow(name, spec.feature, True, "ok", (), "; ".join(notes), spec.why)
 
 
 def check_guard(module: ModuleType) -> list[GuardRow]:
-    """Check every :data:`GUARD` row against an imported tensorrt_llm (or anything shaped like it)."""
-    return [_check(module, spec) for spec in GUARD]
+    """Check every :data:`GUARD` row against an imported tensorrt_llm (or anything shaped like it), by the profile
+    of its release line (none for an unknown line: every later layout is then a move it does not expect)."""
+    release = release_of(str(getattr(module, "__version__", "")))
+    return [_check(module, spec, release) for spec in GUARD]
 
 
 def version_supported(version: str) -> bool:
-    m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (int(m[1]), int(m[2])) == SUPPORTED_SERIES
+    return release_of(version) is not None
 
 
 def guard_failure(version: str, rows: Iterable[GuardRow]) -> str:
     """One reason naming each missing, changed or moved symbol."""
     parts = "; ".join(f"{r.symbol} {r.detail}" for r in rows)
+    release = release_of(version)
+    line = f"the {release.name} profile ({release.written_against})" if release else known_versions()
     return (f"tensorrt_llm {version} does not match the cell's version guard ({parts}); "
-            f"the cell is written against tensorrt_llm {SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x")
+            f"the cell is written against tensorrt_llm {line}")
 
 
 def version_reason(version: str) -> str:
-    return (f"tensorrt_llm {version} is installed, but the cell is pinned to "
-            f"{SUPPORTED_SERIES[0]}.{SUPPORTED_SERIES[1]}.x (a version bump re-runs certification); {INSTALL_HINT}")
+    """Why ``version`` is refused, by name, and what to do: a line known to be unsupported says why; anything else
+    is a release the workbench does not know yet."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    series = (int(m[1]), int(m[2])) if m else None
+    why = UNKNOWN_LINES.get(series) if series else None
+    if why is None:
+        newer = series is not None and series > newest().series
+        why = ("a release the workbench does not know yet" if newer else
+               "not a tensorrt_llm release version" if series is None else "older than every profile")
+    return (f"tensorrt_llm {version} is installed: {why}. The cell knows {known_versions()} "
+            f"({WRITTEN_AGAINST}); a version bump re-runs certification, so {version} is refused, not guessed at: "
+            f"install a known release ({INSTALL_HINT}), or read the new release's changes and add its profile to "
+            "workbench.cells.trtllm.guard.RELEASES")
 
 
 def import_failure(e: BaseException) -> str:
@@ -241,6 +372,18 @@ class Install:
     module: ModuleType
     version: str
     rows: tuple[GuardRow, ...]
+
+    @property
+    def release(self) -> Release | None:
+        """The profile of the installed release line (None: a line the workbench does not know)."""
+        return release_of(self.version)
+
+    @property
+    def double(self) -> str | None:
+        """What the install says of itself where it is a test double standing for tensorrt_llm (its
+        ``__test_double__``); None for tensorrt_llm itself. A finding made on one never settles a claim."""
+        said = getattr(self.module, "__test_double__", None)
+        return str(said) if said else None
 
     def failing(self, features: Iterable[str] = ("core",)) -> list[GuardRow]:
         wanted = set(features)
@@ -332,6 +475,14 @@ __all__ = [
     "GuardSpec",
     "INSTALL_HINT",
     "Install",
+    "PROFILE_FIELDS",
+    "RELEASES",
+    "Release",
+    "UNKNOWN_LINES",
+    "differences",
+    "known_versions",
+    "newest",
+    "release_of",
     "NOT_DECLARED",
     "SURFACE",
     "SUPPORTED_SERIES",

@@ -14,8 +14,13 @@ HASH_ALGO = "v1_block_key"  # what the cell's description and 1.3+'s /server_inf
 
 
 def hasher(d: Description, seed: str | None, block_size: int) -> TrtllmHasher:
-    if d.extra.get("kv_cache_hash_algo") != HASH_ALGO:
-        raise ValueError(f"{d.engine} declares no kv_cache_hash_algo {HASH_ALGO!r}")
+    """V1's block key, where the cell's description says the engine hashes with it: the algorithm its events
+    stated (1.4, read before any hash is recomputed), else the one the manager in use makes."""
+    algo = d.extra.get("kv_cache_hash_algo")
+    if algo != HASH_ALGO:
+        where = d.extra.get("kv_cache_hash_algo_source") or "the cell's description"
+        raise ValueError(f"{d.engine} hashes with {algo!r} ({where}), not {HASH_ALGO!r}; the workbench recomputes "
+                         "only V1's block key: open the cell with kv_manager='v1'")
     return TrtllmHasher(block_size)
 
 

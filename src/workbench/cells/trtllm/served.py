@@ -1,4 +1,13 @@
-"""TensorRT-LLM's server (``trtllm-serve`` 1.2) as a served cell: its launch line, its identity and the cell."""
+"""TensorRT-LLM's server (``trtllm-serve`` 1.2 and 1.4) as a served cell: its launch line, its identity and the cell.
+
+1.4 (the guard's 1.4 profile): the V1 KV manager is pinned in the options YAML unless ``kv_manager="default"``
+(``use_kv_cache_manager_v2`` exists on 1.2 too, defaulting to False there); a completion's
+``usage.prompt_tokens_details.cached_tokens`` (exact) is read before ``/perf_metrics``' blocks, both kept;
+``POST /kv_cache_events`` goes through ``KvEventFanout`` (``tensorrt_llm/serve/kv_event_fanout.py``): only
+``stored`` and ``removed`` of the largest window, ``created`` swallowed at start and ``updated`` dropped, so the
+pool's geometry comes from ``/server_info`` and the configured budget, priority changes only from the in-process API
+(the ``trtllm`` cell) or the ZMQ push socket, and the drained event ids skip the filtered events' numbers.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +25,7 @@ from .. import Availability
 from ..request import DEFAULT_CONTEXT_TOKENS, Slot, Step, Warm
 from ..served import ServedCell, ServedOptions
 from ..served_id import Answer, Mismatch, ServerId, pick
+from . import guard as trtllm_guard
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class TrtllmServeOptions(ServedOptions):
     tokens_per_block: int = 32  # kv_cache_config.tokens_per_block (1.2's default; /server_info says it from 1.3)
     event_buffer_max_size: int = 1024  # kv_cache_config.event_buffer_max_size (0 turns KV events off)
     perf_metrics_max_requests: int = 1000  # perf_metrics_max_requests (/perf_metrics keeps this many)
+    kv_manager: str = "v1"  # "v1": kv_cache_config.use_kv_cache_manager_v2 false; "default": the release's own (V2 on 1.4)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -76,6 +87,8 @@ class TrtllmServeOptions(ServedOptions):
         if bad := [f"{k} {v}" for k, v in counts.items() if v < 1] + (
                 [f"event_buffer_max_size {self.event_buffer_max_size}"] if self.event_buffer_max_size < 0 else []):
             raise ValueError(f"trtllm-serve: {', '.join(bad)}: give whole numbers of at least 1 (events: 0 or more)")
+        if self.kv_manager not in ("v1", "default"):
+            raise ValueError(f"kv_manager {self.kv_manager!r}: give 'v1' (pinned) or 'default' (the release's own)")
         if self.free_gpu_memory_fraction is not None and not 0 < self.free_gpu_memory_fraction <= 1:
             raise ValueError(f"free_gpu_memory_fraction {self.free_gpu_memory_fraction}: give a fraction in (0, 1]")
 
@@ -99,10 +112,12 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
     o = req.options
     kv = {"tokens_per_block": o.get("tokens_per_block"), "max_tokens": o.get("max_tokens"),
           "free_gpu_memory_fraction": o.get("free_gpu_memory_fraction")}
+    pinned = ["  use_kv_cache_manager_v2: false"] if o.get("kv_manager", "v1") == "v1" else []
     options = "\n".join([
         "kv_cache_config:",
         "  enable_block_reuse: true",
         f"  event_buffer_max_size: {int(o.get('event_buffer_max_size', 1024))}",
+        *pinned,
         *(f"  {k}: {v}" for k, v in kv.items() if v is not None),
         "return_perf_metrics: true",
         f"perf_metrics_max_requests: {int(o.get('perf_metrics_max_requests', 1000))}",
@@ -120,6 +135,18 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
 REFUSED_ARGS = r"Error: (No such option|Invalid value|Got unexpected extra argument)[^\n]*"
 
 
+USAGE_CACHED = "usage.prompt_tokens_details.cached_tokens"
+
+
+def usage_cached_tokens(doc: Any) -> int | None:
+    """A completion's exact cached prompt tokens (1.3+: ``usage.prompt_tokens_details.cached_tokens``); None where
+    the server reports none (1.2)."""
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    return None if value is None else int(value)
+
+
 class TrtllmServeCell(ServedCell):
     """``trtllm-serve`` 1.2 (PyTorch backend), written against the 1.2-era ``tensorrt_llm/serve/openai_server.py``:
     completions with token-id prompts and ``cache_salt``; reuse from ``GET /perf_metrics`` (destructive, one
@@ -133,6 +160,7 @@ class TrtllmServeCell(ServedCell):
     launch = staticmethod(launch)
     server_engine = "trtllm"
     prefill_now = True
+    exact_sources = (USAGE_CACHED,)
 
     @classmethod
     def availability(cls) -> Availability:
@@ -184,8 +212,13 @@ class TrtllmServeCell(ServedCell):
         t0 = time.perf_counter()
         doc = self._post("/v1/completions", self._body(tokens, key, 1))
         reused, kv = self._reused(None)
-        return Warm(reused, "perf_metrics.kv_cache_metrics", {"kv_cache_metrics": kv, "id": doc.get("id"),
-                                                              "prompt_tokens": len(tokens)}, time.perf_counter() - t0)
+        counters = {"kv_cache_metrics": kv, "id": doc.get("id"), "prompt_tokens": len(tokens)}
+        cached = usage_cached_tokens(doc)
+        if cached is None:
+            return Warm(reused, "perf_metrics.kv_cache_metrics", counters, time.perf_counter() - t0)
+        # 1.4: the exact count answers; /perf_metrics' blocks stay as the second channel, a difference kept
+        counters |= {"cached_tokens": cached, "block_reused_tokens": reused, "reuse_channels_differ": cached != reused}
+        return Warm(cached, USAGE_CACHED, counters, time.perf_counter() - t0)
 
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         kw = self._sampling_keywords(**sampling)
@@ -216,7 +249,18 @@ class TrtllmServeCell(ServedCell):
                                           "server_info": self.server_info,
                                           # 1.2's one event hash; 1.3+ names it in /server_info
                                           "kv_cache_hash_algo": self.server_info.get("kv_cache_hash_algo")
-                                          or "v1_block_key"})
+                                          or "v1_block_key",
+                                          "kv_cache_hash_algo_source": "GET /server_info"
+                                          if self.server_info.get("kv_cache_hash_algo") else
+                                          "1.2's one block key (/server_info names none)",
+                                          "kv_manager": self.opts.kv_manager} | self._release_extra())
+
+    def _release_extra(self) -> dict[str, Any]:
+        """What the server's release line changes for a consumer of its events (the guard's profile)."""
+        release = trtllm_guard.release_of(self.version)
+        if release is None:
+            return {"release": None}
+        return {"release": release.name, "kv_events_http": release.http_events, "kv_events_push": release.push_events}
 
     def drain_kv_events(self, timeout_s: float = 30.0) -> list[KvEvent]:
         """``POST /kv_cache_events`` (``kv_events`` observer): destructive, one shared queue (see

@@ -1,4 +1,10 @@
-"""TensorRT-LLM 1.2's KV events as an event source (:class:`workbench.events.sources.EventSource`).
+"""TensorRT-LLM's KV events as an event source (:class:`workbench.events.sources.EventSource`), 1.2 and 1.4.
+
+On 1.4 ``POST /kv_cache_events`` drains ``KvEventFanout``'s bounded buffer (``tensorrt_llm/serve/kv_event_fanout.py``,
+``drain_http_buffer``): only ``stored`` and ``removed`` of the largest attention window, each with its engine
+``event_id``, so the ids of the filtered ``created`` and ``updated`` events are missing from the stream (a gap there
+is not by itself a loss; the fanout's deque drops its oldest silently when full). The in-process
+``LLM.get_kv_cache_events`` still gives every event.
 
 ``POST /kv_cache_events`` on ``trtllm-serve`` (:class:`TrtllmHttpSource`), or ``LLM.get_kv_cache_events(timeout)``
 in-process (:class:`TrtllmLlmSource`). Both drain one shared queue (``executor.aget_kv_events`` returns the
@@ -17,8 +23,9 @@ from ...events.sources import EndpointFault
 from . import events as trtllm_events
 
 
-EXPECTED = ("TensorRT-LLM 1.2's POST /kv_cache_events answer: HTTP 200 and a JSON list of KV events "
-            f"{{event_id, window_size, data: {{type: {'|'.join(trtllm_events.KINDS)}, …}}}}, [] when none")
+EXPECTED = ("TensorRT-LLM's POST /kv_cache_events answer: HTTP 200 and a JSON list of KV events "
+            f"{{event_id, window_size, data: {{type: {'|'.join(trtllm_events.KINDS)}, …}}}} (1.4: stored and removed "
+            "only, with hash_algo), [] when none")
 """What a drain must answer (tensorrt_llm/serve/openai_server.py ``get_kv_cache_events``; each event as
 ``KVCacheEventSerializer`` writes it, tensorrt_llm/_utils.py)."""
 

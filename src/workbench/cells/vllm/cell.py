@@ -215,6 +215,11 @@ def surface_rows() -> list[dict]:
     return rows
 
 
+PRIORITY_SCALE = 100  # vLLM's priority for a request of retention priority p: 100 − p (lower is served first)
+REQUEST_PRIORITY = ("request priority (request_priority=True: scheduling_policy='priority', priority = 100 − the "
+                    "retention priority), the users' case of vLLM #47802; duration_ms has no counterpart; whether "
+                    "eviction honours it is what retention.pinning_under_pressure measures (#47837, the fix, is open)")
+
 ABSENT = {
     "retention_priority": "vLLM has no per-request retention priority: freed blocks join one LRU queue, least "
                           "recently used first and a chain's tail before its head (vllm/v1/core/kv_cache_utils.py, "
@@ -258,6 +263,9 @@ class VllmOptions(CellOptions):
     speculative_config: Mapping[str, Any] | None = None
     # a KV connector of vLLM's own, passed as is (P/D in-process: ExampleConnector, cells/vllm/pd.py transfer_config)
     kv_transfer_config: Mapping[str, Any] | None = None
+    # the cell's retention priorities as vLLM's request priority (scheduling_policy="priority", priority = 100 − the
+    # retention priority: lower runs first), the users' case of vLLM #47802: whether it protects cached prefixes
+    request_priority: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -496,6 +504,8 @@ class VllmCell(EventCapacity, RequestCell):
             disable_log_stats=not o.speculative_config)
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
+        if o.request_priority:
+            args["scheduling_policy"] = "priority"
         if o.kv_events:
             from . import events as vllm_events
 
@@ -610,10 +620,13 @@ class VllmCell(EventCapacity, RequestCell):
             p["cache_salt"] = key
         return p
 
-    def _run(self, tokens: list[int], sampling: Any, key: str | None) -> Iterator[Any]:
-        """Submit one request and yield its outputs step by step (the cell runs one request at a time)."""
+    def _run(self, tokens: list[int], sampling: Any, key: str | None,
+             retention: Retention | None = None) -> Iterator[Any]:
+        """Submit one request and yield its outputs step by step (the cell runs one request at a time); with
+        ``request_priority`` its retention priority goes as the request's priority."""
         rid = f"wb-{next(self._ids)}"
-        self._engine.add_request(rid, self._prompt(tokens, key), sampling, lora_request=self._lora_request)
+        more = {"priority": PRIORITY_SCALE - retention.priority} if self.opts.request_priority and retention else {}
+        self._engine.add_request(rid, self._prompt(tokens, key), sampling, lora_request=self._lora_request, **more)
         try:
             while self._engine.has_unfinished_requests():
                 for out in self._engine.step():
@@ -624,10 +637,11 @@ class VllmCell(EventCapacity, RequestCell):
             raise
 
     def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:
-        """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry)."""
+        """A ``max_tokens=1`` request; reuse is its ``num_cached_tokens`` (vLLM has no retention to carry; with
+        ``request_priority`` the retention's priority rides as the request's)."""
         t0 = time.perf_counter()
         final = None
-        for out in self._run(tokens, self._sampling(1), key):
+        for out in self._run(tokens, self._sampling(1), key, retention):
             final = out
         if final is None:
             raise WorkbenchError("vLLM returned no output for the warm-up request")
@@ -637,7 +651,7 @@ class VllmCell(EventCapacity, RequestCell):
     def _stream(self, prompt: list[int], st: Slot, sampling: dict[str, Any]) -> Iterator[Step]:
         """``RequestOutputKind.DELTA``: each output carries only what is new."""
         text = ""
-        for out in self._run(prompt, self._sampling(**sampling, stream=True), st.key):
+        for out in self._run(prompt, self._sampling(**sampling, stream=True), st.key, st.retention):
             delta = out.outputs[0]
             piece = delta.text or ""
             text += piece
@@ -651,7 +665,9 @@ class VllmCell(EventCapacity, RequestCell):
         notes = [
             "reuse is engine-global hash-chained block matching keyed by cache_salt; a slot is the cell's bookkeeping",
             f"num_cached_tokens counts whole blocks of {self.opts.block_size} and never the last prompt token",
-            "no retention priority: cached blocks are evicted least recently used first",
+            "no retention priority: cached blocks are evicted least recently used first"
+            + (" (request_priority: the retention priority rides as the request's scheduling priority)"
+               if self.opts.request_priority else ""),
         ]
         if st.counters:
             notes.append(f"last request: num_cached_tokens {st.counters.get('num_cached_tokens')} "
@@ -685,7 +701,7 @@ class VllmCell(EventCapacity, RequestCell):
             geometry=geometry, context_tokens=int(mc.max_model_len), kv_capacity_tokens=capacity,
             kv_capacity_bytes=capacity * geometry.bytes_per_token, block_tokens=B, slots=len(self._slots),
             observers=tuple(observers), switchable=switchable,
-            absent=ABSENT,
+            absent={k: v for k, v in ABSENT.items() if not (self.opts.request_priority and k == "retention_priority")},
             extra={
                 "vocab_size": self._vocab_size,
                 "num_gpu_blocks": cc.num_gpu_blocks,
@@ -702,7 +718,8 @@ class VllmCell(EventCapacity, RequestCell):
                 "kv_events_endpoint": self._events.endpoint if self._events is not None else None,
                 "kv_events_replay_endpoint": self._events.replay_endpoint if self._events is not None else None,
                 "kv_hash_seed": self.opts.hash_seed,
-                "retention": "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
+                "retention": REQUEST_PRIORITY if self.opts.request_priority else
+                "not applicable: vLLM has no retention priority; blocks are evicted LRU, tail first",
                 "prefill": "prefill_suffix warms prefix + suffix with a max_tokens=1 request; defer=True defers it",
                 "reuse_counters": "RequestOutput.num_cached_tokens (whole blocks; the last prompt token recomputed)",
                 "connector": "recording" if self._connector is not None else "off: open with connector=True to record",

@@ -1,9 +1,16 @@
-"""``tensorrt_llm/executor/result.py`` (1.2 line): completion outputs, request results, iteration results."""
+"""``tensorrt_llm/executor/result.py`` (1.2 and 1.4 lines): completion outputs, request results, iteration results.
+
+1.4 (``_profile.V14``): the request's result carries ``cached_tokens``, the exact number of prompt tokens the
+engine found cached (ai-dynamo/dynamo#13567 switched to it from ``num_reused_blocks × block_size`` on 1.3.0rc23:
+0 → 400 in-process); 1.2 has no such attribute.
+"""
 
 import json
 from dataclasses import dataclass, field
 from queue import Empty, Queue
 from typing import List, Optional
+
+from .. import _profile
 
 
 @dataclass(slots=True)
@@ -28,11 +35,13 @@ class CompletionOutput:
 class GenerationResult:
     """A request's future: iterate for streaming steps, ``result()`` to wait for the end."""
 
-    def __init__(self, request_id: int, prompt_token_ids: List[int], steps: List[CompletionOutput]):
+    def __init__(self, request_id: int, prompt_token_ids: List[int], steps: List[CompletionOutput],
+                 prepopulated: int = 0):
         self.request_id = request_id
         self.prompt_token_ids = prompt_token_ids
         self._steps = steps
         self._at = -1
+        self._cached_tokens = prepopulated  # the engine's prepopulatedPromptLen
 
     @property
     def finished(self) -> bool:
@@ -48,6 +57,11 @@ class GenerationResult:
 
     def __iter__(self):
         return self
+
+    if _profile.V14:
+        @property
+        def cached_tokens(self) -> int:
+            return self._cached_tokens
 
     def __next__(self) -> "GenerationResult":
         if self.finished:

@@ -1,4 +1,4 @@
-"""``tensorrt_llm.LLM`` (1.2 line) as a recording toy engine.
+"""``tensorrt_llm.LLM`` (1.2 and 1.4 lines) as a recording toy engine.
 
 Signatures are the documented ones (``tensorrt_llm/llmapi/llm.py``); every call is appended to
 ``self.calls`` as ``(name, arguments)``. What the LLM API does around the engine is modelled as
@@ -15,7 +15,7 @@ Signatures are the documented ones (``tensorrt_llm/llmapi/llm.py``); every call 
 The engine itself is a toy with the documented observable shapes:
 
 * reuse: full blocks of ``prompt[:-1]`` whose hash chain (salt, LoRA id, parent, tokens) is stored
-  are reused; ``kv_cache_metrics`` counts blocks;
+  are reused; ``kv_cache_metrics`` counts blocks; the V1 hash is TensorRT-LLM's own block key (``_block_key.py``);
 * partial reuse (``enable_partial_reuse``, on by default): the device-matched length handed to a KV connector
   (``prepopulatedPromptLen``) adds, after the matched full blocks, the leading tokens the next block of
   ``prompt[:-1]`` shares with a stored block of the same parent, salt and LoRA id (``loadOrAllocateBlocks`` and
@@ -31,19 +31,39 @@ The engine itself is a toy with the documented observable shapes:
 * pool: ``ceil(min(memory_tokens, max_tokens) / tokens_per_block)`` blocks, ``memory_tokens``
   standing for what the free-memory fraction leaves (``calculateMaxNumBlocks``,
   ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``);
+* retention expiry: a block given a ``duration_ms`` falls back to the default priority (35) once it has passed
+  (``LRUEvictionPolicy::refresh``, ``cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp``);
 * iteration stats (``enable_iter_perf_stats=True`` only): one entry per request with ``kvCacheStats``;
 * tokens: deterministic from the prompt; text is one letter per token.
+
+What 1.4 (``_profile.V14``) does differently, each a row of the table with its 1.4 source:
+
+* the KV manager is V2 unless ``KvCacheConfig(use_kv_cache_manager_v2=False)``; V2 ignores
+  ``KvCacheRetentionConfig`` (every block at the default priority, plain LRU: issue #16251), and hashes its blocks
+  with SHA-256 (``v2_sha256``, PR #13589);
+* every event names its ``hash_algo`` (``v1_block_key`` under V1, ``v2_sha256`` under V2; V2 also ``layer_group_id``);
+* the request's result carries ``cached_tokens`` (exact, partial matches included; ``executor/result.py``).
+
+``detach_without_removed`` (off by default, both lines) reproduces TensorRT-LLM PR #16335 (open): evicting a block
+detaches every stored descendant with no ``removed`` event (``WindowBlockManager::blockInRadixTree`` checks
+``getPrevBlock() != nullptr``, ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``), so a mirror leaks them.
+Whether a given release carries the bug is what the ledger probe answers on a GPU; the double only lets the probe's
+rule be seen to refute.
 """
 
 import dataclasses
+import hashlib
 import importlib
 import json
 import math
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, List, Optional
 
+from .. import _profile
+from .._block_key import block_key
 from ..bindings import KvCacheMetrics, RequestPerfMetrics, TimingMetrics
 from ..executor import CompletionOutput, GenerationExecutor, GenerationResult
 from ..sampling_params import SamplingParams
@@ -51,6 +71,9 @@ from .llm_args import TorchLlmArgs
 
 LAYERS = 2
 BOS, EOS = 1, 2
+DEFAULT_PRIORITY = 35  # kDefaultRetentionPriority (cpp/include/tensorrt_llm/executor/executor.h)
+CONNECTOR_MODULE = ("_torch.pyexecutor.connectors.kv_cache_connector" if _profile.V14
+                    else "_torch.pyexecutor.kv_cache_connector")
 
 
 class FakeTokenizer:
@@ -106,6 +129,7 @@ class _Tensor:
 class LLM:
     instances: List["LLM"] = []
     memory_tokens: Optional[int] = None  # tokens the free-memory fraction leaves for KV (None: unlimited)
+    detach_without_removed: bool = False  # PR #16335: descendants of an evicted block detach silently
 
     def __init__(self, model, tokenizer=None, tokenizer_mode="auto", skip_tokenizer_init=False,
                  trust_remote_code=False, tensor_parallel_size=1, dtype="auto", revision=None,
@@ -122,7 +146,9 @@ class LLM:
         self.tpb = kv.tokens_per_block
         limits = [t for t in (kv.max_tokens, self.memory_tokens) if t]
         self.capacity_blocks = math.ceil(min(limits or [4096]) / self.tpb)
-        self.stored: dict = {}  # block hash -> [priority, age]
+        self.v2 = bool(getattr(kv, "use_kv_cache_manager_v2", False))  # 1.4: the default; 1.2: a prototype flag
+        self.hash_algo = "v2_sha256" if self.v2 else "v1_block_key"
+        self.stored: dict = {}  # block hash -> [priority, age, expires at (monotonic s) or None]
         self.block_keys: dict = {}  # block hash -> (parent key, tokens): what partial matching compares
         self._lock = threading.Lock()
         self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
@@ -180,7 +206,7 @@ class LLM:
         self.next_request += 1
         self.iteration += 1
         lora_id = lora_request.lora_int_id if lora_request is not None else None
-        reused, block_ids = self._admit(prompt, cache_salt, lora_id, kv_cache_retention_config, request_id)
+        reused, block_ids, matched = self._admit(prompt, cache_salt, lora_id, kv_cache_retention_config, request_id)
         out = [10 + (sum(prompt) + 7 * k) % 90 for k in range(sp.max_tokens)]
         n_blocks = math.ceil(len(prompt) / self.tpb)
         perf = RequestPerfMetrics(
@@ -201,7 +227,7 @@ class LLM:
                     "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}})
         if self.scheduler is not None:
             self.scheduler.request_finished(_Request(request_id, prompt), block_ids)
-        return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming))
+        return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming), prepopulated=matched)
 
     def get_kv_cache_events(self, timeout: Optional[float] = 2) -> List[dict]:
         self.calls.append(("get_kv_cache_events", {"timeout": timeout}))
@@ -220,9 +246,13 @@ class LLM:
 
     def _emit(self, data: dict) -> None:
         if self._events_on:
+            event = {"event_id": self.next_event, "data": data, "window_size": self.args.max_seq_len}
+            if _profile.V14:  # PR #13589: events state the algorithm their block hashes were made with
+                event["hash_algo"] = self.hash_algo
+                if self.v2:
+                    event["layer_group_id"] = 0
             with self._lock:
-                self.engine_events.append({"event_id": self.next_event, "data": data,
-                                           "window_size": self.args.max_seq_len})
+                self.engine_events.append(event)
             self.next_event += 1
 
     def _take_events(self) -> list:
@@ -235,12 +265,20 @@ class LLM:
             stats, self.engine_stats = self.engine_stats, []
         return stats
 
+    def _hash(self, salt, lora_id, parent, block) -> int:
+        """V1: ``BlockKeyHasher::hash`` (``_block_key.py``); V2: SHA-256 of the key, 64 bits (its byte layout is the
+        double's own: what a client must not do is recompute it as V1's)."""
+        if self.v2:
+            key = json.dumps([salt, lora_id, parent, list(block)]).encode()
+            return int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
+        return block_key(block, parent or 0, salt, lora_id)
+
     def _admit(self, prompt, salt, lora_id, retention, request_id):
-        """Match, allocate and store the prompt's full blocks; returns (reused blocks, block ids)."""
+        """Match, allocate and store the prompt's full blocks; returns (reused blocks, block ids, matched tokens)."""
         full = [prompt[i:i + self.tpb] for i in range(0, len(prompt) - self.tpb + 1, self.tpb)]
         hashes, parent = [], None
         for block in full:
-            parent = hash((salt, lora_id, parent, tuple(block))) & (2 ** 64 - 1)
+            parent = self._hash(salt, lora_id, parent, block)
             hashes.append(parent)
         reusable = (len(prompt) - 1) // self.tpb  # the last prompt token is never reused
         reused = 0
@@ -254,7 +292,7 @@ class LLM:
             req = _Request(request_id, prompt)
             self.scheduler.get_num_new_matched_tokens(req, matched)
             self.scheduler.update_state_after_alloc(req, block_ids)
-            rd = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}._torch.pyexecutor.kv_cache_connector")
+            rd = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{CONNECTOR_MODULE}")
             meta = self.scheduler.build_connector_meta(rd.SchedulerOutput(new_requests=[rd.RequestData(
                 request_id, list(prompt), block_ids, matched, len(prompt) - matched)]))
             self.worker.bind_connector_meta(meta)
@@ -264,20 +302,24 @@ class LLM:
                 self.worker.save_kv_layer(layer, None)
             self.worker.wait_for_save(None)
             self.worker.get_finished([], [])
-        ranges = retention.token_range_retention_configs if retention is not None else []
+        # V2 has no per-request retention (issue #16251): whatever the request names, its blocks sit at the default
+        ranges = retention.token_range_retention_configs if retention is not None and not self.v2 else []
+        now = time.monotonic()
         new_blocks, new_parent = [], None
         for i, (h, block) in enumerate(zip(hashes, full)):
             start = i * self.tpb
             # the range covering the block's first token, else nullopt (getPerBlockRetentionPriorityDuration)
-            given = next((r.priority for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), None)
+            rng = next((r for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), None)
+            expires = now + rng.duration_ms.total_seconds() if rng is not None and rng.duration_ms else None
             if h in self.stored:
                 self.stored[h][1] = self.iteration
-                if given is not None:  # claimBlock overwrites only when the request gave a value, 35 included
-                    self.stored[h][0] = given  # (kvCacheManager.cpp, WindowBlockManager::loadOrAllocateBlocks)
+                if rng is not None:  # claimBlock overwrites only when the request gave a value, 35 included
+                    self.stored[h][0] = rng.priority  # (kvCacheManager.cpp, WindowBlockManager::loadOrAllocateBlocks)
+                    self.stored[h][2] = expires
                 continue
-            prio = 35 if given is None else given  # a new context block: its range's priority, or the default
+            prio = DEFAULT_PRIORITY if rng is None else rng.priority  # a new context block: its range's, or the default
             self._evict_for_one()
-            self.stored[h] = [prio, self.iteration]
+            self.stored[h] = [prio, self.iteration, expires]
             self.block_keys[h] = (parents[i], tuple(block))
             if not new_blocks:
                 new_parent = hashes[i - 1] if i else None
@@ -285,7 +327,7 @@ class LLM:
                                "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in block]})
         if new_blocks:
             self._emit({"type": "stored", "parent_hash": new_parent, "blocks": new_blocks})
-        return reused, block_ids
+        return reused, block_ids, matched
 
     def _partial_match(self, parent, tokens) -> int:
         """Leading tokens of the next block (at most one block of ``tokens``) that a stored child of ``parent``
@@ -302,13 +344,33 @@ class LLM:
                 best = max(best, n)
         return best
 
+    def _eviction_key(self, h, now: float) -> tuple:
+        """Lowest priority first, then oldest; a block past its ``duration_ms`` counts at the default priority
+        (``LRUEvictionPolicy::refresh``)."""
+        prio, age, expires = self.stored[h]
+        return (DEFAULT_PRIORITY if expires is not None and expires <= now else prio), age
+
     def _evict_for_one(self) -> None:
         if len(self.stored) < self.capacity_blocks:
             return
-        victim = min(self.stored, key=lambda h: tuple(self.stored[h]))
+        now = time.monotonic()
+        victim = min(self.stored, key=lambda h: self._eviction_key(h, now))
         del self.stored[victim]
         self.block_keys.pop(victim, None)
         self._emit({"type": "removed", "block_hashes": [victim]})
+        if self.detach_without_removed:  # PR #16335: the victim's descendants leave the tree with no event
+            for h in self._descendants(victim):
+                self.stored.pop(h, None)
+                self.block_keys.pop(h, None)
+
+    def _descendants(self, h) -> list:
+        """Every stored block whose parent chain runs through ``h``."""
+        out, frontier = [], {h}
+        while frontier:
+            children = [c for c, (parent, _) in self.block_keys.items() if parent in frontier]
+            out += children
+            frontier = set(children)
+        return out
 
     def _steps(self, out, sp, perf, streaming) -> List[CompletionOutput]:
         text = self.tokenizer.decode(out) if (self.tokenizer is not None and sp.detokenize) else ""

@@ -1,13 +1,30 @@
-"""``tensorrt_llm.llmapi.llm_args`` (1.2 line): the LLM keywords and configs the cell passes.
+"""``tensorrt_llm.llmapi.llm_args`` (1.2 and 1.4 lines): the LLM keywords and configs the cell passes.
 
 The real classes are pydantic models with ``extra="forbid"``; dataclasses reject unknown keywords
-the same way.
+the same way. 1.4 (``_profile.V14``): ``KvCacheConfig.use_kv_cache_manager_v2`` defaults to V2 (release
+v1.4.0rc1, "Default to KV cache manager V2 ... (BREAKING) #17495"), and ``KvCacheConfig.kv_events_config`` takes
+a ``KVEventsConfig`` (docs ``llm-api/reference/KVEventsConfig.html``; PR #17023).
 """
 
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
+from .. import _profile
 from ..lora_helper import LoraConfig
+
+
+@dataclass(kw_only=True)
+class KVEventsConfig:
+    """1.4: the ZMQ push path of KV events ("each attention-DP rank binds base_port+rank")."""
+
+    enable_kv_cache_events: bool = False
+    publisher: str = "zmq"
+    endpoint: str = "tcp://*:5557"
+    replay_endpoint: Optional[str] = None
+    buffer_steps: int = 10000
+    hwm: int = 100000
+    max_queue_size: int = 100000
+    topic: str = ""
 
 
 @dataclass(kw_only=True)
@@ -25,6 +42,17 @@ class KvCacheConfig:
     dtype: str = "auto"
     tokens_per_block: int = 32
     use_kv_cache_manager_v2: bool = False
+
+
+@dataclass(kw_only=True)
+class KvCacheConfig14(KvCacheConfig):
+    use_kv_cache_manager_v2: bool = True
+    kv_events_config: Optional[KVEventsConfig] = None
+
+
+if _profile.V14:
+    KvCacheConfig14.__name__ = KvCacheConfig14.__qualname__ = "KvCacheConfig"
+    KvCacheConfig = KvCacheConfig14  # noqa: F811 - the release's one class of that name
 
 
 @dataclass(kw_only=True)
