@@ -157,11 +157,13 @@ def test_another_engines_finding_is_a_reference_never_the_answer():
     first, reference = status.split("<br>")
     assert first.startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU** · resolve: "
                             "`workbench probe retention.pinning_under_pressure --engine trtllm --model HF_DIR --out findings`")
-    assert reference.startswith("reference · llamacpp 0.3.36 · refuted · ")
+    assert reference.startswith("reference · llamacpp 0.3.36 on SmolLM2-135M · refuted (retention.pinning_under_pressure "
+                                "found it refuted on llamacpp): the claim does not hold on llamacpp, which says nothing "
+                                "about TensorRT-LLM · ")
     assert not re.search(r"\*\*(confirmed|refuted|partial)\*\*", status)
     unknown = block(out, "unknown.retention_pressure")
     assert unknown.lstrip().startswith("**TensorRT-LLM: unresolved — needs tensorrt_llm on an NVIDIA GPU**")
-    assert "| reference | refuted | llamacpp |" in unknown
+    assert "| reference | refuted | llamacpp | 0.3.36 | SmolLM2-135M |" in unknown
     rows = bp.unknowns_table(out)
     mine = [(r["role"], r["engine"], r["verdict"], r["resolved"]) for r in rows if r["claim"] == "unknown.retention_pressure"]
     assert mine == [("subject", "trtllm", None, False), ("reference", "llamacpp", "refuted", False)]
@@ -210,7 +212,8 @@ def test_newest_finding_per_engine_version_side_by_side():
             if r["claim"] == "unknown.retention_pressure"]
     assert mine == [("subject", "trtllm", "1.1.9", "partial", "Older release."),
                     ("subject", "trtllm", "1.2.0", "confirmed", "New run."),
-                    ("reference", "llamacpp", "0.3.16", "confirmed", "Incumbent.")]
+                    ("reference", "llamacpp", "0.3.16", "confirmed",
+                     "Incumbent. — reference: the claim holds on llamacpp, which says nothing about TensorRT-LLM")]
 
 
 def test_claim_verdicts_override_the_finding_verdict_per_claim():
@@ -576,3 +579,42 @@ def test_a_blueprint_not_in_utf8_is_refused_naming_the_fix(stale_blueprint, find
 def test_a_directory_given_as_the_blueprint_is_refused_naming_the_fix(findings_updating_retention, tmp_path):
     with pytest.raises(bp.BlueprintError, match="is not a Markdown file .*give the blueprint's .md file"):
         bp.run_writeback(tmp_path, [findings_updating_retention], "write")
+
+
+def test_every_contract_row_cites_the_daemons_conformance_run_beside_the_verdict_that_stands():
+    """The contract table's rows cite contract.conformance (the cell's daemon, row by row) on each engine it ran on,
+    even where another probe's newer finding is the one that stands for that engine."""
+    conformance = finding(["contract.decode", "contract.embed"], "confirmed", probe="contract.conformance",
+                          created="2026-07-01T00:00:00+00:00",
+                          claim_verdicts={"contract.decode": "confirmed", "contract.embed": "not-applicable"})
+    newer = finding(["contract.decode"], "partial", created="2026-07-02T00:00:00+00:00")
+    out = bp.writeback(pristine(), located(conformance, newer), base=BASE)
+    decode = row(out, "`Decode`").split(" | ")[-1]
+    assert "reference · llamacpp 0.3.16 on SmolLM2-135M · partial" in decode
+    assert f"conformance · llamacpp 0.3.16 on SmolLM2-135M · confirmed · 2026-07-01 · [finding](findings/{conformance.id}.json)" in decode
+    embed = row(out, "`Embed`").split(" | ")[-1]
+    assert embed.count("conformance ·") == 0 and "reference · llamacpp 0.3.16 on SmolLM2-135M · not-applicable" in embed  # it stands
+def test_a_write_back_into_a_new_file_says_it_is_new_not_that_every_block_changed(stale_blueprint,
+                                                                                   findings_updating_retention, capsys,
+                                                                                   tmp_path):
+    """Issue 51: a run into a fresh folder printed "changed:" and every block of the blueprint."""
+    out = tmp_path / "fresh" / "blueprint.md"
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write", out=out) == 0
+    said = capsys.readouterr().out
+    assert "a new write-back of blueprint.md" in said and "changed:" not in said
+    fstore.write(finding(["risk.warmup"], "refuted", probe="prefix.warmup_materialization"), findings_updating_retention)
+    assert bp.run_writeback(stale_blueprint, [findings_updating_retention], "write", out=out) == 0
+    assert "changed: risk.warmup, verification-log" in capsys.readouterr().out  # an existing one says what changed
+
+
+def test_the_log_lists_as_not_run_only_what_ran_nowhere():
+    """Issue 51: a batch's llama.cpp pass reports the vLLM arms not-run on its model while vLLM's own pass ran them:
+    the log said "vllm did not run (loop.vllm)" beside the rows that show it ran."""
+    ran = finding(["entry.step_function"], "inconclusive", engine="vllm", version="0.32.0", probe="loop.vllm")
+    elsewhere = finding(["entry.step_function"], "not-run", engine="vllm", version=None, probe="loop.vllm",
+                        reason="the vLLM arm needs a Hugging Face model", created="2026-07-04T10:00:00+00:00")
+    never = finding(["unknown.retention_pressure"], "not-run", engine="trtllm", version=None,
+                    probe="retention.pinning_under_pressure", reason="no NVIDIA GPU")
+    log = block(bp.writeback(pristine(), located(ran, elsewhere, never), base=BASE), "verification-log")
+    assert "- trtllm did not run (retention.pinning_under_pressure): no NVIDIA GPU" in log
+    assert "vllm did not run" not in log

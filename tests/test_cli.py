@@ -167,3 +167,17 @@ def test_findings_survives_a_fifo_and_deep_nesting(tmp_path):
     warned = [line for line in r.stderr.splitlines() if line.startswith("corrupt:")]
     assert len(warned) == 2 and any("pipe.json" in w and "not a regular file" in w for w in warned)
     assert any("deep.json" in w and "nested too deeply" in w for w in warned)
+
+
+def test_doctor_prints_each_part_as_it_is_read():
+    """Issue 51: ``doctor`` said nothing for 33 s (the engines' imports, the model's decode), then everything. Each
+    part is printed as it is read: the machine first, each engine as its availability is known, the model last."""
+    from workbench import doctor
+
+    seen: list[tuple[str, list[str]]] = []
+    rep = doctor.report(on_part=lambda part, r: seen.append((part, doctor.lines(part, r))))
+    parts = [p for p, _ in seen]
+    assert parts[0] == "machine" and parts[-2:] == ["default_model", "runnable_engines"]
+    assert parts.count("engines") == len(rep["engines"]) >= 3
+    assert [ls[0].split(":")[0] for p, ls in seen if p == "engines"] == [f"engine      {e}" for e in rep["engines"]]
+    assert "\n".join(line for _, ls in seen for line in ls) == doctor.render(rep)  # the same lines, in order

@@ -1,11 +1,12 @@
-"""The contract's own rules: how a prompt is read, identity digests, and the observer specs."""
+"""The engine layer's own rules: how a prompt is read and the observer specs (the cache identity is modeld's:
+tests/transport/test_manifest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from workbench import engine
-from workbench.engine import Manifest, common_prefix, split_prompt
+from workbench.engine import common_prefix, split_prompt
 
 
 def test_a_prompt_is_text_tokens_or_messages():
@@ -23,9 +24,9 @@ def test_common_prefix_is_the_longest_shared_start():
     assert common_prefix([], [1]) == 0
 
 
-def test_a_manifest_digest_changes_with_any_adapter():
-    assert Manifest("m", ()).digest != Manifest("m", ("a",)).digest
-    assert Manifest("m", ("a",)).digest == Manifest("m", ("a",)).digest
+def test_the_engine_layer_holds_no_cache_identity_of_its_own():
+    """The old sorted-adapter manifest digest is gone: a cell's identity is modeld's (transport.manifest.Variant)."""
+    assert not hasattr(engine, "Manifest") and not hasattr(engine, "digest")
 
 
 def test_every_observer_is_a_runtime_checkable_protocol_with_methods_or_a_declared_data_channel():

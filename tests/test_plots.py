@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from workbench import findings, plots, plotstyle, probes, widgets
+from workbench import panels as _panels
 
 RETENTION_ROWS = [
     {"arm": arm, "priority": pr, "pressure": x, "survival": s, "reused_tokens": int(256 * s), "baseline_reused": 256,
@@ -66,9 +67,9 @@ def test_not_run_findings_get_figures_that_say_why():
     assert all("no GPU here" in fig.layout.annotations[0].text for _, fig in figs)
 
 
-@pytest.mark.parametrize("build", [lambda: plots.survival(RETENTION_ROWS), lambda: plots.slim("not run"),
+@pytest.mark.parametrize("build", [lambda: plots.survival(RETENTION_ROWS),
                                    lambda: plots.side_by_side("reuse.per_request_metrics",
-                                                              [finding("reuse.per_request_metrics", REUSE_ROWS)])[0][1],
+                                                              [finding("reuse.per_request_metrics", REUSE_ROWS)])[0].fig,
                                    lambda: plots.verdicts(pd.DataFrame({"probe": ["p"], "verdict": ["confirmed"]}))])
 def test_every_figure_wears_the_house_template_and_a_users_default_stays_theirs(build, monkeypatch):
     import plotly.graph_objects as go
@@ -169,12 +170,6 @@ def panels(fig) -> list[str]:
     return [a.text for a in fig.layout.annotations if a.yanchor == "bottom" and a.y == 1.0]
 
 
-def column(fig, note) -> int:
-    """Which panel a note sits in (notes of panels without traces are placed in paper coordinates)."""
-    return next(i for i, k in enumerate(("xaxis", "xaxis2", "xaxis3"), 1)
-                if fig.layout[k].domain[0] <= note.x <= fig.layout[k].domain[1])
-
-
 def drawn_on(fig) -> list[str]:
     """The x axes that carry traces: which panels draw data."""
     return sorted({t.xaxis for t in fig.data})
@@ -186,76 +181,105 @@ def three_engines(probe: str, rows: list[dict], vllm_rows: list[dict]) -> list[f
             on(finding(probe, [], "not-run", "tensorrt_llm is not installed"), "trtllm", None)]
 
 
-def test_side_by_side_draws_one_panel_per_engine_subject_first():
+def test_side_by_side_draws_a_panel_per_engine_with_data_and_names_the_rest_in_the_caption():
+    """Issue 51: a panel for an engine without data gave 60 % of each gateway figure to grey text. An engine draws a
+    panel only where its findings hold data for the figure; the caption names each one that does not, and why."""
     fs = three_engines("reuse.per_request_metrics", REUSE_ROWS, REUSE_ROWS[:2])
     figs = plots.side_by_side("reuse.per_request_metrics", fs)
-    assert [name for name, _ in figs] == ["matrix", "timeline"]  # every figure the probe declares
-    for _, fig in figs:
-        titles = panels(fig)
-        assert len(titles) == 3 and len([k for k in fig.layout if k.startswith("xaxis")]) == 3
-        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
-        assert "subject" in titles[0] and all("reference" in t for t in titles[1:])
-        assert all(" · probe v" in t.replace("<br>", " ") for t in titles)  # which run each panel shows: date and probe version
-        assert "0.3.36" in titles[1] and "0.32.0" in titles[2] and "synthetic:tiny" in titles[2]
-        assert drawn_on(fig) == ["x2", "x3"]  # both engines that ran draw their own panel, not one of them
+    assert [s.name for s in figs] == ["matrix", "timeline"]  # every figure the probe declares
+    for s in figs:
+        titles = panels(s.fig)
+        assert len(titles) == 2 and len([k for k in s.fig.layout if k.startswith("xaxis")]) == 2
+        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["llamacpp", "vllm"]
+        assert all("reference" in t for t in titles)
+        assert all(" · probe v" in t.replace("<br>", " ") for t in titles)  # which run each panel shows
+        assert "0.3.36" in titles[0] and "0.32.0" in titles[1] and "synthetic:tiny" in titles[1]
+        assert drawn_on(s.fig) == ["x", "x2"]  # both engines that ran draw their own panel
+        assert s.caption == "No panel for trtllm (not-run: tensorrt_llm is not installed)."
+        assert all(isinstance(t.meta, dict) and t.meta["y"] for t in s.fig.data)  # each trace says what it draws
 
 
 def test_each_panel_draws_its_own_engines_rows():
     fs = three_engines("reuse.per_request_metrics", REUSE_ROWS, [r | {"reported_reused": 64} for r in REUSE_ROWS])
-    _, matrix = plots.side_by_side("reuse.per_request_metrics", fs)[0]
+    matrix = plots.side_by_side("reuse.per_request_metrics", fs)[0].fig
     reported = {t.xaxis: dict(zip(t.x, t.y)) for t in matrix.data if t.name == "reported (cell)"}
-    assert reported["x2"]["exact repeat"] == 128.5 and reported["x3"]["exact repeat"] == 64
+    assert reported["x"]["exact repeat"] == 128.5 and reported["x2"]["exact repeat"] == 64
 
 
-def test_a_not_run_engine_keeps_its_panel_with_the_reason_once():
-    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
-    for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs):
-        text = [a.text for a in fig.layout.annotations]
-        assert sum("tensorrt_llm is not installed" in t for t in text) == 1
-        note = next(a for a in fig.layout.annotations if "tensorrt_llm" in a.text)
-        assert note.text.startswith("not-run: ") and column(fig, note) == 1  # in the first (subject) panel
-        assert "not-run" in panels(fig)[0]
-
-
-def test_an_engine_without_a_finding_still_gets_a_panel():
-    (_, fig), _ = plots.side_by_side("retention.pinning_under_pressure", [finding("retention.pinning_under_pressure",
-                                     RETENTION_ROWS)], engines=("llamacpp", "trtllm", "vllm"))
-    assert ["no finding" in t for t in panels(fig)] == [True, False, True]
-    assert any(a.text == "no vllm finding here" and column(fig, a) == 3 for a in fig.layout.annotations)
-
-
-def test_a_panel_that_draws_nothing_is_a_slim_column_with_one_line():
-    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
+def test_an_engine_without_data_is_named_once_with_its_reason_and_gets_no_panel():
     long = "tensorrt_llm is not installed: " + "install the 'trtllm' extra, then CUDA, torch and MPI; " * 6
+    fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
     fs[2] = on(finding("retention.pinning_under_pressure", [], "not-run", long), "trtllm", None)
-    for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs):
-        subject, drawn = fig.layout.xaxis.domain, fig.layout.xaxis2.domain
-        assert (subject[1] - subject[0]) < 0.25 * (drawn[1] - drawn[0])  # slim beside the drawn panels
-        (note,) = [a for a in fig.layout.annotations if column(fig, a) == 1 and a.textangle == -90]
-        assert note.text == "not-run: tensorrt_llm is not installed"  # one line; the report has the rest once
-        assert "<br>" not in note.text and "extra" not in note.text
+    for s in plots.side_by_side("retention.pinning_under_pressure", fs, engines=("llamacpp", "trtllm", "vllm")):
+        assert [t.split("</b>")[0].removeprefix("<b>") for t in panels(s.fig)] == ["llamacpp", "vllm"]
+        assert s.caption == "No panel for trtllm (not-run: tensorrt_llm is not installed)."  # the rest, once, in
+        assert not any("tensorrt_llm" in (a.text or "") for a in s.fig.layout.annotations)  # the report's install text
+    (s, _) = plots.side_by_side("retention.pinning_under_pressure", [finding("retention.pinning_under_pressure",
+                                RETENTION_ROWS)], engines=("llamacpp", "trtllm", "vllm"))
+    assert s.caption == "No panel for trtllm (no finding here); vllm (no finding here)."
 
 
-def test_side_by_side_shares_the_quantity_axis_colours_and_legend():
+def test_a_figure_no_engine_has_data_for_is_its_caption_alone():
+    fs = [on(finding("retention.pinning_under_pressure", [], "not-run", "no GPU here"), "trtllm", None)]
+    (survival, timeline) = plots.side_by_side("retention.pinning_under_pressure", fs)
+    assert survival.fig is None and survival.caption == ("Not drawn: no engine has data for this figure: trtllm "
+                                                         "(not-run: no GPU here).")
+
+
+def test_side_by_side_shares_the_quantity_axis_only_for_one_quantity_on_one_model():
     fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS[3:])
-    survival, timeline = (fig for _, fig in plots.side_by_side("retention.pinning_under_pressure", fs))
-    assert survival.layout.yaxis3.matches == "y2"
-    assert survival.layout.xaxis3.matches is None  # each engine sweeps its own range
+    survival, timeline = (s.fig for s in plots.side_by_side("retention.pinning_under_pressure", fs))
+    assert survival.layout.yaxis2.matches == "y"
+    assert survival.layout.xaxis2.matches is None  # each engine sweeps its own range
     # the builder's log axes, per panel: pressures 0.5 to 2 span under a decade, so they read linear
-    assert survival.layout.xaxis2.type == survival.layout.xaxis3.type == "linear"
-    assert survival.layout.yaxis3.title.text is None and survival.layout.yaxis2.title.text
-    assert sorted(s.xref for s in survival.layout.shapes) == ["x2", "x3"]  # the capacity line, in each panel
+    assert survival.layout.xaxis.type == survival.layout.xaxis2.type == "linear"
+    assert survival.layout.yaxis2.title.text is None and survival.layout.yaxis.title.text
+    assert sorted(s.xref for s in survival.layout.shapes) == ["x", "x2"]  # the capacity line, in each panel
     by_name: dict[str, set] = {}
     for t in survival.data:
         by_name.setdefault(t.name, set()).add(t.line.color)
     assert all(len(c) == 1 for c in by_name.values()) and len({c for cs in by_name.values() for c in cs}) == 2
     assert [t.name for t in survival.data if t.showlegend] == ["p35", "p100"]  # each series once in the legend
-    assert timeline.layout.yaxis3.matches is None and timeline.layout.yaxis3.title.text  # lanes: each panel its own
+    assert timeline.layout.yaxis2.matches is None and timeline.layout.yaxis2.title.text  # lanes: each panel its own
+    other = [fs[0], replace_model(fs[1], "SmolLM2-135M")]  # two models: never one axis, and the figure says why
+    (survival, _) = plots.side_by_side("retention.pinning_under_pressure", other)
+    assert survival.fig.layout.yaxis2.matches is None and survival.fig.layout.yaxis2.title.text
+    assert "the models differ (SmolLM2-135M, synthetic:tiny)" in survival.fig.layout.title.text
+
+
+def replace_model(f: findings.Finding, model: str) -> findings.Finding:
+    from dataclasses import replace
+
+    return replace(f, params=f.params | {"model": model})
+
+
+def test_series_with_the_same_points_are_drawn_as_one_named_by_all():
+    """Issue 51: the warm-up figure listed three prefix lengths and showed one (each survived whole): identical
+    series hid each other. They are one trace, named by all of them."""
+    rows = [{"prefix_tokens": n, "boundary": "block", "pressure": x, "fraction": 1.0}
+            for n in (64, 128, 256) for x in (0.0, 2.0)]
+    (fig,) = [s.fig for s in plots.side_by_side("prefix.warmup_materialization",
+                                                [finding("prefix.warmup_materialization", rows)])][:1]
+    assert [t.name for t in fig.data] == ["64 tok (block) = 128 tok (block) = 256 tok (block)"]
+
+
+def test_a_builder_that_draws_two_quantities_on_two_axes_is_refused():
+    """The gateway's shapes figure drew TTFT on a second axis; composed, it landed on the hit rate's percent axis."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from workbench import panels as _panels
+
+    two = make_subplots(rows=1, cols=2)
+    two.add_trace(go.Bar(x=["a"], y=[0.6], name="hit rate"), row=1, col=1)
+    two.add_trace(go.Bar(x=["a"], y=[0.05], name="TTFT"), row=1, col=2)
+    with pytest.raises(ValueError, match="a panel has one axis pair"):
+        _panels.label_units(two, "llamacpp")
 
 
 def test_side_by_side_is_deterministic_and_offline():
     fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
-    bundles = [[plots.show(fig)._repr_mimebundle_() for _, fig in plots.side_by_side(fs[0].probe, fs)]
+    bundles = [[plots.show(s.fig)._repr_mimebundle_() for s in plots.side_by_side(fs[0].probe, fs)]
                for _ in range(2)]
     assert json.dumps(bundles[0], sort_keys=True) == json.dumps(bundles[1], sort_keys=True)
     assert plots.side_by_side("not.a.probe", fs) == []
@@ -266,8 +290,9 @@ def test_summary_view_shows_each_probes_figures_side_by_side(shown):
 
     fs = three_engines("retention.pinning_under_pressure", RETENTION_ROWS, RETENTION_ROWS)
     widgets.side_by_side([(Path(f"{i}.json"), f) for i, f in enumerate(fs)])
-    assert [type(o).__name__ for o in shown] == ["Markdown", "Shown", "Shown"]
-    assert all(len(panels(o.fig)) == 3 for o in shown[1:])
+    assert [type(o).__name__ for o in shown] == ["Markdown", "Shown", "Markdown", "Shown", "Markdown"]
+    assert all(len(panels(o.fig)) == 2 for o in shown if type(o).__name__ == "Shown")
+    assert "No panel for trtllm (not-run: tensorrt_llm is not installed)." in shown[2].data
 
 
 def test_the_loop_is_declared_like_a_probe_and_its_figures_are_figure_kinds():
@@ -323,7 +348,7 @@ def test_log_axes_label_their_ticks_in_full_or_turn_linear_under_a_decade():
 def test_an_unnamed_series_stays_out_of_the_side_by_side_legend():
     """Plotly names an unnamed trace "trace 0" in the legend: a composed figure leaves it out, named ones stay."""
     one = plotstyle.axes("t", "x", "y").add_bar(x=["a"], y=[1]).add_scatter(x=["a"], y=[2], name="named")
-    fig = plots._compose([one, one], ["<b>e1</b>", "<b>e2</b>"], "title")
+    fig = _panels.compose([one, one], ["<b>e1</b>", "<b>e2</b>"], "title", ["m", "m"])
     assert [t.name for t in fig.data if t.showlegend] == ["named"]
 
 
@@ -331,7 +356,7 @@ def test_a_series_keeps_the_colour_its_builder_gave_it_side_by_side():
     """The isolation lanes' medians are dark lines over coloured trials: composing the panels keeps them so."""
     rows = [{"procedure": p, "ttft_s": 0.01 * (k + 1) * (1 if p == "cold A" else 20)} for p in ("cold A", "other B")
             for k in range(3)]
-    fig = plots._compose([plots.latency(rows)], ["<b>e</b>"], "title")
+    fig = _panels.compose([plots.latency(rows)], ["<b>e</b>"], "title", ["m"])
     medians = [t for t in fig.data if t.name.endswith("median")]
     assert len(medians) == 2 and {t.line.color for t in medians} == {"#333"}
     assert fig.layout.yaxis.type == "log" and "0.1" in fig.layout.yaxis.ticktext  # 0.01 to 0.6: over a decade
@@ -350,8 +375,8 @@ def test_an_engine_gets_one_panel_for_its_not_run_findings_and_none_beside_one_w
     cols = plots.columns(probe, fs, ["llamacpp", "trtllm"])
     assert [e for e, _ in cols] == ["trtllm", "llamacpp", "vllm"]
     assert [f.verdict for f in dict(cols)["vllm"]] == ["confirmed"] and len(dict(cols)["trtllm"]) == 2
-    for _, fig in plots.side_by_side(probe, fs, ["llamacpp", "trtllm"]):
-        assert len(panels(fig)) == 3
+    for s in plots.side_by_side(probe, fs, ["llamacpp", "trtllm"]):
+        assert len(panels(s.fig)) == 2 and s.caption == "No panel for trtllm (not-run: tensorrt_llm is not installed)."
 
 
 def test_a_loop_speed_up_whose_arms_share_few_turns_says_so_once_under_the_axis():
@@ -362,8 +387,11 @@ def test_a_loop_speed_up_whose_arms_share_few_turns_says_so_once_under_the_axis(
     assert fig.layout.xaxis.title.text == "arm (CI over 3 turns)" and fig.layout.xaxis.ticktext is None
 
 
-def test_a_panel_title_is_wrapped_to_its_column_the_engine_line_whole():
+def test_a_panel_title_is_wrapped_to_its_column_the_engine_line_whole_and_no_word_broken():
+    """Issue 51: panel headers broke model names mid-word ("SmolLM2-135M-Instr / uct-Q4_1")."""
     title = "<b>llamacpp</b> 0.3.36 · reference<br>SmolLM2-135M-Instruct-Q4_1 · inconclusive<br>2026-12-07 · probe v4"
-    lines = plots._fit(title, 0.15).split("<br>")
-    assert lines[0] == "<b>llamacpp</b> 0.3.36 · reference" and len(lines) > 3
-    assert max(len(x) for x in lines[1:]) <= int(0.15 * plots.NARROWEST_PLOT_PX / plots.CHAR_PX)
+    lines = _panels._fit(title, 0.15).split("<br>")
+    assert lines[0] == "<b>llamacpp</b>" and lines[1] == "0.3.36 ·" and len(lines) > 3  # a narrow column: the name alone
+    assert _panels._fit(title, 0.8).split("<br>")[0] == "<b>llamacpp</b> 0.3.36 · reference"  # a wide one: all of it
+    assert "SmolLM2-135M-Instruct-Q4_1" in lines  # whole, on a line of its own, longer than the column's share
+    assert max(len(x) for x in lines[1:] if " " in x) <= int(0.15 * _panels.NARROWEST_PLOT_PX / _panels.CHAR_PX)

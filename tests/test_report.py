@@ -34,7 +34,7 @@ def run_dir(tmp_path_factory) -> Path:
 
 def test_report_is_offline_and_self_contained(run_dir):
     page = report.write(run_dir, manifest.load(run_dir)).read_text()
-    assert page.count("Plotly.newPlot") >= 3  # survival, matrix and timelines
+    assert page.count("Plotly.newPlot") >= 2  # reuse's matrix and timeline (retention's rows hold neither here)
     assert len(re.findall(r"^\* plotly\.js \(basic - minified\) v\d", page, re.M)) == 1  # inlined once: the partial
     assert len(re.findall(r'var packed = "', page)) == 1  # bundle (1.2 MB, the whole of plotly.js 4.8 MB), gzipped:
     assert len(page) < 1_000_000  # 0.5 MB in base64
@@ -62,7 +62,7 @@ def test_report_content(run_dir):
 
 def test_report_leads_with_the_matrix_then_what_did_not_run_and_how_to_resolve_it(run_dir):
     page = report.render(run_dir, manifest.load(run_dir))
-    assert page.index('class="matrix"') < page.index("Engines that did not run") < page.index("Unresolved claims") \
+    assert page.index('class="matrix"') < page.index('id="not-run"') < page.index('id="open"') \
         < page.index('id="verdicts"')
     assert f"{len(claims.CLAIMS)} of {len(claims.CLAIMS)} claims unresolved" in page
     assert "unresolved — needs tensorrt_llm on an NVIDIA GPU" in page
@@ -178,22 +178,23 @@ def with_vllm(run_dir: Path, tmp_path: Path) -> Path:
     return out
 
 
-def test_each_report_figure_shows_every_engine_side_by_side(run_dir, tmp_path):
+def test_each_report_figure_shows_every_engine_with_data_side_by_side_and_names_the_rest(run_dir, tmp_path):
     page = report.render(with_vllm(run_dir, tmp_path))
     section = page[page.index('id="fig-reuse-per-request-metrics">reuse.per_request_metrics</h3>'):]
     lines = re.findall(r"</span> (\w+)[^:<]*:", section[:section.index("</ul>")])
-    assert lines == ["trtllm", "llamacpp", "vllm"]  # each engine's verdict line, in the panels' order
+    assert lines == ["trtllm", "llamacpp", "vllm"]  # each engine's verdict line, subject first
     figs = plotted(page)
     reuse = {k: v for k, v in figs.items() if k.startswith("wb-fig-reuse-per-request-metrics-")}
     assert sorted(reuse) == ["wb-fig-reuse-per-request-metrics-matrix", "wb-fig-reuse-per-request-metrics-timeline"]
     for fig in reuse.values():
         titles = panel_titles(fig)
-        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
-        assert "not-run" in titles[0]
-        assert sorted({t["xaxis"] for t in fig["data"]}) == ["x2", "x3"]  # three findings: two drawn, none dropped
-        assert sum("no GPU here" in a["text"] for a in fig["layout"]["annotations"]) == 1
-    retention = figs["wb-fig-retention-pinning-under-pressure-survival"]
-    assert ["no finding" in t for t in panel_titles(retention)] == [True, False, True]  # still three engines
+        assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["llamacpp", "vllm"]
+        assert sorted({t["xaxis"] for t in fig["data"]}) == ["x", "x2"]  # both engines that ran, each its panel
+        assert not any("no GPU here" in a["text"] for a in fig["layout"]["annotations"])  # no panel of grey text
+    captions = re.findall(r'<p class="caption">(.*?)</p>', section)
+    assert captions[:2] == ['No panel for trtllm (<a href="#not-run">not-run</a>).'] * 2  # named under each figure
+    assert "wb-fig-retention-pinning-under-pressure-survival" not in figs  # no engine has its rows: its caption alone
+    assert "<b>Survival of the retained prefix under pressure</b>: not drawn, no engine has data for it" in page
 
 
 def test_report_figures_follow_the_standing_rule(run_dir):
@@ -210,7 +211,7 @@ def test_report_figures_follow_the_standing_rule(run_dir):
 @pytest.mark.slow
 def test_three_real_engines_side_by_side(run_dir, vllm_reuse, tmp_path):
     """The reuse probe run for real on vLLM beside the run folder's llama.cpp and TensorRT-LLM findings: its
-    figures draw both engines that ran, each in its own panel, and keep TensorRT-LLM's with its reason. The vLLM
+    figures draw both engines that ran, each in its own panel, and name TensorRT-LLM with its reason in the caption. The vLLM
     finding is the session's one run of that probe (tests/conftest.py: vllm_reuse)."""
     import shutil
 
@@ -220,10 +221,10 @@ def test_three_real_engines_side_by_side(run_dir, vllm_reuse, tmp_path):
     shutil.copy(ran / f"{f.id}.json", out / "findings")
     matrix = plotted(report.render(out))["wb-fig-reuse-per-request-metrics-matrix"]
     titles = panel_titles(matrix)
-    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["trtllm", "llamacpp", "vllm"]
-    assert "not-run" in titles[0] and "partial" in titles[2]  # vLLM reports reuse in whole blocks
-    assert "x3" in {t["xaxis"] for t in matrix["data"] if t["name"] == "engine accounting"}  # vLLM's own count
-    assert {t["xaxis"] for t in matrix["data"]} == {"x2", "x3"}
+    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["llamacpp", "vllm"]
+    assert "partial" in titles[1]  # vLLM reports reuse in whole blocks
+    assert "x2" in {t["xaxis"] for t in matrix["data"] if t["name"] == "engine accounting"}  # vLLM's own count
+    assert {t["xaxis"] for t in matrix["data"]} == {"x", "x2"}
 
 
 @pytest.fixture(scope="module")
@@ -239,13 +240,14 @@ def loop_run(tmp_path_factory) -> Path:
 
 def test_the_loop_draws_its_declared_figures_through_the_probes_figure_path(loop_run):
     """The loop's findings are declared like a probe's (``probes.declared``): the report draws its figures in the
-    same section, one panel per engine, each engine's arms in its panel, TensorRT-LLM's slim with its reason."""
+    same section, one panel per engine with data, each engine's arms in its panel, TensorRT-LLM named in the caption
+    with its reason."""
     found = findings.scan([loop_run / "findings"]).findings
     decl = probes.declared("loop.llamacpp")
-    assert type(decl) is type(probes.declared("loop.gate")) and decl.claims == ("entry.step_function",)
+    assert type(decl) is type(probes.declared("loop.gate")) and decl.claims == ("gate.turn_time",)
     assert [f.probe for _, f in found if probes.family(f.probe) != "loop"] == []
     (pf,) = report.side_by_side(found)
-    assert pf.probe == "loop" and [n for n, _ in pf.figures] == [fig.name for fig in decl.figures]
+    assert pf.probe == "loop" and [s.name for s in pf.figures] == [fig.name for fig in decl.figures]
     assert {f.probe for f in pf.findings} == {"loop.llamacpp-cold", "loop.llamacpp", "loop.gate"}
     gate = next(f for f in pf.findings if f.probe == "loop.gate")
     assert gate.params["arm"] == "trtllm"  # the subject's arm: its speed-up (on a GPU) is drawn with the others
@@ -255,9 +257,10 @@ def test_the_loop_draws_its_declared_figures_through_the_probes_figure_path(loop
         f"wb-fig-loop-{fig.name}" for fig in decl.figures)
     ttft = figs["wb-fig-loop-ttft"]
     titles = panel_titles(ttft)
-    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles][:2] == ["trtllm", "llamacpp"]
-    assert "not-run" in titles[0] and "workbench loop · claude-code" in ttft["layout"]["title"]["text"]
-    assert {t["name"] for t in ttft["data"] if t["xaxis"] == "x2"} == {"llamacpp-cold", "llamacpp"}
+    assert [t.split("</b>")[0].removeprefix("<b>") for t in titles] == ["llamacpp"]  # TensorRT-LLM: the caption
+    assert "workbench loop · claude-code" in ttft["layout"]["title"]["text"]
+    assert {t["name"] for t in ttft["data"] if t["xaxis"] == "x"} == {"llamacpp-cold", "llamacpp"}
+    assert 'No panel for trtllm (<a href="#not-run">not-run</a>); vllm (no finding here).' in page
     speedup = figs["wb-fig-loop-speedup"]  # drawn from each arm finding's metrics
     bars = {a: y for t in speedup["data"] for a, y in zip(t["x"], t["y"])}
     by_arm = {f.params["arm"]: f for _, f in found}

@@ -53,7 +53,8 @@ def _printed() -> list[str]:
 @pytest.mark.parametrize("line", sorted(set(_printed())))
 def test_each_resolve_command_parses_with_the_real_cli_and_names_model_and_out(line):
     for path, params in parse(line):
-        assert path in {"probe", "loop", "evaltable"} and params["out"] is not None and params["model"]
+        assert path in {"probe", "loop", "evaltable", "certify gates", "certify quality"} and params["out"] is not None \
+            and params["model"]
 
 
 def test_a_command_the_cli_would_refuse_is_caught_here():

@@ -81,3 +81,17 @@ def test_a_run_record_that_does_not_read_leaves_the_notebooks_loaded(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(doc | {"runs": [{"id": "r", "later_field": 1}, "junk"]}))
     m = manifest.load(tmp_path)
     assert m.runs == [] and m.notebooks["llamacpp/x"].status == "ok"
+
+
+def test_the_index_is_kept_only_in_a_folder_of_runs(tmp_path):
+    """Issue 51: ``run --out /tmp/r1`` wrote /tmp/index.jsonl, an index a reader takes for a folder of runs. The index
+    is the parent's only where the parent is one: named ``runs`` (make run's) or already holding an index."""
+    assert runindex.index_path(tmp_path / "runs" / "latest") == (tmp_path / "runs" / runindex.INDEX).resolve()
+    assert runindex.index_path(tmp_path / "r1") is None
+    (tmp_path / runindex.INDEX).touch()  # a folder of runs by choice
+    assert runindex.index_path(tmp_path / "r1") == (tmp_path / runindex.INDEX).resolve()
+    out = tmp_path / "elsewhere" / "r2"
+    out.mkdir(parents=True)
+    rec = runindex.begin(out, [{"engine": "llamacpp", "model": "synthetic:tiny"}], ["workbench", "run"])
+    assert not (tmp_path / "elsewhere" / runindex.INDEX).exists()
+    assert manifest.load(out).runs == [rec]  # the record is in the folder's own run.json

@@ -53,7 +53,7 @@ def gate_finding(verdict="confirmed", *, low=2.5, high=3.5, gpu=GPU, target=True
     """A loop.gate finding as gate_finding writes it: the subject's speed-up as metrics, the rest of the gate's
     evidence recorded beside it."""
     evidence = gate.GateEvidence(None, best_reference="llamacpp-server-spec", compared_turns=40, **ev)
-    f = finding("loop.gate", verdict, claims=("entry.step_function",), gpu=gpu, rests_on=[],
+    f = finding("loop.gate", verdict, claims=(gate.CLAIM,), gpu=gpu, rests_on=[],
                 metrics={"speedup_vs_best_llamacpp": m(3.0, "derived", "x"), "speedup_ci_low": m(low, "derived", "x"),
                          "speedup_ci_high": m(high, "derived", "x")} if metrics else {},
                 params={"arm": "trtllm", "rule": gate.GateRule().as_dict(), "equal_work": equal.EqualWork().as_dict()},
@@ -181,7 +181,7 @@ CASES = [
      False, "the rule says confirmed"),
     ("the gate, decided again from what it recorded", gate_finding(), True, None),
     ("the gate whose claim row says more than its verdict",
-     gate_finding("inconclusive", low=1.5, claim_verdicts={"entry.step_function": "confirmed"}), False,
+     gate_finding("inconclusive", low=1.5, claim_verdicts={gate.CLAIM: "confirmed"}), False,
      "the gate says inconclusive, not confirmed"),
     ("the gate with no metrics", gate_finding(metrics=False), False, "the gate says not-run"),
     ("the gate off target (no GPU in its fingerprint)", gate_finding(gpu=NO_GPU), False, "records no GPU"),
@@ -207,15 +207,17 @@ def test_a_finding_settles_its_claim_only_where_its_verdict_is_re_derived(what, 
 
 
 def test_a_forged_gate_finding_settles_nothing_in_the_blueprint(tmp_path):
-    """The checked-in forgery (no metrics, dated 2099, no GPU) leaves the entry condition unresolved."""
+    """The checked-in forgery (no metrics, dated 2099, no GPU) leaves G4 and the entry condition unresolved."""
     from workbench import findings
 
     forged = Path(__file__).parent / "fixtures" / "forged" / "loop.gate-trtllm-forged.json"
     found = findings.scan([forged.parent]).findings
     assert [f.verdict for _, f in found] == ["confirmed"]
-    (state,) = [s for s in standing.claim_states(found, "entry") if s.claim.id == gate.CLAIM]
+    (state,) = [s for s in standing.claim_states(found, "gates") if s.claim.id == gate.CLAIM]
     assert not state.resolved and state.headline.startswith("unresolved — confirmed on TensorRT-LLM 1.2.1 settles nothing")
     assert "in the future" in state.headline
+    (entry,) = [s for s in standing.claim_states(found, "entry") if s.claim.id == standing.STEP_FUNCTION]
+    assert not entry.resolved
     text = (Path(__file__).parents[1] / "data" / "blueprint" / "blueprint.md").read_text()
     written = blueprint.writeback(text, found, base=tmp_path)
     assert "**TensorRT-LLM: unresolved — confirmed on TensorRT-LLM 1.2.1 settles nothing" in written

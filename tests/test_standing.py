@@ -94,12 +94,12 @@ def test_each_loop_arm_stands_beside_the_gate_and_the_loop_resolves_it():
     from workbench import standing
 
     def arm(name):
-        return (None, Finding(probe=f"loop.{name}", claims=["entry.step_function"], verdict="inconclusive",
+        return (None, Finding(probe=f"loop.{name}", claims=["gate.turn_time"], verdict="inconclusive",
                               summary=name, engine="llamacpp", environment={"engine_version": "0.3.36"},
                               params={"arm": name, "model": "m"}))
 
     found = [arm("llamacpp"), arm("llamacpp-spec"), arm("llamacpp-cold")]
-    (state,) = [c for c in standing.claim_states(found, "entry") if c.claim.id == "entry.step_function"]
+    (state,) = [c for c in standing.claim_states(found, "gates") if c.claim.id == "gate.turn_time"]
     assert sorted(s.summary for s in state.references) == ["llamacpp", "llamacpp-cold", "llamacpp-spec"]
     assert state.command.startswith("workbench loop --trace taubench --arms trtllm,")
 

@@ -5,6 +5,7 @@ nothing to pick; a picker left with nothing picked says so."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -134,7 +135,10 @@ def test_the_static_browser_is_one_table_of_every_finding(run, shown):
     out, *_ = run
     widgets.findings_browser(findings.load(out / "findings"), out / "findings", interactive=False)
     (page,) = shown
-    assert page.data.count("<tr>") == 3 and ("word " * 120).strip() in page.data and page.data.count("<a href=") == 3
+    body = page.data[page.data.index("<tbody>"):]
+    assert body.count("<tr>") == 3 and ("word " * 120).strip() in page.data and page.data.count("<a href=") == 3
+    # issue 51: JupyterLab's fixed, right-aligned tables clipped the summary and the links off the right edge
+    assert "table-layout: auto; width: 100%" in page.data and page.data.index("<a href=") < page.data.index("word ")
 
 
 def test_the_interactive_browser_is_an_offline_datatable(run, shown, monkeypatch):
@@ -149,3 +153,15 @@ def test_the_interactive_browser_is_an_offline_datatable(run, shown, monkeypatch
     assert "injectModule" in page and "new ITable(" in page  # the bundle, inlined, and the table using it
     assert not re.search(r"<script[^>]+src=|import [^;]*from ['\"]https?:|unpkg|jsdelivr", page)
     assert '"pageLength": 10' in page and "word " * 120 in page and "downsampl" not in page.lower()
+
+
+def test_an_executed_summary_reads_the_findings_of_the_run_folder_it_sits_in(tmp_path, monkeypatch):
+    """Issue 51: the summary's ``out`` is the absolute path it ran with, so a copied run folder read the original's
+    findings. An executed notebook inside a run folder reads that run's own."""
+    copy = tmp_path / "copied-run"
+    (copy / "findings").mkdir(parents=True)
+    (copy / "run.json").write_text("{}")
+    monkeypatch.setenv(widgets.envvars.NOTEBOOK, str(copy / "notebooks" / "llamacpp" / "90_summary.ipynb"))
+    assert widgets.run_findings("/somewhere/else/findings") == copy / "findings"
+    monkeypatch.setenv(widgets.envvars.NOTEBOOK, str(tmp_path / "notebooks" / "90_summary.ipynb"))  # the repo's own
+    assert widgets.run_findings("../runs/findings") == Path("../runs/findings")

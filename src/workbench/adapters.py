@@ -49,3 +49,45 @@ def write_lora(model_dir: str | Path, out: str | Path, *, rank: int = 8, seed: i
         "lora_alpha": rank, "lora_dropout": 0.0, "target_modules": list(TARGETS), "bias": "none",
         "fan_in_fan_out": False, "inference_mode": True, "modules_to_save": None}, indent=1))
     return out
+
+
+GGUF_PROJECTIONS = ("attn_q", "attn_k", "attn_v", "attn_output")
+
+
+def gguf_projection_shapes(n_embd: int, n_head: int, n_head_kv: int, head_dim: int) -> dict[str, tuple[int, int]]:
+    """Each adapted projection's (n_in, n_out), as llama.cpp lays out a llama-architecture layer's weights."""
+    q, kv = n_head * head_dim, n_head_kv * head_dim
+    return {"attn_q": (n_embd, q), "attn_k": (n_embd, kv), "attn_v": (n_embd, kv), "attn_output": (q, n_embd)}
+
+
+def write_gguf_lora(out: str | Path, *, arch: str, layers: int, shapes: dict[str, tuple[int, int]], rank: int = 8,
+                    seed: int = 0, std: float = 0.15) -> Path:
+    """Write a LoRA adapter GGUF for a llama.cpp model into the file ``out``; returns ``out``.
+
+    ``shapes`` gives each projection's (n_in, n_out) (:func:`gguf_projection_shapes`, from the model as llama.cpp
+    reports it), as llama.cpp's adapter loader checks them (``src/llama-adapter.cpp``: base ``ne[0]`` is
+    ``lora_a``'s ``ne[0]``, base ``ne[1]`` is ``lora_b``'s ``ne[1]``, ``lora_a.ne[1] == lora_b.ne[0]`` is the rank;
+    gguf-py writes a numpy shape reversed, so ``lora_a`` is ``(rank, n_in)`` and ``lora_b`` ``(n_out, rank)``, PEFT's
+    A and B). The file is ``general.type = adapter``, ``adapter.type = lora``, ``adapter.lora.alpha = rank`` (alpha /
+    rank = 1), every layer's attention projections adapted with seeded random factors, so the adapter changes what
+    the model computes. (contenox ships a generator of the same format for its LoRA tests,
+    ``modeld/llama/llamasession/testdata/make_lora_gguf.py``.)"""
+    import gguf
+
+    rng = np.random.default_rng(seed)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(str(out), arch)
+    writer.add_type(gguf.GGUFType.ADAPTER)
+    writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(rank))
+    for layer in range(layers):
+        for proj, (n_in, n_out) in shapes.items():
+            name = f"blk.{layer}.{proj}.weight"
+            writer.add_tensor(f"{name}.lora_a", (rng.standard_normal((rank, n_in)) * std).astype(np.float32))
+            writer.add_tensor(f"{name}.lora_b", (rng.standard_normal((n_out, rank)) * std).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out

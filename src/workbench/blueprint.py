@@ -78,9 +78,13 @@ _LABELS = {
     "not-run": "_not run_",
 }
 _REFERENCE = "reference"
+_CONFORMANCE = "conformance"  # a contract row's line citing the daemon's conformance run (CITED)
+CITED = {"contract": "contract.conformance"}
+"""Per claims table, the probe every row also cites beside the verdict that stands: the contract table's rows cite
+the conformance run through the cell's daemon (``contract.conformance``) on each engine it ran on."""
 _SUBJECT = "subject"
-_ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Hardware", "Date", "Summary", "Evidence")
-_LOG_COLUMNS = ("Date", "Engine", "Version", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
+_ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Model", "Hardware", "Date", "What it says", "Evidence")
+_LOG_COLUMNS = ("Date", "Engine", "Version", "Model", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
 _MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it itself splits on
 _BULLET = re.compile(r"([ ]*)([-+*]|\d{1,9}[.)])([ ]*)")
@@ -113,13 +117,55 @@ def headline(state: ClaimState) -> str:
     return f"**{name}: {state.headline}** · resolve: `{state.command}`"
 
 
-def _status_cell(state: ClaimState, base: Path) -> str:
-    """The Status/Verified cell: the subject's state first, each reference on its own labelled line."""
+def _who(s: Standing) -> str:
+    """Engine, version and the model it ran (a static survey runs none)."""
+    return f"{_text(s.engine)} {_text(s.engine_version)}" + (f" on {_text(s.model)}" if s.model else "")
+
+
+def _said(s: Standing) -> str:
+    """What a standing says on its claim: its claim row's own reason (a finding's summary may be about another of its
+    claims, or another verdict), else its summary."""
+    return s.claim_reason or s.summary
+
+
+_MEANS = {
+    "confirmed": "the claim holds on {e}",
+    "refuted": "the claim does not hold on {e}",
+    "partial": "the claim holds in part on {e}",
+    "not-applicable": "{e} lacks the mechanism the claim is about",
+    "inconclusive": "{e}'s reading decided nothing",
+}
+
+
+def reference_meaning(state: ClaimState, s: Standing) -> str:
+    """What a reference's verdict means for the claim's subject: it is about the reference engine's own mechanism and
+    settles nothing on the subject (never shown bare beside the subject's statement)."""
+    said = _MEANS.get(s.verdict, "{e} says " + s.verdict).format(e=s.engine)
+    return f"{said}, which says nothing about {state.claim.about.name}"
+
+
+def _reference_line(state: ClaimState, s: Standing, base: Path) -> str:
+    """A reference's line in a Status/Verified cell: who, its verdict with the lead of its reason and what it means
+    for the subject, when."""
+    from .reading import first_clause
+
+    lead, _ = first_clause(_said(s), 100)
+    return (f"{_REFERENCE} · {_who(s)} · {s.verdict} ({_text(lead)}): {_text(reference_meaning(state, s))} · "
+            f"{_text(s.date)} · [finding]({_link(s.path, base)})")
+
+
+def _status_cell(state: ClaimState, base: Path, cited: Sequence[Standing] = ()) -> str:
+    """The Status/Verified cell: the subject's state first, each reference on its own labelled line that says what
+    it means for the subject's claim, then each engine's row of the conformance run through the cell's daemon
+    (``cited``) where the verdict shown above is another probe's: every contract row cites what the daemon measured
+    of it."""
     parts = [headline(state) if not state.answers else
-             "<br>".join(f"{_LABELS[s.verdict]} · {_text(s.engine)} {_text(s.engine_version)} · {_text(s.date)} · "
+             "<br>".join(f"{_LABELS[s.verdict]} · {_who(s)} · {_text(s.date)} · "
                          f"[finding]({_link(s.path, base)})" for s in state.answers)]
-    parts += [f"{_REFERENCE} · {_text(s.engine)} {_text(s.engine_version)} · {s.verdict} · {_text(s.date)} · "
-              f"[finding]({_link(s.path, base)})" for s in state.references]
+    parts += [_reference_line(state, s, base) for s in state.references]
+    shown = {s.finding_id for s in (*state.answers, *state.references)}
+    parts += [f"{_CONFORMANCE} · {_who(s)} · {s.verdict} · {_text(s.date)} · "
+              f"[finding]({_link(s.path, base)})" for s in cited if s.finding_id not in shown and s.verdict != "not-run"]
     return "<br>".join(parts)
 
 
@@ -145,9 +191,24 @@ def _item_lines(state: ClaimState, base: Path) -> list[str]:
         return [headline(state)]
     rows = [_row(_ITEM_COLUMNS), _row(["---"] * len(_ITEM_COLUMNS))]
     for role, s in shown:
-        rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.hardware),
-                          _text(s.date), _text(s.summary), f"[finding]({_link(s.path, base)})"]))
+        says = _said(s) if role == _SUBJECT else f"{_said(s)} — reference: {reference_meaning(state, s)}"
+        rows.append(_row([role, _label(s, role), _text(s.engine), _text(s.engine_version), _text(s.model),
+                          _text(s.hardware), _text(s.date), _text(says), f"[finding]({_link(s.path, base)})"]))
     return [headline(state), "", *rows]
+
+
+def did_not_run(findings: Sequence[tuple[Path, Finding]]) -> dict[str, dict[str, list[str]]]:
+    """:func:`workbench.standing.not_run_reasons` without what ran here after all: a probe (a loop arm) not run on
+    an engine in one pass (a batch's llama.cpp lane reports the vLLM arms not-run on its model) that ran on that
+    engine in another, on another model, did run; an engine left with nothing is not listed."""
+    ran = {(f.engine, f.probe) for _, f in findings if f.verdict != "not-run"}
+    out: dict[str, dict[str, list[str]]] = {}
+    for engine, reasons in _standing.not_run_reasons(findings).items():
+        for reason, probes in reasons.items():
+            kept = [p for p in probes if (engine, p) not in ran]
+            if kept:
+                out.setdefault(engine, {})[reason] = kept
+    return out
 
 
 def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str]:
@@ -155,12 +216,13 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
     if not findings:
         return head + ["_No findings yet._"]
     why = [f"- {_text(engine)} did not run ({_text(', '.join(probes))}): {_text(reason)}"
-           for engine, reasons in _standing.not_run_reasons(findings).items() for reason, probes in reasons.items()]
+           for engine, reasons in did_not_run(findings).items() for reason, probes in reasons.items()]
     rows = [_row(_LOG_COLUMNS), _row(["---"] * len(_LOG_COLUMNS))]
     for path, f in sorted(findings, key=lambda pf: (_standing.when(pf[1].created), pf[1].id)):
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
+                          _text(_standing.model_of(f) if _standing.behavioural(f.probe) else None),
                           _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe),
                           _text(shown_verdict(f)),
                           _text(cited), f"[finding]({_link(path, base)})"]))
@@ -421,14 +483,15 @@ def _human_parts(key: str, blk: Any, texts: list[str], a: int, problems: list[st
 
 
 def _status_cells(key: str, texts: list[str], human: list[str | None], states: dict[str, ClaimState], base: Path,
-                  problems: list[str]) -> dict[int, str]:
+                  problems: list[str], cited: dict[str, list[Standing]] | None = None) -> dict[int, str]:
     """The status column's cell per row index: the header, the rule, and one per claim whose row is found once."""
     width = len(_cells(texts[0]))
     cells: dict[int, str] = {0: TABLES[key][1], 1: "---"}
     for claim in _claims.in_section(key):
         hits = [i for i in range(2, len(texts)) if _first_cell(human[i] or texts[i]).startswith(_norm(claim.match))]
         if len(hits) == 1 and human[hits[0]] is not None:
-            cells[hits[0]] = (_churn_cell if claim.id == _churn.CLAIM else _status_cell)(states[claim.id], base)
+            cells[hits[0]] = (_churn_cell(states[claim.id], base) if claim.id == _churn.CLAIM else
+                              _status_cell(states[claim.id], base, (cited or {}).get(claim.id, ())))
             continue
         table, row = f"the '{_claims.SECTIONS[key]}' table", f"starting with {claim.match!r} (claim {claim.id})"
         problems.append(f"{table} has no row {row}" if not hits else
@@ -437,7 +500,8 @@ def _status_cells(key: str, texts: list[str], human: list[str | None], states: d
     return cells
 
 
-def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str]) -> _Edit | None:
+def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, problems: list[str],
+                cited: dict[str, list[Standing]] | None = None) -> _Edit | None:
     bid = TABLES[key][0]
     blk = doc.blocks.get(bid)
     found = _claims_table(doc, key, blk, problems)
@@ -446,7 +510,7 @@ def _table_edit(doc: _Doc, key: str, states: dict[str, ClaimState], base: Path, 
     a, b = found
     texts = [_body(doc.lines[i]) for i in range(a, b)]
     human = _human_parts(key, blk, texts, a, problems)
-    cells = _status_cells(key, texts, human, states, base, problems)
+    cells = _status_cells(key, texts, human, states, base, problems, cited)
     rows = []
     for i, text in enumerate(texts):
         end = doc.lines[a + i][len(text):] or doc.nl
@@ -482,20 +546,34 @@ def _apply(doc: _Doc, edits: list[_Edit]) -> str:
     return "".join(out)
 
 
+def _cited(findings: Sequence[tuple[Path, Finding]], key: str) -> dict[str, list[Standing]]:
+    """Per claim of table ``key``, the standing verdict of :data:`CITED`'s probe on each engine (the same rule as
+    every verdict, :func:`workbench.standing.standings`, over that probe's findings only)."""
+    probe = CITED.get(key)
+    if probe is None:
+        return {}
+    return _standing.standings([(p, f) for p, f in findings if f.probe == probe])
+
+
 def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path,
-              items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES)) -> str:
+              items: Sequence[str] = ITEM_SECTIONS, tables: Sequence[str] = tuple(TABLES),
+              certify: bool | None = None) -> str:
     """The blueprint ``text`` with every managed block rewritten from ``findings`` (pure; idempotent).
 
     ``findings`` are ``(path, finding)`` pairs as :func:`workbench.findings.scan` returns them; links
     to the finding files are made relative to ``base``, the folder the result will be written to.
     ``items`` and ``tables``: the claim sections the document holds (another document, e.g. the gateway
-    guide, holds others).
+    guide, holds others). ``certify``: write :mod:`workbench.certify.writeback`'s blocks too (the four gate lines
+    under the entry condition, the certification matrix, the product path); None: where the document holds the
+    entry conditions.
     """
     doc = _Doc(text)
     states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
     edits = [e for key in items for e in _item_edits(doc, key, states, base, problems)]
-    edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems))]
+    edits += [e for key in tables if (e := _table_edit(doc, key, states, base, problems, _cited(findings, key)))]
+    extra = _certify_blocks(findings, base) if (certify if certify is not None else "entry" in items) else []
+    edits += _extra_edits(doc, extra, problems)
     if problems:
         raise MissingError("the blueprint lacks what the claims need; nothing was written:\n  - "
                            + "\n  - ".join(problems))
@@ -503,11 +581,72 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
     text = _apply(doc, edits)
     seen = _Doc(text).blocks
     lost = [bid for bid in (*(c.id for k in items for c in _claims.in_section(k)),
-                            *(TABLES[k][0] for k in tables), LOG_ID) if bid not in seen]
+                            *(TABLES[k][0] for k in tables), *(b.id for b in extra), LOG_ID) if bid not in seen]
     if lost:  # e.g. an unclosed code fence above where a new block goes: it would be added again on every run
         raise ManagedBlockError(f"managed block(s) {', '.join(lost)} would not read as managed blocks once written "
                                 "(is a code fence or HTML block above them left open?); nothing was written")
     return text
+
+
+def _certify_blocks(findings: Sequence[tuple[Path, Finding]], base: Path) -> list:
+    """:mod:`workbench.certify.writeback`'s blocks (imported here: the certification is the blueprint's, not the
+    guide's)."""
+    from .certify import writeback as certify_writeback
+
+    return certify_writeback.blocks(findings, base)
+
+
+def _extra_edits(doc: _Doc, extra: Sequence[Any], problems: list[str]) -> list[_Edit]:
+    """Each extra block (``id``, ``where``, ``lines``) replaced where it is, else inserted where it goes: nested in
+    a claim's list item after that item's own block (``("item", claim id)``), or at the end of a section
+    (``("section", key)``), in the order given."""
+    edits = []
+    for blk_spec in extra:
+        content = list(blk_spec.lines)
+        blk = doc.blocks.get(blk_spec.id)
+        if blk:
+            edits.append(_Edit(blk.begin + 1, blk.end, [(blk.indent + c if c else "") + doc.nl for c in content]))
+            continue
+        kind, key = blk_spec.where
+        place = _item_place(doc, key, problems) if kind == "item" else _section_place(doc, key, problems)
+        if place is not None:
+            at, indent = place
+            edits.append(_Edit(at, at, [doc.nl, *_wrap(blk_spec.id, indent, content, doc.nl)]))
+    return edits
+
+
+def _item_place(doc: _Doc, claim_id: str, problems: list[str]) -> tuple[int, str] | None:
+    """Where a block nested in ``claim_id``'s list item goes (its last non-blank line), and its indent."""
+    claim = _claims.get(claim_id)
+    sec = doc.section(claim.section, problems)
+    hits = [it for it in doc.items(sec) if _norm(it[2]).startswith(_norm(claim.match))] if sec else []
+    if len(hits) != 1:
+        if sec:
+            problems.append(f"section '{sec.name}' needs exactly one item starting with {claim.match!r} for the "
+                            f"blocks nested under claim {claim_id}")
+        return None
+    start, end, _ = hits[0]
+    bullet = _BULLET.match(_body(doc.lines[start]))
+    if not bullet:
+        problems.append(f"line {start + 1}: the item for claim {claim_id} must start with a bullet indented by spaces")
+        return None
+    gap = len(bullet.group(3))
+    indent = " " * (len(bullet.group(1)) + len(bullet.group(2)) + (gap if 1 <= gap <= 4 else 1))
+    while end > start + 1 and _blank(doc.lines[end - 1]):
+        end -= 1
+    own = doc.blocks.get(claim_id)
+    return (max(end, own.end + 1) if own and own.begin >= start else end), indent
+
+
+def _section_place(doc: _Doc, key: str, problems: list[str]) -> tuple[int, str] | None:
+    """The end of section ``key`` (its last non-blank line) for a block of its own, unindented."""
+    sec = doc.section(key, problems)
+    if sec is None:
+        return None
+    end = sec.end
+    while end > sec.start + 1 and _blank(doc.lines[end - 1]):
+        end -= 1
+    return end, ""
 
 
 # --------------------------------------------------------------------------- reading it back
@@ -562,7 +701,7 @@ def unknowns_table(text: str) -> list[dict]:
     out = []
     for claim in _claims.in_section("unknowns"):
         blank = {"claim": claim.id, "unknown": claim.text, "role": _SUBJECT, "verdict": None, "resolved": False,
-                 "engine": claim.subject, "engine_version": None, "hardware": None, "date": None, "summary": None,
+                 "engine": claim.subject, "engine_version": None, "model": None, "hardware": None, "date": None, "summary": None,
                  "evidence": None}
         blk = doc.blocks.get(claim.id)
         rows = _table_rows(doc, blk) if blk else []
@@ -572,11 +711,12 @@ def unknowns_table(text: str) -> list[dict]:
                     or cells[1].content not in labels):
                 raise ManagedBlockError(f"managed block {claim.id!r}: a row does not read as "
                                         f"{' | '.join(_ITEM_COLUMNS)} with a known role and verdict")
-            role, verdict, engine, version, hardware, date, said, _ = (c.content for c in cells)
-            href = next((ch.attrs.get("href") for ch in cells[7].children or [] if ch.type == "link_open"), None)
+            role, verdict, engine, version, model, hardware, date, said, _ = (c.content for c in cells)
+            href = next((ch.attrs.get("href") for ch in cells[8].children or [] if ch.type == "link_open"), None)
             found.append(blank | {
                 "role": role, "verdict": labels[verdict], "resolved": role == _SUBJECT and labels[verdict] in ANSWERS,
-                "engine": engine, "engine_version": None if version == "—" else version, "hardware": hardware,
+                "engine": engine, "engine_version": None if version == "—" else version,
+                "model": None if model == "—" else model, "hardware": hardware,
                 "date": date, "summary": said, "evidence": unquote(str(href)) if href else None,
             })
         if not any(r["role"] == _SUBJECT for r in found):
@@ -653,12 +793,17 @@ def run_writeback(blueprint: Path, finding_dirs: list[Path], mode: Mode = "write
     if current == new:
         print(f"{target} is up to date with {len(found.findings)} findings")
         return 0
-    old_state, new_state = _state(current), _state(new)
+    # a new file is compared with what it was written back from (a blueprint without blocks: nothing to compare)
+    old_state, new_state = _state(current if existing is not None else source), _state(new)
     changed = sorted(k for k in old_state.keys() | new_state.keys() if old_state.get(k) != new_state.get(k))
     what = ", ".join(changed) or "text outside managed blocks"
     if mode == "check":
         print(f"{target} is out of date with the findings; changed: {what}")
         return 1
     _write_atomic(target, new, existing)
-    print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
+    if not old_state:
+        print(f"wrote {target} ({len(found.findings)} findings): a new write-back of {blueprint.name}, "
+              f"{len(new_state)} managed blocks (nothing earlier to compare with)")
+    else:
+        print(f"wrote {target} ({len(found.findings)} findings); changed: {what}")
     return 0

@@ -49,10 +49,22 @@ SECTIONS = {
     "risks": "Risks",
     "contract": "Contract Mapping Reference",
     "entry": "Admissible Future Shape",
+    # the specialization-cells blueprint's four step-function gates, under the entry condition (workbench.certify)
+    "gates": "Step-function gates",
+    "certification": "Certification matrix",  # what every cell publishes beside the gates (workbench.certify.matrix)
     "gateway": "Event plane claims",  # in the gateway guide (data/guide/, workbench.events.guide), not the blueprint
     "shapes": "Gateway shape claims",  # the gateway guide's shapes on a pool of real engines (workbench.gateway)
     "seed004": "Seed 004: TensorRT-LLM as an eval backend",  # its acceptance criteria (workbench evaltable)
+    # the cell on modeld's own wire: the daemon, backend-parity invariants and the benchmark report (workbench.transport)
+    "cell": "The cell on modeld's wire",
 }
+
+GATES_RUN = "workbench certify gates --engine trtllm --model GGUF --subject-model HF_DIR --on-target --out findings"
+GATES_COMMAND = GATES_RUN + "  # on an NVIDIA GPU (llama.cpp holds every layer on it); GGUF and HF_DIR one model"
+"""What measures G1–G3 on target (workbench.certify.long_context)."""
+LOOP_COMMAND = ("workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
+                "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE --out findings")
+"""What measures G4 on target: the agentic loop (workbench.loop)."""
 
 _CLAIMS = [
     # Open Unknowns
@@ -106,14 +118,46 @@ _CLAIMS = [
           "a benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win",
           "A benchmark on target hardware (certified model, agentic loop, product path) showing a step-function win "
           "over the llama.cpp CUDA cell, including a llama.cpp-with-speculation baseline.",
-          # settled by the agentic-loop benchmark (workbench.loop), not by a probe
-          on_target=True,
-          resolve="workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"
-                  "llamacpp-server-spec --model GGUF --arm-model trtllm=HF_DIR --on-target --certified FILE "
-                  "--out findings"),
+          # settled across the four gates (workbench.standing.step_function): kept when any one is confirmed on
+          # target, refuted when all four are; no finding cites it
+          on_target=True, resolve=f"{GATES_RUN} && {LOOP_COMMAND}"),
     Claim("entry.contract_table", "entry",
           "the contract-mapping table below validated against the then-current TensorRT-LLM release",
           "The contract-mapping table below validated against the then-current TensorRT-LLM release.", survey=True),
+]
+
+# The specialization-cells blueprint's step-function gates (contenox/runtime 2bfdc1f5,
+# docs/development/blueprints/modeld/effective-context/specialization-cells-blueprint.md, "Step-Function Gates"): "Keep
+# a candidate cell only if it delivers at least one". Each is its own claim and rule (workbench.certify.gates); the
+# entry condition above is kept when any one is confirmed on target. ``match`` is the gate's label in the written-back
+# line (workbench.certify.writeback), not a row of the blueprint.
+_CLAIMS += [
+    Claim("gate.context_tier", "gates", "G1 context tier",
+          "Context tier that otherwise cannot run: under the same memory budget (the capacity policy), the subject "
+          "serves a context tier the best llama.cpp cannot.", on_target=True, resolve=GATES_COMMAND),
+    Claim("gate.usable_context", "gates", "G2 usable context",
+          "At least 2x usable context at the same latency budget: the largest context the subject serves within a "
+          "stated first-output and turn-time budget is at least twice the best llama.cpp's.", on_target=True,
+          resolve=GATES_COMMAND),
+    Claim("gate.prefill_32k", "gates", "G3 long-context prefill",
+          "At least 3x prefill/first-output improvement at 32k+ context: the subject's prefill or first-output time "
+          "at 32k or 64k tokens beats the best llama.cpp's by 3x on the lower bound of its interval.", on_target=True,
+          resolve=GATES_COMMAND),
+    Claim("gate.turn_time", "gates", "G4 agent turn time",
+          "Materially better end-to-end agent turn time at the same quality: the agentic loop against the best "
+          "llama.cpp arm, its own speculation included (the source gives no number; the workbench's own reading of "
+          "\"materially\" is in workbench.loop.gate).", on_target=True, resolve=LOOP_COMMAND),
+]
+GATES = ("gate.context_tier", "gate.usable_context", "gate.prefill_32k", "gate.turn_time")
+"""The four gates in the source's order: the entry condition is a disjunction of them."""
+
+# The certification matrix's quality column (workbench.certify.quality): benchmark integrity's "answer-quality smoke",
+# with alternative-silicon.md's tier A2 (contenox/runtime 2bfdc1f5, docs/development/blueprints/modeld/).
+_CLAIMS += [
+    Claim("cert.quality_smoke", "certification", "quality smoke",
+          "Quality smoke: warm suffix output equals the cold full prompt under greedy decode (certification tier A2) "
+          "and a small task set passes its checker; without it no throughput claim stands.",
+          resolve="workbench certify quality --engine trtllm --model HF_DIR --out findings"),
 ]
 
 # The cache-aware gateway's TensorRT-LLM guide (data/guide/trtllm-gateway.md): its premises about the engine.
@@ -173,6 +217,31 @@ _CLAIMS += [
           "prefix finds it cached, as the server counts it.",
           # settled by the table's shared-prefix cells (workbench.evaltable.finding), not by a probe
           resolve="workbench evaltable --backend trtllm-serve --model HF_DIR --workload prefix-1k --out DIR"),
+]
+
+# The cell the blueprint's "Admissible Future Shape" describes ("a separate binary implementing the modeld gRPC transport
+# contract"), held to modeld's own rules: its wire (runtime/transport/grpc), the backend-parity invariants
+# (backend-parity-blueprint.md I1, I2, I6) and the benchmark report's equivalence (runtime/benchreport, certification
+# tier A2 of alternative-silicon.md). Settled by contract.conformance and contract.benchreport through the daemon.
+_CLAIMS += [
+    Claim("cell.wire", "cell", "The cell answers on modeld's wire",
+          "The cell answers on modeld's wire: contenox.transport.v1.Compute with the JSON codec, an unfenced Health, "
+          "the owner fence on every other call (a stale fence never reaches the engine), errors as modeld's tokens."),
+    Claim("parity.fatal", "cell", "I1. Fatal-error discipline",
+          "I1. Fatal-error discipline: an engine fault gives ErrSessionFatal and ContextReport.FatalError, and the "
+          "poisoned session never reaches the engine again."),
+    Claim("parity.capability_truth", "cell", "I2. Capability truth",
+          "I2. Capability truth: a residency capability is reported exactly when the operation that needs it succeeds "
+          "on the engine."),
+    Claim("parity.deferred_prefill", "cell", "I6. Deferred prefill behind a per-backend opt-in",
+          "I6. Deferred prefill behind a per-backend opt-in, with its DeferredPrefill* counters (and the physical "
+          "ones) moving exactly as the engine works."),
+    Claim("bench.warm_equals_cold", "cell", "A2. Warm suffix output equals the cold full prompt",
+          "A2. Warm suffix output equals the cold full prompt under greedy decode, with the stable prefix reused by "
+          "the engine (benchreport's warm_changed_suffix.output_equals_cold)."),
+    Claim("bench.edited_miss", "cell", "An edited stable segment is a precise cache miss",
+          "An edited stable segment is a precise cache miss (the engine recomputes it) and still equals a cold run "
+          "(benchreport's edited_stable_segment)."),
 ]
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in _CLAIMS}

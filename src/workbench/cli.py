@@ -1,5 +1,5 @@
 """``workbench`` command line: doctor | probes | probe | run | report | findings | writeback | bench | loop | serve |
-evaltable | events.
+cell serve | evaltable | events | certify.
 
 Every command is a thin face over the package; errors a user can fix exit 2 with a message that
 names what to fix, never a traceback.
@@ -150,8 +150,10 @@ def doctor(
         typer.echo(json.dumps(check.as_dict(), indent=2) if as_json else _smoke.render(check))
         raise typer.Exit(check.exit_code)
 
-    rep = _doctor.report()
-    typer.echo(json.dumps(rep, indent=2, default=str) if as_json else _doctor.render(rep))
+    if as_json:
+        typer.echo(json.dumps(_doctor.report(), indent=2, default=str))
+        return
+    _doctor.report(on_part=lambda part, rep: typer.echo("\n".join(_doctor.lines(part, rep))))  # each as it is read
 
 
 @app.command("probes")
@@ -603,6 +605,55 @@ def _key_from(path: Path, given: Optional[str]) -> str:
     return key
 
 
+cell_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                       help="The cell on modeld's wire: serve an engine behind modeld's session contract.")
+
+
+@cell_app.command("serve")
+def cell_serve(
+    engine: str = typer.Option(..., "--engine", "-e", help="llamacpp | vllm | trtllm (an in-process engine)"),
+    model: str = typer.Option(models.DEFAULT_MODEL, "--model", "-m", help="model spec"),
+    port: int = typer.Option(0, "--port", help="port to bind (default: one the OS picks, printed)"),
+    host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY",
+                                          help="every call but Health must carry 'authorization: Bearer KEY'"),
+    context: int = typer.Option(0, "--ctx", help="the engine's context in tokens (0: the engine's default)"),
+    slots: int = typer.Option(4, "--sessions", help="sessions open at once (the engine cell's slots)"),
+    threads: int = typer.Option(0, "--threads", help="engine threads (0: the engine's default)"),
+    defer: Optional[bool] = typer.Option(None, "--defer-prefill/--no-defer-prefill",
+                                         help="PrefillSuffix deferred to the next decode (default: the backend's)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="the backend word Health and Status answer "
+                                                                   "(default 'llama', what a modeld-era runtime knows)"),
+) -> None:
+    """Serve ENGINE on MODEL as modeld's cell: contenox.transport.v1.Compute on 127.0.0.1 (docs/transport.md).
+    Stops cleanly on SIGTERM or Ctrl-C: the server, every session and the engine."""
+    from . import cells
+    from .transport.daemon import Daemon, serve_forever
+
+    if engine not in cells.served_as_cell():
+        _fail(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(cells.served_as_cell())}")
+    _env_folders()
+    options = {k: v for k, v in {"context_tokens": context or None, "threads": threads or None}.items() if v}
+    try:
+        models.check(model)
+        avail = cells.availability(engine)
+        if not avail.available:
+            _fail(f"{engine} cannot run here: {avail.reason}")
+        daemon = Daemon(engine, model, host=host, port=port, api_key=api_key, options=options, slots=slots,
+                        defer_prefill=defer)
+        if backend:
+            daemon.service.backend = backend
+        code = serve_forever(daemon, announce=lambda line: typer.echo(line, err=False))
+    except (WorkbenchError, ValueError, TypeError, OSError) as e:
+        _fail(str(e))
+    except Exception as e:  # noqa: BLE001 - a contract error at load (model_load_failed) is a clear one-liner too
+        _fail(f"{type(e).__name__}: {e}")
+    raise typer.Exit(code)
+
+
+app.add_typer(cell_app, name="cell")
+
+
 @app.command()
 def evaltable(
     backend: List[str] = typer.Option(["llamacpp-server"], "--backend", "-b",
@@ -663,6 +714,10 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 from .events.cli import app as _events_app  # noqa: E402 - the sub-app after the commands it sits beside
 
 app.add_typer(_events_app, name="events")
+
+from .certify.cli import app as _certify_app  # noqa: E402 - the sub-app after the commands it sits beside
+
+app.add_typer(_certify_app, name="certify")
 
 
 def main() -> None:

@@ -6,6 +6,7 @@ import platform
 import sys
 import time
 from dataclasses import asdict
+from typing import Callable
 
 from . import cells, cpu, environment, isolate, lanes, models
 from .engine import WorkbenchError
@@ -42,23 +43,34 @@ def decode_check(spec: str = models.DEFAULT_MODEL, n: int = DECODE_TOKENS) -> di
     return doc | {"ok": True, "error": None, "decoded": got}
 
 
-def report() -> dict:
-    engines = {}
-    for name in cells.engines():
-        a = cells.availability(name)
-        engines[name] = asdict(a)
+PARTS = ("machine", "engines", "default_model", "runnable_engines")
+"""The report's parts in the order they are read (the engines one by one): ``workbench doctor`` prints each as it
+is read, so 30 s of imports and a decode are never a silent console."""
+
+
+def report(on_part: Callable[[str, dict], None] | None = None) -> dict:
+    """What this machine can run; ``on_part(part, report so far)`` is called as each part is read (``engines`` once
+    per engine, as each engine's availability is read)."""
+    tell = on_part or (lambda part, rep: None)
     flags = cpu.flags()
-    return {
+    rep: dict = {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "workbench": {"version": environment.workbench_version(), "git_commit": environment.git_commit()},
         "cpu": environment.cpu() | {"flags": {f: f in flags for f in cpu.SHOWN_FLAGS},
                                     "llama_cmake_args": cpu.cmake_args(flags, platform.machine())},
         "lanes": lanes.here(),
         "gpu": environment.gpus(),
-        "engines": engines,
-        "default_model": decode_check(),
-        "runnable_engines": [n for n, a in engines.items() if a["available"]],
+        "engines": {},
     }
+    tell("machine", rep)
+    for name in cells.engines():
+        rep["engines"][name] = asdict(cells.availability(name))
+        tell("engines", rep)
+    rep["default_model"] = decode_check()
+    tell("default_model", rep)
+    rep["runnable_engines"] = [n for n, a in rep["engines"].items() if a["available"]]
+    tell("runnable_engines", rep)
+    return rep
 
 
 def _cores(rep: dict) -> list[str]:
@@ -91,6 +103,7 @@ def engine_lines(name: str, a: dict) -> list[str]:
     if release:
         lines.append(f"  release   {release['name']} profile (written against {release['written_against']}); "
                      f"default KV manager {release['kv_manager_default']}")
+        lines += [f"  unverified {field}: {why}" for field, why in release.get("unverified") or ()]
         for older, diffs in (details.get("release_differences") or {}).items():
             lines.append(f"  differs   from {older}: " + ("nothing the cell depends on" if not diffs else
                                                         f"{len(diffs)} behaviour(s)"))
@@ -101,8 +114,7 @@ def engine_lines(name: str, a: dict) -> list[str]:
     return lines
 
 
-def render(rep: dict) -> str:
-    """A human-readable report (the same facts as ``--json``)."""
+def _machine(rep: dict) -> list[str]:
     lines = [
         f"python      {rep['python']['version']} ({rep['python']['executable']})",
         f"workbench   {rep['workbench']['version']} @ {rep['workbench']['git_commit'] or 'no git'}",
@@ -118,15 +130,32 @@ def render(rep: dict) -> str:
                          f"(driver {g['driver']}, CUDA {g['cuda'] or '?'}, via {g['source']})")
     else:
         lines.append(f"gpu         none — {g['reason']}")
-    for name, a in rep["engines"].items():
-        lines += engine_lines(name, a)
-    d = rep["default_model"]
+    return lines
+
+
+def _model(d: dict) -> list[str]:
     if d["ok"]:
         got = d["decoded"]
-        lines.append(f"model       {d['spec']}: ok, {d['name']} sha256 {d['sha256'][:16]}…; decoded "
-                     f"{len(got['tokens'])} tokens {got['text']!r} in {got['seconds']:.1f} s")
-    else:
-        lines.append(f"model       {d['spec']}: {d['error']}")
-        lines += [f"  | {line}" for line in d.get("log_tail", [])]
-    lines.append(f"can run     {', '.join(rep['runnable_engines']) or 'nothing'}")
-    return "\n".join(lines)
+        return [f"model       {d['spec']}: ok, {d['name']} sha256 {d['sha256'][:16]}…; decoded "
+                f"{len(got['tokens'])} tokens {got['text']!r} in {got['seconds']:.1f} s"]
+    return [f"model       {d['spec']}: {d['error']}", *(f"  | {line}" for line in d.get("log_tail", []))]
+
+
+def lines(part: str, rep: dict) -> list[str]:
+    """The human-readable lines of one part of the report (``engines``: the engine read last)."""
+    if part == "machine":
+        return _machine(rep)
+    if part == "engines":
+        name, a = list(rep["engines"].items())[-1]
+        return engine_lines(name, a)
+    if part == "default_model":
+        return _model(rep["default_model"])
+    return [f"can run     {', '.join(rep['runnable_engines']) or 'nothing'}"]
+
+
+def render(rep: dict) -> str:
+    """A human-readable report (the same facts as ``--json``)."""
+    out = _machine(rep)
+    for name, a in rep["engines"].items():
+        out += engine_lines(name, a)
+    return "\n".join([*out, *_model(rep["default_model"]), *lines("runnable_engines", rep)])

@@ -12,7 +12,6 @@ the arguments are the engine's: token ids, a slot, a salt, a retention; the sess
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from dataclasses import dataclass, field
 from enum import Enum
@@ -135,32 +134,10 @@ class ManifestMismatch(WorkbenchError):
 
 
 # --------------------------------------------------------------------------- identity
-
-
-def digest(*parts: str) -> str:
-    """SHA-256 over parts joined unambiguously (length-prefixed)."""
-    h = hashlib.sha256()
-    for p in parts:
-        b = p.encode()
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What KV validity is keyed on: the model's content digest and every adapter's digest."""
-
-    model_digest: str
-    adapter_digests: tuple[str, ...] = ()
-
-    @property
-    def digest(self) -> str:
-        return digest("manifest/v1", self.model_digest, *sorted(self.adapter_digests))
-
-    def cache_key(self, salt: str | None = None) -> str:
-        """The reuse key for one request: manifest digest ⊕ an optional per-request salt."""
-        return self.digest if salt is None else digest("salted/v1", self.digest, salt)
+#
+# What a cell's KV is valid for (the model's digest and its adapters in order, with scale) is modeld's cache identity,
+# defined once with the contract: workbench.transport.manifest.Variant, whose digest is the cache_salt the mapping row
+# derives (manifest digest ⊕ adapter digests, in order, with scale). A cell's ``manifest`` is one.
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -443,6 +420,14 @@ class KvReadback(Protocol):
     def last_logits(self, *, slot: int = 0) -> list[float]: ...
 
 
+@runtime_checkable
+class CachedBlocks(Protocol):
+    """How many blocks the engine's own prefix-cache index holds now, copies of one hash apart: what its stored and
+    removed events must add up to (read from the engine, where it can say; the pool's size only bounds it)."""
+
+    def cached_blocks(self) -> int: ...
+
+
 OBSERVERS: dict[str, type] = {
     "request_counters": RequestCounters,
     "kv_events": KvEvents,
@@ -452,6 +437,7 @@ OBSERVERS: dict[str, type] = {
     "capacity": Capacity,
     "kv_readback": KvReadback,
     "adapter_requests": AdapterRequests,
+    "cached_blocks": CachedBlocks,
 }
 """Optional evidence channels, each declared as a Protocol. A cell lists the ones it really has in
 ``Description.observers``; probes ask for channels, never for an engine name."""
@@ -501,15 +487,15 @@ class Cell(Protocol):
     """The transport contract. A cell is a context manager; ``close`` frees the engine."""
 
     engine: str
-    manifest: Manifest
+    manifest: Any  # a workbench.transport.manifest.Variant: the model digest and adapters the cell's KV is valid for
 
     def ensure_prefix(
         self,
         prompt: Prompt,
         *,
         slot: int = 0,
-        salt: str | None = None,
-        retention: Retention | None = None,
+        salt: str | None = None,  # the request's cache key, derived by the caller (transport.manifest.cache_salt);
+        retention: Retention | None = None,  # None: the cell's own (manifest.digest)
     ) -> PrefixStatus: ...
 
     def prefill_suffix(self, suffix: Prompt, *, slot: int = 0, defer: bool = False) -> PrefixStatus: ...

@@ -12,7 +12,11 @@ claim row's own one-line reason (``claim_reasons``) where a row has a verdict of
 row, so a report never shows the finding's summary beside a row it does not speak to; a row that carries the
 finding's verdict has the summary as its reason. Findings written under v1 to v3 still load: :func:`upgrade` reads
 them into the v4 shape, with no supports recorded (v1, v2) and a row's reason derived from the supports it rests on,
-else recorded as absent (``None``), never made up.
+else recorded as absent (``None``), never made up. Within v4, ``result_class`` (benchmark integrity's class of the
+finding and every row it holds, :mod:`workbench.certify.classes`) is an additive, optional field: a finding written
+before it is read with its writer's declared class (:func:`workbench.certify.integrity.result_class`); one that names
+``contenox_product_path`` without the contenox runtime that drove it, or a performance class on a run that measured
+nothing, is refused.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import jsonschema
 
 from . import claims as _claims
 from . import metrics as _metrics
+from .certify import classes as _classes
 from .engine import Verdict, WorkbenchError
 from .files import atomic_write, read_regular
 
@@ -67,10 +72,12 @@ class FindingNotSaved(WorkbenchError):
 @lru_cache(maxsize=1)
 def schema() -> dict:
     """The finding schema, its closed vocabularies filled from their one home: verdicts from
-    :class:`~workbench.engine.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`."""
+    :class:`~workbench.engine.Verdict`, metric sources from :data:`workbench.metrics.SOURCES`, result classes from
+    :data:`workbench.certify.classes.LABELS`."""
     doc = json.loads(resources.files("workbench").joinpath("finding.schema.json").read_text())
     doc["$defs"]["verdict"]["enum"] = [v.value for v in Verdict]
     doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] = list(_metrics.SOURCES)
+    doc["properties"]["result_class"]["enum"] = list(_classes.LABELS)
     return doc
 
 
@@ -100,6 +107,9 @@ class Finding:
     created: str = ""
     schema: str = SCHEMA_ID
     attempt: str | None = None  # the ``workbench run`` attempt that wrote it (ATTEMPT_ENV)
+    # benchmark integrity's class of every row it holds (workbench.certify.classes); None: written before it was
+    # recorded, and its writer's declared class is read instead (workbench.certify.integrity.result_class)
+    result_class: str | None = None
 
     def __post_init__(self) -> None:
         self.created = self.created or now_iso()
@@ -107,6 +117,8 @@ class Finding:
         # a row without a verdict of its own has the summary as its reason: a finding restated without that row's
         # verdict (dataclasses.replace) keeps no reason for it (a file that gives one is refused by validate)
         self.claim_reasons = {c: r for c, r in self.claim_reasons.items() if c in self.claim_verdicts}
+        if self.result_class is not None and self.verdict in _classes.NO_CLAIM:  # a run restated as measuring nothing
+            self.result_class = _classes.ResultClass.FAILED.value
         if not self.id:
             stamp = self.created.replace("-", "").replace(":", "").replace("+0000", "Z").split("+")[0]
             self.id = f"{self.probe}-{self.engine}-{stamp}-{uuid.uuid4().hex[:8]}"
@@ -135,7 +147,7 @@ class Finding:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons"):
+        for optional in ("claim_verdicts", "attempt", "rests_on", "claim_rests_on", "claim_reasons", "result_class"):
             if not d[optional]:
                 d.pop(optional)
         return d
@@ -222,6 +234,9 @@ def validate(doc: Mapping[str, Any]) -> None:
     for cid in list(doc["claims"]) + list(doc.get("claim_verdicts", {})):
         if cid not in _claims.CLAIMS:
             raise FindingError(f"finding cites unknown claim {cid!r}")
+    wrong = _classes.problem(doc.get("result_class"), doc["verdict"], doc.get("environment") or {})
+    if wrong:
+        raise FindingError(f"finding's result class cannot stand: {wrong}")
     stray = set(doc.get("claim_reasons", {})) - set(doc.get("claim_verdicts", {}))
     if stray:
         raise FindingError(f"finding gives a reason to {', '.join(sorted(stray))}, which has no verdict of its own "

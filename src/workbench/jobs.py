@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import envvars
+from . import envvars, progress
 from .executors import TIMEOUT, timed_out
 from .findings import ATTEMPT_ENV
 
@@ -161,7 +161,8 @@ def execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
         try:
             (out / p.output).parent.mkdir(parents=True, exist_ok=True)
             # the executed copy's path, as Jupyter tells a kernel its notebook's (its output's relative links)
-            with envvars.scoped({ATTEMPT_ENV: attempt, envvars.NOTEBOOK: str((out / p.output).resolve())}), \
+            with envvars.scoped({ATTEMPT_ENV: attempt, envvars.NOTEBOOK: str((out / p.output).resolve()),
+                                 progress.ENV: str(progress.path_for((out / p.log).resolve()))}), \
                     engine_log(out / p.log, echo=verbose) as fd:
                 papermill.execute_notebook(str(p.source), str(out / p.output), parameters=p.parameters,
                                            kernel_name=KERNEL, progress_bar=False, cwd=str(p.source.parent),
@@ -171,6 +172,8 @@ def execute(p: Planned, out: Path, attempt: str, verbose: bool = False,
             status, error = "error", f"{e.ename}: {e.evalue} (cell {e.exec_count})"
         except Exception as e:  # a kernel that dies or never starts fails this notebook, not the batch
             status, error = "error", f"{type(e).__name__}: {e}"
+    with contextlib.suppress(OSError):  # what it was doing is over
+        progress.path_for(out / p.log).unlink()
     if expired.is_set():
         return TIMEOUT, timed_out(timeout_s)
     return status, error

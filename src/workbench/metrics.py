@@ -381,18 +381,37 @@ _DECLARED = [
        "ledger blocks beyond the pool the engine reported (above 0: blocks left with no removed event)"),
     _m("ledger_exact_fraction", "ledger exact", "ratio", "engine",
        "fraction of read-back requests whose engine-reported cached tokens equal the ledger's prediction"),
+    _m("engine_evicted_min_blocks", "evicted (at least)", "blocks", "engine",
+       "blocks the engine evicted, at least: the blocks its removed events named, or the blocks it stored beyond its "
+       "pool, whichever is more (a block stored into a full pool displaced one, announced or not)"),
+    _m("ledger_overclaimed_requests", "ledger overclaims", "count", "engine",
+       "read-back requests the ledger predicted more cached tokens for than the engine reported: blocks its events "
+       "still call held that the engine no longer serves"),
+    _m("engine_held_blocks", "engine holds", "blocks", "engine",
+       "blocks the engine's own prefix-cache index holds after the read-back, copies of one hash apart (vLLM "
+       "in-process: the (hash, block) entries of the scheduler's BlockPool.cached_block_hash_to_block)"),
+    _m("ledger_held_gap_blocks", "ledger − held", "blocks", "engine",
+       "the ledger's blocks (stored − removed) minus the blocks the engine's own index holds: 0 where the ledger "
+       "closes; above, blocks gone with no removed event; below, blocks held that no stored event announced"),
     _m("replay_resident_blocks", "replay", "blocks", "derived",
        "blocks an offline replay of the same requests (least recently used evicted) leaves held"),
     _m("replay_exact_fraction", "replay exact", "ratio", "derived",
        "fraction of requests whose engine-reported cached tokens equal the offline replay's"),
     _m("duplicate_copy_removals", "copy removals", "count", "engine",
        "removed events that took one copy of a hash the engine still held another of"),
-    _m("reset_inventory_blocks", "held after clear", "blocks", "engine",
-       "blocks the gateway's inventory held after the engine's cache was cleared or the engine restarted"),
-    _m("reset_clear_events", "clear events", "count", "engine",
-       "signals that emptied the gateway's inventory after the engine's cache was cleared or it restarted, by the time "
-       "the next request had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and the "
-       "consumer's own resyncs (a sequence gone backwards)"),
+    _m("reset_inventory_blocks", "held after clear", "blocks", "cell",
+       "blocks the gateway's inventory (the workbench's consumer) held after the engine's cache was cleared or the "
+       "engine restarted, before the next request"),
+    _m("reset_clear_events", "inventory emptied", "count", "cell",
+       "times the gateway's inventory was emptied after the engine's cache was cleared or it restarted, by the time "
+       "the next request had run: on the engine's clear events and on the consumer's own resyncs (a sequence gone "
+       "backwards, a gap it could not replay)"),
+    _m("reset_engine_clear_signals", "clear signals", "count", "engine",
+       "signals in the engine's own stream after its cache was cleared or it restarted, by the time the next request "
+       "had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and event ids numbered "
+       "afresh (a restarted engine)"),
+    _m("reset_engine_clear_signals_early", "clear signals before", "count", "engine",
+       "the same signals of the engine's stream, arrived before the next request was sent"),
     _m("reset_engine_reused_tokens", "reuse after clear", "tokens", "engine",
        "cached tokens the engine reported for a request after its cache was cleared or it restarted"),
     _m("cross_tenant_predicted_tokens", "cross-tenant predicted", "tokens", "derived",
@@ -447,6 +466,110 @@ _DECLARED = [
     _m("routing_events_lost", "events lost", "count", "cell",
        "gaps in the endpoints' own event numbers that no replay recovered, plus served requests whose blocks "
        "never reached the inventory: the inventory was no longer the engine's"),
+    # modeld's contract through the cell's daemon (contract.conformance): "engine work" is the engine's own cumulative
+    # count of what it did (llama.cpp: llama_perf_context's prompt tokens evaluated and tokens generated; vLLM: its
+    # LLM.request_counter; TensorRT-LLM: its executor's request ids), read before and after a call
+    _m("conf_engine_work_stale_fence", "engine work, stale fence", "count", "engine",
+       "engine work done while calls carrying a stale owner fence (or another owner's handle) were answered: 0 when "
+       "no such call reached the engine"),
+    _m("conf_wire_refusals", "wire refusals right", "ratio", "cell",
+       "fence, handle and overflow refusals that came back over modeld's wire with the token and gRPC code "
+       "runtime/transport/grpc/errors.go gives them, over those sent (the daemon's answers)"),
+    _m("conf_engine_reuse_same", "engine reuse, same manifest", "tokens", "engine",
+       "prompt tokens the engine reused for a repeat of the stable prefix under the same manifest"),
+    _m("conf_engine_reuse_cross", "engine reuse, other manifest", "tokens", "engine",
+       "prompt tokens the engine reused for the same stable prefix under a manifest of another runtime identity "
+       "(must be 0)"),
+    _m("conf_prefix_counters_exact", "PrefixStatus = engine", "ratio", "engine",
+       "EnsurePrefix calls whose ReusedTokens and PrefilledTokens equal the engine's own count of reused and computed "
+       "prompt tokens, within its reuse granularity (a block), over those made"),
+    _m("conf_suffix_counters_exact", "ContextReport counters = engine", "ratio", "engine",
+       "PrefillSuffix calls whose ContextReport counters (PhysicalPrefill* or DeferredPrefill*) moved by what the "
+       "engine did: the suffix computed then (physical), or nothing computed then and the suffix computed by the next "
+       "decode (deferred)"),
+    _m("conf_deferred_engine_work", "engine work at deferred prefill", "count", "engine",
+       "engine work done during PrefillSuffix calls made in deferred mode (0 when the suffix was only deferred)"),
+    _m("conf_deferred_carried", "decode carried the suffix", "bool", "engine",
+       "the decode after a deferred PrefillSuffix computed at least the deferred suffix (less one block), by the "
+       "engine's own count of its prompt"),
+    _m("conf_engine_decoded_tokens", "engine decoded tokens", "tokens", "engine",
+       "tokens the engine generated for a Decode (its result's ids)"),
+    _m("conf_stream_frames", "Decode frames", "count", "cell",
+       "frames that Decode's server stream delivered over the wire for that decode"),
+    _m("conf_structured_valid", "structured output valid", "bool", "engine",
+       "the engine's output under StructuredOutput{json_schema} parsed as JSON and validated against the schema"),
+    _m("conf_caps_exercised", "capabilities exercised", "count", "derived",
+       "residency capabilities whose operation the probe ran through the contract (RemoveTail: drop a tail and "
+       "extend again; RecomputeRange: restore a snapshot without the engine's state)"),
+    _m("conf_caps_lies", "capabilities contradicted", "count", "engine",
+       "exercised capabilities whose ExplainContext report contradicts what the engine did in their operation"),
+    _m("conf_restore_output_equal", "restored output equal", "bool", "engine",
+       "greedy decode after Restore into a fresh session equals the decode of the session snapshotted"),
+    _m("conf_snapshot_engine_blob", "snapshot holds engine state", "bool", "cell",
+       "the snapshot came back with a state_id: the engine's own state blob, kept by the daemon"),
+    _m("conf_describe_kv_bytes_match", "Describe KV bytes = engine", "bool", "engine",
+       "ModelInfo.kv_bytes_per_token equals the engine's own statement of its KV bytes per token"),
+    _m("conf_describe_window", "Describe window", "tokens", "cell",
+       "ModelInfo.effective_context for the requested NumCtx"),
+    _m("conf_engine_work_overflow", "engine work, overflow", "count", "engine",
+       "engine work done while requests past the session's NumCtx were refused (0 when refused before dispatch)"),
+    _m("conf_engine_work_embed", "engine work, Embed", "count", "engine",
+       "engine work done while Embed was answered"),
+    _m("conf_embed_vector", "Embed vector length", "count", "engine",
+       "floats in the vector Embed returned, the engine's embedding (0: refused)"),
+    _m("conf_switch_engine_reuse", "engine reuse after switch", "tokens", "engine",
+       "prompt tokens the engine reused, right after a slot switch, for a prefix it held before (must be 0)"),
+    _m("conf_switch_generation", "generation advanced", "count", "cell",
+       "how far LoadModel moved the slot's generation (1 for one switch)"),
+    _m("conf_fatal_engine_failed", "engine failed", "bool", "engine",
+       "the engine itself failed the call after its fault (its own error, e.g. llama_decode returning 2)"),
+    _m("conf_engine_failures_after_fatal", "engine calls after fatal", "count", "engine",
+       "engine failures the session caused after it was marked fatal (0 when it never went back to the engine)"),
+    _m("conf_fatal_reported", "fatal reported", "bool", "cell",
+       "session_fatal on the wire, and ExplainContext with Closed and FatalError, after the engine failed"),
+    # the local-node benchmark report (runtime/benchreport), driven through the contract (contract.benchreport)
+    _m("bench_cold_prefill_s", "cold full prefill", "s", "timed", "EnsurePrefix of the stable prefix, cold"),
+    _m("bench_cold_prefix_tokens", "cold prefix", "tokens", "cell", "the stable prefix's tokens (PrefixTokens)"),
+    _m("bench_warm_prefill_s", "warm same prefix", "s", "timed", "EnsurePrefix of the same prefix on the live session"),
+    _m("bench_warm_hit_rate", "warm hit rate", "ratio", "cell", "ReusedTokens / PrefixTokens of that warm call"),
+    _m("bench_warm_engine_reused", "warm engine reuse", "tokens", "engine",
+       "prompt tokens the engine itself reused for the warm same-prefix call"),
+    _m("bench_ttft_cold_s", "TTFT cold", "s", "timed", "the cold turn's time from Decode to its first chunk"),
+    _m("bench_ttft_warm_changed_s", "TTFT warm changed suffix", "s", "timed",
+       "the warm changed-suffix turn's time from Decode to its first chunk"),
+    _m("bench_output_equals_cold", "warm = cold output", "bool", "engine",
+       "the warm changed-suffix turn's greedy output equals a fresh session's on the same inputs (the engine's text)"),
+    _m("bench_edited_engine_computed", "edited prefix computed", "tokens", "engine",
+       "prompt tokens the engine computed for the edited stable segment (an actual cache miss computes some)"),
+    _m("bench_edited_output_equals_cold", "edited = cold output", "bool", "engine",
+       "the edited-segment turn's greedy output equals a fresh session's on the same inputs"),
+    _m("bench_decode_tokens_per_s", "decode", "tokens/s", "timed", "the cold turn's streamed chunks per second"),
+    # the step-function gates (workbench.certify: G1–G3 here, G4 the loop's) and the quality smoke
+    _m("g1_candidate_tier_tokens", "G1 candidate tier", "tokens", "engine",
+       "the largest ladder tier the candidate's engine served (a request of that many tokens decoded) under the memory "
+       "budget every arm shares"),
+    _m("g1_baseline_tier_tokens", "G1 llama.cpp tier", "tokens", "engine",
+       "the largest ladder tier any llama.cpp profile served under that budget"),
+    _m("g2_candidate_usable_tokens", "G2 candidate usable", "tokens", "derived",
+       "the largest tier within the latency budget (p95 first output and turn time over the runs) for the candidate"),
+    _m("g2_baseline_usable_tokens", "G2 llama.cpp usable", "tokens", "derived",
+       "the same for the best llama.cpp arm"),
+    _m("g2_usable_ratio", "G2 usable ratio", "x", "derived",
+       "candidate's usable context over the best llama.cpp arm's (largest tiers within the budget)"),
+    _m("g2_usable_ratio_low", "G2 ratio low", "x", "derived",
+       "lower bound of that ratio from the ladder's brackets (candidate's largest usable / baseline's first unusable)"),
+    _m("g2_usable_ratio_high", "G2 ratio high", "x", "derived", "upper bound of that ratio from the brackets"),
+    _m("g3_prefill_ratio", "G3 prefill ratio", "x", "derived",
+       "the best llama.cpp arm's prefill or first-output time over the candidate's, the median of per-run ratios (runs "
+       "paired), at the 32k+ tier and metric where its lower bound is highest"),
+    _m("g3_prefill_ratio_low", "G3 ratio low", "x", "derived",
+       "lower bound of that ratio's percentile bootstrap interval over the runs (over 3 runs: the least run's ratio)"),
+    _m("g3_prefill_ratio_high", "G3 ratio high", "x", "derived", "upper bound of that interval"),
+    _m("a2_output_equals_cold", "A2 warm = cold", "bool", "engine",
+       "the engine's greedy tokens after a warm suffix (ensure_prefix then prefill_suffix in one cell) equal its tokens "
+       "for the whole prompt cold (certification tier A2)"),
+    _m("task_pass_fraction", "task set passed", "ratio", "engine",
+       "share of the quality smoke's tasks whose answer, the engine's greedy text, passed its checker"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

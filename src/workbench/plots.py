@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from . import metrics, plotstyle
+from . import panels as _panels
+from .certify import figures as _certify_figures
 from .evaltable import figures as _evaltable_figures
 from .events import figures as _event_figures
 from .gateway import pd_figures as _pd_figures
 from .gateway import figures as _gateway_figures
+from .transport import figures as _transport_figures
 from .findings import Finding
+from .panels import SideBySide
 from .probes import Figure
 from .standing import model_of
 
@@ -38,7 +41,6 @@ VERDICT_COLOURS = {
     "not-applicable": "#1565c0",
     "not-run": "#9e9e9e",
 }
-SLIM = 0.18  # a panel that draws nothing, as a share of a drawn panel's width
 
 Rows = Sequence[dict]
 Builder = Callable[[Rows], go.Figure]
@@ -48,17 +50,6 @@ def empty(title: str, why: str) -> go.Figure:
     """A figure that says why there is nothing to draw (a not-run finding has no evidence rows)."""
     fig = plotstyle.axes(title, "", "")
     fig.add_annotation(text=why, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper", xanchor="center")
-    fig.update_xaxes(visible=False)
-    fig.update_yaxes(visible=False)
-    return fig
-
-
-def slim(note: str) -> go.Figure:
-    """A panel that draws nothing (an engine that did not run, or rows without what the figure shows): one
-    line, set vertically so the panel can be a slim column beside the drawn ones."""
-    fig = plotstyle.new()
-    fig.add_annotation(text=note, textangle=-90, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
-                       xanchor="center", yanchor="middle", font=dict(size=11, color="#757575"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
     return fig
@@ -213,13 +204,18 @@ def capacity(rows: Rows) -> go.Figure:
     return fig
 
 
+def _absent(v: Any) -> bool:
+    """None, or pandas' NaN for a missing value (a not-run finding's engine version read "nan")."""
+    return v is None or (isinstance(v, float) and v != v)
+
+
 def verdicts(table: Any) -> go.Figure:
     """A findings table (``report.verdict_frame``) as a figure, verdicts coloured."""
     cols = [c for c in ("probe", "engine", "engine_version", "model", "verdict", "summary", "metrics") if c in table]
     fig = plotstyle.new(go.Table(
         columnwidth=[3, 1.2, 1.2, 2, 1.3, 8, 4][:len(cols)],
         header=dict(values=cols, fill_color="#eeeeee", align="left"),
-        cells=dict(values=[[str(v) if v is not None else "—" for v in table[c]] for c in cols], align="left",
+        cells=dict(values=[["—" if _absent(v) else str(v) for v in table[c]] for c in cols], align="left",
                    fill_color=[[VERDICT_COLOURS.get(v, "#ffffff") + "33" for v in table["verdict"]]] * len(cols)),
     ))
     fig.update_layout(title="Verdicts", margin=dict(l=10, r=10, t=50, b=10),
@@ -326,6 +322,8 @@ BUILDERS: dict[str, Callable[..., go.Figure]] = {
     **_pd_figures.BUILDERS,
     **_gateway_figures.BUILDERS,
     **_evaltable_figures.BUILDERS,
+    **_transport_figures.BUILDERS,
+    **_certify_figures.BUILDERS,
 }
 """The figure kinds a declaration may name (``probes.Declared.figures``: a probe's, the loop's), with its options."""
 
@@ -365,14 +363,15 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
     return figs
 
 
-def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, go.Figure]]:
-    """Each figure ``probe`` declares, as one figure with a panel per engine: the engines side by side.
+def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[SideBySide]:
+    """Each figure ``probe`` declares, with the engines side by side (:mod:`workbench.panels`' one style): a panel per
+    engine (version, model) whose findings draw something, and the caption naming each engine that draws nothing,
+    with why (no finding here, not-run and its reason in a few words, no rows of this figure).
 
     ``findings`` are the ones that stand (:func:`workbench.report.standing_findings` picks them by
     :mod:`workbench.standing`'s rule); a panel draws an engine's (version's, model's) findings together (one for
-    a probe, one per arm for the loop). Each of ``engines`` without one still gets a panel that says so, so the
-    reader sees every engine, and a not-run panel gives its reason. Panels run the claims' subject engine first,
-    then the references by name; each is drawn by the declared builder.
+    a probe, one per arm for the loop); each of ``engines`` without one is named in the caption. Panels run the
+    claims' subject engine first, then the references by name; each is drawn by the declared builder.
     """
     from . import probes
 
@@ -381,15 +380,23 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
         return []
     decl = probes.declared(probe)
     cols = columns(probe, findings, engines)
-    titles = [_panel_title(engine, fs, decl.claim.subject) for engine, fs in cols]
     ran = [f for _, fs in cols for f in fs if f.evidence.get("rows")]
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") or "hardware not recorded" for f in ran})
     how = f"{decl.obtained(ran)} · " + ("; ".join(hardware) if hardware else "nothing ran")
     out = []
     for fig, build in declared:
-        panels = [_panel(build, fig, engine, fs) for engine, fs in cols]
         title = build([]).layout.title.text  # every builder titles even an empty figure
-        out.append((fig.name, _compose(panels, titles, f"{title}<br><sup>{how}</sup>")))
+        drawn, absent = [], []
+        for engine, fs in cols:
+            panel, why = _panel(build, fig, engine, fs)
+            if panel is None:
+                absent.append(_panels.Absent(_label(engine, fs), why))
+                continue
+            _panels.label_units(panel, engine)
+            drawn.append((panel, _panel_title(engine, fs, decl.claim.subject), model_of(fs[0])))
+        composed = (_panels.compose([p for p, _, _ in drawn], [t for _, t, _ in drawn], title,
+                                    [m for _, _, m in drawn], how) if drawn else None)
+        out.append(SideBySide(fig.name, _panels.plain(title), composed, tuple(absent), len(drawn)))
     return out
 
 
@@ -398,7 +405,8 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
     engine, version and model that ran (the loop's arms of one engine share it), and one for an engine that ran
     nowhere here, its not-run findings together (a pass for another engine reports it not-run on that pass's model:
     a second panel would repeat it); the claims' subject engine first, then the references by name; an engine's
-    versions and models keep the order given; each of ``engines`` without a finding gets a panel with none."""
+    versions and models keep the order given; each of ``engines`` without a finding (nor one of its served twin's)
+    gets a column with none, which the caption names."""
     from . import probes
 
     subject = probes.declared(probe).claim.subject
@@ -413,19 +421,19 @@ def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()
                 continue
             k = (k[0], None, "")
         kept.setdefault(k, []).extend(fs)
-    present = {f.engine for f in findings}
-    return sorted([(k[0], fs) for k, fs in kept.items()] + [(e, []) for e in dict.fromkeys(engines) if e not in present],
+    from . import cells
+
+    # an engine with no finding here is named, unless its served twin (or the engine a served one runs) has one
+    present = {f.engine for f in findings} | {cells.runs(f.engine) for f in findings}
+    return sorted([(k[0], fs) for k, fs in kept.items()]
+                  + [(e, []) for e in dict.fromkeys(engines) if e not in present and cells.runs(e) not in present],
                   key=lambda c: (c[0] != subject, c[0]))
 
 
 def _panel_title(engine: str, found: Sequence[Finding], subject: str) -> str:
+    """A drawn panel's title: the engine and version, its role, the model and verdicts, and which run it shows."""
     role = "subject" if engine == subject else "reference"
-    if not found:
-        return f"<b>{engine}</b><br>{role}<br>no finding"
     ran = [f for f in found if f.verdict != "not-run"]
-    if not ran:  # a slim column: short lines
-        f = found[0]
-        return f"<b>{engine}</b><br>{role} · not-run<br>{f.created[:10]} · probe v{f.probe_version}"
     f = max(ran, key=lambda f: f.created)
     version = f.engine_version or "(version unknown)"
     verdicts = " · ".join(dict.fromkeys(f.verdict for f in ran))
@@ -436,117 +444,39 @@ def _panel_title(engine: str, found: Sequence[Finding], subject: str) -> str:
 
 def short_reason(reason: str | None, width: int = 60) -> str:
     """A not-run reason in a few words: its head before the first colon or sentence end (the rest is how to
-    install), cut to ``width`` characters; what a slim panel and the report's one line per engine show."""
+    install), cut at a word to ``width`` characters; what a figure's caption and the report's one line per engine
+    show."""
     text = " ".join((reason or "no reason recorded").split())
     head = re.split(r": |\. |; ", text, maxsplit=1)[0].rstrip(".")
-    return head if len(head) <= width else head[:width - 1].rstrip() + "…"
+    return head if len(head) <= width else textwrap.shorten(head, width, placeholder=" …")
 
 
-NARROWEST_PLOT_PX, CHAR_PX = 880, 7  # a figure's plot area on the narrowest page checked (1024 px); a 12 px character
-
-
-def _fit(title: str, share: float) -> str:
-    """A panel title's lines wrapped to what its column holds on the narrowest page (its ``share`` of the plot
-    area): plotly centres a subplot title on its column and never wraps it, so a long line ran into the next
-    panel's title. The first line (the engine, in bold) stays whole."""
-    chars = max(10, int(share * NARROWEST_PLOT_PX / CHAR_PX))
-    head, *rest = title.split("<br>")
-    return "<br>".join([head] + [w for line in rest for w in textwrap.wrap(line, chars, break_on_hyphens=False) or [""]])
-
-
-def _wrapped(text: str, width: int = 42) -> str:
-    """Plotly does not wrap text: a third of a page holds about 42 characters a line."""
-    return "<br>".join(textwrap.wrap(text, width))
-
-
-def _panel(build: Builder, fig: Figure, engine: str, found: Sequence[Finding]) -> go.Figure:
-    """One engine's panel as a figure of its own: the builder's over its findings that ran, or a slim one that
-    says in one line why there is nothing (a not-run finding's reason in a few words: the report gives it in
-    full once; findings whose rows hold nothing this figure draws, e.g. an engine with no eviction has no
-    pressure sweep, their verdict: the report's line above the figure gives the summary)."""
-    if not found:
-        return slim(f"no {engine} finding here")
+def _label(engine: str, found: Sequence[Finding]) -> str:
+    """An engine as a caption names it: with the version and model of its findings that ran, where any did."""
     ran = [f for f in found if f.verdict != "not-run"]
     if not ran:
-        return slim(f"not-run: {short_reason(found[0].reason, 36)}")
+        return engine
+    f = max(ran, key=lambda f: f.created)
+    return f"{engine} {f.engine_version or '(version unknown)'} on {model_of(f)}"
+
+
+def _panel(build: Builder, fig: Figure, engine: str, found: Sequence[Finding]) -> tuple[go.Figure | None, str]:
+    """One engine's panel as a figure of its own, its series drawn with the same points merged
+    (:func:`workbench.panels.merge_identical`); or None and why it draws nothing, in a few words (a not-run
+    finding's reason: the report gives it in full once; findings whose rows hold nothing this figure draws, e.g.
+    an engine with no eviction has no pressure sweep: their verdict, whose summary the report gives)."""
+    if not found:
+        return None, "no finding here"
+    ran = [f for f in found if f.verdict != "not-run"]
+    if not ran:
+        return None, f"not-run: {short_reason(found[0].reason)}"
     verdicts = ", ".join(dict.fromkeys(f.verdict for f in ran))
     if not any(f.evidence.get("rows") for f in ran):
-        return slim(f"{verdicts}: no evidence rows")
+        return None, f"{verdicts}, no evidence rows"
     drawn = build(rows_of(fig, [f for f in ran if f.evidence.get("rows")]))
-    return drawn if drawn.data else slim(f"{verdicts}: nothing of this figure in its rows")
-
-
-def _moved(item: Any, fig: go.Figure, col: int) -> dict:
-    """A shape or note of a one-panel figure, moved to column ``col`` of ``fig``: axis references renamed,
-    paper coordinates scaled into the column's domain (plotly.js lays out no axes, so no axis domain to
-    refer to, for a subplot without traces, such as a not-run panel)."""
-    d = item.to_plotly_json()
-    n = "" if col == 1 else str(col)
-    for axis in ("x", "y"):
-        ref = d.get(f"{axis}ref") or "paper"
-        if ref != "paper":
-            d[f"{axis}ref"] = ref.replace(axis, f"{axis}{n}", 1)
-            continue
-        lo, hi = fig.layout[f"{axis}axis{n}"].domain
-        for k in (axis, f"{axis}0", f"{axis}1"):
-            if isinstance(d.get(k), (int, float)):
-                d[k] = lo + d[k] * (hi - lo)
-    return d
-
-
-def _numeric(trace: Any, axis: str) -> bool:
-    values = trace[axis]
-    return values is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                      for v in values if v is not None)
-
-
-def _compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str) -> go.Figure:
-    """One row of subplots from one-panel figures: traces, axes, shapes and notes each moved to its column.
-
-    Where the y axis carries numbers in every drawn panel it shows the same quantity in the same unit (one
-    builder drew them all), so it is shared and named once; categorical lanes stay each panel's own and get
-    room for their labels. x is never shared: engines sweep their own ranges (a timeline of a 135M model
-    on llama.cpp would flatten a synthetic one on vLLM). A series keeps one colour and one legend entry.
-    """
-    drawn = [col for col, p in enumerate(panels, 1) if p.data]
-    lanes = not all(_numeric(t, "y") for col in drawn for t in panels[col - 1].data)
-    shared = len(drawn) > 1 and not lanes
-    widths = [1.0 if p.data else SLIM for p in panels]  # a panel that draws nothing is a slim column
-    spacing = 0.13 if lanes else 0.07
-    titles = [_fit(t, w / sum(widths) * (1 - spacing * (len(panels) - 1))) for t, w in zip(titles, widths)]
-    fig = plotstyle.subplots(rows=1, cols=len(panels), subplot_titles=titles, column_widths=widths,
-                             horizontal_spacing=spacing)
-    fig.update_annotations(font_size=12)  # the panel titles
-    for col, p in enumerate(panels, 1):
-        for t in p.data:
-            fig.add_trace(t, row=1, col=col)
-        for axis, update in (("xaxis", fig.update_xaxes), ("yaxis", fig.update_yaxes)):
-            update({k: v for k, v in p.layout[axis].to_plotly_json().items() if k not in ("domain", "anchor")},
-                   row=1, col=col)
-        fig.update_xaxes(title_text=_wrapped(p.layout.xaxis.title.text or "", 50), row=1, col=col)
-        for shape in p.layout.shapes:
-            fig.add_shape(_moved(shape, fig, col))
-        for note in p.layout.annotations:
-            fig.add_annotation(_moved(note, fig, col))
-    for col in drawn[1:] if shared else ():
-        fig.update_yaxes(matches=f"y{'' if drawn[0] == 1 else drawn[0]}", title_text=None, row=1, col=col)
-    palette, colours = plotly.colors.qualitative.Plotly, {}
-    for t in fig.data:
-        first_seen = t.name not in colours
-        own = t.marker.color or (t.line.color if "line" in t else None)  # a builder's own colour (a median's grey)
-        colours.setdefault(t.name, own or palette[len(colours) % len(palette)])
-        # an unnamed trace (one series, said by the axis title) stays out of the legend: plotly would call it "trace 0"
-        t.update(legendgroup=t.name, showlegend=first_seen and bool(t.name), marker_color=colours[t.name])
-        if "line" in t:
-            t.update(line_color=colours[t.name])
-    lead = panels[drawn[0] - 1].layout if drawn else go.Layout()
-    # the title at the top of the figure, the panels' three-line titles below it, the legend at the bottom:
-    # each in its own band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
-    fig.update_layout(height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
-                      title=dict(text=title, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
-                      margin=dict(l=60, r=20, t=70 + 16 * max(t.count("<br>") + 1 for t in titles), b=140),
-                      legend=dict(orientation="h", x=0, y=0.01, yref="container", yanchor="bottom", title=None))
-    return plotstyle.log_ticks(fig)
+    if not drawn.data:
+        return None, f"{verdicts}, nothing of this figure in its rows"
+    return _panels.merge_identical(drawn), ""
 
 
 @dataclass(frozen=True)

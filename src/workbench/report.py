@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import jinja2
+import markupsafe
 import pandas as pd
 
 from . import claims as _claims
@@ -28,14 +29,17 @@ from . import findings as _findings
 from . import metrics as _metrics
 from . import plots
 from .files import atomic_write
+from . import notebook_html as _notebook_html
+from . import panels as _panels
+from . import reading as _reading
 from . import standing as _standing
+from .certify import integrity as _integrity
+from .certify import matrix as _certification
 from .evaltable import table as _evaltable
 from .findings import Finding
 from .settle import unsettled_answer
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
     from .manifest import Manifest, NotebookRun
 
 Found = Sequence[tuple[Path, Finding]]
@@ -82,10 +86,10 @@ def verdict_frame(found: Found) -> pd.DataFrame:
         "probe": f.probe, "engine": f.engine, "engine_version": f.engine_version, "model": model_name(f),
         "verdict": f.verdict, "summary": _said_of(f),
         "metrics": "; ".join(f"{metric_header(t)} {metric_text(t, m['value'])}" for t, m in f.metrics.items()),
-        "created": f.created, "id": f.id, "path": str(path),
+        "created": f.created, "id": f.id, "path": str(path), "result_class": _integrity.result_class(f)[0],
     } for path, f in latest(found)]
     return pd.DataFrame(rows, columns=["probe", "engine", "engine_version", "model", "verdict", "summary", "metrics",
-                                       "created", "id", "path"])
+                                       "created", "id", "path", "result_class"])
 
 
 _STATUS_COLUMNS = ["claim", "text", "role", "engine", "engine_version", "verdict", "resolved", "summary",
@@ -222,7 +226,15 @@ def verdict_matrix(found: Found) -> Matrix:
                            tuple(_badges([s for s in by_claim.get(st.claim.id, []) if s.engine == e],
                                          cells.runs(e) == st.claim.subject) for e in engines))
                  for st in _standing.claim_states(found))
-    return Matrix(engines, rows)
+    return _without_empty_columns(Matrix(engines, rows), len(subjects))
+
+
+def _without_empty_columns(m: Matrix, keep: int) -> Matrix:
+    """The matrix without the columns of engines that have no finding on any claim (a served engine this run did
+    not start: a column of dashes), the first ``keep`` (the claims' subjects) kept whatever they hold."""
+    kept = [i for i, _ in enumerate(m.engines) if i < keep or any(r.cells[i] for r in m.rows)]
+    return Matrix(tuple(m.engines[i] for i in kept),
+                  tuple(MatrixRow(r.claim, r.state, r.resolved, tuple(r.cells[i] for i in kept)) for r in m.rows))
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,7 @@ class NotRun:
     probes: tuple[str, ...]
     short: str
     reasons: tuple[tuple[str, tuple[str, ...]], ...]  # (full reason, the probes that gave it), most probes first
+    ran_others: bool = False  # the engine ran other probes here: only these did not run
 
     @property
     def detailed(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -250,7 +263,8 @@ def not_run_engines(found: Found) -> list[NotRun]:
         kept = sorted(((r, ps) for r, ps in kept.items() if ps), key=lambda rp: (-len(rp[1]), rp[0]))
         if kept:
             probes_ = tuple(sorted(p for _, ps in kept for p in ps))
-            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), _once(kept)))
+            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), _once(kept),
+                              any(e == engine for e, _ in ran)))
     return out
 
 
@@ -306,10 +320,14 @@ class Tally:
 
     def lines(self) -> list[str]:
         """The tally as ``workbench run`` prints it."""
+        from . import cells
+
         each = lambda counts: ", ".join(f"{n} {v}" for v, n in counts) or "none"  # noqa: E731
+        subjects = {c.subject for c in _claims.CLAIMS.values()}
         out = [f"claims:    {self.resolved} of {self.total} resolved by their subject engine",
-               f"verdicts:  {each(self.verdicts)}",
-               *(f"  {e}: {each(c)}" for e, c in self.engines)]
+               "verdicts:  each engine's own, never summed (a reference's verdict is about its own engine)",
+               *(f"  {e} ({'subject' if cells.runs(e) in subjects else 'reference'}): {each(c)}"
+                 for e, c in self.engines)]
         if self.failed:
             out.append(f"errors:    {len(self.failed)} of {self.notebooks} notebooks failed ({', '.join(self.failed)})"
                        + (": nothing was measured in this run" if self.all_failed else ""))
@@ -376,30 +394,75 @@ class Card:
     notebook: str | None
     figures: str | None
     unsettled: tuple[str, ...]
+    params: tuple[tuple[str, str, bool], ...] = ()  # (name, value, differs from the probe's default)
+    command: str | None = None  # the one line that runs its experiment again
+    summary_shown: bool = True  # False where the summary repeats a claim row's reason word for word
+    notebook_html: str | None = None  # the executed notebook rendered (nbconvert), where it is
+    metrics: tuple[tuple[str, str, str], ...] = ()  # every metric it recorded: (header, value in its unit, source)
+    reference_of: str | None = None  # the subject it is a reference beside (its engine is not its claims' subject)
+    result_class: str = ""  # benchmark integrity's class, and whether the finding recorded it or its writer declares it
+
+    @property
+    def grouped(self) -> list[tuple[list[_claims.Claim], str, str]]:
+        """The claim rows with one verdict and one reason said once: (their claims, the verdict, the reason)."""
+        out: list[tuple[list[_claims.Claim], str, str]] = []
+        for r in self.rows:
+            same = next((g for g in out if g[1] == r.verdict and g[2] == r.reason), None)
+            if same:
+                same[0].append(r.claim)
+            else:
+                out.append(([r.claim], r.verdict, r.reason))
+        return out
+
+    @property
+    def rests_said(self) -> str:
+        """What the verdict rests on in a few words (each reading, or how many where they would not fit a line)."""
+        said = "; ".join(f"{s.metric} {s.read}" for s in self.supports)
+        return said if len(said) <= 70 else f"{len(self.supports)} readings"
 
 
 def _supports(f: Finding) -> tuple[SupportRow, ...]:
     own = [(None, d) for d in f.rests_on] + [(c, d) for c, ds in f.claim_rests_on.items() for d in ds]
-    return tuple(SupportRow(c, metric_header(d["metric"]), f"{d['op']} {d['value']}",
+    return tuple(SupportRow(c, metric_header(d["metric"]), f"{d['op']} {metric_text(d['metric'], d['value'])}",
                             metric_text(d["metric"], f.metric(d["metric"])) if d["metric"] in f.metrics
                             else "not recorded", (f.metrics.get(d["metric"]) or {}).get("source", "—"))
                  for c, d in own)
 
 
-def cards(found: Found, m: Manifest | None, figured: set[str], rel) -> list[Card]:
-    """A card per finding that stands in the matrix (not-run ones are listed with their engine instead)."""
+def cards(found: Found, m: Manifest | None, figured: set[str], rel, out: Path | None = None) -> list[Card]:
+    """A card per finding that stands in the matrix (not-run ones are listed with their engine instead): its claim
+    rows, its summary where it says more than they do, what it rests on, its parameters and the command that runs it
+    again, and links to its figures, its executed notebook (rendered, where run folder ``out`` holds the page) and
+    its JSON."""
     from . import probes
 
     ids = {s.finding_id for ss in _standing.standings(found).values() for s in ss if s.verdict != "not-run"}
-    notebooks = {n.attempt: n.output for n in (m.notebooks.values() if m else []) if n.attempt}
-    out = []
+    notebooks = {n.attempt: n for n in (m.notebooks.values() if m else []) if n.attempt}
+    shown = []
     for path, f in sorted(((p, f) for p, f in found if f.id in ids), key=lambda pf: (pf[1].probe, pf[1].engine)):
         rows = tuple(ClaimRow(_claims.get(c), f.verdict_on(c), f.reason_on(c) or NOT_RECORDED)
                      for c in dict.fromkeys([*f.claims, *f.claim_verdicts]) if c in _claims.CLAIMS)
         family = probes.family(f.probe)
-        out.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), notebooks.get(f.attempt),
-                        f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f)))
-    return out
+        nb = notebooks.get(f.attempt)
+        cls, how = _integrity.result_class(f)
+        shown.append(Card(card_id(f.id), f, rows, _supports(f), rel(path), nb.output if nb else None,
+                          f"#{figures_id(family)}" if family in figured else None, unsettled_answer(f),
+                          tuple(_reading.shown_params(f)), _reading.rerun_command(f, nb),
+                          not _reading.summary_repeats(f, [r.reason for r in rows]),
+                          _notebook_html.rendered(out, nb.output) if nb and out else None,
+                          tuple(metrics_frame(f)[["metric", "value", "source"]].itertuples(index=False, name=None)),
+                          _reference_of(f),
+                          cls if how == "recorded" else f"{cls} (its writer's, not recorded: written before classes were)"))
+    return shown
+
+
+def _reference_of(f: Finding) -> str | None:
+    """The subject (as people write it) whose claims ``f`` is only a reference beside, or None where its engine is
+    their subject."""
+    from . import cells
+
+    others = {c.about.name for cid in f.claims if (c := _claims.CLAIMS.get(cid)) and cells.runs(f.engine) != c.subject}
+    return ", ".join(sorted(others)) or None
 
 
 def figures_id(probe: str) -> str:
@@ -435,11 +498,13 @@ class ProbeFigures:
 
     probe: str
     findings: list[Finding]  # in the panels' order
-    figures: list[tuple[str, go.Figure]]
+    figures: list[_panels.SideBySide]
 
-    def divs(self) -> list[str]:
-        """The figures as report divs, ids from the probe and figure names (deterministic, unique per page)."""
-        return [plots.to_div(fig, f"wb-fig-{_slug(self.probe)}-{name}") for name, fig in self.figures]
+    def divs(self) -> list[tuple[_panels.SideBySide, str | None]]:
+        """Each figure with its report div (ids from the probe and figure names: deterministic, unique per page;
+        None where no engine drew anything, which its caption says)."""
+        return [(s, plots.to_div(s.fig, f"wb-fig-{_slug(self.probe)}-{s.name}") if s.fig is not None else None)
+                for s in self.figures]
 
 
 def side_by_side(found: Found) -> list[ProbeFigures]:
@@ -480,7 +545,7 @@ def _plotlyjs(figures: Sequence[ProbeFigures] = ()) -> str:
 
     partial = resources.files("workbench").joinpath(PARTIAL_BUNDLE).read_text()
     said = re.search(r"plotly\.js \(basic - minified\) v([0-9.]+)", partial[:400])
-    traces = {t.type for pf in figures for _, fig in pf.figures for t in fig.data}
+    traces = {t.type for pf in figures for s in pf.figures if s.fig is not None for t in s.fig.data}
     whole = not (said and said.group(1) == plotly.offline.get_plotlyjs_version() and traces <= PARTIAL_TRACES)
     return plots.page_script(plotly.offline.get_plotlyjs() if whole else partial)
 
@@ -522,17 +587,25 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     verdicts = verdict_frame(found).assign(href=lambda d: d["path"].map(rel))
     unknowns = claim_status(found, None).assign(href=lambda d: d["path"].map(rel))
     env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    env.filters["sentence"] = _reading.first_sentence
+    env.filters["clause"] = _reading.first_clause
+    env.filters["words"] = _whole_words
     template = env.from_string(resources.files("workbench").joinpath("templates/report.html.j2").read_text())
     hardware = sorted({(f.environment.get("hardware") or {}).get("summary") for _, f in found
                        if f.verdict != "not-run"} - {None})
     since, changed = changes(found, manifest, against)
     matrix = verdict_matrix(found)
+    shown = cards(found, manifest, {pf.probe for pf in figures}, rel, out)
+    carded = {c.finding.id for c in shown}
     return template.render(
         title=f"workbench run — {out.name}",
         tally=tally(scan, manifest, matrix),
+        reading=first_screen(found, matrix),
         since=since,
         changed=changed,
-        cards=cards(found, manifest, {pf.probe for pf in figures}, rel),
+        cards=shown,
+        notebook_page=lambda output: _notebook_html.rendered(out, output) if output else None,
+        card_of=lambda f: card_id(f.id),
         figures_id=figures_id,
         generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         hardware=hardware,
@@ -542,11 +615,13 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         not_run=not_run_engines(found),
         open=open_summary(found),
         notebooks=list(manifest.notebooks.values()) if manifest else [],
-        verdicts=[v for v in _records(verdicts) if v["verdict"] != "not-run"],
+        verdicts=[v | {"card": card_id(v["id"]) if v["id"] in carded else None}
+                  for v in _records(verdicts) if v["verdict"] != "not-run"],
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
         evaltables=[(rel(p.with_suffix(".md")), setup, rows) for p, setup, rows in _evaltable.in_run(out)],
+        certification=certification(found),
         evaltable_heads=_evaltable.heads(),
         plotlyjs=_plotlyjs(figures) if figures else "",
         errors=[(rel(p), e) for p, e in scan.errors],
@@ -556,9 +631,41 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     )
 
 
+def certification(found: Found) -> dict | None:
+    """The certification matrix's section (:mod:`workbench.certify.matrix`): its heads and rows as text; None
+    without findings."""
+    if not found:
+        return None
+    return {"heads": list(_certification.HEADS),
+            "rows": [_certification.text_row(c, reasons=False, where="Engines that did not run")
+                     for c in _certification.build(found)]}
+
+
+def _whole_words(text: object) -> markupsafe.Markup:
+    """``text`` that wraps between its words, never inside one (a browser breaks "llamacpp-cold" at its hyphen where
+    a column is tight): each word a ``nowrap`` span, the text itself unchanged (a search for it still finds it)."""
+    return markupsafe.Markup(" ").join(markupsafe.Markup('<span class="nowrap">{}</span>').format(w)
+                                       for w in str(text).split())
+
+
+def first_screen(found: Found, matrix: Matrix) -> dict:
+    """What the page says first (:mod:`workbench.reading`): the subject's state in a sentence, what the run
+    established as sentences linked to their cards (the first :data:`~workbench.reading.SHOWN`, then the rest
+    folded), and each engine's standing verdicts apart."""
+    said = _reading.established(found, card_id)
+    return {"subject": _reading.subject_line(found), "established": said[:_reading.SHOWN],
+            "more": said[_reading.SHOWN:], "engines": _reading.engine_tallies(matrix)}
+
+
 def write(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> Path:
-    """Write ``out/report.html`` atomically and return its path."""
+    """Write ``out/report.html`` atomically and return its path, each executed notebook rendered beside it first
+    (:mod:`workbench.notebook_html`) so its card links a page, not JSON, and the certification matrix's exports
+    beside it (``certification.json``, ``certification.csv``)."""
     out = Path(out)
+    _notebook_html.render_all(out, manifest)
+    found = _findings.scan([out / "findings"]).findings
+    if found:
+        _certification.write(_certification.build(found), out)
     page = render(out, manifest, against)
     return atomic_write(out / "report.html", page)
 

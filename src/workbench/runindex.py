@@ -1,7 +1,10 @@
 """Runs you can find: each ``workbench run`` records itself in its folder's ``run.json``
 (:class:`~workbench.manifest.RunRecord`: command line, commit, machine, models per engine, start and end, how its
-notebooks ended) and one line in ``index.jsonl`` beside the folder (``runs/index.jsonl`` for ``make run``'s
-``runs/latest``), so the runs under one parent are listed without opening each.
+notebooks ended) and, where the folder sits in a folder of runs, one line in that folder's ``index.jsonl``
+(``runs/index.jsonl`` for ``make run``'s ``runs/latest``), so the runs under one parent are listed without opening
+each. A folder of runs is one named ``runs`` or one that already holds an ``index.jsonl`` (a reader of an index takes
+every line for a run beside it): ``--out /tmp/r1`` writes no ``/tmp/index.jsonl``, its record stays in its
+``run.json``; ``touch DIR/index.jsonl`` makes ``DIR`` a folder of runs.
 
 A folder holds one model per engine: a run that would add another model for an engine the folder already ran is
 refused before anything runs (:func:`check_models`), since resuming would put both models' findings side by side
@@ -77,20 +80,29 @@ def end(out: Path, rec: RunRecord, exit_code: int) -> RunRecord:
 
 
 def _write(out: Path, rec: RunRecord) -> RunRecord:
-    """``run.json`` (the folder's lock), then a line in the index; an index that cannot be written is said, not fatal
-    (the run's own record is in its folder)."""
+    """``run.json`` (the folder's lock), then a line in the index of the folder of runs it sits in (none: the record
+    is in ``run.json`` alone); an index that cannot be written is said, not fatal."""
     manifest.record(out, rec)
+    index = index_path(out)
+    if index is None:
+        return rec
     try:
-        with open(index_path(out), "a", encoding="utf-8") as f:
+        with open(index, "a", encoding="utf-8") as f:
             f.write(json.dumps(asdict(rec), sort_keys=True) + "\n")
     except OSError as e:
         print(f"index:     not written: {e}", file=sys.stderr)
     return rec
 
 
-def index_path(out: Path) -> Path:
-    """The index a run folder's runs are listed in: ``index.jsonl`` in its parent folder."""
-    return Path(out).resolve().parent / INDEX
+RUNS = "runs"  # a parent folder of this name is a folder of runs, as make run's runs/ is
+
+
+def index_path(out: Path) -> Path | None:
+    """The index a run folder's runs are listed in: ``index.jsonl`` in its parent folder where that is a folder of
+    runs (named ``runs``, or already holding an index); None where it is not (``--out /tmp/r1``: /tmp is no folder of
+    runs, and a reader of /tmp/index.jsonl would take every line for a run kept in /tmp)."""
+    parent = Path(out).resolve().parent
+    return parent / INDEX if parent.name == RUNS or (parent / INDEX).is_file() else None
 
 
 def read_index(path: Path) -> list[RunRecord]:

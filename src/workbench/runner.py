@@ -518,7 +518,9 @@ def _run_checked(out: Path, todo: list[Job], executor: Executor, progress: bool,
         print(f"failed:    {', '.join(failed)} (see {out / manifest.MANIFEST})")
     code = 1 if failed or bp_error else 0
     runindex.end(out, run, code)
-    print(f"index:     {runindex.index_path(out)}")
+    index = runindex.index_path(out)
+    print(f"index:     {index}" if index else f"index:     none ({out.parent} is no folder of runs: the record is in "
+                                                f"{out / manifest.MANIFEST})")
     return code
 
 
@@ -526,6 +528,33 @@ def _running(running: Mapping[str, manifest.NotebookRun]) -> str:
     """The progress bar's label: what runs now (one job locally, many across a fleet)."""
     names = [e.name for e in running.values()]
     return f"running {names[0]}" if len(names) == 1 else f"running {len(names)}: {', '.join(names)[:80]}"
+
+
+def _inside(out: Path, running: Mapping[str, manifest.NotebookRun]) -> Any:
+    """The progress bar's last column: how long each running notebook has run, and what it says it is doing (its
+    progress file, :mod:`workbench.progress`: a probe, a loop turn, an AIPerf run), read at most once a second."""
+    import datetime as _dt
+
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from . import progress as _progress
+
+    class Inside(ProgressColumn):
+        max_refresh = 1.0
+
+        def render(self, task: Any) -> Text:
+            now, said = _dt.datetime.now(_dt.timezone.utc), []
+            for e in list(running.values()):
+                try:
+                    took = f" {(now - _dt.datetime.fromisoformat(e.started)).total_seconds():.0f} s"
+                except ValueError:
+                    took = ""
+                line = _progress.read(_progress.path_for(out / e.log)) if e.log else None
+                said.append(f"{e.name.rsplit('/', 1)[-1]}{took}" + (f": {line}" if line else ""))
+            return Text(" | ".join(said)[:140], style="dim")
+
+    return Inside()
 
 
 def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, verbose: bool) -> list[str]:
@@ -536,7 +565,7 @@ def _run_jobs(out: Path, todo: list[Job], executor: Executor, progress: bool, ve
     console = Console(stderr=True, quiet=not progress, soft_wrap=True)
     failed, running = [], {}
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console, transient=True) as bar:
+                  TimeElapsedColumn(), _inside(out, running), console=console, transient=True) as bar:
         task = bar.add_task("notebooks", total=len(todo))
         pending = []
         for job in todo:

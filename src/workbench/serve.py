@@ -150,13 +150,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_host(host: str, api_key: str | None) -> None:
-    """Refuse a non-loopback bind without an API key: the servers' control routes would be open to the network."""
+CONTROL_ROUTES = "/server_info, /kv_cache_events and /slots are control surfaces"
+
+
+def check_host(host: str, api_key: str | None, surfaces: str = CONTROL_ROUTES) -> None:
+    """Refuse a non-loopback bind without an API key: the servers' control routes (``surfaces`` says what would be
+    open to the network) would be open to the network."""
     if not host.strip():
         raise ValueError("the host to bind is empty; give an address, e.g. 127.0.0.1 (--host)")
     if not is_loopback(host) and not api_key:
-        raise ValueError(f"refusing to bind {host} without an API key: /server_info, /kv_cache_events and /slots "
-                         "are control surfaces; pass an API key (--api-key) or bind 127.0.0.1")
+        raise ValueError(f"refusing to bind {host} without an API key: {surfaces}; pass an API key (--api-key) or "
+                         "bind 127.0.0.1")
     try:  # an address this machine does not have, or a name that resolves to none, before anything starts
         free_port(host)
     except (OSError, UnicodeError) as e:

@@ -118,7 +118,53 @@ def standings(found: Found) -> dict[str, list[Standing]]:
     across = version_churn(found)
     if across:  # one verdict across the subject's versions replaces each version's "one survey cannot tell"
         out[across.claim] = [s for s in out.get(across.claim, []) if _cells.runs(s.engine) != across.engine] + [across]
+    kept = step_function(out)
+    if kept:  # the entry condition across its four gates replaces whatever cited it directly (an older loop's)
+        entry = _claims.get(STEP_FUNCTION)
+        out[STEP_FUNCTION] = [s for s in out.get(STEP_FUNCTION, []) if _cells.runs(s.engine) != entry.subject] + kept
     return out
+
+
+STEP_FUNCTION = "entry.step_function"
+
+
+def step_function(by_claim: dict[str, list[Standing]]) -> list[Standing]:
+    """The entry condition as the specialization-cells blueprint states it, "keep a candidate cell only if it delivers
+    at least one" of the four gates (:data:`workbench.claims.GATES`), per subject version: confirmed when any gate's
+    subject verdict that settles (re-derived, on target: :mod:`workbench.settle`) is confirmed; refuted when every
+    gate's is refuted; inconclusive, naming each gate's state, where the subject ran some gate and neither holds;
+    nothing where the subject ran none (the claim stays unresolved, with its command)."""
+    entry = _claims.get(STEP_FUNCTION)
+    rows = {g: [s for s in by_claim.get(g, []) if _cells.runs(s.engine) == entry.subject] for g in _claims.GATES}
+    versions = sorted({s.engine_version or "" for ss in rows.values() for s in ss if s.verdict != "not-run"}, key=natural)
+    out = []
+    for v in versions:
+        mine = {g: [s for s in ss if (s.engine_version or "") == v] for g, ss in rows.items()}
+        answers = {g: [s for s in ss if s.answers] for g, ss in mine.items()}
+        won = [s for g in _claims.GATES for s in answers[g] if s.verdict == "confirmed"]
+        lost = all(any(s.verdict == "refuted" for s in answers[g]) for g in _claims.GATES)
+        said = "; ".join(f"{_claims.get(g).match}: {_gate_state(mine[g])}" for g in _claims.GATES)
+        if won:
+            verdict, summary, basis = "confirmed", f"kept: {_claims.get(won[0].claim).match} confirmed ({said})", won[0]
+        elif lost:
+            verdict, summary = "refuted", f"not kept: every gate refuted ({said})"
+            basis = max((s for ss in answers.values() for s in ss), key=lambda s: when(s.created))
+        else:
+            verdict, summary = "inconclusive", f"no gate confirmed, not every gate refuted ({said})"
+            basis = max((s for ss in mine.values() for s in ss if s.verdict != "not-run"), key=lambda s: when(s.created))
+        out.append(Standing(STEP_FUNCTION, verdict, basis.engine, v or None, basis.hardware, basis.created, summary,
+                            None, basis.probe, basis.finding_id, basis.path, basis.model, claim_reason=summary))
+    return out
+
+
+def _gate_state(stood: Sequence[Standing]) -> str:
+    """One gate's subject state in a few words: its verdicts that settle, else what ran without settling, else
+    not run."""
+    settled = sorted({s.verdict for s in stood if s.answers})
+    if settled:
+        return "/".join(settled)
+    ran = sorted({s.verdict + (" (settles nothing)" if s.unverified else "") for s in stood if s.verdict != "not-run"})
+    return "/".join(ran) or "not run"
 
 
 def version_churn(found: Found) -> Standing | None:

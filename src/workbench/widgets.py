@@ -17,6 +17,7 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 
 from . import claims, envvars, plots, report
+from . import findings as _findings
 from .findings import Finding
 
 
@@ -91,8 +92,10 @@ def _nothing_to_pick(by: str, values: Sequence) -> str:
     return f"no {by} in this evidence: nothing to pick, all of it is shown"
 
 
-#: The findings browser's columns, in order; ``open`` links each row to its finding's card or JSON.
-BROWSER_COLUMNS = ["created", "probe", "engine", "engine_version", "model", "verdict", "summary", "open"]
+#: The findings browser's columns, in order: ``open`` links each row to its finding's card or JSON (first, so a
+#: narrow output area never pushes it off-screen); ``claims`` gives each claim row's verdict (a search for "refuted"
+#: finds every finding that refutes a claim, whatever its headline verdict).
+BROWSER_COLUMNS = ["open", "created", "probe", "engine", "engine_version", "model", "verdict", "claims", "summary"]
 #: itables' options for the browser: the rows as given (escaped text, newest first), every one kept (no
 #: downsampling), paged, a click on a column's header sorts by it, and DataTables from itables' wheel, not a CDN.
 DATATABLES = dict(connected=False, allow_html=True, showIndex=False, order=[], maxBytes=0, pageLength=10,
@@ -107,6 +110,20 @@ def notebook_dir() -> Path:
     working directory, where Jupyter and papermill start a notebook's kernel."""
     session = os.environ.get(envvars.NOTEBOOK)
     return Path(session).resolve().parent if session else Path.cwd()
+
+
+def run_findings(out: str | os.PathLike) -> Path:
+    """The findings folder a notebook reads: where the notebook is an executed copy inside a run folder
+    (``RUN/notebooks/…/NAME.ipynb``, beside ``RUN/findings`` and ``RUN/run.json``), that run's own findings, so a run
+    folder copied or moved elsewhere reads itself, not the folder ``out`` named when it ran (an absolute path);
+    else ``out``."""
+    session = os.environ.get(envvars.NOTEBOOK)
+    if session:
+        for parent in Path(session).resolve().parents:
+            if parent.name == "notebooks" and (parent.parent / "findings").is_dir() \
+                    and (parent.parent / "run.json").is_file():
+                return parent.parent / "findings"
+    return Path(out)
 
 
 def _cards(page: Path) -> set[str]:
@@ -125,6 +142,36 @@ def _link(href: str, text: str) -> str:
     return f"<a href='{html.escape(href, quote=True)}' target='_blank'>{text}</a>"
 
 
+def jupyter_server() -> tuple[str, Path] | None:
+    """(base URL, root folder) of the Jupyter server this kernel runs under (its parent process), None outside one
+    (papermill, nbval, a plain Python): jupyter_server's own record of its running servers."""
+    try:
+        from jupyter_server.serverapp import list_running_servers
+    except ImportError:
+        return None
+    parent = os.getppid()
+    for info in list_running_servers():
+        if info.get("pid") == parent and info.get("root_dir"):
+            return str(info.get("base_url") or "/"), Path(info["root_dir"]).resolve()
+    return None
+
+
+def served_url(path: Path, anchor: str, server: tuple[str, Path] | None) -> str | None:
+    """``path#anchor`` as the Jupyter server serves the file itself (``/files/…``), where it is under its root: a
+    link JupyterLab leaves to the browser (it opens relative ones in its own HTML viewer, untrusted, so no figure
+    draws, and drops the anchor), which opens the page in a tab of its own, its scripts run, on the anchor."""
+    if server is None:
+        return None
+    base, root = server
+    try:
+        rel = Path(path).resolve().relative_to(root)
+    except ValueError:
+        return None
+    from urllib.parse import quote
+
+    return f"{base.rstrip('/')}/files/{quote(rel.as_posix())}#{anchor}"
+
+
 def findings_view(table: pd.DataFrame, out: str | os.PathLike, base: Path | None = None) -> pd.DataFrame:
     """The findings browser's rows (a ``findings.load`` table of folder ``out``), newest first, as HTML cells
     (text escaped): whole summaries, and in ``open`` a link, relative to ``base`` (default :func:`notebook_dir`),
@@ -133,16 +180,36 @@ def findings_view(table: pd.DataFrame, out: str | os.PathLike, base: Path | None
     base = (base or notebook_dir()).resolve()
     page = Path(out).resolve().parent / "report.html"
     cards = _cards(page)
+    server = jupyter_server()
 
     def link(r: pd.Series) -> str:
         anchor = report.card_id(r["id"])
         if anchor in cards:
-            return _link(f"{_relative(page, base)}#{anchor}", "card")
+            return _link(served_url(page, anchor, server) or f"{_relative(page, base)}#{anchor}", "card")
         return _link(_relative(r["path"], base), "JSON")
 
     rows = table.sort_values("created", ascending=False, kind="stable").reset_index(drop=True)
-    view = rows[BROWSER_COLUMNS[:-1]].map(lambda v: "" if pd.isna(v) else html.escape(str(v)))
-    return view.assign(open=[link(r) for _, r in rows.iterrows()] if len(rows) else [])
+    by_id = {f.id: f for _, f in _findings.scan([out]).findings} if len(rows) else {}
+    said = [_claim_verdicts(by_id.get(i)) for i in rows["id"]]
+    shown = [c for c in BROWSER_COLUMNS if c not in ("open", "claims")]
+    view = rows[shown].map(lambda v: "" if _missing(v) else html.escape(str(v)))
+    view.insert(0, "open", [link(r) for _, r in rows.iterrows()] if len(rows) else [])
+    view.insert(BROWSER_COLUMNS.index("claims"), "claims", said)
+    return view[BROWSER_COLUMNS]
+
+
+def _missing(v: object) -> bool:
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):  # a list is never "missing"
+        return False
+
+
+def _claim_verdicts(f: Finding | None) -> str:
+    """Each claim the finding cites with the verdict it gives that claim's row (its own, else the finding's)."""
+    if f is None:
+        return ""
+    return html.escape("; ".join(f"{c} {f.verdict_on(c)}" for c in dict.fromkeys([*f.claims, *f.claim_verdicts])))
 
 
 def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive: bool = False) -> None:
@@ -151,7 +218,7 @@ def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive
     DataTables inlined in the output from itables' wheel (nothing fetched); statically, all of it as one table."""
     view = findings_view(table, out)
     if not interactive:
-        display(HTML(view.to_html(escape=False, index=False)))
+        display(HTML(static_table(view)))
         return
     import itables
     from itables import javascript, options
@@ -162,6 +229,35 @@ def findings_browser(table: pd.DataFrame, out: str | os.PathLike, *, interactive
     display(HTML(itables.to_html_datatable(view, **DATATABLES)))
 
 
+#: The static browser's layout, inline (an output carries no stylesheet): four columns that fit JupyterLab's output
+#: area (nine of them, a date and a model name among them, ran 50 % past its right edge, the summary and the links
+#: off-screen), text left-aligned and wrapping between words, never inside an identifier.
+_CELL = "padding: 0.25em 0.5em; text-align: left; vertical-align: top; white-space: normal"
+_WORD = "<span style='white-space: nowrap'>{}</span>"
+
+
+def _whole(html_text: str) -> str:
+    """Escaped text whose words never break (each a ``nowrap`` span): model names, probe and claim ids."""
+    return " ".join(_WORD.format(w) for w in html_text.split())
+
+
+def static_table(view: pd.DataFrame) -> str:
+    """:func:`findings_view`'s rows as one static HTML table that fits the output area: the finding (its link, probe
+    and time), the engine with its version and model, its verdict with each claim's, and the whole summary."""
+    heads = ["finding", "engine · model", "verdict · per claim", "summary"]
+    rows = []
+    for r in view.itertuples(index=False):
+        claims_ = "<br>".join(_whole(c) for c in r.claims.split("; ") if c)
+        cells = [f"{r.open} {_whole(r.probe)}<br><span style='color: #777'>{_whole(r.created.replace('T', ' '))}</span>",
+                 f"{_whole(f'{r.engine} {r.engine_version}'.strip())}<br>{_whole(r.model)}",
+                 f"<b>{r.verdict}</b>" + (f"<br><span style='font-size: 0.85em'>{claims_}</span>" if claims_ else ""),
+                 r.summary]
+        rows.append("<tr>" + "".join(f"<td style='{_CELL}'>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th style='{_CELL}'>{h}</th>" for h in heads)
+    return (f"<table class='dataframe wb-findings' style='table-layout: auto; width: 100%; max-width: 100%'>"
+            f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
 def claim_tables(status: pd.DataFrame) -> None:
     """One table per claim (``report.claim_status``): its text as a heading, a row per engine and version."""
     for claim, rows in status.groupby("claim", sort=False):
@@ -170,9 +266,18 @@ def claim_tables(status: pd.DataFrame) -> None:
 
 
 def side_by_side(found: report.Found) -> None:
-    """Per probe, each of its figures with every engine side by side (``report.side_by_side``): the
-    findings that stand, a panel for an engine that did not run saying why."""
+    """Per probe, each of its figures with the engines side by side (``report.side_by_side``): the findings that
+    stand, a panel for each engine that drew something, and under it the caption naming those that did not."""
     for pf in report.side_by_side(found):
         display(Markdown(f"### {pf.probe}"))
-        for _, fig in pf.figures:
-            display(plots.show(fig))
+        show_figures(pf.figures)
+
+
+def show_figures(figures: Sequence[plots.SideBySide]) -> None:
+    """Side-by-side figures (``plots.side_by_side``) as a notebook shows them: each figure, then its caption (the
+    engines it has no panel for, and why); a figure no engine drew is its title and caption alone."""
+    for side in figures:
+        if side.fig is not None:
+            display(plots.show(side.fig))
+        if side.caption:
+            display(Markdown(f"*{'' if side.fig is not None else side.title + ': '}{side.caption}*"))

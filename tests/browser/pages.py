@@ -1,7 +1,6 @@
 """What the browser tests read off a page: the text boxes of a plotly figure, and which of them overlap.
 
-A text box is the text's own box turned as the text is (tick labels at an angle, a slim panel's vertical
-note): its four corners in page pixels, so two slanted labels side by side do not count as overlapping
+A text box is the text's own box turned as the text is (tick labels at an angle, a vertical axis title): its four corners in page pixels, so two slanted labels side by side do not count as overlapping
 because their upright bounding rectangles would.
 """
 

@@ -57,10 +57,10 @@ def test_the_browser_sorts_searches_and_pages_offline_and_opens_a_card(watched, 
     # a quoted phrase: DataTables' smart search would match "07" alone in every row's date on the 7th
     w.page.locator(".dt-search input").fill('"number 07"')
     w.page.wait_for_function("() => document.querySelectorAll('table.dataTable tbody tr').length == 1")
-    assert [r[6] for r in rows(w.page)] == ["Not run, number 07: no GPU here"]
+    assert [r[8] for r in rows(w.page)] == ["Not run, number 07: no GPU here"]
     w.page.locator(".dt-search input").fill("")
     summary = w.page.locator("table.dataTable thead th", has_text="summary")
-    first = "(s) => document.querySelector('table.dataTable tbody tr td:nth-child(7)').textContent.trim() == s"
+    first = "(s) => document.querySelector('table.dataTable tbody tr td:nth-child(9)').textContent.trim() == s"
     summary.click()  # sort ascending ("Not run, ..." before "The contract rows ..."), then descending
     w.page.wait_for_function(first, arg="Not run, number 00: no GPU here")
     summary.click()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench import probes, runner
+from workbench import probes, report, runner
 
 pytestmark = pytest.mark.slow
 NOTEBOOKS = runner.REPO_ROOT / "notebooks"
@@ -46,6 +46,7 @@ def lab(tmp_path_factory):
     out = root / "runs" / "findings"  # the notebooks' default ``out`` (../runs/findings)
     probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1}, out=out)
     probes.run("reuse.per_request_metrics", engine="trtllm", model="synthetic:tiny", out=out)
+    report.write(out.parent)  # runs/report.html: llama.cpp's finding has a card there, TensorRT-LLM's not-run none
     port, token = _free_port(), secrets.token_hex(16)
     log = open(root / "lab.log", "wb")
     server = subprocess.Popen(
@@ -145,15 +146,32 @@ def test_findings_browser_sorts_in_jupyterlab(lab, watched, tmp_path):
     table = w.page.locator("table.dataTable").first
     table.locator("tbody tr").first.wait_for(timeout=60_000)
     table.scroll_into_view_if_needed()
-    assert all(h.startswith("../runs/findings/") for h in table.locator("a").evaluate_all(
-        "(as) => as.map(a => a.getAttribute('href'))"))
+    links = table.locator("a").evaluate_all("(as) => as.map(a => [a.textContent, a.getAttribute('href')])")
+    assert sorted(text for text, _ in links) == ["JSON", "card"]
+    assert all(h.startswith("../runs/findings/") if text == "JSON" else h.startswith("/files/runs/report.html#finding-")
+               for text, h in links)  # a card through the server's own file route: see the test below
     engine = table.locator("thead th", has_text="engine").first
+    column = 1 + [h.strip() for h in table.locator("thead th").all_inner_texts()].index("engine")
     for order in (["llamacpp", "trtllm"], ["trtllm", "llamacpp"]):  # ascending, then descending
         engine.click()
-        w.page.wait_for_function("(o) => [...document.querySelectorAll('table.dataTable tbody tr td:nth-child(3)')]"
+        w.page.wait_for_function(f"(o) => [...document.querySelectorAll('table.dataTable tbody tr td:nth-child({column})')]"
                                  ".map(c => c.textContent.trim()).join() == o", arg=",".join(order), timeout=30_000)
         assert [r["engine"] for r in rows_of(table)] == order
     table.screenshot(path=str(tmp_path / "90_summary-sorted.png"))
+    # issue 51: the card link opened the report in JupyterLab's own HTML viewer, untrusted (no figure drew) and at
+    # its top; through the server's file route it opens in a tab of its own, its scripts run, on the card
+    card = table.locator("a", has_text="card").first
+    href = card.get_attribute("href")
+    with w.page.expect_popup() as opened:
+        card.click()
+    tab = opened.value
+    tab.wait_for_load_state()
+    assert tab.url.endswith(href) and "/lab" not in tab.url
+    tab.wait_for_function("(id) => { const c = document.querySelector('section.card:target');"
+                          " return c && c.id === id; }", arg=href.split("#", 1)[1], timeout=30_000)
+    tab.locator(".plotly-graph-div .main-svg").first.wait_for(timeout=60_000)  # the report's scripts ran
+    assert 0 <= tab.locator("section.card:target").bounding_box()["y"] < 1000  # scrolled to the card
+    tab.screenshot(path=str(tmp_path / "90_summary-card.png"))
 
 
 def test_evidence_picker_redraws_in_jupyterlab(lab, watched, tmp_path):

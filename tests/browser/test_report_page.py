@@ -1,6 +1,9 @@
 """The report of a small run, opened in a real Chromium at the widths researchers use: every figure the
-probes declare renders, nothing is fetched from the network, no JavaScript error, and no two text boxes of a
-figure overlap (read from the DOM's bounding boxes). Screenshots stay in the test's temporary folder."""
+probes declare renders, nothing is fetched from the network, no JavaScript error, no two text boxes of a
+figure overlap (read from the DOM's bounding boxes), and nothing :mod:`browser.checks` guards against (two
+quantities on one axis, a series hidden under another, a panel with no data, a table column narrower than its
+longest word), each check shown failing on a deliberately broken page. ``WORKBENCH_REPORT_RUN`` names a real run
+folder (a ``make run``'s) whose report gets the same checks. Screenshots stay in the test's temporary folder."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from browser.checks import page_figure_problems, table_problems
 from browser.pages import TEXT_BOXES, WIDTHS, overlapping
 from workbench import findings, loop, manifest, probes, report
 
@@ -23,6 +27,8 @@ SMALL = {  # every figure kind, on the tiny synthetic model, sized for seconds
     "prefix.warmup_materialization": {"blocks": "2", "pressure": "0,2", "capacity_tokens": 256, "filler_slots": 2},
     "isolation.cache_salt": {"prompt_tokens": 64, "trials": 16, "resamples": 200},
     "capacity.budget_policy": {},
+    "contract.conformance": {},
+    "contract.benchreport": {"stable_words": 16, "curve": "0,64", "context_tokens": 512, "max_decode": 2},
 }
 
 
@@ -42,13 +48,16 @@ def small_run(tmp_path_factory) -> Path:
 
 
 def declared(run: Path) -> list[str]:
-    """The div id of every figure the report should draw: each probe's declared figures and the loop's."""
+    """The div id of every figure the report should draw: each probe's declared figures and the loop's that some
+    engine has data for (one that none has is its caption alone, which :func:`undrawn` checks)."""
     found = findings.scan([run / "findings"]).findings
     families = sorted({probes.family(f.probe) for _, f in found} - {None})
     assert "loop" in families
+    drawn = {f"wb-fig-{report._slug(pf.probe)}-{s.name}" for pf in report.side_by_side(found) for s in pf.figures
+             if s.fig is not None}
     ids = [f"wb-fig-{report._slug(p)}-{fig.name}" for p in families for fig in probes.declared(p).figures]
-    assert len(ids) == sum(len(pf.figures) for pf in report.side_by_side(found))
-    return ids
+    assert len(ids) == sum(len(pf.figures) for pf in report.side_by_side(found))  # every declared figure: a div or
+    return [i for i in ids if i in drawn]  # a caption
 
 
 def measured(run: Path) -> set[str]:
@@ -88,16 +97,32 @@ def test_report_renders_every_figure_offline_without_overlapping_text(small_run,
         if clash:
             d.screenshot(path=str(tmp_path / f"{d.get_attribute('id')}-{width}.png"))
         assert clash == [], f"{d.get_attribute('id')} at {width} px: text overlaps {clash[:5]}"
+    assert page_figure_problems(w.page) == {}  # no mixed quantities, hidden series or empty panels
+    assert table_problems(w.page) == []  # no column narrower than its longest word
     assert w.refused == []
     assert w.errors == []
 
 
-def test_first_screen_is_the_verdict_matrix(small_run, watched, tmp_path):
+def test_first_screen_states_what_the_run_established_with_contents_then_the_matrix(small_run, watched, tmp_path):
+    """Issue 51: the first screen counted verdicts summed across engines and said nothing learned. It states the
+    subject's state and each established answer as a sentence linked to its card; a contents list leads to the
+    rest; the claims × engines grid follows."""
     w = watched(1400, 900)
     open_report(w, small_run)
     w.page.screenshot(path=str(tmp_path / "first-screen.png"))
+    said = w.page.locator("ul.established").first
+    assert said.bounding_box()["y"] < 900  # on the first screen
+    sentences = said.locator("li")
+    assert sentences.count() >= 1
+    first = sentences.first
+    href = first.locator("a.verdict").first.get_attribute("href")
+    assert href.startswith("#finding-") and w.page.locator(f"section.card[id='{href[1:]}']").count() == 1
+    assert "(reference)" in first.inner_text()  # the subject did not run here: what stands is a reference's
+    assert "did not run here" in w.page.locator("p.subject").inner_text()
+    assert w.page.locator("nav.toc a[href='#cards']").count() == 1
+    assert w.page.locator("nav.toc a[href^='#fig-']").count() == len(report.side_by_side(
+        findings.scan([small_run / "findings"]).findings))
     matrix = w.page.locator("table.matrix")
-    assert matrix.bounding_box()["y"] < 900  # it starts on the first screen
     heads = matrix.locator("tr").first.locator("th").all_inner_texts()
     assert heads[:2] == ["claim", "trtllm (subject)"] and "llamacpp" in heads
     assert matrix.locator(".verdict").count() >= len(SMALL)
@@ -147,8 +172,8 @@ BADGES = """() => [...document.querySelectorAll('table.matrix tr')].flatMap(tr =
                     const card = href.startsWith('#finding-') ? document.getElementById(href.slice(1)) : null;
                     const why = a.nextElementSibling && a.nextElementSibling.classList.contains('why')
                                 ? a.nextElementSibling.getAttribute('title') : null;
-                    const row = card && [...card.querySelectorAll('tr.claim-row')]
-                        .find(r => r.querySelector('code').textContent === claim.textContent);
+                    const row = card && [...card.querySelectorAll('tr.claim-row')]  // claims one reason covers share a row
+                        .find(r => [...r.querySelectorAll('code')].some(c => c.textContent === claim.textContent));
                     return {claim: claim.textContent, href: href, why: why,
                             card: card ? card.tagName : null,
                             said: row ? row.querySelector('td.reason').textContent : null}; }) : []; })"""
@@ -171,8 +196,10 @@ def test_every_badge_lands_on_a_card_that_gives_its_cells_reason(small_run, watc
 
 @pytest.mark.skipif(not os.environ.get(RUN_ENV), reason=f"{RUN_ENV} names no run folder (e.g. a make run's)")
 def test_a_named_runs_report_every_badge_lands_on_its_card(watched, tmp_path):
-    """The same on a run folder given by hand, such as a real ``make run``'s (``RUN=runs/latest``): its report
-    redrawn into a copy, every badge checked, and the first clicked."""
+    """The same on a run folder given by hand, such as a real ``make run``'s (``WORKBENCH_REPORT_RUN=runs/latest``):
+    its report redrawn into a copy, every badge checked and the last clicked, and every figure and table checked
+    (``tests/browser/checks.py``: no mixed quantities on an axis, no hidden series, no empty panel, no column
+    narrower than its longest word)."""
     run = tmp_path / "run"
     shutil.copytree(os.environ[RUN_ENV], run, ignore=shutil.ignore_patterns("report.html", "*.lock"))
     report.redraw(run)
@@ -180,6 +207,13 @@ def test_a_named_runs_report_every_badge_lands_on_its_card(watched, tmp_path):
     open_report(w, run)
     n, off = badges_off_their_cards(w)
     assert n > 0 and off == [], off[:3]
+    for width in (1024, 1920):  # issue 51's done-when, on the named run's real report; overlaps too (4 engines)
+        w.page.set_viewport_size({"width": width, "height": 800})
+        open_report(w, run)
+        assert page_figure_problems(w.page, overlaps=True) == {}, width
+        assert table_problems(w.page) == [], width
+    w.page.set_viewport_size({"width": 1024, "height": 800})
+    w.page.goto((run / "report.html").as_uri())  # the checks opened every <details>
     badge = w.page.locator("table.matrix a.verdict[href^='#finding-']").last
     href = badge.get_attribute("href")
     badge.click()
@@ -201,3 +235,60 @@ def test_the_overlap_check_sees_overlapping_text(watched, tmp_path):
     w.page.goto(page.as_uri())
     w.page.wait_for_selector("#clash .main-svg")
     assert overlapping(w.page.locator("#clash").evaluate(TEXT_BOXES)) == [("first note", "second note")]
+
+
+BROKEN = {  # each check's own failure, as the issue found them in a make run's report
+    "mixed": "two quantities on one axis (TTFT's seconds on the hit rate's axis)",
+    "hidden": "a series drawn exactly under another",
+    "empty": "a panel with no data",
+}
+
+
+def broken_page(path: Path) -> Path:
+    """A page of deliberately broken figures (one per check) beside a sound one, and a table too narrow for a word."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from workbench import plots
+
+    mixed = go.Figure([go.Bar(x=["kv-exact"], y=[0.6], name="hit rate", meta={"x": "shape", "y": "hit rate"}),
+                       go.Bar(x=["kv-exact"], y=[0.053], name="TTFT p50", meta={"x": "shape", "y": "TTFT (s)"})])
+    mixed.update_yaxes(title_text="hit rate")
+    line = {"x": [0, 1, 2], "y": [1.0, 1.0, 1.0], "mode": "lines", "meta": {"x": "load", "y": "reuse"}}
+    hidden = go.Figure([go.Scatter(name="64 tok", **line), go.Scatter(name="128 tok", **line)])
+    hidden.update_yaxes(title_text="reuse")
+    empty = make_subplots(rows=1, cols=2)
+    empty.add_trace(go.Scatter(name="llamacpp", **line), row=1, col=1)
+    empty.update_yaxes(title_text="reuse")
+    sound = go.Figure([go.Scatter(name="64 tok", **line)])
+    sound.update_yaxes(title_text="reuse")
+    divs = "".join(plots.to_div(fig, name) for name, fig in
+                   (("mixed", mixed), ("hidden", hidden), ("empty", empty), ("sound", sound)))
+    table = ("<table style='width: 9em; table-layout: fixed'><tr><td>probe</td><td style='overflow-wrap: anywhere'>"
+             "retention.pinning_under_pressure</td></tr></table>")
+    path.write_text(f"<!doctype html><meta charset='utf-8'><script>{plots.page_script(_plotlyjs())}</script>"
+                    f"<body style='width: 1000px'>{divs}{table}</body>")
+    return path
+
+
+def _plotlyjs() -> str:
+    import plotly.offline
+
+    return plotly.offline.get_plotlyjs()
+
+
+def test_each_check_fails_on_the_figure_or_table_it_guards_against(watched, tmp_path):
+    """The checks the report passes can fail: each on the deliberately broken figure or table it is for, and a
+    sound figure passes them all."""
+    w = watched(1024, 800)
+    w.page.goto(broken_page(tmp_path / "broken.html").as_uri())
+    w.page.wait_for_function("() => [...document.querySelectorAll('.plotly-graph-div')]"
+                             ".every(d => d._fullLayout && d.querySelector('.main-svg'))", timeout=60_000)
+    found = page_figure_problems(w.page)
+    assert sorted(found) == ["empty", "hidden", "mixed"], found
+    assert found["mixed"] == ["axis y mixes quantities: TTFT (s) | hit rate"]
+    assert found["hidden"] == ["series '128 tok' is drawn exactly under '64 tok' on axes x/y"]
+    assert found["empty"] == ["panel x2y2 has no data"]
+    (narrow,) = table_problems(w.page)
+    assert "'retention.pinning_under_pressure' does not fit" in narrow and "broken over" in narrow
+    assert w.errors == [] and w.refused == []

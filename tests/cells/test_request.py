@@ -278,7 +278,7 @@ def test_switch_restarts_the_engine_under_a_new_manifest_with_every_slot_empty(c
     cell.ensure_prefix(P, salt="s")
     old = cell.manifest
     manifest = cell.switch(adapters=[tmp_path])
-    assert manifest == cell.manifest != old and len(manifest.adapter_digests) == 1
+    assert manifest == cell.manifest != old and len(manifest.adapters) == 1
     assert cell.opts.adapters == (str(tmp_path),) and cell.starts == 2
     assert [cell.explain_context(slot=s).tokens for s in (0, 1)] == [0, 0]
 

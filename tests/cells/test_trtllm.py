@@ -420,7 +420,7 @@ def test_lora_config_request_and_salt(fake_trt, hf_dir, tmp_path):
         lc = init["lora_config"]
         assert isinstance(lc, fake_trt.lora_helper.LoraConfig)
         assert (lc.lora_dir, lc.max_lora_rank, lc.max_loras, lc.max_cpu_loras) == ([a], 8, 1, 1)
-        assert len(c.manifest.adapter_digests) == 1 and c.manifest.digest != plain_key
+        assert len(c.manifest.adapters) == 1 and c.manifest.digest != plain_key
         c.ensure_prefix([3] * 10)
         c.decode(max_tokens=1)
         for call in _calls(_llm(fake_trt), "generate_async"):  # the open request too

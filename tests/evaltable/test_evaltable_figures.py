@@ -1,6 +1,8 @@
 """The eval table's figures draw what the prefix-caching finding's evidence holds (each AIPerf run's throughput,
 each shared-prefix request's TTFT), each row kind in its own figure, and draw nothing out of no rows."""
 
+import pytest
+
 from workbench import plots
 from workbench.evaltable import figures, finding
 
@@ -17,9 +19,34 @@ def test_throughput_is_the_median_over_repeats_per_concurrency_with_each_repeat_
 
 def test_ttft_puts_each_runs_first_requests_beside_the_repeats():
     cold, cached = figures.ttft_split(ROWS).data
-    assert (list(cold.y), list(cold.error_y.array), list(cold.error_y.arrayminus)) == ([2.5], [0.5], [0.5])
-    assert list(cached.y) == [0.5]
+    assert (list(cold.y), list(cold.error_y.array), list(cold.error_y.arrayminus)) == ([2.5], [0.0], [0.0])
+    assert list(cached.y) == [0.5] and (cold.name, cached.name) == ("TTFT cold p50", "TTFT cached p50")
     assert all(not fig.data for fig in (figures.throughput([]), figures.ttft_split([])))
+
+
+def test_ttft_splits_and_summarises_as_the_table_does():
+    """Issue 51: at concurrency 2 the table gave a cold TTFT (by the server's cached tokens: a later phase's request
+    the server computed whole) where the figure drew no bar, and the figure's "repeats" bar was the median over
+    every repeat, not the table's cached median: both now read the same rows the same way (the table's
+    :func:`split.split`, each run's median, then the median over runs with least–greatest)."""
+    from workbench.evaltable import split
+    from workbench.evaltable.exports import Request
+    from workbench.evaltable.table import Spread
+
+    def req(run, order, ttft, cached, repeat):
+        return {"kind": "request", "run": run, "concurrency": 2, "order": order, "repeat": repeat, "ttft_s": ttft,
+                "prompt_tokens": 1100, "cached_tokens": cached}
+
+    rows = [req("r1/b", 0, 3.9, 0, True), req("r1/b", 1, 0.5, 1024, True), req("r1/b", 2, 0.6, 1024, True),
+            req("r2/b", 0, 3.8, 0, True), req("r2/b", 1, 0.7, 1024, True), req("r2/b", 2, 0.4, 1024, True)]
+    cold, cached = figures.ttft_split(rows).data
+    table = {which: Spread.of([split.split([Request(0, r["ttft_s"], r["prompt_tokens"], r["cached_tokens"])
+                                            for r in rows if r["run"] == run], 0).p50(which) for run in ("r1/b", "r2/b")])
+             for which in ("cold", "cached")}
+    assert list(cold.x) == ["2"] and cold.y[0] == table["cold"].median == pytest.approx(3.85)  # the table's cold figure, drawn
+    assert cached.y[0] == table["cached"].median == pytest.approx(0.55)
+    assert (cached.y[0] - cached.error_y.arrayminus[0], cached.y[0] + cached.error_y.array[0]) == \
+        (table["cached"].low, table["cached"].high)
 
 
 def test_the_finding_declares_both_and_the_report_can_draw_them():

@@ -26,7 +26,7 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
         f = found[f"loop.{name}"]
         assert f.verdict == "inconclusive" and f.engine == "llamacpp"
         assert {"reuse_efficiency", "ttft_p50_s", "loop_time_s", "speedup_vs_best_llamacpp"} <= f.metrics.keys()
-        assert len(f.evidence["rows"]) == 4 and f.claims == ["entry.step_function"]
+        assert len(f.evidence["rows"]) == 4 and f.claims == ["gate.turn_time"]
         n = f.metric("speedup_turns")  # 4 turns at most: labelled as a CI over so few wherever it is shown
         assert f.evidence["ci"]["speedup_vs_best_llamacpp"]["few_turns"] and f"(CI over {int(n)} turns)" in f.summary
     rows = found["loop.llamacpp"].evidence["rows"]
@@ -50,9 +50,11 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     assert blueprint.run_writeback(bp, [out]) == 0
     text = bp.read_text()
     block = text[text.index("<!-- workbench:begin entry.step_function -->"):text.index("<!-- workbench:end entry.step_function -->")]
-    # the subject's standing (unresolved) heads the block; the llama.cpp arms sit beside it as references
-    assert "TensorRT-LLM: unresolved" in block
-    assert any(line.startswith("| reference |") and "| llamacpp |" in line for line in map(str.strip, block.splitlines()))
+    assert "TensorRT-LLM: unresolved" in block  # the entry condition, across the four gates
+    # G4's line under it: the subject's standing (unresolved) first, the llama.cpp arms beside it as references
+    gates = text[text.index("<!-- workbench:begin step-function-gates -->"):text.index("<!-- workbench:end step-function-gates -->")]
+    (g4,) = [line.strip() for line in gates.splitlines() if line.strip().startswith("- **G4")]
+    assert "TensorRT-LLM: unresolved" in g4 and "reference llamacpp" in g4
 
 
 def test_an_arm_runs_its_own_model_only_with_the_traces_vocabulary(hand_trace, tmp_path):

@@ -1,4 +1,4 @@
-"""The entry.step_function rule: every verdict it can give."""
+"""G4's rule (gate.turn_time, the loop's gate): every verdict it can give."""
 
 from __future__ import annotations
 
@@ -156,4 +156,4 @@ def test_only_the_claims_rule_is_not_exploratory():
     assert "min_turns 5" in gate.GateRule(min_turns=5).exploratory and gate.GateRule(min_turns=50).exploratory
     assert "margin_sd 0 instead of the claim's 0.25" in equal.EqualWork(margin_sd=0).exploratory
     assert gate.GateRule(min_speedup=0.5).as_dict()["exploratory"]
-    assert claims.get(gate.CLAIM).section == "entry"
+    assert claims.get(gate.CLAIM).section == "gates" and gate.CLAIM in claims.GATES

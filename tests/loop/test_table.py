@@ -46,3 +46,13 @@ def test_a_value_whose_finding_records_another_source_says_so(run):
     row = dict(zip(COLUMNS, arm_table([own]).rows[0].values))
     assert row["reuse_efficiency"].endswith("(the cell's own count)")
     assert dict(zip(COLUMNS, arm_table([f]).rows[0].values))["reuse_efficiency"] == f"{f.metric('reuse_efficiency'):.1%}"[:-1]
+
+
+def test_an_arm_that_ran_on_another_model_is_not_listed_as_not_run(run):
+    """Issue 51: a batch's llama.cpp lane reports the vLLM arms not-run on its model while vLLM's own lane runs them
+    on another: "Not run here: vllm" sat under the table that showed the vLLM rows."""
+    ran = next(f for f in run.findings if f.probe == "loop.llamacpp")
+    elsewhere = replace(ran, id="", verdict="not-run", reason="its engine is not installed", metrics={},
+                        params=ran.params | {"model": "another"})
+    assert [a for a, _ in arm_table([*run.findings, elsewhere]).not_run] == ["trtllm"]
+    assert [a for a, _ in arm_table([elsewhere]).not_run] == ["llamacpp"]

@@ -243,3 +243,14 @@ def test_every_vllm_the_workbench_starts_has_usage_statistics_off(vllm_child):
     (vllm/usage/usage_lib.py: is_usage_stats_enabled). Read in a fresh Python without either variable
     (tests/conftest.py: vllm_child, which test_spec's speculation run shares)."""
     assert "usage stats enabled: False" in vllm_child.stdout, vllm_child.stdout + vllm_child.stderr
+
+
+def test_the_contract_rows_through_the_daemon_follow_the_tensorrt_llm_rows(tmp_path):
+    """contract.conformance on vLLM: the TensorRT-LLM rows where vLLM has the mechanism, each held to the engine's
+    own counters (its Prometheus work counters, num_cached_tokens, its output); the fault lever breaks its worker."""
+    f = run("contract.conformance", tmp_path)
+    v = f.claim_verdicts
+    assert v["contract.prefill_suffix"] == v["parity.deferred_prefill"] == "confirmed"  # deferred, both modes
+    assert v["contract.embed"] == v["contract.explain_context"] == v["contract.snapshot"] == "confirmed"
+    assert v["cell.wire"] == v["contract.overflow"] == v["parity.fatal"] == v["contract.manifest"] == "confirmed"
+    assert f.metrics["conf_deferred_engine_work"]["value"] == 0 and f.metrics["conf_caps_lies"]["value"] == 0

@@ -43,6 +43,9 @@ class EngineFacts:
     # the model kinds it runs (workbench.models.kind): a GGUF file (the default model is one) or a Hugging Face
     # directory; a synthetic spec is both
     model_kinds: tuple[str, ...] = GGUF_KINDS
+    # "module:Class": its modeld contract session adapter (workbench.transport.session.CellSession), which
+    # `workbench cell serve` serves on modeld's wire; None: it is not served as a cell
+    session: str | None = None
 
     def check(self, name: str, registry: Registry) -> None:
         taken = {_scheme(f) for other in registry.names() for f in registry.facts(other).watched_at}
@@ -54,6 +57,8 @@ class EngineFacts:
             (bool(self.model_kinds) and set(self.model_kinds) <= {*GGUF_KINDS, *HF_KINDS},
              f"model_kinds must name some of {', '.join(dict.fromkeys(GGUF_KINDS + HF_KINDS))}, got {self.model_kinds!r}"),
             (self.options.count(":") == 1, f"options must be 'module:Class', got {self.options!r}"),
+            (self.session is None or (self.session.count(":") == 1 and self.runs is None),
+             f"session must be 'module:Class' of an in-process engine, got {self.session!r}"),
             (self.events is None or ":" not in self.events, f"events must name a module, got {self.events!r}"),
             (self.runs is None or (self.runs != name and self.runs in registry
                                    and registry.facts(self.runs).runs is None),
@@ -79,12 +84,14 @@ def register(name: str, target: str, facts: EngineFacts) -> None:
         SERVED[name] = facts.runs
 
 
-register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell", EngineFacts("workbench.cells.llamacpp:LlamaCppOptions"))
+register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell",
+         EngineFacts("workbench.cells.llamacpp:LlamaCppOptions", session="workbench.cells.llamacpp.session:LlamaSession"))
 register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell",
          EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane",
-                     model_kinds=HF_KINDS))
+                     model_kinds=HF_KINDS, session="workbench.cells.trtllm.session:TrtllmSession"))
 register("vllm", "workbench.cells.vllm.cell:VllmCell",
-         EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane", model_kinds=HF_KINDS))
+         EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane", model_kinds=HF_KINDS,
+                     session="workbench.cells.vllm.session:VllmSession"))
 # Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
 register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
          EngineFacts("workbench.cells.llamacpp.served:LlamaServerOptions", runs="llamacpp"))
@@ -248,6 +255,28 @@ def event_plane(engine: str) -> Any:
     return plane
 
 
+def served_as_cell() -> list[str]:
+    """The engines ``workbench cell serve`` serves on modeld's wire (those that declared a session adapter)."""
+    return [e for e in ENGINES.names() if ENGINES.facts(e).session is not None]
+
+
+@functools.cache
+def session_class(engine: str) -> type:
+    """The contract session adapter ``engine`` declared (``EngineFacts.session``), imported on first use and checked
+    to be a :class:`workbench.transport.session.CellSession`; a ValueError naming the engines that have one."""
+    from ..transport.session import CellSession
+
+    ENGINES.check(engine)
+    where = ENGINES.facts(engine).session
+    if where is None:
+        raise ValueError(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(served_as_cell())}")
+    module, _, attr = where.partition(":")
+    cls = getattr(importlib.import_module(module), attr)
+    if not (isinstance(cls, type) and issubclass(cls, CellSession)):
+        raise TypeError(f"engine {engine!r} declares session {where}, which is no CellSession")
+    return cls
+
+
 def watched_at(endpoint: str) -> str | None:
     """The engine whose event stream ``workbench events watch`` consumes at ``endpoint``, by its scheme (the forms
     each engine declared in its facts), None where no engine declares that form."""
@@ -308,4 +337,5 @@ def _check_observers(engine: str, cls: type, cell: Cell) -> None:
 
 
 __all__ = ["SERVED", "Availability", "EngineFacts", "availability", "cell_class", "event_plane", "known_options",
-           "engines", "open_cell", "options_class", "register", "runs", "takes", "watch_forms", "watched_at"]
+           "engines", "open_cell", "options_class", "register", "runs", "served_as_cell", "session_class", "takes",
+           "watch_forms", "watched_at"]

@@ -24,21 +24,22 @@ from pathlib import Path
 from typing import Any, ClassVar, Iterator, Mapping, Sequence, TypeVar
 
 from .. import models
-from ..engine import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Manifest,
+from ..engine import (AdapterReply, Capabilities, ContextExplanation, ContextOverflow, DecodeResult,
                         ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot, TokenCallback, UnsupportedFeature,
-                        WorkbenchError, common_prefix, digest, split_prompt)
+                        WorkbenchError, common_prefix, split_prompt)
+from ..transport.manifest import AdapterSpec, Variant, adapter_content_digest
 
 DEFAULT_CONTEXT_TOKENS = 4096  # the context a cell opens with where the model allows more
 _C = TypeVar("_C", bound="RequestCell")
 
 
 def adapter_digest(path: str) -> str:
-    """Content digest of a LoRA adapter directory (every file, by name and sha256)."""
+    """Content digest of a LoRA adapter directory (every file, by name and sha256): the adapter's identity, as the
+    contract's adapter identity computes it (:func:`workbench.transport.manifest.adapter_content_digest`)."""
     p = Path(path)
     if not p.is_dir():
         raise models.ModelSpecError(f"LoRA adapter {p} is not a directory; expected a PEFT adapter directory")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    return digest("adapter/v1", *(f"{f.relative_to(p)}:{models.file_sha256(f)}" for f in files))
+    return adapter_content_digest(str(p))
 
 
 @dataclass
@@ -117,8 +118,9 @@ class RequestCell(abc.ABC):
             self.close()
             raise
 
-    def _manifest_for(self, adapters: Sequence[str]) -> Manifest:
-        return Manifest(self.model.sha256, tuple(adapter_digest(a) for a in adapters))
+    def _manifest_for(self, adapters: Sequence[str]) -> Variant:
+        return Variant(self.model.sha256, tuple(AdapterSpec(path=os.fspath(a), digest=adapter_digest(a), scale=1.0)
+                                                for a in adapters))
 
     # ------------------------------------------------------------------ the engine's mechanism
 
@@ -166,7 +168,7 @@ class RequestCell(abc.ABC):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Manifest:
+    def switch(self, *, adapters: Sequence[str | os.PathLike] = ()) -> Variant:
         """Slot switch: tear down the engine and recreate it with ``adapters``. Every slot starts empty."""
         self._check_open()
         opts = dataclasses.replace(self.opts, adapters=tuple(os.fspath(a) for a in adapters))  # validates
@@ -180,6 +182,15 @@ class RequestCell(abc.ABC):
 
     def _clear_slots(self) -> None:
         self._slots = [Slot() for _ in self._slots]
+
+    def clear_slot(self, slot: int) -> None:
+        """Forget slot ``slot``'s sequence (a session closed on it); the engine's pool keeps its blocks, which age
+        out as the engine evicts them."""
+        self._slots[self._slot_index(slot)] = Slot()
+
+    def _slot_index(self, slot: int) -> int:
+        self._slot(slot)
+        return slot
 
     def close(self) -> None:
         self._stop()

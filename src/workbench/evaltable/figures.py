@@ -9,7 +9,9 @@ from typing import Callable, Sequence
 
 import plotly.graph_objects as go
 
-from .. import plotstyle
+from .. import metrics, plotstyle
+from .exports import Request
+from .split import ENGINE, split
 
 
 def throughput(rows: Sequence[dict]) -> go.Figure:
@@ -29,21 +31,40 @@ def throughput(rows: Sequence[dict]) -> go.Figure:
     return fig
 
 
+def _cold_cached(run: Sequence[dict]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """One AIPerf run's phase's requests (in the order sent) split as the table splits them (:func:`.split.split`):
+    by the server's own cached tokens where every response counted them, else by position (the finding's
+    ``repeat``: a run's first ``concurrency`` requests of its first phase cold, every later one cached)."""
+    requests = [Request(0, r["ttft_s"], r.get("prompt_tokens"), r.get("cached_tokens")) for r in run]
+    by_engine = split(requests, 0)
+    if by_engine.source == ENGINE:
+        return by_engine.cold, by_engine.cached
+    return (tuple(r["ttft_s"] for r in run if not r["repeat"]), tuple(r["ttft_s"] for r in run if r["repeat"]))
+
+
 def ttft_split(rows: Sequence[dict]) -> go.Figure:
-    """Median TTFT of the shared-prefix requests per concurrency, with their least and greatest: each run's first
-    requests (cold: sent before the prefix could be cached) beside the repeats (which could find it)."""
+    """TTFT cold and cached per concurrency, as the table gives them: each run's median over its cold (cached)
+    requests, split as the table splits them, then the median over the runs with their least and greatest (a
+    concurrency whose requests all found the prefix has no cold bar, and says so in the table too)."""
     requests = [r for r in rows if r.get("kind") == "request" and r.get("ttft_s") is not None]
-    fig = plotstyle.axes("TTFT cold vs cached (shared prefix, AIPerf)", "concurrency", "TTFT (s)")
-    for repeat, name in ((False, "first requests (cold)"), (True, "repeats (prefix cacheable)")):
-        mine = [r for r in requests if bool(r["repeat"]) == repeat]
-        if not mine:
-            continue
-        levels = sorted({r["concurrency"] for r in mine})
-        got = [[r["ttft_s"] for r in mine if r["concurrency"] == c] for c in levels]
-        mid = [statistics.median(g) for g in got]
-        fig.add_trace(go.Bar(x=[str(c) for c in levels], y=mid, name=name, error_y=dict(
-            type="data", symmetric=False, array=[max(g) - m for g, m in zip(got, mid)],
-            arrayminus=[m - min(g) for g, m in zip(got, mid)])))
+    fig = plotstyle.axes("TTFT cold vs cached (shared prefix, AIPerf)", "concurrency", "time to first token (s)")
+    runs: dict[tuple, list[dict]] = {}
+    for r in sorted(requests, key=lambda r: r.get("order", 0)):
+        runs.setdefault((r["concurrency"], r.get("run", "")), []).append(r)
+    per_run = {key: _cold_cached(rs) for key, rs in runs.items()}
+    for which, tag in ((0, "load_ttft_cold_p50_s"), (1, "load_ttft_cached_p50_s")):
+        levels, mid, low, high = [], [], [], []
+        for c in sorted({k[0] for k in per_run}):
+            p50s = [statistics.median(got[which]) for k, got in per_run.items() if k[0] == c and got[which]]
+            if p50s:
+                levels.append(str(c))
+                mid.append(statistics.median(p50s))
+                low.append(min(p50s))
+                high.append(max(p50s))
+        if levels:
+            fig.add_trace(go.Bar(x=levels, y=mid, name=metrics.get(tag).header, error_y=dict(
+                type="data", symmetric=False, array=[h - m for h, m in zip(high, mid)],
+                arrayminus=[m - lo for m, lo in zip(mid, low)])))
     fig.update_layout(barmode="group")
     return fig
 

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .. import claims, environment, findings, probes
+from ..certify import classes
 from ..metrics import Support
 from ..probes import Declared, Figure, Outcome
 from .backends import Counters
@@ -45,6 +46,9 @@ class PrefixCaching(Declared):
     version = "3"  # 2: the server's /metrics counter rests beside the per-request counts; 3: not where it is the
     # same variable (params.metrics_counter "same"), and a run whose /metrics read failed is left out of it alone
     claims = (CLAIM,)
+    # each backend served over OpenAI chat completions (stream_options.include_usage, cached tokens read): the
+    # shape of contenox v1.0.0's vllm backend, driven by AIPerf, not by a contenox runtime
+    result_class = classes.ResultClass.RAW.value
     rests = {("*", v): ((Support("engine_repeat_prefix_cached", op, COVER), Support("engine_metrics_prefix_cached", op, COVER)),
                         (Support("engine_repeat_prefix_cached", op, COVER),))
              for v, op in (("confirmed", ">="), ("refuted", "<"))}
@@ -252,7 +256,7 @@ def _as_finding(o: Outcome, served: Served, model: Any, setup: Mapping[str, Any]
                 "metrics_counter": "same" if served.same_counter else "independent"},
         metrics=findings.metric_values(o.metrics),
         evidence={"columns": list(dict.fromkeys(k for r in o.rows for k in r)), "rows": o.rows, "notes": o.notes},
-        rests_on=findings.supports_doc(o.rests_on))
+        rests_on=findings.supports_doc(o.rests_on), result_class=classes.for_verdict(o.verdict, decl.result_class))
 
 
 def not_run(backend: str, reason: str, setup: Mapping[str, Any]) -> findings.Finding:
@@ -260,4 +264,5 @@ def not_run(backend: str, reason: str, setup: Mapping[str, Any]) -> findings.Fin
     env = environment.fingerprint(backend, None, None, None, {"evaltable": dict(setup)})
     return findings.Finding(probe=PROBE, probe_version=PrefixCaching.version, claims=[CLAIM], verdict="not-run",
                             summary=f"Not run on {backend}: {reason}", engine=backend, environment=env,
-                            params={"model": setup.get("model")}, reason=reason)
+                            params={"model": setup.get("model")}, reason=reason,
+                            result_class=classes.ResultClass.FAILED.value)

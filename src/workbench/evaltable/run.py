@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import cpu, environment, findings, models, serve
+from .. import cpu, environment, findings, models, progress as _progress, serve
 from ..cells.llamacpp._internals import LLAMA_MAX_THREADS
 from ..cells.served_id import check_endpoint
 from ..engine import WorkbenchError
@@ -223,6 +223,7 @@ def _measure(backend: Backend, req: TableRequest, progress: Progress, done: Meas
                 for k in range(req.repeats):
                     where = f"{name} at concurrency {','.join(map(str, req.concurrency))}, repeat {k + 1} of {req.repeats}"
                     progress(f"{backend.name} {where}")
+                    _progress.say(f"AIPerf on {backend.name}: {where}")
                     cell = aiperf.Cell(url, served, folder, w, tuple((c, req.cell_requests(c, w)) for c in req.concurrency),
                                        seed, (req.slo_ttft_s, req.slo_itl_s))
                     seed += 1  # each run its own prompts: a repeat must not find the last one's prompts cached

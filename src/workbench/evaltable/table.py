@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from .. import metrics
+from ..certify.classes import ResultClass
+from ..certify.integrity import Percentiles
 from ..files import write_output
 from .exports import FIELDS, CellExport
 from .split import ENGINE, POSITION, split
@@ -34,7 +36,8 @@ SEED_CLAIMS = (
 
 @dataclass(frozen=True)
 class Spread:
-    """A metric over a cell's repeats: the median, the least and the greatest, and every repeat's value."""
+    """A metric over a cell's repeats (whole AIPerf runs): the median, the least and the greatest, and every repeat's
+    value; its p50/p90/p95 over them (benchmark integrity's figures) from :meth:`percentiles`."""
 
     median: float
     low: float
@@ -46,6 +49,9 @@ class Spread:
         """Over the repeats that have a value (a run with no cached request has no cached TTFT); None if none."""
         got = [x for x in runs if x is not None]
         return cls(statistics.median(got), min(got), max(got), tuple(got)) if got else None
+
+    def percentiles(self) -> Percentiles:
+        return Percentiles.of(self.runs)
 
 
 @dataclass(frozen=True)
@@ -62,6 +68,13 @@ class Row:
     requests: int = 0  # per repeat
     artifacts: tuple[str, ...] = ()  # each repeat's AIPerf folder, relative to the table
     split: str = ""  # how TTFT was split into cold and cached: split.ENGINE or split.POSITION
+    # benchmark integrity's class: every backend driven as contenox v1.0.0's vllm backend is, by AIPerf, not by a
+    # contenox runtime (a row that measured nothing: failed_no_performance_claim)
+    result_class: str = ResultClass.RAW.value
+
+    def __post_init__(self) -> None:
+        if self.status != "ok":  # nothing measured: a failed run, no performance claim
+            object.__setattr__(self, "result_class", ResultClass.FAILED.value)
 
     @classmethod
     def measured(cls, backend: str, workload: str, concurrency: int, runs: Sequence[CellExport], root: Path,
@@ -92,18 +105,24 @@ def write(rows: Sequence[Row], out: Path, setup: Mapping[str, object], checks: S
 
 
 def _cell(tag: str, s: Spread | None) -> str:
-    """The median, then its spread over the runs that have it, or that one run had it (no spread to show)."""
+    """p50 · p90 · p95 over the runs that have it, with the run count (benchmark integrity's figures), or that one
+    run had it (no spread to show)."""
     if s is None:
         return "—"
     if len(s.runs) == 1:
         return f"{metrics.render(tag, s.median)} (1 run)"
-    return (f"{metrics.render(tag, s.median)} ({metrics.render(tag, s.low)}–{metrics.render(tag, s.high)}, "
-            f"{len(s.runs)} runs)")
+    p = s.percentiles()
+    return (f"p50 {metrics.render(tag, p.p50)} · p90 {metrics.render(tag, p.p90)} · p95 {metrics.render(tag, p.p95)} "
+            f"({len(s.runs)} runs)")
 
 
 def spread_words(setup: Mapping[str, object]) -> str:
     """How the table's figures read, saying plainly where a cell ran once and so has no spread."""
-    said = "Each figure: the median over the cell's repeats, with (least–greatest, n runs)"
+    said = ("Each figure: p50 · p90 · p95 over the cell's repeats (whole AIPerf runs; numpy's linear interpolation), "
+            "with the run count; every row raw_backend_control (OpenAI chat completions streamed with "
+            "stream_options.include_usage, cached tokens read: contenox v1.0.0's vllm backend shape, driven by AIPerf, "
+            "not by a contenox runtime); a row's throughput makes no claim without its quality smoke "
+            "(workbench certify quality)")
     if setup.get("repeats") == 1:
         return said + "; this table ran 1 repeat per cell, so each figure is one run's, \"(1 run)\": no spread"
     return said + "; \"(1 run)\" where only one run had the figure: no spread"
@@ -116,7 +135,8 @@ _SPLIT_WORDS = {ENGINE: "engine: the server's cached tokens (at least half the p
 
 def heads() -> list[str]:
     """The table's column heads, as :func:`text_rows` fills them."""
-    return ["backend", "workload", "concurrency", *(metrics.get(t).header for t in COLUMNS), "cold/cached split by"]
+    return ["backend", "workload", "concurrency", *(metrics.get(t).header for t in COLUMNS), "cold/cached split by",
+            "result class"]
 
 
 def text_rows(rows: Sequence[Row]) -> list[list[str]]:
@@ -124,9 +144,9 @@ def text_rows(rows: Sequence[Row]) -> list[list[str]]:
     out = []
     for r in rows:
         if r.status == "ok":
-            cells = [_cell(t, r.values[t]) for t in COLUMNS] + [_SPLIT_WORDS[r.split]]
+            cells = [_cell(t, r.values[t]) for t in COLUMNS] + [_SPLIT_WORDS[r.split], r.result_class]
         else:
-            cells = [f"{r.status}: {r.reason}"] + [""] * len(COLUMNS)
+            cells = [f"{r.status}: {r.reason}"] + [""] * len(COLUMNS) + [ResultClass.FAILED.value]
         out.append([r.backend, r.workload, str(r.concurrency or "—"), *cells])
     return out
 

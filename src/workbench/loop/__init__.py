@@ -21,6 +21,7 @@ from .. import findings, models
 from ..engine import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
 from .. import cpu as _cpu
+from .. import progress as _progress
 from . import arms as _arms
 from . import equal as _equal
 from . import gate as _gate
@@ -131,6 +132,7 @@ def run(trace: str, *, arms: str | Sequence[str] = "all", model: str, turns: int
         def step(row: dict) -> None:
             nonlocal done
             done += 1
+            _progress.say(f"turn {done} of {total} (arm {row.get('arm')})")
             if progress:
                 progress(row, done, total)
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .. import cells, claims, environment, findings, metrics
+from ..certify import classes
 from ..engine import CELL_SOURCES
 from ..probes import Declared, Figure
 from ..probes.common import reported_source
@@ -32,9 +33,11 @@ class Loop(Declared):
     """The loop's findings declared like a probe's: its claim, the version its findings carry, and its figures,
     each drawn over the arm findings that stand (a gate finding's rows hold no turns, so it draws nothing)."""
 
-    version = "4"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
-    # 4: the gate's evidence recorded, so its verdict is decided again at load)
+    version = "5"  # bump when what the loop measures changes (2: equal work, engine-read losses; 3: greedy scorer;
+    # 4: the gate's evidence recorded, so its verdict is decided again at load; 5: the gate answers G4, gate.turn_time,
+    # one of the four step-function gates, no longer the entry condition itself)
     claims = (_gate.CLAIM,)
+    result_class = classes.ResultClass.RAW.value  # engines driven directly, turn by turn: not contenox's chain/tool path
     figures = (Figure("ttft", "loop_ttft"), Figure("reuse", "loop_reuse"), Figure("attribution", "loop_attribution"),
                Figure("speedup", "loop_speedup", rows="metrics"))
 
@@ -342,7 +345,7 @@ def arm_finding(s: ArmSummary, rows: pd.DataFrame, params: dict, description: An
         params=params | {"arm": s.arm}, cell_options=dict(_arms.get(s.arm).cell_options),
         metrics=_metric_values(s),
         evidence={"columns": list(df.columns), "rows": evidence_rows, "notes": notes, "ci": s.ci},
-        reason=s.reason)
+        reason=s.reason, result_class=classes.for_verdict(verdict, Loop.result_class))
 
 
 def gate_evidence(summaries: Sequence[ArmSummary], rule: _gate.GateRule, target: dict | None,
@@ -427,7 +430,7 @@ def gate_finding(summaries: list[ArmSummary], rule: _gate.GateRule, params: dict
         evidence={"columns": list(dict.fromkeys(k for r in rows for k in r)), "rows": rows, "notes": notes,
                   "ci": subject.ci if subject else {},
                   "gate": {k: v for k, v in asdict(evidence).items() if k not in ("speedup", "on_target")}},
-        reason=reason)
+        reason=reason, result_class=classes.for_verdict(outcome.verdict, Loop.result_class))
 
 
 def _nan(v: Any) -> bool:

@@ -122,7 +122,8 @@ def _speedup(f: Finding, factor: float, unit: str) -> str:
 
 def arm_table(found: Sequence[Finding]) -> ArmTable:
     """The table of the loop findings among ``found`` (the ones that stand: the caller picks them): a row per arm that
-    ran, arms in the registry's order, the claims' subject first; the others listed with why they did not run."""
+    ran, arms in the registry's order, the claims' subject first; the arms that ran nowhere listed with why they did
+    not run (a batch's llama.cpp lane reports the vLLM arms not-run on its model, while vLLM's own lane ran them)."""
     from ..loop import gate
 
     loop = [(arm_of(f), f) for f in found if arm_of(f)]
@@ -130,7 +131,9 @@ def arm_table(found: Sequence[Finding]) -> ArmTable:
     rank = lambda af: (af[0] != gate.GateRule().subject, order.index(af[0]) if af[0] in order else len(order),  # noqa: E731
                        af[1].engine_version or "", model_of(af[1]))
     ran = sorted(((a, f) for a, f in loop if f.verdict != "not-run"), key=rank)
-    not_run = tuple(dict.fromkeys((a, _short(f.reason)) for a, f in sorted(loop, key=rank) if f.verdict == "not-run"))
+    ran_arms = {a for a, _ in ran}  # an arm that ran on one model is no "not run" because a pass on another could not
+    not_run = tuple(dict.fromkeys((a, _short(f.reason)) for a, f in sorted(loop, key=rank)
+                                  if f.verdict == "not-run" and a not in ran_arms))
     columns, cells = [], []
     for tag in COLUMNS:
         m = metrics.get(tag)

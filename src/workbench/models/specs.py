@@ -90,6 +90,9 @@ PRESETS: dict[str, SyntheticSpec] = {
     # vLLM's CPU attention refuses head dim 16 ("Unsupported CPU attention configuration"): head dim 64;
     # a context that holds the loop's τ-bench turns (≈6–8 k tokens in this vocabulary) on every engine.
     "cpu": SyntheticSpec(layers=2, embd=256, heads=4, kv_heads=2, ffn=512, vocab=512, ctx=16384),
+    # the step-function gates' long context (workbench.certify): one layer, one head of dim 64 (vLLM's CPU attention
+    # takes 64), so a 32k prefill takes seconds on one core; `synthetic:long,ctx=65536` for the 64k tier
+    "long": SyntheticSpec(layers=1, embd=64, heads=1, kv_heads=1, ffn=128, vocab=512, ctx=32768),
     # SmolLM2-135M's attention geometry (30 layers, 9 heads, 3 KV heads, head dim 64), small vocab.
     "smollm2-shape": SyntheticSpec(layers=30, embd=576, heads=9, kv_heads=3, ffn=1536, vocab=512, ctx=8192),
 }

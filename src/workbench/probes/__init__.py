@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
-from .. import cells, claims, environment, findings, isolate, metrics, models
+from .. import cells, claims, environment, findings, isolate, metrics, models, progress
+from ..certify import classes
 from ..engine import Cell, Description, EngineUnavailable, UnsupportedFeature, Verdict, WorkbenchError
 from ..metrics import Support
 from ..params import parse_bool
@@ -85,6 +86,9 @@ class Declared:
     claims: tuple[str, ...] = ()
     figures: tuple[Figure, ...] = ()  # what the notebooks and the report draw of its evidence
     rests: metrics.Rests = {}  # what each verdict of its rule rests on (checked when a finding is written and read)
+    # benchmark integrity's class of what it measures (workbench.certify.classes): a probe isolates one mechanism
+    # (microbenchmark); a writer that drives an engine end to end as a backend declares raw_backend_control
+    result_class: str = classes.ResultClass.MICRO.value
 
     @property
     def claim(self) -> claims.Claim:
@@ -202,15 +206,19 @@ for _name, _target in {
     "events.ledger_closure": "workbench.probes.events_ledger:LedgerClosure",
     "gateway.pd": "workbench.probes.gateway_pd:PdShape",
     "gateway.routing": "workbench.probes.gateway_routing:GatewayRouting",
+    "contract.conformance": "workbench.probes.conformance:Conformance",
+    "contract.benchreport": "workbench.probes.benchreport:BenchReport",
 }.items():
     PROBES.register(_name, _target)
 
 
 SOURCES: Registry = Registry("finding source", base=Declared)
 """Writers of findings other than the probes, by the name their findings start with (``loop.<arm>``, ``loop.gate``,
-``evaltable.prefix_caching``)."""
+``evaltable.prefix_caching``, ``gates.long_context``, ``quality.smoke``)."""
 SOURCES.register("loop", "workbench.loop.results:Loop")
 SOURCES.register("evaltable", "workbench.evaltable.finding:PrefixCaching")
+SOURCES.register("gates", "workbench.certify.long_context:Gates")
+SOURCES.register("quality", "workbench.certify.quality:QualitySmoke")
 
 
 def names() -> list[str]:
@@ -333,6 +341,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     """
     if isolated:  # what is refused up front is refused here, before a child (and its engine's imports) starts
         _check(get(name), engine, model, params, cell_options)
+        progress.say(f"probe {name} on {engine}")
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
                                isolated=False, preload=preload(engine))
         if out is not None:
@@ -494,6 +503,7 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
         claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
+        result_class=classes.for_verdict(o.verdict, probe.result_class),
     )
 
 

@@ -31,6 +31,7 @@ from ..gateway.pool import started
 from ..registry import UnknownName
 from . import SEED, TOKENS, Bound, Figure, NotRunnable, Outcome, Probe, ProbeContext, Support, param
 from .common import fresh_salt, token_ids
+from ..certify.classes import ResultClass
 
 FAULTS = ("none", "prompt_rewritten", "state_dropped", "state_altered", "no_early_exit")
 
@@ -112,6 +113,7 @@ def open_pair(ctx: ProbeContext, p: Params) -> Iterator[Pair]:
 
 class PdShape(Probe):
     version = "1"
+    result_class = ResultClass.RAW.value  # a pool of served endpoints driven over HTTP: a raw backend control
     claims = ("shapes.pd_lifecycle", "shapes.pd_transferred_kv")
     outcome_params = ("fault",)
     rests = {

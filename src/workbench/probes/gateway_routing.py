@@ -24,6 +24,7 @@ from ..gateway import experiment, measure
 from ..gateway.pool import Pool, PoolSpec
 from ..gateway.router import FULLPROXY
 from ..gateway.workload import Request, sessions_from_trace
+from ..certify.classes import ResultClass
 
 MARGIN = 0.01
 """A hit-rate gain below one percentage point of prompt tokens is no gain."""
@@ -75,12 +76,13 @@ class Summary:
 
 class GatewayRouting(Probe):
     version = "3"
+    result_class = ResultClass.RAW.value  # a pool of served endpoints driven over HTTP: a raw backend control
     claims = ("shapes.kv_routing",)
     outcome_params = ("router_block", "kill_wave")  # a killed endpoint's retried requests time from their retry
     rests = {("*", "confirmed"): ((_GAIN,),),
              ("*", "partial"): ((_GAIN,),),
              ("*", "refuted"): ((Support("routing_hit_gain_ci_high", "<=", MARGIN),),)}
-    figures = (Figure("shapes", "gateway_shapes"), Figure("inventory", "gateway_inventory"))
+    figures = (Figure("hit_rate", "gateway_hit_rate"), Figure("ttft", "gateway_ttft"), Figure("inventory", "gateway_inventory"))
     Params = Params
 
     def rederive(self, f, claim) -> list[str]:

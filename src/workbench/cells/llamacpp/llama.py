@@ -21,8 +21,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ... import cpu, environment, models
 from ...engine import (Capabilities, ContextExplanation, ContextOverflow, DecodeResult, Description, KvGeometry,
-                         KvMemory, Manifest, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
+                         KvMemory, ManifestMismatch, PrefixStatus, Prompt, Retention, Snapshot,
                          TokenCallback, UnsupportedFeature, WorkbenchError, common_prefix, split_prompt)
+from ...transport.manifest import AdapterSpec, Variant
 from .. import Availability, known_options
 from ..options import CellOptions
 from . import llama_chat_format, surface
@@ -163,7 +164,8 @@ class LlamaCppCell:
         self._state_size: tuple[int, int] | None = None  # (header bytes, bytes per cell), once calibrated
         self._embed_ctx = None
         self._eog: Any = None  # the vocabulary's end-of-generation ids, read once (greedy_gaps)
-        self.manifest = Manifest(model.sha256, adapter_digests)
+        self.manifest = Variant(model.sha256, tuple(AdapterSpec(path=os.fspath(p), digest=d, scale=1.0)
+                                                    for p, d in zip(o.adapters, adapter_digests)))
         self._template = self._meta("tokenizer.chat_template")
 
     def _kv_tokens(self, o: LlamaCppOptions, train_ctx: int) -> int:
@@ -416,8 +418,11 @@ class LlamaCppCell:
         return self._tokens_of(prompt)
 
     def _perf(self) -> tuple[int, int]:
+        """llama.cpp's own counts of prompt tokens evaluated and tokens generated. ``llama_perf_context`` reports
+        each as at least 1 (``std::max(1, n_p_eval)`` in ``llama_context::perf_get_data``); a count whose time is
+        still 0 is the clamp, not a token, so it reads 0 (a first call's delta would otherwise be one short)."""
         p = self._ll.llama_perf_context(self._ctx)
-        return p.n_p_eval, p.n_eval
+        return (p.n_p_eval if p.t_p_eval_ms > 0 else 0), (p.n_eval if p.t_eval_ms > 0 else 0)
 
     def _counters(self, before: tuple[int, int]) -> dict:
         p, e = self._perf()

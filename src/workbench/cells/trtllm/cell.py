@@ -7,9 +7,10 @@ the KV manager it ran (``kv_manager``: V1 pinned by default, because the bluepri
 any hash is recomputed), and the reuse channels (1.4's exact ``cached_tokens`` first, the perf metrics' blocks
 second, any difference between them kept). The mapping, row by row:
 
-* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
-  (model digest ⊕ adapter digests ⊕ the caller's salt): the engine salts the first block's hash, so
-  KV never crosses manifests.
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``:
+  the caller's derived salt (the contract adapter's ``cache_salt``: manifest digest ⊕ adapter digests, in order,
+  with scale; :mod:`workbench.transport.manifest`), else the cell's own variant digest. The engine salts the first
+  block's hash, so KV never crosses manifests.
 * **EnsurePrefix** — render (``tokenizer.apply_chat_template``), tokenize, then a warm-up
   ``generate_async(max_tokens=1)`` whose ``KvCacheRetentionConfig`` holds one
   ``TokenRangeRetentionConfig`` over the prefix. Reuse counters come from the request's

