@@ -1,8 +1,9 @@
 """Faults end cleanly (issue 52's "Done when"): SIGINT, SIGTERM and SIGKILL of ``workbench run``, ``evaltable``,
-``serve`` and a gateway probe, each at the moment it has the most running (a probe's child under a notebook's kernel,
-AIPerf against its server, a server serving, a vLLM endpoint's engine core). SIGINT and SIGTERM end the command with
-one line on stderr, no traceback, and 128 + the signal; after every one of them, no process the command started is
-left and nothing it made in temp.
+``serve``, a gateway probe and ``cell serve``, each at the moment it has the most running (a probe's child under a
+notebook's kernel, AIPerf against its server, a server serving, a vLLM endpoint's engine core, the cell on modeld's
+wire with its engine loaded). SIGINT and SIGTERM end the command with one line on stderr, no traceback, and 128 + the
+signal (``cell serve``, a daemon that a signal stops as it is meant to stop: 0); after every one of them, no process
+the command started is left and nothing it made in temp.
 
 What the command started is watched from outside, by this test, not by the workbench's own bookkeeping: the process
 tree below the command, sampled while it runs (with each process's start time, so a reused pid is not confused for
@@ -13,7 +14,7 @@ comes after one endpoint crashed (its server killed, its engine core left): the 
 running under init.
 
 Every case runs side by side (each its own temp folder, run folder and ports): the suite pays about the slowest
-start-up, not the sum of twelve."""
+start-up, not the sum of fifteen."""
 
 from __future__ import annotations
 
@@ -74,6 +75,11 @@ class Case:
     code: int | None = None
     stderr: str = ""
     ready: str = ""
+    said: str = ""  # what the command printed on stdout before it was stopped
+
+    @property
+    def stdout(self) -> Path:
+        return self.out.parent / f"{self.out.name}.stdout"
 
     def sample(self, root: int) -> dict[int, dict]:
         """Every process below ``root`` now, and every one carrying the case's temp folder, into :attr:`seen`."""
@@ -111,6 +117,14 @@ def _experiment_child(case: Case, t: dict) -> bool:
     return False
 
 
+def _saying(text: str):
+    """Ready once the command printed ``text`` on stdout (a daemon's address line: it serves)."""
+    def ready(case: Case, t: dict) -> bool:
+        return case.stdout.exists() and text in case.stdout.read_text()
+
+    return ready
+
+
 def _naming(text: str):
     """Ready once a process the case saw names ``text`` now (vLLM renames its engine core as it starts)."""
     def ready(case: Case, t: dict) -> bool:
@@ -127,9 +141,11 @@ def _run_case(args: list[str], signum: int, ready, crash: str | None, out: Path,
     base = Path(tempfile.mkdtemp(prefix="wbt-", dir="/tmp"))  # short: engines' unix sockets live below it
     case = Case(signum, base, out / signum.name, set(_table()))
     argv = [sys.executable, "-m", "workbench.cli", *[a.replace("OUT", str(case.out)) for a in args]]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env=os.environ | {"TMPDIR": str(base)}, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    case.stdout.parent.mkdir(parents=True, exist_ok=True)
+    with case.stdout.open("w") as stdout:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                env=os.environ | {"TMPDIR": str(base)}, start_new_session=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + timeout_s
         while not ready(case, case.sample(proc.pid)):
@@ -141,6 +157,7 @@ def _run_case(args: list[str], signum: int, ready, crash: str | None, out: Path,
             case.sample(proc.pid)
             time.sleep(0.2)
         case.seen = {p: (start, _cmdline(p) or cmd) for p, (start, cmd) in case.seen.items()}  # as they call themselves now
+        case.said = case.stdout.read_text()
         if crash:  # an endpoint crashes first: its server dies by SIGKILL, what it started stays
             os.kill(next(p for p, (_, cmd) in case.seen.items() if crash in cmd), signal.SIGKILL)
             time.sleep(0.3)
@@ -172,9 +189,16 @@ COMMANDS = {
     "gateway probe": (lambda: require_engine("vllm-server"),
                       ["probe", "gateway.routing", "--engine", "vllm-server", "-m", "synthetic:cpu", "-p", "endpoints=1",
                        "--out", "OUT"], _naming("VLLM::EngineCore"), "vllm.entrypoints"),
+    # the cell on modeld's wire, its engine (llama.cpp, in its process) loaded, serving
+    "cell serve": (lambda: require_engine("llamacpp"),
+                   ["cell", "serve", "--engine", "llamacpp", "-m", TINY, "--ctx", "512", "--threads", "1"],
+                   _saying("cell serving"), None),
 }
 #: What each case must have seen running (a test that signalled an idle command would prove nothing).
-MID_WORK = {"run": "ipykernel", "evaltable": "aiperf", "serve": "llama-server", "gateway probe": "VLLM::EngineCore"}
+MID_WORK = {"run": "ipykernel", "evaltable": "aiperf", "serve": "llama-server", "gateway probe": "VLLM::EngineCore",
+            "cell serve": "cell serving"}  # a process it started, or (a daemon whose engine is in it) what it said
+#: Commands a signal stops as they are meant to stop (daemons): exit 0 and their own last line.
+ORDINARY_STOP = {"cell serve": "stopped ({signal}): "}
 
 
 @pytest.fixture(scope="module")
@@ -201,7 +225,7 @@ def test_a_stopped_command_leaves_no_process_and_nothing_in_temp(every_case, com
     case = every_case[(command, signum)]
     if isinstance(case, str):
         pytest.skip(case)
-    names = " ".join(cmd for _, cmd in case.seen.values())
+    names = " ".join(cmd for _, cmd in case.seen.values()) + " " + case.said
     assert MID_WORK[command] in names, f"{command} was not stopped mid-work; it ran: {names[:2000]}"
     assert case.left() == [], f"left running after {signum.name} (ready after {case.ready}): {case.left()}"
     assert sorted(str(p.relative_to(case.base)) for p in case.base.rglob("*")) == []
@@ -209,9 +233,10 @@ def test_a_stopped_command_leaves_no_process_and_nothing_in_temp(every_case, com
     if signum == signal.SIGKILL:  # the gateway probe's may have named its endpoint's crash first (exit 3)
         assert case.code == -signal.SIGKILL or (COMMANDS[command][3] and case.code == 3), case.stderr
         return
-    assert case.code == 128 + signum and "Traceback" not in case.stderr, case.stderr
+    ordinary = ORDINARY_STOP.get(command)
+    assert case.code == (0 if ordinary else 128 + signum) and "Traceback" not in case.stderr, case.stderr
     last = case.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"interrupted ({signum.name}): "), case.stderr
+    assert last.startswith((ordinary or "interrupted ({signal}): ").format(signal=signum.name)), case.stderr
     assert not [line for line in case.stderr.strip().splitlines()[:-1] if not _progress(line)], case.stderr
 
 

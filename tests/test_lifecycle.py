@@ -125,3 +125,47 @@ def test_each_stop_signal_unwinds_the_command_once(signum):
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.split() == ["Interrupted", signal.Signals(signum).name, str(128 + signum)], r.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_command_line_imports_ends_it_in_one_line(signum):
+    """`workbench` imports its modules for seconds before a command's handlers are in place: a Ctrl-C then (a user's
+    "oops") ends it with one line and 128 + the signal, not an import's traceback. The signal arrives as `typer`, the
+    command line's first heavy import, is looked up."""
+    code = textwrap.dedent(f"""
+        import importlib.abc, os, sys
+        class Stop(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "typer":
+                    os.kill(os.getpid(), {int(signum)})
+                return None
+        sys.meta_path.insert(0, Stop())
+        sys.argv[0] = os.path.join(os.path.dirname(sys.executable), "workbench")  # as the console script runs it
+        from workbench.cli import main
+        main()
+    """)
+    r = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, timeout=120)
+    name = signal.Signals(signum).name
+    assert (r.returncode, r.stderr) == (128 + signum, f"interrupted ({name}): stopped as it started; nothing was "
+                                                      "running yet\n")
+
+
+def test_a_daemon_stopped_by_a_signal_ends_as_it_is_meant_to():
+    """A daemon (`workbench cell serve`) that a signal stops keeps its own exit code: the signal is its ordinary
+    end (lifecycle.stop_is_ordinary); for any other command it is the signal's 128 + N."""
+    code = textwrap.dedent("""
+        import os, signal, time
+        from workbench import lifecycle
+        lifecycle.handle_signals()
+        before = lifecycle.stopped_by_signal()
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        other = lifecycle.stopped_by_signal()
+        lifecycle.stop_is_ordinary()
+        print(before, other, lifecycle.stopped_by_signal())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["None", str(int(signal.SIGTERM)), "None"], r.stderr

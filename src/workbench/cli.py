@@ -15,13 +15,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
-import typer
+from . import lifecycle as _lifecycle  # the standard library only: in place before the imports below
 
-from . import models
-from .engine import WorkbenchError
-from .loop import DEFAULT_CONTEXT
-from .loop.equal import CLAIM_MARGIN_SD
-from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
+if __name__ == "__main__" or Path(sys.argv[0]).name == "workbench":  # the command (`workbench`, `python -m`)
+    _lifecycle.while_starting()  # a Ctrl-C while the modules below import (seconds): one line, no traceback
+
+import typer  # noqa: E402
+
+from . import models  # noqa: E402
+from .engine import WorkbenchError  # noqa: E402
+from .loop import DEFAULT_CONTEXT  # noqa: E402
+from .loop.equal import CLAIM_MARGIN_SD  # noqa: E402
+from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS  # noqa: E402
 
 if TYPE_CHECKING:
     from .findings import FindingNotSaved
@@ -617,6 +622,8 @@ def cell_serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY",
                                           help="every call but Health must carry 'authorization: Bearer KEY'"),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the API key from this file's first "
+                                                "line (out of this command's own `ps` line)"),
     context: int = typer.Option(0, "--ctx", help="the engine's context in tokens (0: the engine's default)"),
     slots: int = typer.Option(4, "--sessions", help="sessions open at once (the engine cell's slots)"),
     threads: int = typer.Option(0, "--threads", help="engine threads (0: the engine's default)"),
@@ -632,6 +639,8 @@ def cell_serve(
 
     if engine not in cells.served_as_cell():
         _fail(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(cells.served_as_cell())}")
+    if api_key_file is not None:
+        api_key = _key_from(api_key_file, api_key)
     _env_folders()
     options = {k: v for k, v in {"context_tokens": context or None, "threads": threads or None}.items() if v}
     try:
@@ -735,7 +744,7 @@ def main() -> None:
     except BaseException:  # noqa: BLE001 - a signal during start-up or cleanup; anything else is re-raised
         if lifecycle.received() is None:
             raise
-    if lifecycle.received() is not None:
+    if lifecycle.stopped_by_signal() is not None:
         if not _SAID_INTERRUPTED:
             lifecycle.say(lifecycle.interrupted_line(None, "stopped; nothing it started is left running"))
         code = lifecycle.exit_code()

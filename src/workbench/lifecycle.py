@@ -7,7 +7,10 @@ exit code ``128 + signal`` (:func:`exit_code`: 130 for SIGINT, 143 for SIGTERM, 
 traceback. A second signal while that cleanup runs ends the process at once (``repeat="exit"``: a user who presses
 Ctrl-C again means it) or is ignored (``repeat="ignore"``: a lane, which its driver signals after the terminal did);
 the reaper then ends what is left. A process the command starts that must not see the terminal's Ctrl-C before its
-own handler is in place starts with the signals blocked (:func:`blocked`) and unblocks them itself.
+own handler is in place starts with the signals blocked (:func:`blocked`) and unblocks them itself. Before any of
+that, while the command line imports its modules, a signal ends the process at once with one line
+(:func:`while_starting`). A daemon, which a signal is meant to stop, keeps its own exit code
+(:func:`stop_is_ordinary`).
 
 **Temp.** :func:`temp_root` gives the command one folder, ``$TMPDIR/wbr-XXXXXXXX``, and points ``TMPDIR`` (and
 Python's :mod:`tempfile`) at it, with Jupyter's runtime folder (a kernel's connection file, which holds its keys)
@@ -97,6 +100,38 @@ def handle_signals(repeat: str = "exit") -> None:
     for sig in SIGNALS:
         if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP, an inherited ignore: kept
             signal.signal(sig, handler)
+
+
+def while_starting() -> None:
+    """Until :func:`handle_signals` puts a command's own handlers in place, SIGINT, SIGTERM and SIGHUP end the
+    process at once with one line and ``128 + signal``: all it has done is import its modules (seconds, for the
+    command line), so nothing it started can be left. Without it, a Ctrl-C then prints an import's traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, _before_start)
+
+
+def _before_start(signum: int, frame: object) -> None:
+    say(f"interrupted ({signal_name(signum)}): stopped as it started; nothing was running yet")
+    os._exit(exit_code(signum))
+
+
+_ORDINARY = False
+
+
+def stop_is_ordinary() -> None:
+    """This command is a daemon, and a signal is how it is meant to stop (``workbench cell serve``, as modeld stops
+    on SIGTERM): the signal that stops it ends it with the command's own exit code (0) and its own line, not
+    ``128 + signal``. The rest holds as for every command: its cleanup runs, a second signal ends it at once."""
+    global _ORDINARY
+    _ORDINARY = True
+
+
+def stopped_by_signal() -> int | None:
+    """The signal that stopped this command, unless that is how it is meant to stop (:func:`stop_is_ordinary`)."""
+    return None if _ORDINARY else _RECEIVED
 
 
 def _first(signum: int, frame: object) -> None:
@@ -504,5 +539,5 @@ def interrupted_line(e: BaseException, what: str = "stopped") -> str:
 
 
 __all__ = ["BASE_ENV", "ROOT_ENV", "Interrupted", "base_tempdir", "blocked", "command", "end_processes", "exit_code",
-           "adopt_folder", "adopt_group", "handle_signals", "interrupted_line", "keep_stderr_in", "received", "say", "settle", "sweep", "temp_root",
-           "unblock"]
+           "adopt_folder", "adopt_group", "handle_signals", "interrupted_line", "keep_stderr_in", "received", "say",
+           "settle", "stop_is_ordinary", "stopped_by_signal", "sweep", "temp_root", "unblock", "while_starting"]
