@@ -1,7 +1,7 @@
 """Faults end cleanly (issue 52's "Done when"): SIGINT, SIGTERM and SIGKILL of ``workbench run``, ``evaltable``,
-``serve``, a gateway probe and ``cell serve``, each at the moment it has the most running (a probe's child under a
-notebook's kernel, AIPerf against its server, a server serving, a vLLM endpoint's engine core, the cell on modeld's
-wire with its engine loaded). SIGINT and SIGTERM end the command with one line on stderr, no traceback, and 128 + the
+``serve``, a gateway probe, ``cell serve`` and ``certify quality``, each at the moment it has the most running (a
+probe's child under a notebook's kernel, AIPerf against its server, a server serving, a vLLM endpoint's engine core,
+the cell on modeld's wire with its engine loaded, the quality smoke's child). SIGINT and SIGTERM end the command with one line on stderr, no traceback, and 128 + the
 signal (``cell serve``, a daemon that a signal stops as it is meant to stop: 0); after every one of them, no process
 the command started is left and nothing it made in temp.
 
@@ -14,7 +14,7 @@ comes after one endpoint crashed (its server killed, its engine core left): the 
 running under init.
 
 Every case runs side by side (each its own temp folder, run folder and ports): the suite pays about the slowest
-start-up, not the sum of fifteen."""
+start-up, not the sum of eighteen."""
 
 from __future__ import annotations
 
@@ -193,10 +193,15 @@ COMMANDS = {
     "cell serve": (lambda: require_engine("llamacpp"),
                    ["cell", "serve", "--engine", "llamacpp", "-m", TINY, "--ctx", "512", "--threads", "1"],
                    _saying("cell serving"), None),
+    # the quality smoke's experiment in its child (certify gates runs in the same kind of child)
+    "certify quality": (lambda: require_engine("llamacpp"),
+                        ["certify", "quality", "--engine", "llamacpp", "-m", "smollm2-135m", "--threads", "1", "--out",
+                         "OUT"],
+                        _experiment_child, None),
 }
 #: What each case must have seen running (a test that signalled an idle command would prove nothing).
 MID_WORK = {"run": "ipykernel", "evaltable": "aiperf", "serve": "llama-server", "gateway probe": "VLLM::EngineCore",
-            "cell serve": "cell serving"}  # a process it started, or (a daemon whose engine is in it) what it said
+            "cell serve": "cell serving", "certify quality": "multiprocessing"}  # a process it started, or (a daemon whose engine is in it) what it said
 #: Commands a signal stops as they are meant to stop (daemons): exit 0 and their own last line.
 ORDINARY_STOP = {"cell serve": "stopped ({signal}): "}
 
