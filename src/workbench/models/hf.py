@@ -276,7 +276,8 @@ def _gguf_metadata(path: str) -> tuple[Mapping[str, Any], int | None]:
     only (0.2 s for SmolLM2), or, where llama-cpp-python is not installed, by gguf's Python reader (13 s on 2
     cores: it builds every field, the 49k-token vocabulary included)."""
     try:
-        from llama_cpp import Llama
+        import llama_cpp
+        from llama_cpp._internals import LlamaModel
     except ImportError:
         from gguf import GGUFReader
 
@@ -284,8 +285,13 @@ def _gguf_metadata(path: str) -> tuple[Mapping[str, Any], int | None]:
         values = {k: f.contents() for k, f in fields.items()}
         tokens = values.pop("tokenizer.ggml.tokens", None)
         return {k: v for k, v in values.items() if not isinstance(v, list)}, None if tokens is None else len(tokens)
-    llm = Llama(path, vocab_only=True, verbose=False)
+    # the model alone, no context: Llama() makes one even with vocab_only, and llama.cpp then warns on the console
+    # that a synthetic model's n_ctx exceeds its n_ctx_train of 0 (a warning llama-cpp-python's logger, reading
+    # ggml's old log levels, takes for an error and prints)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=path, params=params, verbose=False)
     try:
-        return dict(llm.metadata), int(llm.n_vocab())
+        return dict(model.metadata()), int(model.n_vocab())
     finally:
-        llm.close()
+        model.close()
