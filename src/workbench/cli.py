@@ -624,9 +624,9 @@ def cell_serve(
                                           help="every call but Health must carry 'authorization: Bearer KEY'"),
     api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the API key from this file's first "
                                                 "line (out of this command's own `ps` line)"),
-    context: int = typer.Option(0, "--ctx", help="the engine's context in tokens (0: the engine's default)"),
-    slots: int = typer.Option(4, "--sessions", help="sessions open at once (the engine cell's slots)"),
-    threads: int = typer.Option(0, "--threads", help="engine threads (0: the engine's default)"),
+    context: int = typer.Option(0, "--ctx", min=0, help="the engine's context in tokens (0: the engine's default)"),
+    slots: int = typer.Option(4, "--sessions", min=1, help="sessions open at once (the engine cell's slots)"),
+    threads: int = typer.Option(0, "--threads", min=0, help="engine threads (0: the engine's default)"),
     defer: Optional[bool] = typer.Option(None, "--defer-prefill/--no-defer-prefill",
                                          help="PrefillSuffix deferred to the next decode (default: the backend's)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="the backend word Health and Status answer "
@@ -639,6 +639,8 @@ def cell_serve(
 
     if engine not in cells.served_as_cell():
         _fail(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(cells.served_as_cell())}")
+    if not 0 <= port <= 65535:
+        _fail(f"--port must be 0 (the OS picks) to 65535, got {port}")
     if api_key_file is not None:
         api_key = _key_from(api_key_file, api_key)
     _env_folders()

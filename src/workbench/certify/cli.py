@@ -147,6 +147,9 @@ def matrix_cmd(
     from ..files import write_output
     from . import matrix
 
+    for flag, path in (("--json", json_out), ("--csv", csv_out)):
+        if path is not None and (path.is_dir() or any(p.exists() and not p.is_dir() for p in path.parents)):
+            _fail(f"{flag} {path} is a folder or lies under a file: give a file path to write")
     where = folder / "findings" if (folder / "findings").is_dir() else folder
     if not where.is_dir():
         _fail(f"{folder} is neither a run folder nor a findings folder")
@@ -163,8 +166,8 @@ def matrix_cmd(
             write_output(json_out, json.dumps(matrix.document(cells_, dropped), indent=1) + "\n")
         if csv_out:
             write_output(csv_out, matrix.csv_text(cells_))
-    except OSError as e:
-        _fail(f"cannot write the export: {e.strerror or e}")
+    except (OSError, WorkbenchError) as e:
+        _fail(f"cannot write the export: {getattr(e, 'strerror', None) or e}")
 
 
 __all__ = ["app"]
