@@ -314,6 +314,7 @@ _DECLARED = [
        "reusable tokens recomputed for no attributed cause"),
     _m("ttft_p50_s", "TTFT p50", "s", "timed", "median time from a turn's EnsurePrefix to its first decoded token"),
     _m("ttft_p90_s", "TTFT p90", "s", "timed", "90th percentile of that time"),
+    _m("ttft_p95_s", "TTFT p95", "s", "timed", "95th percentile of that time"),
     _m("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "derived",
        "least-squares TTFT slope per computed prompt token"),
     _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",
@@ -570,6 +571,21 @@ _DECLARED = [
        "for the whole prompt cold (certification tier A2)"),
     _m("task_pass_fraction", "task set passed", "ratio", "engine",
        "share of the quality smoke's tasks whose answer, the engine's greedy text, passed its checker"),
+    # what the figures draw of evidence rows (one per request, turn, trial or step), where no metric above is that
+    # quantity: a figure's trace names the metric it draws (workbench.panels.draws), so its unit is declared here once
+    _m("ttft_s", "TTFT", "s", "timed",
+       "one request's time to its first token (one trial, one turn, one request), measured by the workbench"),
+    _m("step_s", "step time", "s", "timed",
+       "wall time of one timed step (a set-up, a request, a warm-up, a contract call), measured around it"),
+    _m("elapsed_s", "elapsed", "s", "timed", "seconds since what a timeline follows started (a consumer, a pool)"),
+    _m("shape_hit_rate", "hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over one routing shape's requests"),
+    _m("inventory_blocks", "inventory", "blocks", "engine",
+       "blocks an endpoint's event inventory holds, built from the engine's own stored and removed events"),
+    _m("consumer_seen_fraction", "share seen", "ratio", "engine",
+       "fraction of the engine's event stream one consumer received"),
+    _m("check_held", "check held", "bool", "derived",
+       "one check of a probe held (yes), was contradicted (no) or was not read: what a check's marker shows"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -491,7 +491,7 @@ class VllmCell(EventCapacity, RequestCell):
             return {}
         from . import connector as vllm_connector
 
-        self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="wbv-")
         self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")
         return {"kv_transfer_config": self._connector.config}
 
@@ -534,7 +534,7 @@ class VllmCell(EventCapacity, RequestCell):
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
         if not self._inprocess:  # its engine core talks over unix sockets, which vLLM leaves where
             # VLLM_RPC_BASE_PATH says (/tmp by default; vllm/utils/network_utils.py): in the cell's own folder
-            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="wbv-")
             env["VLLM_RPC_BASE_PATH"] = self._tmp
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's, and so is
         # the hash seed where it gives one (the engine core derives NONE_HASH from it at start)
