@@ -76,6 +76,15 @@ class RequestSession(CellSession):
 
         return str(adapters.write_lora(models.hf_directory(cell.model), Path(folder) / "lora", seed=seed))
 
+    def _prefill_engine(self, stoks: list[int]) -> Any:
+        """Deferred, or where the cell sends a suffix itself, the cell's PrefillSuffix; otherwise (TensorRT-LLM has
+        no prefill-only request, so its cell only defers) the opt-out warms prefix and suffix with one
+        ``max_tokens=1`` request under the session's salt, as EnsurePrefix does."""
+        if self.defer_prefill or self.cell.prefill_now:
+            return super()._prefill_engine(stoks)
+        st = self.cell._slots[self.slot]
+        return self.cell.ensure_prefix(list(st.tokens) + list(st.pending) + list(stoks), slot=self.slot, salt=self.key)
+
     def release(self) -> None:
         self.cell.clear_slot(self.slot)
 

@@ -192,7 +192,17 @@ class CellSession:
 
     @classmethod
     def work_of(cls, cell: Any) -> dict | None:
-        """Cumulative counters the engine itself keeps of the work it did (None: none a cell can read)."""
+        """Cumulative counters the engine itself keeps of the work it did (None: none a cell can read), read through
+        the engine's own reporting, never from what this adapter answered. Where the engine has them, two keys mean
+        the same on every engine: ``prompt_tokens_computed`` (prompt tokens it computed) and ``prompt_tokens_cached``
+        (prompt tokens it served from its cache); a call that never reached the engine moves none of them."""
+        return None
+
+    @classmethod
+    def kv_bytes_read(cls, cell: Any, free_slot: int | None) -> int | None:
+        """The engine's KV bytes per token read again now, through another path than :meth:`kv_bytes_per_token`
+        (``Describe``'s), so that one can be held to the other; ``free_slot``: a cell slot no session holds, for an
+        engine that must hold KV to say (None where none is free). None where the engine states no such number."""
         return None
 
     @classmethod
@@ -203,6 +213,13 @@ class CellSession:
     @classmethod
     def inject_fault(cls, cell: Any, sess: "CellSession") -> str:
         """Break the engine under ``sess`` through the engine's own API; returns what was done."""
+        raise ErrUnsupportedFeature(f"{cls.__name__} has no fault lever")
+
+    @classmethod
+    def heal_fault(cls, cell: Any) -> str:
+        """Undo :meth:`inject_fault` through the engine's own API, so the engine serves again (the fault was
+        transient): a session poisoned by it must still never reach the engine, and now a call that did would move
+        the engine's work counters (backend-parity I1's reading). Returns what was done."""
         raise ErrUnsupportedFeature(f"{cls.__name__} has no fault lever")
 
     # ------------------------------------------------------------------ what a wing answers per session
@@ -357,13 +374,12 @@ class CellSession:
                 raise ContextOverflowError("suffix", len(self.resident), len(stoks), self.num_ctx)
             t0 = time.perf_counter()
             if stoks:
-                st = self._engine("suffix", lambda: self.cell.prefill_suffix(stoks, slot=self.slot,
-                                                                             defer=self.defer_prefill),
+                st = self._engine("suffix", lambda: self._prefill_engine(stoks),
                                   overflow=(len(self.resident), len(stoks)))
             else:
                 st = None
             self._record("PrefillSuffix", t0, len(stoks), st)
-            if stoks and self.defer_prefill:
+            if stoks and getattr(st, "deferred_tokens", 0):  # what the engine layer did, never the mode asked for
                 self.counters["deferred_prefill_calls"] += 1
                 self.counters["deferred_prefill_tokens"] += len(stoks)
                 self._deferred_pending += len(stoks)
@@ -374,6 +390,11 @@ class CellSession:
             return SuffixStatus(suffix_tokens=len(stoks), prefix_tokens=self.prefix_len,
                                 resident_tokens=len(self.resident), available_tokens=self.num_ctx - len(self.resident),
                                 manifest_digest=self.manifest.digest())
+
+    def _prefill_engine(self, stoks: list[int]) -> Any:
+        """The engine layer's PrefillSuffix of ``stoks`` in this session's mode (deferred: the suffix rides the next
+        decode)."""
+        return self.cell.prefill_suffix(stoks, slot=self.slot, defer=self.defer_prefill)
 
     def _decode_args(self, cfg: DecodeConfig) -> dict:
         so = cfg.structured_output
@@ -491,8 +512,9 @@ class CellSession:
                                    manifest=self.manifest)
 
     def restore(self, snap: SessionSnapshot) -> None:
-        """Replace the resident state: from the engine's blob where the snapshot has one, else by recomputing the
-        snapshot's tokens (only where this backend reports RecomputeRange: it keeps the tokens to re-prefill)."""
+        """Replace the resident state: from the engine's blob where the snapshot has one, else by re-prefilling the
+        snapshot's tokens (:meth:`_restore_engine`; a wing whose engine cannot, as modeld's llama cell, refuses). What
+        the backend reports of RecomputeRange plays no part: the conformance probe holds the report to this."""
         with self._lock:
             self._check()
             if snap.num_ctx > 0 and snap.num_ctx != self.num_ctx:
@@ -527,8 +549,6 @@ class CellSession:
             engine = self.cell.describe().engine
             return self._engine("restore", lambda: self.cell.restore(
                 Snapshot(self.cell.manifest.digest, key, tuple(ids), "kv", snap.state, engine), slot=self.slot))
-        if not self.capabilities().recompute_range:
-            raise ValueError("restore invalid snapshot: non-empty resident token set has empty state")
         st = self._engine("restore", lambda: self.cell.ensure_prefix(ids, slot=self.slot, salt=key))
         if st.computed_tokens > 0:
             self.counters["physical_prefill_calls"] += 1

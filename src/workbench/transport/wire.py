@@ -435,7 +435,9 @@ class Server:
 
         return {"Daemon": unary(lambda _: self.service.evidence()),
                 "Session": unary(lambda r: self._lookup_any(r["handle"]).evidence()),
-                "Fault": unary(lambda r: {"done": self.service.inject_fault(self._lookup(r["handle"]))})}
+                "KvBytes": unary(lambda _: {"bytes_per_token": self.service.kv_bytes_read()}),
+                "Fault": unary(lambda r: {"done": self.service.inject_fault(self._lookup(r["handle"]))}),
+                "Heal": unary(lambda _: {"done": self.service.heal_fault()})}
 
     # ---- lifecycle
 
