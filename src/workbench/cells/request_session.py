@@ -41,8 +41,9 @@ class RequestSession(CellSession):
                                      position_shift=c.position_shift, cold_store=False,
                                      recompute_range=c.recompute_range)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
-        kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
+        kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt, **template}
         if tools:
             kw["tools"] = json.loads(tools)
         return self.cell._apply_template([m.as_dict() for m in messages], **kw)

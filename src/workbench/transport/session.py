@@ -230,8 +230,11 @@ class CellSession:
     def engine_work(self) -> dict | None:
         return self.work_of(self.cell)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
-        """``messages`` through the model's own chat template."""
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
+        """``messages`` through the model's own chat template; ``template``: more of its variables (a suffix's
+        ``enable_thinking`` and ``reasoning_effort``, as modeld's llama cell hands them to llama.cpp's common chat
+        layer: ``llamasession/llama.go`` renderTemplateForDecode; a template without the variable ignores it)."""
         raise NotImplementedError
 
     def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
@@ -304,8 +307,9 @@ class CellSession:
         self.stages.append(s)
         return s
 
-    def _render_tokens(self, msgs: Sequence[ChatMessage], tools: str, raw: str, *, cue: bool) -> tuple[str, list[int]]:
-        text = self.render(msgs, tools, add_generation_prompt=cue) if msgs else raw
+    def _render_tokens(self, msgs: Sequence[ChatMessage], tools: str, raw: str, *, cue: bool,
+                       **template: Any) -> tuple[str, list[int]]:
+        text = self.render(msgs, tools, add_generation_prompt=cue, **template) if msgs else raw
         return text, self.tokenize(text, add_bos=self.add_bos)
 
     # ------------------------------------------------------------------ the contract
@@ -346,7 +350,8 @@ class CellSession:
         vmsgs = volatile_messages(suffix.text, suffix.manifest)
         if not (self.stable_msgs or vmsgs):
             return self.tokenize(suffix.text, add_bos=self.prefix_len == 0 and self.add_bos)
-        _, full = self._render_tokens([*self.stable_msgs, *vmsgs], self.tools, suffix.text, cue=True)
+        _, full = self._render_tokens([*self.stable_msgs, *vmsgs], self.tools, suffix.text, cue=True,
+                                      **suffix_template(suffix))
         shared = common_prefix_len(self.resident[:self.prefix_len], full)
         if shared == 0:
             raise ErrManifestMismatch("the conversation's render shares no token with the resident stable prefix")
@@ -581,8 +586,20 @@ class CellSession:
                     "closed": self.closed, "fatal_error": self.fatal_error}
 
 
+def suffix_template(suffix: SuffixInput) -> dict:
+    """The template variables a suffix sets: ``enable_thinking`` where ``EnableThinking`` is given (a Go ``*bool``:
+    false is a value), ``reasoning_effort`` where ``ReasoningEffort`` is. Unset, the template's own default holds
+    (modeld passes thinking on, which is what a thinking template does with it undefined)."""
+    out: dict[str, Any] = {}
+    if suffix.enable_thinking is not None:
+        out["enable_thinking"] = bool(suffix.enable_thinking)
+    if suffix.reasoning_effort:
+        out["reasoning_effort"] = suffix.reasoning_effort
+    return out
+
+
 def model_load_failed(err: BaseException) -> ErrModelLoadFailed:
     return ErrModelLoadFailed(f"{type(err).__name__}: {err}")
 
 
-__all__ = ["CellSession", "DEFAULT_MAX_TOKENS", "DEFAULT_SAMPLING", "Stage", "model_load_failed"]
+__all__ = ["CellSession", "DEFAULT_MAX_TOKENS", "DEFAULT_SAMPLING", "Stage", "model_load_failed", "suffix_template"]

@@ -286,14 +286,16 @@ class LlamaCppCell:
             n = self._ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
         return buf.raw[:n]
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """Render chat messages through the model's own template (:mod:`.llama_chat_format`)."""
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
+               **template: Any) -> str:
+        """Render chat messages through the model's own template (:mod:`.llama_chat_format`); ``template``: more of
+        its variables (``enable_thinking``, ``reasoning_effort``: llama.cpp's ``chat_template_kwargs``)."""
         if not self._template:
             raise UnsupportedFeature("chat messages", ENGINE, f"{self.model.name} has no chat template")
         bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
         eos = self.detokenize([self._ll.llama_vocab_eos(self._vocab)])
         return llama_chat_format.render(self._template, messages, add_generation_prompt=add_generation_prompt,
-                                        bos_token=bos, eos_token=eos)
+                                        bos_token=bos, eos_token=eos, **template)
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
         kind, value = split_prompt(prompt, self._ll.llama_vocab_n_tokens(self._vocab))

@@ -45,12 +45,14 @@ class LlamaSession(CellSession):
                                      sparse_attention=swa > 0, sliding_window_attention_tokens=swa,
                                      cold_store=False, recompute_range=False)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
         from ...transport.errors import ErrUnsupportedFeature
 
         if tools:
             raise ErrUnsupportedFeature("tools: this adapter renders no tool definitions into the template")
-        return self.cell.render([m.as_dict() for m in messages], add_generation_prompt=add_generation_prompt)
+        return self.cell.render([m.as_dict() for m in messages], add_generation_prompt=add_generation_prompt,
+                                **template)
 
     def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
         bos = self.cell.detokenize([self.cell._ll.llama_vocab_bos(self.cell._vocab)])
