@@ -311,6 +311,9 @@ def prefill_suffix(r: Run, base: dict) -> dict:
 def decode(r: Run, base: dict, modes: dict) -> None:
     """contract.decode: a greedy stream (frames as the engine generates), then structured output."""
     plain = next(iter(modes.values()))
+    usual = modes.get("deferred" if r.daemon.service.defer_prefill else "physical", plain)
+    if not usual["error"]:  # the base model's greedy decode of the turn in the daemon's own mode, for the LoRA row
+        base["text"] = usual["text"]
     r.values["conf_stream_frames"] = plain["frames"]
     r.values["conf_engine_decoded_tokens"] = plain["decoded"]
     r.row("contract.decode", "a greedy Decode streams the engine's tokens as frames",
@@ -347,7 +350,9 @@ def capabilities(r: Run, base: dict) -> None:
     sess = r.open()
     try:
         system = base["system"]
-        long_in, _ = r.inputs(system + " " + words(r.rng, max(r.p.prompt_words, 48)), "x")
+        # a tail of more than two blocks (a word is at least one token), and no longer than it ever was
+        tail_words = max(8, min(max(r.p.prompt_words, 48), 2 * r.block + 4))
+        long_in, _ = r.inputs(system + " " + words(r.rng, tail_words), "x")
         short_in, _ = r.inputs(system, "x")
         sess.ensure_prefix(long_in)
         _, shared, _, _ = engine_turn(r, sess, short_in)
@@ -520,9 +525,11 @@ def switch_and_lora(r: Run, base: dict, adapter: str | None) -> None:
     engine held the prefix under, leaves the engine nothing to reuse; the old session stale) and contract.lora (the
     adapter's variant changes the engine's output; another identity is not served as it)."""
     sess = r.open(adapters=r.client.status().active.adapters)
-    sess.ensure_prefix(base["pin"])
-    sess.prefill_suffix(base["sin"])
-    base_text, _, _ = r.decode(sess)
+    sess.ensure_prefix(base["pin"])  # the prefix the engine holds before the switch
+    base_text = base.get("text")  # the base model's greedy decode of this turn (contract.decode's)
+    if not base_text:
+        sess.prefill_suffix(base["sin"])
+        base_text, _, _ = r.decode(sess)
     gen = r.client.status().active.generation
     err, _ = r.refused(lambda: r.client.load_model(LoadModelRequest(expected_generation=gen + 7)))
     refusals = [isinstance(err, terr.ErrSlotGenerationStale)]
@@ -579,7 +586,6 @@ def fatal(r: Run, base: dict) -> None:
     engine's own work counters; a fresh session's call shows that they would have."""
     sess = r.open(adapters=r.client.status().active.adapters)
     sess.ensure_prefix(base["pin"])
-    sess.prefill_suffix(base["sin"])
     done = sess.fault()
     _, _, err = r.decode(sess)
     rep = sess.explain_context()
@@ -588,7 +594,7 @@ def fatal(r: Run, base: dict) -> None:
         healed = r.client.evidence("Heal").get("done")
     except terr.TransportError as e:  # no way back: the fresh session's call below shows the engine still broken
         healed = f"not undone: {e}"
-    fresh_text, _ = r.inputs(base["system"] + " " + words(r.rng, 8), "x")  # work the engine would have to do
+    fresh_text, _ = r.inputs(words(r.rng, 4), "x")  # a text no one sent: work the engine would have to do
     w0 = r.work()
     again, _ = r.refused(lambda: sess.ensure_prefix(fresh_text))
     w1 = r.work()
