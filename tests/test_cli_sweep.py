@@ -89,6 +89,7 @@ class Command:
 
 
 NOT_INPUT = "a flag or a name, checked against a list (tests/test_cli.py)"
+KEY_FILE = "a file whose first line is the key, any text (tests/test_faults.py)"
 COMMANDS: dict[str, Command] = {
     "doctor": Command(("doctor", "--smoke", "--engine", "trtllm"),
                       {"as_json": NOT_INPUT, "smoke": NOT_INPUT, "engine": NOT_INPUT, "model": "model"}),
@@ -120,7 +121,25 @@ COMMANDS: dict[str, Command] = {
                     needs={"certified": ("--on-target",)}),
     "serve": Command(("serve", "llamacpp-server", "--model", "synthetic:tiny", "--log-dir", "{tmp}/logs"),
                      {"engine": NOT_INPUT, "model": "model", "port": "number", "host": NOT_INPUT,
-                      "api_key": NOT_INPUT, "slots": "number", "threads": "number", "log_dir": "dir-out"}),
+                      "api_key": NOT_INPUT, "api_key_file": KEY_FILE, "slots": "number", "threads": "number",
+                      "log_dir": "dir-out"}),
+    "cell serve": Command(("cell", "serve", "--engine", "llamacpp", "--model", "synthetic:tiny"),
+                          {"engine": NOT_INPUT, "model": "model", "port": "number", "host": NOT_INPUT,
+                           "api_key": NOT_INPUT, "api_key_file": KEY_FILE, "context": "limit", "slots": "number",
+                           "threads": "limit", "defer": NOT_INPUT, "backend": NOT_INPUT}),
+    "certify gates": Command(("certify", "gates", "--engine", "vllm", "--model", "synthetic:tiny", "--out",
+                              "{tmp}/findings"),
+                             {"engine": NOT_INPUT, "model": "model", "subject_model": "model",
+                              "tiers": "a comma list, tests/certify/test_matrix.py", "runs": "limit",
+                              "output_tokens": "limit", "memory_budget_mib": "limit",
+                              "serve_kv": NOT_INPUT, "timed_kv": NOT_INPUT, "speculation": NOT_INPUT,
+                              "threads": "limit", "on_target": NOT_INPUT, "certified": "file-in", "out": "dir-out"},
+                             needs={"certified": ("--on-target",)}),
+    "certify quality": Command(("certify", "quality", "--engine", "llamacpp", "--model", "synthetic:tiny", "--out",
+                                "{tmp}/findings"),
+                               {"engine": NOT_INPUT, "model": "model", "threads": "limit", "out": "dir-out"}),
+    "certify matrix": Command(("certify", "matrix", "{tmp}"),
+                              {"folder": "dir-in", "json_out": "file-out", "csv_out": "file-out"}),
     "evaltable": Command(("evaltable", "--model", "synthetic:tiny", "--repeats", "1", "--out", "{tmp}/table"),
                          {"backend": NOT_INPUT, "model": "model", "concurrency": "a comma list, tests/evaltable",
                           "workload": NOT_INPUT, "repeats": "limit", "out": "dir-out", "endpoint": "url",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 
 import pytest
 
@@ -149,7 +150,7 @@ def test_the_attempt_id_is_written_into_the_finding(tmp_path, monkeypatch):
 
 
 def test_a_finding_that_cannot_be_written_is_kept_and_its_place_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     (tmp_path / "a-file").write_text("")
     f = make()
@@ -161,7 +162,7 @@ def test_a_finding_that_cannot_be_written_is_kept_and_its_place_named(tmp_path, 
 
 
 def test_a_finding_saved_nowhere_names_the_recovery_folder_that_refused_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "a-file"))  # no recovery folder can be made
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "a-file"))  # no recovery folder can be made
     (tmp_path / "a-file").write_text("")
     with pytest.raises(findings.FindingNotSaved, match=f"nor in {findings.recovery_dir()}") as e:
         findings.write(make(), tmp_path / "a-file" / "findings")
@@ -170,7 +171,7 @@ def test_a_finding_saved_nowhere_names_the_recovery_folder_that_refused_it(tmp_p
 
 def test_write_all_keeps_every_finding_when_the_folder_fails(tmp_path, monkeypatch):
     """The loop writes one finding per arm and the gate: the first failure must not cost the others."""
-    monkeypatch.setattr(findings.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     (tmp_path / "a-file").write_text("")
     found = [make(), make(engine="vllm")]

@@ -106,10 +106,10 @@ def test_a_crash_inside_llama_cpp_fails_the_probe_command_without_a_finding(tmp_
 
 def _spawn_and_hang(pidfile: str) -> None:
     """Engine work that starts a process of its own (as vLLM starts EngineCore) and makes a temp folder (as the
-    vLLM cell makes workbench-vllm-* for EngineCore's sockets), then runs on and on."""
+    vLLM cell makes wbv-* for EngineCore's sockets), then runs on and on."""
     grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     tmp = os.path.dirname(os.readlink("/proc/self/fd/2"))  # the log file isolate gave this child
-    made = tempfile.mkdtemp(prefix="workbench-vllm-")
+    made = tempfile.mkdtemp(prefix="wbv-")
     Path(pidfile + ".tmp").write_text(json.dumps({"child": os.getpid(), "grandchild": grandchild.pid, "tmp": tmp,
                                                   "made": made}))
     os.replace(pidfile + ".tmp", pidfile)

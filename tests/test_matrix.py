@@ -88,6 +88,36 @@ def test_a_bad_matrix_file_is_one_line_exit_2_before_anything_runs(tmp_path, mon
     assert took < 30 and not (tmp_path / "run").exists()
 
 
+def test_a_named_pipe_or_a_folder_as_matrix_is_refused_at_once(tmp_path):
+    """A FIFO as ``--matrix`` waited for a writer forever (issue 52); a folder is no matrix either. The real CLI in a
+    child, so that a hang fails this test instead of stalling the suite."""
+    import os
+    import subprocess
+    import sys
+
+    os.mkfifo(tmp_path / "pipe.yaml")
+    for given, what in ((tmp_path / "pipe.yaml", "a named pipe"), (tmp_path, "a folder")):
+        r = subprocess.run([sys.executable, "-m", "workbench.cli", "run", "-o", str(tmp_path / "run"), "--matrix",
+                            str(given)], capture_output=True, text=True, timeout=120)
+        assert (r.returncode, r.stderr.count("\n"), "Traceback" in r.stderr) == (2, 1, False), r.stderr
+        assert f"--matrix {given} is not a regular file ({what})" in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_cell_option_value_in_a_matrix_is_refused_before_anything_runs(tmp_path):
+    """A cell option its engine's class refuses, in a matrix as with ``-p cell_options=``: exit 2 before a kernel
+    starts (it started one and exited 1, issue 52)."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    (tmp_path / "m.yaml").write_text("engines: [llamacpp]\nnotebooks: [retention]\ncell_options: [{}, {threads: abc}]\n")
+    r = CliRunner().invoke(app, ["run", "-o", str(tmp_path / "run"), "--matrix", str(tmp_path / "m.yaml")])
+    assert (r.exit_code, r.output.strip().count("\n")) == (2, 0), r.output
+    assert "llamacpp cell option threads must be an integer or null, got 'abc'" in r.output
+    assert not (tmp_path / "run").exists()
+
+
 def test_jobs_cover_the_axes_and_only_varying_axes_name_the_folder(tmp_path):
     m = matrix.Matrix(("llamacpp", "trtllm"), ("synthetic:tiny",), ("writes_finding",), {"seed": 2}, ({},),
                       {"rel-1": {"pip": ["p==1"]}, "rel-2": {"pip": ["p==2"]}}, {"trtllm": Resources(1, 1)})

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from workbench import findings, plots, plotstyle, probes, widgets
+from workbench import findings, metrics, plots, plotstyle, probes, widgets
 from workbench import panels as _panels
 
 RETENTION_ROWS = [
@@ -271,10 +271,128 @@ def test_a_builder_that_draws_two_quantities_on_two_axes_is_refused():
     from workbench import panels as _panels
 
     two = make_subplots(rows=1, cols=2)
-    two.add_trace(go.Bar(x=["a"], y=[0.6], name="hit rate"), row=1, col=1)
-    two.add_trace(go.Bar(x=["a"], y=[0.05], name="TTFT"), row=1, col=2)
+    two.add_trace(go.Bar(x=["a"], y=[0.6], name="hit rate", meta=_panels.draws("shape_hit_rate", x="shape")),
+                  row=1, col=1)
+    two.add_trace(go.Bar(x=["a"], y=[0.05], name="TTFT", meta=_panels.draws("ttft_s", x="shape")), row=1, col=2)
     with pytest.raises(ValueError, match="a panel has one axis pair"):
         _panels.label_units(two, "llamacpp")
+
+
+def test_a_trace_says_the_quantity_of_the_metric_it_draws_and_one_that_names_none_is_refused():
+    """Review of issue 51 (item 6): every trace was stamped with its axis title, so the original gateway bug (TTFT's
+    seconds as bars on the hit rate's percent axis) read as one quantity and passed the page check. A trace's
+    quantity is now the declared unit of the metric its builder names (:mod:`workbench.metrics`), and a trace that
+    names none is refused instead of labelled with its axis's title."""
+    import plotly.graph_objects as go
+
+    from workbench import panels as _panels
+
+    def gateway(hit, ttft):  # the reviewer's construction (/tmp/rev-b/mixed.py), with what each builder names
+        p = go.Figure([go.Bar(x=["kv-exact"], y=[0.6], name="hit rate", meta=hit),
+                       go.Bar(x=["kv-exact"], y=[0.053], name="TTFT p50 (s)", meta=ttft)])
+        p.update_yaxes(title_text="hit rate", tickformat=".0%")
+        return p
+
+    with pytest.raises(ValueError, match="'hit rate' without naming the declared metric it draws"):
+        _panels.label_units(gateway(None, None), "llamacpp")
+    with pytest.raises(ValueError, match="without naming the declared metric"):  # a tag no declaration has
+        _panels.label_units(gateway({"metric": "hit_rate_percent", "x": "shape"}, None), "llamacpp")
+    p = gateway(_panels.draws("shape_hit_rate", x="shape"), _panels.draws("ttft_s", x="shape"))
+    _panels.label_units(p, "llamacpp")
+    assert [(t.meta["metric"], t.meta["x"], t.meta["y"]) for t in p.data] == [
+        ("shape_hit_rate", "shape", "fraction"), ("ttft_s", "shape", "time (s)")]  # two quantities: a page check sees
+    assert _panels.quantities(p) == {"fraction", "time (s)"}
+    assert _panels.quantity("step_s", "ms") == "time (ms)" and _panels.quantity("speedup_vs_best_llamacpp") == "times (×)"
+    with pytest.raises(ValueError, match="cannot convert s to 'MiB'"):
+        _panels.draws("ttft_s", x="shape", unit="MiB")
+    timeline = _panels.draws("step_s", y="procedure")  # bars laid horizontally: the quantity on x
+    strip = _panels.draws("check_held", x="check", y="contract row")  # categories both ways: the colour shows it
+    h = go.Figure([go.Bar(x=[0.1], y=["cold"], orientation="h", meta=timeline),
+                   go.Scatter(x=[0], y=["Describe"], mode="markers", meta=strip)])
+    _panels.label_units(h, "llamacpp")
+    assert [(t.meta["x"], t.meta["y"]) for t in h.data] == [("time (s)", "procedure"), ("check", "contract row")]
+
+
+SAMPLES = {  # rows each figure kind draws something of, in the shape its probe's evidence has
+    "survival": RETENTION_ROWS,
+    "warmup": [{"prefix_tokens": 64, "boundary": "block", "pressure": x, "fraction": 1.0} for x in (0.0, 2.0)],
+    "reuse_matrix": REUSE_ROWS,
+    "timeline": REUSE_ROWS,
+    "latency": [{"procedure": p, "ttft_s": 0.01 * (i + 1)} for i, p in enumerate(("cold", "same", "other"))],
+    "capacity": [{"budget_tokens": 256, "measured_capacity_tokens": 240}],
+    "loop_ttft": [{"arm": "a", "step": i, "ttft_s": 0.1, "prompt": 10, "computed": 2} for i in range(3)],
+    "loop_reuse": [{"arm": "a", "step": i, "reused": 8, "theoretical": 8} for i in range(3)],
+    "loop_attribution": [{"arm": "a", "step": 0, "reused": 8, "unexplained": 2}],
+    "loop_speedup": [{"arm": "a", "speedup_vs_best_llamacpp": 1.2, "speedup_ci_low": 1.0, "speedup_ci_high": 1.4}],
+    "events_fidelity": [{"request": 0, "arm": "right", "predicted": 64, "reported": 64}],
+    "events_timeline": [{"t_s": 0.1, "mark": "gap", "seq": 7, "count": 7}],
+    "events_loss_curve": [{"consumer": 1, "lease": "held", "seen_fraction": 1.0}],
+    "pd_ttft_split": [{"run": "single", "ttft_s": 0.2}, {"run": "P/D", "ttft_s": 0.15, "context_s": 0.05}],
+    "pd_cached_tokens": [{"run": "P/D", "prompt_tokens": 200, "cached_tokens": 192}],
+    "gateway_hit_rate": [{"kind": "shape", "shape": "kv-exact", "engine_hit_rate": 0.6, "hit_ci_low": 0.5,
+                          "hit_ci_high": 0.7, "best_hit_rate": 0.62}],
+    "gateway_ttft": [{"kind": "shape", "shape": "kv-exact", "ttft_p50_s": 0.09, "ttft_p50_ci_low": 0.05,
+                      "ttft_p50_ci_high": 0.12, "ttft_p95_s": 0.2}],
+    "gateway_inventory": [{"kind": "inventory", "endpoint": "ep0", "t_s": 0.1, "inventory_blocks": 4}],
+    "evaltable_throughput": [{"kind": "cell", "workload": "w", "concurrency": 1, "output_tokens_per_s": v}
+                             for v in (10.0, 12.0)],
+    "evaltable_ttft": [{"kind": "request", "concurrency": 1, "run": r, "repeat": i > 0, "ttft_s": 0.5 + i,
+                        "cached_tokens": 0} for r in ("r1", "r2") for i in range(2)],
+    "conformance_rows": [{"row": "Describe", "check": "c", "ok": ok} for ok in (True, False, None)],
+    "suffix_ttft_curve": [{"section": "suffix_ttft_curve", "suffix_tokens": n, "ttft_ms": 5.0, "suffix_and_ttft_ms": 6.0}
+                          for n in (0, 64)],
+    "bench_stages": [{"turn": 1, "prefix_ms": 1.0, "suffix_ms": 2.0, "decode_ms": 3.0}],
+    "gates_prefill": [{"kind": "timed", "served": True, "arm": "a", "role": "baseline", "tier": 8192, "run": k,
+                       "first_output_s": 1.0 + k} for k in range(3)],
+}
+OPTIONS = {"timeline": {"spans": (("t_setup_s", "setup"), ("ttft_s", "probe to first token")), "lane": "case",
+                         "title": "Per-request timeline"}}
+
+
+@pytest.mark.parametrize("kind", sorted(plots.BUILDERS))
+def test_every_figure_kind_names_the_declared_metric_of_each_trace_it_draws(kind):
+    """Review of issue 51 (item 6): each trace's quantity comes from the metric its builder names, so a figure kind
+    whose trace names none cannot reach a page (label_units refuses it); a new kind brings its sample rows here."""
+    assert kind in SAMPLES, f"no sample rows for figure kind {kind!r}: add them to SAMPLES"
+    fig = plots.BUILDERS[kind](SAMPLES[kind], **OPTIONS.get(kind, {}))
+    assert fig.data, kind
+    _panels.label_units(fig, "llamacpp")
+    assert all(t.meta["metric"] in metrics.METRICS and t.meta["x"] and t.meta["y"] for t in fig.data)
+
+
+def test_every_figure_names_its_result_class_and_its_p50_p90_p95_with_the_run_count():
+    """Issue 50's Done-when: "Every published figure names its result class and its p50/p90/p95 with the run count"
+    (review item 14: only the gates' figure named its class, its percentiles on hover only). Each side-by-side figure
+    says in its subtitle the class benchmark integrity reads of the findings it draws and, where it draws timings
+    over repeated runs, their p50 ●, p90 ◇ and p95 △ with the run count; one of a single run says it has none."""
+    from dataclasses import replace
+
+    from workbench.certify.integrity import result_class
+
+    def aiperf(engine: str) -> findings.Finding:
+        rows = [{"kind": "cell", "workload": "prefix-1k", "concurrency": c, "run": f"r{k}", "output_tokens_per_s": tps}
+                for c, k, tps in ((1, 1, 10.0), (1, 2, 12.0), (1, 3, 13.0), (2, 1, 18.0), (2, 2, 19.0), (2, 3, 17.0))]
+        return findings.Finding(probe="evaltable.prefix_caching", claims=list(probes.declared(
+            "evaltable.prefix_caching").claims), verdict="confirmed", summary="s", engine=engine, environment={},
+            params={"model": "synthetic:tiny"}, evidence={"columns": list(rows[0]), "rows": rows, "notes": []},
+            result_class="raw_backend_control")
+
+    throughput = plots.side_by_side("evaltable.prefix_caching", [aiperf("llamacpp-server")])[0]
+    said = "result class raw_backend_control · p50 · p90 · p95 over 3 runs of the whole workload (p50 ●, p90 ◇, p95 △)"
+    assert throughput.integrity == said and said in _panels.plain(throughput.fig.layout.title.text)
+    assert sorted({t.meta["stat"] for t in throughput.fig.data}) == ["p50", "p90", "p95"]
+    f = finding("reuse.per_request_metrics", REUSE_ROWS)
+    (matrix, _) = plots.side_by_side("reuse.per_request_metrics", [f])
+    assert result_class(f)[0] == "microbenchmark"  # read from integrity, not decided here
+    assert matrix.integrity == "result class microbenchmark · 1 run: its own values, no p50 · p90 · p95 across runs"
+    assert matrix.integrity in _panels.plain(matrix.fig.layout.title.text)
+    # two engines of two classes: named each, and never on one axis (mixed classes are never compared)
+    mixed = plots.side_by_side("evaltable.prefix_caching", [aiperf("llamacpp-server"),
+                                                            replace(aiperf("vllm-server"), result_class="microbenchmark")])[0]
+    assert mixed.integrity.startswith("result classes raw_backend_control, microbenchmark (mixed classes: not compared)")
+    assert mixed.fig.layout.yaxis2.matches is None and "their result classes differ" in mixed.fig.layout.title.text
+    (one,) = [fig for name, fig in plots.for_finding(f) if name == "matrix"]  # a notebook's figure of one finding too
+    assert "result class microbenchmark · 1 run" in _panels.plain(one.layout.title.text)
 
 
 def test_side_by_side_is_deterministic_and_offline():

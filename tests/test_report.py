@@ -343,3 +343,13 @@ def test_first_screen_tallies_what_was_learned_and_puts_errors_up_front(run_dir,
     assert (cut.failed, cut.unfinished, cut.all_failed) == ((), ("a",), False)  # a run stopped midway: not a failure
     assert "unfinished: a (still running, or the run was stopped)" in cut.lines()
 
+
+
+def test_a_badges_lead_in_the_grid_leaves_out_the_model_its_tooltip_names():
+    """The browser check on a small run: the quality smoke's reason led with "(synthetic-35629653129c)", a word no
+    9em grid column holds at 1024 px; the badge's tooltip names the model, so the grid's lead leaves it out (the
+    reason in full stays the tooltip of the lead)."""
+    b = report.Badge("confirmed", 1, "quality.smoke · 0.3.36 · synthetic-35629653129c",
+                     "Quality smoke passed on llamacpp (synthetic-35629653129c): A2 holds")
+    assert b.lead == "Quality smoke passed on llamacpp: A2 holds"
+    assert report.Badge("confirmed", 1, "p · 1 · m", None).lead is None

@@ -169,7 +169,8 @@ def test_workbench_serve_prints_its_url_and_stops_the_server_on_ctrl_c(tmp_path)
         pid = int(log.rsplit("(pid ", 1)[1].rstrip(")\n"))
         assert "--ctx-size 512" in Path(log.split()[1]).read_text()  # the arguments after -- reach the server
         cli.send_signal(signal.SIGINT)
-        assert cli.wait(30) in (1, 130)  # click reports Ctrl-C as "Aborted!" (1)
+        _, said = cli.communicate(timeout=30)
+        assert (cli.returncode, said) == (130, "interrupted (SIGINT): the server was stopped\n")  # one line
         assert _gone(pid)
         with pytest.raises(httpx.ConnectError):
             httpx.get(url + "/health")
@@ -185,6 +186,61 @@ def test_workbench_serve_refuses_a_public_host_without_a_key(tmp_path):
     r = CliRunner().invoke(app, ["serve", "llamacpp-server", "--model", TINY, "--host", "0.0.0.0",
                                  "--log-dir", str(tmp_path)])
     assert r.exit_code == 2 and "API key" in r.output
+
+
+def _serve_cli(tmp_path, *args, env=None):
+    return subprocess.run([sys.executable, "-m", "workbench.cli", "serve", "llamacpp-server", "--model", TINY,
+                           "--log-dir", str(tmp_path / "logs"), *args], capture_output=True, text=True, timeout=120,
+                          env=os.environ | (env or {}))
+
+
+def test_a_flag_the_server_refuses_or_a_port_in_use_is_bad_input_not_a_crash(tmp_path):
+    """``serve -- --no-such-flag`` exited 3 as a crash, and a port in use failed two ways; both are exit 2, one
+    line, the server's own words for its arguments, the port named before anything starts."""
+    import socket
+
+    require_engine("llamacpp-server")
+    r = _serve_cli(tmp_path, "--", "--no-such-flag")
+    assert (r.returncode, r.stderr.count("\n"), "Traceback" in r.stderr) == (2, 1, False), r.stderr
+    assert "llamacpp-server refused its arguments: error: invalid argument: --no-such-flag" in r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = _serve_cli(tmp_path, "--port", str(port))
+        assert (r.returncode, r.stderr) == (2, f"error: port {port} on 127.0.0.1 is in use by another process: give "
+                                               "another --port, or leave it out for one the OS picks\n")
+        with pytest.raises(serve.ServerRefused, match=f"port {port} on 127.0.0.1 is in use"):  # the library too
+            serve.start(_request(port=port), tmp_path / "lib", build=llama_server)
+
+
+def test_the_api_key_reaches_the_server_in_its_environment_never_its_command_line_or_log(tmp_path):
+    """``serve --api-key`` put the key on the server's command line (every local user's ``ps``) and the first line
+    of its log: now the server reads it from its environment (llama-server: LLAMA_API_KEY), and still enforces it."""
+    import httpx
+
+    require_engine("llamacpp-server")
+    key = "wb-test-key-3f9a1c"
+    with serve.start(_request(api_key=key), tmp_path, build=llama_server) as server:
+        assert httpx.get(server.url + "/v1/models").status_code == 401
+        assert httpx.get(server.url + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+        for pid in [server.pid, *_below(server.pid)]:
+            assert key.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert key not in server.log_path.read_text() and key not in repr(server.request)
+    (tmp_path / "key").write_text(key + "\n")
+    r = _serve_cli(tmp_path, "--api-key-file", str(tmp_path / "key"), "--api-key", "other")
+    assert (r.returncode, r.stderr) == (2, "error: give --api-key (or WORKBENCH_API_KEY) or --api-key-file, not both\n")
+
+
+def _below(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def test_vllm_serve_reports_cached_tokens_and_publishes_kv_events_on_loopback(tmp_path):

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
 
 from workbench.isolate import SHARED_READY_ENV  # imported before this module in every forkserver (isolate._modules)
 
 gc.freeze()
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as it was before the guard ignored it for the imports
 
 _ready = os.environ.get(SHARED_READY_ENV)
 if _ready:

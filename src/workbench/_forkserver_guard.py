@@ -22,6 +22,11 @@ if _log:
     os.dup2(_fd, 2)
     os.close(_fd)
 
+# a Ctrl-C at the terminal reaches this process too (it is in the command's process group): while it imports, it
+# would print a KeyboardInterrupt traceback over the console; its caller ends it. multiprocessing ignores SIGINT here
+# once the imports are done; _forkserver_frozen (the last preload) puts it back first, for the children it forks
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 if sys.platform.startswith("linux"):
     _parent = os.getppid()
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -590,10 +590,10 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
 
 def _certify_blocks(findings: Sequence[tuple[Path, Finding]], base: Path) -> list:
     """:mod:`workbench.certify.writeback`'s blocks (imported here: the certification is the blueprint's, not the
-    guide's)."""
+    guide's), each reference line in this page's words (:func:`_reference_line`)."""
     from .certify import writeback as certify_writeback
 
-    return certify_writeback.blocks(findings, base)
+    return certify_writeback.blocks(findings, base, _reference_line)
 
 
 def _extra_edits(doc: _Doc, extra: Sequence[Any], problems: list[str]) -> list[_Edit]:

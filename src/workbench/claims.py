@@ -59,7 +59,8 @@ SECTIONS = {
     "cell": "The cell on modeld's wire",
 }
 
-GATES_RUN = "workbench certify gates --engine trtllm --model GGUF --subject-model HF_DIR --on-target --out findings"
+GATES_RUN = ("workbench certify gates --engine trtllm --model GGUF --subject-model HF_DIR --on-target --certified FILE "
+             "--out findings")
 GATES_COMMAND = GATES_RUN + "  # on an NVIDIA GPU (llama.cpp holds every layer on it); GGUF and HF_DIR one model"
 """What measures G1–G3 on target (workbench.certify.long_context)."""
 LOOP_COMMAND = ("workbench loop --trace taubench --arms trtllm,llamacpp,llamacpp-spec,llamacpp-server,"

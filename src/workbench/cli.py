@@ -15,13 +15,18 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
-import typer
+from . import lifecycle as _lifecycle  # the standard library only: in place before the imports below
 
-from . import models
-from .engine import WorkbenchError
-from .loop import DEFAULT_CONTEXT
-from .loop.equal import CLAIM_MARGIN_SD
-from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS
+if __name__ == "__main__" or Path(sys.argv[0]).name == "workbench":  # the command (`workbench`, `python -m`)
+    _lifecycle.while_starting()  # a Ctrl-C while the modules below import (seconds): one line, no traceback
+
+import typer  # noqa: E402
+
+from . import models  # noqa: E402
+from .engine import WorkbenchError  # noqa: E402
+from .loop import DEFAULT_CONTEXT  # noqa: E402
+from .loop.equal import CLAIM_MARGIN_SD  # noqa: E402
+from .loop.gate import CLAIM_MIN_SPEEDUP, CLAIM_MIN_TURNS  # noqa: E402
 
 if TYPE_CHECKING:
     from .findings import FindingNotSaved
@@ -48,6 +53,20 @@ def _options(version: bool = typer.Option(False, "--version", callback=_version,
 def _fail(msg: str, code: int = 2) -> None:
     typer.echo(f"error: {msg}", err=True)
     raise typer.Exit(code)
+
+
+_SAID_INTERRUPTED = False
+
+
+def _interrupted(what: str) -> None:
+    """A command a signal stopped (Ctrl-C, SIGTERM, SIGHUP: :mod:`workbench.lifecycle`): one line saying what was
+    stopped, and the signal's exit code (130, 143, 129)."""
+    from . import lifecycle
+
+    global _SAID_INTERRUPTED
+    _SAID_INTERRUPTED = True
+    lifecycle.say(lifecycle.interrupted_line(None, what))
+    raise typer.Exit(lifecycle.exit_code())
 
 
 def _finite(value: Optional[float]) -> Optional[float]:
@@ -166,25 +185,38 @@ def probe(
                                    help="cell option key=value, e.g. dummy_weights=true, tokens_per_block=64"),
 ) -> None:
     """Run one probe, print its verdict and summary, write the finding. `not-run` is not an error."""
-    from . import isolate, metrics, probes
+    from . import cells, isolate, metrics, probes
     from .findings import FindingNotSaved
 
     _no_leftovers(ctx, param)
     _writable(out)
     try:
+        if probes.get(name).needs_engine:  # a model the engine cannot run is the user's to fix, not a not-run
+            cells.check_model(engine, model)
         f = probes.run(name, engine=engine, model=model, params=_kv(param), out=out, cell_options=_kv(cell, typed=True, option="-c"))
     except isolate.EngineCrashed as e:
-        _fail(f"{e}\nno finding was written", isolate.CRASH_EXIT_CODE)
+        _fail(f"{e}\nno finding was written; the crash and its log's last lines are kept in {_keep_crash(out, name, e)}",
+              isolate.CRASH_EXIT_CODE)
     except FindingNotSaved as e:
         _not_saved(e)
     except KeyboardInterrupt:  # the experiment's processes are already gone (workbench.isolate)
-        _fail("interrupted: the probe was stopped and no finding was written", 130)
+        _interrupted("the probe was stopped and no finding was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{f.verdict}: {f.summary}")
     for tag, m in f.metrics.items():
         typer.echo(f"  {metrics.get(tag).header:<22} {metrics.render(tag, m['value'])}")
     typer.echo(f"finding: {out / (f.id + '.json')}")
+
+
+def _keep_crash(out: Path, name: str, e: Exception) -> Path:
+    """The crash (its words and its log's last lines) in ``out/crashes/``, beside the findings it did not write."""
+    import time
+
+    path = out / "crashes" / f"{name}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{e}\n")
+    return path
 
 
 @app.command(context_settings={"allow_extra_args": True})
@@ -214,11 +246,12 @@ def run(
                               "work, as the cores allow; 1: one notebook at a time (docs/timing.md)"),
 ) -> None:
     """Execute the notebooks with papermill, then write the report and a written-back blueprint."""
-    from . import runner
+    from . import lifecycle, runner
 
     _no_leftovers(ctx, param)
     if out.exists() and not out.is_dir():
         _fail(f"--out {out} is a file; it must be a run folder (nothing was run)")
+    lifecycle.keep_stderr_in(out / "logs" / "stopped.log")  # what stopping prints, once a signal stops the run
     _env_folders()
     try:
         runs_on = _executor(executor, address, job_timeout, lanes)
@@ -235,6 +268,8 @@ def run(
         code = runner.run_batch(out, engine=engine, model=every_model, params=every_param, only=only or None,
                                 wait=wait, verbose=verbose, jobs=jobs, executor=runs_on, engine_models=engine_models,
                                 engine_params=engine_params)
+    except KeyboardInterrupt:  # every kernel, lane and engine of the run is stopped on the way here
+        _interrupted("the run stopped; what finished is kept, and the same command resumes it")
     except WorkbenchError as e:
         _fail(str(e))
     raise typer.Exit(code)
@@ -493,7 +528,7 @@ def loop_cmd(
     except FindingNotSaved as e:
         _not_saved(e)
     except KeyboardInterrupt:
-        _fail("interrupted: the loop was stopped and no finding was written", 130)
+        _interrupted("the loop was stopped and no finding was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(f"{res.workload['trace']}: {res.workload['turns']} turns ({res.workload['dropped_turns']} left out), "
@@ -514,7 +549,11 @@ def serve(
                                                          "synthetic:… for the others)"),
     port: int = typer.Option(0, "--port", help="port to bind (default: one the OS picks)"),
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY", help="the server's API key"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY", help="the server's API key "
+                                          "(it reaches the server in its environment, never its command line; "
+                                          "WORKBENCH_API_KEY or --api-key-file keep it out of this command's too)"),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the API key from this file's first "
+                                                "line"),
     slots: int = typer.Option(1, "--slots", help="parallel slots (llama-server -np)"),
     threads: int = typer.Option(1, "--threads", help="engine threads"),
     log_dir: Path = typer.Option(Path("runs/servers"), "--log-dir", help="where the server's log goes"),
@@ -528,10 +567,13 @@ def serve(
 
     if engine not in cells.SERVED:
         _fail(f"unknown served engine {engine!r}; valid: {', '.join(cells.SERVED)}")
+    if api_key_file is not None:
+        api_key = _key_from(api_key_file, api_key)
     _env_folders()
     try:
         _serve.check_extra_args(ctx.args)
         _serve.check_host(host, api_key)
+        _serve.check_port(host, port)
         check_writable(log_dir, "--log-dir", "no server was started")
         cell = cells.open_cell(engine, model, port=port, host=host, api_key=api_key, slots=slots, threads=threads,
                                server_args=tuple(ctx.args), log_dir=str(log_dir),
@@ -540,13 +582,32 @@ def serve(
         _fail(str(e), isolate.CRASH_EXIT_CODE)
     except (WorkbenchError, ValueError, TypeError) as e:
         _fail(str(e))
-    with cell:
-        d = cell.describe()
-        typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
-        typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
-        while (dead := cell.server.died()) is None:
-            time.sleep(0.5)
+    except KeyboardInterrupt:
+        _interrupted("the server was stopped before it was ready")
+    try:
+        with cell:
+            d = cell.describe()
+            typer.echo(f"{engine} {d.extra.get('server_version', d.engine_version)} serving {model} at {cell.url}")
+            typer.echo(f"log: {cell.server.log_path} (pid {cell.server.pid})\npress Ctrl-C to stop")
+            while (dead := cell.server.died()) is None:
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        _interrupted("the server was stopped")
     _fail(str(dead), isolate.CRASH_EXIT_CODE)
+
+
+def _key_from(path: Path, given: Optional[str]) -> str:
+    """The API key on the first line of ``path`` (``--api-key-file``); exit 2 where it cannot be one."""
+    if given:
+        _fail("give --api-key (or WORKBENCH_API_KEY) or --api-key-file, not both")
+    try:
+        lines = path.read_text().splitlines() if path.is_file() else []
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"--api-key-file {path}: cannot be read ({getattr(e, 'strerror', None) or e})")
+    key = lines[0].strip() if lines else ""
+    if not key:
+        _fail(f"--api-key-file {path}: give a file whose first line is the key")
+    return key
 
 
 cell_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -561,9 +622,11 @@ def cell_serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to bind; not loopback needs --api-key"),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="WORKBENCH_API_KEY",
                                           help="every call but Health must carry 'authorization: Bearer KEY'"),
-    context: int = typer.Option(0, "--ctx", help="the engine's context in tokens (0: the engine's default)"),
-    slots: int = typer.Option(4, "--sessions", help="sessions open at once (the engine cell's slots)"),
-    threads: int = typer.Option(0, "--threads", help="engine threads (0: the engine's default)"),
+    api_key_file: Optional[Path] = typer.Option(None, "--api-key-file", help="read the API key from this file's first "
+                                                "line (out of this command's own `ps` line)"),
+    context: int = typer.Option(0, "--ctx", min=0, help="the engine's context in tokens (0: the engine's default)"),
+    slots: int = typer.Option(4, "--sessions", min=1, help="sessions open at once (the engine cell's slots)"),
+    threads: int = typer.Option(0, "--threads", min=0, help="engine threads (0: the engine's default)"),
     defer: Optional[bool] = typer.Option(None, "--defer-prefill/--no-defer-prefill",
                                          help="PrefillSuffix deferred to the next decode (default: the backend's)"),
     backend: Optional[str] = typer.Option(None, "--backend", help="the backend word Health and Status answer "
@@ -576,6 +639,10 @@ def cell_serve(
 
     if engine not in cells.served_as_cell():
         _fail(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(cells.served_as_cell())}")
+    if not 0 <= port <= 65535:
+        _fail(f"--port must be 0 (the OS picks) to 65535, got {port}")
+    if api_key_file is not None:
+        api_key = _key_from(api_key_file, api_key)
     _env_folders()
     options = {k: v for k, v in {"context_tokens": context or None, "threads": threads or None}.items() if v}
     try:
@@ -641,7 +708,7 @@ def evaltable(
         check_writable(out)
         rows, as_json, as_md = _run.run(req, progress=lambda what: typer.echo(what, err=True))
     except KeyboardInterrupt:
-        _fail("interrupted: the server and AIPerf were stopped and no table was written", 130)
+        _interrupted("the server and AIPerf were stopped and no table was written")
     except (WorkbenchError, ValueError) as e:
         _fail(str(e))
     typer.echo(as_md.read_text())
@@ -665,10 +732,25 @@ app.add_typer(_certify_app, name="certify")
 
 
 def main() -> None:
+    """Every command inside :func:`workbench.lifecycle.command`: its signals, its temp root, its reaper. A command a
+    signal stopped ends with one line and ``128 + signal`` (whatever its unwinding raised is part of stopping)."""
+    from . import lifecycle
+
+    code: object = 0
     try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
+        with lifecycle.command():
+            try:
+                app()
+            except SystemExit as e:
+                code = e.code
+    except BaseException:  # noqa: BLE001 - a signal during start-up or cleanup; anything else is re-raised
+        if lifecycle.received() is None:
+            raise
+    if lifecycle.stopped_by_signal() is not None:
+        if not _SAID_INTERRUPTED:
+            lifecycle.say(lifecycle.interrupted_line(None, "stopped; nothing it started is left running"))
+        code = lifecycle.exit_code()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

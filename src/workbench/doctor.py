@@ -103,6 +103,7 @@ def engine_lines(name: str, a: dict) -> list[str]:
     if release:
         lines.append(f"  release   {release['name']} profile (written against {release['written_against']}); "
                      f"default KV manager {release['kv_manager_default']}")
+        lines += [f"  unverified {field}: {why}" for field, why in release.get("unverified") or ()]
         for older, diffs in (details.get("release_differences") or {}).items():
             lines.append(f"  differs   from {older}: " + ("nothing the cell depends on" if not diffs else
                                                         f"{len(diffs)} behaviour(s)"))

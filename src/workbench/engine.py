@@ -420,6 +420,14 @@ class KvReadback(Protocol):
     def last_logits(self, *, slot: int = 0) -> list[float]: ...
 
 
+@runtime_checkable
+class CachedBlocks(Protocol):
+    """How many blocks the engine's own prefix-cache index holds now, copies of one hash apart: what its stored and
+    removed events must add up to (read from the engine, where it can say; the pool's size only bounds it)."""
+
+    def cached_blocks(self) -> int: ...
+
+
 OBSERVERS: dict[str, type] = {
     "request_counters": RequestCounters,
     "kv_events": KvEvents,
@@ -429,6 +437,7 @@ OBSERVERS: dict[str, type] = {
     "capacity": Capacity,
     "kv_readback": KvReadback,
     "adapter_requests": AdapterRequests,
+    "cached_blocks": CachedBlocks,
 }
 """Optional evidence channels, each declared as a Protocol. A cell lists the ones it really has in
 ``Description.observers``; probes ask for channels, never for an engine name."""

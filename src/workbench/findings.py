@@ -25,7 +25,6 @@ import datetime as _dt
 import json
 import math
 import os
-import tempfile
 import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -288,8 +287,11 @@ def to_json(finding: Finding) -> str:
 
 
 def recovery_dir() -> Path:
-    """Where a finding goes when its folder cannot take it (the system temp folder, per user)."""
-    return Path(tempfile.gettempdir()) / f"workbench-recovered-{os.getuid()}"
+    """Where a finding goes when its folder cannot take it (the user's temp folder, per user: not a command's own
+    temp root, which goes with the command, :func:`workbench.lifecycle.base_tempdir`)."""
+    from .lifecycle import base_tempdir
+
+    return base_tempdir() / f"workbench-recovered-{os.getuid()}"
 
 
 def recovered() -> list[Path]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from . import envvars
+from . import envvars, lifecycle
 from .executors import TIMEOUT, Executor, ExecutorError, Job, Ran, Start, node_lost, timed_out
 from .serve import is_loopback
 
@@ -126,6 +126,7 @@ def _local_head(ray: Any, num_cpus: int | None, kw: dict, tries: int = 3) -> str
     again, up to ``tries`` times."""
     for n in range(1, tries + 1):
         temp = tempfile.mkdtemp(prefix="wbray-", dir=os.environ.get("RAY_TMPDIR") or "/tmp")
+        lifecycle.adopt_folder(temp)  # removed with the command's temp root, however the command ends
         try:
             with _loopback():
                 ray.init(num_cpus=num_cpus, _node_ip_address="127.0.0.1", _temp_dir=temp, **kw)

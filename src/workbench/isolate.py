@@ -21,7 +21,7 @@ No child outlives its parent. The child leads a process group of its own, which 
 the child watches closes, and the child removes its temp folder and kills its own group. A pipe rather
 than ``PR_SET_PDEATHSIG``: the signal would kill the child alone, leaving the engine's processes behind. That
 folder is the child's temp folder (``TMPDIR``): what the child and the engine's processes make in temp (vLLM's
-``workbench-vllm-*`` socket folder) goes with it, however the parent ended.
+``wbv-*`` socket folder) goes with it, however the parent ended.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from . import envvars
+from . import envvars, lifecycle
 from .engine import WorkbenchError
 
 #: ``workbench probe`` and ``workbench doctor`` exit with this code when the engine crashed (2 is bad input).
@@ -296,7 +296,7 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequen
     names modules the work imports anyway; the child then forks from a forkserver that has them loaded.
     """
     ctx = _context(preload)
-    with tempfile.TemporaryDirectory(prefix="workbench-child-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="wbc-") as tmp:
         log_path = Path(tmp) / "stderr.log"
         log_path.touch()
         parent, child = ctx.Pipe(duplex=False)
@@ -306,6 +306,7 @@ def call(fn: Callable, *args: Any, timeout: float | None = None, preload: Sequen
                                                               os.getcwd(), fn, args, kwargs))
         try:
             proc.start()
+            lifecycle.adopt_group(proc.pid)  # the group it leads: the engine's processes, however they rename
         finally:
             stdout.close()
         child.close()

@@ -16,8 +16,8 @@ the taking lane's cores, through a forkserver for its engine that lane starts th
 either way. Taking jobs out of order is safe because no notebook reads another's output (each writes its own
 findings and files; the summary, which reads them all, runs after the lanes), so an engine's jobs need no order.
 
-Nothing outlives the batch: a Ctrl-C reaches the lanes (with the driver's process group, or from the driver when
-it alone was interrupted), each ends its notebook's kernel and its forkserver as a one-lane batch does, and a lane
+Nothing outlives the batch: a Ctrl-C or SIGTERM reaches the lanes (with the driver's process group, or from the
+driver when it alone was interrupted; a lane dies with its driver, :func:`workbench.lifecycle.die_with_parent`), each ends its notebook's kernel and its forkserver as a one-lane batch does, and a lane
 still there after :data:`STOP_GRACE_S` is killed (its kernels and forkserver end with their parent). A lane that
 dies mid-batch fails the notebook it was dealt and those left in its own queue, saying so (:func:`lost`; the last
 lane to go, all that are left); the others go on.
@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from . import cpu
+from . import cpu, lifecycle
 from .executors import ExecutorError, Job, Ran, Start
 
 #: How a lane runs its jobs: :func:`workbench.runner.in_turn` (jobs, run folder, start, verbose, timeout, untimed).
@@ -188,20 +188,17 @@ class Deal:
         return list(dict.fromkeys(left))
 
 
-def _interrupt_once(signum: int, frame: Any) -> None:
-    """A lane's first SIGINT interrupts it; a second (the driver passing on a Ctrl-C the lane already had) must not
-    cut short its way out (its kernel's and forkserver's shutdown)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
 def _lane(conn: Any, lane: Lane, in_turn: InTurn, jobs: list[Job], home: list[int], out: Path, verbose: bool,
           timeout_s: float | None, untimed: frozenset[str]) -> None:
     """A lane's process: pinned first, then the jobs the driver deals it (its ``home`` queue's forkservers start at
     once), each run through ``in_turn``, started by the driver and reported to it."""
     os.sched_setaffinity(0, lane.cpus)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # an inherited ignore stays (the driver's)
-        signal.signal(signal.SIGINT, _interrupt_once)
+    # the first SIGINT or SIGTERM interrupts the lane; a second (the driver passing on a Ctrl-C the lane already had)
+    # must not cut short its way out (its kernel's and forkserver's shutdown). The driver started it with them
+    # blocked, so none came while it imported (a traceback on the console); it dies with the driver
+    lifecycle.handle_signals(repeat="ignore")
+    lifecycle.die_with_parent(signal.SIGTERM, getattr(multiprocessing.parent_process(), "pid", None))
+    lifecycle.unblock()
     os.environ[LANE_ENV] = json.dumps(lane.where)
     index = {id(job): i for i, job in enumerate(jobs)}
 
@@ -257,7 +254,8 @@ def run(lanes: Sequence[Lane], in_turn: InTurn, jobs: Sequence[Job], out: Path, 
             mine, theirs = ctx.Pipe()
             proc = ctx.Process(target=_lane, args=(theirs, lane, in_turn, deal.jobs, list(home), out, verbose,
                                                    timeout_s, untimed), name=f"workbench-lane-{lane.index}")
-            proc.start()
+            with lifecycle.blocked():  # until the lane's own handlers are in place (_lane)
+                proc.start()
             theirs.close()
             with contextlib.suppress(OSError):  # pinned from here on, as it pins itself once it runs
                 os.sched_setaffinity(proc.pid, lane.cpus)

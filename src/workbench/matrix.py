@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -153,11 +155,20 @@ class _Loader(yaml.SafeLoader):
 def parse(path: Path) -> Any:
     """The YAML document in ``path``, read within :data:`MAX_BYTES`, UTF-8, :class:`_Loader`'s limits; every
     way it fails a one-line :class:`MatrixError` with the line."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + 1)
+    try:  # never blocks: a named pipe (or a device) waits for a writer that may never come
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise MatrixError(f"--matrix {path}: cannot be read ({e.strerror or e})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise MatrixError(f"--matrix {path} is not a regular file ({_file_kind(mode)}); give a YAML file (nothing was "
+                          "run)")
+    with open(fd, "rb") as f:
+        try:
+            data = f.read(MAX_BYTES + 1)
+        except OSError as e:
+            raise MatrixError(f"--matrix {path}: cannot be read ({e.strerror or e})") from None
     if len(data) > MAX_BYTES:
         raise MatrixError(f"--matrix {path}: over {MAX_BYTES // 1024} KiB; a run matrix is a short YAML file "
                           "(nothing was run)")
@@ -176,6 +187,14 @@ def parse(path: Path) -> Any:
                           ) from None
     except yaml.YAMLError as e:
         raise MatrixError(f"--matrix {path} is not YAML: {' '.join(str(e).split())} (nothing was run)") from None
+
+
+def _file_kind(mode: int) -> str:
+    for test, what in ((stat.S_ISFIFO, "a named pipe"), (stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a file"
 
 
 def check(doc: Any) -> list[str]:

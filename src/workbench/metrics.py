@@ -314,6 +314,7 @@ _DECLARED = [
        "reusable tokens recomputed for no attributed cause"),
     _m("ttft_p50_s", "TTFT p50", "s", "timed", "median time from a turn's EnsurePrefix to its first decoded token"),
     _m("ttft_p90_s", "TTFT p90", "s", "timed", "90th percentile of that time"),
+    _m("ttft_p95_s", "TTFT p95", "s", "timed", "95th percentile of that time"),
     _m("ttft_per_suffix_token_s", "TTFT per suffix token", "s", "derived",
        "least-squares TTFT slope per computed prompt token"),
     _m("ttft_per_context_token_s", "TTFT per context token", "s", "derived",
@@ -381,18 +382,37 @@ _DECLARED = [
        "ledger blocks beyond the pool the engine reported (above 0: blocks left with no removed event)"),
     _m("ledger_exact_fraction", "ledger exact", "ratio", "engine",
        "fraction of read-back requests whose engine-reported cached tokens equal the ledger's prediction"),
+    _m("engine_evicted_min_blocks", "evicted (at least)", "blocks", "engine",
+       "blocks the engine evicted, at least: the blocks its removed events named, or the blocks it stored beyond its "
+       "pool, whichever is more (a block stored into a full pool displaced one, announced or not)"),
+    _m("ledger_overclaimed_requests", "ledger overclaims", "count", "engine",
+       "read-back requests the ledger predicted more cached tokens for than the engine reported: blocks its events "
+       "still call held that the engine no longer serves"),
+    _m("engine_held_blocks", "engine holds", "blocks", "engine",
+       "blocks the engine's own prefix-cache index holds after the read-back, copies of one hash apart (vLLM "
+       "in-process: the (hash, block) entries of the scheduler's BlockPool.cached_block_hash_to_block)"),
+    _m("ledger_held_gap_blocks", "ledger − held", "blocks", "engine",
+       "the ledger's blocks (stored − removed) minus the blocks the engine's own index holds: 0 where the ledger "
+       "closes; above, blocks gone with no removed event; below, blocks held that no stored event announced"),
     _m("replay_resident_blocks", "replay", "blocks", "derived",
        "blocks an offline replay of the same requests (least recently used evicted) leaves held"),
     _m("replay_exact_fraction", "replay exact", "ratio", "derived",
        "fraction of requests whose engine-reported cached tokens equal the offline replay's"),
     _m("duplicate_copy_removals", "copy removals", "count", "engine",
        "removed events that took one copy of a hash the engine still held another of"),
-    _m("reset_inventory_blocks", "held after clear", "blocks", "engine",
-       "blocks the gateway's inventory held after the engine's cache was cleared or the engine restarted"),
-    _m("reset_clear_events", "clear events", "count", "engine",
-       "signals that emptied the gateway's inventory after the engine's cache was cleared or it restarted, by the time "
-       "the next request had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and the "
-       "consumer's own resyncs (a sequence gone backwards)"),
+    _m("reset_inventory_blocks", "held after clear", "blocks", "cell",
+       "blocks the gateway's inventory (the workbench's consumer) held after the engine's cache was cleared or the "
+       "engine restarted, before the next request"),
+    _m("reset_clear_events", "inventory emptied", "count", "cell",
+       "times the gateway's inventory was emptied after the engine's cache was cleared or it restarted, by the time "
+       "the next request had run: on the engine's clear events and on the consumer's own resyncs (a sequence gone "
+       "backwards, a gap it could not replay)"),
+    _m("reset_engine_clear_signals", "clear signals", "count", "engine",
+       "signals in the engine's own stream after its cache was cleared or it restarted, by the time the next request "
+       "had run: clear events (vLLM AllBlocksCleared, TensorRT-LLM a new pool's created) and event ids numbered "
+       "afresh (a restarted engine)"),
+    _m("reset_engine_clear_signals_early", "clear signals before", "count", "engine",
+       "the same signals of the engine's stream, arrived before the next request was sent"),
     _m("reset_engine_reused_tokens", "reuse after clear", "tokens", "engine",
        "cached tokens the engine reported for a request after its cache was cleared or it restarted"),
     _m("cross_tenant_predicted_tokens", "cross-tenant predicted", "tokens", "derived",
@@ -566,6 +586,21 @@ _DECLARED = [
        "for the whole prompt cold (certification tier A2)"),
     _m("task_pass_fraction", "task set passed", "ratio", "engine",
        "share of the quality smoke's tasks whose answer, the engine's greedy text, passed its checker"),
+    # what the figures draw of evidence rows (one per request, turn, trial or step), where no metric above is that
+    # quantity: a figure's trace names the metric it draws (workbench.panels.draws), so its unit is declared here once
+    _m("ttft_s", "TTFT", "s", "timed",
+       "one request's time to its first token (one trial, one turn, one request), measured by the workbench"),
+    _m("step_s", "step time", "s", "timed",
+       "wall time of one timed step (a set-up, a request, a warm-up, a contract call), measured around it"),
+    _m("elapsed_s", "elapsed", "s", "timed", "seconds since what a timeline follows started (a consumer, a pool)"),
+    _m("shape_hit_rate", "hit rate", "ratio", "engine",
+       "engine-read cached_tokens / prompt tokens over one routing shape's requests"),
+    _m("inventory_blocks", "inventory", "blocks", "engine",
+       "blocks an endpoint's event inventory holds, built from the engine's own stored and removed events"),
+    _m("consumer_seen_fraction", "share seen", "ratio", "engine",
+       "fraction of the engine's event stream one consumer received"),
+    _m("check_held", "check held", "bool", "derived",
+       "one check of a probe held (yes), was contradicted (no) or was not read: what a check's marker shows"),
 ]
 
 METRICS: dict[str, Metric] = {m.tag: m for m in _DECLARED}

@@ -76,7 +76,7 @@ def _cell_options(engine: str, value: Any) -> None:
 
     if not isinstance(value, Mapping):
         raise ValueError(f"must be a mapping of cell option to value, got {value!r}")
-    cells.known_options(cells.options_class(engine), engine, value)
+    cells.check_options(engine, value)
 
 
 def _trace(engine: str, value: Any) -> None:

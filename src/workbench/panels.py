@@ -7,8 +7,10 @@ reader is ruled out here, once, for every figure kind:
 
 - *two quantities on one axis*: a builder draws one axis pair (one that draws on a second, as plotly's own
   ``make_subplots`` would, is refused: its traces would land on the first panel's axes in another unit), and each
-  trace carries the quantity it shows in ``meta`` (its own ``meta["unit"]`` where the builder gave one, else its axis
-  title), so a page check sees two quantities meet on one axis;
+  trace names the metric it draws (:func:`draws`: one :mod:`workbench.metrics` declares, with its unit), from which
+  :func:`label_units` stamps the quantity it shows on its axis (``meta``); a trace that names none is refused, never
+  labelled with its axis title (which every trace on the axis shares, so two quantities on it looked like one), and a
+  page check sees two quantities meet on one axis;
 - *a panel with no data*: an engine without a finding, that did not run, or whose rows hold nothing this figure
   draws gets no panel; the caption says which and why (``Absent``);
 - *a series hidden under another*: series a builder drew with the same points (arms that reused the same tokens,
@@ -30,7 +32,7 @@ from typing import Any, Sequence
 import plotly.colors
 import plotly.graph_objects as go
 
-from . import plotstyle
+from . import metrics, plotstyle
 
 NARROWEST_PLOT_PX, CHAR_PX = 700, 7  # a figure's plot area at its narrowest (two figures side by side on a 1920 px
 #                                     page; one alone spans 880 px at 1024); a 12 px character
@@ -60,6 +62,7 @@ class SideBySide:
     fig: go.Figure | None
     absent: tuple[Absent, ...] = ()
     panels: int = 0  # engines drawn (1: laid out for half a page, beside another)
+    integrity: str = ""  # its result class and p50/p90/p95 with the run count, as its subtitle says them
 
     @property
     def caption(self) -> str:
@@ -100,8 +103,8 @@ def wrapped(text: str, width: int = 42) -> str:
 
 
 def _axis_title(fig: go.Figure, axis: str) -> str:
-    """The quantity axis ``axis`` (``xaxis``, ``yaxis2``) of a one-panel figure shows: its title, or "fraction (%)"
-    where only its tick format says so."""
+    """The title of axis ``axis`` (``xaxis``, ``yaxis2``) of a one-panel figure, or "fraction (%)" where only its
+    tick format says so: what :func:`shares_y` compares (the quantities themselves come from the traces)."""
     a = fig.layout[axis] if axis in fig.layout else None
     if a is None:
         return ""
@@ -111,18 +114,122 @@ def _axis_title(fig: go.Figure, axis: str) -> str:
     return "fraction (%)" if a.tickformat and "%" in a.tickformat else ""
 
 
+_QUANTITY = {metrics.Unit.TOKENS: "tokens", metrics.Unit.BLOCKS: "blocks", metrics.Unit.BYTES: "bytes",
+             metrics.Unit.SECONDS: "time", metrics.Unit.RATIO: "fraction", metrics.Unit.COUNT: "count",
+             metrics.Unit.BOOL: "yes/no", metrics.Unit.P: "p-value", metrics.Unit.TIMES: "times",
+             metrics.Unit.LOGIT: "logit", metrics.Unit.SD: "standard deviations",
+             metrics.Unit.TOKENS_PER_S: "throughput", metrics.Unit.REQUESTS_PER_S: "request rate"}
+_BARE = {metrics.Unit.RATIO, metrics.Unit.BOOL, metrics.Unit.P, metrics.Unit.LOGIT}  # no unit to name beside
+
+
+def quantity(tag: str, unit: str | None = None) -> str:
+    """The quantity a trace drawing metric ``tag`` shows, in the unit it is drawn in (``unit``: a display unit its
+    declared one converts to, e.g. ms for seconds; default the declared one): ``time (s)``, ``time (ms)``,
+    ``fraction``, ``tokens``. Two traces on one axis must show one quantity in one unit."""
+    m = metrics.get(tag)
+    shown = unit or m.unit.value
+    if shown != m.unit.value:
+        m.unit.convert(1.0, shown)  # a ValueError names the units it converts to
+    name = _QUANTITY[m.unit]
+    if shown == name or (unit is None and m.unit in _BARE):
+        return name
+    return f"{name} ({'×' if shown == 'x' else shown})"
+
+
+def draws(metric: str, *, x: str | None = None, y: str | None = None, unit: str | None = None,
+          stat: str | None = None, runs: Sequence[int] | int | None = None) -> dict:
+    """What one trace draws, as a builder gives it in the trace's ``meta``: the declared ``metric`` (its quantity
+    from its unit, drawn in ``unit`` where given) on the axis left unnamed, against what the other axis shows (``x``:
+    a shape, a turn, a context tier; ``y`` for bars laid horizontally); where both are named (a strip of categories),
+    the metric is what each marker's colour shows. ``stat``: what each point is over repeated runs (``p50``, ``p90``,
+    ``p95``), with the ``runs`` behind each point (benchmark integrity's run count); absent, each point is one
+    measurement or a figure of one run."""
+    if (x is None) and (y is None):
+        raise ValueError(f"draws({metric!r}): name what the other axis shows (x= or y=)")
+    quantity(metric, unit)  # declared, and the unit is one it converts to
+    out: dict[str, Any] = {"metric": metric, "unit": unit, "x": x, "y": y}
+    if stat is not None:
+        out |= {"stat": stat, "runs": [runs] if isinstance(runs, int) else list(runs or ())}
+    return out
+
+
 def label_units(panel: go.Figure, engine: str) -> None:
-    """Stamp each trace of a one-panel figure with the quantities it shows (``meta``: ``x``, ``y`` and its panel):
-    its own ``meta["unit"]`` for y where the builder gave one, else the titles of the axes it was drawn on. A trace
-    drawn on a second axis pair is refused: :func:`compose` lays out one axis pair per panel."""
+    """Stamp each trace of a one-panel figure with the quantities it shows (``meta``: ``x``, ``y``, the ``metric`` and
+    its panel): on the axis the builder's :func:`draws` left unnamed, the quantity of the metric it draws (from the
+    metric's declared unit, never from the axis title, which every trace on the axis shares); on the other, what the
+    builder named. Refused: a trace that names no declared metric (its quantity cannot be told from its axis's), and
+    a trace drawn on a second axis pair (:func:`compose` lays out one axis pair per panel)."""
     for t in panel.data:
         own = t.meta if isinstance(t.meta, dict) else {}
         axes = (getattr(t, "xaxis", None) or "x", getattr(t, "yaxis", None) or "y")
         if axes != ("x", "y"):
             raise ValueError(f"a figure builder drew {t.name or 'a trace'!r} on axes {axes[0]}/{axes[1]}: a panel has "
                              "one axis pair; draw each quantity as a figure of its own")
-        t.meta = {"panel": engine, "x": own.get("x_unit") or _axis_title(panel, "xaxis"),
-                  "y": own.get("unit") or _axis_title(panel, "yaxis")}
+        tag = own.get("metric")
+        if not tag or tag not in metrics.METRICS:
+            raise ValueError(f"a figure builder drew {t.name or 'a trace'!r} without naming the declared metric it "
+                             f"draws (panels.draws; got {tag!r}): its quantity would be its axis title, which every "
+                             "trace on the axis shares, so two quantities on one axis would read as one")
+        q = quantity(tag, own.get("unit"))
+        t.meta = {"panel": engine, "metric": tag, "x": own.get("x") or q, "y": own.get("y") or q,
+                  **{k: own[k] for k in ("stat", "runs") if k in own}}
+
+
+PERCENTILE_MARKS = (("p50", "circle"), ("p90", "diamond-open"), ("p95", "triangle-up-open"))
+"""How a figure over repeated runs marks each percentile (one colour and one legend entry per series): p50 a filled
+marker on the series' line, p90 ◇, p95 △; the figure's subtitle says so and gives the run count."""
+MARKS_WORDS = "p50 ●, p90 ◇, p95 △"
+
+
+def percentile_traces(name: str, x: Sequence[Any], ps: Sequence[Any], metric: str, *, along: str,
+                      unit: str | None = None, show: Any = None, line: bool = True) -> list[go.Scatter]:
+    """A series over repeated runs as benchmark integrity publishes it: at each ``x`` its p50, p90 and p95 over the
+    runs (``ps``: :class:`workbench.certify.integrity.Percentiles`, None where no run gave a value), drawn in
+    ``unit`` (a display unit of the metric's); the p50's marker on the series' line (``line``), the p90's and
+    p95's beside it, all under one name (one colour, one legend entry), the hover giving all three with the run
+    count. Grouped beside other series at one category where the layout's ``scattermode`` is ``group``."""
+    scale = metrics.get(metric).unit.convert(1.0, unit) if unit else 1.0
+    out = []
+    for stat, symbol in PERCENTILE_MARKS:
+        first = stat == "p50"  # p90 and p95 only where several runs spread them (over one run they are its value)
+        kept = [(xv, p) for xv, p in zip(x, ps) if p is not None and (first or p.runs > 1)]
+        if not kept:
+            continue
+        xs, runs = [xv for xv, _ in kept], [p.runs for _, p in kept]
+        text = [p.text(show) if show else p.text() for _, p in kept]
+        out.append(go.Scatter(
+            x=xs, y=[getattr(p, stat) * scale for _, p in kept], name=name, offsetgroup=name,
+            mode="lines+markers" if first and line else "markers", showlegend=first,
+            marker=dict(symbol=symbol, size=9 if first else 10), text=text,
+            hovertemplate=f"%{{x}} · {stat} %{{y:.3g}}<br>%{{text}}<extra>{name}</extra>",
+            meta=draws(metric, x=along, unit=unit, stat=stat, runs=runs)))
+    return out
+
+
+def integrity_words(classes: Sequence[str], panels: Sequence[go.Figure], runs: Sequence[int]) -> str:
+    """What a figure publishes, in one line of its subtitle (benchmark integrity): the result class of the findings
+    it draws (each engine's where they differ: mixed classes are never compared) and its p50/p90/p95 over repeated
+    runs with the run count, from the traces' ``stat`` (:func:`percentile_traces`); a figure with none draws each
+    run's own values, and says how many runs (``runs``: per panel) and that it gives no percentiles across them."""
+    said = list(dict.fromkeys(classes))
+    head = (f"result class {said[0]}" if len(said) == 1 else
+            f"result classes {', '.join(said)} (mixed classes: not compared)") if said else "no result class"
+    counts = [n for p in panels for t in p.data if isinstance(t.meta, dict) and t.meta.get("stat")
+              for n in t.meta.get("runs") or ()]
+    if counts:
+        lo, hi = min(counts), max(counts)
+        n = f"{lo}" if lo == hi else f"{lo}–{hi}"
+        one = "; 1 run: no spread" if lo == 1 else ""
+        return f"{head} · p50 · p90 · p95 over {n} run{'' if n == '1' else 's'} of the whole workload " \
+               f"({MARKS_WORDS}){one}"
+    n = max(runs or [1])
+    each = "1 run: its own values" if n == 1 else f"{n} runs drawn together, each point one run's own"
+    return f"{head} · {each}, no p50 · p90 · p95 across runs"
+
+
+def quantities(panel: go.Figure, axis: str = "y") -> set[str]:
+    """The quantities a labelled panel's traces show on ``axis``."""
+    return {t.meta.get(axis) for t in panel.data if isinstance(t.meta, dict) and t.meta.get(axis)}
 
 
 # --------------------------------------------------------------------------- series that would hide each other
@@ -136,8 +243,10 @@ def _points(t: Any) -> str | None:
     if "x" not in key and "y" not in key:
         return None
     mode = t.mode if t.type == "scatter" else ""
-    return json.dumps([t.type, mode, {k: list(v) if isinstance(v, (tuple, list)) else v for k, v in key.items()}],
-                      sort_keys=True, default=str)
+    own = t.meta if isinstance(t.meta, dict) else {}
+    shows = quantity(own["metric"], own.get("unit")) if own.get("metric") in metrics.METRICS else None
+    return json.dumps([t.type, mode, shows, {k: list(v) if isinstance(v, (tuple, list)) else v
+                                             for k, v in key.items()}], sort_keys=True, default=str)
 
 
 def _joined(names: Sequence[str]) -> str:
@@ -197,16 +306,19 @@ def _largest(panel: go.Figure) -> float:
     return top
 
 
-def shares_y(panels: Sequence[go.Figure], models: Sequence[str]) -> tuple[bool, str]:
+def shares_y(panels: Sequence[go.Figure], models: Sequence[str], classes: Sequence[str] = ()) -> tuple[bool, str]:
     """Whether the drawn panels share their quantity axis, and where they do not (and there are several), why: the
-    same quantity (one builder's axis title), numbers on every panel, one model, and largest values within
-    :data:`SHARE_SPAN` of each other (a shared linear axis flattened 0.09 s bars beside 3.9 s ones)."""
+    same quantity (one builder's axis title, one quantity of its traces), numbers on every panel, one result class
+    (mixed classes are never compared), one model, and largest values within :data:`SHARE_SPAN` of each other (a
+    shared linear axis flattened 0.09 s bars beside 3.9 s ones)."""
     if len(panels) < 2:
         return False, ""
     if not all(_numeric(t, "y") for p in panels for t in p.data):
         return False, ""  # categorical lanes: each panel its own, as its labels need
-    if len({_axis_title(p, "yaxis") for p in panels}) > 1:
+    if len({_axis_title(p, "yaxis") for p in panels}) > 1 or len(set().union(*(quantities(p) for p in panels))) > 1:
         return False, "each panel on its own axes: they show different quantities"
+    if len(set(classes)) > 1:
+        return False, "each panel on its own axes: their result classes differ, and mixed classes are never compared"
     if len(set(models)) > 1:
         return False, f"each panel on its own axes: the models differ ({', '.join(dict.fromkeys(models))}), so " \
                       "the panels do not compare engines"
@@ -254,12 +366,12 @@ def _subtitle(lines: Sequence[str], width_px: float) -> str:
 
 
 def compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str, models: Sequence[str],
-            subtitle: str = "") -> go.Figure:
+            subtitle: str | Sequence[str] = "", classes: Sequence[str] = ()) -> go.Figure:
     """One row of plotly subplots from one-panel figures that each drew something (traces, axes, shapes and notes
     moved to their column), each panel on axes of its own unless :func:`shares_y` says they share the quantity
     axis (then named once). x is never shared: engines sweep their own ranges. A one-panel figure is laid out for
     half a page (the report sets two side by side): its titles wrapped to that width."""
-    shared, why = shares_y(panels, models)
+    shared, why = shares_y(panels, models, classes)
     lanes = len(panels) > 1 and not all(_numeric(t, "y") for p in panels for t in p.data)
     spacing = 0.07 if shared else 0.11 if not lanes else 0.13
     width = HALF_PLOT_PX if len(panels) == 1 else NARROWEST_PLOT_PX
@@ -283,10 +395,11 @@ def compose(panels: Sequence[go.Figure], titles: Sequence[str], title: str, mode
         fig.update_yaxes(matches="y", title_text=None, row=1, col=col)
     _colour(fig)
     lead = panels[0].layout
-    sub = title + _subtitle([subtitle, why], width + 90)
+    sub = title + _subtitle([*([subtitle] if isinstance(subtitle, str) else subtitle), why], width + 90)
     # the title at the top of the figure, the panels' titles below it, the legend at the bottom: each in its own
     # band, so no text overlaps at any page width (tests/browser checks 1024–1920 px)
-    fig.update_layout(height=560, barmode=lead.barmode, showlegend=lead.showlegend is not False,
+    fig.update_layout(height=560, barmode=lead.barmode, scattermode=lead.scattermode,
+                      showlegend=lead.showlegend is not False,
                       title=dict(text=sub, x=0.5, xanchor="center", y=0.97, yref="container", yanchor="top"),
                       margin=dict(l=70, r=20, t=70 + 16 * (sub.count("<br>") - 1)
                                   + 16 * max(t.count("<br>") + 1 for t in titles), b=140),

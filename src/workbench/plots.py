@@ -59,9 +59,10 @@ def _having(rows: Rows, *keys: str) -> list[dict]:
     return [r for r in rows if all(r.get(k) is not None for k in keys)]
 
 
-def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, y_title: str,
-           log_x: bool = False, hover: Sequence[str] = ()) -> go.Figure:
-    """One line per ``group`` value, ``y`` against ``x``, in the order the probe produced the groups."""
+def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, y_title: str, metric: str,
+           along: str, log_x: bool = False, hover: Sequence[str] = ()) -> go.Figure:
+    """One line per ``group`` value, ``y`` (the declared ``metric``) against ``x`` (what ``along`` names), in the
+    order the probe produced the groups."""
     rows = _having(rows, x, y, group)
     if not rows:
         return empty(title, "no evidence rows")
@@ -70,6 +71,7 @@ def curves(rows: Rows, *, x: str, y: str, group: str, title: str, x_title: str, 
         pts = sorted((r for r in rows if r[group] == g), key=lambda r: r[x])
         fig.add_trace(go.Scatter(
             x=[r[x] for r in pts], y=[r[y] for r in pts], mode="lines+markers", name=str(g),
+            meta=_panels.draws(metric, x=along),
             customdata=[[r.get(h) for h in hover] for r in pts],
             hovertemplate=f"{group}={g}<br>{x}=%{{x}}<br>{y}=%{{y:.3g}}"
                           + "".join(f"<br>{h}=%{{customdata[{i}]}}" for i, h in enumerate(hover)) + "<extra></extra>",
@@ -87,7 +89,7 @@ def survival(rows: Rows) -> go.Figure:
     fig = curves(rows, x="pressure", y="survival", group="arm", log_x=True,
                  title="Survival of the retained prefix under pressure",
                  x_title="cumulative filler load (× free capacity; dotted: free capacity exhausted)",
-                 y_title="survival (prefix held / prefix)",
+                 y_title="survival (prefix held / prefix)", metric="engine_reuse_fraction", along="filler load",
                  hover=("engine_resident", "reused_tokens", "baseline_reused", "fillers_refused"))
     if rows:
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
@@ -101,7 +103,8 @@ def warmup(rows: Rows) -> go.Figure:
     fig = curves(labelled, x="pressure", y="fraction", group="length",
                  title="Prefix materialized by the warm-up, under pressure",
                  x_title="filler load between warm-up and follow-up (× free capacity)",
-                 y_title="follow-up reuse (fraction of prefix)", hover=("followup_reused", "fillers_refused"))
+                 y_title="follow-up reuse (fraction of prefix)", metric="reuse_fraction", along="filler load",
+                 hover=("followup_reused", "fillers_refused"))
     if labelled:
         fig.update_yaxes(range=[-0.05, 1.05], tickformat=".0%")
     return fig
@@ -118,9 +121,10 @@ def reuse_matrix(rows: Rows) -> go.Figure:
         return empty(title, "no evidence rows")
     cases = list(dict.fromkeys(r["case"] for r in rows))
     fig = plotstyle.axes(title, "case", "reused tokens")
-    channels = [("expected_reused", "expected (token ids)", "#424242"), ("reported_reused", "reported (cell)", "#1565c0"),
-                ("engine_reused", "engine accounting", "#8e24aa")]
-    for key, name, colour in channels:
+    channels = [("expected_reused", "expected (token ids)", "#424242", "expected_reused_tokens"),
+                ("reported_reused", "reported (cell)", "#1565c0", "reused_tokens"),
+                ("engine_reused", "engine accounting", "#8e24aa", "engine_reused_tokens")]
+    for key, name, colour, metric in channels:
         means, hovers = [], []
         for c in cases:
             vals = [r[key] for r in rows if r["case"] == c and r.get(key) is not None]
@@ -132,6 +136,7 @@ def reuse_matrix(rows: Rows) -> go.Figure:
         if all(m is None for m in means):
             continue
         fig.add_trace(go.Bar(x=cases, y=means, name=name, marker_color=colour, hovertext=hovers,
+                             meta=_panels.draws(metric, x="case"),
                              hovertemplate="%{x}<br>%{y:.1f} tokens<br>%{hovertext}<extra>" + name + "</extra>"))
     fig.update_layout(barmode="group")
     return fig
@@ -163,6 +168,7 @@ def timeline(rows: Rows, *, spans: Sequence[tuple[str, str]], lane: str, title: 
     for label, b in bars.items():
         if b["x"]:
             fig.add_trace(go.Bar(orientation="h", name=label, y=b["y"], x=b["x"], base=b["base"], hovertext=b["text"],
+                                 meta=_panels.draws("step_s", y=lane),
                                  hovertemplate="%{hovertext}<extra></extra>"))
     fig.update_layout(barmode="overlay")
     fig.update_yaxes(categoryorder="array", categoryarray=list(dict.fromkeys(str(r[lane]) for r in timed))[::-1])
@@ -180,8 +186,10 @@ def latency(rows: Rows) -> go.Figure:
     for i, proc in enumerate(procs):  # every trial as a point, spread across its lane, and the lane's median
         ys = [r["ttft_s"] for r in rows if r["procedure"] == proc]
         xs = [i + 0.3 * ((k * 0.618034) % 1 - 0.5) for k in range(len(ys))]  # a fixed spread: a redraw is identical
-        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=str(proc), marker=dict(size=6, opacity=0.6)))
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=str(proc), marker=dict(size=6, opacity=0.6),
+                                 meta=_panels.draws("ttft_s", x="procedure")))
         fig.add_trace(go.Scatter(x=[i - 0.3, i + 0.3], y=[statistics.median(ys)] * 2, mode="lines", showlegend=False,
+                                 meta=_panels.draws("ttft_s", x="procedure"),
                                  line=dict(color="#333", width=2), name=f"{proc} median", hoverinfo="name+y"))
     fig.update_xaxes(tickvals=list(range(len(procs))), ticktext=[str(p) for p in procs], range=[-0.6, len(procs) - 0.4])
     fig.update_yaxes(type="log")
@@ -197,8 +205,10 @@ def capacity(rows: Rows) -> go.Figure:
         return empty(title, "no evidence rows")
     x = [f"{r['budget_tokens']} tok" for r in rows]
     fig = plotstyle.axes(title, "byte budget (as tokens)", "tokens")
-    fig.add_trace(go.Bar(x=x, y=[r["budget_tokens"] for r in rows], name="budget"))
+    fig.add_trace(go.Bar(x=x, y=[r["budget_tokens"] for r in rows], name="budget",
+                         meta=_panels.draws("budget_tokens", x="byte budget")))
     fig.add_trace(go.Bar(x=x, y=[r["measured_capacity_tokens"] for r in rows], name="measured capacity",
+                         meta=_panels.draws("measured_capacity_tokens", x="byte budget"),
                          hovertext=[r.get("measured_by") for r in rows]))
     fig.update_layout(barmode="group")
     return fig
@@ -245,6 +255,7 @@ def loop_ttft(rows: Rows) -> go.Figure:
     for arm, rs in arms.items():
         fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["ttft_s"] for r in rs], mode="lines+markers",
                                  name=arm, customdata=[[r.get("prompt"), r.get("computed")] for r in rs],
+                                 meta=_panels.draws("ttft_s", x="turn"),
                                  hovertemplate="prompt %{customdata[0]} · computed %{customdata[1]}<br>"
                                                "TTFT %{y:.3f} s<extra>" + arm + "</extra>"))
     fig.update_yaxes(type="log")
@@ -262,10 +273,11 @@ def loop_reuse(rows: Rows) -> go.Figure:
     fig.update_xaxes(dtick=1)
     first = next(iter(arms.values()))
     fig.add_trace(go.Scatter(x=[r["step"] for r in first], y=[r["theoretical"] for r in first], mode="lines",
-                             name="theoretical", line=dict(dash="dash", color="#212121")))
+                             name="theoretical", line=dict(dash="dash", color="#212121"),
+                             meta=_panels.draws("expected_reused_tokens", x="turn")))
     for arm, rs in arms.items():
         fig.add_trace(go.Scatter(x=[r["step"] for r in rs], y=[r["reused"] for r in rs], mode="markers",
-                                 name=f"reused · {arm}"))
+                                 name=f"reused · {arm}", meta=_panels.draws("reused_tokens", x="turn")))
     return fig
 
 
@@ -281,7 +293,9 @@ def loop_attribution(rows: Rows) -> go.Figure:
     for col in ("reused", *CATEGORIES):
         sums = [sum(r.get(col) or 0 for r in rs) for rs in arms.values()]
         if any(sums) or col == "unexplained":
-            fig.add_trace(go.Bar(x=list(arms), y=sums, name=col.replace("_", " ")))
+            fig.add_trace(go.Bar(x=list(arms), y=sums, name=col.replace("_", " "), meta=_panels.draws(
+                {"reused": "reused_tokens", "unexplained": "unexplained_miss_tokens"}.get(col, "computed_tokens"),
+                x="arm")))
     fig.update_layout(barmode="relative")
     return fig
 
@@ -299,7 +313,7 @@ def loop_speedup(rows: Rows) -> go.Figure:
         return empty(title, "no arm with a speed-up")
     fig = plotstyle.axes(title, "arm", "speed-up (×)")
     fig.add_trace(go.Bar(x=[r["arm"] for r in ran], y=[r[value] for r in ran], name="speed-up",
-                         marker_color="#1565c0",
+                         marker_color="#1565c0", meta=_panels.draws(value, x="arm"),
                          error_y=dict(type="data", symmetric=False, array=[r[high] - r[value] for r in ran],
                                       arrayminus=[r[value] - r[low] for r in ran])))
     fig.add_hline(y=1, line_dash="dot", line_color="#999")
@@ -358,7 +372,11 @@ def for_finding(f: Finding, rows: Rows | None = None) -> list[tuple[str, go.Figu
     for decl, build in _declared(f.probe):
         data = rows_of(decl, [f]) if rows is None or decl.rows != "evidence" else rows
         fig = build(data) if data else empty(decl.name, f"{f.verdict}: {f.reason or 'no evidence rows'}")
-        fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}")
+        _panels.label_units(fig, f.engine)
+        said = _panels.integrity_words([_class_of([f])], [fig], [1])
+        sub = "".join(f"<br><sup>{line}</sup>" for line in _panels.wrapped(said, 100).split("<br>"))
+        fig.update_layout(title_text=f"{fig.layout.title.text} — {f.engine} · {(f.params or {}).get('model', '')}"
+                                     + sub, margin_t=60 + 16 * sub.count("<br>"))
         figs.append((decl.name, plotstyle.log_ticks(fig)))
     return figs
 
@@ -393,11 +411,46 @@ def side_by_side(probe: str, findings: Sequence[Finding], engines: Sequence[str]
                 absent.append(_panels.Absent(_label(engine, fs), why))
                 continue
             _panels.label_units(panel, engine)
-            drawn.append((panel, _panel_title(engine, fs, decl.claim.subject), model_of(fs[0])))
-        composed = (_panels.compose([p for p, _, _ in drawn], [t for _, t, _ in drawn], title,
-                                    [m for _, _, m in drawn], how) if drawn else None)
-        out.append(SideBySide(fig.name, _panels.plain(title), composed, tuple(absent), len(drawn)))
+            drawn.append(_Drawn(panel, _panel_title(engine, fs, decl.claim.subject), model_of(fs[0]),
+                                _class_of(fs), _runs(fs)))
+        said = _panels.integrity_words([d.result_class for d in drawn], [d.panel for d in drawn],
+                                       [d.runs for d in drawn])
+        composed = (_panels.compose([d.panel for d in drawn], [d.title for d in drawn], title,
+                                    [d.model for d in drawn], [how, said], [d.result_class for d in drawn])
+                    if drawn else None)
+        out.append(SideBySide(fig.name, _panels.plain(title), composed, tuple(absent), len(drawn),
+                              said if drawn else ""))
     return out
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """One engine's panel of a side-by-side figure, with what its title and subtitle say of it."""
+
+    panel: go.Figure
+    title: str
+    model: str
+    result_class: str
+    runs: int
+
+
+def _class_of(found: Sequence[Finding]) -> str:
+    """The result class of the findings a panel draws (benchmark integrity's, as :mod:`workbench.certify.integrity`
+    reads it; several joined where a panel's findings differ)."""
+    from .certify.integrity import result_class
+
+    ran = [f for f in found if f.verdict != "not-run"] or list(found)
+    return " + ".join(dict.fromkeys(result_class(f)[0] for f in ran))
+
+
+def _runs(found: Sequence[Finding]) -> int:
+    """Runs a panel draws of one series' source: the most findings of one probe (each one run of its workload;
+    the loop's arms are a probe each)."""
+    per: dict[str, int] = {}
+    for f in found:
+        if f.verdict != "not-run" and f.evidence.get("rows"):
+            per[f.probe] = per.get(f.probe, 0) + 1
+    return max(per.values(), default=1)
 
 
 def columns(probe: str, findings: Sequence[Finding], engines: Sequence[str] = ()) -> list[tuple[str, list[Finding]]]:

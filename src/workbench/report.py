@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import jinja2
 import markupsafe
@@ -160,6 +160,17 @@ class Badge:
     detail: str
     reason: str | None = None
     href: str = "#not-run"
+
+    @property
+    def lead(self) -> str | None:
+        """The reason as the grid's narrow cell shows it: without a parenthesised name its tooltip gives (``detail``:
+        its model, which no 9em column holds whole, "(synthetic-35629653129c)" broken over two lines at 1024 px)."""
+        if not self.reason:
+            return self.reason
+        said = self.reason
+        for name in self.detail.replace("·", " ").split():
+            said = said.replace(f" ({name})", "")
+        return said
 
 
 @dataclass(frozen=True)
@@ -527,7 +538,7 @@ def loop_arms(found: Found):
     the loop did not run here."""
     from .loop.table import arm_table
 
-    table = arm_table(standing_findings(found, "loop"))
+    table = arm_table(standing_findings(found, "loop"), [f for _, f in found])
     return table if table.rows or table.not_run else None
 
 
@@ -620,7 +631,7 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
         unknowns=_records(unknowns),
         colours=plots.VERDICT_COLOURS,
         figures=figures,
-        evaltables=[(rel(p.with_suffix(".md")), setup, rows) for p, setup, rows in _evaltable.in_run(out)],
+        evaltables=evaltables(out, found, rel),
         certification=certification(found),
         evaltable_heads=_evaltable.heads(),
         plotlyjs=_plotlyjs(figures) if figures else "",
@@ -631,14 +642,41 @@ def render(out: Path, manifest: Manifest | None = None, against: Path | None = N
     )
 
 
+def evaltables(out: Path, found: Found, rel: Callable[[object], str | None]) -> list[dict]:
+    """The eval tables a batch wrote in ``out`` (:func:`workbench.evaltable.table.in_run`), each with what its cells
+    show (:func:`~workbench.evaltable.table.spread_words`: p50 · p90 · p95 over the repeats with the run count, the
+    rows' result class) and the quality smoke of each backend it measured, as the certification matrix reads it
+    (:mod:`workbench.certify.matrix`; without one, :func:`~workbench.certify.integrity.throughput_words` says no
+    throughput claim stands)."""
+    tables = _evaltable.in_run(out)
+    cells = _certification.build(found) if tables and found else []
+    shown = []
+    for path, setup, rows in tables:
+        measured = dict.fromkeys(r[0].text for r in rows if r[3].span == 1)  # a row not measured spans its reason
+        quality = []
+        for backend in measured:
+            mine = [c for c in cells if c.engine == backend and c.status == "measured"]
+            quality += [f"{backend} on {c.model}: " + (f"{c.quality} ({c.quality_said})" if c.quality != "not-run"
+                                                          else _integrity.throughput_words(None, c.quality_said))
+                        for c in mine]
+            if not mine:
+                quality.append(f"{backend}: " + _integrity.throughput_words(None, "no finding of it in this run"))
+        shown.append({"md": rel(path.with_suffix(".md")), "setup": setup, "rows": rows,
+                      "cells": _evaltable.spread_words(setup),
+                      "quality": quality or ["no backend measured in this table, so none to run it on"]})
+    return shown
+
+
 def certification(found: Found) -> dict | None:
     """The certification matrix's section (:mod:`workbench.certify.matrix`): its heads and rows as text; None
     without findings."""
     if not found:
         return None
+    from .certify import product
+
     return {"heads": list(_certification.HEADS),
             "rows": [_certification.text_row(c, reasons=False, where="Engines that did not run")
-                     for c in _certification.build(found)]}
+                     for c in _certification.build(found)], "product": product.product_words(found).replace("`", "")}
 
 
 def _whole_words(text: object) -> markupsafe.Markup:

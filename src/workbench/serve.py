@@ -42,12 +42,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from . import lifecycle
 from .engine import WorkbenchError
 from .files import tail
 from .isolate import EngineCrashed, TAIL_LINES
 
 LOOPBACK = "127.0.0.1"
 STOP_GRACE_S = 15.0  # vLLM shuts its engine core down on SIGTERM; llama-server exits at once
+
+
+class ServerRefused(WorkbenchError, ValueError):
+    """The server exited before it was ready because of what it was given (an argument it does not take, a port
+    another process holds): the user's to fix, exit 2 (never a crash)."""
+
+
+#: What a server's log says when the address it was to bind is taken (llama-server: "couldn't bind HTTP server
+#: socket"; uvicorn: "[Errno 98] ... address already in use").
+PORT_TAKEN = r"(?i)(couldn't bind|address already in use)[^\n]*"
 
 
 class ServerDied(EngineCrashed):
@@ -79,6 +90,9 @@ class Launch:
     death_signal: int = signal.SIGTERM
     #: environment variables :func:`start` points at a fresh folder of the server's own, removed once it stopped
     scratch: tuple[str, ...] = ()
+    #: what the server's log says when it refuses its command line (a regular expression; its first match is
+    #: quoted): a server that exits so before it is ready was given bad arguments (:class:`ServerRefused`), not a crash
+    refused_args: str | None = None
 
 
 #: Server flags the workbench sets itself and must know, by the ``workbench serve`` option (and served-cell option)
@@ -109,7 +123,7 @@ class ServerRequest:
     model_path: str
     host: str = LOOPBACK
     port: int = 0  # 0: the OS picks one
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never printed: passed in the server's environment
     threads: int = 1
     slots: int = 1
     context_tokens: int = 4096  # per slot
@@ -152,6 +166,50 @@ def check_host(host: str, api_key: str | None, surfaces: str = CONTROL_ROUTES) -
     except (OSError, UnicodeError) as e:
         raise ValueError(f"cannot bind host {host!r} here ({getattr(e, 'strerror', None) or e}); give an address "
                          "of this machine, e.g. 127.0.0.1") from None
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse a ``port`` (0: the OS picks one, never refused) that another process holds on ``host``, before
+    anything starts; bound as a server binds it (SO_REUSEADDR: a port some closed connection waits on is free)."""
+    if not port:
+        return
+    if not 0 < port <= 65535:
+        raise ServerRefused(f"port must be 0 (the OS picks) to 65535, got {port}")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise ServerRefused(f"port {port} on {host} is {_taken(e)}: give another --port, or leave it out for one "
+                                "the OS picks") from None
+
+
+def _taken(e: OSError) -> str:
+    import errno
+
+    if e.errno == errno.EADDRINUSE:
+        return "in use by another process"
+    if e.errno == errno.EACCES:
+        return "reserved for root (ports below 1024)"
+    return f"not free ({e.strerror or e})"
+
+
+def refused(dead: ServerDied, launch: "Launch", req: "ServerRequest") -> ServerRefused | None:
+    """Why a server that exited before it was ready refused what it was given, where its log says so: a taken port
+    or (the wing's :attr:`Launch.refused_args`) its command line; None: a crash."""
+    import re
+
+    if dead.signum is not None:
+        return None
+    text = "\n".join(tail(dead.log_path, 200)) if dead.log_path else "\n".join(dead.log_tail)
+    if req.port and re.search(PORT_TAKEN, text):
+        return ServerRefused(f"port {req.port} on {req.host} is in use by another process: give another --port, or "
+                             "leave it out for one the OS picks")
+    said = re.search(launch.refused_args, text) if launch.refused_args else None
+    if said:
+        return ServerRefused(f"{req.engine} refused its arguments: {said.group(0).strip()} (the arguments after `--` "
+                             f"go to the server as they are; its log: {dead.log_path})")
+    return None
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -213,10 +271,12 @@ def spawn(argv: Sequence[str], death_signal: int, **popen: Any) -> subprocess.Po
     _SPAWNS.put((functools.partial(subprocess.Popen, list(argv), preexec_fn=functools.partial(
         _die_with_parent, death_signal), **popen), done))
     try:
-        return done.result()
+        proc = done.result()
     except BaseException:
         done.add_done_callback(_reap)
         raise
+    lifecycle.adopt_group(proc.pid)  # what the server starts in its group ends with the command, however it ends
+    return proc
 
 
 def _stop_all() -> None:
@@ -320,6 +380,7 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, rea
     within ``ready_timeout_s`` (it is stopped first), ``ValueError`` for a refused host.
     """
     check_host(req.host, req.api_key)
+    check_port(req.host, req.port)
     folder = Path(log_dir)
     folder.mkdir(parents=True, exist_ok=True)
     port = req.port or free_port(req.host)
@@ -344,6 +405,9 @@ def start(req: ServerRequest, log_dir: str | os.PathLike, *, build: Builder, rea
         _LIVE.add(server)
     try:
         wait_ready(server, ready_timeout_s, on_wait)
+    except ServerDied as dead:
+        server.stop()
+        raise (refused(dead, launch, req) or dead) from None
     except BaseException:
         server.stop()
         raise
@@ -379,5 +443,5 @@ def live() -> list[Server]:
     return list(_LIVE)
 
 
-__all__ = ["LOOPBACK", "Builder", "Launch", "Server", "ServerDied", "ServerRequest", "check_host", "free_port",
-           "is_loopback", "live", "start"]
+__all__ = ["LOOPBACK", "Builder", "Launch", "Server", "ServerDied", "ServerRefused", "ServerRequest", "check_host",
+           "check_port", "free_port", "is_loopback", "live", "start"]

@@ -3,8 +3,10 @@ returning the problems it sees (empty: none), so the same checks run on the repo
 a real ``make run``'s report (``WORKBENCH_REPORT_RUN=runs/latest``, tests/browser/test_report_page.py), and on
 any page by hand (``python tests/browser/checks.py runs/latest/report.html``).
 
-- :func:`figure_problems`, per plotly figure: two quantities on one axis (each trace carries the quantity it shows
-  in ``meta``, stamped by :mod:`workbench.panels`; a numeric axis with data and no title names no quantity at all);
+- :func:`figure_problems`, per plotly figure: two quantities on one axis (each trace carries the metric it draws and
+  the quantity that metric's declared unit makes it, in ``meta``, stamped by :mod:`workbench.panels`: a trace that
+  names no metric is a problem, never read as its axis's title; a numeric axis with data and no title names no
+  quantity at all; an axis whose ticks read as percent under a quantity that is no fraction);
   a series drawn exactly under another (same kind, same points, same axes: the legend lists a series the plot does
   not show); a panel (a subplot's axis pair) with no data.
 - :func:`table_problems`: a table column narrower than its longest word (a word wider than its cell's content box:
@@ -38,7 +40,7 @@ FIGURE = """(d) => {
         .map(k => 'x' + k.slice(5) + ((d.layout[k].anchor && d.layout[k].anchor !== 'free') ? d.layout[k].anchor
                                       : 'y' + k.slice(5)))])],
     axes: Object.fromEntries(Object.keys(fl).filter(k => /^[xy]axis\\d*$/.test(k)).map(k => [k, {
-      title: (fl[k].title && fl[k].title.text) || '', type: fl[k].type,
+      title: (fl[k].title && fl[k].title.text) || '', type: fl[k].type, tickformat: fl[k].tickformat || '',
       matches: fl[k].matches || null, visible: fl[k].visible !== false}])),
     traces: data.filter(t => t.visible !== false).map(t => ({
       name: t.name || '', type: t.type, mode: t.mode || '', x: t.xaxis || 'x', y: t.yaxis || 'y',
@@ -94,23 +96,41 @@ def _hidden(traces: list[dict], barmode: str) -> list[str]:
     return out
 
 
+def _named(fig: dict) -> tuple[list[dict], list[str]]:
+    """The traces with data that name the metric they draw, and a problem for each that does not (its quantity
+    would be a guess: its axis's title, which every trace on the axis shares)."""
+    shown, out = [], []
+    for t in (t for t in fig["traces"] if t["has"]):
+        if isinstance(t["meta"], dict) and t["meta"].get("metric"):
+            shown.append(t)
+        else:
+            out.append(f"trace {t['name']!r} names no metric it draws (meta.metric): its quantity cannot be checked")
+    return shown, out
+
+
+def _mixed(fig: dict, shown: list[dict], letter: str) -> list[str]:
+    """On each ``letter`` axis (an axis and those matched to it are one): traces that do not say their quantity,
+    two quantities that meet, and percent ticks under a quantity that is no fraction."""
+    out, by_axis = [], {}
+    for t in shown:
+        if letter not in t["meta"]:
+            out.append(f"trace {t['name']!r} does not say the quantity it draws on {letter} (meta.{letter})")
+            continue
+        by_axis.setdefault(t[f"{letter}root"], set()).add(str(t["meta"][letter]))
+    for axis, units in sorted(by_axis.items()):
+        if len(units) > 1:
+            out.append(f"axis {axis} mixes quantities: {' | '.join(sorted(units))}")
+        other = sorted(u for u in units if not u.startswith("fraction"))
+        if "%" in fig["axes"].get(axis[0] + "axis" + axis[1:], {}).get("tickformat", "") and other:
+            out.append(f"axis {axis} reads its ticks as percent but draws {' | '.join(other)}")
+    return out
+
+
 def _units(fig: dict) -> list[str]:
-    """Quantities that meet on one axis (an axis and those matched to it are one), traces that do not say theirs,
-    and numeric axes with data and no title."""
-    out = []
-    for letter in ("x", "y"):
-        by_axis: dict[str, set[str]] = {}
-        for t in fig["traces"]:
-            if not t["has"]:
-                continue
-            meta = t["meta"] if isinstance(t["meta"], dict) else {}
-            if letter not in meta:
-                out.append(f"trace {t['name']!r} does not say the quantity it draws on {letter} (meta.{letter})")
-                continue
-            by_axis.setdefault(t[f"{letter}root"], set()).add(meta[letter])
-        for axis, units in sorted(by_axis.items()):
-            if len(units) > 1:
-                out.append(f"axis {axis} mixes quantities: {' | '.join(sorted(map(str, units)))}")
+    """Quantities that meet on one axis, traces that do not say theirs or the metric it comes from, numeric axes
+    with data and no title, and percent ticks under another quantity."""
+    shown, out = _named(fig)
+    out += _mixed(fig, shown, "x") + _mixed(fig, shown, "y")
     axes = fig["axes"]
     drawn = {(t["yroot"], t["numeric"]) for t in fig["traces"] if t["has"]}
     for axis, numeric in sorted(drawn):

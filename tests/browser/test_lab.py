@@ -151,7 +151,10 @@ def test_findings_browser_sorts_in_jupyterlab(lab, watched, tmp_path):
     assert all(h.startswith("../runs/findings/") if text == "JSON" else h.startswith("/files/runs/report.html#finding-")
                for text, h in links)  # a card through the server's own file route: see the test below
     engine = table.locator("thead th", has_text="engine").first
-    column = 1 + [h.strip() for h in table.locator("thead th").all_inner_texts()].index("engine")
+    engine.wait_for(timeout=30_000)  # DataTables lays its header out after the rows (under load, read too early)
+    heads = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+    assert "engine" in heads, heads
+    column = 1 + heads.index("engine")
     for order in (["llamacpp", "trtllm"], ["trtllm", "llamacpp"]):  # ascending, then descending
         engine.click()
         w.page.wait_for_function(f"(o) => [...document.querySelectorAll('table.dataTable tbody tr td:nth-child({column})')]"

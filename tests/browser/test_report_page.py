@@ -239,6 +239,7 @@ def test_the_overlap_check_sees_overlapping_text(watched, tmp_path):
 
 BROKEN = {  # each check's own failure, as the issue found them in a make run's report
     "mixed": "two quantities on one axis (TTFT's seconds on the hit rate's axis)",
+    "unnamed": "a trace that names no metric (its quantity would be a guess from its axis title)",
     "hidden": "a series drawn exactly under another",
     "empty": "a panel with no data",
 }
@@ -251,10 +252,13 @@ def broken_page(path: Path) -> Path:
 
     from workbench import plots
 
-    mixed = go.Figure([go.Bar(x=["kv-exact"], y=[0.6], name="hit rate", meta={"x": "shape", "y": "hit rate"}),
-                       go.Bar(x=["kv-exact"], y=[0.053], name="TTFT p50", meta={"x": "shape", "y": "TTFT (s)"})])
-    mixed.update_yaxes(title_text="hit rate")
-    line = {"x": [0, 1, 2], "y": [1.0, 1.0, 1.0], "mode": "lines", "meta": {"x": "load", "y": "reuse"}}
+    from workbench import panels
+
+    mixed = original_gateway_bug(panels.draws("shape_hit_rate", x="shape"), panels.draws("ttft_s", x="shape"))
+    unnamed = go.Figure([go.Bar(x=["kv-exact"], y=[0.6], name="hit rate", meta={"x": "shape", "y": "hit rate"})])
+    unnamed.update_yaxes(title_text="hit rate")
+    reuse = {"metric": "engine_reuse_fraction", "x": "load", "y": "fraction"}
+    line = {"x": [0, 1, 2], "y": [1.0, 1.0, 1.0], "mode": "lines", "meta": reuse}
     hidden = go.Figure([go.Scatter(name="64 tok", **line), go.Scatter(name="128 tok", **line)])
     hidden.update_yaxes(title_text="reuse")
     empty = make_subplots(rows=1, cols=2)
@@ -263,12 +267,28 @@ def broken_page(path: Path) -> Path:
     sound = go.Figure([go.Scatter(name="64 tok", **line)])
     sound.update_yaxes(title_text="reuse")
     divs = "".join(plots.to_div(fig, name) for name, fig in
-                   (("mixed", mixed), ("hidden", hidden), ("empty", empty), ("sound", sound)))
+                   (("mixed", mixed), ("unnamed", unnamed), ("hidden", hidden), ("empty", empty), ("sound", sound)))
     table = ("<table style='width: 9em; table-layout: fixed'><tr><td>probe</td><td style='overflow-wrap: anywhere'>"
              "retention.pinning_under_pressure</td></tr></table>")
     path.write_text(f"<!doctype html><meta charset='utf-8'><script>{plots.page_script(_plotlyjs())}</script>"
                     f"<body style='width: 1000px'>{divs}{table}</body>")
     return path
+
+
+def original_gateway_bug(hit: dict | None, ttft: dict | None):
+    """Issue 51's gateway figure as a builder draws it (the reviewer's /tmp/rev-b/mixed.py): the engine-read hit
+    rate and TTFT's seconds as bars on one percent axis titled "hit rate", each trace with what its builder names
+    in ``meta`` (``hit``, ``ttft``: :func:`workbench.panels.draws`, or None: nothing), through the one figure style
+    (:func:`workbench.panels.label_units`, :func:`workbench.panels.compose`)."""
+    import plotly.graph_objects as go
+
+    from workbench import panels
+
+    p = go.Figure([go.Bar(x=["kv-exact", "round-robin"], y=[0.6, 0.2], name="hit rate", meta=hit),
+                   go.Bar(x=["kv-exact", "round-robin"], y=[0.053, 0.09], name="TTFT p50 (s)", meta=ttft)])
+    p.update_yaxes(title_text="hit rate", tickformat=".0%")
+    panels.label_units(p, "llamacpp")
+    return panels.compose([p], ["<b>llamacpp</b>"], "Hit rate and TTFT per shape", ["m"])
 
 
 def _plotlyjs() -> str:
@@ -285,8 +305,13 @@ def test_each_check_fails_on_the_figure_or_table_it_guards_against(watched, tmp_
     w.page.wait_for_function("() => [...document.querySelectorAll('.plotly-graph-div')]"
                              ".every(d => d._fullLayout && d.querySelector('.main-svg'))", timeout=60_000)
     found = page_figure_problems(w.page)
-    assert sorted(found) == ["empty", "hidden", "mixed"], found
-    assert found["mixed"] == ["axis y mixes quantities: TTFT (s) | hit rate"]
+    assert sorted(found) == ["empty", "hidden", "mixed", "unnamed"], found
+    # issue 51's gateway bug, each trace's quantity derived from the metric its builder names (the reviewer's
+    # construction: with each trace stamped with its axis title the check saw one quantity and passed it)
+    assert found["mixed"] == ["axis y mixes quantities: fraction | time (s)",
+                              "axis y reads its ticks as percent but draws time (s)"]
+    assert found["unnamed"] == ["trace 'hit rate' names no metric it draws (meta.metric): its quantity cannot be "
+                                "checked"]
     assert found["hidden"] == ["series '128 tok' is drawn exactly under '64 tok' on axes x/y"]
     assert found["empty"] == ["panel x2y2 has no data"]
     (narrow,) = table_problems(w.page)

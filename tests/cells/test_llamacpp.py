@@ -323,7 +323,7 @@ def test_an_observer_with_other_parameters_is_named():
         "state_export: import_state(blob, *, slot=0) differs from the spec "
         "import_state(blob, tokens, *, slot=0, position_shift=0)",
         "nonsense: not a declared observer (request_counters, kv_events, iteration_stats, connector, state_export, "
-        "capacity, kv_readback, adapter_requests)"]
+        "capacity, kv_readback, adapter_requests, cached_blocks)"]
 
 
 def test_kv_removed_inside_the_engine_is_believed_over_the_cells_own_list(cell):

@@ -276,11 +276,48 @@ def kv_cache_config_takes_the_push_path(trt):
     assert trt.llmapi.KvCacheConfig(kv_events_config=push).kv_events_config.publisher == "zmq"
 
 
+def _blocks_of(events):
+    """The drained events' stored blocks (their tokens → hash) and the hashes removed, in order."""
+    stored = {tuple(t["token_id"] for t in b["tokens"]): b["block_hash"]
+              for e in events if e["data"]["type"] == "stored" for b in e["data"]["blocks"]}
+    removed = [h for e in events if e["data"]["type"] == "removed" for h in e["data"]["block_hashes"]]
+    return stored, removed
+
+
+def a_request_releases_its_last_block_first_so_the_leaf_goes_before_the_head(trt):
+    llm = _llm(trt, kv={"max_tokens": 96})  # 3 blocks
+    chain = list(range(10, 106)) + [3]  # 3 full blocks
+    _submit(llm, chain).result()
+    _submit(llm, [120] * 32 + [3]).result()  # one new block: one of the chain's goes
+    stored, removed = _blocks_of(llm.get_kv_cache_events(timeout=0.2))
+    assert removed == [stored[tuple(chain[64:96])]]  # its leaf, not its head
+
+
+def an_ancestor_evicted_first_leaves_its_descendants_in_the_pool_until_their_own_reclaim(trt, monkeypatch):
+    head = list(range(10, 74))  # two blocks
+    for bug in (False, True):
+        monkeypatch.setattr(trt.llmapi.llm.LLM, "detach_without_removed", bug)
+        llm = _llm(trt, kv={"max_tokens": 128})  # 4 blocks
+        high, low = head + [80] * 32 + [3], head + [90] * 32 + [3]
+        _submit(llm, high, retention=_pin(trt, len(high), 90)).result()
+        _submit(llm, low, retention=_pin(trt, len(low), 10)).result()  # claims the head at 10: below high's suffix
+        for k in range(3):  # three new default blocks evict the priority-10 ones: low's suffix, then the head, tail first
+            _submit(llm, [100 + k] * 32 + [3]).result()
+        stored, removed = _blocks_of(llm.get_kv_cache_events(timeout=0.2))
+        suffix = stored[tuple([80] * 32)]
+        assert {stored[tuple(head[:32])], stored[tuple(head[32:])]} <= set(removed)  # both ancestors went, announced
+        assert suffix in llm.stored and len(llm.stored) == llm.capacity_blocks  # detached, still occupying the pool
+        _submit(llm, [120] * 128 + [3], retention=_pin(trt, 129, 100)).result()  # four new blocks: all others go
+        _, removed = _blocks_of(llm.get_kv_cache_events(timeout=0.2))
+        assert suffix not in llm.stored and (suffix in removed) is (not bug)  # PR #16335: reclaimed unannounced
+
+
 @dataclasses.dataclass(frozen=True)
 class Behaviour:
     name: str
     source: str  # the TensorRT-LLM file (1.2 line) the double mirrors
     check: Callable
+    unverified: str = ""  # what of the row the reference does not say, or marks UNVERIFIED (empty: all of it said)
 
 
 BEHAVIOURS = (
@@ -335,13 +372,30 @@ BEHAVIOURS = (
               "block-aligned", "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (WindowBlockManager::addSequence, "
               "loadOrAllocateBlocks, KVCacheBlock::findMatchingBlock); cpp/include/tensorrt_llm/batch_manager/"
               "kvCacheManager.h (BlockKey::partialMatch)", partial_reuse_hands_the_connector_a_match_inside_a_block),
+    Behaviour("a finished request's blocks join the free queue last block first: under one priority a chain's leaf "
+              "is evicted before its head", "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp "
+              "(WindowBlockManager::releaseBlocks walks allocatedBlocks from rbegin()); "
+              "cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp (LRUEvictionPolicy::releaseBlock appends, "
+              "getFreeBlock takes the front of the lowest priority)",
+              a_request_releases_its_last_block_first_so_the_leaf_goes_before_the_head),
+    Behaviour("a reused block takes the claiming request's priority, so an ancestor can go before its descendants; "
+              "they stay in the pool, occupying it, until their own reclaim, which announces them (removed) unless "
+              "detach_without_removed reproduces PR #16335", "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp "
+              "(WindowBlockManager::loadOrAllocateBlocks, claimBlock; getFreeBlock guards enqueueRemovedEvent with "
+              "blockInRadixTree, which checks getPrevBlock() != nullptr: PR #16335, open)",
+              an_ancestor_evicted_first_leaves_its_descendants_in_the_pool_until_their_own_reclaim,
+              unverified="the descendants staying until their own reclaim is PR #16335's account of the file it "
+                         "fixes; 1.2-era kvCacheManager.cpp frees them from the tree at the ancestor's eviction "
+                         "(freeChildren), so on 1.2.1 which wins is not read from its source"),
 )
 
 
 BEHAVIOURS_1_4 = (
     Behaviour("KvCacheConfig() picks the V2 KV manager (use_kv_cache_manager_v2 defaults to True)",
               "tensorrt_llm/llmapi/llm_args.py (KvCacheConfig.use_kv_cache_manager_v2; release v1.4.0rc1: "
-              "'Default to KV cache manager V2 ... (BREAKING) #17495')", v2_is_the_default_kv_manager),
+              "'Default to KV cache manager V2 ... (BREAKING) #17495')", v2_is_the_default_kv_manager,
+              unverified="the default from 1.4.0rc1 on, by its release page; which one 1.4.0rc4 ships is UNVERIFIED "
+                         "in the reference (tensorrt-llm-after-1.2.md §1b)"),
     Behaviour("V2 ignores KvCacheRetentionConfig (a priority-100 prefix goes as default blocks do); with "
               "use_kv_cache_manager_v2=False the V1 manager honours it",
               "tensorrt_llm/runtime/kv_cache_manager_v2/ (no per-request retention: issue #16251); "
@@ -349,7 +403,10 @@ BEHAVIOURS_1_4 = (
               v2_ignores_retention_and_v1_pinned_honours_it),
     Behaviour("every KV event states hash_algo: v1_block_key under V1, v2_sha256 (and layer_group_id) under V2",
               "tensorrt_llm/_utils.py (KVCacheEventSerializer; PR #13589); "
-              "tensorrt_llm/runtime/kv_cache_manager_v2/ (V2's events)", every_event_states_its_hash_algo),
+              "tensorrt_llm/runtime/kv_cache_manager_v2/ (V2's events)", every_event_states_its_hash_algo,
+              unverified="the reference has hash_algo on V2's events only (PR #13589): V1's v1_block_key on 1.4 is not "
+                         "said; nor whether V2's events name v2_sha256 or v2_sha256_64 (event-plane.md §A3), and the "
+                         "double's V2 hashes are integers under the name v2_sha256"),
     Behaviour("V2's block hash is not V1's: one block, two hashes",
               "tensorrt_llm/runtime/kv_cache_manager_v2/ (SHA-256 block keys; PR #13589: consumers hash with the "
               "advertised algorithm)", v1_and_v2_hash_the_same_block_differently),
@@ -385,6 +442,16 @@ def test_each_1_4_row_is_a_difference_the_1_2_profile_does_not_show(behaviour, f
     """A 1.4 row that also held on the 1.2 profile would be no difference: each fails there."""
     with pytest.raises((AssertionError, AttributeError, KeyError, ModuleNotFoundError, TypeError)):
         _check(behaviour, fake_trt, monkeypatch)
+
+
+def test_a_row_the_reference_does_not_back_says_so():
+    """The reference marks 1.4.0rc4's default KV manager UNVERIFIED and has hash_algo on V2's events only; the
+    ancestor-first path is PR #16335's account, not 1.2.1's read source. Each such row says what is unverified."""
+    marked = {b.check.__name__: b.unverified for b in (*BEHAVIOURS, *BEHAVIOURS_1_4) if b.unverified}
+    assert set(marked) == {"v2_is_the_default_kv_manager", "every_event_states_its_hash_algo",
+                           "an_ancestor_evicted_first_leaves_its_descendants_in_the_pool_until_their_own_reclaim"}
+    assert "1.4.0rc4" in marked["v2_is_the_default_kv_manager"] and "v2_sha256_64" in marked[
+        "every_event_states_its_hash_algo"]
 
 
 def test_every_behaviour_names_its_source():

@@ -14,6 +14,7 @@ from doubles.trtllm_fixture import fake_trt, fake_trt14, fake_trt_any, model_dir
 
 from workbench import cells, doctor
 from workbench.cells.trtllm import cell as trtllm_cell
+from workbench.cells.trtllm import guard as trtllm_guard
 from workbench.probes import NotRunnable
 from workbench.probes.events_common import hasher_for
 
@@ -92,6 +93,17 @@ def test_doctor_on_the_1_4_double_lists_the_profile_and_its_differences(fake_trt
     assert "    connector_module: _torch.pyexecutor.kv_cache_connector → _torch.pyexecutor.connectors" in text
     assert "KvEventFanout" in text and "cached_tokens on the request result" in text
     assert "MISSING/CHANGED" not in text
+
+
+def test_what_the_reference_leaves_unverified_the_1_4_profile_marks_so(fake_trt14):
+    """The reference: 1.4.0rc4's default KV manager is UNVERIFIED; hash_algo is on V2's events (PR #13589), V1's is
+    not said; /server_info may name v2_sha256_64 too. The profile neither states these as facts nor leaves them out."""
+    r14 = trtllm_guard.RELEASES[-1]
+    assert dict(r14.unverified).keys() == {"kv_manager_default", "hash_algo"} and not trtllm_guard.RELEASES[0].unverified
+    assert "v2_sha256_64" in r14.hash_algo and "v1_block_key on V1" not in r14.hash_algo
+    text = "\n".join(doctor.engine_lines("trtllm", asdict(cells.availability("trtllm"))))
+    assert "  unverified kv_manager_default: V2 is release v1.4.0rc1's word" in text and "1.4.0rc4" in text
+    assert "  unverified hash_algo: the reference has hash_algo on V2's events only" in text
 
 
 def test_doctor_on_the_1_2_double_lists_its_profile_with_nothing_older(fake_trt):

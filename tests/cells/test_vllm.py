@@ -115,6 +115,15 @@ def test_cell_satisfies_the_contract_protocol(cell):
     assert observer_mismatches(cell, cell.describe().observers) == []  # each observer matches its Protocol
 
 
+def test_the_in_process_engine_says_how_many_blocks_its_prefix_cache_holds(cell):
+    """``cached_blocks``: the entries of the scheduler's block-pool index, read from the engine (the ledger probe's
+    equality): none after a clear, three after a 97-token prompt (its three full blocks)."""
+    assert "cached_blocks" in cell.describe().observers
+    assert cell.reset_prefix_cache() and cell.cached_blocks() == 0
+    cell.ensure_prefix(np.random.default_rng(5).integers(260, 512, size=3 * B + 1).tolist(), salt=uuid.uuid4().hex)
+    assert cell.cached_blocks() == 3
+
+
 @pytest.fixture(scope="module")
 def plain(cell):
     """A second cell, without the connector, opened while the module's is open (so its engine runs out of process):
@@ -132,6 +141,9 @@ def test_a_cell_opened_without_the_connector_does_not_announce_it(plain):
     assert observer_mismatches(plain, d.observers) == []
     with pytest.raises(UnsupportedFeature, match="connector=True"):
         plain.connector_log()
+    assert "cached_blocks" not in d.observers  # its engine core runs in processes of its own
+    with pytest.raises(UnsupportedFeature, match="in this process"):
+        plain.cached_blocks()
 
 
 def test_a_second_engine_runs_out_of_process_and_leaves_no_socket_behind(plain):

@@ -75,7 +75,9 @@ def test_the_write_back_shows_four_gate_lines_under_the_entry_condition(tmp_path
     assert [re.match(r"- \*\*(G\d)", line).group(1) for line in lines] == ["G1", "G2", "G3", "G4"]
     assert all(" · rule: " in line and " · evidence: " in line for line in lines)
     g3 = lines[2]
-    assert "at least 3× (the source's)" in g3 and "reference vllm" in g3 and "[finding](g.json)" in g3
+    assert "at least 3× (the source's)" in g3 and "[finding](g.json)" in g3
+    assert "reference · vllm 1.2.1 on synthetic-long · confirmed (prefill at 32768" in g3, g3
+    assert "which says nothing about TensorRT-LLM" in g3, g3
     g4 = lines[3]
     assert "**refuted** on TensorRT-LLM" in g4 and "the workbench's own reading" in g4 and "the source gives no number" in g4
     assert "the blueprint's 2" not in text
@@ -96,3 +98,44 @@ def test_a_person_may_move_the_blocks_and_they_stay_there(tmp_path):
     moved = text.replace(block, "").rstrip("\n") + "\n\n" + block + "\n"
     again = blueprint.writeback(moved, found, base=tmp_path)
     assert again.index(begin) > again.index("## Verification log") and again.count(begin) == 1
+
+
+def test_each_gate_line_names_the_model_and_a_reference_never_reads_as_the_subjects(tmp_path):
+    """The reviewer's construction (review of issue 50, item 11): the lines showed a reference's verdict bare ("reference
+    vllm 0.32.0: confirmed — … the candidate served up to 32768 …") and the subject's verdicts of two models with none
+    named ("**refuted** on TensorRT-LLM 1.2.1; **confirmed** on TensorRT-LLM 1.2.1")."""
+    a = gates_finding()  # G1 and G3 confirmed
+    b = gates_finding(**ALL_REFUTED)
+    b.environment["model"] = {"name": "Llama-3-8B-Q4"}
+    ref = gates_finding("vllm", gpu=False)
+    ref.environment["engine_version"] = "0.32.0"
+    found = [(tmp_path / "a.json", a), (tmp_path / "b.json", b), (tmp_path / "r.json", ref)]
+    lines = cw.gate_lines(found, tmp_path, blueprint._reference_line)
+    g1 = next(line for line in lines if line.startswith("- **G1"))
+    assert "**confirmed** on TensorRT-LLM 1.2.1 on synthetic-long" in g1 and "on Llama-3-8B-Q4" in g1, g1
+    assert "reference · vllm 0.32.0 on synthetic-long · confirmed (" in g1, g1
+    assert "the claim holds on vllm, which says nothing about TensorRT-LLM" in g1, g1
+    assert "reference vllm 0.32.0: confirmed" not in g1
+
+
+def test_the_product_path_sentence_is_read_from_the_findings():
+    """The reviewer's construction (review of issue 50, item 15): "Nothing here is contenox_product_path" stood whatever
+    the findings said, and a truthy contenox_runtime was enough to claim the class."""
+    from workbench.certify import matrix, product
+
+    ran = gates_finding("vllm", gpu=False)
+    assert product.product_words([(None, ran)]).startswith("Nothing here is `contenox_product_path`")
+    driven = gates_finding("vllm", gpu=False)
+    driven.result_class = "contenox_product_path"
+    driven.environment["contenox_runtime"] = "yes"
+    assert product.product_path([(None, driven)]) == []  # two edited fields do not make a product-path row
+    driven.environment["contenox_runtime"] = {"version": "1.0.0", "command": "contenox run --trace t.json",
+                                              "trace_sha256": "d" * 64}
+    words = product.product_words([(None, driven)])
+    assert words.startswith("1 finding of this run is `contenox_product_path`: vllm by contenox 1.0.0"), words
+    assert "Nothing here" not in " ".join(product.note([(None, driven)]))
+    note = matrix.document(matrix.build([(None, driven)]))["notes"]
+    assert any(n.startswith("contenox_product_path (a contenox runtime drove it): ") and "vllm on synthetic-long" in n
+               for n in note), note
+    driven.environment["contenox_runtime"] = "yes"  # built in memory, never through the schema: the matrix checks too
+    assert "no contenox runtime drove it" in matrix.left_out(driven)

@@ -101,7 +101,13 @@ def test_a_finding_without_a_recorded_class_is_read_with_its_writers():
     ("inconclusive", "raw_backend_control", {}, None),
     ("inconclusive", None, {}, None),  # older findings: optional
     ("inconclusive", "contenox_product_path", {}, "no contenox runtime drove it"),
-    ("inconclusive", "contenox_product_path", {"contenox_runtime": {"version": "1.0.0"}}, None),
+    # the reviewer's construction (review of issue 50, item 15): any truthy value made a product-path row
+    ("inconclusive", "contenox_product_path", {"contenox_runtime": "yes"}, "not the runtime's version"),
+    ("inconclusive", "contenox_product_path", {"contenox_runtime": {"version": "1.0.0"}}, "states no command"),
+    ("inconclusive", "contenox_product_path", {"contenox_runtime": {"version": "1.0.0", "command": "contenox run",
+                                                                    "trace_sha256": "abc"}}, "is no sha256"),
+    ("inconclusive", "contenox_product_path", {"contenox_runtime": {"version": "1.0.0", "command": "contenox run",
+                                                                    "trace_sha256": "a" * 64}}, None),
     ("not-run", "raw_backend_control", {}, "measured nothing"),
     ("not-run", "failed_no_performance_claim", {}, None),
 ])

@@ -12,25 +12,33 @@ from pathlib import Path
 from workbench import findings
 from workbench.certify import long_context as lc
 from workbench.certify import matrix
+from workbench.certify.quality import QualitySmoke
 
 from .helpers import gates_finding
 
 
+XEON = {"summary": "Xeon (2 cores); no GPU", "cpu": {"model": "Xeon", "cores": 2}}
+
+
 def loop_arm(engine, arm, model, loop_time, created):
+    from workbench.loop.results import Loop
+
     return findings.Finding(
-        probe=f"loop.{arm}", claims=["gate.turn_time"], verdict="inconclusive", summary="reference arm", engine=engine,
+        probe=f"loop.{arm}", probe_version=Loop.version, claims=["gate.turn_time"], verdict="inconclusive",
+        summary="reference arm", engine=engine,
         environment={"engine": engine, "engine_version": "0.3.36", "model": {"name": model, "sha256": "b" * 64},
-                     "hardware": {"summary": "Xeon (2 cores); no GPU", "cpu": {"model": "Xeon", "cores": 2}},
+                     "hardware": XEON,
                      "workbench_version": "0", "time": created},
         params={"arm": arm, "model": model, "context_tokens": 8192}, created=created,
         metrics={"loop_time_s": {"value": loop_time, "unit": "s", "source": "timed"}}, result_class="raw_backend_control")
 
 
 def quality(engine, model, verdict):
-    return findings.Finding(probe="quality.smoke", claims=["cert.quality_smoke"], verdict=verdict,
+    return findings.Finding(probe="quality.smoke", probe_version=QualitySmoke.version, claims=["cert.quality_smoke"],
+                            verdict=verdict,
                             summary=f"Quality smoke {verdict}", engine=engine,
                             environment={"engine": engine, "engine_version": "x", "model": {"name": model},
-                                         "hardware": {}, "workbench_version": "0", "time": "t"},
+                                         "hardware": XEON, "workbench_version": "0", "time": "t"},
                             result_class="microbenchmark")
 
 
@@ -143,3 +151,104 @@ def test_the_gates_command_refuses_what_it_cannot_run_before_anything_runs(tmp_p
     baseline = run(app, ["certify", "gates", "--engine", "llamacpp", "--model", "synthetic:tiny", "--out", out])
     assert baseline.exit_code == 2 and "the baseline itself" in baseline.output
     assert not list((tmp_path / "f").glob("*.json"))
+
+
+# The reviewer's constructions (review of issue 50, items 8, 9, 10): each drives the matrix to mislead, and it does not.
+
+
+def test_the_newest_quality_smoke_stands_not_the_oldest():
+    """Item 8: an older pass and a newer fail read "passed"."""
+    old, new = quality("llamacpp", "SmolLM2", "confirmed"), quality("llamacpp", "SmolLM2", "refuted")
+    old.created, new.created = "2026-01-01T00:00:00+00:00", "2026-06-01T00:00:00+00:00"
+    (c,) = [c for c in matrix.build([(None, old), (None, new)]) if c.engine == "llamacpp"]
+    assert c.quality == "failed" and c.quality_said == "Quality smoke refuted"
+
+
+def test_one_row_per_kv_profile_each_with_its_own_quality_smoke():
+    """Item 8: the gates' A2 of the first arm stood for a row listing "f16, q8_0" though q8_0 had none."""
+    f = gates_finding("vllm", gpu=False)
+    f.evidence["rows"].append({"kind": "serve", "arm": "llamacpp:q8_0", "role": "baseline", "engine": "llamacpp",
+                               "tier": 16384, "served": None, "skipped": "its side served it", "kv": "q8_0",
+                               "quality": "not-run", "budget_bytes": 8 << 20, "capacity_from": "computed",
+                               "next_tier": 32768, "next_tier_kv_bytes": 16 << 20})
+    rows = {tuple(c.kv_precision): c for c in matrix.build([(None, f)]) if c.engine == "llamacpp"}
+    assert set(rows) == {("f16",), ("q8_0",)}
+    assert rows[("f16",)].quality == "passed" and rows[("q8_0",)].quality == "not-run"
+
+
+def evaltable(runs):
+    """An eval-table finding: (repeat, concurrency, AIPerf's TTFT p50 of that run)."""
+    from workbench.evaltable.finding import CLAIM, PrefixCaching
+
+    return findings.Finding(
+        probe="evaltable.prefix_caching", probe_version=PrefixCaching.version, claims=[CLAIM],
+        verdict="inconclusive", summary="eval", engine="vllm-server",
+        environment={"engine": "vllm-server", "engine_version": "0.32.0", "model": {"name": "synthetic-cpu"},
+                     "hardware": XEON, "workbench_version": "0", "time": "t"},
+        params={"model": "synthetic:cpu"}, result_class="raw_backend_control",
+        evidence={"rows": [{"kind": "cell", "run": f"r{r}/c{c}", "concurrency": c, "workload": "prefix-1k",
+                            "ttft_s": t} for r, c, t in runs]})
+
+
+def test_aiperf_runs_are_counted_as_runs_never_pooled_across_concurrency():
+    """Item 9: concurrency 1 and 2 of one repeat read "p50 2.31 s · p90 2.84 s · p95 2.91 s (2 runs)"."""
+    (c,) = [c for c in matrix.build([(None, evaltable([(1, 1, 2.0), (1, 2, 3.0)]))]) if c.engine == "vllm-server"]
+    assert c.first_output.p.runs == 1 and c.first_output.p.p50 == 2.0 and "concurrency 1" in c.first_output.what
+    (c,) = [c for c in matrix.build([(None, evaltable([(1, 1, 2.0), (1, 2, 3.0), (2, 1, 4.0)]))])
+            if c.engine == "vllm-server"]
+    assert (c.first_output.p.runs, c.first_output.p.p50) == (2, 3.0)
+
+
+def test_gates_runs_of_another_identity_or_machine_are_never_pooled():
+    """Item 9: gates' timed rows pooled per (engine, model) across runs, machines and output caps."""
+    here = gates_finding("vllm", gpu=False, created="2026-12-07T10:00:00+00:00")
+    short = gates_finding("vllm", gpu=False, created="2026-12-06T10:00:00+00:00")
+    for i in short.environment["gates"]["identities"].values():
+        i["output_cap"] = 16
+    h200 = gates_finding("vllm", created="2026-12-05T10:00:00+00:00")
+    here.environment["hardware"] = short.environment["hardware"] = XEON
+    cells = [c for c in matrix.build([(None, here), (None, short), (None, h200)]) if c.engine == "llamacpp"]
+    assert len(cells) == 2 and {c.topology.split(" ")[0] for c in cells} == {"Xeon", "1"}  # two machines, two rows
+    (xeon,) = [c for c in cells if c.topology.startswith("Xeon")]
+    assert xeon.first_output.p.runs == 3  # the newest run's three, not six
+    assert xeon.not_pooled == ["3 run(s) of another identity (output_cap 16) not pooled"]
+    assert "not pooled" in matrix.text_row(xeon)[8]
+
+
+def test_loop_times_are_figures_per_workload():
+    """Item 9: loop times were pooled across traces and turn counts."""
+    a, b = (loop_arm("llamacpp", "llamacpp", "SmolLM2", t, f"2026-12-07T10:0{i}:00+00:00") for i, t in enumerate((10.0, 20.0)))
+    b.environment["loop"] = {"trace": "claude-code", "turns": 5, "sha256": "c" * 64}
+    (c,) = [c for c in matrix.build([(None, a), (None, b)]) if c.engine == "llamacpp"]
+    assert [f.p.runs for f in c.end_to_end] == [1, 1] and any("claude-code (5 turns" in f.what for f in c.end_to_end)
+
+
+def test_a_finding_settle_rejects_fills_no_row():
+    """Item 9: an exploratory TensorRT-LLM finding made on a test double filled its row as raw_backend_control."""
+    f = gates_finding()
+    f.params["output_tokens"] = 16
+    f.environment["test_double"] = "tests/fake_trtllm"
+    dropped: list[str] = []
+    (trt,) = [c for c in matrix.build([(None, f)], dropped) if c.engine == "trtllm"]
+    assert trt.status == "not-run" and trt.result_class == "failed_no_performance_claim"
+    assert len(dropped) == 1 and "test double" in dropped[0]
+    assert "left out: " in " ".join(matrix.document([trt], dropped)["notes"])
+    forged = gates_finding("vllm", gpu=False)
+    forged.claim_verdicts["gate.context_tier"] = "refuted"  # its rows say confirmed
+    assert matrix.left_out(forged) and "decided again" in matrix.left_out(forged)
+    exploratory = gates_finding("vllm", gpu=False, on_target=False)  # measured, off target: its figures stand
+    assert matrix.left_out(exploratory) is None
+
+
+def test_not_comparable_names_the_figures_own_difference_not_an_unrelated_probes_class():
+    """Item 10: vLLM against llama.cpp on one model read "result classes differ" because of an unrelated probe."""
+    fs = [loop_arm("llamacpp", "llamacpp", "synthetic-cpu", 10.0, "2026-12-07T10:00:00+00:00"),
+          loop_arm("vllm", "vllm", "synthetic-cpu", 12.0, "2026-12-07T10:00:00+00:00")]
+    micro = loop_arm("vllm", "vllm", "synthetic-cpu", 1.0, "2026-12-07T10:01:00+00:00")
+    micro.probe, micro.probe_version, micro.result_class, micro.metrics = "capacity.budget_policy", "4", "microbenchmark", {}
+    micro.claims = ["risk.memory_fraction"]
+    cells = matrix.build([(None, f) for f in [*fs, micro]])
+    (vllm,) = [c for c in cells if c.engine == "vllm"]
+    assert vllm.result_class == "microbenchmark + raw_backend_control"  # the row's findings, both classes
+    (against,) = [b for b in vllm.baseline if b.startswith("end to end against llamacpp")]
+    assert "comparable: the loop's own speed-up" in against and "result classes" not in against, against

@@ -78,6 +78,7 @@ def test_a_server_of_another_kind_is_one_line_naming_what_answered(tmp_path, som
     (["--backend", "ollama"], "unknown backend 'ollama'"),
     (["--workload", "prefix-2k"], "unknown workload 'prefix-2k'"),
     (["--concurrency", "0"], "--concurrency must be at least 1"),
+    (["--requests", "0"], "--requests must be at least 1, got 0"),  # it ran with the default and exited 0
     (["--concurrency", "one"], "--concurrency takes comma-separated integers"),
     (["--concurrency", "2,1,2"], "--concurrency names each level once, got 2,1,2"),
     (["--endpoint", "127.0.0.1:8080"], "is not an http(s) URL"),

@@ -12,15 +12,27 @@ ROWS = [{"kind": "cell", "workload": "prefix-1k", "concurrency": c, "run": f"r{k
         for i, t in enumerate((2.0, 3.0, 0.4, 0.6))]
 
 
-def test_throughput_is_the_median_over_repeats_per_concurrency_with_each_repeat_marked():
-    line, marks = figures.throughput(ROWS).data
-    assert list(line.x) == [1, 2] and list(line.y) == [11.0, 18.0] and list(marks.y) == [10.0, 12.0, 18.0]
+def by_stat(fig) -> dict:
+    """A percentile figure's traces by (series, stat): benchmark integrity's p50, p90 and p95 of each series."""
+    return {(t.name, t.meta["stat"]): t for t in fig.data}
+
+
+def test_throughput_is_p50_p90_p95_over_repeats_per_concurrency_with_the_run_count():
+    """Issue 50: "p50/p90/p95 across repeated runs of the whole workload, with the run count beside each figure"
+    (the figure drew the median and each repeat, and named neither)."""
+    got = by_stat(figures.throughput(ROWS))
+    assert sorted(got) == [("prefix-1k", "p50"), ("prefix-1k", "p90"), ("prefix-1k", "p95")]
+    p50, p90, p95 = (got[("prefix-1k", s)] for s in ("p50", "p90", "p95"))
+    assert list(p50.x) == [1, 2] and list(p50.y) == [11.0, 18.0] and p50.meta["runs"] == [2, 1]
+    assert list(p90.x) == [1] and list(p90.y) == [pytest.approx(11.8)] and list(p95.y) == [pytest.approx(11.9)]
+    assert p50.text[0].endswith("(2 runs)") and p50.text[1].endswith("(1 run: no spread)")  # in the hover
 
 
 def test_ttft_puts_each_runs_first_requests_beside_the_repeats():
-    cold, cached = figures.ttft_split(ROWS).data
-    assert (list(cold.y), list(cold.error_y.array), list(cold.error_y.arrayminus)) == ([2.5], [0.0], [0.0])
-    assert list(cached.y) == [0.5] and (cold.name, cached.name) == ("TTFT cold p50", "TTFT cached p50")
+    cold, cached = figures.ttft_split(ROWS).data  # one run each: its p50, no p90 or p95 to spread
+    assert list(cold.y) == [2.5] and cold.meta == {"metric": "load_ttft_cold_p50_s", "unit": None, "x": "concurrency",
+                                                   "y": None, "stat": "p50", "runs": [1]}
+    assert list(cached.y) == [0.5] and (cold.name, cached.name) == ("TTFT cold", "TTFT cached")
     assert all(not fig.data for fig in (figures.throughput([]), figures.ttft_split([])))
 
 
@@ -39,14 +51,16 @@ def test_ttft_splits_and_summarises_as_the_table_does():
 
     rows = [req("r1/b", 0, 3.9, 0, True), req("r1/b", 1, 0.5, 1024, True), req("r1/b", 2, 0.6, 1024, True),
             req("r2/b", 0, 3.8, 0, True), req("r2/b", 1, 0.7, 1024, True), req("r2/b", 2, 0.4, 1024, True)]
-    cold, cached = figures.ttft_split(rows).data
+    got = by_stat(figures.ttft_split(rows))
+    cold, cached = got[("TTFT cold", "p50")], got[("TTFT cached", "p50")]
     table = {which: Spread.of([split.split([Request(0, r["ttft_s"], r["prompt_tokens"], r["cached_tokens"])
                                             for r in rows if r["run"] == run], 0).p50(which) for run in ("r1/b", "r2/b")])
              for which in ("cold", "cached")}
     assert list(cold.x) == ["2"] and cold.y[0] == table["cold"].median == pytest.approx(3.85)  # the table's cold figure, drawn
     assert cached.y[0] == table["cached"].median == pytest.approx(0.55)
-    assert (cached.y[0] - cached.error_y.arrayminus[0], cached.y[0] + cached.error_y.array[0]) == \
-        (table["cached"].low, table["cached"].high)
+    p = table["cached"].percentiles()  # the table's cell: p50 · p90 · p95 over the runs, the count beside
+    assert [got[("TTFT cached", s)].y[0] for s in ("p50", "p90", "p95")] == [p.p50, p.p90, p.p95]
+    assert got[("TTFT cached", "p50")].meta["runs"] == [2]
 
 
 def test_the_finding_declares_both_and_the_report_can_draw_them():

@@ -89,18 +89,23 @@ def test_salted_and_lora_requests_stay_apart_unless_the_client_drops_salt_and_ad
     assert all(r["predicted"] > 0 for r in merged.evidence["rows"] if r["arm"] == "lora" and r["step"] == 1)
 
 
-def test_the_event_ledger_closes_and_the_clear_reaches_the_gateway_only_with_the_next_step(tmp_path):
-    """events.ledger_closure on real vLLM 0.32, the three readings recorded: the ledger (stored − removed) within the
-    pool vLLM reports, every read-back as the ledger predicted, the offline replay beside. ``reset_prefix_cache``
-    queues AllBlocksCleared, which ``Scheduler.update_from_output`` publishes only with the next step: the request
-    right after the clear is mispredicted (partial). The other verdicts come out on the TensorRT-LLM double (confirmed;
-    refuted with PR #16335's detach) and in the rule's table (tests/probes/test_events_ledger.py)."""
+def test_the_event_ledger_equals_what_vllm_holds_and_the_clear_is_announced_only_with_the_next_step(tmp_path):
+    """events.ledger_closure on real vLLM 0.32 in-process, the three readings recorded: the ledger (stored − removed)
+    equal to what the scheduler's block pool says it holds (``cached_blocks``) and within the pool, every read-back
+    as the ledger predicted, the offline replay beside. ``reset_prefix_cache`` queues AllBlocksCleared, which
+    ``Scheduler.update_from_output`` publishes only with the next step: the engine's stream says nothing before the
+    request right after the clear, which the gateway mispredicts (partial). The other verdicts come out on the
+    TensorRT-LLM double (confirmed; refuted with PR #16335's detach) and in the rule's table
+    (tests/probes/test_events_ledger.py)."""
     f = run("events.ledger_closure", tmp_path, requests=16, readback=4)
     m = {k: v["value"] for k, v in f.metrics.items()}
     assert f.verdict == "partial", f.summary
-    assert m["engine_evicted_blocks"] > 0 and m["engine_reused_tokens"] > 0 and m["ledger_exact_fraction"] == 1.0
+    assert m["engine_evicted_min_blocks"] > 0 and m["engine_reused_tokens"] > 0 and m["ledger_exact_fraction"] == 1.0
+    assert m["ledger_resident_blocks"] == m["engine_held_blocks"] and m["ledger_held_gap_blocks"] == 0
+    assert ("ledger_held_gap_blocks", "==") in {(s["metric"], s["op"]) for s in f.rests_on}
     assert m["ledger_resident_blocks"] <= m["engine_capacity_blocks"]
     assert m["ledger_stored_blocks"] - m["ledger_removed_blocks"] == m["ledger_resident_blocks"]
     assert f.metrics["replay_resident_blocks"]["source"] == "derived" and 0 < m["replay_exact_fraction"] <= 1
-    assert m["reset_inventory_blocks"] > 0 and m["reset_clear_events"] == 1 and m["reset_engine_reused_tokens"] == 0
+    assert m["reset_engine_clear_signals_early"] == 0 and m["reset_engine_clear_signals"] == 1
+    assert m["reset_inventory_blocks"] > 0 and m["reset_engine_reused_tokens"] == 0
     assert any(n.startswith("three readings of what the engine holds") for n in f.evidence["notes"])

@@ -44,14 +44,22 @@ def test_vllm_serve_fans_out_to_a_second_consumer_it_publishes_to(tmp_path):
     assert f.metrics["consumer_seen_fraction_min"]["value"] == 1.0
 
 
-def test_vllm_serve_closes_its_ledger_and_publishes_the_clear_with_the_next_step(tmp_path, monkeypatch):
-    """events.ledger_closure on ``vllm serve``: its dev route ``POST /reset_prefix_cache`` clears (without it the
-    probe restarts the server), and the clear reaches the gateway only with the engine's next step, as in-process."""
+def test_vllm_serve_closes_its_ledger_and_announces_the_clear_only_with_the_next_step(tmp_path, monkeypatch):
+    """events.ledger_closure on ``vllm serve`` at the smallest size that still evicts (a pool of 3 blocks beside the
+    null one, a 96-token context, one-block prefixes, 6 ramp requests, 2 read-backs; the server's start is most of
+    its time): its dev route ``POST /reset_prefix_cache`` clears (without it the probe restarts the server), and the
+    server's stream announces the clear only with the engine's next step, as in-process. The served engine cannot
+    say what it holds, so the pool alone bounds the ledger."""
     require_engine("vllm-server")
     monkeypatch.setenv("VLLM_SERVER_DEV_MODE", "1")
     f = probes.run("events.ledger_closure", engine="vllm-server", model="synthetic:cpu",
-                   params={"requests": 12, "readback": 3}, out=tmp_path, isolated=False)
+                   params={"requests": 6, "readback": 2, "prefixes": 2, "prefix_tokens": 32, "budget_blocks": 4,
+                           "context_tokens": 96},
+                   out=tmp_path, isolated=False)
     m = {k: v["value"] for k, v in f.metrics.items()}
     assert f.verdict == "partial", f.summary
+    assert m["engine_evicted_min_blocks"] > 0 and m["ledger_removed_blocks"] > 0 and m["engine_reused_tokens"] > 0
     assert m["ledger_exact_fraction"] == 1.0 and m["ledger_resident_blocks"] <= m["engine_capacity_blocks"]
-    assert m["reset_clear_events"] == 1 and m["reset_engine_reused_tokens"] == 0
+    assert "engine_held_blocks" not in m
+    assert m["reset_engine_clear_signals_early"] == 0 and m["reset_engine_clear_signals"] == 1
+    assert m["reset_engine_reused_tokens"] == 0

@@ -133,7 +133,9 @@ def test_the_figures_draw_the_ttft_split_and_the_cached_tokens():
             {"run": "P/D", "ttft_s": 0.15, "context_s": 0.05, "prompt_tokens": 200, "cached_tokens": 192},
             {"run": "early exit", "finish_reason": "stop"}]
     split = pd_figures.ttft_split(rows)
-    assert [list(t.y) for t in split.data] == [[0.0, 0.05], [0.2, pytest.approx(0.1)]]
+    assert [(t.name, list(t.x), list(t.y)) for t in split.data] == [  # p50s: one pair, no p90 or p95 to spread
+        ("time to first token", ["single", "P/D"], [0.2, 0.15]), ("context leg (prefill, store)", ["P/D"], [0.05])]
+    assert [t.meta["runs"] for t in split.data] == [[1, 1], [1]]
     assert [list(t.y) for t in pd_figures.cached_tokens(rows).data] == [[200, 200], [0, 192]]
     assert pd_figures.ttft_split([]).layout.annotations[0].text == "no timed runs"
 

@@ -118,6 +118,24 @@ def test_an_endpoint_killed_mid_run_is_dropped_and_its_requests_served_elsewhere
     assert all(r["endpoint"] == "ep1" for r in rows if r["wave"] > 1)
 
 
+def test_an_endpoint_that_crashes_mid_run_ends_the_experiment_as_a_crash_never_a_verdict(pool, sessions):
+    """A death no fault of the plan made (gateway.routing turned one into ``refuted``, exit 0): the first request
+    that fails on it ends the experiment with EndpointCrashed, naming the endpoint and its log's last lines."""
+    from workbench.gateway.pool import EndpointCrashed
+
+    router = Router("round-robin", {n: e.inventory for n, e in pool.endpoints.items()}, pool.hasher())
+    server = pool.endpoints["ep1"].cell.server
+    try:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.proc.wait(30)
+        with pytest.raises(EndpointCrashed) as got:
+            run_shape(pool, router, waves(sessions, 2), salt="crash", best=BestPlacement(pool.hasher()))
+    finally:
+        pool.faulted.add("ep1")  # the module's pool then closes as after a fault
+    assert got.value.endpoint == "ep1" and got.value.signum == signal.SIGKILL
+    assert got.value.log_path == pool.endpoints["ep1"].log_path and got.value.log_tail
+
+
 INTERRUPTED = textwrap.dedent("""
     import json, sys, time
     from workbench import serve

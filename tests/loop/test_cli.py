@@ -54,7 +54,7 @@ def test_loop_writes_a_finding_per_arm_and_the_gate(hand_trace, tmp_path):
     # G4's line under it: the subject's standing (unresolved) first, the llama.cpp arms beside it as references
     gates = text[text.index("<!-- workbench:begin step-function-gates -->"):text.index("<!-- workbench:end step-function-gates -->")]
     (g4,) = [line.strip() for line in gates.splitlines() if line.strip().startswith("- **G4")]
-    assert "TensorRT-LLM: unresolved" in g4 and "reference llamacpp" in g4
+    assert "TensorRT-LLM: unresolved" in g4 and "reference · llamacpp" in g4
 
 
 def test_an_arm_runs_its_own_model_only_with_the_traces_vocabulary(hand_trace, tmp_path):

@@ -56,3 +56,25 @@ def test_an_arm_that_ran_on_another_model_is_not_listed_as_not_run(run):
                         params=ran.params | {"model": "another"})
     assert [a for a, _ in arm_table([*run.findings, elsewhere]).not_run] == ["trtllm"]
     assert [a for a, _ in arm_table([elsewhere]).not_run] == ["llamacpp"]
+
+
+def test_ttft_at_p50_p90_p95_and_loop_time_over_the_runs_with_their_count(run):
+    """Review of issue 50 (item 14): the arm table gave TTFT p50 and p90 over turns, no p95, and no run count. TTFT is
+    at p50, p90 and p95 over the run's turns; the loop time is p50 · p90 · p95 over the runs of the whole trace with
+    the same workload, the run count in its own column, and every row names its result class."""
+    t = arm_table(run.findings)
+    assert [c.tag for c in t.columns][:3] == ["ttft_p50_s", "ttft_p90_s", "ttft_p95_s"]
+    cold = next(f for f in run.findings if f.probe == "loop.llamacpp-cold")
+    assert cold.metric("ttft_p95_s") >= cold.metric("ttft_p90_s") >= cold.metric("ttft_p50_s")
+    row = dict(zip(COLUMNS, t.rows[0].values))
+    assert t.rows[0].runs == 1 and row["loop_time_s"].endswith("(1 run)")
+    assert t.rows[0].result_class == "raw_backend_control" and "result class" in t.frame()
+    again = [replace(f, id=f.id + "-2", metrics=f.metrics | {"loop_time_s": f.metrics["loop_time_s"] | {
+        "value": f.metric("loop_time_s") * 2}}) for f in run.findings if f.probe == "loop.llamacpp-cold"]
+    other = [replace(f, id=f.id + "-3", params=f.params | {"turns": 99}) for f in again]  # another workload
+    t2 = arm_table(run.findings, [*run.findings, *again, *other])
+    row = dict(zip(COLUMNS, t2.rows[0].values))
+    assert t2.rows[0].runs == 2 and t2.rows[1].runs == 1  # only the same workload's runs are counted together
+    assert row["loop_time_s"].startswith("p50 ") and " · p95 " in row["loop_time_s"] and row["loop_time_s"].endswith(
+        "(2 runs)")
+    assert "loop time is p50 · p90 · p95 over the runs of the whole trace" in t2.text()

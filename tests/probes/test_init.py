@@ -51,7 +51,7 @@ def test_cell_options_are_recorded_apart_from_params_and_unknown_ones_are_named(
                    cell_options={"n_batch": 64}, out=tmp_path)
     assert f.environment["cell"]["extra"]["n_batch"] == 64
     assert f.cell_options == {"n_batch": 64} and f.params["seed"] == 3 and "n_batch" not in f.params
-    with pytest.raises(probes.ParamError, match="rejected a cell option.*tokens_per_blok"):
+    with pytest.raises(probes.ParamError, match="unknown llamacpp cell option.*tokens_per_blok"):  # before any child
         probes.run("reuse.per_request_metrics", engine="llamacpp", model=TINY, cell_options={"tokens_per_blok": 8})
 
 

@@ -179,7 +179,7 @@ def _rss_mb(pid: int) -> float:
 @pytest.mark.parametrize("multiprocess", [False, True], ids=["in-process", "multiprocess"])
 def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_path, multiprocess):
     """`kill -9` of `workbench probe … --engine vllm` left its experiment child running (ppid 1, ~0.9 GB), and
-    with multiprocess=true VLLM::EngineCore and VLLM::Worker as well, and its workbench-vllm-* folder in the temp
+    with multiprocess=true VLLM::EngineCore and VLLM::Worker as well, and its wbv-* folder in the temp
     folder."""
     import contextlib
     import os
@@ -205,7 +205,7 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
         def child_log(d: int) -> Path | None:  # the log isolate gave the experiment's child (not the forkserver)
             with contextlib.suppress(OSError):
                 log = Path(os.readlink(f"/proc/{d}/fd/2"))
-                return log.parent if log.parent.name.startswith("workbench-child-") else None
+                return log.parent if log.parent.name.startswith("wbc-") else None
             return None
 
         def engine_up() -> bool:
@@ -223,13 +223,13 @@ def test_kill_9_of_a_vllm_probe_leaves_no_engine_process_and_no_temp_folder(tmp_
         if multiprocess:
             assert any("EngineCore" in _cmdline(d) for d in below)
         (child_tmp,) = {t for d in below if (t := child_log(d))}
-        assert list(temp.rglob("workbench-vllm-*")) or not multiprocess  # the engine core's sockets' folder
+        assert list(temp.rglob("wbv-*")) or not multiprocess  # the engine core's sockets' folder
         os.kill(p.pid, signal.SIGKILL)
         p.wait()
         left = gone_within(5, below)
         assert left == [], [(d, _cmdline(d)) for d in left]
         assert not child_tmp.exists()
-        assert not list(temp.rglob("workbench-*"))
+        assert not list(temp.iterdir())  # the command's temp root went with it (workbench.lifecycle)
         assert not list((tmp_path / "f").glob("*.json"))
     finally:
         if p.poll() is None:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import require_engine
+from conftest import TINY, require_engine
 from workbench.transport import errors as e
 from workbench.transport.contract import Config, DecodeConfig, OpenSessionRequest, PrefixInput, SuffixInput
 from workbench.transport.manifest import ManifestIdentity, chat_turn
@@ -128,3 +128,38 @@ def test_enable_thinking_and_reasoning_effort_reach_the_template_over_the_wire()
         unset, on, off = suffix(), suffix(enable_thinking=True), suffix(enable_thinking=False)
         assert unset == on < off  # false rendered the empty think block; true and unset did not
         assert suffix(reasoning_effort="high") > unset
+
+
+def test_the_key_read_from_a_file_guards_the_wire_and_stays_out_of_ps(tmp_path):
+    """--api-key-file: the key never on the command line (`ps`); every call but Health needs it; a file with no key
+    and a key given twice are refused before anything loads."""
+    require_engine("llamacpp")
+    key = tmp_path / "key"
+    key.write_text("s3cret-cell-key\n")
+    proc = subprocess.Popen(_workbench("cell", "serve", "--engine", "llamacpp", "--model", TINY, "--ctx", "256",
+                                       "--threads", "1", "--api-key-file", str(key)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"at 127\.0\.0\.1:(\d+)", line)
+        assert m, line + proc.stderr.read() if proc.poll() is not None else line
+        assert "s3cret" not in Path(f"/proc/{proc.pid}/cmdline").read_text()
+        anyone, owner = Client("127.0.0.1", int(m.group(1))), Client("127.0.0.1", int(m.group(1)),
+                                                                     api_key="s3cret-cell-key")
+        try:
+            assert anyone.health().backend == "llama"
+            with pytest.raises(Exception, match="unauthenticated"):
+                anyone.status()
+            assert owner.status() is not None
+        finally:
+            anyone.close()
+            owner.close()
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    (tmp_path / "empty").write_text("\n")
+    for extra, said in ((["--api-key-file", str(tmp_path / "empty")], "give a file whose first line is the key"),
+                        (["--api-key", "k", "--api-key-file", str(key)], "not both")):
+        r = subprocess.run(_workbench("cell", "serve", "--engine", "llamacpp", *extra), capture_output=True,
+                           text=True, env=_env(), timeout=120)
+        assert r.returncode == 2 and said in r.stderr, r.stderr

@@ -16,11 +16,17 @@ import dataclasses
 import functools
 import importlib
 import inspect
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from typing import Any, Iterable, Mapping
 
 from ..engine import Cell, EngineUnavailable, observer_mismatches
 from ..registry import Registry
+
+
+GGUF_KINDS = ("default", "gguf", "synthetic")
+HF_KINDS = ("hf", "synthetic")
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,9 @@ class EngineFacts:
     events: str | None = None  # a module answering workbench.events.plane.EventPlane; None: no stream reproduced
     # the endpoint forms `workbench events watch` consumes this engine's stream at ("http://HOST:PORT"), by scheme
     watched_at: tuple[str, ...] = ()
+    # the model kinds it runs (workbench.models.kind): a GGUF file (the default model is one) or a Hugging Face
+    # directory; a synthetic spec is both
+    model_kinds: tuple[str, ...] = GGUF_KINDS
     # "module:Class": its modeld contract session adapter (workbench.transport.session.CellSession), which
     # `workbench cell serve` serves on modeld's wire; None: it is not served as a cell
     session: str | None = None
@@ -45,6 +54,8 @@ class EngineFacts:
             (all("://" in f for f in self.watched_at), f"watched_at must be 'scheme://…' forms, got {self.watched_at!r}"),
             (not taken & {_scheme(f) for f in self.watched_at},
              f"watched_at {self.watched_at!r}: another engine declares one of these schemes"),
+            (bool(self.model_kinds) and set(self.model_kinds) <= {*GGUF_KINDS, *HF_KINDS},
+             f"model_kinds must name some of {', '.join(dict.fromkeys(GGUF_KINDS + HF_KINDS))}, got {self.model_kinds!r}"),
             (self.options.count(":") == 1, f"options must be 'module:Class', got {self.options!r}"),
             (self.session is None or (self.session.count(":") == 1 and self.runs is None),
              f"session must be 'module:Class' of an in-process engine, got {self.session!r}"),
@@ -77,19 +88,20 @@ register("llamacpp", "workbench.cells.llamacpp:LlamaCppCell",
          EngineFacts("workbench.cells.llamacpp:LlamaCppOptions", session="workbench.cells.llamacpp.session:LlamaSession"))
 register("trtllm", "workbench.cells.trtllm.cell:TrtLlmCell",
          EngineFacts("workbench.cells.trtllm.cell:TrtLlmOptions", events="workbench.cells.trtllm.plane",
-                     session="workbench.cells.trtllm.session:TrtllmSession"))
+                     model_kinds=HF_KINDS, session="workbench.cells.trtllm.session:TrtllmSession"))
 register("vllm", "workbench.cells.vllm.cell:VllmCell",
-         EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane",
+         EngineFacts("workbench.cells.vllm.cell:VllmOptions", events="workbench.cells.vllm.plane", model_kinds=HF_KINDS,
                      session="workbench.cells.vllm.session:VllmSession"))
 # Served engines: the same contract over each server's HTTP API (each wing's served.py, workbench.serve).
 register("llamacpp-server", "workbench.cells.llamacpp.served:LlamaServerCell",
          EngineFacts("workbench.cells.llamacpp.served:LlamaServerOptions", runs="llamacpp"))
 register("vllm-server", "workbench.cells.vllm.served:VllmServerCell",
          EngineFacts("workbench.cells.vllm.served:VllmServeOptions", runs="vllm", events="workbench.cells.vllm.plane",
-                     watched_at=("ipc://PATH", "tcp://HOST:PORT")))
+                     watched_at=("ipc://PATH", "tcp://HOST:PORT"), model_kinds=HF_KINDS))
 register("trtllm-serve", "workbench.cells.trtllm.served:TrtllmServeCell",
          EngineFacts("workbench.cells.trtllm.served:TrtllmServeOptions", runs="trtllm",
-                     events="workbench.cells.trtllm.plane", watched_at=("http://HOST:PORT", "https://HOST:PORT")))
+                     events="workbench.cells.trtllm.plane", watched_at=("http://HOST:PORT", "https://HOST:PORT"),
+                     model_kinds=HF_KINDS))
 
 
 def runs(engine: str) -> str:
@@ -113,6 +125,90 @@ def known_options(cls: type, engine: str, options: Mapping[str, Any]) -> dict:
     if unknown := sorted(set(options) - names):
         raise TypeError(f"unknown {engine} cell option(s) {', '.join(unknown)}; valid: {', '.join(sorted(names))}")
     return dict(options)
+
+
+def check_model(engine: str, spec: str) -> None:
+    """Refuse a model spec ``engine`` cannot run (its facts' ``model_kinds``): a GGUF file for an engine that runs
+    Hugging Face directories, or the other way round (:class:`~workbench.models.ModelSpecError`, one line)."""
+    from .. import models
+
+    kind = models.kind(spec)
+    if kind not in ENGINES.facts(engine).model_kinds:
+        if kind in GGUF_KINDS:
+            raise models.ModelSpecError(f"{engine} runs a Hugging Face directory (config.json + safetensors), and "
+                                        f"{spec} is a GGUF file: give a 'synthetic:…' spec or a model directory")
+        raise models.ModelSpecError(f"{engine} runs a GGUF file, and {spec} is a Hugging Face directory: give a "
+                                    "'synthetic:…' spec or a .gguf file")
+
+
+def check_options(engine: str, options: Mapping[str, Any]) -> None:
+    """Refuse, before anything runs, cell options ``engine``'s options class would refuse when a cell opens: an
+    unknown name (:func:`known_options`), a value of another type than the field declares (``threads: "abc"``),
+    or one its own checks refuse (``__post_init__``: ``block_size: 33``). TypeError or ValueError, one line."""
+    from ..engine import WorkbenchError
+
+    cls = options_class(engine)
+    values = known_options(cls, engine, options)
+    hints = _hints(cls)
+    try:  # as an engine's from_options takes them: a list where a tuple is declared
+        built = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+    except (TypeError, ValueError, WorkbenchError) as e:
+        raise (TypeError if _mistyped(engine, hints, values) else ValueError)(
+            _mistyped(engine, hints, values) or f"{engine} cell options: {e}") from None
+    wrong = _mistyped(engine, hints, {k: getattr(built, k) for k in values})  # after the class's own conversions
+    if wrong:
+        raise TypeError(wrong)
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve is not checked
+        return {}
+
+
+def _mistyped(engine: str, hints: Mapping[str, Any], values: Mapping[str, Any]) -> str | None:
+    """The first value that is not of its field's declared type, in words (None: every one is)."""
+    for name, value in values.items():
+        tp = hints.get(name)
+        if tp is not None and not _fits(tp, value):
+            return f"{engine} cell option {name} must be {_words(tp)}, got {value!r}"
+    return None
+
+
+def _fits(tp: Any, value: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(a, value) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin is tuple or tp is tuple:
+        item = args[0] if len(args) == 2 and args[1] is Ellipsis else None
+        return isinstance(value, (list, tuple)) and (item is None or all(_fits(item, v) for v in value))
+    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
+        return isinstance(value, Mapping)
+    return True  # Any, or a type this check does not read
+
+
+def _words(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_words(a) for a in args)
+    if tp is type(None):
+        return "null"
+    if origin is tuple or tp is tuple:
+        return "a list" + (f" of {_words(args[0])}" if args and args[0] is not Ellipsis else "")
+    if origin is not None and isinstance(origin, type) and issubclass(origin, Mapping):
+        return "a mapping"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
 
 
 def engines(*, served: bool = True) -> list[str]:

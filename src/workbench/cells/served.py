@@ -30,7 +30,7 @@ import contextlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Iterator, Mapping
 
@@ -58,7 +58,7 @@ class ServedOptions(CellOptions):
     threads: int = 1
     host: str = serve.LOOPBACK
     port: int = 0  # 0: the OS picks
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)  # never printed; the server gets it in its environment
     server_args: tuple[str, ...] = ()  # passed to the server as they are (e.g. llama-server's --spec-type)
     log_dir: str | None = None  # where the server's log goes; default $WORKBENCH_SERVER_LOGS or a cache folder
     ready_timeout_s: float = 600.0

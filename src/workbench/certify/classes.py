@@ -34,8 +34,13 @@ WORDS = {
     ResultClass.FAILED.value: "failed run: no performance claim",
 }
 PRODUCT_DRIVER = "contenox_runtime"
-"""The environment key a product-path finding must carry: the contenox runtime that drove it (its version and the
-command), as ``contenox --trace`` records it. No writer in this workbench sets it: no contenox runtime runs here."""
+"""The environment key a product-path finding must carry: the contenox runtime that drove it, as ``contenox --trace``
+records it (:data:`DRIVER_FIELDS`). No writer in this workbench sets it: no contenox runtime runs here."""
+DRIVER_FIELDS = {"version": "the contenox runtime's version (``contenox --version``)",
+                 "command": "the contenox command that drove the run",
+                 "trace_sha256": "the sha256 of the trace that run wrote (``contenox --trace``), 64 hex digits"}
+"""What :data:`PRODUCT_DRIVER` must state, field by field: a product-path row names the runtime, the command and the
+trace it left, so two edited fields never make one."""
 NO_CLAIM = frozenset({"not-run"})  # verdicts of a run that measured nothing: failed_no_performance_claim
 
 
@@ -59,12 +64,31 @@ def problem(result_class: str | None, verdict: str, environment: Mapping[str, An
         return None
     if result_class not in LABELS:
         return f"result_class {result_class!r} is none of {', '.join(LABELS)}"
-    if result_class == ResultClass.PRODUCT.value and not (environment or {}).get(PRODUCT_DRIVER):
-        return (f"it is labelled {result_class}, but no contenox runtime drove it (its environment has no "
-                f"{PRODUCT_DRIVER}): nothing is product path unless contenox-runtime ran it")
+    if result_class == ResultClass.PRODUCT.value:
+        missing = driver_problem((environment or {}).get(PRODUCT_DRIVER))
+        if missing:
+            return (f"it is labelled {result_class}, but no contenox runtime drove it ({missing}): nothing is "
+                    "product path unless contenox-runtime ran it")
     if verdict in NO_CLAIM and result_class != ResultClass.FAILED.value:
         return f"a {verdict} finding measured nothing, so its class is {ResultClass.FAILED.value}, not {result_class}"
     return None
 
 
-__all__ = ["LABELS", "NO_CLAIM", "PRODUCT_DRIVER", "ResultClass", "WORDS", "check", "for_verdict", "problem"]
+def driver_problem(driver: Any) -> str | None:
+    """Why ``driver`` (an environment's :data:`PRODUCT_DRIVER`) names no contenox runtime that drove the run, or None:
+    each of :data:`DRIVER_FIELDS` stated, the trace's digest a sha256."""
+    if not driver:
+        return f"its environment has no {PRODUCT_DRIVER}"
+    if not isinstance(driver, Mapping):
+        return f"its {PRODUCT_DRIVER} is {driver!r}, not the runtime's {', '.join(DRIVER_FIELDS)}"
+    missing = [k for k in DRIVER_FIELDS if not isinstance(driver.get(k), str) or not driver[k].strip()]
+    if missing:
+        return f"its {PRODUCT_DRIVER} states no {', '.join(missing)} ({'; '.join(DRIVER_FIELDS[k] for k in missing)})"
+    digest = driver["trace_sha256"].strip().lower()
+    if len(digest) != 64 or any(ch not in "0123456789abcdef" for ch in digest):
+        return f"its {PRODUCT_DRIVER}'s trace_sha256 {driver['trace_sha256']!r} is no sha256"
+    return None
+
+
+__all__ = ["DRIVER_FIELDS", "LABELS", "NO_CLAIM", "PRODUCT_DRIVER", "ResultClass", "WORDS", "check", "driver_problem",
+           "for_verdict", "problem"]

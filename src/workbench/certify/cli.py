@@ -69,12 +69,19 @@ def gates_cmd(
     memory_budget_mib: Optional[float] = typer.Option(None, "--memory-budget-mib", min=0.001,
                                                       help="G1's KV budget for every arm (default: half the top tier "
                                                            "at 16-bit KV)"),
-    serve_kv: str = typer.Option(",".join(_lc.SERVE_KV), "--serve-kv", help="llama.cpp KV precisions tried for G1"),
-    timed_kv: str = typer.Option(",".join(_lc.TIMED_KV), "--timed-kv", help="llama.cpp KV precisions timed for G2/G3"),
+    serve_kv: str = typer.Option(",".join(_lc.SERVE_KV), "--serve-kv",
+                                 help="llama.cpp KV precisions tried for G1 (any other set: exploratory)"),
+    timed_kv: str = typer.Option(",".join(_lc.TIMED_KV), "--timed-kv",
+                                 help="llama.cpp KV precisions timed for G2/G3 (match: the candidate's; any other: "
+                                      "exploratory)"),
     speculation: str = typer.Option("auto", "--speculation", help="auto: llama.cpp's own speculation joins the "
                                                                   "baseline where the workload copies; always"),
     threads: Optional[int] = typer.Option(None, "--threads", min=1, help="threads of every arm"),
-    on_target: bool = typer.Option(False, "--on-target", help="on an NVIDIA GPU: llama.cpp holds every layer on it"),
+    on_target: bool = typer.Option(False, "--on-target", help="the claim's run: an NVIDIA GPU read through NVML, every "
+                                                              "model certified (--certified), llama.cpp holding every "
+                                                              "layer on the GPU (off target: exploratory)"),
+    certified: Optional[Path] = typer.Option(None, "--certified",
+                                             help="with --on-target: file listing the certified models, one a line"),
     out: Path = typer.Option(..., "--out", help="findings folder (repeated runs into one folder pool their runs in "
                                                 "the matrix)"),
 ) -> None:
@@ -86,13 +93,15 @@ def gates_cmd(
         plan = _lc.Plan(engine, model, subject_model, tiers=_ints(tiers, "--tiers"), runs=runs,
                         output_tokens=output_tokens, serve_kv=_words(serve_kv), timed_kv=_words(timed_kv),
                         memory_budget_bytes=int(memory_budget_mib * 2**20) if memory_budget_mib else None,
-                        threads=threads, speculation=speculation, on_target=on_target)
+                        threads=threads, speculation=speculation, on_target=on_target,
+                        certified=str(certified) if certified else None)
         from .. import cells, models
 
         cells.ENGINES.check(engine)
         models.check(model)
         if subject_model:
             models.check(subject_model)
+        _lc.verified_target(plan)  # before any engine starts: a GPU here, every model certified
         f = _lc.run_in_child(plan, out)
     except isolate.EngineCrashed as e:
         _fail(str(e), 1)
@@ -138,21 +147,27 @@ def matrix_cmd(
     from ..files import write_output
     from . import matrix
 
+    for flag, path in (("--json", json_out), ("--csv", csv_out)):
+        if path is not None and (path.is_dir() or any(p.exists() and not p.is_dir() for p in path.parents)):
+            _fail(f"{flag} {path} is a folder or lies under a file: give a file path to write")
     where = folder / "findings" if (folder / "findings").is_dir() else folder
     if not where.is_dir():
         _fail(f"{folder} is neither a run folder nor a findings folder")
     scan = findings.scan([where])
     for path, err in scan.errors:
         print(f"skipping corrupt finding {path}: {err}", file=sys.stderr)
-    cells_ = matrix.build(scan.findings)
+    dropped: list[str] = []
+    cells_ = matrix.build(scan.findings, dropped)
     typer.echo("\n".join(matrix.markdown(cells_)))
+    for d in dropped:
+        print(f"left out: {d}", file=sys.stderr)
     try:
         if json_out:
-            write_output(json_out, json.dumps(matrix.document(cells_), indent=1) + "\n")
+            write_output(json_out, json.dumps(matrix.document(cells_, dropped), indent=1) + "\n")
         if csv_out:
             write_output(csv_out, matrix.csv_text(cells_))
-    except OSError as e:
-        _fail(f"cannot write the export: {e.strerror or e}")
+    except (OSError, WorkbenchError) as e:
+        _fail(f"cannot write the export: {getattr(e, 'strerror', None) or e}")
 
 
 __all__ = ["app"]

@@ -10,9 +10,12 @@ end-to-end agent turn time at the same quality." Each gate here is its own claim
 
 - **G1** (:func:`decide_tier`): under one memory budget (the capacity policy: every arm's KV pool is the same bytes),
   the largest tier of the ladder each arm served, a real request of that many tokens that decoded. Confirmed when the
-  candidate served a tier the best llama.cpp profile did not, each llama.cpp profile's refusal read from its engine
-  (the KV cells it made for the budget, fewer than the tier); refuted when the candidate's own limit was found and
-  the baseline serves every tier it does; inconclusive where both served the ladder's top (no limit found).
+  candidate served a tier the best llama.cpp profile did not, each llama.cpp profile's limit read from its engine
+  (:func:`refusal`: a request or an open the engine refused; the pool an engine sized from the budget itself; or the
+  KV buffer the engine states it allocates for the next tier, above the budget); a capacity the workbench computed
+  (the budget over the engine's bytes per token) is labelled so and never a refusal. Refuted when the candidate's
+  own limit was read so and the baseline serves every tier it does; inconclusive where both served the ladder's top
+  (no limit found).
 - **G2** (:func:`decide_usable`): at a stated latency budget (first output and turn time, each as the p95 over the
   runs), the largest tier within it. Usable context is known to a bracket of the ladder (the largest tier within
   the budget, below the smallest beyond it), so the ratio's interval is ``[candidate's low / baseline's high,
@@ -25,8 +28,12 @@ end-to-end agent turn time at the same quality." Each gate here is its own claim
   at some tier, refuted when the upper bound is below 3 at every tier measured.
 
 Every rule refuses a verdict where the same-model rule fails (:func:`.integrity.comparable`: "not comparable" with the
-difference named), where fewer runs than its ``min_runs`` back a figure, or where the baseline is not the strongest the
-product could run (G2: llama.cpp's own speculation on a workload that copies, ``scripts/bench-served-spec-copy``). A
+difference named), where fewer runs than its ``min_runs`` back a figure, where the baseline is not the strongest the
+product could run (G2: llama.cpp's own speculation on a workload that copies, ``scripts/bench-served-spec-copy``), or
+where the quality smoke of the candidate's or the chosen baseline's cell did not pass (benchmark integrity: "throughput
+claims require quality-smoke status"; :func:`smoke_problem`: G1 reads each serve cell's own A2, G2 and G3 the timed
+cells'). G2's turn counts only where the arm delivered the whole output cap (a reply cut short by its end-of-sequence
+token is a shorter turn, not the claim's). A
 rule that moves a claim's number, either way, is exploratory (:func:`workbench.loop.gate.departures`): measured and
 reported, never the claim's verdict. Whether a verdict settles the claim is :mod:`workbench.settle`'s: only the
 subject (TensorRT-LLM) on target hardware; a run between llama.cpp and vLLM on a CPU is a reference beside it.
@@ -96,16 +103,51 @@ def _arms(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return list(dict.fromkeys(r["arm"] for r in rows))
 
 
+def smoke_status(rows: Sequence[Mapping[str, Any]], arm: str, kind: str) -> str:
+    """The quality smoke of ``arm``'s cell behind its ``kind`` rows: ``serve`` (G1's cells under the budget) reads
+    the serve row's own A2 (``quality``), ``timed`` (G2, G3) the arm's A2 rows (``kind == "a2"``, run on its timed
+    cell); passed only where every one passed, failed where one failed, else not-run."""
+    if kind == "serve":
+        got = [r.get("quality") for r in rows if r.get("kind") == "serve" and r.get("arm") == arm]
+    else:
+        got = [r.get("status") for r in rows if r.get("kind") == "a2" and r.get("arm") == arm]
+    got = [g for g in got if g]
+    if "failed" in got:
+        return "failed"
+    return "passed" if got and all(g == "passed" for g in got) else "not-run"
+
+
+def smoke_problem(rows: Sequence[Mapping[str, Any]], arms: Sequence[str], kind: str) -> str | None:
+    """Why a verdict resting on ``arms``' cells makes no throughput claim (a quality smoke not passed), or None."""
+    bad = [f"{a}: {s}" for a in dict.fromkeys(arms) if (s := smoke_status(rows, a, kind)) != "passed"]
+    return (f"the quality smoke did not pass on the cell behind it ({', '.join(bad)}): no throughput claim stands"
+            if bad else None)
+
+
+def _held(out: GateVerdict, problem: str | None) -> GateVerdict:
+    """``out``, or inconclusive where a verdict would rest on something that cannot carry it (``problem``)."""
+    if problem is None or out.verdict not in ("confirmed", "refuted"):
+        return out
+    return GateVerdict("inconclusive", f"{out.summary}; but {problem}, so not a verdict (would be {out.verdict})",
+                       out.ratio, out.figures)
+
+
 # --------------------------------------------------------------------------- G1: context tier
+
+
+BUDGET_RULE = "half the ladder's top tier at 16-bit KV of the model"
+"""The claim's memory budget (the capacity policy): one that binds, so each engine's KV bytes per token decide the
+tier it holds; a budget given by hand builds the outcome (exploratory)."""
 
 
 @dataclass(frozen=True)
 class TierRule(_Rule):
     """G1 has no number: any tier the baseline cannot run. ``budget_bytes`` is the one memory budget every arm's KV
-    pool gets (the capacity policy), recorded with the rule."""
+    pool gets (the capacity policy), recorded with the rule and the rule that sized it (``budget_rule``)."""
 
     budget_bytes: int = 0
-    CLAIM_VALUES = {}
+    budget_rule: str = BUDGET_RULE
+    CLAIM_VALUES = {"budget_rule": BUDGET_RULE}
 
 
 def _served_top(rows: Sequence[Mapping[str, Any]], arm: str) -> int:
@@ -113,21 +155,23 @@ def _served_top(rows: Sequence[Mapping[str, Any]], arm: str) -> int:
     return max((int(r["tier"]) for r in rows if r["arm"] == arm and r.get("served") is True), default=0)
 
 
-def _capacity(r: Mapping[str, Any]) -> Any:
-    """The tokens a serve row's engine holds within the budget (its cells, no more than the budget over its own
-    bytes per token), else the cells it made."""
-    got = r.get("budget_capacity_tokens")
-    return got if got is not None else r.get("engine_capacity_tokens")
-
-
-def _refused_above(rows: Sequence[Mapping[str, Any]], arm: str, tier: int) -> bool:
-    """Whether ``arm``'s engine said it cannot hold ``tier`` tokens under the budget: a request of it that the engine
-    refused, or the KV the engine holds within the budget (its own count and bytes) below it."""
-    mine = [r for r in rows if r["arm"] == arm]
-    refused = any(int(r["tier"]) <= tier and r.get("served") is False and r.get("refused_by") == "engine"
-                  for r in mine)
-    capacity = [int(_capacity(r)) for r in mine if _capacity(r) is not None]
-    return refused or (bool(capacity) and max(capacity) < tier)
+def refusal(rows: Sequence[Mapping[str, Any]], arm: str, tier: int) -> str | None:
+    """How ``arm``'s engine said it cannot hold ``tier`` tokens under the budget, or None where it did not: a request
+    (or an open) of a tier no larger that the engine refused; the KV pool an engine sized from the budget itself
+    (``capacity_from == "engine"``: vLLM's ``num_gpu_blocks``) below it; or the KV buffer the engine states it
+    allocates for a context of a tier no larger (``next_tier_kv_bytes``: llama.cpp's "KV buffer size"), above the
+    budget. A capacity the workbench computed (the budget over the engine's bytes per token) is none of these."""
+    for r in (r for r in rows if r["arm"] == arm):
+        if int(r["tier"]) <= tier and r.get("served") is False and r.get("refused_by") == "engine":
+            return f"its engine refused {r['tier']} tokens ({r.get('error') or 'no reason given'})"
+        cap = r.get("engine_capacity_tokens")
+        if r.get("capacity_from") == "engine" and cap is not None and int(cap) < tier:
+            return f"its engine sized its pool from the budget to {cap} tokens"
+        need, at = r.get("next_tier_kv_bytes"), r.get("next_tier")
+        if need is not None and at is not None and int(at) <= tier and int(need) > int(r.get("budget_bytes") or 0):
+            return (f"its engine states a KV buffer of {int(need) / 2**20:.4g} MiB for {at} tokens, over the budget "
+                    f"({r.get('next_tier_kv_bytes_from') or 'its own statement'})")
+    return None
 
 
 def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Sequence[int],
@@ -149,7 +193,7 @@ def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Seque
     b_top = tops[best]
     figures = {"candidate_tier_tokens": c_top, "baseline_tier_tokens": b_top}
     skipped = {r["arm"]: int(r["tier"]) for r in base if r.get("served") is None and r.get("skipped")}
-    shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]}, not served again" for a, t in tops.items())
+    shown = ", ".join(f"{a}: {t}" if t or a not in skipped else f"{a}: {skipped[a]} fits, not served" for a, t in tops.items())
     said = (f"under {rule.budget_bytes / 2**20:.4g} MiB of KV the candidate served "
             f"{f'up to {c_top} tokens' if c_top else 'no tier'}, the best llama.cpp ({best}) "
             f"{f'up to {b_top}' if b_top else 'no tier'} ({shown})")
@@ -157,22 +201,29 @@ def decide_tier(rule: TierRule, rows: Sequence[Mapping[str, Any]], ladder: Seque
         return GateVerdict("inconclusive", f"{said}: neither served the ladder's smallest tier ({min(ladder)})",
                            figures=figures)
     if c_top > b_top:
-        beyond = [t for t in ladder if b_top < t <= c_top]
-        unread = [a for a in tops if not _refused_above(base, a, min(beyond))]
+        beyond = min(t for t in ladder if b_top < t <= c_top)
+        why = {a: refusal(base, a, beyond) for a in tops}
+        unread = [a for a, w in why.items() if w is None]
         if unread:
-            return GateVerdict("inconclusive", f"{said}, but no refusal of {min(beyond)} tokens was read from "
-                               f"{', '.join(unread)}'s engine", figures=figures)
-        return GateVerdict("confirmed", f"{said}: the candidate runs {c_top} tokens, a tier no llama.cpp profile "
-                           "could hold in the same memory", figures=figures)
+            return GateVerdict("inconclusive", f"{said}, but no refusal of {beyond} tokens was read from "
+                               f"{', '.join(unread)}'s engine (a capacity computed from its bytes per token is no "
+                               "refusal)", figures=figures)
+        out = GateVerdict("confirmed", f"{said}: the candidate runs {c_top} tokens, a tier no llama.cpp profile "
+                          f"could hold in the same memory ({'; '.join(f'{a}: {w}' for a, w in why.items())})",
+                          figures=figures)
+        return _held(out, smoke_problem(rows, [c_arm], "serve"))
     if c_top == top:
         return GateVerdict("inconclusive", f"{said}: both served the ladder's top tier ({top}), so no limit was "
                            "found; raise the ladder or lower the budget", figures=figures)
     above = min(t for t in ladder if t > c_top)
-    if not _refused_above(cand, c_arm, above):
+    why_not = refusal(cand, c_arm, above)
+    if why_not is None:
         return GateVerdict("inconclusive", f"{said}, but the candidate's engine did not say it cannot hold {above} "
-                           "tokens (no refusal, no capacity read): its limit is not found", figures=figures)
-    return GateVerdict("refuted", f"{said}: the candidate's engine cannot hold {above} tokens in that memory, and it "
-                       "serves no tier the baseline cannot", figures=figures)
+                           "tokens (no refusal, no capacity or KV buffer it stated): its limit is not found",
+                           figures=figures)
+    out = GateVerdict("refuted", f"{said}: the candidate cannot hold {above} tokens in that memory ({why_not}), and "
+                      "it serves no tier the baseline cannot", figures=figures)
+    return _held(out, smoke_problem(rows, [c_arm, best], "serve"))
 
 
 # --------------------------------------------------------------------------- G2: usable context
@@ -208,7 +259,8 @@ def _p95(rows: Sequence[Mapping[str, Any]], column: str) -> Percentiles | None:
 def usable_bracket(rows: Sequence[Mapping[str, Any]], arm: str, rule: UsableRule) -> tuple[int, float, list[str]]:
     """``arm``'s usable context as a bracket of its timed tiers (``kind == "timed"``): the largest tier within the
     budget with every smaller one within it too (0: none), the smallest tier beyond it (inf: none measured beyond),
-    and why a tier could not be read (too few runs)."""
+    and why a tier could not be read (too few runs; a turn that did not deliver its output cap, so is not the
+    budget's turn: a shorter reply is a shorter turn)."""
     timed = [r for r in rows if r["arm"] == arm and r.get("kind") == "timed"]
     low, high, short = 0, math.inf, []
     for tier in sorted({int(r["tier"]) for r in timed}):
@@ -217,12 +269,22 @@ def usable_bracket(rows: Sequence[Mapping[str, Any]], arm: str, rule: UsableRule
         if len(ok) < len(mine):  # a run the engine could not serve at this tier: beyond it, whatever the time
             high = tier
             break
-        first, turn = _p95(ok, "first_output_s"), _p95(ok, "turn_s")
-        if first is None or turn is None or first.runs < rule.min_runs:
+        first = _p95(ok, "first_output_s")
+        if first is None or first.runs < rule.min_runs:
             short.append(f"{arm} at {tier}: {_runs(first.runs if first else 0)}")
             high = tier
             break
-        if first.p95 <= rule.first_output_s and turn.p95 <= rule.turn_s:
+        if first.p95 > rule.first_output_s:  # beyond on its first output, whatever its replies' length
+            high = tier
+            break
+        cut = [r for r in ok if not r.get("output_cap") or r.get("decode_tokens") != r.get("output_cap")]
+        if cut:
+            short.append(f"{arm} at {tier}: {len(cut)} of {_runs(len(ok))} delivered fewer tokens than the output "
+                         f"cap ({', '.join(str(r.get('decode_tokens')) for r in cut)} of {cut[0].get('output_cap')})")
+            high = tier
+            break
+        turn = _p95(ok, "turn_s")
+        if turn is not None and turn.p95 <= rule.turn_s:
             low = tier
         else:
             high = tier
@@ -260,17 +322,18 @@ def decide_usable(rule: UsableRule, rows: Sequence[Mapping[str, Any]], not_compa
     said = (f"usable context (p95 first output ≤ {rule.first_output_s:g} s, p95 turn ≤ {rule.turn_s:g} s): candidate "
             f"{bracket(c_low, c_high)}, best llama.cpp ({best}) {bracket(b_low, b_high)} tokens; ratio {_ratio_text(ratio)}")
     if c_short or b_short:
-        return GateVerdict("inconclusive", f"{said}; too few runs ({'; '.join(c_short + b_short)}, the rule needs "
-                           f"{rule.min_runs})", ratio, figures)
+        return GateVerdict("inconclusive", f"{said}; a tier not read ({'; '.join(c_short + b_short)}; the rule needs "
+                           f"{rule.min_runs} runs of whole turns)", ratio, figures)
     specs = [a for a in _arms(base) if any(r.get("speculation") == "engine" for r in base if r["arm"] == a)]
     if copies is not None and copies >= COPY_HEAVY and not specs:
         return GateVerdict("inconclusive", f"{said}; but the workload copies ({copies:.0%} of the baseline's output "
                            "4-grams are in its prompt) and no llama.cpp arm ran its own speculation, so the baseline is "
                            "not the strongest the product could run", ratio, figures)
+    problem = smoke_problem(rows, [c_arm, best], "timed")
     if low >= rule.min_ratio:
-        return GateVerdict("confirmed", f"{said}: at least {rule.min_ratio:g}×", ratio, figures)
+        return _held(GateVerdict("confirmed", f"{said}: at least {rule.min_ratio:g}×", ratio, figures), problem)
     if high <= rule.min_ratio:
-        return GateVerdict("refuted", f"{said}: at most {rule.min_ratio:g}×", ratio, figures)
+        return _held(GateVerdict("refuted", f"{said}: at most {rule.min_ratio:g}×", ratio, figures), problem)
     return GateVerdict("inconclusive", f"{said}: the interval straddles {rule.min_ratio:g}× (the ladder's steps "
                        "are too coarse, or the budget lies beyond its top)", ratio, figures)
 
@@ -356,14 +419,17 @@ def decide_prefill(rule: PrefillRule, rows: Sequence[Mapping[str, Any]], not_com
     few = [r for r in ratios if r["runs"] < rule.min_runs]
     if few:
         return GateVerdict("inconclusive", f"{said}; fewer runs than the rule's {rule.min_runs}", ratio, figures)
+    c_arm = _arms(cand)[0]
     if best["low"] >= rule.min_ratio:
-        return GateVerdict("confirmed", f"{said}: at least {rule.min_ratio:g}× on the lower bound", ratio, figures)
+        return _held(GateVerdict("confirmed", f"{said}: at least {rule.min_ratio:g}× on the lower bound", ratio,
+                                 figures), smoke_problem(rows, [c_arm, best["baseline"]], "timed"))
     if all(r["high"] < rule.min_ratio for r in ratios):
-        return GateVerdict("refuted", f"{said}: below {rule.min_ratio:g}× at every tier", ratio, figures)
+        return _held(GateVerdict("refuted", f"{said}: below {rule.min_ratio:g}× at every tier", ratio, figures),
+                     smoke_problem(rows, [c_arm, *(r["baseline"] for r in ratios)], "timed"))
     return GateVerdict("inconclusive", f"{said}: the interval straddles {rule.min_ratio:g}×", ratio, figures)
 
 
-__all__ = ["BASELINE", "CANDIDATE", "CLAIM_FIRST_OUTPUT_S", "CLAIM_MIN_RUNS", "CLAIM_PREFILL_RATIO", "CLAIM_TURN_S",
+__all__ = ["BASELINE", "BUDGET_RULE", "CANDIDATE", "CLAIM_FIRST_OUTPUT_S", "CLAIM_MIN_RUNS", "CLAIM_PREFILL_RATIO", "CLAIM_TURN_S",
            "CLAIM_USABLE_RATIO", "COPY_HEAVY", "G1", "G2", "G3", "GateVerdict", "PrefillRule", "TIER_MIN_32K",
-           "TierRule", "UsableRule", "decide_prefill", "decide_tier", "decide_usable", "prefill_ratios", "speedup",
-           "usable_bracket"]
+           "TierRule", "UsableRule", "decide_prefill", "decide_tier", "decide_usable", "prefill_ratios", "refusal",
+           "smoke_problem", "smoke_status", "speedup", "usable_bracket"]

@@ -9,10 +9,12 @@ The source: contenox/runtime ``2bfdc1f5``,
   count beside each figure. The source names no repeat count and no interval method; the percentiles are numpy's
   linear interpolation between order statistics, so with 1 run all three are that run's value and with 3 runs p95
   lies between the two slowest: the count beside them says how far to read them.
-- **The same-model rule** (:class:`Identity`, :func:`differences`): model and digest, quantization, prompt set,
-  context, output cap, device, runtime profile and warm or cold state must match, "if any field differs, the report
-  says 'not comparable' and explains the difference". A comparison across engines (the gates') names the fields it
-  varies by design (the engine, and for G1 the KV precision each engine's best profile uses); every other must match.
+- **The same-model rule** (:class:`Identity`, :func:`differences`): model and digest, quantization, the model's shape
+  (layers, heads, KV heads, head size, hidden size, vocabulary: what makes two files one checkpoint across formats),
+  KV precision, prompt set, context, output cap, device, runtime profile (threads, batch, GPU layers) and warm or cold
+  state must match, "if any field differs, the report says 'not comparable' and explains the difference". A
+  comparison across engines (the gates') names the fields it varies by design (the engine, and for G1 the KV
+  precision each engine's best profile uses); every other must match.
 - **The warm-state rule** (:class:`WarmState`, :func:`warm_problem`): a warm row keeps the process and session that
   warmed it and records the PrefixStatus/SuffixStatus counters; replay through one-shot calls is a separate result.
 - **Stage times** (:class:`StageTimes`): load, session-open, EnsurePrefix, PrefillSuffix and decode, each on its own,
@@ -93,11 +95,13 @@ class Identity:
     model: str | None = None  # the model's name (a synthetic spec's resolved name)
     digest: str | None = None  # its content digest (sha256 of the GGUF, or of a Hugging Face folder's files)
     quantization: str | None = None  # the weights' type (F32, F16, Q4_1, …)
+    architecture: str | None = None  # layers, heads, KV heads, head size, hidden size, vocabulary (models.architecture)
+    kv_precision: str | None = None  # the KV cache's element type (f32, f16, bf16, fp8, q8_0, q4_0)
     prompt_set: str | None = None  # the workload: a trace and its digest, or the generator and its seed
     context: int | None = None  # context tokens of the request (the tier)
     output_cap: int | None = None  # output tokens asked for
-    device: str | None = None  # the hardware summary it ran on
-    runtime_profile: str | None = None  # threads, KV precision, batch: what the engine was configured with
+    device: str | None = None  # where the engine said it runs (its GPU, or the CPU), else the machine's summary
+    runtime_profile: str | None = None  # threads, batch, GPU layers: what the engine was configured with
     warm_state: str | None = None  # cold | warm
 
     @classmethod

@@ -9,7 +9,8 @@ table (``workbench evaltable``) drives ``trtllm-serve`` (on a GPU), ``vllm serve
 does, OpenAI chat completions streamed with ``stream_options.include_usage`` and the cached prompt tokens read from
 ``usage.prompt_tokens_details.cached_tokens``, and labels every row ``raw_backend_control``: AIPerf drove them, no
 contenox runtime did. Nothing here is ``contenox_product_path`` unless a contenox runtime drove it
-(:data:`.classes.PRODUCT_DRIVER`).
+(:data:`.classes.PRODUCT_DRIVER`: its version, command and trace digest); what the note says of that is read from the
+run's findings (:func:`product_path`), never stated.
 """
 
 from __future__ import annotations
@@ -57,6 +58,31 @@ def measured(found: Sequence[tuple[Any, Any]]) -> list[str]:
     return list(seen.values())
 
 
+def product_path(found: Sequence[tuple[Any, Any]]) -> list[Any]:
+    """The run's findings labelled ``contenox_product_path`` that the schema admitted (each names the contenox runtime
+    that drove it, :func:`.classes.driver_problem`) and that the matrix does not leave out (:func:`.matrix.left_out`)."""
+    from . import classes
+    from .integrity import result_class
+    from .matrix import left_out
+
+    return [f for _, f in found if result_class(f)[0] == classes.ResultClass.PRODUCT.value
+            and not classes.driver_problem((f.environment or {}).get(classes.PRODUCT_DRIVER)) and not left_out(f)]
+
+
+def product_words(found: Sequence[tuple[Any, Any]]) -> str:
+    """What the run's findings say of the product path: none of them is ``contenox_product_path``, or which are and
+    the contenox runtime that drove each."""
+    from .classes import PRODUCT_DRIVER
+
+    got = product_path(found)
+    if not got:
+        return "Nothing here is `contenox_product_path`: no finding of this run names a contenox runtime that drove it."
+    drove = sorted({f"{f.engine} by contenox {d['version']} (`{d['command']}`, trace {d['trace_sha256'][:12]}…)"
+                    for f in got for d in [f.environment[PRODUCT_DRIVER]]})
+    return (f"{len(got)} finding{'s' if len(got) != 1 else ''} of this run "
+            f"{'are' if len(got) != 1 else 'is'} `contenox_product_path`: {'; '.join(drove)}.")
+
+
 def note(found: Sequence[tuple[Any, Any]] = ()) -> list[str]:
     """The blueprint's product-path note, as Markdown lines."""
     lines = ["**The product path as it stands.** The gates above describe `contenox-runtime → modeld launcher → "
@@ -66,9 +92,9 @@ def note(found: Sequence[tuple[Any, Any]] = ()) -> list[str]:
     got = measured(found)
     lines.append("The workbench measures that shape with its eval table (`workbench evaltable`): trtllm-serve on a GPU, "
                  f"vllm serve and llama-server, each as {SHAPE}, every row `raw_backend_control` (AIPerf drove it, not a "
-                 "contenox runtime). Nothing here is `contenox_product_path`: no contenox runtime drove any row."
+                 f"contenox runtime). {product_words(found)}"
                  + (f" This run: {'; '.join(got)}." if got else " This run measured no backend in that shape."))
     return lines
 
 
-__all__ = ["C7", "FACTS", "REACH", "SHAPE", "V1", "measured", "note"]
+__all__ = ["C7", "FACTS", "REACH", "SHAPE", "V1", "measured", "note", "product_path", "product_words"]

@@ -19,6 +19,7 @@ holds and the task set passes (or does not apply), refuted when either fails.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -91,7 +92,9 @@ def a2(cell: Any, *, seed: int = 0) -> dict:
     cell.ensure_prefix(stable + suffix, salt=cold_key)
     cold = cell.decode(max_tokens=A2_DECODE)
     process, session = engine_session(cell)
+    digest = hashlib.sha256(",".join(map(str, stable + suffix)).encode()).hexdigest()
     return {"kind": "a2", "stable_tokens": len(stable), "suffix_tokens": len(suffix), "decode_tokens": A2_DECODE,
+            "prompt_sha256": digest,
             "warm_tokens": list(warm.tokens), "cold_tokens": list(cold.tokens),
             "equal": list(warm.tokens) == list(cold.tokens), "warm_reused_tokens": st.reused_tokens,
             "warm_prefilled_tokens": st.computed_tokens, "reuse_source": st.source,

@@ -84,7 +84,7 @@ class TableRequest:
         for what, n in [("--concurrency", c) for c in self.concurrency] + [
                 ("--repeats", self.repeats), ("--prompt-tokens", self.prompt_tokens),
                 ("--output-tokens", self.output_tokens), ("--prefix-tokens", self.prefix_tokens),
-                ("--threads", self.threads), ("--requests", self.requests or 1)]:
+                ("--threads", self.threads)] + ([] if self.requests is None else [("--requests", self.requests)]):
             if n < 1:
                 raise ValueError(f"{what} must be at least 1, got {n}")
         if len(set(self.concurrency)) < len(self.concurrency):  # each level is a phase of one AIPerf run, named by it
@@ -161,7 +161,13 @@ def run(req: TableRequest, progress: Progress = lambda _: None, done: Measured |
                 if name in backends.SUBJECT and req.shares_prefix:
                     done.findings.append(finding.not_run(name, reason, setup))
                 continue
-            _measure(backends.BACKENDS[name], req, progress, done, setup)
+            try:
+                _measure(backends.BACKENDS[name], req, progress, done, setup)
+            except tokenizer.TokenizerMismatch as e:  # nothing measured: the backend's rows say why, never a failure
+                reason = f"not measured: {e}"
+                done.rows += [Row(name, w, None, "not-run", reason) for w in req.workloads]
+                if name in backends.SUBJECT and req.shares_prefix:
+                    done.findings.append(finding.not_run(name, reason, setup))
     except ServerGone as e:
         measured = sum(r.status == "ok" for r in done.rows)
         if not measured and all(f.verdict == "not-run" for f in done.findings):

@@ -151,6 +151,28 @@ def text_rows(rows: Sequence[Row]) -> list[list[str]]:
     return out
 
 
+@dataclass(frozen=True)
+class Shown:
+    """One cell of the table as the report lays it out: its text and the columns it spans."""
+
+    text: str
+    span: int = 1
+
+
+def shown_rows(rows: Sequence[Row]) -> list[list[Shown]]:
+    """Each row's cells under :func:`heads` as the report lays them out: a measured row one cell a column; a row
+    not measured its status and reason across the metric and split columns (it has nothing to put in them: eleven
+    empty columns squeezed the reason into one), its result class in its own column. Decided from the row's status,
+    never guessed from which cells are empty (the class column, filled on every row, defeated that guess)."""
+    out = []
+    for r, cells in zip(rows, text_rows(rows)):
+        if r.status == "ok":
+            out.append([Shown(c) for c in cells])
+        else:
+            out.append([*(Shown(c) for c in cells[:3]), Shown(cells[3], len(COLUMNS) + 1), Shown(cells[-1])])
+    return out
+
+
 def read(path: Path) -> tuple[dict, list[Row]]:
     """A written ``evaltable.json``: its document and its rows."""
     doc = json.loads(path.read_text())
@@ -162,10 +184,10 @@ def read(path: Path) -> tuple[dict, list[Row]]:
                         "artifacts": tuple(r["artifacts"])}) for r in doc["rows"]]
 
 
-def in_run(run: Path) -> list[tuple[Path, dict, list[list[str]]]]:
+def in_run(run: Path) -> list[tuple[Path, dict, list[list[Shown]]]]:
     """The tables a batch wrote in run folder ``run`` (``evaltable/ENGINE/evaltable.json``, by
-    ``notebooks/80_evaltable``), each with its setup and rows as text; one that cannot be read is left out (the
-    executed notebook says why)."""
+    ``notebooks/80_evaltable``), each with its setup and rows as the report lays them out (:func:`shown_rows`); one
+    that cannot be read is left out (the executed notebook says why)."""
     out = []
     for path in sorted(run.glob("evaltable/*/evaltable.json")):
         try:
@@ -174,7 +196,7 @@ def in_run(run: Path) -> list[tuple[Path, dict, list[list[str]]]]:
                 continue
             checks = {f"TTFT cross-check {i + 1}" if i else "TTFT cross-check": str(c)
                       for i, c in enumerate(doc.get("ttft_crosscheck") or [])}
-            out.append((path, {**doc.get("setup", {}), **checks}, text_rows(rows)))
+            out.append((path, {**doc.get("setup", {}), **checks}, shown_rows(rows)))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
     return out

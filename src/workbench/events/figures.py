@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 
 from .. import plotstyle
+from ..panels import draws
 
 
 def _figure(title: str, x: str, y: str, why: str | None = None) -> go.Figure:
@@ -27,11 +28,13 @@ def fidelity(rows: Sequence[dict]) -> go.Figure:
     first = rows[0].get("arm")
     engine = [r for r in rows if r.get("arm") == first]
     fig.add_trace(go.Bar(name="engine reported", x=[r["request"] for r in engine],
-                         y=[r["reported"] or 0 for r in engine], marker_color="#bbb"))
+                         y=[r["reported"] or 0 for r in engine], marker_color="#bbb",
+                         meta=draws("engine_reused_tokens", x="request")))
     for arm in dict.fromkeys(r.get("arm") for r in rows):
         mine = [r for r in rows if r.get("arm") == arm]
         fig.add_trace(go.Scatter(name=f"predicted · {arm or 'inventory'}", mode="markers+lines",
-                                 x=[r["request"] for r in mine], y=[r["predicted"] for r in mine]))
+                                 x=[r["request"] for r in mine], y=[r["predicted"] for r in mine],
+                                 meta=draws("inventory_predicted_hit_tokens", x="request")))
     return fig
 
 
@@ -44,6 +47,7 @@ def timeline(rows: Sequence[dict]) -> go.Figure:
     for kind in dict.fromkeys(r["mark"] for r in marks):
         mine = [r for r in marks if r["mark"] == kind]
         fig.add_trace(go.Scatter(name=kind, mode="markers", x=[r["t_s"] for r in mine], y=[kind] * len(mine),
+                                 meta=draws("elapsed_s", y="event kind"),
                                  marker=dict(size=[8 + min(r.get("count") or 0, 20) for r in mine],
                                              color=colours.get(kind)),
                                  hovertext=[f"seq {r.get('seq')} · {r.get('count')} · {r.get('detail') or ''}"
@@ -58,7 +62,8 @@ def loss_curve(rows: Sequence[dict]) -> go.Figure:
                   "events received / stream", None if rows else "no consumers")
     if rows:
         fig.add_trace(go.Bar(name="share received", x=[f"{r['consumer']} ({r.get('lease')})" for r in rows],
-                             y=[r["seen_fraction"] for r in rows], marker_color="#1565c0"))
+                             y=[r["seen_fraction"] for r in rows], marker_color="#1565c0",
+                             meta=draws("consumer_seen_fraction", x="consumer")))
         fig.update_yaxes(range=[0, 1.05], tickformat=".0%")
         fig.update_layout(showlegend=False)  # one series, which the axis title names
     return fig

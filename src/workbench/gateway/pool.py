@@ -35,7 +35,7 @@ import uuid
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import AbstractSet, Any, Callable, Iterator, Mapping
 
 import numpy as np
 
@@ -110,6 +110,42 @@ class PoolSpec:
                              "pool needs one (e.g. vllm-server)")
 
 
+class EndpointCrashed(serve.ServerDied):
+    """An endpoint's server exited while the experiment ran, and no fault of the plan killed it: a crash, named with
+    its exit status, the endpoint and its log's last lines, never a verdict (the experiment ends here)."""
+
+    def __init__(self, signum: int | None, exitcode: int | None, step: str | None, log_tail: list[str],
+                 log_path: str = "", endpoint: str = "") -> None:
+        self.endpoint = endpoint
+        super().__init__(signum, exitcode, step, log_tail, log_path)
+
+    def headline(self) -> str:
+        return f"endpoint {self.endpoint}: {super().headline()}; a crash settles nothing, so no verdict was drawn"
+
+    def __reduce__(self):
+        return (EndpointCrashed, (self.signum, self.exitcode, self.step, self.log_tail, self.log_path, self.endpoint))
+
+
+#: How long an experiment that failed waits for a dying endpoint's server to exit, to name the crash behind it.
+CRASH_WAIT_S = 3.0
+
+
+def crashed(cells_by_name: Mapping[str, Cell], faulted: AbstractSet[str] = frozenset(),
+            wait_s: float = 0.0) -> EndpointCrashed | None:
+    """The first endpoint (not in ``faulted``: killed by the plan) whose server has exited, waiting up to ``wait_s``
+    for one; None: every server this experiment started runs (an attached endpoint is not watched)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for name, cell in cells_by_name.items():
+            server = getattr(cell, "server", None)
+            dead = server.died("the experiment") if server is not None and name not in faulted else None
+            if dead is not None:
+                return EndpointCrashed(dead.signum, dead.exitcode, dead.step, dead.log_tail, dead.log_path, name)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def _closing(started: Future) -> Iterator[None]:
     """Close the cell ``started`` opened, once it has (a start that failed has nothing to close)."""
@@ -125,12 +161,17 @@ def _closing(started: Future) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def started(opens: Mapping[str, Callable[[], Cell]], folder: Path) -> Iterator[dict[str, Cell]]:
+def started(opens: Mapping[str, Callable[[], Cell]], folder: Path,
+            faulted: AbstractSet[str] = frozenset()) -> Iterator[dict[str, Cell]]:
     """Open every cell of ``opens`` side by side (a served cell starts its server as it opens: seconds each, so
     one after another would add them up) and yield them by name; every cell that started is closed on leaving,
     whichever start failed. An interrupt or a failed start stops at once the servers still starting whose log lies
     under ``folder``, and each that registers later as soon as it does (their starts then end as servers that died,
-    instead of waiting to be ready only to be closed)."""
+    instead of waiting to be ready only to be closed).
+
+    A server that exited while the block ran, other than those named in ``faulted`` (the plan's own kills; the set
+    may grow meanwhile), is :class:`EndpointCrashed`, raised as the block ends whether it failed (the crash behind a
+    reset connection) or not (a crash its retries hid): no experiment on a crashed endpoint yields a verdict."""
     with contextlib.ExitStack() as stack, ThreadPoolExecutor(len(opens), thread_name_prefix="workbench-start") as ex:
         futures = {n: ex.submit(f) for n, f in opens.items()}
         for fut in futures.values():
@@ -140,7 +181,16 @@ def started(opens: Mapping[str, Callable[[], Cell]], folder: Path) -> Iterator[d
         except BaseException:
             _stop_starting(folder, list(futures.values()))
             raise
-        yield cells_by_name
+        try:
+            yield cells_by_name
+        except Exception as e:
+            crash = crashed(cells_by_name, faulted, CRASH_WAIT_S)
+            if crash is not None:
+                raise crash from e
+            raise
+        crash = crashed(cells_by_name, faulted)
+        if crash is not None:
+            raise crash
 
 
 def _results(futures: Mapping[str, Future]) -> dict[str, Cell]:
@@ -175,6 +225,7 @@ class Pool:
         self.endpoints: dict[str, Endpoint] = {}
         self._stack = contextlib.ExitStack()
         self._sockets = ""  # a short folder for the endpoints' replay sockets (an ipc:// path must be short)
+        self.faulted: set[str] = set()  # endpoints the plan killed (:meth:`kill`): their death is no crash
         self.t0 = time.monotonic()
 
     def _cell_options(self, name: str) -> dict[str, Any]:
@@ -196,7 +247,7 @@ class Pool:
         self._stack.callback(shutil.rmtree, self._sockets, True)  # last: once every server stopped
         try:
             cells_by_name = self._stack.enter_context(
-                started({n: functools.partial(self._open, n) for n in names}, self.run_dir / "pool"))
+                started({n: functools.partial(self._open, n) for n in names}, self.run_dir / "pool", self.faulted))
             for n in names:
                 self.endpoints[n] = self._endpoint(n, cells_by_name[n])
         except BaseException:
@@ -216,8 +267,14 @@ class Pool:
                         str(d.extra.get("served_model") or self.spec.model),
                         str(server.log_path) if server is not None else "")
 
-    def __exit__(self, *exc: object) -> None:
-        self._stack.close()
+    def __exit__(self, *exc: Any) -> bool:
+        return bool(self._stack.__exit__(*exc))  # the block's exception reaches started(), which names a crash
+
+    def check(self) -> None:
+        """Raise :class:`EndpointCrashed` for an endpoint whose server exited and that the plan did not kill."""
+        crash = crashed({n: e.cell for n, e in self.endpoints.items()}, self.faulted)
+        if crash is not None:
+            raise crash
 
     def alive(self) -> list[Endpoint]:
         return [e for e in self.endpoints.values() if e.alive]
@@ -275,6 +332,7 @@ class Pool:
         server = getattr(self.endpoints[name].cell, "server", None)
         if server is None:
             raise WorkbenchError(f"endpoint {name} runs no server this pool started")
+        self.faulted.add(name)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGKILL)
         server.proc.wait(30)

@@ -152,6 +152,7 @@ def _row(pool: Pool, router: Router, http: Any, wi: int, r: Request, c: Any, got
     failed: list[str] = []
     while isinstance(got, EndpointFailed):
         if pool.died(c.endpoint):
+            pool.check()  # a death the plan's fault did not cause is a crash: the experiment ends, no verdict
             pool.endpoints[c.endpoint].alive = False
             router.drop(c.endpoint, str(got))
         failed.append(c.endpoint)

@@ -243,6 +243,7 @@ def summarise(rows: pd.DataFrame, ran: Sequence[str], not_run: Mapping[str, str]
             "unexplained_miss_tokens": int(df["unexplained"].abs().sum()),
             "ttft_p50_s": stats.percentile(df["ttft_s"], 50),
             "ttft_p90_s": stats.percentile(df["ttft_s"], 90),
+            "ttft_p95_s": stats.percentile(df["ttft_s"], 95),
             "itl_p50_s": stats.percentile(pd.to_numeric(df["itl_s"], errors="coerce").dropna(), 50),
             "e2e_p50_s": stats.percentile(df["e2e_s"], 50),
             "loop_output_tokens_per_s": _per_s(df["decode_tokens"].sum(), _loop_time(df)),

@@ -51,19 +51,21 @@ def claim_trace() -> tuple[str, str]:
     return CLAIM_TRACE, traces.stated_sha256(CLAIM_TRACE)
 
 
-def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict, trace: traces.Trace) -> dict:
-    """The target evidence recorded in the gate finding; raises WorkbenchError naming what to fix."""
+def verify_gpu(hardware: dict) -> dict:
+    """The GPU this machine's fingerprint read through NVML; raises WorkbenchError naming what to fix."""
     gpu = hardware.get("gpu") or {}
     if not gpu.get("available") or gpu.get("source") != "nvml":
         why = gpu.get("reason") or (f"read by {gpu.get('source')}, not NVML" if gpu.get("available") else "none found")
         raise WorkbenchError("--on-target declares target hardware, but NVML reports no GPU on this machine "
                              f"({why}); run on the target GPU machine with the NVIDIA driver, or drop "
                              "--on-target (the gate then reports at most inconclusive)")
-    name, pinned = claim_trace()
-    if trace.sha256 != pinned:
-        raise WorkbenchError(f"--on-target: the trace {trace.name} (content sha256 {trace.sha256[:12]}…) is not the "
-                             f"claim's trace {name} (sha256 {pinned[:12]}…, as its SOURCE.md states); run "
-                             f"--trace {name}")
+    return {"gpu": [d.get("name") for d in gpu.get("devices", [])], "driver": gpu.get("driver"),
+            "gpu_source": gpu["source"]}
+
+
+def verify_models(certified: Path | None, model_specs: Sequence[str]) -> dict:
+    """Every model of ``model_specs`` named in the ``certified`` list, with the list's digest; raises
+    WorkbenchError naming what to fix."""
     if certified is None:
         raise WorkbenchError("--on-target needs --certified FILE, the list of certified models the claim is about "
                              "(one a line: spec, name, path or SHA-256)")
@@ -75,10 +77,20 @@ def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict, t
             raise WorkbenchError(f"--on-target: model {spec} is not in the certified list {certified}; "
                                  "certify it there or run a certified model")
         matched[spec] = hit
-    return {"gpu": [d.get("name") for d in gpu.get("devices", [])], "driver": gpu.get("driver"),
-            "gpu_source": gpu["source"], "trace": name, "trace_sha256": trace.sha256,
-            "certified_file": str(certified),
-            "certified_sha256": hashlib.sha256(certified.read_bytes()).hexdigest(), "models": matched}
+    return {"certified_file": str(certified), "certified_sha256": hashlib.sha256(certified.read_bytes()).hexdigest(),
+            "models": matched}
 
 
-__all__ = ["CLAIM_TRACE", "certified_entries", "claim_trace", "verify"]
+def verify(certified: Path | None, model_specs: Sequence[str], hardware: dict, trace: traces.Trace) -> dict:
+    """The target evidence recorded in the gate finding; raises WorkbenchError naming what to fix."""
+    gpu = verify_gpu(hardware)
+    name, pinned = claim_trace()
+    if trace.sha256 != pinned:
+        raise WorkbenchError(f"--on-target: the trace {trace.name} (content sha256 {trace.sha256[:12]}…) is not the "
+                             f"claim's trace {name} (sha256 {pinned[:12]}…, as its SOURCE.md states); run "
+                             f"--trace {name}")
+    models_ = verify_models(certified, model_specs)
+    return gpu | {"trace": name, "trace_sha256": trace.sha256} | models_
+
+
+__all__ = ["CLAIM_TRACE", "certified_entries", "claim_trace", "verify", "verify_gpu", "verify_models"]

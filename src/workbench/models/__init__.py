@@ -14,8 +14,8 @@ which is what KV validity (the manifest) is keyed on.
 
 from __future__ import annotations
 
-from .files import GGUF_MAGIC, SMOLLM2_FILE, SMOLLM2_SHA256, SMOLLM2_WHEEL, check, file_sha256, resolve
-from .hf import (DTYPE_BYTES, GGUF_WEIGHTS, HF_DTYPE, context_ceiling, gguf_of, hf_config, hf_config_for, hf_directory, hf_dtype, hf_geometry, hf_vocab_size,
+from .files import GGUF_MAGIC, SMOLLM2_FILE, SMOLLM2_SHA256, SMOLLM2_WHEEL, check, file_sha256, kind, resolve
+from .hf import (DTYPE_BYTES, GGUF_WEIGHTS, HF_DTYPE, architecture, context_ceiling, gguf_of, hf_config, hf_config_for, hf_directory, hf_dtype, hf_geometry, hf_vocab_size,
                  gguf_geometry,
                  write_synthetic_hf)
 from .specs import (DEFAULT_MODEL, PRESETS, TOKEN_LO, ModelSpecError, ResolvedModel, SyntheticSpec, cache_dir,
@@ -24,5 +24,5 @@ from .synthetic import SYNTHETIC_CHAT_TEMPLATE, WEIGHT_TYPES, synthetic_tensors,
 
 __all__ = ["DEFAULT_MODEL", "DTYPE_BYTES", "GGUF_MAGIC", "GGUF_WEIGHTS", "HF_DTYPE", "PRESETS", "SMOLLM2_FILE", "SMOLLM2_SHA256",
            "SMOLLM2_WHEEL", "SYNTHETIC_CHAT_TEMPLATE", "TOKEN_LO", "WEIGHT_TYPES", "ModelSpecError", "ResolvedModel", "SyntheticSpec",
-           "cache_dir", "check", "context_ceiling", "file_sha256", "gguf_geometry", "gguf_of", "hf_config", "hf_config_for", "hf_directory", "hf_dtype", "hf_geometry", "hf_vocab_size",
+           "architecture", "cache_dir", "check", "context_ceiling", "kind", "file_sha256", "gguf_geometry", "gguf_of", "hf_config", "hf_config_for", "hf_directory", "hf_dtype", "hf_geometry", "hf_vocab_size",
            "parse_synthetic", "resolve", "synthetic_tensors", "write_synthetic", "write_synthetic_hf"]

@@ -42,6 +42,11 @@ def check(spec: str | os.PathLike) -> None:
     _kind(spec)
 
 
+def kind(spec: str | os.PathLike) -> str:
+    """What ``spec`` names (default | synthetic | hf | gguf), refused as :func:`check` refuses it."""
+    return _kind(spec)[1]
+
+
 def _kind(spec: str | os.PathLike) -> tuple[str, str]:
     """The stripped spec and what it names (default | synthetic | hf | gguf), checked as far as is cheap."""
     s = os.fspath(spec).strip()

@@ -213,6 +213,40 @@ def gguf_geometry(path: Path, dtype_bytes: float = 2.0) -> tuple[KvGeometry, int
     return _gguf_geometry(str(Path(path).resolve()), st.st_mtime_ns, st.st_size, dtype_bytes)
 
 
+def architecture(path: Path) -> str:
+    """A model's shape as its own metadata states it, in one comparable line: layers, attention heads, KV heads,
+    head size, hidden size and vocabulary, from a Hugging Face folder's ``config.json`` (its ``text_config`` where
+    it has one) or a GGUF file's metadata. The same-model rule compares it across formats: two files of one
+    checkpoint have one shape; a smaller model, or one with fewer KV heads, does not."""
+    path = Path(path)
+    if path.is_dir():
+        config = hf_config(path)
+        cfg = config.get("text_config") or config
+        try:
+            heads, hidden = int(cfg["num_attention_heads"]), int(cfg["hidden_size"])
+            shape = (int(cfg["num_hidden_layers"]), heads, int(cfg.get("num_key_value_heads") or heads),
+                     int(cfg.get("head_dim") or hidden // heads), hidden, hf_vocab_size(config))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelSpecError(f"{path / 'config.json'} lacks the model's shape ({e})") from e
+    else:
+        st = path.stat()
+        shape = _gguf_shape(str(path.resolve()), st.st_mtime_ns, st.st_size)
+    return "layers={} heads={} kv_heads={} head_dim={} hidden={} vocab={}".format(*shape)
+
+
+@functools.lru_cache(maxsize=32)
+def _gguf_shape(path: str, _mtime_ns: int, _size: int) -> tuple[int, ...]:
+    meta, vocab_size = _gguf_metadata(path)
+    arch = meta.get("general.architecture")
+    try:
+        heads, hidden = int(meta[f"{arch}.attention.head_count"]), int(meta[f"{arch}.embedding_length"])
+        kv = meta.get(f"{arch}.attention.head_count_kv")
+        return (int(meta[f"{arch}.block_count"]), heads, int(kv if kv is not None else heads),
+                int(meta.get(f"{arch}.attention.key_length") or hidden // heads), hidden, int(vocab_size or 0))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ModelSpecError(f"{path} lacks the model's shape in its GGUF metadata ({e})") from e
+
+
 def context_ceiling(model: ResolvedModel) -> int | None:
     """The most tokens one sequence of ``model`` may hold, by its own metadata (a GGUF's ``context_length``,
     ``config.json``'s ``max_position_embeddings``), read without loading it; None where it states none."""
@@ -242,7 +276,8 @@ def _gguf_metadata(path: str) -> tuple[Mapping[str, Any], int | None]:
     only (0.2 s for SmolLM2), or, where llama-cpp-python is not installed, by gguf's Python reader (13 s on 2
     cores: it builds every field, the 49k-token vocabulary included)."""
     try:
-        from llama_cpp import Llama
+        import llama_cpp
+        from llama_cpp._internals import LlamaModel
     except ImportError:
         from gguf import GGUFReader
 
@@ -250,8 +285,13 @@ def _gguf_metadata(path: str) -> tuple[Mapping[str, Any], int | None]:
         values = {k: f.contents() for k, f in fields.items()}
         tokens = values.pop("tokenizer.ggml.tokens", None)
         return {k: v for k, v in values.items() if not isinstance(v, list)}, None if tokens is None else len(tokens)
-    llm = Llama(path, vocab_only=True, verbose=False)
+    # the model alone, no context: Llama() makes one even with vocab_only, and llama.cpp then warns on the console
+    # that a synthetic model's n_ctx exceeds its n_ctx_train of 0 (a warning llama-cpp-python's logger, reading
+    # ggml's old log levels, takes for an error and prints)
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = LlamaModel(path_model=path, params=params, verbose=False)
     try:
-        return dict(llm.metadata), int(llm.n_vocab())
+        return dict(model.metadata()), int(model.n_vocab())
     finally:
-        llm.close()
+        model.close()

@@ -339,7 +339,8 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     raises :class:`~workbench.isolate.EngineCrashed` with its signal and log tail, writes no finding,
     and leaves the caller (a CLI, a notebook's kernel) alive.
     """
-    if isolated:
+    if isolated:  # what is refused up front is refused here, before a child (and its engine's imports) starts
+        _check(get(name), engine, model, params, cell_options)
         progress.say(f"probe {name} on {engine}")
         finding = isolate.call(run, name, engine=engine, model=model, params=params, cell_options=cell_options,
                                isolated=False, preload=preload(engine))
@@ -347,12 +348,7 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
             findings.write(finding, out)
         return finding
     probe = get(name)
-    try:
-        cells.ENGINES.check(engine)
-    except UnknownName as e:
-        raise ParamError(str(e)) from None
-    p = parse_params(probe, params or {})
-    _refuse_early(probe, p, set(params or {}), engine, model, cell_options)
+    p = _check(probe, engine, model, params, cell_options)
     ctx = ProbeContext(engine, model, cell_options)
     reason = None
     if probe.needs_engine:
@@ -375,13 +371,31 @@ def run(name: str, *, engine: str, model: str = models.DEFAULT_MODEL, params: Ma
     return finding
 
 
+def _check(probe: Probe, engine: str, model: str, params: Mapping[str, Any] | None,
+           cell_options: Mapping[str, Any] | None) -> Any:
+    """The engine, the parameters (parsed: returned) and :func:`_refuse_early`'s refusals."""
+    try:
+        cells.ENGINES.check(engine)
+    except UnknownName as e:
+        raise ParamError(str(e)) from None
+    p = parse_params(probe, params or {})
+    _refuse_early(probe, p, set(params or {}), engine, model, cell_options)
+    return p
+
+
 def _refuse_early(probe: Probe, p: Any, given: set[str], engine: str, model: str,
                   cell_options: Mapping[str, Any] | None) -> None:
     """What is refused before anything runs: a model spec that names no model (an engine that is not installed
-    would otherwise record it in a not-run finding); a model or cell options given to a static probe; a token
-    count given that no sequence of the model holds (:func:`check_context`)."""
+    would otherwise record it in a not-run finding); a cell option the engine does not take or a value of it that
+    its options class refuses (:func:`workbench.cells.check_options`); a model or cell options given to a static
+    probe; a token count given that no sequence of the model holds (:func:`check_context`)."""
     if probe.needs_engine:
         models.check(model)
+        if cell_options:
+            try:
+                cells.check_options(engine, cell_options)
+            except (TypeError, ValueError) as e:
+                raise ParamError(str(e)) from None
         check_context(probe, p, given, model)
     elif cell_options or model != models.DEFAULT_MODEL:
         raise ParamError(f"probe {probe.name} reads the installed {engine} package and runs no model: "
@@ -484,13 +498,21 @@ def _finding(probe: Probe, ctx: ProbeContext, p: Any, o: Outcome, reason: str | 
     return findings.Finding(
         probe=probe.name, probe_version=probe.version, claims=list(dict.fromkeys([*probe.claims, *o.claim_verdicts])),
         verdict=o.verdict, summary=o.summary, engine=ctx.engine, environment=env,
-        params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=dict(ctx.cell_options),
+        params=_plain(dataclasses.asdict(p)) | {"model": ctx.model}, cell_options=redacted(ctx.cell_options),
         metrics=findings.metric_values(o.metrics, o.sources),
         evidence={"columns": columns, "rows": o.rows, "notes": o.notes},
         reason=reason, claim_verdicts=dict(o.claim_verdicts), rests_on=findings.supports_doc(o.rests_on),
         claim_rests_on={c: findings.supports_doc(s) for c, s in o.claim_rests_on.items()}, claim_reasons=row_reasons(o),
         result_class=classes.for_verdict(o.verdict, probe.result_class),
     )
+
+
+SECRET_OPTIONS = ("api_key",)
+"""Cell options a finding records as ``<redacted>``: a finding is shared, a key is not."""
+
+
+def redacted(options: Mapping[str, Any]) -> dict:
+    return {k: "<redacted>" if k in SECRET_OPTIONS and v else v for k, v in options.items()}
 
 
 def _plain(d: dict) -> dict:

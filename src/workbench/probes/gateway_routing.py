@@ -14,13 +14,12 @@ mid-run: dropped, its requests retried elsewhere and named in the rows).
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import Bound, COUNT, Decision, Figure, NotRunnable, Outcome, Probe, ProbeContext, SEED, Support, TOKENS, param
 from .. import cells, models
+from ..cells.served import default_log_dir
 from ..gateway import experiment, measure
 from ..gateway.pool import Pool, PoolSpec
 from ..gateway.router import FULLPROXY
@@ -127,7 +126,7 @@ class GatewayRouting(Probe):
                               f"gateway.routing --engine {engine} --model HF_DIR` where it can")
         spec = PoolSpec(p.endpoints, engine, ctx.model, {
             "kv_budget_tokens": p.kv_budget_tokens, "context_tokens": p.context_tokens} | ctx.cell_options)
-        folder = Path(os.environ.get("WORKBENCH_SERVER_LOGS") or ctx.scratch("wbgw-")) / f"gateway-{time.time_ns()}"
+        folder = default_log_dir() / f"gateway-{time.time_ns()}"  # kept: a crash's log must outlive the probe
         plan = experiment.Plan(repeats=p.repeats, concurrency=p.concurrency, rule_block=p.router_block or None,
                                kill=("ep0", p.kill_wave) if p.kill_wave >= 0 and p.endpoints > 1 else None)
         with Pool(spec, folder) as pool:

@@ -12,7 +12,7 @@ and TensorRT-LLM's LLM API in-process, vLLM's engine core in-process where it is
 from __future__ import annotations
 
 import signal
-import threading
+import time
 from typing import Any, Callable, Sequence
 
 from .capacity import Policy
@@ -93,9 +93,18 @@ class Daemon:
 
 
 def serve_forever(daemon: Daemon, announce: Callable[[str], None] = print) -> int:
-    """Start ``daemon`` and serve until SIGTERM, SIGINT or SIGHUP; then stop cleanly and return 0."""
-    stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    """Start ``daemon`` and serve until SIGTERM, SIGINT or SIGHUP; then stop cleanly and return 0.
+
+    The signals are :mod:`workbench.lifecycle`'s, every command's: the first one stops the daemon even while its model
+    loads (the server, every session and the engine, then one line on stderr), and is its ordinary end (exit 0,
+    :func:`~workbench.lifecycle.stop_is_ordinary`); a second one while it stops ends the process at once, and the
+    command's reaper ends whatever it had started."""
+    from .. import lifecycle
+
+    previous = {s: signal.getsignal(s) for s in lifecycle.SIGNALS}
+    lifecycle.handle_signals()  # in place already under `workbench`; for a caller of its own too
+    lifecycle.stop_is_ordinary()
+    stopped_by = "?"
     try:
         daemon.start()
         svc = daemon.service
@@ -104,13 +113,17 @@ def serve_forever(daemon: Daemon, announce: Callable[[str], None] = print) -> in
                  f"generation {svc.generation})")
         announce("register with a modeld-era contenox runtime: contenox backend add NAME --type modeld --url "
                  f"{daemon.address}; stop with Ctrl-C or SIGTERM")
-        while not stop.wait(0.5):
-            pass
-        return 0
+        while True:
+            time.sleep(3600)
+    except lifecycle.Interrupted as e:
+        stopped_by = e.name
     finally:
         daemon.stop()
         for s, h in previous.items():
-            signal.signal(s, h)
+            if h is not None:
+                signal.signal(s, h)
+    lifecycle.say(f"stopped ({stopped_by}): the wire server, every session and the engine")
+    return 0
 
 
 __all__ = ["Daemon", "LOOPBACK", "serve_forever", "session_class"]

@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import plotly.graph_objects as go
 
 from .. import plotstyle
+from ..panels import draws
 
 _OK = {True: ("held", "#2e7d32"), False: ("contradicted", "#c62828"), None: ("not read", "#9e9e9e")}
 
@@ -39,6 +40,7 @@ def conformance_rows(rows: Sequence[dict]) -> go.Figure:
             continue
         fig.add_trace(go.Scatter(x=[i for i, _ in mine], y=[r["row"] for _, r in mine], mode="markers", name=label,
                                  marker=dict(color=colour, size=11, symbol="square"),
+                                 meta=draws("check_held", x="check (in the order run)", y="contract row"),
                                  text=[r["check"] for _, r in mine], hovertemplate="%{y}<br>%{text}<extra></extra>"))
     fig.update_yaxes(categoryorder="array", categoryarray=order[::-1], type="category")
     fig.update_layout(height=max(360, 28 * len(order) + 120))
@@ -56,9 +58,11 @@ def suffix_ttft_curve(rows: Sequence[dict]) -> go.Figure:
     both = [r for r in pts if r.get("suffix_and_ttft_ms") is not None]
     if both:  # a backend that prefills in PrefillSuffix pays the suffix there, not in Decode's TTFT
         fig.add_trace(go.Scatter(x=[r["suffix_tokens"] for r in both], y=[r["suffix_and_ttft_ms"] for r in both],
-                                 mode="lines+markers", name="PrefillSuffix + TTFT"))
+                                 mode="lines+markers", name="PrefillSuffix + TTFT",
+                                 meta=draws("step_s", x="changed suffix", unit="ms")))
     fig.add_trace(go.Scatter(x=[r["suffix_tokens"] for r in pts], y=[r["ttft_ms"] for r in pts],
                              mode="lines+markers", name="TTFT from Decode (benchreport's ttft_ms)",
+                             meta=draws("bench_ttft_warm_changed_s", x="changed suffix", unit="ms"),
                              customdata=[[r.get("prefix_tokens"), r.get("engine_computed_tokens")] for r in pts],
                              hovertemplate="suffix %{x} tok<br>TTFT %{y:.3g} ms<br>prefix %{customdata[0]} tok"
                                            "<br>engine computed %{customdata[1]}<extra></extra>"))
@@ -77,7 +81,8 @@ def bench_stages(rows: Sequence[dict]) -> go.Figure:
         return _empty(title, "no turns recorded")
     fig = plotstyle.axes(title, "turn", "ms")
     for key, label in (("prefix_ms", "EnsurePrefix"), ("suffix_ms", "PrefillSuffix"), ("decode_ms", "Decode")):
-        fig.add_trace(go.Bar(x=[r["turn"] for r in turns], y=[r.get(key) or 0 for r in turns], name=label))
+        fig.add_trace(go.Bar(x=[r["turn"] for r in turns], y=[r.get(key) or 0 for r in turns], name=label,
+                             meta=draws("step_s", x="turn", unit="ms")))
     fig.update_layout(barmode="stack")
     return fig
 

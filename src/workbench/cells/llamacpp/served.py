@@ -24,7 +24,7 @@ from ...files import tail
 from ...serve import Launch, ServerRequest
 from .. import Availability
 from ..request import Slot, Step, Warm
-from ..served import ServedCell, ServedOptions, default_log_dir
+from ..served import ServedCell, ServedOptions
 from ..served_id import Answer, ServerId, pick
 from ._internals import check_llama_counts
 
@@ -126,12 +126,17 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
         argv += ["-ngl", "all" if int(layers) < 0 else str(int(layers))]
     if req.options.get("slot_save_path"):
         argv += ["--slot-save-path", str(req.options["slot_save_path"])]
-    if req.api_key:
-        argv += ["--api-key", req.api_key]
+    # the key in its environment (common/arg.cpp: --api-key's env LLAMA_API_KEY), never in its command line, which
+    # every local user reads in `ps`, nor in the command line its log starts with
+    env = {"LLAMA_API_KEY": req.api_key} if req.api_key else {}
     # SIGKILL on its starter's death: llama-server's SIGTERM handler stops its task queue and then joins its HTTP
     # threads, which never ends while a request is in flight (seen in a full test run here: a server left running
     # 7 min after its run was stopped mid-probe); it has no children and nothing to flush
-    return Launch(tuple(argv + list(req.extra_args)), death_signal=signal.SIGKILL)
+    return Launch(tuple(argv + list(req.extra_args)), env, death_signal=signal.SIGKILL, refused_args=REFUSED_ARGS)
+
+
+#: llama-server's words for a command line it refuses (common/arg.cpp: ``common_params_parse``), then exit 1
+REFUSED_ARGS = r"error: invalid argument: \S+|error while handling argument [^\n]*"
 
 
 class LlamaServerCell(ServedCell):
@@ -157,12 +162,11 @@ class LlamaServerCell(ServedCell):
         return Availability(cls.engine, True, llama_server_version(binary), None, {"binary": binary})
 
     def _server_options(self) -> dict[str, Any]:
-        # the server's --slot-save-path (kv_memory reads the slot files there): beside its log, so that even a
-        # driver killed outright leaves it where the logs are; close() removes it (RequestCell._tmp)
+        # the server's --slot-save-path (kv_memory reads the slot files there): in the temp folder, which a command
+        # points at its own temp root (workbench.lifecycle), removed on every way out, a driver killed outright
+        # included (beside the log it was left behind, empty, by a server stopped by a signal); close() removes it
         if self._tmp is None:
-            logs = Path(self.opts.log_dir or default_log_dir())
-            logs.mkdir(parents=True, exist_ok=True)
-            self._tmp = tempfile.mkdtemp(prefix="llama-slots-", dir=logs)
+            self._tmp = tempfile.mkdtemp(prefix="llama-slots-")
         return {"no_repack": self._no_repack, "slot_save_path": self._tmp, "gpu_layers": self.opts.gpu_layers}
 
     def _start(self) -> None:

@@ -59,6 +59,8 @@ class Release:
     request_reuse: str  # the per-request reuse channels
     retention_default: str  # what KvCacheRetentionConfig does under the default manager
     sources: tuple[str, ...] = ()
+    # (field, what of it the reference does not say or marks UNVERIFIED): check these on the installed wheel
+    unverified: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -94,14 +96,22 @@ RELEASES: tuple[Release, ...] = (
             "KvEventFanout.drain_http_buffer: stored and removed of the largest window only (created swallowed at "
             "start, updated dropped; a bounded deque), an event_id gap becoming all_cleared for subscribers only",
             "KvCacheConfig.kv_events_config = KVEventsConfig(publisher='zmq', endpoint=…): vLLM's wire format",
-            "stated per event (hash_algo: v1_block_key on V1, v2_sha256 on V2) and in GET /server_info",
+            "stated on V2's events (hash_algo, with layer_group_id: PR #13589) and in GET /server_info "
+            "(kv_cache_hash_algo: v1_block_key, v2_sha256 or v2_sha256_64); on V1's events UNVERIFIED",
             "cached_tokens on the request result (exact), beside the perf metrics' blocks",
             "ignored by the default V2 manager (no per-request retention); honoured only with V1 pinned",
             ("release page v1.4.0rc1: 'Default to KV cache manager V2 ... (BREAKING) #17495'",
              "tensorrt_llm/_torch/pyexecutor/connectors/kv_cache_connector.py",
              "tensorrt_llm/serve/kv_event_fanout.py (KvEventFanout._is_routable_event, _publish)",
              "PR #13589 (V2 events: hash_algo, layer_group_id)", "issue #16251 (V2: no per-request retention)",
-             "ai-dynamo/dynamo#13567 (cached_tokens on the result, 1.3.0rc23)")),
+             "ai-dynamo/dynamo#13567 (cached_tokens on the result, 1.3.0rc23)"),
+            (("kv_manager_default", "V2 is release v1.4.0rc1's word (#17495, 'auto' → True); which default 1.4.0rc4 "
+                                    "ships is UNVERIFIED (tensorrt-llm-after-1.2.md §1b): read "
+                                    "KvCacheConfig().use_kv_cache_manager_v2 on the wheel"),
+             ("hash_algo", "the reference has hash_algo on V2's events only (PR #13589); whether 1.4's V1 events "
+                           "state v1_block_key is not said (UNVERIFIED), and which of v2_sha256 (32-byte hex) and "
+                           "v2_sha256_64 (its first 8 bytes, an integer) V2's events name is not said either "
+                           "(event-plane.md §A3)"))),
 )
 """The release lines the cell is written against, oldest first: one profile each."""
 

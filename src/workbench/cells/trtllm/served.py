@@ -128,7 +128,11 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
             "--tp_size", str(o.get("tensor_parallel_size", 1)), "--extra_llm_api_options", str(folder / TRTLLM_OPTIONS)]
     argv += ["--max_num_tokens", str(o["max_num_tokens"])] if o.get("max_num_tokens") else []
     argv += [flag for flag in ("--trust_remote_code", "--enable_chunked_prefill") if o.get(flag[2:])]
-    return Launch(tuple(argv + list(req.extra_args)), {}, {TRTLLM_OPTIONS: options})
+    return Launch(tuple(argv + list(req.extra_args)), {}, {TRTLLM_OPTIONS: options}, refused_args=REFUSED_ARGS)
+
+
+#: click's words (trtllm-serve's command line, tensorrt_llm/commands/serve.py) for arguments it refuses, then exit 2
+REFUSED_ARGS = r"Error: (No such option|Invalid value|Got unexpected extra argument)[^\n]*"
 
 
 USAGE_CACHED = "usage.prompt_tokens_details.cached_tokens"

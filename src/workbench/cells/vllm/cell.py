@@ -25,7 +25,8 @@ per-request ``num_cached_tokens``, KV events and a KV connector API. The mapping
 
 Observers: ``request_counters`` (``num_cached_tokens``), ``kv_events`` (ZMQ, loopback, see
 :mod:`workbench.cells.vllm.events`), ``capacity`` (fill until the engine evicts, read from KV
-events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`).
+events), ``connector`` (a recording v1 connector, :mod:`workbench.cells.vllm.connector`), ``cached_blocks`` (the
+entries of the scheduler's block-pool index, where the engine core runs in this process).
 
 Nothing imports vllm at module import; :func:`_import_vllm` is the one seam (and :mod:`.kernels`, which only the
 forkserver imports, beside vllm itself).
@@ -490,7 +491,7 @@ class VllmCell(EventCapacity, RequestCell):
             return {}
         from . import connector as vllm_connector
 
-        self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+        self._tmp = self._tmp or tempfile.mkdtemp(prefix="wbv-")
         self._connector = vllm_connector.build_recording_connector(Path(self._tmp) / "connector.jsonl")
         return {"kv_transfer_config": self._connector.config}
 
@@ -533,7 +534,7 @@ class VllmCell(EventCapacity, RequestCell):
         env = dict(_ENV, OMP_NUM_THREADS=str(o.threads), VLLM_LOGGING_LEVEL="WARNING")
         if not self._inprocess:  # its engine core talks over unix sockets, which vLLM leaves where
             # VLLM_RPC_BASE_PATH says (/tmp by default; vllm/utils/network_utils.py): in the cell's own folder
-            self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-vllm-")
+            self._tmp = self._tmp or tempfile.mkdtemp(prefix="wbv-")
             env["VLLM_RPC_BASE_PATH"] = self._tmp
         # VLLM_CPU_KVCACHE_SPACE would override the budget; the multiprocessing switch is the cell's, and so is
         # the hash seed where it gives one (the engine core derives NONE_HASH from it at start)
@@ -696,6 +697,8 @@ class VllmCell(EventCapacity, RequestCell):
         observers = ["request_counters"]
         if self._events is not None:
             observers += ["kv_events", "capacity"]
+        if self._block_pool() is not None:
+            observers.append("cached_blocks")
         switchable = {}
         if self._connector is not None:
             observers.append("connector")
@@ -773,6 +776,27 @@ class VllmCell(EventCapacity, RequestCell):
         return KvMemory(bytes_per_token=per_token, pool_bytes=pool,
                         how="the storage of each worker's KV tensors (each backing allocation once); per token: "
                             "Σ page_size_bytes × layers / block_size over its kv_cache_config.kv_cache_groups")
+
+    def _block_pool(self) -> Any | None:
+        """The scheduler's ``BlockPool`` where the engine core runs in this process (``InprocClient.engine_core``:
+        ``EngineCore.scheduler.kv_cache_manager.block_pool``, vllm/v1/core/kv_cache_manager.py), else None."""
+        if not self._inprocess or self._engine is None:
+            return None
+        core = getattr(self._engine.engine_core, "engine_core", None)
+        manager = getattr(getattr(core, "scheduler", None), "kv_cache_manager", None)
+        pool = getattr(manager, "block_pool", None)
+        return pool if hasattr(getattr(pool, "cached_block_hash_to_block", None), "_cache") else None
+
+    def cached_blocks(self) -> int:
+        """The blocks vLLM's prefix cache holds now, read from its own index (``cached_blocks`` observer): the
+        (block hash, block) entries of ``BlockPool.cached_block_hash_to_block`` (vllm/v1/core/block_pool.py), one
+        hash cached in two blocks counted twice, as its ``BlockStored``/``BlockRemoved`` events count them."""
+        self._check_open()
+        pool = self._block_pool()
+        if pool is None:
+            raise UnsupportedFeature("cached-block count", ENGINE, "the scheduler's block pool is readable only with "
+                                     "the engine core in this process (multiprocess=False, the first open cell)")
+        return sum(len(v) if isinstance(v, dict) else 1 for v in pool.cached_block_hash_to_block._cache.values())
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open)."""

@@ -103,10 +103,10 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
         argv += ["--speculative-config", json.dumps(dict(o["speculative_config"]))]
     if o.get("kv_transfer_config"):
         argv += ["--kv-transfer-config", json.dumps(dict(o["kv_transfer_config"]))]
-    if req.api_key:
-        argv += ["--api-key", req.api_key]
     env = {"VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(req.threads), "HF_HUB_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "VLLM_LOGGING_LEVEL": "INFO"}
+    if req.api_key:  # in its environment (vllm/envs.py VLLM_API_KEY, read where --api-key is not given), never in
+        env["VLLM_API_KEY"] = req.api_key  # its command line (`ps`) or the "non-default args" its log prints
     # the model runs inside the engine core (UniProcExecutor) instead of a worker process of its own: one import of
     # torch and vLLM fewer per start (of three: front end, engine core, worker). The CPU platform forces its MP
     # executor only while this is 1, to set OpenMP's binding in the worker (vllm/platforms/cpu.py,
@@ -120,7 +120,11 @@ def launch(req: ServerRequest, port: int, folder: Path) -> Launch:
     # (vllm/utils/network_utils.py: get_open_zmq_ipc_path), /tmp by default, and a stopped server leaves them
     # there (seven per start, seen here): a short folder of its own instead, unless the user chose one
     scratch = () if "VLLM_RPC_BASE_PATH" in os.environ else ("VLLM_RPC_BASE_PATH",)
-    return Launch(tuple(argv + list(req.extra_args)), env, scratch=scratch)
+    return Launch(tuple(argv + list(req.extra_args)), env, scratch=scratch, refused_args=REFUSED_ARGS)
+
+
+#: argparse's words (vLLM's FlexibleArgumentParser) for a command line it refuses, then exit 2
+REFUSED_ARGS = r"error: (unrecognized arguments|argument [^:\n]+): [^\n]*"
 
 
 class VllmServerCell(EventCapacity, ServedCell):

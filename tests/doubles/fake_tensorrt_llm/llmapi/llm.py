@@ -25,9 +25,17 @@ The engine itself is a toy with the documented observable shapes:
   adds to ``num_reused_blocks``;
 * KV events: ``created`` when the pool is allocated (at construction, so it waits in the engine
   until the first request starts the dispatch), ``stored`` for blocks new to the tree, ``removed``
-  on eviction (lowest priority first, then oldest); priority-only ``updated`` events are not
-  modelled (1.2's serializer reads ``.new_value`` of a ``cache_level`` diff that a priority-only
-  update leaves ``None``: ``_updated_to_json`` in ``tensorrt_llm/_utils.py``);
+  on eviction; priority-only ``updated`` events are not modelled (1.2's serializer reads ``.new_value``
+  of a ``cache_level`` diff that a priority-only update leaves ``None``: ``_updated_to_json`` in
+  ``tensorrt_llm/_utils.py``);
+* eviction: the lowest priority first, then the front of the free queue. A finished request's blocks join the
+  back of the queue last block first (``WindowBlockManager::releaseBlocks`` walks ``allocatedBlocks`` from
+  ``rbegin()``, ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``; ``LRUEvictionPolicy::releaseBlock``
+  appends, ``getFreeBlock`` takes the front, ``cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp``), so within one
+  priority a chain's leaf goes before its ancestors; blocks a running request holds are not in the queue. An
+  ancestor evicted before its descendants (a shared prefix that a later request claimed at a lower priority:
+  ``claimBlock`` overwrites it) leaves them in the pool, occupying it, unreachable until the ancestor is stored
+  again, until their own reclaim (as PR #16335 describes ``getFreeBlock`` on main);
 * pool: ``ceil(min(memory_tokens, max_tokens) / tokens_per_block)`` blocks, ``memory_tokens``
   standing for what the free-memory fraction leaves (``calculateMaxNumBlocks``,
   ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``);
@@ -48,14 +56,19 @@ What 1.4 (``_profile.V14``) does differently, each a row of the table with its 1
 * the KV manager is V2 unless ``KvCacheConfig(use_kv_cache_manager_v2=False)``; V2 ignores
   ``KvCacheRetentionConfig`` (every block at the default priority, plain LRU: issue #16251), and hashes its blocks
   with SHA-256 (``v2_sha256``, PR #13589);
-* every event names its ``hash_algo`` (``v1_block_key`` under V1, ``v2_sha256`` under V2; V2 also ``layer_group_id``);
+* every event names its ``hash_algo`` (``v1_block_key`` under V1, ``v2_sha256`` under V2; V2 also ``layer_group_id``):
+  the reference has it on V2's events only (PR #13589); V1's ``hash_algo`` on 1.4 is UNVERIFIED there, and
+  ``GET /server_info`` may also name ``v2_sha256_64``, which the double never emits;
 * the request's result carries ``cached_tokens`` (exact, partial matches included; ``executor/result.py``).
 
-``detach_without_removed`` (off by default, both lines) reproduces TensorRT-LLM PR #16335 (open): evicting a block
-detaches every stored descendant with no ``removed`` event (``WindowBlockManager::blockInRadixTree`` checks
-``getPrevBlock() != nullptr``, ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``), so a mirror leaks them.
-Whether a given release carries the bug is what the ledger probe answers on a GPU; the double only lets the probe's
-rule be seen to refute.
+``detach_without_removed`` (off by default, both lines) reproduces TensorRT-LLM PR #16335 (open): a block whose
+parent's slot no longer holds a block (its ancestor was evicted first) is reclaimed, at its own eviction, with no
+``removed`` event (``getFreeBlock`` guards ``enqueueRemovedEvent`` with ``WindowBlockManager::blockInRadixTree``,
+which checks ``getPrevBlock() != nullptr``, ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``), so a mirror
+leaks it. Until then it occupies the pool like any block. Whether a given release carries the bug is what the
+ledger probe answers on a GPU; the double only lets the probe's rule be seen to refute. (The ancestor-first path
+differs across versions of ``kvCacheManager.cpp``: 1.2-era files free the descendants from the tree at the
+ancestor's eviction, ``freeChildren``; the double follows the PR's account of the file it fixes.)
 """
 
 import dataclasses
@@ -155,7 +168,9 @@ class LLM:
         self.capacity_blocks = math.ceil(min(limits or [4096]) / self.tpb)
         self.v2 = bool(getattr(kv, "use_kv_cache_manager_v2", False))  # 1.4: the default; 1.2: a prototype flag
         self.hash_algo = "v2_sha256" if self.v2 else "v1_block_key"
-        self.stored: dict = {}  # block hash -> [priority, age, expires at (monotonic s) or None]
+        self.stored: dict = {}  # block hash -> [priority, place in the free queue, expires at (monotonic s) or None]
+        self._released = 0  # the free queue's back: each released block takes the next place
+        self._held: set = set()  # blocks the running request holds (not in the free queue)
         self.block_keys: dict = {}  # block hash -> (parent key, tokens): what partial matching compares
         self._lock = threading.Lock()
         self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
@@ -328,20 +343,22 @@ class LLM:
         ranges = retention.token_range_retention_configs if retention is not None and not self.v2 else []
         now = time.monotonic()
         new_blocks, new_parent = [], None
+        self._held = set(hashes[:reused])  # claimed: out of the free queue while the request runs
         for i, (h, block) in enumerate(zip(hashes, full)):
             start = i * self.tpb
             # the range covering the block's first token, else nullopt (getPerBlockRetentionPriorityDuration)
             rng = next((r for r in ranges if r.token_start <= start < (r.token_end or 1 << 62)), None)
             expires = now + rng.duration_ms.total_seconds() if rng is not None and rng.duration_ms else None
             if h in self.stored:
-                self.stored[h][1] = self.iteration
+                self._held.add(h)
                 if rng is not None:  # claimBlock overwrites only when the request gave a value, 35 included
                     self.stored[h][0] = rng.priority  # (kvCacheManager.cpp, WindowBlockManager::loadOrAllocateBlocks)
                     self.stored[h][2] = expires
                 continue
             prio = DEFAULT_PRIORITY if rng is None else rng.priority  # a new context block: its range's, or the default
             self._evict_for_one()
-            self.stored[h] = [prio, self.iteration, expires]
+            self.stored[h] = [prio, 0, expires]
+            self._held.add(h)
             self.block_keys[h] = (parents[i], tuple(block))
             if not new_blocks:
                 new_parent = hashes[i - 1] if i else None
@@ -349,7 +366,17 @@ class LLM:
                                "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in block]})
         if new_blocks:
             self._emit({"type": "stored", "parent_hash": new_parent, "blocks": new_blocks})
+        self._release(hashes)
         return reused, block_ids, matched
+
+    def _release(self, hashes) -> None:
+        """The finished request's blocks join the back of the free queue last block first (``releaseBlocks``
+        iterates ``allocatedBlocks.rbegin()``): its leaf is evicted before its head."""
+        for h in reversed(hashes):
+            if h in self.stored:
+                self._released += 1
+                self.stored[h][1] = self._released
+        self._held = set()
 
     def _partial_match(self, parent, tokens) -> int:
         """Leading tokens of the next block (at most one block of ``tokens``) that a stored child of ``parent``
@@ -367,32 +394,28 @@ class LLM:
         return best
 
     def _eviction_key(self, h, now: float) -> tuple:
-        """Lowest priority first, then oldest; a block past its ``duration_ms`` counts at the default priority
-        (``LRUEvictionPolicy::refresh``)."""
-        prio, age, expires = self.stored[h]
-        return (DEFAULT_PRIORITY if expires is not None and expires <= now else prio), age
+        """Lowest priority first, then the free queue's front; a block past its ``duration_ms`` counts at the
+        default priority (``LRUEvictionPolicy::refresh``)."""
+        prio, place, expires = self.stored[h]
+        return (DEFAULT_PRIORITY if expires is not None and expires <= now else prio), place
+
+    def _in_tree(self, h) -> bool:
+        """``blockInRadixTree`` as 1.2 to main have it: the parent's slot holds a block (a first block's parent is
+        the root block), not whether ``h`` itself is in the tree."""
+        parent = self.block_keys[h][0]
+        return (isinstance(parent, tuple) and parent[0] == "root") or parent in self.stored
 
     def _evict_for_one(self) -> None:
         if len(self.stored) < self.capacity_blocks:
             return
         now = time.monotonic()
-        victim = min(self.stored, key=lambda h: self._eviction_key(h, now))
+        free = [h for h in self.stored if h not in self._held] or list(self.stored)
+        victim = min(free, key=lambda h: self._eviction_key(h, now))
+        announced = not self.detach_without_removed or self._in_tree(victim)
         del self.stored[victim]
         self.block_keys.pop(victim, None)
-        self._emit({"type": "removed", "block_hashes": [victim]})
-        if self.detach_without_removed:  # PR #16335: the victim's descendants leave the tree with no event
-            for h in self._descendants(victim):
-                self.stored.pop(h, None)
-                self.block_keys.pop(h, None)
-
-    def _descendants(self, h) -> list:
-        """Every stored block whose parent chain runs through ``h``."""
-        out, frontier = [], {h}
-        while frontier:
-            children = [c for c, (parent, _) in self.block_keys.items() if parent in frontier]
-            out += children
-            frontier = set(children)
-        return out
+        if announced:  # PR #16335: a block whose ancestor went first is reclaimed with no event
+            self._emit({"type": "removed", "block_hashes": [victim]})
 
     def _steps(self, out, sp, perf, streaming) -> List[CompletionOutput]:
         text = self.tokenizer.decode(out) if (self.tokenizer is not None and sp.detokenize) else ""
