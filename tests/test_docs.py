@@ -57,3 +57,13 @@ def test_the_map_names_every_room_in_its_layer():
                  for m in sorted((set(LAYER_OF) | packages) - set(named))]
     assert problems == [], "\n".join(problems)
 
+
+def test_the_readme_is_an_entry_point():
+    text = (ROOT / "README.md").read_text()
+    size = len(text.encode())
+    assert size < README_BYTES, f"README.md is {size} bytes: move details to the docs page they belong to"
+    quick = text[text.index("```sh"):text.index("```", text.index("```sh") + 5)]
+    assert [line.split()[:2] for line in quick.splitlines()[1:] if line.strip()[:4] == "make"] == [
+        ["make", "run"], ["make", "test"]]
+    pages = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    assert [p for p in pages if f"docs/{p}" not in text] == []
