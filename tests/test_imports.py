@@ -1,4 +1,4 @@
-"""Importing the package never imports an engine (lazy registries)."""
+"""Importing the package never imports an engine (lazy registries); no import circle; no import up a layer."""
 
 from __future__ import annotations
 
