@@ -112,7 +112,7 @@ def _spreads(f: Finding) -> dict[str, tuple[float, float, float]]:
 def _latest(found: Found) -> dict[tuple, Finding]:
     best: dict[tuple, Finding] = {}
     for _, f in found:
-        key = (f.probe, f.engine, _standing.model_of(f))
+        key = (f.probe, f.engine, _findings.model_of(f))
         if f.verdict != "not-run" and (key not in best or (f.created, f.id) > (best[key].created, best[key].id)):
             best[key] = f
     return best

@@ -27,7 +27,7 @@ from typing import Callable
 
 from . import claims as _claims
 from . import probes
-from .findings import Finding
+from .findings import Finding, has_gpu
 from .versions import natural
 
 SKEW = _dt.timedelta(minutes=10)  # clock skew between machines that share a findings folder
@@ -110,13 +110,6 @@ CONNECTOR_OPTION = "kv_transfer_config"
 KV_MANAGER_OPTION, PINNED_MANAGER = "kv_manager", "v1"
 
 
-def has_gpu(f: Finding) -> bool:
-    """Whether the finding's own fingerprint records a GPU (NVML's devices, :func:`workbench.environment.gpus`)."""
-    hardware = f.environment.get("hardware")
-    gpu = hardware.get("gpu") if isinstance(hardware, dict) else None
-    return isinstance(gpu, dict) and gpu.get("available") is True and bool(gpu.get("devices"))
-
-
 def _on_target(f: Finding, c: _claims.Claim, d: "probes.Declared | None", now: _dt.datetime) -> str | None:
     return None if not c.on_target or has_gpu(f) else "an on-target claim, but the finding's hardware records no GPU"
 
@@ -168,4 +161,4 @@ def shown_verdict(f: Finding) -> str:
     return f.verdict + (" (settles nothing)" if unsettled_answer(f) else "")
 
 
-__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "created_at", "has_gpu", "shown_verdict", "unsettled", "unsettled_answer"]
+__all__ = ["ANSWERS", "ALWAYS", "Check", "RULES", "SKEW", "created_at", "shown_verdict", "unsettled", "unsettled_answer"]
