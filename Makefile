@@ -132,7 +132,7 @@ run: setup
 # JupyterLab on loopback in this environment, at the checkout's root (the notebooks, and $(RUN): its executed
 # notebooks, findings and report), open on $(RUN)'s executed summary (that run's findings) where `make run` wrote
 # one, else on notebooks/90_summary.ipynb. Widget explorers: set `interactive = True` in a notebook's parameters
-# cell (README: "In JupyterLab").
+# cell (notebooks/README.md, "In JupyterLab").
 LAB_OPENS = $(firstword $(wildcard $(RUN)/notebooks/*/90_summary.ipynb) notebooks/90_summary.ipynb)
 lab: setup
 	$(BIN)/jupyter lab --ip=127.0.0.1 --allow-root --ServerApp.root_dir=. --LabApp.news_url= \

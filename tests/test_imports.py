@@ -1,4 +1,4 @@
-"""Importing the package never imports an engine (lazy registries)."""
+"""Importing the package never imports an engine (lazy registries); no import circle; no import up a layer."""
 
 from __future__ import annotations
 
@@ -187,3 +187,87 @@ def test_every_engine_declares_its_facts_and_they_load():
         assert cells.runs(engine) in cells.engines(served=False)
         plane = cells.event_plane(engine)
         assert plane is None or callable(plane.hasher)
+
+
+LAYERS = ("contract", "engine", "findings", "probes", "standing", "views", "commands")
+"""The layers, bottom first: a module imports its own layer's modules and those of the layers below it, never one
+above (a function-level import counts: it only runs later). docs/architecture.md lists every room in this order."""
+
+LAYER_OF = {
+    # contract: modeld's session contract and its wire, as contenox layers them (runtime/transport and
+    # transport/grpc): it knows no engine and nothing else of the workbench, so contenox's benchmark report
+    # (transport/benchreport.py) is driven through the contract only
+    "workbench.transport": "contract",
+    # engine: the engine layer (engine.py, cells/ with each engine's wing and its session adapter), the session
+    # adapters' base, the model slot and the daemon that serve a cell, what an engine answers to the event plane
+    # and to the gateway's P/D, and what all of them stand on: models, processes, the machine, the declared
+    # claims, metrics and result classes
+    "workbench": "engine", "workbench.engine": "engine", "workbench.cells": "engine",
+    "workbench.transport.session": "engine", "workbench.transport.service": "engine",
+    "workbench.transport.daemon": "engine",
+    "workbench.events.plane": "engine", "workbench.events.sources": "engine", "workbench.events.hashing": "engine",
+    "workbench.gateway.pd": "engine",
+    "workbench.registry": "engine", "workbench.models": "engine", "workbench.adapters": "engine",
+    "workbench.serve": "engine", "workbench.isolate": "engine", "workbench._forkserver_guard": "engine",
+    "workbench._forkserver_frozen": "engine", "workbench.lifecycle": "engine", "workbench.envvars": "engine",
+    "workbench.environment": "engine", "workbench.cpu": "engine", "workbench.nvml": "engine",
+    "workbench.files": "engine", "workbench.params": "engine", "workbench.progress": "engine",
+    "workbench.observe": "engine", "workbench.versions": "engine", "workbench.claims": "engine",
+    "workbench.metrics": "engine", "workbench.certify.classes": "engine",
+    # findings: the schema-checked store every experiment writes, the record each finding is bound to (its ledger
+    # line), and a run's record beside it
+    "workbench.findings": "findings", "workbench.ledger": "findings", "workbench.manifest": "findings",
+    # probes: experiments on fresh cells that write findings (the probes, the loop, certify's gates and quality
+    # smoke, the gateway's pool, the event plane's consumer, the eval table, the TensorRT-LLM smoke)
+    "workbench.probes": "probes", "workbench.loop": "probes", "workbench.certify": "probes",
+    "workbench.gateway": "probes", "workbench.events": "probes", "workbench.evaltable": "probes",
+    "workbench.smoke": "probes",
+    # standing: each stored verdict re-derived (settle), which one stands per claim, and certify's matrix and
+    # product path, built from the findings that settle
+    "workbench.settle": "standing", "workbench.standing": "standing",
+    "workbench.certify.matrix": "standing", "workbench.certify.product": "standing",
+    # views: what a researcher reads: the report and its words, every package's figures, the blueprint's and the
+    # gateway guide's write-backs, the findings' export, the notebooks' helpers
+    "workbench.report": "views", "workbench.reading": "views", "workbench.compare": "views",
+    "workbench.notebook_html": "views", "workbench.plots": "views", "workbench.panels": "views",
+    "workbench.plotstyle": "views", "workbench.transport.figures": "views", "workbench.certify.figures": "views",
+    "workbench.events.figures": "views", "workbench.gateway.figures": "views",
+    "workbench.gateway.pd_figures": "views", "workbench.evaltable.figures": "views",
+    "workbench.blueprint": "views", "workbench.certify.writeback": "views", "workbench.events.guide": "views",
+    "workbench.findings_export": "views", "workbench.widgets": "views", "workbench.nbprobes": "views",
+    # commands: the command line and the batch runner around everything (one job, where jobs execute, lanes, the
+    # Ray fleet, the run matrix, the run's lock and index), each package's own command
+    "workbench.cli": "commands", "workbench.doctor": "commands", "workbench.runner": "commands",
+    "workbench.runlock": "commands", "workbench.runindex": "commands", "workbench.jobs": "commands",
+    "workbench.executors": "commands", "workbench.lanes": "commands", "workbench.fleet": "commands",
+    "workbench.matrix": "commands", "workbench.certify.cli": "commands", "workbench.events.cli": "commands",
+}
+"""Module prefix → layer: a module's layer is its longest matching row's (``workbench.events`` covers the event
+plane's modules, ``workbench.events.cli`` is a command); the row ``workbench`` is the package's own
+``__init__.py`` only, so a new top-level module has no row until it is given one."""
+
+
+def layer_of(module: str) -> str | None:
+    rows = [p for p in LAYER_OF if module == p or (p != "workbench" and module.startswith(p + "."))]
+    return LAYER_OF[max(rows, key=len)] if rows else None
+
+
+def test_every_module_has_a_layer_and_every_row_a_module():
+    graph = _import_graph()
+    assert set(LAYER_OF.values()) <= set(LAYERS)
+    missing = [f"{m} has no row in LAYER_OF (tests/test_imports.py): give it its layer" for m in sorted(graph)
+               if layer_of(m) is None]
+    stale = [f"LAYER_OF's row {p} names no module" for p in LAYER_OF
+             if not any(m == p or m.startswith(p + ".") for m in graph)]
+    assert missing + stale == [], "\n".join(missing + stale)
+
+
+def test_no_import_runs_up_a_layer():
+    """Data walks one way (DEVELOPERS.md, "No import up a layer"): no module imports, at module level or inside a
+    function, a module of a higher layer. Fix one by moving the code to the layer it belongs to, or by passing what
+    it needs in from above (a callable, a value)."""
+    graph = _import_graph()
+    rank = {m: LAYERS.index(layer_of(m)) for m in graph if layer_of(m)}
+    up = [f"{m} ({layer_of(m)}) imports {t} ({layer_of(t)}), a layer above it" for m in sorted(rank)
+          for t in sorted(graph[m]) if t in rank and rank[t] > rank[m]]
+    assert up == [], "\n".join(up)

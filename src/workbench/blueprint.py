@@ -49,7 +49,7 @@ from .probes import churn as _churn
 from .engine import WorkbenchError
 from .files import check_file_writable, read_regular, write_output
 from .settle import verified_by_path
-from .findings import Finding, scan
+from .findings import Finding, model_of, scan
 from .standing import ANSWERS, ClaimState, Standing
 
 
@@ -236,7 +236,7 @@ def _log_lines(findings: Sequence[tuple[Path, Finding]], base: Path) -> list[str
         cited = ", ".join(c + (f" ({f.claim_verdicts[c]})" if c in f.claim_verdicts else "")
                           for c in dict.fromkeys(f.claims))
         rows.append(_row([_text(f.created[:10]), _text(f.engine), _text(f.engine_version),
-                          _text(_standing.model_of(f) if _standing.behavioural(f.probe) else None),
+                          _text(model_of(f) if _standing.behavioural(f.probe) else None),
                           _text((f.environment.get("hardware") or {}).get("summary")), _text(f.probe),
                           _text(_shown(checked[(str(path), f.id)])),
                           _text(cited), f"[finding]({_link(path, base)})"]))

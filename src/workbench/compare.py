@@ -32,7 +32,7 @@ from . import manifest as _manifest
 from . import settle as _settle
 from . import standing as _standing
 from .engine import WorkbenchError
-from .findings import Finding
+from .findings import Finding, model_of
 
 Found = Sequence[tuple[Path, Finding]]
 NOT_SETTLED = "settles nothing"
@@ -278,7 +278,7 @@ def _number(x: Any) -> bool:
 def _latest(found: Found) -> dict[tuple, Finding]:
     best: dict[tuple, Finding] = {}
     for _, f in found:
-        key = (f.probe, f.engine, _standing.model_of(f))
+        key = (f.probe, f.engine, model_of(f))
         if f.verdict != "not-run" and (key not in best or (f.created, f.id) > (best[key].created, best[key].id)):
             best[key] = f
     return best
@@ -343,13 +343,13 @@ def _models(found: Found) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for _, f in found:
         if f.verdict != "not-run" and _standing.behavioural(f.probe):
-            out.setdefault(f.engine, set()).add(_standing.model_of(f))
+            out.setdefault(f.engine, set()).add(model_of(f))
     return out
 
 
 def _specs(found: Found, engine: str) -> str:
     """The models ``engine`` ran in ``found``, as the runs were given them (``synthetic:tiny``), for a reason."""
-    return ", ".join(sorted({str(f.params.get("model") or _standing.model_of(f)) for _, f in found
+    return ", ".join(sorted({str(f.params.get("model") or model_of(f)) for _, f in found
                              if f.engine == engine and f.verdict != "not-run" and _standing.behavioural(f.probe)}))
 
 

@@ -86,6 +86,17 @@ def _cpu_list(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def spans(cpus: Sequence[int]) -> str:
+    """Core numbers as ``0-3,6`` (a kernel CPU list, as :func:`_cpu_list` reads one)."""
+    out: list[str] = []
+    for c in sorted(cpus):
+        if out and out[-1].split("-")[-1] == str(c - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{c}"
+        else:
+            out.append(str(c))
+    return ",".join(out)
+
+
 def usable_count() -> int:
     """What a default of "all cores" means (llama.cpp's threads, the loop's arms): the cores this process may use,
     not the machine's: two threads pinned to one core would take turns on it."""

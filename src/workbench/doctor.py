@@ -77,10 +77,10 @@ def _cores(rep: dict) -> list[str]:
     """The cores this process may use, where fewer than the machine's, and a laned batch's lanes (the survey's)."""
     usable, lines = rep["cpu"].get("usable_cores"), []
     if usable is not None and len(usable) != rep["cpu"]["cores"]:
-        lines.append(f"cores       this process may use {len(usable)}: {lanes.spans(usable)}")
+        lines.append(f"cores       this process may use {len(usable)}: {cpu.spans(usable)}")
     if rep.get("lanes"):
         lines.append(f"lanes       {len(rep['lanes'])}, " + "; ".join(
-            f"lane {x.get('lane')} on cores {lanes.spans(x.get('cpus') or [])}" for x in rep["lanes"]))
+            f"lane {x.get('lane')} on cores {cpu.spans(x.get('cpus') or [])}" for x in rep["lanes"]))
     return lines
 
 

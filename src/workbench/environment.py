@@ -1,10 +1,11 @@
-"""Where a measurement was taken: hardware, driver/CUDA, workbench version, git commit.
+"""Where and when a measurement was taken: hardware, driver/CUDA, workbench version, git commit, the time.
 
 Every finding carries this fingerprint; ``workbench doctor`` prints it.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import os
 import platform
@@ -16,7 +17,11 @@ from typing import Any
 
 from . import cpu as _cpu
 from . import nvml
-from .findings import now_iso
+
+
+def now_iso() -> str:
+    """Now, in UTC, to the second: every timestamp the workbench writes (a finding's ``created``, a run's record)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _run(cmd: list[str], timeout: float = 10) -> str | None:

@@ -25,6 +25,8 @@ import datetime as _dt
 import json
 import math
 import os
+import re
+import textwrap
 import uuid
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -40,6 +42,7 @@ from . import ledger as _ledger
 from . import metrics as _metrics
 from .certify import classes as _classes
 from .engine import Verdict, WorkbenchError
+from .environment import now_iso
 from .files import atomic_write, read_regular
 
 SCHEMA_ID = "workbench.finding/v4"
@@ -80,10 +83,6 @@ def schema() -> dict:
     doc["properties"]["metrics"]["additionalProperties"]["properties"]["source"]["enum"] = list(_metrics.SOURCES)
     doc["properties"]["result_class"]["enum"] = list(_classes.LABELS)
     return doc
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -160,6 +159,27 @@ class Finding:
     def validate(self) -> "Finding":
         validate(self.to_dict())
         return self
+
+
+def model_of(f: Finding) -> str:
+    """The model a finding ran on (its resolved name, else the spec it was given)."""
+    return (f.environment.get("model") or {}).get("name") or str(f.params.get("model", ""))
+
+
+def has_gpu(f: Finding) -> bool:
+    """Whether the finding's own fingerprint records a GPU (NVML's devices, :func:`workbench.environment.gpus`)."""
+    hardware = f.environment.get("hardware")
+    gpu = hardware.get("gpu") if isinstance(hardware, dict) else None
+    return isinstance(gpu, dict) and gpu.get("available") is True and bool(gpu.get("devices"))
+
+
+def short_reason(reason: str | None, width: int = 60) -> str:
+    """A not-run reason in a few words: its head before the first colon or sentence end (the rest is how to
+    install), cut at a word to ``width`` characters; what a figure's caption, the loop's table and the report's one
+    line per engine show."""
+    text = " ".join((reason or "no reason recorded").split())
+    head = re.split(r": |\. |; ", text, maxsplit=1)[0].rstrip(".")
+    return head if len(head) <= width else textwrap.shorten(head, width, placeholder=" …")
 
 
 def supports_doc(supports: Iterable[_metrics.Support]) -> list[dict]:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from . import cpu, lifecycle
+from .cpu import spans
 from .executors import ExecutorError, Job, Ran, Start
 
 #: How a lane runs its jobs: :func:`workbench.runner.in_turn` (jobs, run folder, start, verbose, timeout, untimed).
@@ -66,17 +67,6 @@ class Lane:
 
     def __str__(self) -> str:
         return f"lane {self.index} (cores {spans(self.cpus)})"
-
-
-def spans(cpus: Sequence[int]) -> str:
-    """Core numbers as ``0-3,6``."""
-    out: list[str] = []
-    for c in sorted(cpus):
-        if out and out[-1].split("-")[-1] == str(c - 1):
-            out[-1] = f"{out[-1].split('-')[0]}-{c}"
-        else:
-            out.append(str(c))
-    return ",".join(out)
 
 
 def parse(value: str | int) -> int | None:

@@ -120,7 +120,7 @@ def record(out: Path, entry: NotebookRun | RunRecord) -> Manifest:
             m.runs = [r for r in m.runs if r.id != entry.id] + [entry]
         else:
             m.notebooks[entry.name] = entry
-        m.updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # as findings.now_iso
+        m.updated = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")  # as environment.now_iso
         doc = {"schema": m.schema, "updated": m.updated,
                "notebooks": {k: asdict(v) for k, v in sorted(m.notebooks.items())},
                "runs": [asdict(r) for r in m.runs]}

@@ -468,8 +468,11 @@ _DECLARED = [
        "gaps in the endpoints' own event numbers that no replay recovered, plus served requests whose blocks "
        "never reached the inventory: the inventory was no longer the engine's"),
     # modeld's contract through the cell's daemon (contract.conformance): "engine work" is the engine's own cumulative
-    # count of what it did (llama.cpp: llama_perf_context's prompt tokens evaluated and tokens generated; vLLM: its
-    # LLM.request_counter; TensorRT-LLM: its executor's request ids), read before and after a call
+    # count of what it did, read before and after a call through the daemon's evidence, never from the adapter's
+    # answers (CellSession.work_of: llama.cpp's llama_perf_context, prompt tokens evaluated and tokens generated;
+    # vLLM's Prometheus counters through LLM.get_metrics, prompt tokens by source, prefix_cache_hits, generation
+    # tokens, requests finished; TensorRT-LLM's iteration stats through LLM.get_stats, numCtxTokens,
+    # kvCacheStats.reusedBlocks, iterations, numCompletedRequests)
     _m("conf_engine_work_stale_fence", "engine work, stale fence", "count", "engine",
        "engine work done while calls carrying a stale owner fence (or another owner's handle) were answered: 0 when "
        "no such call reached the engine"),
@@ -482,8 +485,9 @@ _DECLARED = [
        "prompt tokens the engine reused for the same stable prefix under a manifest of another runtime identity "
        "(must be 0)"),
     _m("conf_prefix_counters_exact", "PrefixStatus = engine", "ratio", "engine",
-       "EnsurePrefix calls whose ReusedTokens and PrefilledTokens equal the engine's own count of reused and computed "
-       "prompt tokens, within its reuse granularity (a block), over those made"),
+       "EnsurePrefix calls whose ReusedTokens and PrefilledTokens equal what the engine's own work counters, read "
+       "beside the call, say it served from cache and computed (llama.h counts no hits: the KV it holds less what it "
+       "computed), within its reuse granularity (a block), over those made"),
     _m("conf_suffix_counters_exact", "ContextReport counters = engine", "ratio", "engine",
        "PrefillSuffix calls whose ContextReport counters (PhysicalPrefill* or DeferredPrefill*) moved by what the "
        "engine did: the suffix computed then (physical), or nothing computed then and the suffix computed by the next "
@@ -492,7 +496,7 @@ _DECLARED = [
        "engine work done during PrefillSuffix calls made in deferred mode (0 when the suffix was only deferred)"),
     _m("conf_deferred_carried", "decode carried the suffix", "bool", "engine",
        "the decode after a deferred PrefillSuffix computed at least the deferred suffix (less one block), by the "
-       "engine's own count of its prompt"),
+       "engine's own work counter of prompt tokens computed"),
     _m("conf_engine_decoded_tokens", "engine decoded tokens", "tokens", "engine",
        "tokens the engine generated for a Decode (its result's ids)"),
     _m("conf_stream_frames", "Decode frames", "count", "cell",
@@ -501,7 +505,8 @@ _DECLARED = [
        "the engine's output under StructuredOutput{json_schema} parsed as JSON and validated against the schema"),
     _m("conf_caps_exercised", "capabilities exercised", "count", "derived",
        "residency capabilities whose operation the probe ran through the contract (RemoveTail: drop a tail and "
-       "extend again; RecomputeRange: restore a snapshot without the engine's state)"),
+       "extend again; RecomputeRange: restore a snapshot's tokens without the engine's state, judged by the engine's "
+       "counts and the greedy output, never by the report)"),
     _m("conf_caps_lies", "capabilities contradicted", "count", "engine",
        "exercised capabilities whose ExplainContext report contradicts what the engine did in their operation"),
     _m("conf_restore_output_equal", "restored output equal", "bool", "engine",
@@ -509,9 +514,14 @@ _DECLARED = [
     _m("conf_snapshot_engine_blob", "snapshot holds engine state", "bool", "cell",
        "the snapshot came back with a state_id: the engine's own state blob, kept by the daemon"),
     _m("conf_describe_kv_bytes_match", "Describe KV bytes = engine", "bool", "engine",
-       "ModelInfo.kv_bytes_per_token equals the engine's own statement of its KV bytes per token"),
+       "ModelInfo.kv_bytes_per_token equals the engine's KV bytes per token read again at the call by another path "
+       "(llama.cpp: the growth of a sequence's state size per cell; vLLM: its KV tensors' bytes over the tokens its "
+       "pool holds)"),
     _m("conf_describe_window", "Describe window", "tokens", "cell",
        "ModelInfo.effective_context for the requested NumCtx"),
+    _m("conf_describe_window_right", "Describe window = NumCtx", "bool", "engine",
+       "ModelInfo.effective_context equals the NumCtx asked for, within the context the engine itself was opened "
+       "with (llama_n_ctx, max_model_len, max_seq_len)"),
     _m("conf_engine_work_overflow", "engine work, overflow", "count", "engine",
        "engine work done while requests past the session's NumCtx were refused (0 when refused before dispatch)"),
     _m("conf_engine_work_embed", "engine work, Embed", "count", "engine",
@@ -519,13 +529,18 @@ _DECLARED = [
     _m("conf_embed_vector", "Embed vector length", "count", "engine",
        "floats in the vector Embed returned, the engine's embedding (0: refused)"),
     _m("conf_switch_engine_reuse", "engine reuse after switch", "tokens", "engine",
-       "prompt tokens the engine reused, right after a slot switch, for a prefix it held before (must be 0)"),
+       "prompt tokens the engine reused, right after a reload of the same variant (so under the same salt), for a "
+       "prefix it held before (must be 0)"),
     _m("conf_switch_generation", "generation advanced", "count", "cell",
        "how far LoadModel moved the slot's generation (1 for one switch)"),
     _m("conf_fatal_engine_failed", "engine failed", "bool", "engine",
        "the engine itself failed the call after its fault (its own error, e.g. llama_decode returning 2)"),
-    _m("conf_engine_failures_after_fatal", "engine calls after fatal", "count", "engine",
-       "engine failures the session caused after it was marked fatal (0 when it never went back to the engine)"),
+    _m("conf_engine_work_after_fatal", "engine work after fatal", "count", "engine",
+       "engine work done while the poisoned session answered a call, the fault undone so that the engine serves "
+       "again (0 when the session never went back to the engine)"),
+    _m("conf_engine_work_after_heal", "engine work, fresh session", "count", "engine",
+       "engine work a fresh session's call did after the fault was undone (> 0: the engine served again, so the "
+       "poisoned session's 0 could have read otherwise)"),
     _m("conf_fatal_reported", "fatal reported", "bool", "cell",
        "session_fatal on the wire, and ExplainContext with Closed and FatalError, after the engine failed"),
     # the local-node benchmark report (runtime/benchreport), driven through the contract (contract.benchreport)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import textwrap
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
@@ -28,10 +27,9 @@ from .events import figures as _event_figures
 from .gateway import pd_figures as _pd_figures
 from .gateway import figures as _gateway_figures
 from .transport import figures as _transport_figures
-from .findings import Finding
+from .findings import Finding, model_of, short_reason
 from .panels import SideBySide
 from .probes import Figure
-from .standing import model_of
 
 VERDICT_COLOURS = {
     "confirmed": "#2e7d32",
@@ -493,15 +491,6 @@ def _panel_title(engine: str, found: Sequence[Finding], subject: str) -> str:
     # the date and probe version say which run a panel shows (the standing finding need not be the newest)
     return (f"<b>{engine}</b> {version} · {role}<br>{model_of(f)} · {verdicts}"
             f"<br>{f.created[:10]} · probe v{f.probe_version}")
-
-
-def short_reason(reason: str | None, width: int = 60) -> str:
-    """A not-run reason in a few words: its head before the first colon or sentence end (the rest is how to
-    install), cut at a word to ``width`` characters; what a figure's caption and the report's one line per engine
-    show."""
-    text = " ".join((reason or "no reason recorded").split())
-    head = re.split(r": |\. |; ", text, maxsplit=1)[0].rstrip(".")
-    return head if len(head) <= width else textwrap.shorten(head, width, placeholder=" …")
 
 
 def _label(engine: str, found: Sequence[Finding]) -> str:

@@ -23,7 +23,7 @@ import markupsafe
 import pandas as pd
 
 from . import claims as _claims
-from . import lanes as _lanes
+from . import cpu as _cpu
 from . import compare as _compare
 from . import findings as _findings
 from . import metrics as _metrics
@@ -275,7 +275,7 @@ def not_run_engines(found: Found) -> list[NotRun]:
         kept = sorted(((r, ps) for r, ps in kept.items() if ps), key=lambda rp: (-len(rp[1]), rp[0]))
         if kept:
             probes_ = tuple(sorted(p for _, ps in kept for p in ps))
-            out.append(NotRun(engine, probes_, plots.short_reason(kept[0][0]), _once(kept),
+            out.append(NotRun(engine, probes_, _findings.short_reason(kept[0][0]), _once(kept),
                               any(e == engine for e, _ in ran)))
     return out
 
@@ -583,7 +583,7 @@ def lanes_line(notebooks: Sequence[NotebookRun]) -> str | None:
             if isinstance(n.node, dict) and n.node.get("lane") is not None}
     if not seen:
         return None
-    return f"{len(seen)} lanes, cores " + " | ".join(_lanes.spans(seen[k]) for k in sorted(seen))
+    return f"{len(seen)} lanes, cores " + " | ".join(_cpu.spans(seen[k]) for k in sorted(seen))
 
 
 def render(out: Path, manifest: Manifest | None = None, against: Path | None = None) -> str:

@@ -24,7 +24,7 @@ from typing import Iterable, Mapping, Sequence
 from . import manifest
 from .engine import WorkbenchError
 from .files import read_regular
-from .findings import now_iso
+from .environment import now_iso
 from .manifest import Machine, RunRecord
 
 INDEX = "index.jsonl"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .engine import WorkbenchError
-from .findings import now_iso
+from .environment import now_iso
 
 LOCK = ".writer.lock"
 

@@ -36,7 +36,7 @@ from .params import parse_bool
 from .engine import WorkbenchError
 from .files import REPO_ROOT, check_writable, tail
 from .executors import TIMEOUT, Executor, Job, Ran, Start, local_env, resources_for, untimed_here
-from .findings import now_iso
+from .environment import now_iso
 from .jobs import KERNEL, Planned, execute, kernel_manager
 
 

@@ -47,7 +47,7 @@ from . import claims as _claims
 from . import ledger as _ledger
 from . import probes
 from .cells.options import MEASURED
-from .findings import Finding, Scan, scan
+from .findings import Finding, Scan, has_gpu, scan
 from .versions import natural
 
 SKEW = _dt.timedelta(minutes=10)  # clock skew between machines that share a findings folder
@@ -131,13 +131,6 @@ def _double(s: Subject) -> str | None:
     said = (s.finding.environment or {}).get("test_double")
     return (f"it was made on a test double ({said}), which stands for {s.finding.engine} in the workbench's own tests "
             "and never answers for it" if said else None)
-
-
-def has_gpu(f: Finding) -> bool:
-    """Whether the finding's own fingerprint records a GPU (NVML's devices, :func:`workbench.environment.gpus`)."""
-    hardware = f.environment.get("hardware")
-    gpu = hardware.get("gpu") if isinstance(hardware, dict) else None
-    return isinstance(gpu, dict) and gpu.get("available") is True and bool(gpu.get("devices"))
 
 
 def _environment(s: Subject) -> str | None:
@@ -386,5 +379,5 @@ def shown_verdict(f: Finding, path: Path | None = None) -> str:
 
 
 __all__ = ["ALWAYS", "ANSWERS", "CONNECTOR_OPTION", "Check", "EDITED", "KV_MANAGER_OPTION", "PINNED_MANAGER", "RULES",
-           "Read", "SKEW", "Subject", "Verified", "binding", "created_at", "has_gpu", "read", "shown_verdict", "unsettled",
+           "Read", "SKEW", "Subject", "Verified", "binding", "created_at", "read", "shown_verdict", "unsettled",
            "unsettled_answer", "verified_by_path", "verify"]

@@ -25,7 +25,7 @@ from typing import Sequence
 from . import cells as _cells
 from . import claims as _claims
 from . import settle
-from .findings import Finding
+from .findings import Finding, model_of
 from .probes import churn
 from .versions import natural
 
@@ -88,11 +88,6 @@ def _rank(s: Standing) -> tuple:
     what settles); then anything that ran beats not-run; then behavioural beats static; then the newest; the id
     breaks ties."""
     return not s.unsettled, s.verdict != "not-run", behavioural(s.probe), when(s.created), s.finding_id
-
-
-def model_of(f: Finding) -> str:
-    """The model a finding ran on (its resolved name, else the spec it was given)."""
-    return (f.environment.get("model") or {}).get("name") or str(f.params.get("model", ""))
 
 
 def standings(found: Found) -> dict[str, list[Standing]]:

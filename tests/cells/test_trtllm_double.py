@@ -129,6 +129,21 @@ def no_stats_without_enable_iter_perf_stats(trt):
     assert llm.get_stats(timeout=0.2) == []
 
 
+def iteration_stats_count_computed_context_tokens_and_cumulative_blocks(trt):
+    llm = _llm(trt)
+    _submit(llm, max_tokens=3).result()
+    first = llm.get_stats(timeout=0.2)
+    assert len(first) == 3  # the context step, then one iteration per further token
+    ctx = [s["inflightBatchingStats"]["numCtxTokens"] for s in first]
+    assert ctx == [40, 0, 0] and [s["numCompletedRequests"] for s in first] == [0, 0, 1]
+    out = _submit(llm).result()  # the same 40 tokens: one block of 32 reused
+    again = llm.get_stats(timeout=0.2)
+    reused = out.outputs[0].request_perf_metrics.kv_cache_metrics.num_reused_blocks
+    assert reused == 1 and again[0]["inflightBatchingStats"]["numCtxTokens"] == 40 - 32
+    kv0, kv1 = first[-1]["kvCacheStats"], again[-1]["kvCacheStats"]
+    assert kv1["reusedBlocks"] - kv0["reusedBlocks"] == reused  # cumulative: the request's count is their delta
+
+
 def unknown_llm_keywords_raise_value_error(trt):
     with pytest.raises(ValueError, match="LLM got invalid argument: free_gpu_memory_fractionn"):
         trt.LLM(model="/nowhere", free_gpu_memory_fractionn=0.5)
@@ -328,6 +343,14 @@ BEHAVIOURS = (
     Behaviour("no iteration stats without enable_iter_perf_stats",
               "tensorrt_llm/_torch/pyexecutor/py_executor.py (get_latest_iteration_stats)",
               no_stats_without_enable_iter_perf_stats),
+    Behaviour("one iteration stats entry per engine iteration: numCtxTokens counts the context tokens computed "
+              "(reused ones not), numCompletedRequests the requests finished, and kvCacheStats' block counters are "
+              "cumulative over the KV manager's life", "tensorrt_llm/_torch/pyexecutor/py_executor.py "
+              "(_process_iter_stats, _update_iter_stats: kv_cache_manager.get_kv_cache_stats(), "
+              "model_engine.iter_states['num_ctx_tokens']); tensorrt_llm/_torch/pyexecutor/model_engine.py "
+              "(_prepare_tp_inputs: prompt tokens from context_current_position); "
+              "cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp (getKvCacheStats; addSequence's per-request deltas)",
+              iteration_stats_count_computed_context_tokens_and_cumulative_blocks),
     Behaviour("an unknown LLM keyword raises ValueError('LLM got invalid argument: …')",
               "tensorrt_llm/llmapi/llm.py (BaseLLM.__init__)", unknown_llm_keywords_raise_value_error),
     Behaviour("generate_async after shutdown raises RuntimeError('LLM is shutting down')",

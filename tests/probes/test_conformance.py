@@ -5,6 +5,7 @@ engine)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -49,11 +50,16 @@ TABLE = [  # row, readings, declared, verdict
     ("contract.snapshot", {"conf_restore_output_equal": True, "conf_snapshot_engine_blob": True}, LLAMA,
      "not-applicable"),
     ("contract.snapshot", {"conf_restore_output_equal": False}, LLAMA, "refuted"),
-    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True,
+    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True, "conf_describe_window_right": True,
                            "conf_describe_kv_bytes_match": True}, LLAMA, "confirmed"),
-    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True,
+    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True, "conf_describe_window_right": True,
+                           "conf_describe_kv_bytes_match": None}, REQUEST, "confirmed"),
+    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True, "conf_describe_window_right": True,
                            "conf_describe_kv_bytes_match": False}, LLAMA, "refuted"),
+    ("contract.describe", {"conf_engine_work_overflow": 0, "_overflow_right": True, "conf_describe_window_right": False,
+                           "conf_describe_kv_bytes_match": True}, LLAMA, "refuted"),
     ("contract.describe", {"conf_engine_work_overflow": 12}, LLAMA, "refuted"),
+    ("contract.describe", {}, LLAMA, "inconclusive"),
     ("contract.overflow", {"conf_engine_work_overflow": 0, "_overflow_right": True}, LLAMA, "confirmed"),
     ("contract.overflow", {"conf_engine_work_overflow": 53}, LLAMA, "refuted"),
     ("contract.overflow", {"conf_engine_work_overflow": 0, "_overflow_right": False}, LLAMA, "inconclusive"),
@@ -70,10 +76,13 @@ TABLE = [  # row, readings, declared, verdict
     ("contract.slot_switch", {"conf_switch_engine_reuse": 0, "conf_switch_generation": 1, "_switch_refusals": True,
                               "conf_engine_reuse_same": 0}, LLAMA, "inconclusive"),
     ("contract.slot_switch", {"conf_switch_engine_reuse": 53}, LLAMA, "refuted"),
-    ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_failures_after_fatal": 0,
-                      "conf_fatal_reported": True}, LLAMA, "confirmed"),
-    ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_failures_after_fatal": 2}, LLAMA, "refuted"),
-    ("parity.fatal", {"conf_fatal_engine_failed": False, "conf_engine_failures_after_fatal": 0}, LLAMA, "inconclusive"),
+    ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_work_after_fatal": 0,
+                      "conf_engine_work_after_heal": 40, "conf_fatal_reported": True}, LLAMA, "confirmed"),
+    ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_work_after_fatal": 49,
+                      "conf_engine_work_after_heal": 40, "conf_fatal_reported": True}, LLAMA, "refuted"),
+    ("parity.fatal", {"conf_fatal_engine_failed": True, "conf_engine_work_after_fatal": 0,
+                      "conf_engine_work_after_heal": 0, "conf_fatal_reported": True}, LLAMA, "inconclusive"),
+    ("parity.fatal", {"conf_fatal_engine_failed": False, "conf_engine_work_after_fatal": 0}, LLAMA, "inconclusive"),
     ("parity.deferred_prefill", {"conf_suffix_counters_exact": 1.0}, LLAMA, "not-applicable"),
     ("parity.deferred_prefill", {"conf_suffix_counters_exact": 0.5}, LLAMA, "refuted"),
     ("parity.deferred_prefill", {"conf_suffix_counters_exact": 1.0, "conf_deferred_engine_work": 0}, REQUEST,
@@ -180,9 +189,10 @@ def llama():
     yield make
     for d, run in opened:
         d.stop()
-    for _, run in opened:
+    for _, run in opened:  # (``_recompute`` is the snapshot's case handed to the capability rows, which record it)
         again = cf.readings(json.loads(json.dumps(run.rows)), run.block)
-        assert {k: again.get(k) for k in run.values} == run.values, run.rows
+        took = {k: v for k, v in run.values.items() if k != "_recompute"}
+        assert {k: again.get(k) for k in took} == took, run.rows
 
 
 @pytest.mark.slow
@@ -242,3 +252,90 @@ def test_a_salt_without_the_adapters_keeps_the_lora_row_from_confirming(llama, t
     assert run.values["lora_changed_output"] is True
     assert cf.DECIDE["contract.lora"](run.values, run.declared).verdict == "inconclusive"
     assert cf.DECIDE["contract.slot_switch"](run.values, run.declared).verdict == "confirmed"
+
+
+class Liar(LlamaSession):
+    """Four faults at once, each caught by its own engine reading (review items 4, 5, 6):
+
+    * after an engine fault it answers as a poisoned session should (session_fatal on every later call, Closed and
+      FatalError in its report) yet keeps its slot and sends the next EnsurePrefix to llama.cpp first, under a fault
+      that aborts one llama_decode only;
+    * it reports RecomputeRange though, as modeld's llama cell, its Restore takes the engine's state blob only;
+    * Describe states 2 more KV bytes per token than llama.cpp holds, and twice the window asked for."""
+
+    def mark_fatal(self, err):
+        from workbench.transport.errors import ErrSessionFatal
+
+        self.fatal_error = self.fatal_error or f"{type(err).__name__}: {err}"
+        return ErrSessionFatal(self.fatal_error)  # the slot kept: the daemon still routes the session's calls
+
+    def _check(self):
+        pass
+
+    def ensure_prefix(self, prefix):
+        if not self.fatal_error:
+            return super().ensure_prefix(prefix)
+        from workbench.transport.errors import ErrSessionFatal
+
+        super().ensure_prefix(prefix)  # goes to the engine
+        raise ErrSessionFatal(self.fatal_error)
+
+    def explain_context(self):
+        rep = super().explain_context()
+        rep.closed = rep.closed or bool(self.fatal_error)
+        return rep
+
+    @classmethod
+    def inject_fault(cls, cell, sess):
+        ll, seen = cell._ll, []
+        cb = ll.ggml_abort_callback(lambda _data: not seen and not seen.append(1))  # aborts once
+        cell._fault_abort = cb
+        ll.llama_set_abort_callback(cell._ctx, cb, None)
+        return "abort once"
+
+    @classmethod
+    def capabilities_of(cls, cell):
+        return dataclasses.replace(super().capabilities_of(cell), recompute_range=True)
+
+    @classmethod
+    def kv_bytes_per_token(cls, cell):
+        per_token, where = super().kv_bytes_per_token(cell)
+        return per_token + 2, where
+
+    @classmethod
+    def model_info(cls, cell, config, policy, kv=None):
+        info = super().model_info(cell, config, policy, kv)
+        info.effective_context *= 2
+        return info
+
+
+@pytest.mark.slow
+def test_each_lie_is_read_from_the_engine_not_from_the_adapters_own_word(llama):
+    """Before: parity.fatal confirmed (the stage log of a session that poisoned itself could not count the dispatch),
+    capability_truth confirmed (Restore read the reported flag), contract.describe confirmed (Describe's KV bytes were
+    compared with themselves; a wrong window only left it inconclusive)."""
+    run = llama(Liar)
+    base = cf.manifest_and_prefix(run)
+    cf.snapshot(run, base)
+    cf.capabilities(run, base)
+    cf.describe_overflow(run, base)
+    cf.fatal(run, base)
+    assert run.values["conf_engine_work_after_fatal"] > 0 and run.values["conf_engine_work_after_heal"] > 0
+    assert cf.DECIDE["parity.fatal"](run.values, run.declared).verdict == "refuted"
+    assert run.values["_recompute"]["restored"] is False  # refused without the blob, whatever the report says
+    assert cf.DECIDE["parity.capability_truth"](run.values, run.declared).verdict == "refuted"
+    assert run.values["conf_describe_kv_bytes_match"] is False and run.values["conf_describe_window_right"] is False
+    assert cf.DECIDE["contract.describe"](run.values, run.declared).verdict == "refuted"
+    assert cf.DECIDE["contract.overflow"](run.values, run.declared).verdict == "confirmed"  # enforced all the same
+
+
+@pytest.mark.slow
+def test_the_honest_adapter_holds_where_the_liar_fails(llama):
+    run = llama()
+    base = cf.manifest_and_prefix(run)
+    cf.snapshot(run, base)
+    cf.capabilities(run, base)
+    cf.describe_overflow(run, base)
+    cf.fatal(run, base)
+    for row in ("parity.fatal", "parity.capability_truth", "contract.describe", "contract.ensure_prefix"):
+        assert cf.DECIDE[row](run.values, run.declared).verdict == "confirmed", row

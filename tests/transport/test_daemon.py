@@ -99,6 +99,37 @@ def test_a_host_beyond_loopback_without_a_key_is_refused_before_anything_starts(
     assert r.returncode == 2 and "not served as a cell" in r.stderr
 
 
+THINKING = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% if enable_thinking is defined and not enable_thinking %}"
+            "<think></think>{% endif %}{% if reasoning_effort %}effort: {{ reasoning_effort }}{% endif %}{% endif %}")
+
+
+def test_enable_thinking_and_reasoning_effort_reach_the_template_over_the_wire():
+    """``SuffixInput.EnableThinking`` (false included) and ``ReasoningEffort`` cross the wire and render, as modeld's
+    llama cell hands them to the chat template (``llamasession/llama.go`` renderTemplateForDecode): a template that
+    reads them gives the suffix more tokens; unset, its own default holds."""
+    from workbench.transport.daemon import Daemon
+
+    require_engine("llamacpp")
+    with Daemon("llamacpp", "smollm2-135m", options={"context_tokens": 512, "threads": 1}) as d:
+        d.service.cell._template = THINKING  # the model's own template, swapped for one that reads the variables
+        client = d.client()
+        s, v, m = chat_turn([("system", "Be brief."), ("user", "Name a colour.")], 1,
+                            ManifestIdentity(backend="llama", add_bos=True))
+
+        def suffix(**kw) -> int:
+            sess = client.open_session(OpenSessionRequest())
+            try:
+                sess.ensure_prefix(PrefixInput(text=s, manifest=m))
+                return sess.prefill_suffix(SuffixInput(text=v, manifest=m, **kw)).suffix_tokens
+            finally:
+                sess.close()
+
+        unset, on, off = suffix(), suffix(enable_thinking=True), suffix(enable_thinking=False)
+        assert unset == on < off  # false rendered the empty think block; true and unset did not
+        assert suffix(reasoning_effort="high") > unset
+
+
 def test_the_key_read_from_a_file_guards_the_wire_and_stays_out_of_ps(tmp_path):
     """--api-key-file: the key never on the command line (`ps`); every call but Health needs it; a file with no key
     and a key given twice are refused before anything loads."""

@@ -15,9 +15,10 @@ import pytest
 
 from workbench.transport import errors as e
 from workbench.transport import gojson, wire
-from workbench.transport.contract import Config, DecodeConfig, OpenSessionRequest, PrefixInput, SuffixInput
+from workbench.transport.contract import (Config, DecodeConfig, OpenSessionRequest, PrefixInput, StreamChunk,
+                                          SuffixInput)
 from workbench.transport.manifest import ManifestIdentity, chat_turn
-from workbench.transport.memory import MemoryService
+from workbench.transport.memory import MemorySession, MemoryService
 from workbench.transport.wire import Client, RemoteSession, Server
 
 
@@ -158,3 +159,67 @@ def test_the_client_sends_the_json_content_subtype_a_strict_server_requires():
         asyncio.run_coroutine_threadsafe(strict.wait_closed(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         t.join(5)
+
+
+class _Gated(MemorySession):
+    """Streams one frame, then waits for the test before the rest (a Decode still running when the daemon stops)."""
+
+    first = threading.Event()
+    release = threading.Event()
+
+    def decode(self, cfg, cancelled=None):
+        yield StreamChunk(text="a")
+        _Gated.first.set()
+        _Gated.release.wait(30)
+        for piece in "bcde":
+            yield StreamChunk(text=piece)
+
+
+class _GatedService(MemoryService):
+    def open_session(self, req):
+        return _Gated(req.config.num_ctx)
+
+
+def test_a_stop_lets_the_stream_in_flight_finish_and_refuses_new_calls():
+    """Go's Serve stops with GracefulStop: no new call is taken, the ones in flight run to their end. A Decode
+    under way when the daemon is told to stop (SIGTERM: serve_forever → Daemon.stop → Server.stop) gets every frame
+    and a clean end; a call made meanwhile is Unavailable."""
+    server = Server(_GatedService("o"))
+    port = server.start()
+    client, late = Client("127.0.0.1", port), Client("127.0.0.1", port)
+    got: list = []
+    try:
+        sess = client.open_session(OpenSessionRequest())
+        reader = threading.Thread(target=lambda: got.extend(sess.decode(DecodeConfig(max_tokens=5))))
+        reader.start()
+        assert _Gated.first.wait(30)
+        stopper = threading.Thread(target=server.stop)
+        stopper.start()
+        refused = None
+        for _ in range(600):  # until the stop has begun: then a new call is refused, not served
+            try:
+                late.health()
+            except Exception as err:  # noqa: BLE001 - the refusal is the reading
+                refused = err
+                break
+            threading.Event().wait(0.05)
+        _Gated.release.set()
+        reader.join(30)
+        stopper.join(30)
+        assert refused is not None and "transport is closing" in str(refused)
+        assert [c.text for c in got] == list("abcde") and all(c.error is None for c in got)
+    finally:
+        _Gated.release.set()
+        client.close()
+        late.close()
+        server.stop()
+
+
+def test_enable_thinking_false_is_on_the_wire_as_go_writes_a_non_nil_bool_pointer():
+    """``SuffixInput.EnableThinking`` is a ``*bool`` with omitempty (``runtime/transport/session.go``): Go omits it
+    only when nil, so false is written; read back, it is false, not unset."""
+    m = _turn()[1].manifest
+    for value, key in ((False, b'"EnableThinking":false'), (True, b'"EnableThinking":true')):
+        raw = gojson.marshal(SuffixInput(text="hi", manifest=m, enable_thinking=value))
+        assert key in raw and gojson.unmarshal(SuffixInput, raw).enable_thinking is value
+    assert b"EnableThinking" not in gojson.marshal(SuffixInput(text="hi", manifest=m))

@@ -41,8 +41,9 @@ class RequestSession(CellSession):
                                      position_shift=c.position_shift, cold_store=False,
                                      recompute_range=c.recompute_range)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
-        kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
+        kw: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt, **template}
         if tools:
             kw["tools"] = json.loads(tools)
         return self.cell._apply_template([m.as_dict() for m in messages], **kw)
@@ -75,6 +76,15 @@ class RequestSession(CellSession):
         from .. import adapters, models
 
         return str(adapters.write_lora(models.hf_directory(cell.model), Path(folder) / "lora", seed=seed))
+
+    def _prefill_engine(self, stoks: list[int]) -> Any:
+        """Deferred, or where the cell sends a suffix itself, the cell's PrefillSuffix; otherwise (TensorRT-LLM has
+        no prefill-only request, so its cell only defers) the opt-out warms prefix and suffix with one
+        ``max_tokens=1`` request under the session's salt, as EnsurePrefix does."""
+        if self.defer_prefill or self.cell.prefill_now:
+            return super()._prefill_engine(stoks)
+        st = self.cell._slots[self.slot]
+        return self.cell.ensure_prefix(list(st.tokens) + list(st.pending) + list(stoks), slot=self.slot, salt=self.key)
 
     def release(self) -> None:
         self.cell.clear_slot(self.slot)

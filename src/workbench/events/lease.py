@@ -25,7 +25,7 @@ from typing import Iterator
 
 from ..engine import WorkbenchError
 from ..files import atomic_write
-from ..findings import now_iso
+from ..environment import now_iso
 
 
 class LeaseHeld(WorkbenchError):

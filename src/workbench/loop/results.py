@@ -513,8 +513,6 @@ def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     finding's own fingerprint has a GPU and the verified target, the equal-work rule's laxity from the rule in its
     params, the best llama.cpp arm from its rows, the rest from ``evidence["gate"]``."""
     values = {t: f.metric(t) for t in ("speedup_vs_best_llamacpp", "speedup_ci_low", "speedup_ci_high")}
-    from ..settle import has_gpu
-
     rest = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(f.evidence["gate"]).items()}
     speedup = (None if any(v is None for v in values.values()) else
                {"value": values["speedup_vs_best_llamacpp"], "low": values["speedup_ci_low"],
@@ -522,7 +520,7 @@ def recorded_evidence(f: findings.Finding) -> _gate.GateEvidence:
     work = {k: v for k, v in dict(f.params["equal_work"]).items() if k != "exploratory"}
     best = [r["arm"] for r in f.evidence.get("rows", []) if r.get("best_llamacpp") is True]
     return _gate.GateEvidence(**rest | {  # what the rows and the rule give is read from them, not from the summary
-        "speedup": speedup, "on_target": bool(f.environment.get("target")) and has_gpu(f),
+        "speedup": speedup, "on_target": bool(f.environment.get("target")) and findings.has_gpu(f),
         "other_work": equal.EqualWork(**work).exploratory, "best_reference": best[0] if len(best) == 1 else None})
 
 

@@ -23,8 +23,7 @@ import pandas as pd
 
 from .. import metrics
 from ..certify.integrity import Percentiles, result_class
-from ..findings import Finding
-from ..standing import model_of
+from ..findings import Finding, model_of, short_reason
 from . import arms as _arms
 from .stats import few_turns
 
@@ -225,8 +224,6 @@ def _best(f: Finding, arm: str) -> bool:
 
 
 def _short(reason: str | None) -> str:
-    from ..plots import short_reason
-
     return short_reason(reason, 90)
 
 

@@ -3,25 +3,28 @@
 A cell's daemon (:class:`workbench.transport.daemon.Daemon`: the engine's wing session adapter behind modeld's wire) is
 started on loopback inside the probe and driven only through the client of that wire, as the contenox runtime drives
 modeld. Each row of the blueprint's Contract Mapping table is exercised as a behaviour, beside the wire itself and the
-backend-parity invariants I1, I2 and I6; what the contract answers is held to what the engine itself counted (its
-cumulative work, its per-request reuse, its output), read through the daemon's evidence service.
+backend-parity invariants I1, I2 and I6; what the contract answers is held to what the engine itself counted, read
+through the daemon's evidence service by a channel the session adapter's answers do not pass through: the engine's
+cumulative work counters (:meth:`~workbench.transport.session.CellSession.work_of`: llama.cpp's ``llama_perf_context``;
+vLLM's Prometheus counters, ``prefix_cache_hits`` and ``prompt_tokens_by_source`` among them; TensorRT-LLM's
+iteration stats, ``numCtxTokens`` and ``kvCacheStats.reusedBlocks``), the KV it holds, its output.
 
 | row | what is done through the contract | what the verdict rests on (engine-read) |
 | --- | --- | --- |
 | cell.wire | Health unfenced; calls with a stale fence, another owner's handle, an unknown handle | engine work while a stale-fenced EnsurePrefix was refused (0) |
 | contract.manifest | a prefix cold, again, then under another runtime identity | engine reuse: > 0 for the repeat, 0 across identities |
-| contract.ensure_prefix | every EnsurePrefix's PrefixStatus | equal to the engine's reused/computed count, within a block |
+| contract.ensure_prefix | every EnsurePrefix's PrefixStatus | the engine's own reused and computed counts beside the call, within a block |
 | contract.prefill_suffix | PrefillSuffix, then Decode, in the backend's mode | deferred: no engine work at PrefillSuffix, the decode computes the suffix; counters move so |
 | contract.decode | a greedy stream; StructuredOutput{json_schema} | the engine's tokens; its constrained output validates |
 | contract.explain_context | the reported capabilities vs the row's values | capability truth (I2) |
 | contract.snapshot | Snapshot, Restore into a fresh session, decode both | greedy outputs equal |
-| contract.describe | Describe at a small NumCtx; that window enforced | engine work 0 past it; KV bytes/token = the engine's |
+| contract.describe | Describe at a NumCtx sized from a measured render; that window enforced | window = NumCtx within the engine's context; engine work 0 past it; KV bytes/token = the engine's, read again another way |
 | contract.embed | Embed | engine work 0 when refused; the engine's vector otherwise |
 | contract.lora | LoadModel with an adapter; sessions of that variant and of another identity | the engine's output changes with the adapter |
-| contract.slot_switch | LoadModel at a stale and the current generation | engine reuse 0 after the switch for a prefix held before |
+| contract.slot_switch | LoadModel at a stale generation, then of the same variant (the salt unchanged) | engine reuse 0 after the reload for a prefix held before |
 | contract.overflow | a prefix and a suffix past NumCtx | engine work 0 while refused; the detail on the wire |
-| parity.fatal (I1) | an engine fault (the wing's lever through the engine's own API) under a session | the engine failed; it is never called again for that session |
-| parity.capability_truth (I2) | RemoveTail: drop a tail, extend again; RecomputeRange: restore with no engine state | report = what the engine did |
+| parity.fatal (I1) | an engine fault (the wing's lever through the engine's own API) under a session, then undone | the engine failed; the poisoned session's call moves no engine work, a fresh session's does |
+| parity.capability_truth (I2) | RemoveTail: drop a tail, extend again; RecomputeRange: restore a snapshot's tokens with no engine state | report = what the engine did (its counts and its greedy output), never read from the report |
 | parity.deferred_prefill (I6) | both modes where the backend has the opt-in | counters = engine work in each mode |
 
 A row whose mechanism the backend lacks by its own adapter's declaration (e.g. llama.cpp keeps no deferred mode and
@@ -61,11 +64,14 @@ class Params:
     prompt_words: int = param(24, "words of the stable system text (about 1.5 to 3 tokens each)", Bound(8, 4000))
     suffix_words: int = param(8, "words of the user suffix", Bound(2, 4000))
     context_tokens: int = param(1024, "the engine cell's context (the daemon's slot opens with it)", TOKENS)
-    overflow_ctx: int = param(24, "NumCtx of the session the overflow and Describe rows open (below the prompt)",
-                              Bound(8, 100_000))
     max_tokens: int = param(8, "tokens each Decode asks for", Bound(2, 256))
     threads: int = param(1, "engine threads", Bound(1, 256))
     seed: int = param(0, "seed of the probe's texts and adapters", SEED)
+
+
+COMPUTED, CACHED = "prompt_tokens_computed", "prompt_tokens_cached"
+"""The keys of an engine's work counters (:meth:`workbench.transport.session.CellSession.work_of`) that mean the same
+on every engine: prompt tokens it computed, and prompt tokens it served from its cache."""
 
 
 def words(rng: np.random.Generator, n: int) -> str:
@@ -76,7 +82,14 @@ def work_delta(before: dict | None, after: dict | None) -> int | None:
     """How much the engine's cumulative work counters moved (None where the engine keeps none)."""
     if before is None or after is None:
         return None
-    return int(sum(after.get(k, 0) - before.get(k, 0) for k in after))
+    return int(sum(after[k] - before[k] for k in after if k in before))
+
+
+def key_delta(before: dict | None, after: dict | None, key: str) -> int | None:
+    """How much one of the engine's work counters moved (None where it keeps no such counter)."""
+    if before is None or after is None or key not in before or key not in after:
+        return None
+    return int(after[key] - before[key])
 
 
 @dataclass
@@ -173,16 +186,41 @@ def wire(r: Run) -> None:
         sess.close()
 
 
-def _turn_prefix(r: Run, sess: Any, pin: Any, label: str, claim: str = "contract.ensure_prefix") -> dict:
-    """One EnsurePrefix with the engine's own count beside the PrefixStatus."""
+def engine_prefix(r: Run, w0: dict | None, w1: dict | None, ev: dict) -> tuple[int | None, int | None]:
+    """(reused, computed) prompt tokens of one EnsurePrefix by the engine's own counters, read beside the call and
+    never from its PrefixStatus: computed, the growth of the engine's count of prompt tokens computed; reused, the
+    growth of its count of prompt tokens served from cache, or where it counts none (llama.h) the KV it holds for
+    the session (read from its state) less what it computed."""
+    computed, cached = key_delta(w0, w1, COMPUTED), key_delta(w0, w1, CACHED)
+    held = ev.get("engine_resident_tokens")
+    if cached is None and held is not None and computed is not None:
+        cached = int(held) - computed
+    return cached, computed
+
+
+def engine_turn(r: Run, sess: Any, pin: Any) -> tuple[Any, int | None, int | None, dict]:
+    """One EnsurePrefix: its PrefixStatus, the engine's own (reused, computed) for it (:func:`engine_prefix`), and
+    the session's evidence after it."""
+    w0 = r.work()
     st = sess.ensure_prefix(pin)
-    stage = r.stages(sess, 1)[0]
-    eng_c, eng_r = stage.get("engine_computed_tokens"), stage.get("engine_reused_tokens")
-    exact = None if eng_r is None else (abs(st.reused_tokens - eng_r) <= max(r.block, 1) and
-                                        st.prefilled_tokens == st.prefix_tokens - st.reused_tokens)
-    r.row(claim, f"EnsurePrefix {label}: PrefixStatus against the engine's count", exact,
+    w1 = r.work()
+    ev = sess.evidence()
+    return (st, *engine_prefix(r, w0, w1, ev), ev)
+
+
+def _turn_prefix(r: Run, sess: Any, pin: Any, label: str, claim: str = "contract.ensure_prefix") -> dict:
+    """One EnsurePrefix with the engine's own count beside the PrefixStatus: equal within the engine's reuse
+    granularity (a block) in reused and in prefilled tokens, or the counters lie."""
+    st, eng_r, eng_c, ev = engine_turn(r, sess, pin)
+    stage = ev["stages"][-1]
+    tol = max(r.block, 1)
+    held = [abs(st.reused_tokens - eng_r) <= tol] if eng_r is not None else []
+    held += [abs(st.prefilled_tokens - eng_c) <= tol] if eng_c is not None else []
+    exact = None if not held else (all(held) and st.reused_tokens + st.prefilled_tokens == st.prefix_tokens)
+    r.row(claim, f"EnsurePrefix {label}: PrefixStatus against the engine's own counters", exact,
           reported=f"reused {st.reused_tokens}, prefilled {st.prefilled_tokens} of {st.prefix_tokens}",
-          engine_reused=eng_r, engine_computed=eng_c, wall_s=stage.get("wall_s"))
+          engine_reused=eng_r, engine_computed=eng_c, adapter_stage_reused=stage.get("engine_reused_tokens"),
+          wall_s=stage.get("wall_s"))
     return {"status": st, "engine_reused": eng_r, "engine_computed": eng_c, "exact": exact}
 
 
@@ -208,7 +246,7 @@ def manifest_and_prefix(r: Run) -> dict:
     exact = [g["exact"] for g in got if g["exact"] is not None]
     r.values["conf_prefix_counters_exact"] = sum(exact) / len(exact) if exact else None
     sess.close()
-    return {"system": system, "sin": sin, "pin": pin}
+    return {"system": system, "sin": sin, "pin": pin, "prefix_tokens": got[0]["status"].prefix_tokens}
 
 
 def _counters(sess: Any) -> dict:
@@ -227,7 +265,7 @@ def _one_suffix(r: Run, base: dict, deferred: bool) -> dict:
         ss = sess.prefill_suffix(base["sin"])
         c1, w1 = _counters(sess), r.work()
         text, frames, err = r.decode(sess)
-        c2 = _counters(sess)
+        c2, w2 = _counters(sess), r.work()
         dec = r.stages(sess, 1)[0]
     finally:
         sess.close()
@@ -235,7 +273,7 @@ def _one_suffix(r: Run, base: dict, deferred: bool) -> dict:
     at_prefill = work_delta(w0, w1)
     moved = {k: c1[k] - c0[k] for k in c0}
     decode_prompt = c2["decode_prompt_tokens"] - c1["decode_prompt_tokens"]
-    computed_at_decode = dec.get("engine_computed_tokens")
+    computed_at_decode = key_delta(w1, w2, COMPUTED)  # the engine's own count, never the adapter's stage
     if deferred:
         counters_ok = (moved["deferred_prefill_calls"] == 1 and moved["deferred_prefill_tokens"] == n
                        and moved["physical_prefill_calls"] == 0 and decode_prompt == n and at_prefill == 0)
@@ -274,6 +312,9 @@ def prefill_suffix(r: Run, base: dict) -> dict:
 def decode(r: Run, base: dict, modes: dict) -> None:
     """contract.decode: a greedy stream (frames as the engine generates), then structured output."""
     plain = next(iter(modes.values()))
+    usual = modes.get("deferred" if r.daemon.service.defer_prefill else "physical", plain)
+    if not usual["error"]:  # the base model's greedy decode of the turn in the daemon's own mode, for the LoRA row
+        base["text"] = usual["text"]
     r.values["conf_stream_frames"] = plain["frames"]
     r.values["conf_engine_decoded_tokens"] = plain["decoded"]
     r.row("contract.decode", "a greedy Decode streams the engine's tokens as frames",
@@ -305,25 +346,24 @@ def _valid(text: str) -> bool:
 
 
 def capabilities(r: Run, base: dict) -> None:
-    """I2 and contract.explain_context: RemoveTail and RecomputeRange exercised, against the report."""
+    """I2 and contract.explain_context: RemoveTail and RecomputeRange exercised (the latter by :func:`snapshot`),
+    each against the report."""
     sess = r.open()
     try:
         system = base["system"]
-        long_in, _ = r.inputs(system + " " + words(r.rng, max(r.p.prompt_words, 48)), "x")
+        # a tail of more than two blocks (a word is at least one token), and no longer than it ever was
+        tail_words = max(8, min(max(r.p.prompt_words, 48), 2 * r.block + 4))
+        long_in, _ = r.inputs(system + " " + words(r.rng, tail_words), "x")
         short_in, _ = r.inputs(system, "x")
         sess.ensure_prefix(long_in)
-        sess.ensure_prefix(short_in)
-        short = r.stages(sess, 1)[0]
-        again = sess.ensure_prefix(long_in)
-        ext = r.stages(sess, 1)[0]
+        _, shared, _, _ = engine_turn(r, sess, short_in)
+        again, _, recomputed, _ = engine_turn(r, sess, long_in)
         caps = sess.explain_context().residency
         reported = caps.capabilities if caps is not None else None
     finally:
         sess.close()
     lies, exercised = 0, 0
-    shared = short.get("engine_reused_tokens")
     tail = again.prefix_tokens - (shared or 0)
-    recomputed = ext.get("engine_computed_tokens")
     if reported is not None and shared is not None and recomputed is not None and tail > 2 * r.block:
         removed = recomputed > tail / 2
         exercised += 1
@@ -331,12 +371,13 @@ def capabilities(r: Run, base: dict) -> None:
         r.row("parity.capability_truth", "RemoveTail: a dropped tail is recomputed on extension exactly when removed",
               removed == reported.remove_tail, reported=reported.remove_tail, tail_tokens=tail,
               engine_computed_on_extension=recomputed)
-    snap_case = _recompute(r, base)
-    if reported is not None and snap_case is not None:
+    snap_case = r.values.get("_recompute")
+    if reported is not None and snap_case is not None and snap_case["restored"] is not None:
         exercised += 1
         lies += snap_case["restored"] != reported.recompute_range
-        r.row("parity.capability_truth", "RecomputeRange: a snapshot restores without the engine's state exactly "
-              "when reported", snap_case["restored"] == reported.recompute_range, reported=reported.recompute_range,
+        r.row("parity.capability_truth", "RecomputeRange: a snapshot's tokens without the engine's state are "
+              "re-prefilled by the engine and decode as the original exactly when reported",
+              snap_case["restored"] == reported.recompute_range, reported=reported.recompute_range,
               observed=snap_case["observed"])
     r.values["conf_caps_exercised"] = exercised
     r.values["conf_caps_lies"] = lies if exercised else None
@@ -346,30 +387,40 @@ def capabilities(r: Run, base: dict) -> None:
           reported=json.dumps(rep), row_values=json.dumps(ROW_CAPS))
 
 
-def _recompute(r: Run, base: dict) -> dict | None:
-    sess = r.open()
-    try:
-        sess.ensure_prefix(base["pin"])
-        snap = sess.snapshot()
-    finally:
-        sess.close()
-    snap.state_id = ""  # the engine's blob withheld: only tokens, texts and the manifest remain
+def _restored(r: Run, snap: Any, original: str) -> tuple[dict, str]:
+    """Restore ``snap`` into a fresh session and decode it greedily: whether the restore was accepted, what the
+    engine handled meanwhile (prompt tokens computed plus served from cache, by its own counters), the output."""
     fresh = r.open()
     try:
+        w0 = r.work()
         try:
             fresh.restore(snap)
         except Exception as e:  # noqa: BLE001 - the refusal is the reading
-            return {"restored": False, "observed": f"refused: {e}"}
-        st = r.stages(fresh, 1)[0]
-        handled = (st.get("engine_computed_tokens") or 0) + (st.get("engine_reused_tokens") or 0)
-        return {"restored": handled > 0, "observed": f"restored; engine computed {st.get('engine_computed_tokens')}, "
-                                                      f"reused {st.get('engine_reused_tokens')}"}
+            return {"accepted": False, "observed": f"refused: {str(e)[:80]}"}, ""
+        w1 = r.work()
+        text, _, err = r.decode(fresh)
     finally:
         fresh.close()
+    got = [key_delta(w0, w1, k) for k in (COMPUTED, CACHED)]
+    handled = None if all(g is None for g in got) else sum(g or 0 for g in got)
+    return {"accepted": True, "handled": handled, "equal": None if err else text == original,
+            "observed": f"restored; the engine handled {handled} prompt tokens, output "
+                        f"{'equal' if text == original else 'different'}"}, text
+
+
+def _recompute_case(r: Run, case: dict, tokens: int) -> dict:
+    """RecomputeRange as an operation, the report never read: the engine re-prefilled a snapshot's tokens
+    without its state (its counters handled them, within a block) and the session decodes as the original."""
+    if not case["accepted"]:
+        return {"restored": False, "observed": case["observed"]}
+    if case["handled"] is None or case["equal"] is None:
+        return {"restored": None, "observed": case["observed"]}
+    return {"restored": case["handled"] >= tokens - r.block and case["equal"], "observed": case["observed"]}
 
 
 def snapshot(r: Run, base: dict) -> None:
-    """contract.snapshot: snapshot a session, restore into a fresh one, both decode the same greedy text."""
+    """contract.snapshot: snapshot a session, restore into a fresh one, both decode the same greedy text; then the
+    same snapshot's tokens alone (no engine state), for RecomputeRange (I2)."""
     sess = r.open()
     try:
         sess.ensure_prefix(base["pin"])
@@ -378,31 +429,58 @@ def snapshot(r: Run, base: dict) -> None:
         a, _, err_a = r.decode(sess)
     finally:
         sess.close()
-    fresh = r.open()
-    try:
-        fresh.restore(snap)
-        b, _, err_b = r.decode(fresh)
-    finally:
-        fresh.close()
-    equal = None if err_a or err_b else a == b
+    case, b = _restored(r, snap, a)
+    equal = None if err_a or not case["accepted"] else case["equal"]
     r.values["conf_restore_output_equal"] = equal
     r.values["conf_snapshot_engine_blob"] = bool(snap.state_id)
     r.row("contract.snapshot", "Restore into a fresh session decodes what the snapshotted session decodes", equal,
           engine_blob=bool(snap.state_id), resident_tokens=snap.resident_tokens, original=a[:60], restored=b[:60])
+    if snap.state_id:  # the engine's blob withheld: only tokens, texts and the manifest remain
+        case, _ = _restored(r, replace(snap, state_id="", state=None), a)
+    r.values["_recompute"] = None if err_a else _recompute_case(r, case, snap.resident_tokens)
+
+
+def _small_window(r: Run, base: dict, small: Any) -> int | None:
+    """NumCtx for the overflow and Describe rows, sized from a measured render: the small prefix as this cell
+    renders and tokenizes it (a chat template's own header included) plus half the way to the stable prefix, so
+    the small one fits and the stable one does not. None, with a row saying why, where no such window exists."""
+    sess = r.open()
+    try:
+        k = sess.ensure_prefix(small).prefix_tokens
+    except terr.TransportError as e:
+        r.row("contract.overflow", "a window sized from the small prefix's render", None, observed=str(e)[:120])
+        return None
+    finally:
+        sess.close()
+    big = base["prefix_tokens"]
+    if big - k < 2:
+        r.row("contract.overflow", "a window sized from the small prefix's render", None,
+              observed=f"the stable prefix renders to {big} tokens, the small one to {k}: no window lies between")
+        return None
+    return k + (big - k) // 2
 
 
 def describe_overflow(r: Run, base: dict) -> None:
-    """contract.describe and contract.overflow: a small window described, enforced before dispatch."""
-    n = r.p.overflow_ctx
+    """contract.describe and contract.overflow: a small window (sized from a measured render) described, Describe's
+    figures held to the engine's own, and the window enforced before dispatch."""
+    small, sin = r.inputs(words(r.rng, 2), words(r.rng, r.p.prompt_words + 4 * r.p.suffix_words))
+    n = _small_window(r, base, small)
+    if n is None:
+        return
     info = r.client.describe(OpenSessionRequest(config=Config(num_ctx=n)))
     ev = r.client.evidence("Daemon")
-    kv = ev.get("engine_kv_bytes_per_token")
+    kv = r.client.evidence("KvBytes").get("bytes_per_token")  # the engine's, read again another way
+    served = int(ev.get("context_tokens") or 0)
+    want = min(n, served) if served else None
     r.values["conf_describe_window"] = info.effective_context
+    r.values["conf_describe_window_right"] = None if want is None else info.effective_context == want
     r.values["conf_describe_kv_bytes_match"] = None if kv is None else info.kv_bytes_per_token == kv
-    r.row("contract.describe", f"Describe at NumCtx {n}", info.effective_context == n,
-          model_max_context=info.model_max_context, effective_context=info.effective_context,
+    r.row("contract.describe", f"Describe at NumCtx {n}: its window and KV bytes per token against the engine's",
+          r.values["conf_describe_window_right"] is not False and r.values["conf_describe_kv_bytes_match"] is not False,
+          num_ctx=n, model_max_context=info.model_max_context, effective_context=info.effective_context,
+          engine_context=served,
           kv_bytes_per_token=info.kv_bytes_per_token, engine_kv_bytes_per_token=kv)
-    sess = r.open(num_ctx=info.effective_context)
+    sess = r.open(num_ctx=n)
     work, right = 0, 0
     try:
         err, done = r.refused(lambda: sess.ensure_prefix(base["pin"]))
@@ -413,21 +491,23 @@ def describe_overflow(r: Run, base: dict) -> None:
         work += done or 0
         r.row("contract.overflow", "a prefix past NumCtx is refused before dispatch", ok,
               observed=str(err)[:120], engine_work=done)
-        small, sin = r.inputs(words(r.rng, 2), words(r.rng, 4 * r.p.suffix_words))
-        sess.ensure_prefix(small)
+        try:
+            sess.ensure_prefix(small)
+        except terr.TransportError as e:  # the window was sized to hold it: a refusal here is no reading
+            r.row("contract.overflow", "the small prefix inside NumCtx", None, observed=str(e)[:120])
+            return
         err, done = r.refused(lambda: sess.prefill_suffix(sin))
         detail = getattr(err, "overflow", None)
         ok2 = isinstance(err, terr.ErrContextOverflow) and detail is not None and detail.stage == "suffix" \
-            and detail.resident_tokens > 0
+            and detail.resident_tokens > 0 and detail.num_ctx == n
         right += ok2
         work += done or 0
         r.row("contract.overflow", "a suffix past NumCtx is refused with stage, resident, additional and NumCtx", ok2,
               observed=str(err)[:120], engine_work=done)
+        r.values["conf_engine_work_overflow"] = work if r.work() is not None else None
+        r.values["_overflow_right"] = right == 2
     finally:
         sess.close()
-    r.values["conf_engine_work_overflow"] = work if r.work() is not None else None
-    r.values["_overflow_right"] = right == 2
-    r.row("contract.describe", "the described window is the one enforced", right == 2)
 
 
 def embed(r: Run) -> None:
@@ -443,36 +523,46 @@ def embed(r: Run) -> None:
 
 
 def switch_and_lora(r: Run, base: dict, adapter: str | None) -> None:
-    """contract.slot_switch (a stale generation refused, the old session stale, nothing reused after) and
-    contract.lora (the adapter's variant changes the engine's output; another identity is not served as it)."""
-    sess = r.open()
-    sess.ensure_prefix(base["pin"])
-    sess.prefill_suffix(base["sin"])
-    base_text, _, _ = r.decode(sess)
+    """contract.slot_switch (a stale generation refused; a reload of the same variant, whose salt is the one the
+    engine held the prefix under, leaves the engine nothing to reuse; the old session stale) and contract.lora (the
+    adapter's variant changes the engine's output; another identity is not served as it)."""
+    sess = r.open(adapters=r.client.status().active.adapters)
+    sess.ensure_prefix(base["pin"])  # the prefix the engine holds before the switch
+    base_text = base.get("text")  # the base model's greedy decode of this turn (contract.decode's)
+    if not base_text:
+        sess.prefill_suffix(base["sin"])
+        base_text, _, _ = r.decode(sess)
     gen = r.client.status().active.generation
     err, _ = r.refused(lambda: r.client.load_model(LoadModelRequest(expected_generation=gen + 7)))
     refusals = [isinstance(err, terr.ErrSlotGenerationStale)]
     r.row("contract.slot_switch", "LoadModel at a stale ExpectedGeneration is refused", refusals[-1],
           observed=terr.token_of(err) if err else "accepted")
-    adapters = [AdapterSpec(path=adapter, scale=1.0)] if adapter else None
-    active = r.client.load_model(LoadModelRequest(adapters=adapters, expected_generation=gen))
-    r.values["conf_switch_generation"] = active.generation - gen
+    same = r.client.load_model(LoadModelRequest(adapters=r.client.status().active.adapters, expected_generation=gen))
+    r.values["conf_switch_generation"] = same.generation - gen
     err, _ = r.refused(lambda: sess.ensure_prefix(base["pin"]))
     refusals.append(isinstance(err, terr.ErrSlotGenerationStale))
     r.row("contract.slot_switch", "a session of the old generation answers slot_generation_stale", refusals[-1],
-          observed=terr.token_of(err) if err else "accepted", generation_moved=active.generation - gen)
+          observed=terr.token_of(err) if err else "accepted", generation_moved=same.generation - gen)
     r.values["_switch_refusals"] = all(refusals)
+    again = r.open(adapters=same.adapters)
+    try:  # the same variant, so the same salt: only the teardown can keep the engine from reusing the prefix
+        got = _turn_prefix(r, again, base["pin"], "after a reload of the same variant", "contract.slot_switch")
+        r.values["conf_switch_engine_reuse"] = got["engine_reused"]
+    finally:
+        again.close()
+    if not adapter:
+        return
+    active = r.client.load_model(LoadModelRequest(adapters=[AdapterSpec(path=adapter, scale=1.0)],
+                                                  expected_generation=same.generation))
     new = r.open(adapters=active.adapters)
     try:
-        got = _turn_prefix(r, new, base["pin"], "after the switch", "contract.slot_switch")
-        r.values["conf_switch_engine_reuse"] = got["engine_reused"]
+        new.ensure_prefix(base["pin"])
         new.prefill_suffix(base["sin"])
         text, _, _ = r.decode(new)
         salt = new.evidence().get("cache_salt")
     finally:
         new.close()
-    if adapter:
-        _lora_rows(r, base, base_text, text, salt, active)
+    _lora_rows(r, base, base_text, text, salt, active)
 
 
 def _lora_rows(r: Run, base: dict, base_text: str, text: str, salt: str, active: Any) -> None:
@@ -493,28 +583,45 @@ def _lora_rows(r: Run, base: dict, base_text: str, text: str, salt: str, active:
 
 
 def fatal(r: Run, base: dict) -> None:
-    """I1: an engine fault under a session; ErrSessionFatal, the report, and no engine call after it."""
+    """I1: an engine fault under a session; ErrSessionFatal, the report, and no engine call after it. The fault is
+    then undone (the engine serves again), so a poisoned session that still reached the engine would move the
+    engine's own work counters; a fresh session's call shows that they would have."""
     sess = r.open(adapters=r.client.status().active.adapters)
     sess.ensure_prefix(base["pin"])
-    sess.prefill_suffix(base["sin"])
     done = sess.fault()
     _, _, err = r.decode(sess)
     rep = sess.explain_context()
-    before = len(sess.evidence()["stages"])
-    fresh_text, _ = r.inputs(base["system"] + " " + words(r.rng, 8), "x")  # work the engine would have to do
+    failed = [s for s in sess.evidence()["stages"] if s.get("error")]
+    try:
+        healed = r.client.evidence("Heal").get("done")
+    except terr.TransportError as e:  # no way back: the fresh session's call below shows the engine still broken
+        healed = f"not undone: {e}"
+    fresh_text, _ = r.inputs(words(r.rng, 4), "x")  # a text no one sent: work the engine would have to do
+    w0 = r.work()
     again, _ = r.refused(lambda: sess.ensure_prefix(fresh_text))
-    stages = sess.evidence()["stages"]
-    failed = [s for s in stages if s.get("error")]
+    w1 = r.work()
+    control = r.open(adapters=r.client.status().active.adapters)
+    try:
+        control.ensure_prefix(fresh_text)
+        w2 = r.work()
+    except terr.TransportError:
+        w2 = None
+    finally:
+        control.close()
     r.values["conf_fatal_engine_failed"] = bool(failed) and isinstance(err, terr.ErrSessionFatal)
-    r.values["conf_engine_failures_after_fatal"] = sum(1 for s in stages[before:] if s.get("error"))
+    r.values["conf_engine_work_after_fatal"] = work_delta(w0, w1)
+    r.values["conf_engine_work_after_heal"] = work_delta(w1, w2)
     reported = (isinstance(err, terr.ErrSessionFatal) and rep.closed and bool(rep.fatal_error)
                 and isinstance(again, terr.ErrSessionFatal))
     r.values["conf_fatal_reported"] = reported
     r.row("parity.fatal", "an engine fault poisons the session", reported, fault=done.get("done"),
           decode=terr.token_of(err) if err else "no error", fatal_error=rep.fatal_error[:120],
-          after=terr.token_of(again) if again else "accepted",
-          engine_failed=r.values["conf_fatal_engine_failed"],
-          engine_failures_after=r.values["conf_engine_failures_after_fatal"])
+          after=terr.token_of(again) if again else "accepted", engine_failed=r.values["conf_fatal_engine_failed"])
+    r.row("parity.fatal", "after the fault is undone, the poisoned session's call leaves the engine's work counters "
+          "where they were, and a fresh session's moves them", r.values["conf_engine_work_after_fatal"] == 0 and
+          (r.values["conf_engine_work_after_heal"] or 0) > 0, healed=healed,
+          engine_work_poisoned=r.values["conf_engine_work_after_fatal"],
+          engine_work_fresh=r.values["conf_engine_work_after_heal"])
     try:
         sess.close()
     except Exception:  # noqa: BLE001 - a fatal session may answer its close with its cause
@@ -553,10 +660,13 @@ _RESTS = {
     ("contract.snapshot", "not-applicable"): ((Support("conf_restore_output_equal", "==", True),),),
     ("contract.snapshot", "refuted"): ((Support("conf_restore_output_equal", "==", False),),),
     ("contract.describe", "confirmed"): ((Support("conf_engine_work_overflow", "==", 0),
+                                          Support("conf_describe_window_right", "==", True),
                                           Support("conf_describe_kv_bytes_match", "==", True)),
-                                         (Support("conf_engine_work_overflow", "==", 0),)),
+                                         (Support("conf_engine_work_overflow", "==", 0),
+                                          Support("conf_describe_window_right", "==", True))),
     ("contract.describe", "refuted"): ((Support("conf_engine_work_overflow", ">", 0),),
-                                       (Support("conf_describe_kv_bytes_match", "==", False),)),
+                                       (Support("conf_describe_kv_bytes_match", "==", False),),
+                                       (Support("conf_describe_window_right", "==", False),)),
     ("contract.overflow", "confirmed"): ((Support("conf_engine_work_overflow", "==", 0),),),
     ("contract.overflow", "refuted"): ((Support("conf_engine_work_overflow", ">", 0),),),
     ("contract.embed", "confirmed"): ((Support("conf_engine_work_embed", "==", 0),
@@ -569,8 +679,9 @@ _RESTS = {
                                              Support("conf_engine_reuse_same", ">", 0)),),
     ("contract.slot_switch", "refuted"): ((Support("conf_switch_engine_reuse", ">", 0),),),
     ("parity.fatal", "confirmed"): ((Support("conf_fatal_engine_failed", "==", True),
-                                     Support("conf_engine_failures_after_fatal", "==", 0)),),
-    ("parity.fatal", "refuted"): ((Support("conf_engine_failures_after_fatal", ">", 0),),),
+                                     Support("conf_engine_work_after_fatal", "==", 0),
+                                     Support("conf_engine_work_after_heal", ">", 0)),),
+    ("parity.fatal", "refuted"): ((Support("conf_engine_work_after_fatal", ">", 0),),),
     ("parity.deferred_prefill", "confirmed"): ((Support("conf_suffix_counters_exact", "==", 1.0),
                                                 Support("conf_deferred_engine_work", "==", 0)),),
     ("parity.deferred_prefill", "not-applicable"): ((Support("conf_suffix_counters_exact", "==", 1.0),),),
@@ -674,9 +785,12 @@ def decide_describe(v: dict, d: dict) -> Decision:
         return Decision("refuted", "not-enforced", rests_on=(_s("conf_engine_work_overflow", ">", 0),))
     if v.get("conf_describe_kv_bytes_match") is False:
         return Decision("refuted", "kv-bytes", rests_on=(_s("conf_describe_kv_bytes_match", "==", False),))
-    if not (_is(v, "conf_engine_work_overflow", 0) and v.get("_overflow_right")):
+    if v.get("conf_describe_window_right") is False:
+        return Decision("refuted", "window", rests_on=(_s("conf_describe_window_right", "==", False),))
+    if not (_is(v, "conf_engine_work_overflow", 0) and v.get("_overflow_right")
+            and _is(v, "conf_describe_window_right", True)):
         return Decision("inconclusive", "unread")
-    rests = (_s("conf_engine_work_overflow", "==", 0),)
+    rests = (_s("conf_engine_work_overflow", "==", 0), _s("conf_describe_window_right", "==", True))
     if v.get("conf_describe_kv_bytes_match") is True:
         rests += (_s("conf_describe_kv_bytes_match", "==", True),)
     return Decision("confirmed", "enforced", rests_on=rests)
@@ -724,13 +838,17 @@ def decide_switch(v: dict, d: dict) -> Decision:
 
 
 def decide_fatal(v: dict, d: dict) -> Decision:
-    if _pos(v, "conf_engine_failures_after_fatal"):
-        return Decision("refuted", "reused-poisoned", rests_on=(_s("conf_engine_failures_after_fatal", ">", 0),))
-    if _is(v, "conf_fatal_engine_failed", True) and _is(v, "conf_engine_failures_after_fatal", 0) \
-            and v.get("conf_fatal_reported"):
+    if _pos(v, "conf_engine_work_after_fatal"):
+        return Decision("refuted", "reused-poisoned", rests_on=(_s("conf_engine_work_after_fatal", ">", 0),))
+    if not _is(v, "conf_fatal_engine_failed", True):
+        return Decision("inconclusive", "no-fault")
+    if not v.get("conf_fatal_reported"):
+        return Decision("inconclusive", "not-reported")
+    if _is(v, "conf_engine_work_after_fatal", 0) and _pos(v, "conf_engine_work_after_heal"):
         return Decision("confirmed", "poisoned", rests_on=(_s("conf_fatal_engine_failed", "==", True),
-                                                           _s("conf_engine_failures_after_fatal", "==", 0)))
-    return Decision("inconclusive", "not-reported" if v.get("conf_fatal_engine_failed") else "no-fault")
+                                                           _s("conf_engine_work_after_fatal", "==", 0),
+                                                           _s("conf_engine_work_after_heal", ">", 0)))
+    return Decision("inconclusive", "not-healed" if v.get("conf_engine_work_after_fatal") == 0 else "unread")
 
 
 def decide_deferred(v: dict, d: dict) -> Decision:
@@ -766,9 +884,10 @@ WORDS_OF = {
     "crossed": "the engine reused KV across manifests of different runtime identity",
     "kept-apart": "the engine reused the prefix under its own manifest and nothing under another runtime identity",
     "no-warm-hit": "the engine reused nothing even for a repeat under the same manifest",
-    "exact": "every PrefixStatus equals the engine's own count of reused and computed tokens (within a block)",
+    "exact": "every PrefixStatus equals what the engine's own counters, read beside the call, say it reused and "
+             "computed (within a block)",
     "counters-lie": "a counter of the contract disagrees with what the engine counted",
-    "unread": "the engine's count was not read",
+    "unread": "the engine's count was not read (its work counters say nothing of it)",
     "not-deferred": "in deferred mode PrefillSuffix made the engine work: it was not deferred",
     "deferred": "PrefillSuffix deferred the suffix (no engine work), the next decode computed it, and the "
                 "DeferredPrefill* counters said so",
@@ -790,8 +909,11 @@ WORDS_OF = {
                    "the same",
     "text-level": "a text-level snapshot (no engine state): restored by re-prefill, it decodes the same",
     "not-enforced": "a request past the described window made the engine work",
-    "kv-bytes": "Describe's KV bytes per token differ from the engine's own",
-    "enforced": "the described window is enforced before dispatch (the engine untouched past it)",
+    "kv-bytes": "Describe's KV bytes per token differ from the engine's own, read again another way",
+    "enforced": "Describe's window is the NumCtx asked for, within the engine's own context, and it is enforced before "
+                "dispatch (the engine untouched past it); its KV bytes per token, where the engine states them, are "
+                "the engine's own read again another way",
+    "window": "Describe's EffectiveContext is not the NumCtx asked for within the engine's own context",
     "reached-engine": "a request past NumCtx reached the engine",
     "before-dispatch": "requests past NumCtx were refused as context_overflow with their detail, the engine untouched",
     "wrong-detail": "the engine was untouched, but the refusal lacked the overflow's detail",
@@ -803,14 +925,18 @@ WORDS_OF = {
     "identity": "the adapter changed the output, but the derived salt or the variant identity was wrong",
     "applied": "the adapter's variant changes the engine's output, its salt folds the adapter in order with scale, "
                "and no other identity is served as it",
-    "leaked": "after the switch the engine reused KV from before it",
+    "leaked": "after a reload of the same variant the engine reused KV from before it",
     "no-reuse-to-lose": "the engine reused nothing even for a repeat before the switch, so reusing nothing after it "
                         "shows nothing (no room to differ)",
-    "fresh": "the switch advanced the generation by one, a stale generation was refused, and the engine reused "
-             "nothing from before",
-    "reused-poisoned": "after the fault the session went back to the engine",
-    "poisoned": "the engine failed, the session answered session_fatal with FatalError and Closed, and never "
-                "reached the engine again",
+    "fresh": "the switch advanced the generation by one, a stale generation was refused, and after a reload of the "
+             "same variant (the salt unchanged) the engine reused nothing from before",
+    "reused-poisoned": "after the fault the poisoned session's call moved the engine's work counters: it went back "
+                       "to the engine",
+    "poisoned": "the engine failed, the session answered session_fatal with FatalError and Closed, and once the "
+                "fault was undone its call left the engine's work counters where they were while a fresh session's "
+                "moved them: it never reached the engine again",
+    "not-healed": "the session reported the fault, but the engine did not serve a fresh session after the fault was "
+                  "undone, so whether the poisoned one stayed off it cannot be read",
     "not-reported": "the engine failed but the session did not report fatal",
     "no-fault": "the fault lever did not make the engine fail",
     "no-opt-in": "this backend has no deferred mode: DeferredPrefill* stay a truthful zero and the physical counters "
@@ -820,9 +946,9 @@ WORDS_OF = {
 
 
 class Conformance(Probe):
-    version = "2"  # 2: every reading on its rows (re-derived from them); the slot switch confirms only where the
+    version = "3"  # 3: every reading on its rows (re-derived from them); the slot switch confirms only where the
     # engine reused the prefix before it (else no room to differ)
-    measures = ("prompt_words", "suffix_words", "context_tokens", "overflow_ctx", "max_tokens", "threads", "seed")
+    measures = ("prompt_words", "suffix_words", "context_tokens", "max_tokens", "threads", "seed")
     claims = ROWS
     figures = (Figure("rows", "conformance_rows"),)
     rests = _RESTS
@@ -866,8 +992,8 @@ def _all_rows(run: Run, ctx: ProbeContext, p: Params) -> None:
     base = manifest_and_prefix(run)
     modes = prefill_suffix(run, base)
     decode(run, base, modes)
-    capabilities(run, base)
     snapshot(run, base)
+    capabilities(run, base)
     describe_overflow(run, base)
     embed(run)
     adapter = _adapter(run, ctx, p)
@@ -908,6 +1034,11 @@ def readings(rows: list[dict], block: int) -> dict[str, Any]:
     """The run's readings (what each row's ladder reads) again from the rows it recorded: each the engine's counts
     and outputs as the rows carry them, by the same arithmetic the run did (``block``: the engine's block, in
     tokens). :meth:`Conformance.from_evidence` gives the verdicts again from these."""
+    return _session_readings(rows, block) | _slot_readings(rows)
+
+
+def _session_readings(rows: list[dict], block: int) -> dict[str, Any]:
+    """The wire's, the manifest's, the prefix's and suffix's, and Decode's readings (:func:`readings`)."""
     v: dict[str, Any] = {}
     wire_rows = [x for x in _mine(rows, "cell.wire") if "expected" in x]
     if wire_rows:
@@ -926,6 +1057,12 @@ def readings(rows: list[dict], block: int) -> dict[str, Any]:
     stream, structured = _one(rows, "contract.decode", "a greedy"), _one(rows, "contract.decode", "StructuredOutput")
     v["conf_stream_frames"], v["conf_engine_decoded_tokens"] = stream.get("frames"), stream.get("engine_tokens")
     v["conf_structured_valid"] = structured.get("ok")
+    return v
+
+
+def _slot_readings(rows: list[dict]) -> dict[str, Any]:
+    """The capability, snapshot, Describe, overflow, Embed, switch, LoRA and fault readings (:func:`readings`)."""
+    v: dict[str, Any] = {}
     caps = _mine(rows, "parity.capability_truth")
     v["conf_caps_exercised"] = len(caps)
     v["conf_caps_lies"] = sum(not x["ok"] for x in caps) if caps else None
@@ -933,26 +1070,32 @@ def readings(rows: list[dict], block: int) -> dict[str, Any]:
     snap = _one(rows, "contract.snapshot", "")
     v["conf_restore_output_equal"], v["conf_snapshot_engine_blob"] = snap.get("ok"), bool(snap.get("engine_blob"))
     described = _one(rows, "contract.describe", "Describe at")
-    kv = described.get("engine_kv_bytes_per_token")
-    v["conf_describe_window"] = described.get("effective_context")
-    v["conf_describe_kv_bytes_match"] = None if kv is None else described.get("kv_bytes_per_token") == kv
-    v["conf_engine_work_overflow"] = _work(_mine(rows, "contract.overflow"))
-    v["_overflow_right"] = bool(_one(rows, "contract.describe", "the described window").get("ok"))
+    if described:
+        n, served = int(described["num_ctx"]), int(described.get("engine_context") or 0)
+        want, kv = (min(n, served) if served else None), described.get("engine_kv_bytes_per_token")
+        v["conf_describe_window"] = described.get("effective_context")
+        v["conf_describe_window_right"] = None if want is None else described.get("effective_context") == want
+        v["conf_describe_kv_bytes_match"] = None if kv is None else described.get("kv_bytes_per_token") == kv
+    prefix, suffix = _one(rows, "contract.overflow", "a prefix past"), _one(rows, "contract.overflow", "a suffix past")
+    if suffix:  # the run reads the overflow only once both refusals were asked for
+        v["conf_engine_work_overflow"] = _work([prefix, suffix])
+        v["_overflow_right"] = bool(prefix.get("ok")) and bool(suffix.get("ok"))
     emb = _one(rows, "contract.embed", "Embed")
     v["conf_embed_vector"], v["conf_engine_work_embed"] = emb.get("vector"), emb.get("engine_work")
     v["_embed_refused"] = bool(emb.get("refused"))
     stale = _one(rows, "contract.slot_switch", "a session of the old generation")
     v["conf_switch_generation"] = stale.get("generation_moved")
     v["_switch_refusals"] = all(x.get("ok") for x in (_one(rows, "contract.slot_switch", "LoadModel at a stale"), stale))
-    v["conf_switch_engine_reuse"] = _one(rows, "contract.slot_switch", "EnsurePrefix after the switch").get(
+    v["conf_switch_engine_reuse"] = _one(rows, "contract.slot_switch", "EnsurePrefix after a reload").get(
         "engine_reused")
     applied = _one(rows, "contract.lora", "the adapter's variant")
     if applied:
         v["lora_changed_output"] = applied["ok"]
         v["_lora_identity"] = all(x["ok"] for x in _mine(rows, "contract.lora"))
-    poisoned = _one(rows, "parity.fatal", "")
+    poisoned, undone = _one(rows, "parity.fatal", "an engine fault"), _one(rows, "parity.fatal", "after the fault")
     v["conf_fatal_engine_failed"] = poisoned.get("engine_failed")
-    v["conf_engine_failures_after_fatal"] = poisoned.get("engine_failures_after")
+    v["conf_engine_work_after_fatal"] = undone.get("engine_work_poisoned")
+    v["conf_engine_work_after_heal"] = undone.get("engine_work_fresh")
     v["conf_fatal_reported"] = poisoned.get("ok")
     return v
 

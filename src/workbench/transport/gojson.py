@@ -126,8 +126,14 @@ def _hints_cached(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _empty(v: Any) -> bool:
-    if v is None or v is False:
+def _empty(v: Any, kind: str = "") -> bool:
+    """Go's omitempty: a pointer is empty only when nil (a ``*bool`` false is written); otherwise false, 0, "" and
+    an empty slice or map are."""
+    if v is None:
+        return True
+    if kind == "ptr":
+        return False
+    if v is False:
         return True
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return v == 0
@@ -173,7 +179,7 @@ def _struct(obj: Any) -> str:
         if key == SKIP:
             continue
         v = getattr(obj, f.name)
-        if f.metadata.get("omitempty") and _empty(v):
+        if f.metadata.get("omitempty") and _empty(v, f.metadata.get("kind", "")):
             continue
         parts.append(f"{_string(key)}:{_value(v, f.metadata.get('kind', ''))}")
     return "{" + ",".join(parts) + "}"

@@ -284,5 +284,24 @@ class SlotService:
             raise ErrUnsupportedFeature("fault injection is off on this daemon (start it with faults on)")
         return self.session_cls.inject_fault(self.cell, sess)
 
+    def heal_fault(self) -> str:
+        """Undo the fault, through the engine's own API, so the engine serves again (faults on only)."""
+        if not self.faults:
+            raise ErrUnsupportedFeature("fault injection is off on this daemon (start it with faults on)")
+        with self._lock:
+            if self.cell is None:
+                raise ErrModelNotActive(f"the slot is {self.state}")
+            return self.session_cls.heal_fault(self.cell)
+
+    def kv_bytes_read(self) -> int | None:
+        """The engine's KV bytes per token read again now, by another path than ``Describe``'s reading at load
+        (:meth:`CellSession.kv_bytes_read`; on a cell slot no session holds); None where the engine states none.
+        Kept out of :meth:`evidence`: a reading may make the engine work."""
+        with self._lock:
+            if self.cell is None:
+                return None
+            free = next((s for s in range(self.slots) if s not in self.sessions), None)
+            return self.session_cls.kv_bytes_read(self.cell, free)
+
 
 __all__ = ["DEFAULT_SLOTS", "SlotService", "adapter_identity"]

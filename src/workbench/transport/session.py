@@ -192,7 +192,17 @@ class CellSession:
 
     @classmethod
     def work_of(cls, cell: Any) -> dict | None:
-        """Cumulative counters the engine itself keeps of the work it did (None: none a cell can read)."""
+        """Cumulative counters the engine itself keeps of the work it did (None: none a cell can read), read through
+        the engine's own reporting, never from what this adapter answered. Where the engine has them, two keys mean
+        the same on every engine: ``prompt_tokens_computed`` (prompt tokens it computed) and ``prompt_tokens_cached``
+        (prompt tokens it served from its cache); a call that never reached the engine moves none of them."""
+        return None
+
+    @classmethod
+    def kv_bytes_read(cls, cell: Any, free_slot: int | None) -> int | None:
+        """The engine's KV bytes per token read again now, through another path than :meth:`kv_bytes_per_token`
+        (``Describe``'s), so that one can be held to the other; ``free_slot``: a cell slot no session holds, for an
+        engine that must hold KV to say (None where none is free). None where the engine states no such number."""
         return None
 
     @classmethod
@@ -205,6 +215,13 @@ class CellSession:
         """Break the engine under ``sess`` through the engine's own API; returns what was done."""
         raise ErrUnsupportedFeature(f"{cls.__name__} has no fault lever")
 
+    @classmethod
+    def heal_fault(cls, cell: Any) -> str:
+        """Undo :meth:`inject_fault` through the engine's own API, so the engine serves again (the fault was
+        transient): a session poisoned by it must still never reach the engine, and now a call that did would move
+        the engine's work counters (backend-parity I1's reading). Returns what was done."""
+        raise ErrUnsupportedFeature(f"{cls.__name__} has no fault lever")
+
     # ------------------------------------------------------------------ what a wing answers per session
 
     def capabilities(self) -> ResidencyCapabilities:
@@ -213,8 +230,11 @@ class CellSession:
     def engine_work(self) -> dict | None:
         return self.work_of(self.cell)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
-        """``messages`` through the model's own chat template."""
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
+        """``messages`` through the model's own chat template; ``template``: more of its variables (a suffix's
+        ``enable_thinking`` and ``reasoning_effort``, as modeld's llama cell hands them to llama.cpp's common chat
+        layer: ``llamasession/llama.go`` renderTemplateForDecode; a template without the variable ignores it)."""
         raise NotImplementedError
 
     def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
@@ -287,8 +307,9 @@ class CellSession:
         self.stages.append(s)
         return s
 
-    def _render_tokens(self, msgs: Sequence[ChatMessage], tools: str, raw: str, *, cue: bool) -> tuple[str, list[int]]:
-        text = self.render(msgs, tools, add_generation_prompt=cue) if msgs else raw
+    def _render_tokens(self, msgs: Sequence[ChatMessage], tools: str, raw: str, *, cue: bool,
+                       **template: Any) -> tuple[str, list[int]]:
+        text = self.render(msgs, tools, add_generation_prompt=cue, **template) if msgs else raw
         return text, self.tokenize(text, add_bos=self.add_bos)
 
     # ------------------------------------------------------------------ the contract
@@ -329,7 +350,8 @@ class CellSession:
         vmsgs = volatile_messages(suffix.text, suffix.manifest)
         if not (self.stable_msgs or vmsgs):
             return self.tokenize(suffix.text, add_bos=self.prefix_len == 0 and self.add_bos)
-        _, full = self._render_tokens([*self.stable_msgs, *vmsgs], self.tools, suffix.text, cue=True)
+        _, full = self._render_tokens([*self.stable_msgs, *vmsgs], self.tools, suffix.text, cue=True,
+                                      **suffix_template(suffix))
         shared = common_prefix_len(self.resident[:self.prefix_len], full)
         if shared == 0:
             raise ErrManifestMismatch("the conversation's render shares no token with the resident stable prefix")
@@ -357,13 +379,12 @@ class CellSession:
                 raise ContextOverflowError("suffix", len(self.resident), len(stoks), self.num_ctx)
             t0 = time.perf_counter()
             if stoks:
-                st = self._engine("suffix", lambda: self.cell.prefill_suffix(stoks, slot=self.slot,
-                                                                             defer=self.defer_prefill),
+                st = self._engine("suffix", lambda: self._prefill_engine(stoks),
                                   overflow=(len(self.resident), len(stoks)))
             else:
                 st = None
             self._record("PrefillSuffix", t0, len(stoks), st)
-            if stoks and self.defer_prefill:
+            if stoks and getattr(st, "deferred_tokens", 0):  # what the engine layer did, never the mode asked for
                 self.counters["deferred_prefill_calls"] += 1
                 self.counters["deferred_prefill_tokens"] += len(stoks)
                 self._deferred_pending += len(stoks)
@@ -374,6 +395,11 @@ class CellSession:
             return SuffixStatus(suffix_tokens=len(stoks), prefix_tokens=self.prefix_len,
                                 resident_tokens=len(self.resident), available_tokens=self.num_ctx - len(self.resident),
                                 manifest_digest=self.manifest.digest())
+
+    def _prefill_engine(self, stoks: list[int]) -> Any:
+        """The engine layer's PrefillSuffix of ``stoks`` in this session's mode (deferred: the suffix rides the next
+        decode)."""
+        return self.cell.prefill_suffix(stoks, slot=self.slot, defer=self.defer_prefill)
 
     def _decode_args(self, cfg: DecodeConfig) -> dict:
         so = cfg.structured_output
@@ -491,8 +517,9 @@ class CellSession:
                                    manifest=self.manifest)
 
     def restore(self, snap: SessionSnapshot) -> None:
-        """Replace the resident state: from the engine's blob where the snapshot has one, else by recomputing the
-        snapshot's tokens (only where this backend reports RecomputeRange: it keeps the tokens to re-prefill)."""
+        """Replace the resident state: from the engine's blob where the snapshot has one, else by re-prefilling the
+        snapshot's tokens (:meth:`_restore_engine`; a wing whose engine cannot, as modeld's llama cell, refuses). What
+        the backend reports of RecomputeRange plays no part: the conformance probe holds the report to this."""
         with self._lock:
             self._check()
             if snap.num_ctx > 0 and snap.num_ctx != self.num_ctx:
@@ -527,8 +554,6 @@ class CellSession:
             engine = self.cell.describe().engine
             return self._engine("restore", lambda: self.cell.restore(
                 Snapshot(self.cell.manifest.digest, key, tuple(ids), "kv", snap.state, engine), slot=self.slot))
-        if not self.capabilities().recompute_range:
-            raise ValueError("restore invalid snapshot: non-empty resident token set has empty state")
         st = self._engine("restore", lambda: self.cell.ensure_prefix(ids, slot=self.slot, salt=key))
         if st.computed_tokens > 0:
             self.counters["physical_prefill_calls"] += 1
@@ -561,8 +586,20 @@ class CellSession:
                     "closed": self.closed, "fatal_error": self.fatal_error}
 
 
+def suffix_template(suffix: SuffixInput) -> dict:
+    """The template variables a suffix sets: ``enable_thinking`` where ``EnableThinking`` is given (a Go ``*bool``:
+    false is a value), ``reasoning_effort`` where ``ReasoningEffort`` is. Unset, the template's own default holds
+    (modeld passes thinking on, which is what a thinking template does with it undefined)."""
+    out: dict[str, Any] = {}
+    if suffix.enable_thinking is not None:
+        out["enable_thinking"] = bool(suffix.enable_thinking)
+    if suffix.reasoning_effort:
+        out["reasoning_effort"] = suffix.reasoning_effort
+    return out
+
+
 def model_load_failed(err: BaseException) -> ErrModelLoadFailed:
     return ErrModelLoadFailed(f"{type(err).__name__}: {err}")
 
 
-__all__ = ["CellSession", "DEFAULT_MAX_TOKENS", "DEFAULT_SAMPLING", "Stage", "model_load_failed"]
+__all__ = ["CellSession", "DEFAULT_MAX_TOKENS", "DEFAULT_SAMPLING", "Stage", "model_load_failed", "suffix_template"]

@@ -32,6 +32,7 @@ import itertools
 import json
 import queue as queue_mod
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -57,6 +58,11 @@ UNARY = ("Health", "Status", "LoadModel", "UnloadModel", "OpenSession", "Describ
          "DiskStats")
 STREAMS = ("Decode", "PushModel")
 UNAUTHENTICATED = 16
+UNAVAILABLE = 14
+SETTLE_S = 0.5  # after a drain: time for a client to read a stream's last bytes before the daemon's socket closes
+DRAIN_S = 120.0
+"""How long :meth:`Server.stop` lets calls in flight finish (a Decode stream to its end) before it closes: Go's
+``GracefulStop`` waits for every one (``server.go``); a daemon told to stop must not hang on one forever."""
 
 
 def method(name: str, service: str = SERVICE) -> str:
@@ -233,6 +239,37 @@ class Server:
         self.sessions: dict[str, Any] = {}
         self._server: Any = None
         self.port = 0
+        self._idle = threading.Condition()  # calls in flight, and whether the server has begun to stop
+        self._calls = 0
+        self._closing = False
+
+    # ---- calls in flight (a graceful stop waits for them)
+
+    def _admit(self, context: Any) -> None:
+        """Count a call in until gRPC has ended it (its status sent: ``add_callback`` runs on termination), or refuse
+        it once the server is stopping (``Unavailable``, as a Go client sees a server in ``GracefulStop``)."""
+        with self._idle:
+            if not self._closing:
+                self._calls += 1
+                admitted = True
+            else:
+                admitted = False
+        if not admitted:
+            context.abort(_code(UNAVAILABLE), "transport is closing")
+        if not context.add_callback(self._done):  # it has ended already
+            self._done()
+
+    def _done(self) -> None:
+        with self._idle:
+            self._calls -= 1
+            self._idle.notify_all()
+
+    def _tracked(self, handler: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        """A unary (or client-streaming) handler counted in flight until its call has ended."""
+        def tracked(request: Any, context: Any) -> Any:
+            self._admit(context)
+            return handler(request, context)
+        return tracked
 
     # ---- plumbing
 
@@ -292,7 +329,8 @@ class Server:
             except Exception as e:  # noqa: BLE001 - anything else is Go's "internal: …" (server.go recover)
                 self._abort(context, e)
 
-        return grpc.unary_unary_rpc_method_handler(handler, request_deserializer=None, response_serializer=None)
+        return grpc.unary_unary_rpc_method_handler(self._tracked(handler), request_deserializer=None,
+                                                   response_serializer=None)
 
     # ---- Compute
 
@@ -367,7 +405,11 @@ class Server:
                 if chunk.error is not None:
                     return
 
-        return grpc.unary_stream_rpc_method_handler(handler)
+        def tracked(raw: bytes, context: Any) -> Iterator[bytes]:  # in flight until its status is sent
+            self._admit(context)
+            yield from handler(raw, context)
+
+        return grpc.unary_stream_rpc_method_handler(tracked)
 
     def _push_handler(self) -> Any:
         import grpc
@@ -377,7 +419,7 @@ class Server:
             self._abort(context, ErrUnsupportedFeature("PushModel: this daemon's store holds the one model it was "
                                                        "started with"))
 
-        return grpc.stream_unary_rpc_method_handler(handler)
+        return grpc.stream_unary_rpc_method_handler(self._tracked(handler))
 
     def handlers(self) -> dict[str, Any]:
         s = self.service
@@ -431,11 +473,13 @@ class Server:
                     return json.dumps(call(json.loads(raw or b"{}"))).encode()
                 except TransportError as e:
                     self._abort(context, e)
-            return grpc.unary_unary_rpc_method_handler(handler)
+            return grpc.unary_unary_rpc_method_handler(self._tracked(handler))
 
         return {"Daemon": unary(lambda _: self.service.evidence()),
                 "Session": unary(lambda r: self._lookup_any(r["handle"]).evidence()),
-                "Fault": unary(lambda r: {"done": self.service.inject_fault(self._lookup(r["handle"]))})}
+                "KvBytes": unary(lambda _: {"bytes_per_token": self.service.kv_bytes_read()}),
+                "Fault": unary(lambda r: {"done": self.service.inject_fault(self._lookup(r["handle"]))}),
+                "Heal": unary(lambda _: {"done": self.service.heal_fault()})}
 
     # ---- lifecycle
 
@@ -443,6 +487,7 @@ class Server:
         import grpc
         from concurrent import futures
 
+        self._closing = False
         opts = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), ("grpc.so_reuseport", 0)]
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.workers,
@@ -457,8 +502,19 @@ class Server:
         self._server.start()
         return self.port
 
-    def stop(self, grace: float | None = 1.0) -> None:
-        """Stop serving (in-flight calls get ``grace`` seconds), then close every session."""
+    def stop(self, grace: float | None = 1.0, drain_s: float = DRAIN_S) -> None:
+        """Stop gracefully, as Go's ``GracefulStop``: refuse new calls (``Unavailable``), let the calls in flight
+        finish (a Decode stream to its last frame; at most ``drain_s`` seconds), then stop the server (``grace``
+        seconds for what is left) and close every session. gRPC's own stop is not enough: its GOAWAY ends a
+        grpclib client's streams at once."""
+        with self._idle:
+            self._closing = True
+            drained = self._calls > 0
+            deadline = time.monotonic() + drain_s
+            while self._calls and (left := deadline - time.monotonic()) > 0:
+                self._idle.wait(left)
+        if drained:  # the last frames and the status are written; let the client read them before the socket goes
+            time.sleep(SETTLE_S)
         if self._server is not None:
             self._server.stop(grace).wait()
             self._server = None

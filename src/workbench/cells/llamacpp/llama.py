@@ -29,7 +29,7 @@ from ..options import CellOptions
 from . import llama_chat_format, surface
 from ._internals import (captured, check_llama_counts, decide_extra_buffers, fill_batch, kv_buffer_bytes, lib, load_reason, model_params,
                          offloaded_layers)
-from .state import parse_state
+from .state import CELL_META_BYTES, parse_state
 
 ENGINE = "llamacpp"
 # What llama.cpp lacks, read from its C API (ggml-org/llama.cpp include/llama.h).
@@ -286,14 +286,16 @@ class LlamaCppCell:
             n = self._ll.llama_token_to_piece(self._vocab, token, buf, len(buf), 0, False)
         return buf.raw[:n]
 
-    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
-        """Render chat messages through the model's own template (:mod:`.llama_chat_format`)."""
+    def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True,
+               **template: Any) -> str:
+        """Render chat messages through the model's own template (:mod:`.llama_chat_format`); ``template``: more of
+        its variables (``enable_thinking``, ``reasoning_effort``: llama.cpp's ``chat_template_kwargs``)."""
         if not self._template:
             raise UnsupportedFeature("chat messages", ENGINE, f"{self.model.name} has no chat template")
         bos = self.detokenize([self._ll.llama_vocab_bos(self._vocab)])
         eos = self.detokenize([self._ll.llama_vocab_eos(self._vocab)])
         return llama_chat_format.render(self._template, messages, add_generation_prompt=add_generation_prompt,
-                                        bos_token=bos, eos_token=eos)
+                                        bos_token=bos, eos_token=eos, **template)
 
     def _tokens_of(self, prompt: Prompt, *, continuation: bool = False) -> list[int]:
         kind, value = split_prompt(prompt, self._ll.llama_vocab_n_tokens(self._vocab))
@@ -696,6 +698,24 @@ class LlamaCppCell:
         return KvMemory(bytes_per_token=per_cell, pool_bytes=None,
                         how="the K and V row sizes (k_size_row, v_size_row or v_size_el × n_embd_v_gqa, every "
                             "layer) llama_state_seq_get_data writes for a sequence")
+
+    def state_bytes_per_token(self, *, slot: int) -> int:
+        """KV bytes per token by the size llama.cpp gives a sequence's state (``llama_state_seq_get_size``) as one
+        more cell is written to an empty ``slot``: the growth less the cell's own metadata
+        (:data:`.state.CELL_META_BYTES`). A second path to :meth:`kv_memory`'s row sizes, read from no row header;
+        the slot is emptied again."""
+        seq = self._slot(slot)
+        if seq.tokens or self.position_range(slot=slot)[1] >= 0:
+            raise WorkbenchError(f"slot {slot} holds KV; state_bytes_per_token needs an empty slot")
+        bos = self._ll.llama_vocab_bos(self._vocab)
+        try:
+            self._eval(slot, [bos])
+            one = self._ll.llama_state_seq_get_size(self._ctx, slot)
+            self._eval(slot, [bos])
+            two = self._ll.llama_state_seq_get_size(self._ctx, slot)
+        finally:
+            self._truncate(slot, 0)
+        return int(two - one - CELL_META_BYTES)
 
     def last_logits(self, *, slot: int = 0) -> list[float]:
         """The engine's logits after the slot's last token (``llama_get_logits_ith``). When the current

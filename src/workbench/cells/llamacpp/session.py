@@ -10,7 +10,8 @@ What follows modeld's cell, with its source:
   always; here exactly when llama.cpp's ``llama_memory_can_shift`` says this model's memory can shift, so the report
   is what the engine can execute), ``SparseAttention``/``SlidingWindowAttentionTokens`` from the GGUF's sliding
   window, ``ColdStore`` only with a cold budget (this adapter keeps none), ``RecomputeRange`` **unreported**
-  ("evicted tokens survive only inside cold blocks");
+  ("evicted tokens survive only inside cold blocks"), and so ``Restore`` takes the engine's state blob only, a
+  snapshot of tokens without it refused (``llama.go`` 798-828);
 * no deferred-prefill mode: ``DeferredPrefill*`` stay a truthful zero (``llama.go`` lines 60-66), so the daemon
   refuses to defer on this backend;
 * ``Embed`` answers a vector (``embed.go``), ``Snapshot`` carries the engine's own state blob
@@ -44,12 +45,14 @@ class LlamaSession(CellSession):
                                      sparse_attention=swa > 0, sliding_window_attention_tokens=swa,
                                      cold_store=False, recompute_range=False)
 
-    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool) -> str:
+    def render(self, messages: Sequence[ChatMessage], tools: str, *, add_generation_prompt: bool,
+               **template: Any) -> str:
         from ...transport.errors import ErrUnsupportedFeature
 
         if tools:
             raise ErrUnsupportedFeature("tools: this adapter renders no tool definitions into the template")
-        return self.cell.render([m.as_dict() for m in messages], add_generation_prompt=add_generation_prompt)
+        return self.cell.render([m.as_dict() for m in messages], add_generation_prompt=add_generation_prompt,
+                                **template)
 
     def tokenize(self, text: str, *, add_bos: bool) -> list[int]:
         bos = self.cell.detokenize([self.cell._ll.llama_vocab_bos(self.cell._vocab)])
@@ -68,8 +71,24 @@ class LlamaSession(CellSession):
 
     @classmethod
     def work_of(cls, cell: Any) -> dict | None:
+        """``llama_perf_context``: the prompt tokens llama.cpp evaluated (``n_p_eval``) and the tokens it generated
+        (``n_eval``). llama.h counts no cache hits: a sequence's reuse is the KV it holds (:meth:`engine_resident`)
+        less what it computed."""
         p, e = cell._perf()
-        return {"prompt_tokens_evaluated": int(p), "tokens_generated": int(e)}
+        return {"prompt_tokens_computed": int(p), "tokens_generated": int(e)}
+
+    def _restore_engine(self, snap: Any, ids: list[int], key: str) -> Any:
+        """modeld's llama cell restores the engine's state blob only (``llama.go`` Restore, line 828): a snapshot
+        whose tokens come without it is refused, as there."""
+        if not snap.state:
+            raise ValueError("restore invalid snapshot: non-empty resident token set has empty state")
+        return super()._restore_engine(snap, ids, key)
+
+    @classmethod
+    def kv_bytes_read(cls, cell: Any, free_slot: int | None) -> int | None:
+        """The growth of a sequence's state size per cell, less the cell's metadata
+        (:meth:`~workbench.cells.llamacpp.llama.LlamaCppCell.state_bytes_per_token`), on a slot no session holds."""
+        return None if free_slot is None else cell.state_bytes_per_token(slot=free_slot)
 
     def engine_resident(self) -> int | None:
         return int(self.cell.resident_tokens(slot=self.slot))
@@ -90,6 +109,15 @@ class LlamaSession(CellSession):
         cell._fault_abort = cb  # kept alive as long as the context that calls it
         ll.llama_set_abort_callback(cell._ctx, cb, None)
         return "llama_set_abort_callback(always abort): the engine's next llama_decode fails with 2"
+
+    @classmethod
+    def heal_fault(cls, cell: Any) -> str:
+        """The abort callback taken off the context again (``llama_set_abort_callback`` with none): llama_decode
+        computes again."""
+        none = cell._ll.ggml_abort_callback(0)  # a NULL callback: llama.cpp checks it before calling it
+        cell._ll.llama_set_abort_callback(cell._ctx, none, None)
+        cell._fault_abort = none
+        return "llama_set_abort_callback(none): the engine's llama_decode computes again"
 
     @classmethod
     def write_adapter(cls, cell: Any, folder: str, seed: int) -> str:

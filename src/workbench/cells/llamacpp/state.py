@@ -19,6 +19,7 @@ from ...engine import WorkbenchError
 
 STATE_IO_MAGIC = 0xAF143CD8  # src/llama-context.cpp: io_magic, first word of a sequence state blob
 STATE_SEQ_MAGIC, STATE_SEQ_VERSION = 0x67677371, 3  # include/llama.h: LLAMA_STATE_SEQ_MAGIC ('ggsq'), _VERSION
+CELL_META_BYTES = 12  # per cell of a sequence's own: i32 pos, u32 seq-id count (1), that i32 id (state_write_meta)
 
 
 @dataclass(frozen=True)

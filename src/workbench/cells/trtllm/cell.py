@@ -58,6 +58,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, fields
@@ -279,6 +280,11 @@ class TrtLlmCell(RequestCell):
         self._pool: tuple[int, str] | None = None  # (tokens, source) the engine reported for its pool
         self._submitted = False  # whether the current LLM has had a request (1.2 reports nothing before)
         self._open: dict[str, Any] = {}  # what the open request saw (kept out of the drains)
+        self._stats_lock = threading.RLock()  # one drain of LLM.get_stats feeds the observer and the work count
+        self._stats_pending: list[dict] = []  # drained for the work count, not yet handed to the observer
+        self._work = trtllm_metrics.new_work()  # cumulative over every LLM this cell ran (slot switches included)
+        self._kv_seen: dict[str, int] = {}  # the current LLM's kvCacheStats block counters as last read
+        self._kv_stated: set[str] = set()  # the block counters any of this cell's LLMs ever stated
         self._open_log_spans: list[tuple[int, int]] = []  # connector-log entries of open requests
         self._begin(opts.slots)
 
@@ -311,7 +317,7 @@ class TrtLlmCell(RequestCell):
             self._tmp = self._tmp or tempfile.mkdtemp(prefix="workbench-trtllm-")
             self._connector = trtllm_connector.build_recording_connector(trt, Path(self._tmp) / "connector.jsonl")
             args["kv_connector_config"] = self._connector.config
-        self._pool, self._submitted = None, False
+        self._pool, self._submitted, self._kv_seen = None, False, {}
         self._llm = trt.LLM(**args)
         self._tokenizer = self._llm.tokenizer if self._use_tokenizer else None
         self._open_request()
@@ -347,7 +353,7 @@ class TrtLlmCell(RequestCell):
         self._submit([token], self._sampling(1), streaming=False, key=salt, retain=(0, self.opts.retention)).result()
         events = self._engine_events(MIN_DRAIN_TIMEOUT_S)
         self._events.extend(e for e in events if e.kind == "created")
-        stats = self._engine_stats(MIN_DRAIN_TIMEOUT_S)
+        stats = self._engine_stats(MIN_DRAIN_TIMEOUT_S, observed=False)
         self._open = {"salt": salt, "prompt_tokens": [token],
                       "created_events": sum(e.kind == "created" for e in events),
                       "kv_events_kept_out": [e.kind for e in events if e.kind != "created"],
@@ -546,16 +552,39 @@ class TrtLlmCell(RequestCell):
             self._pool = (blocks * self.opts.tokens_per_block, "created KV event")
         return events
 
-    def _engine_stats(self, timeout_s: float) -> list[dict]:
-        """Read (and so drain) the engine's iteration stats; ``LLM.get_stats`` gives ``[]`` before the first request."""
-        if self._llm is None or not self._submitted:
-            return []
-        stats = trtllm_metrics.parse_iteration_stats(self._llm.get_stats(timeout=max(timeout_s, MIN_DRAIN_TIMEOUT_S)))
-        for s in stats:
-            cap = trtllm_metrics.kv_stats_capacity(s)
-            if cap and not self._pool:
-                self._pool = (cap[0] * cap[1], "iteration stats kvCacheStats")
-        return stats
+    def _engine_stats(self, timeout_s: float, *, observed: bool = True) -> list[dict]:
+        """Read (and so drain) the engine's iteration stats; ``LLM.get_stats`` gives ``[]`` before the first request.
+        Every entry is folded into the cell's work count (:meth:`engine_work`); those ``observed`` wait for the
+        ``iteration_stats`` observer's next drain, so the two readers share the one destructive read."""
+        with self._stats_lock:
+            if self._llm is None or not self._submitted:
+                return []
+            raw = self._llm.get_stats(timeout=max(timeout_s, MIN_DRAIN_TIMEOUT_S))
+            stats = trtllm_metrics.parse_iteration_stats(raw)
+            trtllm_metrics.fold_work(self._work, self._kv_seen, stats)
+            self._kv_stated |= set(self._kv_seen)
+            for s in stats:
+                cap = trtllm_metrics.kv_stats_capacity(s)
+                if cap and not self._pool:
+                    self._pool = (cap[0] * cap[1], "iteration stats kvCacheStats")
+            if observed:
+                self._stats_pending.extend(stats)
+            return stats
+
+    def engine_work(self) -> dict[str, int] | None:
+        """What the engine itself counted of its work, cumulative over this cell's life, from its iteration stats
+        (:func:`.metrics.fold_work`: iterations, context tokens computed, requests completed, ``kvCacheStats``' block
+        counters); ``reused_blocks`` only where the stats carry ``reusedBlocks``. A request refused before dispatch
+        moves none of it. None when the engine cannot be read (shut down)."""
+        with self._stats_lock:
+            try:
+                self._engine_stats(MIN_DRAIN_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - an engine that cannot report (shut down, broken) is no reading
+                return None
+            work = dict(self._work)
+            if "reusedBlocks" not in self._kv_stated:
+                work.pop("reused_blocks")
+            return work
 
     def drain_kv_events(self, timeout_s: float = 0.0) -> list[KvEvent]:
         """Every KV event since the last drain, oldest first (``kv_events`` observer).
@@ -570,7 +599,10 @@ class TrtLlmCell(RequestCell):
     def drain_iteration_stats(self, timeout_s: float = 0.0) -> list[dict]:
         """Iteration stats since the last drain (``iteration_stats`` observer; ``LLM.get_stats`` drains)."""
         self._check_open()
-        return self._engine_stats(timeout_s)
+        with self._stats_lock:
+            self._engine_stats(timeout_s)
+            stats, self._stats_pending = self._stats_pending, []
+        return stats
 
     def connector_log(self) -> list[dict]:
         """Every call the recording KV connector saw (``connector`` observer; needs connector=True at open).

@@ -131,6 +131,41 @@ def parse_iteration_stats(entries: Iterable[Mapping[str, Any] | str]) -> list[di
     return [json.loads(e) if isinstance(e, str) else dict(e) for e in entries]
 
 
+WORK_BLOCKS = {"allocTotalBlocks": "alloc_total_blocks", "allocNewBlocks": "alloc_new_blocks",
+               "reusedBlocks": "reused_blocks", "missedBlocks": "missed_blocks"}
+"""``kvCacheStats``' block counters: cumulative over the KV manager's life (``KVCacheManager::getKvCacheStats``; a
+request's ``kv_cache_metrics`` are their deltas around its ``addSequence``)."""
+
+
+def new_work() -> dict[str, int]:
+    """Cumulative engine work as the iteration stats count it, before any entry is folded in."""
+    return dict.fromkeys(("iterations", "context_tokens", "completed_requests", *WORK_BLOCKS.values()), 0)
+
+
+def fold_work(work: dict[str, int], seen: dict[str, int], stats: Iterable[Mapping[str, Any]]) -> None:
+    """Fold iteration stats entries into ``work`` (cumulative, in place): one per engine iteration,
+    ``inflightBatchingStats.numCtxTokens`` (the context tokens that iteration computed: the prompt from
+    ``context_current_position``, which block reuse advances; ``model_engine.py`` ``_prepare_tp_inputs``),
+    ``numCompletedRequests``, and the growth of ``kvCacheStats``' cumulative block counters since ``seen`` (their last
+    values on this KV manager; a value below it is a new manager's count from 0). ``seen`` records which counters the
+    engine stated at all (``reused_blocks`` is no reading where ``reusedBlocks`` never came)."""
+    for s in stats:
+        work["iterations"] += 1
+        ifb = s.get("inflightBatchingStats")
+        if isinstance(ifb, Mapping):
+            work["context_tokens"] += int(ifb.get("numCtxTokens") or 0)
+        work["completed_requests"] += int(s.get("numCompletedRequests") or 0)
+        kv = s.get("kvCacheStats")
+        if not isinstance(kv, Mapping):
+            continue
+        for name, key in WORK_BLOCKS.items():
+            if kv.get(name) is None:
+                continue
+            value, last = int(kv[name]), seen.get(name, 0)
+            work[key] += value - last if value >= last else value
+            seen[name] = value
+
+
 def kv_stats_capacity(stats: Mapping[str, Any]) -> tuple[int, int] | None:
     """``(maxNumBlocks, tokensPerBlock)`` of one iteration's ``kvCacheStats``, when present."""
     kv = stats.get("kvCacheStats")
@@ -142,8 +177,11 @@ def kv_stats_capacity(stats: Mapping[str, Any]) -> tuple[int, int] | None:
 __all__ = [
     "KV_FIELDS",
     "TIMING_FIELDS",
+    "WORK_BLOCKS",
+    "fold_work",
     "kv_cache_metrics",
     "kv_stats_capacity",
+    "new_work",
     "parse_iteration_stats",
     "reused_tokens",
     "request_counters",

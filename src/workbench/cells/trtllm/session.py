@@ -49,10 +49,35 @@ class TrtllmSession(RequestSession):
         return info
 
     @classmethod
+    def work_of(cls, cell: Any) -> dict | None:
+        """TensorRT-LLM's own count of its work, from its iteration stats (``LLM.get_stats``, on with the cell's
+        ``enable_iter_perf_stats``; the cell shares that one destructive read with its ``iteration_stats`` observer):
+        the context tokens its iterations computed (``inflightBatchingStats.numCtxTokens``), the prompt tokens its KV
+        manager served from reused blocks (``kvCacheStats.reusedBlocks`` × tokens per block, cumulative; block-granular,
+        a partly matched block counted whole), its iterations and the requests it completed. A request refused
+        before dispatch runs no iteration, so it moves none of them."""
+        work = cell.engine_work()
+        if work is None:
+            return None
+        out = {"prompt_tokens_computed": work["context_tokens"], "iterations": work["iterations"],
+               "requests_finished": work["completed_requests"]}
+        if "reused_blocks" in work:
+            out["prompt_tokens_cached"] = work["reused_blocks"] * cell.opts.tokens_per_block
+        return out
+
+    @classmethod
     def inject_fault(cls, cell: Any, sess: CellSession) -> str:
         """Shut the ``LLM`` down under the cell (``LLM.shutdown``): its next request fails inside TensorRT-LLM."""
         cell._llm.shutdown()
         return "LLM.shutdown(): the engine's next request fails inside TensorRT-LLM"
+
+    @classmethod
+    def heal_fault(cls, cell: Any) -> str:
+        """A new ``LLM`` with the cell's options in place of the one shut down (the mapping row's slot-switch
+        mechanism, the slots' bookkeeping kept: a later request re-prefills what the new pool lacks)."""
+        cell._stop()
+        cell._start()
+        return "LLM(...) created again: TensorRT-LLM serves requests again"
 
 
 def _gpu_memory() -> tuple[int, int, str]:

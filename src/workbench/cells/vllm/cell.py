@@ -637,8 +637,11 @@ class VllmCell(EventCapacity, RequestCell):
                 for out in self._engine.step():
                     if out.request_id == rid:
                         yield out
-        except GeneratorExit:
-            self._engine.abort_request([rid])
+        except BaseException:  # a consumer gone (GeneratorExit) or a step that failed: the request leaves the engine
+            try:
+                self._engine.abort_request([rid])
+            except Exception:  # noqa: BLE001 - an engine that cannot abort is broken; the first error is the one
+                pass
             raise
 
     def _warm(self, tokens: list[int], key: str, retention: Retention | None, *, slot: int = 0) -> Warm:

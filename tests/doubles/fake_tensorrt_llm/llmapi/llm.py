@@ -41,7 +41,14 @@ The engine itself is a toy with the documented observable shapes:
   ``cpp/tensorrt_llm/batch_manager/kvCacheManager.cpp``);
 * retention expiry: a block given a ``duration_ms`` falls back to the default priority (35) once it has passed
   (``LRUEvictionPolicy::refresh``, ``cpp/tensorrt_llm/batch_manager/evictionPolicy.cpp``);
-* iteration stats (``enable_iter_perf_stats=True`` only): one entry per request with ``kvCacheStats``;
+* iteration stats (``enable_iter_perf_stats=True`` only): one entry per engine iteration, a request's context
+  step then one per further generated token (``PyExecutor._process_iter_stats`` → ``_update_iter_stats``,
+  ``tensorrt_llm/_torch/pyexecutor/py_executor.py``): ``numCompletedRequests`` on the iteration that finishes it;
+  ``inflightBatchingStats.numCtxTokens``, the context tokens that iteration computed, reused ones not among them
+  (``model_engine.iter_states['num_ctx_tokens']``: the prompt from ``context_current_position``, which block reuse
+  advances, ``tensorrt_llm/_torch/pyexecutor/model_engine.py`` ``_prepare_tp_inputs``); ``kvCacheStats`` from the
+  KV manager, its block counters cumulative over the manager's life (``KVCacheManager::getKvCacheStats``; a
+  request's ``kv_cache_metrics`` are the deltas of the same counters around its ``addSequence``);
 * tokens: deterministic from the prompt; text is one letter per token.
 
 What 1.4 (``_profile.V14``) does differently, each a row of the table with its 1.4 source:
@@ -168,6 +175,7 @@ class LLM:
         self._lock = threading.Lock()
         self.engine_events: List[Optional[dict]] = []  # the C++ event manager's buffer
         self.engine_stats: List[dict] = []  # the executor's iteration stats buffer
+        self.kv_counters = dict.fromkeys(("allocTotalBlocks", "allocNewBlocks", "reusedBlocks", "missedBlocks"), 0)
         self._executor = GenerationExecutor(self._take_events, self._take_stats)
         self.next_event = 0
         self.next_request = 0
@@ -235,14 +243,28 @@ class LLM:
                                             kv_cache_hit_rate=reused / n_blocks if reused else 0.0),
             first_iter=self.iteration, last_iter=self.iteration + len(out) - 1, iter=self.iteration + len(out) - 1)
         self.iteration += len(out) - 1
+        for name, n in (("allocTotalBlocks", n_blocks - reused), ("allocNewBlocks", n_blocks - reused),
+                        ("reusedBlocks", reused), ("missedBlocks", n_blocks - reused)):
+            self.kv_counters[name] += n
         if self.args.enable_iter_perf_stats:
-            with self._lock:
-                self.engine_stats.append({"iter": self.iteration, "numActiveRequests": 0, "kvCacheStats": {
-                    "maxNumBlocks": self.capacity_blocks, "freeNumBlocks": self.capacity_blocks - len(self.stored),
-                    "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, "reusedBlocks": reused}})
+            self._iteration_stats(len(prompt) - matched, len(out))
         if self.scheduler is not None:
             self.scheduler.request_finished(_Request(request_id, prompt), block_ids)
         return GenerationResult(request_id, prompt, self._steps(out, sp, perf, streaming), prepopulated=matched)
+
+    def _iteration_stats(self, ctx_tokens: int, steps: int) -> None:
+        """The request's iterations: its context step, then one per further token; the last one completes it."""
+        kv = {"maxNumBlocks": self.capacity_blocks, "freeNumBlocks": self.capacity_blocks - len(self.stored),
+              "usedNumBlocks": len(self.stored), "tokensPerBlock": self.tpb, **self.kv_counters}
+        first = self.iteration - steps + 1
+        with self._lock:
+            for k in range(steps):
+                ctx = k == 0
+                self.engine_stats.append({
+                    "iter": first + k, "numActiveRequests": 1, "numCompletedRequests": int(k == steps - 1),
+                    "inflightBatchingStats": {"numScheduledRequests": 1, "numContextRequests": int(ctx),
+                                              "numGenRequests": int(not ctx), "numCtxTokens": ctx_tokens if ctx else 0},
+                    "kvCacheStats": dict(kv)})
 
     def get_kv_cache_events(self, timeout: Optional[float] = 2) -> List[dict]:
         self.calls.append(("get_kv_cache_events", {"timeout": timeout}))
