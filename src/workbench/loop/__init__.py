@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from .. import findings, models
+from .. import cells, findings, models
 from ..engine import EngineUnavailable, UnsupportedFeature, WorkbenchError
 from .. import environment
 from .. import cpu as _cpu
@@ -65,15 +65,20 @@ def parse_arms(spec: str | Sequence[str]) -> list[str]:
 def default_arms(engine: str) -> list[str]:
     """The arms a notebook runs for ``engine`` (``workbench run`` runs each notebook once per engine).
 
-    llama.cpp: every arm (the others report not-run with their reason, the gate included). The subject
-    (TensorRT-LLM, where it can run): its arms plus every llama.cpp arm, since the gate compares it with the
+    llama.cpp: every llama.cpp arm, the subject's (TensorRT-LLM's, not-run with their reason where it cannot run,
+    the gate included) and each served reference's (``vllm-server``); a reference engine's in-process arms (vLLM's)
+    are its own pass's, which runs them beside plain ``llamacpp`` on its model, so no lane measures them twice. The
+    subject (TensorRT-LLM, where it can run): its arms plus every llama.cpp arm, since the gate compares it with the
     best of them and they must share the machine. Another engine (a reference, e.g. vLLM): its own arms plus
     plain ``llamacpp`` to be compared with; the llama.cpp pass already measured the other llama.cpp arms.
     An engine that cannot run here: none, since the llama.cpp pass already reported it not-run and a
-    second, reference-less gate finding would only mask that one.
+    second, reference-less gate finding would only mask that one. ``arms="all"`` runs every arm.
     """
     if engine == "llamacpp":
-        return _arms.names()
+        subject = _arms.get(_gate.GateRule().subject).engine
+        passes = {_arms.get(n).engine for n in _arms.names()} - {"llamacpp", subject}
+        own_pass = passes & set(cells.engines(served=False))  # in-process references run in a pass of their own
+        return [n for n in _arms.names() if _arms.get(n).engine not in own_pass]
     own = [n for n in _arms.names() if _arms.get(n).engine == engine]
     if not own:
         raise ValueError(f"no arm runs on engine {engine!r}; arms: {', '.join(_arms.names())}")
