@@ -11,7 +11,7 @@ from doubles.trtllm_fixture import fake_trt14, fake_trt_any, model_dir  # noqa: 
 
 from workbench import probes, settle
 
-RETENTION = {"prefix_tokens": 64, "capacity_tokens": 256, "pressure": "0.5,1,2,4", "filler_slots": 4,
+RETENTION = {"prefix_tokens": 64, "capacity_tokens": 256, "pressure": "1,4", "filler_slots": 4,
              "filler_fraction": 0.5, "expiry_ms": 0, "repeats": 2, "priorities": "20,35,100"}
 RUNS = {  # probe → (its parameters, the verdict V1 gives, the claim rows it settles beside)
     "retention.pinning_under_pressure": (RETENTION, "confirmed", {"risk.retention_bias": "refuted"}),

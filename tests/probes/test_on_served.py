@@ -4,7 +4,11 @@ Each probe runs for real over HTTP: its finding records the transport, the endpo
 version, and each gives a verdict read from the server (``timings.cache_n``, vLLM's
 ``usage.prompt_tokens_details.cached_tokens`` and KV events) or says why it cannot (``not-run`` with the reason).
 One probe per server is driven to a non-happy verdict through the server's own API: llama-server's slot erase
-(``POST /slots/{id}?action=erase``) and ``-np``, and vLLM's ``--no-enable-prefix-caching``.
+(``POST /slots/{id}?action=erase``) and ``-np``, and vLLM's prefix-cache reset (``POST /reset_prefix_cache``).
+
+A ``vllm serve`` start costs 20-45 s here, so the vLLM warm-up and isolation probes (and the warm-up's fault) attach
+to one server this module starts (``endpoint=``, the cell's own attach path) instead of each starting its own;
+the capacity probe, whose budgets are the servers' own launch options, starts its servers itself.
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ def run(name: str, engine: str, tmp_path, cell_options=None, **params):
                       cell_options=cell_options)
 
 
-def served_by(f, engine: str) -> None:
-    """The finding says the probe went over HTTP to a server this run started, and which build answered."""
+def served_by(f, engine: str, at: str | None = None) -> None:
+    """The finding says the probe went over HTTP to a server this run started (or, ``at`` given, to the server at
+    that URL, attached), and which build answered."""
     extra = f.environment["cell"]["extra"]
     assert extra["transport"] == "http" and extra["endpoint"].startswith("http://127.0.0.1:")
+    assert extra["server"] == ("started by the cell" if at is None else "attached (started elsewhere)")
+    assert at is None or extra["endpoint"] == at
     assert extra["server_version"].split()[0] == {"llamacpp-server": "llama-server", "vllm-server": "vllm"}[engine]
 
 
@@ -136,27 +143,54 @@ def test_static_surveys_read_the_package_the_server_runs(tmp_path, engine):
 # --------------------------------------------------------------------------- vllm serve
 
 
+@pytest.fixture(scope="module")
+def vllm_serve():
+    """One ``vllm serve`` for the probes below that do not size the server themselves: opened as the warm-up probe
+    opens its cell (five slots, a pool of 1024 tokens in blocks of 32, prefix caching on), with vLLM's dev routes
+    (``VLLM_SERVER_DEV_MODE=1``, which the server inherits) for the fault's ``POST /reset_prefix_cache``. Its URL."""
+    require_engine("vllm-server")
+    with pytest.MonkeyPatch.context() as mp:  # the server reads it as it starts; the module's later servers do not
+        mp.setenv("VLLM_SERVER_DEV_MODE", "1")
+        owner = cells.open_cell("vllm-server", VLLM_MODEL, slots=5, kv_budget_tokens=1024)
+    with owner:
+        yield owner.url
+
+
 @pytest.mark.vllm
-def test_vllm_server_warmup_materializes_whole_blocks_read_from_cached_tokens(tmp_path):
-    f = run("prefix.warmup_materialization", "vllm-server", tmp_path, blocks="2", pressure="0")
-    served_by(f, "vllm-server")
+def test_vllm_server_warmup_materializes_whole_blocks_read_from_cached_tokens(tmp_path, vllm_serve):
+    f = run("prefix.warmup_materialization", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve},
+            blocks="2", pressure="0")
+    served_by(f, "vllm-server", vllm_serve)
     by_len = {r["prefix_tokens"]: r["followup_reused"] for r in f.evidence["rows"]}
     assert by_len == {63: 32, 64: 64, 65: 64} and f.verdict == "refuted"  # ⌊n/B⌋ blocks of 32
 
 
 @pytest.mark.vllm
-def test_vllm_server_without_prefix_caching_is_seen_by_the_warmup_probe(tmp_path):
-    """Fault through the server's own command line: prefix caching off, so no warm-up leaves anything to reuse."""
-    f = run("prefix.warmup_materialization", "vllm-server", tmp_path,
-            cell_options={"server_args": ["--no-enable-prefix-caching"]}, blocks="2", pressure="0")
+def test_vllm_server_that_drops_the_warmed_prefix_is_seen_by_the_warmup_probe(tmp_path, monkeypatch, vllm_serve):
+    """Fault through the server's own API: its prefix cache reset (``POST /reset_prefix_cache``, a dev route) right
+    after each warm-up, so no warm-up leaves anything to reuse; the follow-up's ``cached_tokens`` says so. (It was
+    ``--no-enable-prefix-caching``, a server of its own: the same nothing-to-reuse, read the same way.)"""
+    from workbench.cells.vllm import served as vllm_served
+
+    warm = vllm_served.VllmServerCell._warm
+
+    def warm_then_reset(self, tokens, key, retention, *, slot=0):
+        out = warm(self, tokens, key, retention, slot=slot)
+        assert self.reset_prefix_cache()  # the server's own word that its pool holds no cached block now
+        return out
+
+    monkeypatch.setattr(vllm_served.VllmServerCell, "_warm", warm_then_reset)
+    f = run("prefix.warmup_materialization", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve},
+            blocks="2", pressure="0")
     assert f.verdict == "confirmed", f.summary
     assert all(r["from_engine"] and r["followup_reused"] == 0 for r in f.evidence["rows"])
 
 
 @pytest.mark.vllm
-def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path):
-    f = run("isolation.cache_salt", "vllm-server", tmp_path, trials=8, prompt_tokens=128)
-    served_by(f, "vllm-server")
+def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path, vllm_serve):
+    f = run("isolation.cache_salt", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve}, trials=8,
+            prompt_tokens=128)
+    served_by(f, "vllm-server", vllm_serve)
     assert f.metrics["cross_manifest_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
     assert f.metrics["reused_tokens"]["value"] == 96  # cached_tokens under the same salt: 3 whole blocks of 32
     arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
@@ -167,15 +201,15 @@ def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path):
 def test_vllm_server_capacity_is_filled_until_it_evicts_but_its_kv_bytes_are_not_over_http(tmp_path, monkeypatch):
     """The pool measured from the server's own KV events (stored blocks before the first removed one), graded
     nowhere: vllm serve states no KV bytes over HTTP, so the verdict is inconclusive and says what it could not read.
-    Two of the probe's five budgets (one server each, a start of three fresh vLLM processes here): the whole set is
-    graded on the in-process engine (tests/probes/test_on_vllm.py)."""
+    One of the probe's five budgets (a server of its own, after the one the probe opens to read the KV bytes: two
+    fresh vLLM starts here): the non-aligned ones are graded on the in-process engine (tests/probes/test_on_vllm.py)."""
     from workbench.probes import capacity
 
-    monkeypatch.setattr(capacity, "BUDGETS", capacity.BUDGETS[:2])
+    monkeypatch.setattr(capacity, "BUDGETS", capacity.BUDGETS[:1])
     f = run("capacity.budget_policy", "vllm-server", tmp_path)
-    assert sorted(r["budget_tokens"] for r in f.evidence["rows"]) == [256, 300]
+    assert [r["budget_tokens"] for r in f.evidence["rows"]] == [256]
     served_by(f, "vllm-server")
-    rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
-    assert rows[256]["measured_capacity_tokens"] == rows[256]["reported_capacity_tokens"] == 256 - 32  # null block
-    assert all(r["engine_kv_bytes"] is None for r in rows.values())
+    (row,) = f.evidence["rows"]
+    assert row["measured_capacity_tokens"] == row["reported_capacity_tokens"] == 256 - 32  # the null block
+    assert row["engine_kv_bytes"] is None
     assert f.verdict == "inconclusive" and any("never a block's bytes" in n for n in f.evidence["notes"])

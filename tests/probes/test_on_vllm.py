@@ -126,9 +126,15 @@ def test_request_priority_does_not_protect_the_prefix_as_vllm_47802s_users_found
     assert "request priority" in f.environment["cell"]["extra"]["retention"]
 
 
-def test_capacity_is_measured_from_engine_events_and_graded_in_the_engines_bytes(tmp_path):
+def test_capacity_is_measured_from_engine_events_and_graded_in_the_engines_bytes(tmp_path, monkeypatch):
+    """Three of the probe's five budgets (an engine start each): the power of two, one aligned to no power of two and
+    the one not even aligned to a whole token; 1536 and 2500 take the paths 256 and 300 take."""
+    from workbench.probes import capacity
+
+    monkeypatch.setattr(capacity, "BUDGETS", (256, 300, 1000.5))
     f = run("capacity.budget_policy", tmp_path)
     rows = {r["budget_tokens"]: r for r in f.evidence["rows"]}
+    assert sorted(rows) == [256, 300, 1000.5]
     row = rows[256]
     assert row["measured_capacity_tokens"] == row["reported_capacity_tokens"] == 256 - B  # the null block
     assert row["engine_kv_bytes"] == row["budget_bytes"]  # the worker's KV tensors: exactly the byte budget
