@@ -188,12 +188,15 @@ def test_the_cli_on_a_cluster_gives_the_local_executors_run_folder(cluster, tmp_
 
 
 def test_a_job_over_its_timeout_on_a_node_ends_timeout_and_keeps_nothing(cluster, tmp_path):
-    out = tmp_path / "run"
-    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_s": 600}), "45")
+    """The job writes its finding on its node and holds (never released); ``--job-timeout`` ends it there."""
+    hold, out = tmp_path / "hold", tmp_path / "run"
+    hold.mkdir()
+    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_dir": str(hold)}), "25")
     assert got.returncode != 0, got.stdout[-2000:]
     (e,) = manifest.load(out).notebooks.values()
-    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 45 s"), e.error
+    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 25 s"), e.error
     assert e.node and e.node["ray_node"]
+    assert [m.stem for m in hold.glob("*.pid")] == [e.attempt]  # it got as far as holding: its finding was written
     assert not findings.scan([out / "findings"]).findings  # it wrote one on its node; nothing came back
     assert not [p for p in naming("ipykernel") if any(cluster.root.name in a for a in p.info["cmdline"] or [])]
 
