@@ -100,13 +100,13 @@ def local_and_fleet(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("fleet")
     local, fleet = root / "local", root / "fleet"
-    with pytest.MonkeyPatch.context() as mp, _ray_tmp(mp):
+    with pytest.MonkeyPatch.context() as mp, _ray_tmp(mp):  # nothing of it outlives the runs, its env neither
         assert run(local) == 0
         head = _watched(num_cpus=2)
         assert run(fleet, head) == 0
         ran, scan = manifest.load(fleet), findings.scan([fleet / "findings"])
         resumed = run(fleet, _watched(num_cpus=2))  # resume: all skipped
-        yield {"local": local, "fleet": fleet, "head": head.seen, "ran": ran, "scan": scan, "resumed": resumed}
+    return {"local": local, "fleet": fleet, "head": head.seen, "ran": ran, "scan": scan, "resumed": resumed}
 
 
 def test_the_local_head_listens_on_loopback_only(local_and_fleet):
@@ -283,11 +283,15 @@ def test_a_runtime_env_that_cannot_be_built_says_why_in_the_run():
     assert _why(err()) == "RuntimeEnvSetupError: Failed to set up runtime environment."
 
 
-def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
+def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch, tmp_path):
     """Ray reuses a worker process for the next job: the kernel path and server-log folder a job points at live
     in its own temporary folder, removed when it ends, so they must not outlast it (nor pile up per job)."""
+    from types import SimpleNamespace
+
     from workbench import fleet, jobs
 
+    ray = require_ray()  # the job's scratch folder goes under its node's temp folder: here, no Ray instance
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_temp_dir=lambda: str(tmp_path)))
     monkeypatch.setenv("JUPYTER_PATH", "/the/user/s")
     monkeypatch.delenv("WORKBENCH_SERVER_LOGS", raising=False)
     seen = []

@@ -104,17 +104,21 @@ print(json.dumps([{k: n[k] for k in ("NodeID", "Alive", "NodeManagerAddress", "R
 
 
 def _stop(nodes) -> list:
-    """SIGTERM each node's session (``ray start --block`` then stops its node), SIGKILL what is left after 30 s
-    (seen here: the head's agents can take longer on 2 busy cores); the pids still alive after that."""
+    """SIGTERM each node's session (``ray start --block`` then stops its node), the workers first (30 s to exit:
+    they take seconds), then the head (5 s: after SIGTERM its gcs_server and autoscaler monitor wait out about 30 s
+    of their own, seen here busy or not, and nothing here needs their graceful end), SIGKILL what is left after
+    each; the pids still alive after that."""
     procs = set().union(*(n.processes() for n in nodes)) if nodes else set()
-    for n in nodes:
-        if n.proc.poll() is None:
-            os.killpg(n.proc.pid, signal.SIGTERM)
-    for pid in gone_within(30, procs):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for group, grace_s in (([n for n in nodes if n.name != "head"], 30), ([n for n in nodes if n.name == "head"], 5)):
+        mine = set().union(*(n.processes() for n in group)) if group else set()
+        for n in group:
+            if n.proc.poll() is None:
+                os.killpg(n.proc.pid, signal.SIGTERM)
+        for pid in gone_within(grace_s, mine):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return gone_within(10, procs)
 
 
