@@ -29,11 +29,13 @@ FLEET = Path(__file__).parent / "fixtures" / "fleet"
 
 @contextlib.contextmanager
 def _ray_tmp(mp: pytest.MonkeyPatch) -> Iterator[str]:
-    """A short, private Ray temp folder (unix socket paths are short); no process using it survives its use."""
+    """A short, private Ray temp folder (unix socket paths are short); no process using it survives its use. Not
+    ``wbr-``: that is a command's temp root (workbench.lifecycle), and any command starting on the machine sweeps one
+    that holds no lock and stayed empty a minute (this one, while the local executor runs, before a head starts)."""
     import psutil
 
     require_ray()
-    tmp = tempfile.mkdtemp(prefix="wbr-", dir="/tmp")
+    tmp = tempfile.mkdtemp(prefix="wbf-", dir="/tmp")
     mp.setenv("RAY_TMPDIR", tmp)
     mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
     try:

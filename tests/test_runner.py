@@ -356,13 +356,14 @@ def test_the_notebooks_of_one_engine_fork_their_probes_from_one_forkserver_that_
 def test_a_notebook_that_covers_the_batch_runs_once_with_its_first_or_last_engine(tmp_path):
     nbs = _notebooks(tmp_path, {"00_env": "prints_parameters", "50_probe": "prints_parameters",
                                 "90_sum": "prints_parameters"}, {"00_env": "first", "90_sum": "last"})
-    out = tmp_path / "run"
-    assert runner.run_batch(out, engine=["llamacpp", "trtllm", "vllm"], model="synthetic:tiny", progress=False,
-                            notebooks_dir=nbs, data_dir=out / "no-data") == 0
+    out = tmp_path / "run"  # llama-server last, not vLLM: its forkserver's imports take seconds, vLLM's ~15 s
+    assert runner.run_batch(out, engine=["llamacpp", "trtllm", "llamacpp-server"], model="synthetic:tiny",
+                            progress=False, notebooks_dir=nbs, data_dir=out / "no-data") == 0
     ran = manifest.load(out).notebooks
-    assert sorted(ran) == ["llamacpp/00_env", "llamacpp/50_probe", "trtllm/50_probe", "vllm/50_probe", "vllm/90_sum"]
+    assert sorted(ran) == ["llamacpp-server/50_probe", "llamacpp-server/90_sum", "llamacpp/00_env", "llamacpp/50_probe",
+                           "trtllm/50_probe"]
     assert ran["llamacpp/00_env"].started <= min(e.started for e in ran.values())  # before anything
-    assert ran["vllm/90_sum"].started >= max(e.started for e in ran.values())  # after everything
+    assert ran["llamacpp-server/90_sum"].started >= max(e.started for e in ran.values())  # after everything
 
 
 def test_one_batch_gives_an_engine_its_own_model_and_parameters(tmp_path):
