@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import base64
+import contextlib
 import os
 import shutil
 import tempfile
 import time
 import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from conftest import listening, naming, off_loopback, require_ray
@@ -25,23 +27,33 @@ FIXTURES = Path(__file__).parent / "fixtures" / "notebooks"
 FLEET = Path(__file__).parent / "fixtures" / "fleet"
 
 
-@pytest.fixture
-def ray_tmp(monkeypatch):
-    """A short, private Ray temp folder (unix socket paths are short); no process using it survives the test."""
+@contextlib.contextmanager
+def _ray_tmp(mp: pytest.MonkeyPatch) -> Iterator[str]:
+    """A short, private Ray temp folder (unix socket paths are short); no process using it survives its use. Not
+    ``wbr-``: that is a command's temp root (workbench.lifecycle), and any command starting on the machine sweeps one
+    that holds no lock and stayed empty a minute (this one, while the local executor runs, before a head starts)."""
     import psutil
 
     require_ray()
-    tmp = tempfile.mkdtemp(prefix="wbr-", dir="/tmp")
-    monkeypatch.setenv("RAY_TMPDIR", tmp)
-    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    yield tmp
-    _, left = psutil.wait_procs(naming(tmp), timeout=20)  # ray.shutdown() / ray stop let them exit on their own
-    for p in left:
-        p.kill()
-    heads = [p.name for p in Path(tmp).glob("wbray-*")]  # a local head's folder: its runtime_envs, GBs each
-    shutil.rmtree(tmp, ignore_errors=True)
+    tmp = tempfile.mkdtemp(prefix="wbf-", dir="/tmp")
+    mp.setenv("RAY_TMPDIR", tmp)
+    mp.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    try:
+        yield tmp
+    finally:
+        _, left = psutil.wait_procs(naming(tmp), timeout=20)  # ray.shutdown() / ray stop let them exit on their own
+        for p in left:
+            p.kill()
+        heads = [p.name for p in Path(tmp).glob("wbray-*")]  # a local head's folder: its runtime_envs, GBs each
+        shutil.rmtree(tmp, ignore_errors=True)
     assert not left, f"Ray processes outlived the test: {[(p.pid, p.info['cmdline'][:2]) for p in left]}"
     assert not heads, f"a local head's temp folder outlived the run: {heads}"
+
+
+@pytest.fixture
+def ray_tmp(monkeypatch):
+    with _ray_tmp(monkeypatch) as tmp:
+        yield tmp
 
 
 def _verdicts(out: Path) -> list:
@@ -55,45 +67,73 @@ def _run(out: Path, m: matrix.Matrix, books: Path, executor=None) -> int:
                             jobs=lambda o: m.jobs(o, books), executor=executor)
 
 
-def test_the_local_head_listens_on_loopback_only(ray_tmp):
-    """Ray rewrites 127.0.0.1 into the routable IP unless told otherwise (workbench.fleet._loopback); every
-    listening socket of the head's processes, read from the OS, is on loopback."""
+def _watched(num_cpus: int):
+    """A local head (:class:`RayExecutor`) whose processes and listening sockets are read from the OS as soon as it
+    has started (``seen``)."""
     from workbench.fleet import RayExecutor, session_processes
 
-    with RayExecutor(num_cpus=1) as ex:
-        procs = session_processes(ex._head)
-        sockets = listening([p.pid for p in procs])
+    class Watched(RayExecutor):
+        seen: tuple = ()
+
+        def __enter__(self):
+            super().__enter__()
+            procs = session_processes(self._head)
+            self.seen = (procs, listening([p.pid for p in procs]))
+            return self
+
+    return Watched(num_cpus=num_cpus)
+
+
+@pytest.fixture(scope="module")
+def local_and_fleet(tmp_path_factory):
+    """One batch of three jobs (llama.cpp and vLLM on the fixture notebook, llama.cpp on a real probe notebook) run
+    by the local executor and on a local head (2 CPUs) into two run folders, then resumed on a fresh local head:
+    the folders, and the processes and listening sockets of the first head, read while it ran. (Each pair of runs
+    used to be a run of its own, and the loopback check a head of its own: one head start and run each.)"""
+    llama = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("writes_finding",))
+    vllm = matrix.Matrix(("vllm",), ("synthetic:cpu",), ("writes_finding",), resources={"vllm": matrix.Resources(2, 0)})
+    probe = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("20_reuse_metrics",))
+
+    def jobs(o: Path) -> list:
+        return llama.jobs(o, FIXTURES) + vllm.jobs(o, FIXTURES) + probe.jobs(o, runner.REPO_ROOT / "notebooks")
+
+    def run(out: Path, executor=None) -> int:
+        return runner.run_batch(out, progress=False, data_dir=out / "no-data", jobs=jobs, executor=executor)
+
+    root = tmp_path_factory.mktemp("fleet")
+    local, fleet = root / "local", root / "fleet"
+    with pytest.MonkeyPatch.context() as mp, _ray_tmp(mp):  # nothing of it outlives the runs, its env neither
+        assert run(local) == 0
+        head = _watched(num_cpus=2)
+        assert run(fleet, head) == 0
+        ran, scan = manifest.load(fleet), findings.scan([fleet / "findings"])
+        resumed = run(fleet, _watched(num_cpus=2))  # resume: all skipped
+    return {"local": local, "fleet": fleet, "head": head.seen, "ran": ran, "scan": scan, "resumed": resumed}
+
+
+def test_the_local_head_listens_on_loopback_only(local_and_fleet):
+    """Ray rewrites 127.0.0.1 into the routable IP unless told otherwise (workbench.fleet._loopback); every
+    listening socket of the head's processes, read from the OS, is on loopback."""
+    procs, sockets = local_and_fleet["head"]
     assert len(procs) >= 3 and sockets, (procs, sockets)  # gcs_server, raylet, agents: something listens
     off = off_loopback(sockets)
     assert not off, f"the local head listens off loopback: {off}"
 
 
-def test_a_local_head_gives_the_local_executors_verdicts(tmp_path, ray_tmp):
-    from workbench.fleet import RayExecutor
-
-    llama = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("writes_finding",))
-    vllm = matrix.Matrix(("vllm",), ("synthetic:cpu",), ("writes_finding",), resources={"vllm": matrix.Resources(2, 0)})
-    probe = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("20_reuse_metrics",))
-    local, fleet = tmp_path / "local", tmp_path / "fleet"
-    for out, executor in ((local, None), (fleet, RayExecutor(num_cpus=2))):
-        assert _run(out, llama, FIXTURES, executor) == 0
-        assert _run(out, vllm, FIXTURES, executor) == 0
-    assert _run(local, probe, runner.REPO_ROOT / "notebooks") == 0
-    assert _run(fleet, probe, runner.REPO_ROOT / "notebooks", RayExecutor(num_cpus=2)) == 0
-
+def test_a_local_head_gives_the_local_executors_verdicts(local_and_fleet):
+    local, fleet, m, scan = (local_and_fleet[k] for k in ("local", "fleet", "ran", "scan"))
     assert _verdicts(fleet) == _verdicts(local) and len(_verdicts(fleet)) == 3
     assert "not-run" not in {v[3] for v in _verdicts(fleet)}  # vLLM ran (synthetic:cpu: a head size it runs)
-    m = manifest.load(fleet)
     assert set(m.notebooks) == set(manifest.load(local).notebooks)
     for e in m.notebooks.values():
         assert e.status == "ok" and e.node["hostname"] and e.node["ray_node"] and "driver" in e.node
         assert (fleet / e.output).is_file() and (fleet / e.log).is_file()  # came back as bytes
     assert (fleet / "report.html").is_file()
-    scan = findings.scan([fleet / "findings"])
     assert {f.attempt for _, f in scan.findings} <= {e.attempt for e in m.notebooks.values()}
 
-    assert _run(fleet, probe, runner.REPO_ROOT / "notebooks", RayExecutor(num_cpus=2)) == 0  # resume: all skipped
+    assert local_and_fleet["resumed"] == 0  # resume on a fresh head: all skipped
     assert len(findings.scan([fleet / "findings"]).findings) == len(scan.findings)
+    assert manifest.load(fleet).notebooks == m.notebooks  # nothing ran again
 
 
 def _wheel(where: Path, version: str) -> str:
@@ -114,13 +154,24 @@ def _wheel(where: Path, version: str) -> str:
 
 def test_two_environments_run_side_by_side_into_one_folder_and_churn_reads_both(tmp_path, ray_tmp):
     """Two runtime_envs that differ in one package's version; each job's fixture survey records that version
-    as its release, and the churn rule reads both releases from the one run folder."""
+    as its release, and the churn rule reads both releases from the one run folder.
+
+    Each release is the tiny wheel unpacked (as ``pip install --target`` lays it out) in a folder of its own, put
+    on the job's PYTHONPATH by a ``py_modules`` runtime_env (``local://``: a folder every node has, used in place;
+    ``ray/_private/runtime_env/py_modules.py``). A ``pip`` runtime_env would reach the workbench the same way, but
+    Ray builds each by copying the driver's whole virtualenv (``virtualenv_utils.py``): GBs written and removed
+    per environment, minutes on a busy disk, which proves nothing here."""
     from workbench.fleet import RayExecutor
+
+    def release(v: str) -> str:
+        folder = tmp_path / f"rel-{v}"
+        with zipfile.ZipFile(_wheel(tmp_path, v)) as z:
+            z.extractall(folder)
+        return f"local://{folder}"
 
     doc = {"engines": ["trtllm"], "models": ["synthetic:tiny"], "notebooks": ["writes_survey"],
            "resources": {"trtllm": {"num_cpus": 1, "num_gpus": 0}},
-           "environments": {f"rel-{v}": {"pip": {"packages": [_wheel(tmp_path, v)], "pip_install_options": ["--no-index"]}}
-                            for v in ("1.0", "2.0")}}
+           "environments": {f"rel-{v}": {"py_modules": [release(v)]} for v in ("1.0", "2.0")}}
     assert matrix.check(doc) == []
     path = tmp_path / "m.yaml"
     import yaml
@@ -234,11 +285,15 @@ def test_a_runtime_env_that_cannot_be_built_says_why_in_the_run():
     assert _why(err()) == "RuntimeEnvSetupError: Failed to set up runtime environment."
 
 
-def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch):
+def test_a_reused_worker_keeps_no_path_into_an_earlier_job(monkeypatch, tmp_path):
     """Ray reuses a worker process for the next job: the kernel path and server-log folder a job points at live
     in its own temporary folder, removed when it ends, so they must not outlast it (nor pile up per job)."""
+    from types import SimpleNamespace
+
     from workbench import fleet, jobs
 
+    ray = require_ray()  # the job's scratch folder goes under its node's temp folder: here, no Ray instance
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: SimpleNamespace(get_temp_dir=lambda: str(tmp_path)))
     monkeypatch.setenv("JUPYTER_PATH", "/the/user/s")
     monkeypatch.delenv("WORKBENCH_SERVER_LOGS", raising=False)
     seen = []

@@ -104,17 +104,21 @@ print(json.dumps([{k: n[k] for k in ("NodeID", "Alive", "NodeManagerAddress", "R
 
 
 def _stop(nodes) -> list:
-    """SIGTERM each node's session (``ray start --block`` then stops its node), SIGKILL what is left after 30 s
-    (seen here: the head's agents can take longer on 2 busy cores); the pids still alive after that."""
+    """SIGTERM each node's session (``ray start --block`` then stops its node), the workers first (30 s to exit:
+    they take seconds), then the head (5 s: after SIGTERM its gcs_server and autoscaler monitor wait out about 30 s
+    of their own, seen here busy or not, and nothing here needs their graceful end), SIGKILL what is left after
+    each; the pids still alive after that."""
     procs = set().union(*(n.processes() for n in nodes)) if nodes else set()
-    for n in nodes:
-        if n.proc.poll() is None:
-            os.killpg(n.proc.pid, signal.SIGTERM)
-    for pid in gone_within(30, procs):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    for group, grace_s in (([n for n in nodes if n.name != "head"], 30), ([n for n in nodes if n.name == "head"], 5)):
+        mine = set().union(*(n.processes() for n in group)) if group else set()
+        for n in group:
+            if n.proc.poll() is None:
+                os.killpg(n.proc.pid, signal.SIGTERM)
+        for pid in gone_within(grace_s, mine):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     return gone_within(10, procs)
 
 
@@ -188,12 +192,15 @@ def test_the_cli_on_a_cluster_gives_the_local_executors_run_folder(cluster, tmp_
 
 
 def test_a_job_over_its_timeout_on_a_node_ends_timeout_and_keeps_nothing(cluster, tmp_path):
-    out = tmp_path / "run"
-    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_s": 600}), "45")
+    """The job writes its finding on its node and holds (never released); ``--job-timeout`` ends it there."""
+    hold, out = tmp_path / "hold", tmp_path / "run"
+    hold.mkdir()
+    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_dir": str(hold)}), "25")
     assert got.returncode != 0, got.stdout[-2000:]
     (e,) = manifest.load(out).notebooks.values()
-    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 45 s"), e.error
+    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 25 s"), e.error
     assert e.node and e.node["ray_node"]
+    assert [m.stem for m in hold.glob("*.pid")] == [e.attempt]  # it got as far as holding: its finding was written
     assert not findings.scan([out / "findings"]).findings  # it wrote one on its node; nothing came back
     assert not [p for p in naming("ipykernel") if any(cluster.root.name in a for a in p.info["cmdline"] or [])]
 

@@ -141,12 +141,16 @@ def test_untimed_jobs_go_to_a_lane_whose_forkserver_imports_and_a_lane_out_of_wo
 
 @two_cores
 def test_the_lane_out_of_work_runs_the_last_jobs_of_the_busy_one_each_once_on_its_own_cores(tmp_path):
+    """llama.cpp's first job holds until five jobs have started: its own, llama-server's three in the other lane,
+    and the one that lane takes once out of work (at most 120 s: a lane that never takes one leaves llama.cpp's
+    lane to run all three, and the test fails). Its other jobs hold no longer."""
     folder, out = tmp_path / "nbs", tmp_path / "run"
     folder.mkdir()
     for name in ("50_a", "51_b", "52_c"):
         (folder / f"{name}.ipynb").write_text((FIXTURES / "reports_lane.ipynb").read_text())
     assert runner.run_batch(out, engine=["llamacpp", "llamacpp-server"], model="synthetic:tiny", progress=False,
-                            notebooks_dir=folder, data_dir=out / "no-data", engine_params={"llamacpp": {"hold_s": 20}},
+                            notebooks_dir=folder, data_dir=out / "no-data",
+                            engine_params={"llamacpp": {"hold_s": 120, "hold_until_rows": 5}},
                             executor=runner.LocalExecutor(lanes=None)) == 0
     ran = manifest.load(out).notebooks
     assert sorted(ran) == sorted(f"{e}/{n}" for e in ("llamacpp", "llamacpp-server") for n in ("50_a", "51_b", "52_c"))

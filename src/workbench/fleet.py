@@ -276,10 +276,12 @@ class RayExecutor(Executor):
 
         ray.shutdown()
         if self._head:  # nothing of the local head outlives the run, on disk either
-            end_session(self._head)
-            self._head = None
+            # the watchdog first: its command line names the head's folder, so end_session would wait out its
+            # whole grace for a process that only ever exits with this one, then kill it
             self._watchdog.kill()
             self._watchdog.wait()
+            end_session(self._head)
+            self._head = None
 
     def _submit(self, job: Job, attempt: str, verbose: bool, lost: str | None = None,
                 avoid: str | None = None) -> _Attempt:
