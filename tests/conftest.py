@@ -40,7 +40,7 @@ def crashing_llama(tmp_path):
         "def crashing(ctx, batch):\n"
         "    return _decode(None, batch)\n"
         "llama_cpp.llama_decode = crashing\n")
-    return os.environ | {"PYTHONPATH": str(inject)}
+    return os.environ | {"PYTHONPATH": os.pathsep.join(filter(None, [str(inject), os.environ.get("PYTHONPATH")]))}
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
