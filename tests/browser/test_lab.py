@@ -44,7 +44,8 @@ def lab(tmp_path_factory):
         assert "interactive = False" in text
         (root / "notebooks" / nb).write_text(text.replace("interactive = False", "interactive = True", 1))
     out = root / "runs" / "findings"  # the notebooks' default ``out`` (../runs/findings)
-    probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1}, out=out)
+    probes.run("reuse.per_request_metrics", engine="llamacpp", model="synthetic:tiny", params={"repeats": 1}, out=out,
+               isolated=False)  # in this process: no child, the same finding
     probes.run("reuse.per_request_metrics", engine="trtllm", model="synthetic:tiny", out=out)
     report.write(out.parent)  # runs/report.html: llama.cpp's finding has a card there, TensorRT-LLM's not-run none
     port, token = _free_port(), secrets.token_hex(16)

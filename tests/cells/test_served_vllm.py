@@ -2,19 +2,26 @@
 ``usage.prompt_tokens_details.cached_tokens``, salt isolation inside the engine, KV events over ZMQ,
 streamed decode, the server's own version, and no server left when the cell closes.
 
-One server serves the module (it takes a minute or more to start here); every test uses fresh salts."""
+One server serves the module (it takes a minute or more to start here); every test uses fresh salts. Its publisher
+is bound on ``ipc://`` with a replay buffer and a fixed ``PYTHONHASHSEED``, as the event probes open it, so the event
+source's own test (SUB, the replay ROUTER, the inventory against ``cached_tokens``) runs on it too: it had a server of
+its own with the same engine and model."""
 
 from __future__ import annotations
 
 import uuid
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 
 from conftest import require_engine
 from workbench import open_cell
+from workbench.cells.vllm.hashing import VllmHasher
 from workbench.engine import Cell, observer_mismatches
+from workbench.events.consumer import Consumer
+from workbench.events.inventory import Inventory
 
 MODEL = "synthetic:cpu"
 B = 32
@@ -22,11 +29,21 @@ B = 32
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
+SEED = "7"  # the server's PYTHONHASHSEED
+
+
 @pytest.fixture(scope="module")
-def cell(tmp_path_factory):
+def events(tmp_path_factory) -> dict:
+    """The publisher's endpoints (short ``ipc://`` paths) and the replay buffer's depth."""
+    folder = tmp_path_factory.mktemp("ev")
+    return {"endpoint": f"ipc://{folder}/pub", "replay_endpoint": f"ipc://{folder}/replay", "buffer_steps": 100}
+
+
+@pytest.fixture(scope="module")
+def cell(tmp_path_factory, events):
     require_engine("vllm-server")
-    with open_cell("vllm-server", MODEL, kv_budget_tokens=40 * B, context_tokens=1024,
-                   log_dir=str(tmp_path_factory.mktemp("logs"))) as c:
+    with open_cell("vllm-server", MODEL, kv_budget_tokens=40 * B, context_tokens=1024, hash_seed=SEED,
+                   kv_events_config=events, log_dir=str(tmp_path_factory.mktemp("logs"))) as c:
         yield c
 
 
@@ -36,6 +53,34 @@ def salt() -> str:
 
 def prompt(n: int, seed: int) -> list[int]:
     return np.random.default_rng(seed).integers(260, 512, size=n).tolist()
+
+
+def test_events_from_vllm_serve_replay_and_predict_cached_tokens(cell, events):
+    """The vLLM event source from a real ``vllm serve`` (started by workbench.serve): SUB on the publisher's ipc
+    endpoint, the replay ROUTER, hash parity over HTTP, and the inventory against ``cached_tokens``. Runs first: the
+    server has stored nothing yet, so replay from 0 returns this prompt's batch first (was tests/events/test_vllm_serve.py,
+    on a ``vllm serve`` of its own)."""
+    from workbench.cells.vllm import events as vllm_events
+
+    sub = vllm_events.Subscriber(connect=events["endpoint"], replay=events["replay_endpoint"])
+    consumer = Consumer(sub, Inventory(VllmHasher(B, "sha256", SEED)))
+    try:
+        prompt = list(range(20, 120))  # 3 full blocks of 32
+        model = httpx.get(f"{cell.url}/v1/models").json()["data"][0]["id"]
+        rows = []
+        for _ in range(2):
+            consumer.pump(0.3)
+            predicted = consumer.inventory.predict(prompt)
+            r = httpx.post(f"{cell.url}/v1/completions", timeout=120, json={
+                "model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0})
+            rows.append((predicted, r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]))
+        consumer.pump(0.5)
+        assert rows == [(0, 0), (96, 96)]
+        stored = [h for e in sub.replay(0) if e.kind == "stored" for h in e.block_hashes]
+        assert stored == VllmHasher(B, "sha256", SEED).chain(prompt)  # replay from 0 returns the first batch
+        assert stored != VllmHasher(B, "sha256", "0").chain(prompt)
+    finally:
+        consumer.close()
 
 
 def test_it_describes_the_server(cell):

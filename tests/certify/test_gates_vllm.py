@@ -1,8 +1,8 @@
 """The gates on real engines, vLLM against llama.cpp, as notebook 60 runs them in `make run` (smaller), and each gate's
 rule returning confirmed, refuted and inconclusive on their real rows.
 
-Two runs in child processes, on one synthetic model (its GGUF for llama.cpp, its Hugging Face twin with the same
-weights for vLLM; 4k context, so a tier costs a second, not the claim's 32k):
+Two runs in one child process (one vLLM import), on one synthetic model (its GGUF for llama.cpp, its Hugging Face
+twin with the same weights for vLLM; 4k context, so a tier costs a second, not the claim's 32k):
 
 - the gates' own run (:func:`long_context.run_in_child`: one run of the ladder), whose finding re-derives, names its
   class, never answers the subject's claims (vLLM is a reference), and whose G1 rows are the engines' own;
@@ -32,7 +32,7 @@ import json
 import pytest
 
 from conftest import require_engine
-from workbench import claims, findings, isolate, plots, probes, settle, standing
+from workbench import cells, claims, findings, isolate, plots, probes, settle, standing
 from workbench.certify import gates
 from workbench.certify import long_context as lc
 
@@ -42,25 +42,40 @@ SEED = 1  # a prompt draw on which every arm delivers its whole cap (seed 0 meet
 C, B = gates.CANDIDATE, gates.BASELINE
 
 
+PLAN = lc.Plan("vllm", MODEL, tiers=LADDER, runs=1, output_tokens=8, threads=1, seed=SEED)
+TIMED = lc.Plan("vllm", MODEL, tiers=LADDER, runs=3, output_tokens=8, threads=1, seed=SEED)
+ARMS = [lc.Arm("vllm", C, "vllm"),
+        lc.Arm("llamacpp:f32", B, "llamacpp", {"kv_type": "f32"}, "f32"),
+        lc.Arm("llamacpp-short", B, "llamacpp", {"kv_type": "f32", "context_tokens": 1024}, "f32"),
+        lc.Arm("llamacpp-one-by-one", B, "llamacpp", {"kv_type": "f32", "n_batch": 1}, "f32")]
+
+
+def gates_then_arms(plan: lc.Plan, timed: lc.Plan, arms: list) -> tuple:
+    """In one child: the gates' own run (what :func:`long_context.run_in_child` runs there), then the four arms'
+    rows (:func:`long_context.time_arms`). Each ran in a child of its own, and each child paid vLLM's import."""
+    return lc.run(plan), lc.time_arms(timed, arms)
+
+
 @pytest.fixture(scope="module")
-def gated(tmp_path_factory):
+def both(tmp_path_factory):
     require_engine("vllm")
     require_engine("llamacpp")
     out = tmp_path_factory.mktemp("gates")
-    plan = lc.Plan("vllm", MODEL, tiers=LADDER, runs=1, output_tokens=8, threads=1, seed=SEED)
-    return lc.run_in_child(plan, out), out
+    preload = tuple(dict.fromkeys([*probes.preload("vllm"), *cells.preload("llamacpp")]))  # as run_in_child's
+    f, rows = isolate.call(gates_then_arms, PLAN, TIMED, ARMS, preload=preload)
+    if f is not None:
+        findings.write(f, out)  # as run_in_child writes it
+    return (f, out), rows
 
 
 @pytest.fixture(scope="module")
-def timed_rows():
-    require_engine("vllm")
-    require_engine("llamacpp")
-    plan = lc.Plan("vllm", MODEL, tiers=LADDER, runs=3, output_tokens=8, threads=1, seed=SEED)
-    arms = [lc.Arm("vllm", C, "vllm"),
-            lc.Arm("llamacpp:f32", B, "llamacpp", {"kv_type": "f32"}, "f32"),
-            lc.Arm("llamacpp-short", B, "llamacpp", {"kv_type": "f32", "context_tokens": 1024}, "f32"),
-            lc.Arm("llamacpp-one-by-one", B, "llamacpp", {"kv_type": "f32", "n_batch": 1}, "f32")]
-    return isolate.call(lc.time_arms, plan, arms, preload=probes.preload("vllm"))
+def gated(both):
+    return both[0]
+
+
+@pytest.fixture(scope="module")
+def timed_rows(both):
+    return both[1]
 
 
 def seat(rows, arm, role):
@@ -127,8 +142,7 @@ def test_g1_on_real_rows(gated):
     assert gates.decide_tier(rule, serve, ladder).verdict == "refuted"  # as measured
     skipped = next(r for r in serve if r["arm"] == "llamacpp:q4_0")  # it could not have changed the verdict
     assert skipped["served"] is None and "could not change the verdict" in skipped["skipped"]
-    plan = lc.Plan("vllm", MODEL, tiers=LADDER, runs=1, output_tokens=8, threads=1, seed=SEED)
-    q4 = [lc.serve_row(plan, lc.Arm("llamacpp:q4_0", C, "llamacpp", {"kv_type": "q4_0"}, "q4_0"),
+    q4 = [lc.serve_row(PLAN, lc.Arm("llamacpp:q4_0", C, "llamacpp", {"kv_type": "q4_0"}, "q4_0"),
                        int(f.params["budget_bytes"]), ladder)]
     assert (q4[0]["tier"], q4[0]["served"], q4[0]["quality"]) == (4096, True, "passed"), q4
     out = gates.decide_tier(rule, q4 + seat(serve, "vllm", B), ladder)

@@ -7,6 +7,7 @@ second consumer is refused by the lease; a replay buffer too small for a gap is 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -22,12 +23,25 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
 def run(name: str, tmp_path, **params):
-    """The probe's finding; the folder of its ipc:// sockets is gone once it has run."""
+    """The probe's finding; the folder of its ipc:// sockets is gone once it has run.
+
+    The probe makes that folder with ``tempfile.mkdtemp`` (``ProbeContext.scratch``) in the temp root, which is
+    this run's own while it runs (short: a socket's path must be): only a folder this probe could have made is
+    looked for, never another process's in /tmp. The endpoint its cell announced shows the folder was made there."""
     require_engine("vllm")
-    before = set(Path(tempfile.gettempdir()).glob("workbench-events-*"))
-    f = probes.run(name, engine="vllm", model=MODEL, params=params, out=tmp_path, isolated=False)
-    assert f.verdict != "not-run", f.reason
-    assert set(Path(tempfile.gettempdir()).glob("workbench-events-*")) <= before, "a socket folder outlived the probe"
+    root = tempfile.mkdtemp(prefix="wbev-")
+    saved, tempfile.tempdir = tempfile.tempdir, root
+    try:
+        f = probes.run(name, engine="vllm", model=MODEL, params=params, out=tmp_path, isolated=False)
+    finally:
+        tempfile.tempdir = saved
+    try:
+        assert f.verdict != "not-run", f.reason
+        endpoint = f.environment.get("cell", {}).get("extra", {}).get("kv_events_endpoint") or ""
+        assert endpoint.startswith(f"ipc://{root}/workbench-events-"), endpoint  # its sockets were made in root
+        assert list(Path(root).glob("workbench-events-*")) == [], "a socket folder outlived the probe"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     return f
 
 

@@ -48,7 +48,7 @@ def test_watch_streams_json_lines_from_a_vllm_wire_publisher_and_sees_its_gap(st
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     pub.bind(endpoint)
-    proc = subprocess.Popen([*CLI, "--endpoint", endpoint, "--duration", "12", "--json", "--interval", "0.5",
+    proc = subprocess.Popen([*CLI, "--endpoint", endpoint, "--duration", "5", "--json", "--interval", "0.5",
                              "--block-size", "4"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         enc = msgspec.msgpack.Encoder()
