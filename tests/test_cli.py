@@ -7,11 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from clirun import wb  # the command line in-process: what a command says and exits with, without its imports' seconds
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def wb(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, cwd=cwd)
 
 
 def test_doctor_json_tells_the_truth_on_this_machine():
@@ -161,6 +159,7 @@ def test_findings_survives_a_fifo_and_deep_nesting(tmp_path):
     wb("probe", "surface.contract_mapping", "--out", str(tmp_path))
     os.mkfifo(tmp_path / "pipe.json")
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    # a child process: a FIFO opened for reading would block it, a recursive parse could overflow its stack
     r = subprocess.run([sys.executable, "-m", "workbench.cli", "findings", str(tmp_path)], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "surface.contract_mapping" in r.stdout

@@ -2,23 +2,22 @@
 bound, synthetic model specs no engine can load, malformed loop traces, ``WORKBENCH_*`` variables naming a file,
 server arguments that override what ``workbench serve`` owns, keys given twice, PYTHONHASHSEEDs Python refuses.
 
-Each row runs ``python -m workbench.cli`` in a fresh folder and expects its exit code, one ``error:`` line naming what
-to fix, no traceback, no finding written and the human's file (``human.md``, or the file a variable names) byte for
-byte as it was. Every row fails before any engine or server starts, so the table is cheap.
+Each row runs the command line in a fresh folder, in-process (``tests/clirun.py``: typer's ``CliRunner``, an escaped
+exception written out as a traceback), with no ``WORKBENCH_*`` variable but the model cache and its own, and expects
+its exit code, one ``error:`` line naming what to fix, no traceback, no finding written and the human's file
+(``human.md``, or the file a variable names) byte for byte as it was. Every row fails before any engine or server
+starts, so the table is cheap.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from clirun import wb
 
-ROOT = Path(__file__).resolve().parents[1]
 HUMAN = b"# my notes\n\nnot to be touched\n"
 PROBE = ("probe", "reuse.per_request_metrics", "--model", "synthetic:tiny", "--out", "out")
 LOOP = ("loop", "--arms", "llamacpp", "--model", "synthetic:tiny", "--turns", "1", "--sessions", "1", "--out", "out")
@@ -87,33 +86,15 @@ CASES = [
 ]
 
 
-def _run(case: tuple, base: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    name, argv, env, _ = case
-    here = base / "".join(c if c.isalnum() else "-" for c in name)
-    here.mkdir()
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, tmp_path):
+    _, argv, env, says = case
+    here = tmp_path
     (here / "human.md").write_bytes(HUMAN)
     for file, text in TRACES.items():
         (here / file).write_text(text)
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("WORKBENCH_")}
-    environ |= {"PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
-                "WORKBENCH_CACHE": os.environ.get("WORKBENCH_CACHE", str(Path.home() / ".cache" / "workbench")),
-                **env}
-    proc = subprocess.run([sys.executable, "-m", "workbench.cli", *argv], cwd=here, env=environ, capture_output=True,
-                          text=True, timeout=300)
-    return proc, here
-
-
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Every row, four at a time (each is a CLI start-up, most of its time importing)."""
-    base = tmp_path_factory.mktemp("bad-inputs")
-    with ThreadPoolExecutor(4) as pool:
-        return dict(zip((c[0] for c in CASES), pool.map(lambda c: _run(c, base), CASES)))
-
-
-@pytest.mark.parametrize("case, says", [(c[0], c[3]) for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_exit_2_and_nothing_lost(case, says, ran):
-    proc, here = ran[case]
+    cache = os.environ.get("WORKBENCH_CACHE", str(Path.home() / ".cache" / "workbench"))
+    proc = wb(*argv, cwd=here, drop_env="WORKBENCH_", env={"WORKBENCH_CACHE": cache, **env})
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]

@@ -1,5 +1,7 @@
 """Issue 36, unwritable or full output: every command that writes a file a person names checks it first, and a write
-that fails midway leaves the person's file as it was. Each row runs the real command line in a child process.
+that fails midway leaves the person's file as it was. Each row runs the real command line: in-process
+(``tests/clirun.py``) where the path is unwritable, in a child process where the disk is full (the limit is the
+child's own).
 
 "Unwritable" is a path under a regular file: it fails for root too (chmod does not stop root; no read-only mount can
 be made here). "Full" caps the child's file size (RLIMIT_FSIZE; Python ignores SIGXFSZ, so the write gets EFBIG as a
@@ -13,7 +15,10 @@ import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+
+from clirun import wb
 
 ROOT = Path(__file__).resolve().parents[1]
 FORGED = ROOT / "tests" / "fixtures" / "forged"  # one finding: enough for a write-back to change the file
@@ -48,18 +53,22 @@ def test_an_unwritable_or_full_output_exits_2_in_one_line_and_changes_nothing(tm
     ]
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    runs = [subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
-                             preexec_fn=_full_disk if full else None) for _, args, full, _, _ in rows]
-    for (case, _, _, path, said), run in zip(rows, runs):
-        _, err = run.communicate(timeout=120)
+    children = {case: subprocess.Popen([sys.executable, "-m", "workbench.cli", *args], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=env,
+                                       preexec_fn=_full_disk) for case, args, full, _, _ in rows if full}
+    said_by = {case: wb(*args, cwd=tmp_path) for case, args, full, _, _ in rows if not full}
+    for case, child in children.items():
+        out, err = child.communicate(timeout=120)
+        said_by[case] = subprocess.CompletedProcess(child.args, child.returncode, out, err)
+    for case, _, _, path, said in rows:
+        code, err = said_by[case].returncode, said_by[case].stderr
         lines = err.strip().splitlines()
-        assert run.returncode == 2 and len(lines) == 1 and "Traceback" not in err, (case, err)
+        assert code == 2 and len(lines) == 1 and "Traceback" not in err, (case, err)
         assert lines[0].startswith("error: ") and path in lines[0] and said in lines[0], (case, err)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # byte for byte, no temp file left
 
 
-def test_findings_points_at_the_recovery_folder_when_it_holds_findings(tmp_path):
+def test_findings_points_at_the_recovery_folder_when_it_holds_findings(tmp_path, monkeypatch):
     """A finding its folder could not take is kept in $TMPDIR/workbench-recovered-UID/; the next `workbench findings`
     says so, unless it is listing that folder."""
     rescue = tmp_path / f"workbench-recovered-{os.getuid()}"
@@ -71,9 +80,8 @@ def test_findings_points_at_the_recovery_folder_when_it_holds_findings(tmp_path)
         ("another folder", ("empty",), 0, True),
         ("the recovery folder itself", (str(rescue),), 0, False),
     ]
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR, as a new process would
     for case, dirs, code, named in rows:
-        r = subprocess.run([sys.executable, "-m", "workbench.cli", "findings", *dirs], capture_output=True, text=True,
-                           cwd=tmp_path, env=env)
+        r = wb("findings", *dirs, cwd=tmp_path, env={"TMPDIR": str(tmp_path)})
         assert r.returncode == code and len(r.stderr.splitlines()) == int(named) and "Traceback" not in r.stderr
         assert (f"1 finding(s) that could not be written where asked are kept in {rescue}" in r.stderr) == named, case

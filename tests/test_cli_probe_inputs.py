@@ -1,17 +1,16 @@
 """``workbench probe`` given bad input (issue 36): a served engine attached to something that is not that server,
-and a parameter far out of range. Each row runs the real CLI and expects exit 2, a one-line message, no traceback
-and no finding; the out-of-range rows fail before any cell opens (the llamacpp-server row points at a port where
+and a parameter far out of range. Each row runs the real CLI in-process (``tests/clirun.py``) and expects exit 2, a
+one-line message, no traceback and no finding; the out-of-range rows fail before any cell opens (the llamacpp-server row points at a port where
 nothing listens, so a check made after the open would say so instead)."""
 
 from __future__ import annotations
 
 import http.server
 import json
-import subprocess
-import sys
 import threading
 
 import pytest
+from clirun import wb
 
 from workbench import serve
 
@@ -79,26 +78,24 @@ PROBE = {"suffix_tokens=0": "prefix.warmup_materialization", "blocks=2,-1": "pre
 
 def argv(engine: str, cell: list[str], params: list[str], fake: str, free: int, out: str) -> list[str]:
     name = PROBE.get(params[0], "reuse.per_request_metrics") if params else "reuse.per_request_metrics"
-    args = [sys.executable, "-m", "workbench.cli", "probe", name, "--engine", engine, "--model", "synthetic:tiny",
-            "--out", out]
+    args = ["probe", name, "--engine", engine, "--model", "synthetic:tiny", "--out", out]
     return args + [x for c in cell for x in ("-c", c.format(fake=fake, free=free))] + [x for p in params for x in ("-p", p)]
 
 
 @pytest.fixture(scope="module")
-def ran(fake, tmp_path_factory):
-    """Every row's command, run side by side (each is a CLI start-up, most of its time importing)."""
-    free = serve.free_port()
-    out = {c[0]: tmp_path_factory.mktemp("findings") for c in CASES}
-    procs = {c[0]: subprocess.Popen(argv(*c[1:4], fake, free, str(out[c[0]])), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for c in CASES}
-    return {case: (p, *p.communicate(timeout=300), out[case]) for case, p in procs.items()}
+def free():
+    """A loopback port where nothing listens."""
+    return serve.free_port()
 
 
-@pytest.mark.parametrize("case, says", [(c[0], c[4]) for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_and_exit_2(case, says, ran):
-    proc, stdout, stderr, out = ran[case]
-    assert proc.returncode == 2, (stdout, stderr)
-    assert "Traceback" not in stderr + stdout
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], stderr
-    assert not list(out.rglob("*.json"))  # no finding
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(case, fake, free, tmp_path):
+    _, engine, cell, params, says = case
+    out = tmp_path / "findings"
+    out.mkdir()
+    r = wb(*argv(engine, cell, params, fake, free, str(out)))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], r.stderr
+    assert not list(tmp_path.rglob("*.json"))  # no finding

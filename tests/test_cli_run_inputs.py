@@ -1,14 +1,13 @@
 """``workbench run`` and ``probe`` given bad input (issue 40): each is refused before any kernel starts. Every row runs
-the real CLI into an empty folder and expects exit 2, a one-line message, no traceback, and the folder still empty
+the real CLI (in-process, ``tests/clirun.py``) into an empty folder and expects exit 2, a one-line message, no traceback, and the folder still empty
 (no lock, no executed notebook, no log, no finding, no report: a notebook that ran would have left all of them)."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
+from clirun import wb
 
 CASES = [  # (case, arguments after the command, what the one line says)
     ("an engine no cell implements", ["run", "--engine", "tensorrt"], "unknown engine 'tensorrt'"),
@@ -46,43 +45,31 @@ CASES = [  # (case, arguments after the command, what the one line says)
 ]
 
 
-@pytest.fixture(scope="module")
-def ran(tmp_path_factory):
-    """Every row's command, run side by side (each is a CLI start-up, most of its time importing)."""
-    out = {c[0]: tmp_path_factory.mktemp("run") for c in CASES}
-    procs = {case: subprocess.Popen([sys.executable, "-m", "workbench.cli", *args, "--out", str(out[case])],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for case, args, _ in CASES}
-    return {case: (p, *p.communicate(timeout=300), out[case]) for case, p in procs.items()}
-
-
-@pytest.mark.parametrize("case, says", [(c[0], c[2]) for c in CASES], ids=[c[0] for c in CASES])
-def test_bad_input_exits_2_before_anything_runs(case, says, ran):
-    proc, stdout, stderr, out = ran[case]
-    assert proc.returncode == 2, (stdout, stderr)
-    assert "Traceback" not in stderr + stdout
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], stderr
-    assert not list(out.iterdir())  # nothing written, not even the writer's lock
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_before_anything_runs(case, tmp_path):
+    _, args, says = case
+    r = wb(*args, "--out", str(tmp_path))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr + r.stdout
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], r.stderr
+    assert not list(tmp_path.iterdir())  # nothing written, not even the writer's lock
 
 
 def test_version_names_the_package_and_the_commit():
     """``--version`` before (or without) a command: the installed package's version and this checkout's commit."""
+    import subprocess
     from importlib import metadata
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    r = subprocess.run([sys.executable, "-m", "workbench.cli", "--version", "run"], capture_output=True, text=True)
+    r = wb("--version", "run")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"workbench {metadata.version('workbench')}" + (f" (commit {head}" if head else ""))
 
 
 # --------------------------------------------------------------------------- findings --format (issue 40, item 8)
-
-
-def wb(*args):
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
