@@ -36,12 +36,20 @@ COMMAND = textwrap.dedent("""
 """)
 
 
+def _default_signals() -> None:
+    """A child's stop signals as a terminal's command gets them: a runner that started this suite in the background
+    (``nohup``, ``&`` in a script) hands its children SIGINT and SIGHUP ignored, and an ignored signal stays ignored
+    across exec, as it should for a real command."""
+    for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def _command(base: Path, hold_s: float) -> tuple[subprocess.Popen, Path, int]:
     base.mkdir(exist_ok=True)
     (base.parent / "outside").mkdir(exist_ok=True)
     proc = subprocess.Popen([sys.executable, "-c", COMMAND, str(hold_s)], stdout=subprocess.PIPE, text=True,
                             env=os.environ | {"TMPDIR": str(base), "OUTSIDE": str(base.parent / "outside")},
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=_default_signals)
     root, child, temp = proc.stdout.readline().split()
     assert temp == root and Path(root).parent == base and Path(root).name.startswith(lifecycle.PREFIX)
     return proc, Path(root), int(child)
@@ -123,7 +131,8 @@ def test_each_stop_signal_unwinds_the_command_once(signum):
         except KeyboardInterrupt as e:
             print(type(e).__name__, e.name, lifecycle.exit_code())
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       preexec_fn=_default_signals)
     assert r.stdout.split() == ["Interrupted", signal.Signals(signum).name, str(128 + signum)], r.stderr
 
 
@@ -144,7 +153,8 @@ def test_a_signal_while_the_command_line_imports_ends_it_in_one_line(signum):
         from workbench.cli import main
         main()
     """)
-    r = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code, "doctor"], capture_output=True, text=True, timeout=120,
+                       preexec_fn=_default_signals)
     name = signal.Signals(signum).name
     assert (r.returncode, r.stderr) == (128 + signum, f"interrupted ({name}): stopped as it started; nothing was "
                                                       "running yet\n")
@@ -167,5 +177,6 @@ def test_a_daemon_stopped_by_a_signal_ends_as_it_is_meant_to():
         lifecycle.stop_is_ordinary()
         print(before, other, lifecycle.stopped_by_signal())
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       preexec_fn=_default_signals)
     assert r.stdout.split() == ["None", str(int(signal.SIGTERM)), "None"], r.stderr

@@ -13,9 +13,10 @@ from workbench.findings import Finding
 
 
 @pytest.fixture(autouse=True)
-def re_derived(monkeypatch):
-    """Hand-built findings, taken as re-derived: which findings settle is workbench.settle's (tests/test_settle.py)."""
-    monkeypatch.setattr(settle, "unsettled", lambda f, claim_id, now=None: ())
+def re_derived(monkeypatch, hand_built):
+    """Hand-built findings, taken as re-derived and bound to their run (conftest.hand_built; no reason on any claim):
+    which findings settle is workbench.settle's (tests/test_settle.py, tests/test_provenance.py)."""
+    monkeypatch.setattr(settle, "_reasons", lambda path, f, now, claim_ids=(): {})
 
 
 def finding(probe: str, claims: list[str], verdict: str, engine: str, summary: str, **kw) -> Finding:
