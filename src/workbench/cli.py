@@ -634,18 +634,17 @@ def cell_serve(
 ) -> None:
     """Serve ENGINE on MODEL as modeld's cell: contenox.transport.v1.Compute on 127.0.0.1 (docs/transport.md).
     Stops cleanly on SIGTERM or Ctrl-C: the server, every session and the engine."""
-    from . import cells
+    from . import cells, serve as _serve
     from .transport.daemon import Daemon, serve_forever
 
     if engine not in cells.served_as_cell():
         _fail(f"engine {engine!r} is not served as a cell; cell engines: {', '.join(cells.served_as_cell())}")
-    if not 0 <= port <= 65535:
-        _fail(f"--port must be 0 (the OS picks) to 65535, got {port}")
     if api_key_file is not None:
         api_key = _key_from(api_key_file, api_key)
     _env_folders()
     options = {k: v for k, v in {"context_tokens": context or None, "threads": threads or None}.items() if v}
     try:
+        _serve.check_port(host, port)  # out of range or taken: refused before the engine loads
         models.check(model)
         avail = cells.availability(engine)
         if not avail.available:
