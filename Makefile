@@ -125,9 +125,19 @@ endif
 # vLLM's notebooks give isolation the probe's own prompt length (192; the notebook's 64 is sized for CI):
 # on the small synthetic model a repeat of 64 tokens is not measurably faster than cold, so timing could
 # not show a cross-salt hit either way.
+# llama.cpp's pass is sized to `make run`'s five minutes (SmolLM2 prefills ~70 to 110 tokens/s on one core;
+# docs/timing.md, 2026-12-08). The loop runs every llama.cpp arm the gate's baseline can be (plain reuse and llama.cpp's
+# own speculation, in process and served: the strongest the product could run) and the subject's gate; it leaves out
+# `llamacpp-cold` (no reuse, never the baseline: ~58 s of SmolLM2 prefill here; `workbench loop --arms all` runs it)
+# and `vllm-server` (vllm serve cannot load a GGUF: a not-run row). The reuse matrix runs once (its 8 cases; 3 repeats
+# with `workbench probe reuse.per_request_metrics`), isolation's TTFT check takes 8 paired trials (16 with
+# `workbench probe isolation.cache_salt`): on llama.cpp both read not-applicable from the engine at any size, and
+# their figures are a reference beside it.
+LLAMACPP_RUN := -p llamacpp:arms=llamacpp,llamacpp-spec,llamacpp-server,llamacpp-server-spec,trtllm \
+  -p llamacpp:repeats=1 -p llamacpp:trials=8
 run: setup
 	$(BIN)/workbench run --out $(RUN) --engine llamacpp --engine trtllm --engine vllm \
-	  --model $(MODEL) --model vllm=$(VLLM_MODEL) -p vllm:prompt_tokens=192 --lanes $(LANES)
+	  --model $(MODEL) --model vllm=$(VLLM_MODEL) -p vllm:prompt_tokens=192 $(LLAMACPP_RUN) --lanes $(LANES)
 
 # JupyterLab on loopback in this environment, at the checkout's root (the notebooks, and $(RUN): its executed
 # notebooks, findings and report), open on $(RUN)'s executed summary (that run's findings) where `make run` wrote
