@@ -278,6 +278,11 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def _tasks(folder: Path) -> int:
+    """Requests the run's llama-server has taken so far, as its log counts them (one line a request it processes)."""
+    return sum(p.read_text(errors="replace").count("processing task") for p in folder.glob("llamacpp-server-*.log"))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_on_a_served_engine_leaves_no_server_and_no_partial_finding(tmp_path, sig):
     """``workbench run --engine llamacpp-server`` stopped while a notebook's probe talks to its llama-server:
@@ -292,13 +297,17 @@ def test_an_interrupted_run_on_a_served_engine_leaves_no_server_and_no_partial_f
     run = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", "--engine", "llamacpp-server", "--model", TINY,
                             "--only", "reuse_metrics", "-p", "repeats=200", "--out", str(out)],
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=interruptible)
+                           env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path),
+                                             "WORKBENCH_SERVER_LOGS": str(out / "servers")},
+                           preexec_fn=interruptible)
     try:
         deadline = time.monotonic() + 240
         while not (servers := [p for p in descendants(run.pid) if "llama-server" in _cmdline(p)]):
             assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.poll() is not None else ""
             time.sleep(0.2)
-        time.sleep(3)  # the probe is sending its requests now
+        while _tasks(out / "servers") < 3:  # polled, not a fixed wait: the probe is sending its requests now
+            assert run.poll() is None and time.monotonic() < deadline, run.stderr.read() if run.poll() is not None else ""
+            time.sleep(0.1)
         below = descendants(run.pid)
         run.send_signal(sig)
         run.wait(60)

@@ -32,6 +32,7 @@ and its reason is printed once per engine, in the Verification log.
 from __future__ import annotations
 
 import difflib
+import functools
 import os
 import re
 import sys
@@ -87,8 +88,12 @@ _ITEM_COLUMNS = ("Role", "Verdict", "Engine", "Version", "Model", "Hardware", "D
 _LOG_COLUMNS = ("Date", "Engine", "Version", "Model", "Hardware", "Probe", "Verdict", "Claims", "Evidence")
 _MARKER = re.compile(r"([ \t]*)<!-- workbench:(begin|end) ([A-Za-z0-9._-]+) -->[ \t]*")
 _NEWLINE = re.compile(r"\r\n|\r|\n")  # the line breaks markdown-it itself splits on
+_PIPE_OR_ESCAPE = re.compile(r"\\.|\|", re.S)
 _BULLET = re.compile(r"([ ]*)([-+*]|\d{1,9}[.)])([ ]*)")
 _MD = MarkdownIt("commonmark").enable("table")
+_BLOCKS = MarkdownIt("commonmark").enable("table").disable(["inline", "text_join"])
+"""The block parse alone: every token, map and inline token's ``content`` as :data:`_MD` gives them, without the
+inline parse of each (its ``children``), which only :func:`unknowns_table` reads; about half the parse's time."""
 
 
 # --------------------------------------------------------------------------- what gets written
@@ -294,16 +299,9 @@ def _norm(s: str) -> str:
 
 
 def _pipes(s: str) -> list[int]:
-    """Positions of the pipes that separate table cells (a backslash escapes the next character)."""
-    out, escaped = [], False
-    for i, c in enumerate(s):
-        if escaped:
-            escaped = False
-        elif c == "\\":
-            escaped = True
-        elif c == "|":
-            out.append(i)
-    return out
+    """Positions of the pipes that separate table cells (a backslash escapes the next character: the scan left to
+    right takes a backslash and the character after it as one match, so an escaped pipe never matches alone)."""
+    return [m.start() for m in _PIPE_OR_ESCAPE.finditer(s) if m.group() == "|"]
 
 
 def _cells(s: str) -> list[str]:
@@ -321,11 +319,11 @@ def _cells(s: str) -> list[str]:
 class _Doc:
     """The blueprint as lines, markdown-it tokens, managed blocks and sections."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, inline: bool = False) -> None:
         self.lines = _split_lines(text)
         m = _NEWLINE.search(text)
         self.nl = m.group() if m else "\n"
-        self.tokens: list[Token] = _MD.parse(text)
+        self.tokens: list[Token] = (_MD if inline else _BLOCKS).parse(text)
         self.blocks = self._blocks()
         self.sections = self._sections()
         self.tables = [(t.map[0], t.map[1]) for t in self.tokens if t.type == "table_open" and t.map]
@@ -398,6 +396,14 @@ class _Doc:
             para = self.tokens[k + 1].type == "paragraph_open"
             out.append((t.map[0], t.map[1], self.tokens[k + 2].content if para else ""))
         return out
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: str, inline: bool = False) -> _Doc:
+    """``text`` parsed once: a write-back's output, parsed to check its blocks, is parsed again as the next
+    write-back's input and by :func:`run_writeback`'s changed-claims summary. A :class:`_Doc` is never changed once
+    built, so one parse serves them all."""
+    return _Doc(text, inline)
 
 
 # --------------------------------------------------------------------------- planning the write-back
@@ -581,7 +587,7 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
     under the entry condition, the certification matrix, the product path); None: where the document holds the
     entry conditions.
     """
-    doc = _Doc(text)
+    doc = _parsed(text)
     states = {s.claim.id: s for s in _standing.claim_states(findings)}
     problems: list[str] = []
     edits = [e for key in items for e in _item_edits(doc, key, states, base, problems)]
@@ -593,7 +599,7 @@ def writeback(text: str, findings: Sequence[tuple[Path, Finding]], *, base: Path
                            + "\n  - ".join(problems))
     edits.append(_log_edit(doc, findings, base))
     text = _apply(doc, edits)
-    seen = _Doc(text).blocks
+    seen = _parsed(text).blocks
     lost = [bid for bid in (*(c.id for k in items for c in _claims.in_section(k)),
                             *(TABLES[k][0] for k in tables), *(b.id for b in extra), LOG_ID) if bid not in seen]
     if lost:  # e.g. an unclosed code fence above where a new block goes: it would be added again on every run
@@ -670,7 +676,7 @@ def _state(text: str) -> dict[str, str]:
     """What the managed blocks say, per claim id (and the log): for telling which claims changed."""
     if not text:
         return {}
-    doc = _Doc(text)
+    doc = _parsed(text)
     out: dict[str, str] = {}
     for bid, blk in doc.blocks.items():
         out[bid] = "".join(doc.lines[blk.begin + 1:blk.end])
@@ -710,7 +716,7 @@ def unknowns_table(text: str) -> list[dict]:
     a subject row whose verdict settles the claim. An unknown with no subject row gets one, with no
     verdict, so open unknowns stay visible.
     """
-    doc = _Doc(text)
+    doc = _parsed(text, inline=True)  # the evidence cell's link target is read from the inline parse
     labels = {label: verdict for verdict, label in _LABELS.items()} | {v: v for v in _LABELS}
     out = []
     for claim in _claims.in_section("unknowns"):

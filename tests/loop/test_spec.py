@@ -48,7 +48,7 @@ def test_spec_arm_is_token_identical_to_plain(model):
         except models.ModelSpecError as e:  # pragma: no cover - make setup installs it
             pytest.skip(str(e))
     prompts = [COPY * 3 + "Repeat the reservation: Reservation", COPY * 3 + "Summary:", "Hello"]
-    results = _pair(model, prompts, 48)
+    results = _pair(model, prompts, 24)  # 48 before: at 24 the copies' drafts are accepted and "Hello"'s rejected
     drafted = sum(b.drafted for _, b in results)
     for a, b in results:
         assert a.tokens == b.tokens and a.finish == b.finish

@@ -190,17 +190,37 @@ def llama():
     for d, run in opened:
         d.stop()
     for _, run in opened:  # (``_recompute`` is the snapshot's case handed to the capability rows, which record it)
-        again = cf.readings(json.loads(json.dumps(run.rows)), run.block)
-        took = {k: v for k, v in run.values.items() if k != "_recompute"}
-        assert {k: again.get(k) for k in took} == took, run.rows
+        _again(run)
+
+
+def _again(run) -> None:
+    """Every reading ``run`` took is given again by its rows alone (what a reader re-derives the verdicts from)."""
+    again = cf.readings(json.loads(json.dumps(run.rows)), run.block)
+    took = {k: v for k, v in run.values.items() if k != "_recompute"}
+    assert {k: again.get(k) for k in took} == took, run.rows
+
+
+@pytest.fixture(scope="module")
+def honest():
+    """One run on the honest adapter through every stage the two tests on it read (manifest and prefix, snapshot,
+    capabilities, describe and overflow, fatal): one daemon start, not one per test."""
+    require_engine("llamacpp")
+    d, run = _run()
+    try:
+        base = cf.manifest_and_prefix(run)
+        cf.snapshot(run, base)
+        cf.capabilities(run, base)
+        cf.describe_overflow(run, base)
+        cf.fatal(run, base)
+    finally:
+        d.stop()
+    _again(run)
+    return run
 
 
 @pytest.mark.slow
-def test_the_rows_hold_on_the_honest_adapter_and_a_lying_capability_is_refuted(llama):
-    run = llama()
-    base = cf.manifest_and_prefix(run)
-    cf.capabilities(run, base)
-    cf.describe_overflow(run, base)
+def test_the_rows_hold_on_the_honest_adapter_and_a_lying_capability_is_refuted(honest, llama):
+    run = honest
     assert cf.DECIDE["contract.manifest"](run.values, run.declared).verdict == "confirmed"
     assert cf.DECIDE["contract.ensure_prefix"](run.values, run.declared).verdict == "confirmed"
     assert cf.DECIDE["parity.capability_truth"](run.values, run.declared).verdict == "confirmed"
@@ -330,12 +350,7 @@ def test_each_lie_is_read_from_the_engine_not_from_the_adapters_own_word(llama):
 
 
 @pytest.mark.slow
-def test_the_honest_adapter_holds_where_the_liar_fails(llama):
-    run = llama()
-    base = cf.manifest_and_prefix(run)
-    cf.snapshot(run, base)
-    cf.capabilities(run, base)
-    cf.describe_overflow(run, base)
-    cf.fatal(run, base)
+def test_the_honest_adapter_holds_where_the_liar_fails(honest):
+    run = honest
     for row in ("parity.fatal", "parity.capability_truth", "contract.describe", "contract.ensure_prefix"):
         assert cf.DECIDE[row](run.values, run.declared).verdict == "confirmed", row
