@@ -5,7 +5,10 @@ streamed decode, the server's own version, and no server left when the cell clos
 One server serves the module (it takes a minute or more to start here); every test uses fresh salts. Its publisher
 is bound on ``ipc://`` with a replay buffer and a fixed ``PYTHONHASHSEED``, as the event probes open it, so the event
 source's own test (SUB, the replay ROUTER, the inventory against ``cached_tokens``) runs on it too: it had a server of
-its own with the same engine and model."""
+its own with the same engine and model. So do the served vLLM warm-up and isolation probes (and the warm-up's fault),
+attached to it (``endpoint=``, the cell's own attach path): they were in tests/probes/test_on_served.py on a server of
+their own, with vLLM's dev routes (``VLLM_SERVER_DEV_MODE=1``) for the fault's ``POST /reset_prefix_cache``, which this
+server is started with too."""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import require_engine
-from workbench import open_cell
+from workbench import open_cell, probes
 from workbench.cells.vllm.hashing import VllmHasher
 from workbench.engine import Cell, observer_mismatches
 from workbench.events.consumer import Consumer
@@ -42,8 +45,11 @@ def events(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def cell(tmp_path_factory, events):
     require_engine("vllm-server")
-    with open_cell("vllm-server", MODEL, kv_budget_tokens=40 * B, context_tokens=1024, hash_seed=SEED,
-                   kv_events_config=events, log_dir=str(tmp_path_factory.mktemp("logs"))) as c:
+    with pytest.MonkeyPatch.context() as mp:  # the server reads it as it starts (its dev routes: the probes' fault)
+        mp.setenv("VLLM_SERVER_DEV_MODE", "1")
+        c = open_cell("vllm-server", MODEL, kv_budget_tokens=40 * B, context_tokens=1024, hash_seed=SEED,
+                      kv_events_config=events, log_dir=str(tmp_path_factory.mktemp("logs")))
+    with c:
         yield c
 
 
@@ -120,6 +126,54 @@ def test_decode_streams_token_ids_and_the_request_reports_its_reuse(cell):
     assert len(dec.tokens) == 8 and seen == dec.tokens and dec.finish_reason == "length"
     assert 0 < dec.ttft_s <= dec.token_times_s[-1]
     assert dec.engine_counters["cached_tokens"] == 2 * B
+
+
+# --------------------------------------------------------------------------- probes attached to this server
+
+
+def attached(name: str, tmp_path, cell, **params):
+    """The probe in this process (so a fault patched onto the served cell reaches the server), attached to the
+    module's server; its finding says it went over HTTP to that server, attached, and which build answered."""
+    f = probes.run(name, engine="vllm-server", model=MODEL, params=params, out=tmp_path, isolated=False,
+                   cell_options={"endpoint": cell.url})
+    extra = f.environment["cell"]["extra"]
+    assert extra["transport"] == "http" and extra["endpoint"].startswith("http://127.0.0.1:")
+    assert extra["server"] == "attached (started elsewhere)" and extra["endpoint"] == cell.url
+    assert extra["server_version"].split()[0] == "vllm"
+    return f
+
+
+def test_vllm_server_warmup_materializes_whole_blocks_read_from_cached_tokens(tmp_path, cell):
+    f = attached("prefix.warmup_materialization", tmp_path, cell, blocks="2", pressure="0")
+    by_len = {r["prefix_tokens"]: r["followup_reused"] for r in f.evidence["rows"]}
+    assert by_len == {63: 32, 64: 64, 65: 64} and f.verdict == "refuted"  # ⌊n/B⌋ blocks of 32
+
+
+def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path, cell):
+    f = attached("isolation.cache_salt", tmp_path, cell, trials=8, prompt_tokens=128)
+    assert f.metrics["cross_manifest_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
+    assert f.metrics["reused_tokens"]["value"] == 96  # cached_tokens under the same salt: 3 whole blocks of 32
+    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
+    assert arm["refused"] is None and "not mapped onto served engines" in arm["error"]  # the cell's, not the engine's
+
+
+def test_vllm_server_that_drops_the_warmed_prefix_is_seen_by_the_warmup_probe(tmp_path, monkeypatch, cell):
+    """Fault through the server's own API: its prefix cache reset (``POST /reset_prefix_cache``, a dev route) right
+    after each warm-up, so no warm-up leaves anything to reuse; the follow-up's ``cached_tokens`` says so. (It was
+    ``--no-enable-prefix-caching``, a server of its own: the same nothing-to-reuse, read the same way.)"""
+    from workbench.cells.vllm import served as vllm_served
+
+    warm = vllm_served.VllmServerCell._warm
+
+    def warm_then_reset(self, tokens, key, retention, *, slot=0):
+        out = warm(self, tokens, key, retention, slot=slot)
+        assert self.reset_prefix_cache()  # the server's own word that its pool holds no cached block now
+        return out
+
+    monkeypatch.setattr(vllm_served.VllmServerCell, "_warm", warm_then_reset)
+    f = attached("prefix.warmup_materialization", tmp_path, cell, blocks="2", pressure="0")
+    assert f.verdict == "confirmed", f.summary
+    assert all(r["from_engine"] and r["followup_reused"] == 0 for r in f.evidence["rows"])
 
 
 def test_closing_the_cell_stops_every_process_of_the_server(cell):

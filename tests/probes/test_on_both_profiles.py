@@ -10,6 +10,7 @@ import pytest
 from doubles.trtllm_fixture import fake_trt14, fake_trt_any, model_dir  # noqa: F401 - the fixtures
 
 from workbench import probes, settle
+from workbench.cells.trtllm import cell as trtllm_cell
 
 RETENTION = {"prefix_tokens": 64, "capacity_tokens": 256, "pressure": "1,4", "filler_slots": 4,
              "filler_fraction": 0.5, "expiry_ms": 0, "repeats": 2, "priorities": "20,35,100"}
@@ -24,6 +25,17 @@ RUNS = {  # probe → (its parameters, the verdict V1 gives, the claim rows it s
     "events.inventory_isolation": ({}, "confirmed", {}),
     "events.ledger_closure": ({"requests": 16, "readback": 4}, "confirmed", {}),
 }
+
+
+@pytest.fixture(autouse=True)
+def _double_time(monkeypatch):
+    """The probes' waits for events (a consumer's ``pump(0.3)``, a source's ``poll(1.0)``) at the double's pace: its
+    time runs ten times faster than 1.2's (doubles/trtllm_fixture.py scales the dispatch sleep and the drain's floor
+    alike), so each wait is a tenth, never under the drain's own floor (still five dispatch sleeps). The waits were
+    most of these runs' time; what each probe reads and decides is unchanged."""
+    drain = trtllm_cell.TrtLlmCell.drain_kv_events
+    monkeypatch.setattr(trtllm_cell.TrtLlmCell, "drain_kv_events",
+                        lambda self, timeout_s=0.0: drain(self, timeout_s / 10))
 
 
 def _run(name, tmp_path, **options):

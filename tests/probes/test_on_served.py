@@ -7,8 +7,8 @@ One probe per server is driven to a non-happy verdict through the server's own A
 (``POST /slots/{id}?action=erase``) and ``-np``, and vLLM's prefix-cache reset (``POST /reset_prefix_cache``).
 
 A ``vllm serve`` start costs 20-45 s here, so the vLLM warm-up and isolation probes (and the warm-up's fault) attach
-to one server this module starts (``endpoint=``, the cell's own attach path) instead of each starting its own;
-the capacity probe, whose budgets are the servers' own launch options, starts its servers itself.
+(``endpoint=``, the cell's own attach path) to the one server tests/cells/test_served_vllm.py starts for its module,
+and live there; the capacity probe, whose budgets are the servers' own launch options, starts its servers itself.
 """
 
 from __future__ import annotations
@@ -141,60 +141,6 @@ def test_static_surveys_read_the_package_the_server_runs(tmp_path, engine):
 
 
 # --------------------------------------------------------------------------- vllm serve
-
-
-@pytest.fixture(scope="module")
-def vllm_serve():
-    """One ``vllm serve`` for the probes below that do not size the server themselves: opened as the warm-up probe
-    opens its cell (five slots, a pool of 1024 tokens in blocks of 32, prefix caching on), with vLLM's dev routes
-    (``VLLM_SERVER_DEV_MODE=1``, which the server inherits) for the fault's ``POST /reset_prefix_cache``. Its URL."""
-    require_engine("vllm-server")
-    with pytest.MonkeyPatch.context() as mp:  # the server reads it as it starts; the module's later servers do not
-        mp.setenv("VLLM_SERVER_DEV_MODE", "1")
-        owner = cells.open_cell("vllm-server", VLLM_MODEL, slots=5, kv_budget_tokens=1024)
-    with owner:
-        yield owner.url
-
-
-@pytest.mark.vllm
-def test_vllm_server_warmup_materializes_whole_blocks_read_from_cached_tokens(tmp_path, vllm_serve):
-    f = run("prefix.warmup_materialization", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve},
-            blocks="2", pressure="0")
-    served_by(f, "vllm-server", vllm_serve)
-    by_len = {r["prefix_tokens"]: r["followup_reused"] for r in f.evidence["rows"]}
-    assert by_len == {63: 32, 64: 64, 65: 64} and f.verdict == "refuted"  # ⌊n/B⌋ blocks of 32
-
-
-@pytest.mark.vllm
-def test_vllm_server_that_drops_the_warmed_prefix_is_seen_by_the_warmup_probe(tmp_path, monkeypatch, vllm_serve):
-    """Fault through the server's own API: its prefix cache reset (``POST /reset_prefix_cache``, a dev route) right
-    after each warm-up, so no warm-up leaves anything to reuse; the follow-up's ``cached_tokens`` says so. (It was
-    ``--no-enable-prefix-caching``, a server of its own: the same nothing-to-reuse, read the same way.)"""
-    from workbench.cells.vllm import served as vllm_served
-
-    warm = vllm_served.VllmServerCell._warm
-
-    def warm_then_reset(self, tokens, key, retention, *, slot=0):
-        out = warm(self, tokens, key, retention, slot=slot)
-        assert self.reset_prefix_cache()  # the server's own word that its pool holds no cached block now
-        return out
-
-    monkeypatch.setattr(vllm_served.VllmServerCell, "_warm", warm_then_reset)
-    f = run("prefix.warmup_materialization", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve},
-            blocks="2", pressure="0")
-    assert f.verdict == "confirmed", f.summary
-    assert all(r["from_engine"] and r["followup_reused"] == 0 for r in f.evidence["rows"])
-
-
-@pytest.mark.vllm
-def test_vllm_server_isolation_is_the_servers_cache_salt(tmp_path, vllm_serve):
-    f = run("isolation.cache_salt", "vllm-server", tmp_path, cell_options={"endpoint": vllm_serve}, trials=8,
-            prompt_tokens=128)
-    served_by(f, "vllm-server", vllm_serve)
-    assert f.metrics["cross_manifest_reused_tokens"] == {"value": 0, "unit": "tokens", "source": "engine"}
-    assert f.metrics["reused_tokens"]["value"] == 96  # cached_tokens under the same salt: 3 whole blocks of 32
-    arm = next(r for r in f.evidence["rows"] if r.get("arm") == "adapter requests")
-    assert arm["refused"] is None and "not mapped onto served engines" in arm["error"]  # the cell's, not the engine's
 
 
 @pytest.mark.vllm
