@@ -6,6 +6,7 @@ another kind (before AIPerf or any engine starts)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -326,6 +327,8 @@ def tables(tmp_path_factory) -> dict[Any, Any]:
     from concurrent.futures import ThreadPoolExecutor
     from functools import partial
 
+    with contextlib.suppress(ImportError):  # here, not first in two threads at once: transformers' lazy module,
+        from transformers import AutoTokenizer  # noqa: F401  imported by two, raised "cannot import name" in one
     runs = {"llama": _llama_table, "endpoint": _endpoint_table, "vllm-on": partial(_vllm_table, True),
             "vllm-off": partial(_vllm_table, False)}
     outs = {name: tmp_path_factory.mktemp(name) for name in runs}
