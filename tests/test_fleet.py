@@ -87,9 +87,11 @@ def _watched(num_cpus: int):
 @pytest.fixture(scope="module")
 def local_and_fleet(tmp_path_factory):
     """One batch of three jobs (llama.cpp and vLLM on the fixture notebook, llama.cpp on a real probe notebook) run
-    by the local executor and on a local head (2 CPUs) into two run folders, then resumed on a fresh local head:
-    the folders, and the processes and listening sockets of the first head, read while it ran. (Each pair of runs
-    used to be a run of its own, and the loopback check a head of its own: one head start and run each.)"""
+    by the local executor and on a local head (2 CPUs) into two run folders, then the head's folder resumed: the
+    folders, and the processes and listening sockets of the head, read while it ran. (Each pair of runs used to be
+    a run of its own, and the loopback check a head of its own: one head start and run each.) The resume decides
+    what is done from the run folder alone (runner._run_jobs, before any job reaches its executor), so it runs
+    under the local executor: a second head would start only to be handed no job (10-30 s here)."""
     llama = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("writes_finding",))
     vllm = matrix.Matrix(("vllm",), ("synthetic:cpu",), ("writes_finding",), resources={"vllm": matrix.Resources(2, 0)})
     probe = matrix.Matrix(("llamacpp",), ("synthetic:tiny",), ("20_reuse_metrics",))
@@ -107,7 +109,7 @@ def local_and_fleet(tmp_path_factory):
         head = _watched(num_cpus=2)
         assert run(fleet, head) == 0
         ran, scan = manifest.load(fleet), findings.scan([fleet / "findings"])
-        resumed = run(fleet, _watched(num_cpus=2))  # resume: all skipped
+        resumed = run(fleet)  # resume: all skipped
     return {"local": local, "fleet": fleet, "head": head.seen, "ran": ran, "scan": scan, "resumed": resumed}
 
 
@@ -131,7 +133,7 @@ def test_a_local_head_gives_the_local_executors_verdicts(local_and_fleet):
     assert (fleet / "report.html").is_file()
     assert {f.attempt for _, f in scan.findings} <= {e.attempt for e in m.notebooks.values()}
 
-    assert local_and_fleet["resumed"] == 0  # resume on a fresh head: all skipped
+    assert local_and_fleet["resumed"] == 0  # resume of the head's folder: all skipped
     assert len(findings.scan([fleet / "findings"]).findings) == len(scan.findings)
     assert manifest.load(fleet).notebooks == m.notebooks  # nothing ran again
 

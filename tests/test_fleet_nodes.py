@@ -63,7 +63,10 @@ class Cluster:
     def driver(self, out: Path, code: str, *args: str, timeout_s: float = 420) -> subprocess.CompletedProcess:
         """Run a driver (:meth:`spawn`) to its end; past ``timeout_s`` it is killed and the test fails with the
         tail of its output."""
-        proc, log = self.spawn(out, code, *args)
+        return self.finish(*self.spawn(out, code, *args), timeout_s=timeout_s)
+
+    def finish(self, proc: subprocess.Popen, log: Path, timeout_s: float = 420) -> subprocess.CompletedProcess:
+        """Wait for a driver :meth:`spawn` started, as :meth:`driver` does."""
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
@@ -105,11 +108,11 @@ print(json.dumps([{k: n[k] for k in ("NodeID", "Alive", "NodeManagerAddress", "R
 
 def _stop(nodes) -> list:
     """SIGTERM each node's session (``ray start --block`` then stops its node), the workers first (30 s to exit:
-    they take seconds), then the head (5 s: after SIGTERM its gcs_server and autoscaler monitor wait out about 30 s
+    they take seconds), then the head (2 s: after SIGTERM its gcs_server and autoscaler monitor wait out about 30 s
     of their own, seen here busy or not, and nothing here needs their graceful end), SIGKILL what is left after
     each; the pids still alive after that."""
     procs = set().union(*(n.processes() for n in nodes)) if nodes else set()
-    for group, grace_s in (([n for n in nodes if n.name != "head"], 30), ([n for n in nodes if n.name == "head"], 5)):
+    for group, grace_s in (([n for n in nodes if n.name != "head"], 30), ([n for n in nodes if n.name == "head"], 2)):
         mine = set().union(*(n.processes() for n in group)) if group else set()
         for n in group:
             if n.proc.poll() is None:
@@ -172,12 +175,20 @@ def test_the_cli_on_a_cluster_gives_the_local_executors_run_folder(cluster, tmp_
     (tmp_path / "m.yaml").write_text(yaml.safe_dump(spec))
     cli = ("import sys; from workbench.cli import app; "
            "app(['run', '--matrix', sys.argv[3], '--out', sys.argv[2], *sys.argv[4:]])")
-    runs = {}
-    for name, extra in (("local", ["--executor", "local"]), ("ray", ["--executor", "ray", "--address", cluster.address])):
-        out = tmp_path / name
-        got = cluster.driver(out, cli, str(tmp_path / "m.yaml"), *extra)
-        assert got.returncode == 0, got.stdout[-3000:]
-        runs[name] = (out, manifest.load(out))
+    runs, started = {}, {}
+    try:  # the two runs side by side: they share the matrix file and nothing else (each its own run folder)
+        for name, extra in (("local", ["--executor", "local"]),
+                            ("ray", ["--executor", "ray", "--address", cluster.address])):
+            started[name] = cluster.spawn(tmp_path / name, cli, str(tmp_path / "m.yaml"), *extra)
+        for name, (proc, log) in started.items():
+            got = cluster.finish(proc, log)
+            assert got.returncode == 0, got.stdout[-3000:]
+            runs[name] = (tmp_path / name, manifest.load(tmp_path / name))
+    finally:
+        for proc, _ in started.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     (local, lm), (ray_, rm) = runs["local"], runs["ray"]
     assert set(rm.notebooks) == set(lm.notebooks) and rm.notebooks
     verdicts = {o: sorted((f.engine, f.probe, f.verdict) for _, f in findings.scan([o / "findings"]).findings)
@@ -195,10 +206,10 @@ def test_a_job_over_its_timeout_on_a_node_ends_timeout_and_keeps_nothing(cluster
     """The job writes its finding on its node and holds (never released); ``--job-timeout`` ends it there."""
     hold, out = tmp_path / "hold", tmp_path / "run"
     hold.mkdir()
-    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_dir": str(hold)}), "25")
+    got = cluster.driver(out, _BATCH, str(FLEET), json.dumps({"hold_dir": str(hold)}), "15")
     assert got.returncode != 0, got.stdout[-2000:]
     (e,) = manifest.load(out).notebooks.values()
-    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 25 s"), e.error
+    assert e.status == "timeout" and e.error.startswith("JobTimeout: still running after 15 s"), e.error
     assert e.node and e.node["ray_node"]
     assert [m.stem for m in hold.glob("*.pid")] == [e.attempt]  # it got as far as holding: its finding was written
     assert not findings.scan([out / "findings"]).findings  # it wrote one on its node; nothing came back

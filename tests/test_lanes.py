@@ -216,7 +216,11 @@ def _laned_batch(tmp_path: Path, hold: dict[str, float]) -> tuple[subprocess.Pop
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 120
     while not ((out / "lanes.jsonl").exists() and len((out / "lanes.jsonl").read_text().splitlines()) == len(hold)):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+        if proc.poll() is not None or time.monotonic() > deadline:  # e.g. one lane's kernel never started
+            if proc.poll() is None:  # Ctrl-C: a driver left holding would keep communicate() waiting out its hold
+                os.killpg(proc.pid, signal.SIGINT)
+            pytest.fail(f"not every lane's job started:\n{proc.communicate(timeout=lanes.STOP_GRACE_S + 60)[0]}",
+                        pytrace=False)
         time.sleep(0.2)
     return proc, out
 

@@ -294,8 +294,17 @@ def _console(tmp_path: Path, only: list[str], verbose: bool = False) -> subproce
                           capture_output=True, text=True, timeout=300)
 
 
-def test_engine_logs_go_to_the_notebooks_log_and_the_console_gets_one_line(tmp_path):
-    r = _console(tmp_path, ["logs_like_an_engine", "raises_error"])
+@pytest.fixture(scope="module")
+def console_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One batch as ``workbench run`` prints it (not verbose): a notebook that logs as an engine does, one that
+    fails, one that writes a finding; its run folder and console. (The console tests below each ran a batch of
+    their own: one child and one kernel start less.)"""
+    out = tmp_path_factory.mktemp("console")
+    return out, _console(out, ["logs_like_an_engine", "raises_error", "writes_finding"])
+
+
+def test_engine_logs_go_to_the_notebooks_log_and_the_console_gets_one_line(console_run):
+    tmp_path, r = console_run
     console = r.stdout + r.stderr
     assert r.returncode == 1, console
     entry = manifest.load(tmp_path).notebooks["llamacpp/logs_like_an_engine"]
@@ -304,11 +313,11 @@ def test_engine_logs_go_to_the_notebooks_log_and_the_console_gets_one_line(tmp_p
     assert "ENGINE INFO loading weights" in log and "ENGINE WARNING from the kernel's own fd" in log
     assert "ENGINE" not in console  # the engine's lines stay in the log
     assert [line.split()[:2] for line in r.stderr.splitlines() if "llamacpp/" in line and "log:" not in line] == [
-        ["ok", "llamacpp/logs_like_an_engine"], ["fail", "llamacpp/raises_error"]]
+        ["ok", "llamacpp/logs_like_an_engine"], ["fail", "llamacpp/raises_error"], ["ok", "llamacpp/writes_finding"]]
     failed = manifest.load(tmp_path).notebooks["llamacpp/raises_error"]
     assert f"log: {tmp_path / failed.log}" in console  # where to look, then its last lines
     assert "RuntimeError: this notebook fails on purpose" in console
-    assert "claims:    0 of" in r.stdout and "errors:    1 of 2 notebooks failed (llamacpp/raises_error)" in r.stdout
+    assert "claims:    0 of" in r.stdout and "errors:    1 of 3 notebooks failed (llamacpp/raises_error)" in r.stdout
 
 
 def test_verbose_brings_the_engine_logs_back_to_the_console(tmp_path):
@@ -318,9 +327,8 @@ def test_verbose_brings_the_engine_logs_back_to_the_console(tmp_path):
     assert "ENGINE INFO loading weights" in (tmp_path / "logs/llamacpp/logs_like_an_engine.log").read_text()
 
 
-def test_the_console_line_names_the_verdicts_the_notebook_wrote(tmp_path):
-    r = _console(tmp_path, ["writes_finding"])
-    assert r.returncode == 0, r.stdout + r.stderr
+def test_the_console_line_names_the_verdicts_the_notebook_wrote(console_run):
+    tmp_path, r = console_run
     (line,) = [x for x in r.stderr.splitlines() if "llamacpp/writes_finding" in x]
     (f,) = [f for _, f in findings.scan([tmp_path / "findings"]).findings]
     assert line.split()[:2] == ["ok", "llamacpp/writes_finding"] and line.endswith(f"{f.probe.split('.')[0]} {f.verdict}")
@@ -450,7 +458,7 @@ def test_a_notebook_over_its_timeout_is_killed_and_nothing_it_wrote_counts(tmp_p
 
     from workbench.executors import TIMEOUT, timed_out
 
-    limit = 20  # the fixture reaches its hold (finding written) within a few seconds; then it holds for 600 s
+    limit = 12  # the fixture reaches its hold (finding written) within a few seconds; then it holds for 600 s
     hold, out = tmp_path / "hold", tmp_path / "run"
     hold.mkdir()
     code = runner.run_batch(out, engine="llamacpp", model="synthetic:tiny", params={"hold_dir": str(hold)},

@@ -6,6 +6,7 @@ another kind (before AIPerf or any engine starts)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -271,21 +273,90 @@ def _settles(f: findings.Finding, fault: bool = False) -> None:
     assert all(f.metrics[s["metric"]]["source"] == "engine" for s in f.rests_on)
 
 
+def _require(engine: str) -> None:
+    require_engine(engine)
+    if aiperf.binary() is None:
+        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
+
+
+def _llama_table(out: Path) -> tuple[Path, Path, Path]:
+    """llama-server's small table (test_a_small_table_against_llama_server): its folder, JSON and Markdown."""
+    _require("llamacpp-server")
+    _, as_json, as_md = evaltable.run(evaltable.TableRequest(
+        ("llamacpp-server", "trtllm-serve", "triton-ensemble", "triton-llmapi"), "smollm2-135m", (2,),
+        ("no-prefix", "prefix-1k"), 1, out, requests=4, prompt_tokens=32, output_tokens=8, prefix_tokens=256))
+    return out, as_json, as_md
+
+
+def _endpoint_table(out: Path) -> tuple[Path, str]:
+    """The table at the --endpoint of a llama-server started here with its caching off (test_a_server_at_its_…);
+    its folder and the server's URL."""
+    _require("llamacpp-server")
+    b = backends.BACKENDS["llamacpp-server"]
+    path = str(backends.model_path(b, models.resolve("smollm2-135m")))
+    server = serve.start(serve.ServerRequest(b.name, path, context_tokens=1024, extra_args=b.cache_off,
+                                             options=b.options(Path(path), 1024, 1)), out / "servers",
+                         build=b.launch)
+    try:
+        evaltable.run(evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (1,), ("prefix-1k",), 1,
+                                             out / "t", requests=3, prompt_tokens=32, output_tokens=8,
+                                             prefix_tokens=256, endpoint=server.url,
+                                             ttft_crosscheck=False))  # the cross-check: llama-server's table's test
+    finally:
+        server.stop()
+    return out / "t", server.url
+
+
+def _vllm_table(caching: bool, out: Path) -> Path:
+    """A ``vllm serve`` table, caching on or off (test_a_small_table_against_vllm_serve)."""
+    _require("vllm-server")
+    evaltable.run(evaltable.TableRequest(("vllm-server",), "synthetic:cpu", (1,), ("prefix-1k",), 1, out,
+                                         requests=3, prompt_tokens=32, output_tokens=8, prefix_tokens=256,
+                                         prefix_caching=caching))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory) -> dict[Any, Any]:
+    """The module's real tables that share nothing, run side by side (each its own server, port, AIPerf and folder):
+    llama-server's small table, the table at a llama-server's --endpoint, and the two ``vllm serve`` tables, caching
+    on and off: the suite pays about one vLLM start and the llama-server tables run beside it. What each table
+    returned or raised, by name (each test fails or skips on its own), and ``"temp"``: what of AIPerf's was left in
+    the temp folder once all of them had ended. (The caching-off table that kills its server mid-run runs alone:
+    it kills a llama-server by name.)"""
+    from concurrent.futures import ThreadPoolExecutor
+    from functools import partial
+
+    with contextlib.suppress(ImportError):  # here, not first in two threads at once: transformers' lazy module,
+        from transformers import AutoTokenizer  # noqa: F401  imported by two, raised "cannot import name" in one
+    runs = {"llama": _llama_table, "endpoint": _endpoint_table, "vllm-on": partial(_vllm_table, True),
+            "vllm-off": partial(_vllm_table, False)}
+    outs = {name: tmp_path_factory.mktemp(name) for name in runs}
+    temp = os.environ.get("TMPDIR", "/tmp")
+    before = set(os.listdir(temp))
+    with ThreadPoolExecutor(len(runs)) as ex:
+        futures = {name: ex.submit(run, outs[name]) for name, run in runs.items()}
+    got: dict[Any, Any] = {name: f.exception() or f.result() for name, f in futures.items()}
+    got["temp"] = {n for n in set(os.listdir(temp)) - before if n.startswith(("wb-aiperf-", "aiperf"))}
+    return got
+
+
+def _table_of(tables: dict, name: str) -> Any:
+    got = tables[name]
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
 @pytest.mark.slow
-def test_a_small_table_against_llama_server(tmp_path):
+def test_a_small_table_against_llama_server(tables):
     """Both workloads at concurrency 2, one repeat each (two AIPerf runs; the spread over repeats is Spread's and the
     table's own tests', the per-run /metrics reading decide's): every cell measured, TTFT cold and cached
     split by the server's cached tokens, the server's own cache counter above zero on the shared prefix (and above
     the no-prefix workload's), prefix caching confirmed by it, TensorRT-LLM and Triton rows not-run with their
-    reason (trtllm-serve's finding too), AIPerf's exports in the run folder and nothing of it in the temp folder."""
-    require_engine("llamacpp-server")
-    if aiperf.binary() is None:
-        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
-    tmp = set(os.listdir(os.environ.get("TMPDIR", "/tmp")))
-    req = evaltable.TableRequest(("llamacpp-server", "trtllm-serve", "triton-ensemble", "triton-llmapi"), "smollm2-135m", (2,),
-                                 ("no-prefix", "prefix-1k"), 1, tmp_path, requests=4, prompt_tokens=32,
-                                 output_tokens=8, prefix_tokens=256)
-    rows, as_json, as_md = evaltable.run(req)
+    reason (trtllm-serve's finding too), AIPerf's exports in the run folder and nothing of it in the temp folder
+    (nor of the tables run beside it)."""
+    tmp_path, as_json, as_md = _table_of(tables, "llama")
     doc = json.loads(as_json.read_text())
     measured = _measured(doc, "llamacpp-server")
     assert set(measured) == {("no-prefix", 2), ("prefix-1k", 2)} and all(r["status"] == "ok" for r in measured.values())
@@ -313,8 +384,7 @@ def test_a_small_table_against_llama_server(tmp_path):
     assert 0 < f.metric("engine_metrics_hit_rate") <= 1 and f.metric("expected_prefix_hit_rate") > 0  # cross-check
     subject = _caching_finding(tmp_path, "trtllm-serve")
     assert subject.verdict == "not-run" and "tensorrt_llm" in subject.reason
-    assert not {n for n in set(os.listdir(os.environ.get("TMPDIR", "/tmp"))) - tmp if n.startswith(("wb-aiperf-",
-                                                                                                     "aiperf"))}
+    assert not tables["temp"], tables["temp"]
 
 
 def _kill_llama_server_once_running(folder: Path) -> threading.Thread:
@@ -325,7 +395,8 @@ def _kill_llama_server_once_running(folder: Path) -> threading.Thread:
         deadline = time.monotonic() + 300
         while not folder.exists() and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(3)  # AIPerf is starting its services and sending: the server stops under it
+        time.sleep(0.5)  # AIPerf is starting its services (tens of seconds on two busy cores): the server stops
+        # under the run, which the table's poll of the server sees whichever of AIPerf's steps it is in
         for child in psutil.Process().children(recursive=True):
             if child.name() == "llama-server":
                 os.kill(child.pid, signal.SIGKILL)
@@ -348,7 +419,7 @@ def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_w
     killer = _kill_llama_server_once_running(out / "aiperf" / "llamacpp-server" / "no-prefix")
     res = _table(tmp_path, "--no-prefix-caching", "--workload", "prefix-1k,no-prefix", "--concurrency", "1",
                  "--repeats", "1", "--requests", "3", "--prompt-tokens", "32", "--output-tokens", "8",
-                 "--prefix-tokens", "256")
+                 "--prefix-tokens", "256", "--no-ttft-crosscheck")  # the cross-check: the table above's test
     killer.join(timeout=10)
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     said = res.output.splitlines()[-1]  # after the progress lines: the error, one line
@@ -366,37 +437,13 @@ def test_caching_off_refutes_and_a_server_killed_mid_run_is_one_line_with_what_w
     _settles(f, fault=True)
 
 
-@pytest.fixture(scope="module")
-def vllm_tables(tmp_path_factory) -> dict[bool, Path | BaseException]:
-    """The two ``vllm serve`` tables, caching on and off, run side by side (each its own server, port, AIPerf and
-    folder): the suite pays about one vLLM start, not two. Each table's folder by its caching."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    require_engine("vllm-server")
-    if aiperf.binary() is None:
-        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
-
-    def table(caching: bool) -> Path:
-        out = tmp_path_factory.mktemp("caching-on" if caching else "caching-off")
-        evaltable.run(evaltable.TableRequest(("vllm-server",), "synthetic:cpu", (1,), ("prefix-1k",), 1, out,
-                                             requests=3, prompt_tokens=32, output_tokens=8, prefix_tokens=256,
-                                             prefix_caching=caching))
-        return out
-
-    with ThreadPoolExecutor(2) as ex:
-        futures = {caching: ex.submit(table, caching) for caching in (True, False)}
-    return {caching: f.exception() or f.result() for caching, f in futures.items()}  # each test fails on its own
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("caching", [True, False], ids=["caching-on", "caching-off"])
-def test_a_small_table_against_vllm_serve(vllm_tables, caching):
+def test_a_small_table_against_vllm_serve(tables, caching):
     """``vllm serve`` on the synthetic model's Hugging Face twin (its own folder is AIPerf's tokenizer): the shared
     prefix at concurrency 1, every cell measured, TTFT split by vLLM's own cached tokens, prefix caching confirmed
     by them and by vLLM's /metrics; started with ``--no-enable-prefix-caching`` (the fault), refuted by both."""
-    tmp_path = vllm_tables[caching]
-    if isinstance(tmp_path, BaseException):
-        raise tmp_path
+    tmp_path = _table_of(tables, "vllm-on" if caching else "vllm-off")
     doc = json.loads((tmp_path / "evaltable.json").read_text())
     row = _measured(doc, "vllm-server")[("prefix-1k", 1)]
     assert row["status"] == "ok" and row["requests"] == 3 and row["split"] == ENGINE
@@ -431,25 +478,12 @@ def test_a_batch_on_tensorrt_llm_writes_its_rows_not_run_with_the_command_beside
 
 
 @pytest.mark.slow
-def test_a_server_at_its_endpoint_is_measured_as_it_says_it_caches_never_as_assumed(tmp_path):
+def test_a_server_at_its_endpoint_is_measured_as_it_says_it_caches_never_as_assumed(tables):
     """Issue 48 (LOW): an ``--endpoint`` run recorded "caching on" for a llama-server started with it off, and neither
     the endpoint nor the server's flags. llama-server states no server-wide cache flag, so its caching is unsaid: the
     finding records the endpoint and exactly that, and is exploratory (settles nothing)."""
-    require_engine("llamacpp-server")
-    if aiperf.binary() is None:
-        pytest.skip(f"no aiperf command: `make setup` installs it (or set {aiperf.AIPERF_ENV})")
-    b = backends.BACKENDS["llamacpp-server"]
-    path = str(backends.model_path(b, models.resolve("smollm2-135m")))
-    server = serve.start(serve.ServerRequest(b.name, path, context_tokens=1024, extra_args=b.cache_off,
-                                             options=b.options(Path(path), 1024, 1)), tmp_path / "servers",
-                         build=b.launch)
-    try:
-        evaltable.run(evaltable.TableRequest(("llamacpp-server",), "smollm2-135m", (1,), ("prefix-1k",), 1,
-                                             tmp_path / "t", requests=3, prompt_tokens=32, output_tokens=8,
-                                             prefix_tokens=256, endpoint=server.url))
-    finally:
-        server.stop()
-    f = _caching_finding(tmp_path / "t", "llamacpp-server")
-    assert f.params["prefix_caching"] is None and f.params["endpoint"] == server.url, f.params
+    folder, url = _table_of(tables, "endpoint")
+    f = _caching_finding(folder, "llamacpp-server")
+    assert f.params["prefix_caching"] is None and f.params["endpoint"] == url, f.params
     assert "caching not said by the server" in f.summary, f.summary
     assert any(w.startswith("exploratory: prefix_caching=None") for w in settle.unsettled(f, finding.CLAIM))
