@@ -26,7 +26,10 @@ VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 # (scripts/build-llama), both cached under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
-LLAMA_KEY     := $(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
+# The key covers the flags and the build's recipe (what scripts/build-llama compiles, and how): a change to either
+# changes the bytes built, so it builds anew rather than hand back an older build.
+LLAMA_RECIPE  := scripts/build-llama scripts/llama-cold-code.cmake scripts/wheel-with-libs
+LLAMA_KEY     := $(LLAMA_VERSION)-$(shell { printf '%s' '$(LLAMA_ARGS)'; cat $(LLAMA_RECIPE); } | sha256sum | cut -c1-12)
 WHEELHOUSE    := $(HOME)/.cache/workbench/wheels/llama-cpp-python-$(LLAMA_KEY)
 SDIST         := $(HOME)/.cache/workbench/sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz
 LLAMA_SERVER  := $(HOME)/.cache/workbench/llama-server/$(LLAMA_KEY)/llama-server
@@ -41,7 +44,8 @@ setup: $(STAMP)
 # extra) compiles 38 lark grammars when jsonschema is imported: 2.7 s added to every process that imports
 # it (each notebook's kernel, each probe's child, vLLM, Ray). Nothing here checks IRI formats, so it goes.
 
-$(STAMP): pyproject.toml
+# A new llama.cpp recipe (LLAMA_RECIPE) installs its build, as a new pyproject.toml installs its packages.
+$(STAMP): pyproject.toml $(LLAMA_RECIPE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@test -f $(SDIST) || $(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(dir $(SDIST)) \
